@@ -1,0 +1,451 @@
+//! Boost planning: for each group, the replacement nodes its not-yet-boosted at-risk instances
+//! call for, as a new desired capacity with a reason.
+//!
+//! Target = max(live desired, CA's cloudProviderTarget) + needed (+ `extra_nodes`), never below
+//! live desired. What may be added is the least of three rooms: MaxSize, the per-group boost
+//! budget, and the step CA tolerates before it calls the group Unhealthy. When the room does not
+//! fit every instance, the oldest-signalled instances whose replacements fit are boosted now and
+//! the rest wait for the next plan.
+//!
+//! When a group cannot be boosted at all (at MaxSize, budget spent, CA in scale-up backoff), its
+//! at-risk instances are **held**: not recorded in the ledger, not drained by the booster, and
+//! retried on every plan. Their nodes stay as NTH left them (cordoned) and keep serving their pods
+//! until the instance is actually interrupted, which beats evicting pods into a group that has no
+//! room for them.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use super::model::{
+    BoostRecord, Group, GroupName, InstanceId, Node, Resources, Snapshot, Timestamp,
+};
+use super::policy::{Policy, SizingMode};
+use super::signals::{AtRisk, AtRiskSet};
+use super::sizing::nodes_for_pods;
+
+/// One boost to execute: raise `group` from `from` to `to`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Boost {
+    /// The group.
+    pub group: GroupName,
+    /// Live desired capacity the plan started from.
+    pub from: u32,
+    /// Desired capacity to set (equal to `from` when no node is needed: nothing to write).
+    pub to: u32,
+    /// Why, and how far it got.
+    pub reason: BoostReason,
+    /// The ledger entry to persist with it.
+    pub record: BoostRecord,
+}
+
+impl Boost {
+    /// Whether executing this boost changes desired capacity.
+    pub fn writes(&self) -> bool {
+        self.to > self.from
+    }
+}
+
+/// Why a boost has the size it has.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum BoostReason {
+    /// Every at-risk instance of the group is covered.
+    ReplaceAtRisk {
+        /// Replacement nodes sized for them.
+        needed: u32,
+    },
+    /// Only some instances fit; the rest are held for `limit`.
+    Partial {
+        /// Replacement nodes sized for the covered instances.
+        needed: u32,
+        /// What stopped it.
+        limit: HoldReason,
+    },
+}
+
+/// Why at-risk instances are not boosted (yet).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind", content = "detail")]
+pub enum HoldReason {
+    /// Desired (or CA's target) is already at MaxSize.
+    AtMaxSize,
+    /// The group's replacements in flight already reach `--max-boost-per-group`.
+    BoostBudgetSpent,
+    /// A bigger step would make CA call the group Unhealthy and stop scaling it.
+    CaUnreadyLimit,
+    /// CA reports the group's scale-up in backoff (its error code): new capacity is not coming.
+    CaBackoff(String),
+}
+
+/// At-risk instances of a group that were not boosted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Held {
+    /// The group.
+    pub group: GroupName,
+    /// The waiting instances.
+    pub instances: Vec<InstanceId>,
+    /// Why.
+    pub reason: HoldReason,
+}
+
+/// What boost planning decided.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BoostPlan {
+    /// Boosts to execute, one per group at most.
+    pub boosts: Vec<Boost>,
+    /// Instances waiting, with the reason.
+    pub held: Vec<Held>,
+}
+
+/// Plans the boosts for every group with at-risk instances no boost covers yet.
+pub fn plan_boosts(
+    snapshot: &Snapshot,
+    at_risk: &AtRiskSet,
+    policy: &Policy,
+    now: Timestamp,
+) -> BoostPlan {
+    let mut plan = BoostPlan::default();
+    for (group_name, instances) in &at_risk.by_group {
+        let Some(group) = snapshot.groups.get(group_name) else {
+            continue;
+        };
+        let mut pending: Vec<&AtRisk> = instances
+            .values()
+            .filter(|r| !snapshot.ledger.covers(&r.instance))
+            .collect();
+        if pending.is_empty() {
+            continue;
+        }
+        pending.sort_by(|a, b| {
+            a.first_seen
+                .cmp(&b.first_seen)
+                .then_with(|| a.instance.cmp(&b.instance))
+        });
+        plan_group(snapshot, group, &pending, policy, now, &mut plan);
+    }
+    plan
+}
+
+fn plan_group(
+    snapshot: &Snapshot,
+    group: &Group,
+    pending: &[&AtRisk],
+    policy: &Policy,
+    now: Timestamp,
+    plan: &mut BoostPlan,
+) {
+    let hold = |plan: &mut BoostPlan, from: usize, reason: HoldReason| {
+        plan.held.push(Held {
+            group: group.name.clone(),
+            instances: pending[from..].iter().map(|r| r.instance.clone()).collect(),
+            reason,
+        });
+    };
+    if let Some(code) = group.ca.as_ref().and_then(|ca| ca.backoff.clone()) {
+        return hold(plan, 0, HoldReason::CaBackoff(code));
+    }
+
+    let base = group
+        .desired
+        .max(group.ca.as_ref().map_or(0, |ca| ca.cloud_provider_target));
+    let rooms = [
+        (group.max.saturating_sub(base), HoldReason::AtMaxSize),
+        (
+            policy
+                .max_boost_per_group
+                .saturating_sub(in_flight(snapshot, &group.name)),
+            HoldReason::BoostBudgetSpent,
+        ),
+        (
+            ca_tolerated_target(snapshot, group, policy).saturating_sub(base),
+            HoldReason::CaUnreadyLimit,
+        ),
+    ];
+    let (room, binding) = rooms
+        .iter()
+        .min_by_key(|(room, _)| *room)
+        .cloned()
+        .expect("three rooms");
+
+    let nodes: Vec<&Node> = pending
+        .iter()
+        .filter_map(|r| snapshot.nodes.get(&r.node))
+        .collect();
+    let capacity = group
+        .node_allocatable
+        .unwrap_or_else(|| smallest_allocatable(&nodes));
+    let needed_for = |k: usize| -> u32 {
+        match policy.sizing {
+            SizingMode::Count => k as u32,
+            SizingMode::Pods => nodes_for_pods(
+                nodes[..k].iter().flat_map(|n| n.pods.iter()),
+                capacity,
+                policy,
+            ),
+        }
+    };
+
+    // The whole set usually fits; otherwise the longest prefix that does (needed grows with k).
+    let mut covered = pending.len();
+    let mut needed = needed_for(covered);
+    while needed > room && covered > 0 {
+        covered -= 1;
+        needed = needed_for(covered);
+    }
+    if covered == 0 {
+        return hold(plan, 0, binding);
+    }
+    let added = needed + policy.extra_nodes.min(room - needed);
+    let reason = if covered == pending.len() {
+        BoostReason::ReplaceAtRisk { needed }
+    } else {
+        hold(plan, covered, binding.clone());
+        BoostReason::Partial {
+            needed,
+            limit: binding,
+        }
+    };
+    let to = if added > 0 {
+        base + added
+    } else {
+        group.desired
+    };
+    plan.boosts.push(Boost {
+        group: group.name.clone(),
+        from: group.desired,
+        to,
+        reason,
+        record: BoostRecord {
+            group: group.name.clone(),
+            instances: pending[..covered]
+                .iter()
+                .map(|r| r.instance.clone())
+                .collect::<BTreeSet<_>>(),
+            added,
+            at: now,
+        },
+    });
+}
+
+/// Replacement nodes the group's open boosts still count against its budget.
+fn in_flight(snapshot: &Snapshot, group: &GroupName) -> u32 {
+    snapshot
+        .ledger
+        .records
+        .iter()
+        .filter(|r| &r.group == group)
+        .map(|r| r.added)
+        .sum()
+}
+
+/// The largest desired capacity whose not-yet-Ready share CA still calls healthy: the group is
+/// Unhealthy once more than `ok_total_unready_count` **and** more than
+/// `max_total_unready_percentage` % of its target are missing from Ready.
+fn ca_tolerated_target(snapshot: &Snapshot, group: &Group, policy: &Policy) -> u32 {
+    let ready = snapshot
+        .nodes
+        .values()
+        .filter(|n| n.group.as_ref() == Some(&group.name) && n.ready && !n.deleting_by_ca)
+        .count() as u64;
+    let ok = u64::from(policy.ca_ok_total_unready_count);
+    let pct = u64::from(policy.ca_max_total_unready_percentage);
+    if pct >= 100 {
+        return u32::MAX;
+    }
+    // target − ready ≤ target·pct/100  ⇔  target ≤ ready·100/(100 − pct)
+    let by_percentage = ready * 100 / (100 - pct);
+    u32::try_from((ready + ok).max(by_percentage)).unwrap_or(u32::MAX)
+}
+
+fn smallest_allocatable(nodes: &[&Node]) -> Resources {
+    nodes
+        .iter()
+        .map(|n| n.allocatable)
+        .reduce(|a, b| {
+            Resources::new(
+                a.cpu_millis.min(b.cpu_millis),
+                a.memory_bytes.min(b.memory_bytes),
+            )
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::{Node, Signal};
+    use crate::core::signals::fold_signals;
+
+    const GI: u64 = 1 << 30;
+    const NOW: Timestamp = Timestamp::from_millis(60_000);
+
+    fn plan(s: &Snapshot, policy: &Policy) -> BoostPlan {
+        plan_boosts(s, &fold_signals(s, policy, NOW), policy, NOW)
+    }
+
+    /// A group of `size` Ready nodes n1..n<size>, each with `pods_each` 500m/1Gi pods.
+    fn cluster(group: Group, size: usize, pods_each: usize) -> Snapshot {
+        let mut s = Snapshot::default().with_group(group.clone());
+        for i in 1..=size {
+            s = s.with_node(
+                Node::test(&format!("n{i}"), group.name.as_str()).with_pods(pods_each, 500, GI),
+            );
+        }
+        s
+    }
+
+    fn count_mode() -> Policy {
+        Policy {
+            sizing: SizingMode::Count,
+            ..Policy::default()
+        }
+    }
+
+    #[test]
+    fn count_mode_adds_one_node_per_at_risk_instance() {
+        let s = cluster(Group::test("a").desired(4), 4, 0)
+            .with_signal(Signal::rebalance("n1", 0))
+            .with_signal(Signal::rebalance("n2", 0));
+        let p = plan(&s, &count_mode());
+        assert_eq!(p.boosts.len(), 1);
+        assert_eq!((p.boosts[0].from, p.boosts[0].to), (4, 6));
+        assert_eq!(p.boosts[0].reason, BoostReason::ReplaceAtRisk { needed: 2 });
+        assert_eq!(p.boosts[0].record.instances.len(), 2);
+    }
+
+    #[test]
+    fn pods_mode_packs_the_at_risk_pods() {
+        // Two at-risk nodes with 3 pods each (550m after over-subscription): 6 pods fit one new node.
+        let s = cluster(Group::test("a").desired(4), 4, 3)
+            .with_signal(Signal::rebalance("n1", 0))
+            .with_signal(Signal::rebalance("n2", 0));
+        let p = plan(&s, &Policy::default());
+        assert_eq!(p.boosts[0].to, 5);
+        assert_eq!(p.boosts[0].record.added, 1);
+    }
+
+    #[test]
+    fn an_empty_at_risk_node_is_recorded_without_a_write() {
+        let s = cluster(Group::test("a").desired(4), 4, 0).with_signal(Signal::rebalance("n1", 0));
+        let p = plan(&s, &Policy::default());
+        assert!(!p.boosts[0].writes());
+        assert_eq!(p.boosts[0].record.added, 0);
+    }
+
+    #[test]
+    fn target_starts_from_cas_target_when_it_leads() {
+        let s = cluster(Group::test("a").desired(4).ca_target(6, None), 4, 0)
+            .with_signal(Signal::rebalance("n1", 0));
+        let p = plan(&s, &count_mode());
+        assert_eq!((p.boosts[0].from, p.boosts[0].to), (4, 7));
+    }
+
+    #[test]
+    fn already_boosted_instances_are_not_boosted_again() {
+        let mut s =
+            cluster(Group::test("a").desired(5), 4, 0).with_signal(Signal::rebalance("n1", 0));
+        let first = plan(&s, &count_mode());
+        s.ledger.record(first.boosts[0].record.clone());
+        s.signals.push(Signal::rebalance("n1", 30_000));
+        assert_eq!(plan(&s, &count_mode()), BoostPlan::default());
+    }
+
+    #[test]
+    fn a_group_at_max_is_held_not_boosted() {
+        let s = cluster(Group::test("a").desired(4).max(4), 4, 2)
+            .with_signal(Signal::rebalance("n1", 0));
+        let p = plan(&s, &count_mode());
+        assert!(p.boosts.is_empty());
+        assert_eq!(
+            p.held,
+            vec![Held {
+                group: "a".into(),
+                instances: vec!["i-n1".into()],
+                reason: HoldReason::AtMaxSize
+            }]
+        );
+    }
+
+    #[test]
+    fn a_group_in_ca_backoff_is_held_with_the_code() {
+        let s = cluster(
+            Group::test("a")
+                .desired(4)
+                .ca_target(4, Some("placeholder-cannot-be-fulfilled")),
+            4,
+            0,
+        )
+        .with_signal(Signal::rebalance("n1", 0));
+        let p = plan(&s, &count_mode());
+        assert_eq!(
+            p.held[0].reason,
+            HoldReason::CaBackoff("placeholder-cannot-be-fulfilled".into())
+        );
+    }
+
+    #[test]
+    fn room_below_max_boosts_the_oldest_signals_first() {
+        let s = cluster(Group::test("a").desired(4).max(5), 4, 0)
+            .with_signal(Signal::rebalance("n2", 2_000))
+            .with_signal(Signal::rebalance("n1", 1_000));
+        let p = plan(&s, &count_mode());
+        assert_eq!(p.boosts[0].to, 5);
+        assert_eq!(
+            p.boosts[0].record.instances,
+            BTreeSet::from(["i-n1".into()])
+        );
+        assert_eq!(
+            p.boosts[0].reason,
+            BoostReason::Partial {
+                needed: 1,
+                limit: HoldReason::AtMaxSize
+            }
+        );
+        assert_eq!(p.held[0].instances, vec![InstanceId::from("i-n2")]);
+    }
+
+    #[test]
+    fn steps_stay_within_cas_unready_tolerance() {
+        // 4 Ready nodes: CA tolerates max(4+3, 4·100/55=7) = 7, so at most 3 of 6 go now.
+        let mut s = cluster(Group::test("a").desired(4).max(20), 4, 0);
+        for i in 1..=4 {
+            s = s.with_signal(Signal::rebalance(&format!("n{i}"), i));
+        }
+        let p = plan(&s, &count_mode());
+        assert_eq!(p.boosts[0].to, 7);
+        assert_eq!(p.held[0].reason, HoldReason::CaUnreadyLimit);
+    }
+
+    #[test]
+    fn extra_nodes_are_added_once_and_within_room() {
+        let policy = Policy {
+            extra_nodes: 5,
+            ..count_mode()
+        };
+        let s = cluster(Group::test("a").desired(4).max(7), 4, 0)
+            .with_signal(Signal::rebalance("n1", 0));
+        let p = plan(&s, &policy);
+        assert_eq!(p.boosts[0].to, 7, "1 needed + 2 of the 5 extra before max");
+    }
+
+    #[test]
+    fn the_budget_counts_boosts_in_flight() {
+        let policy = Policy {
+            max_boost_per_group: 2,
+            ..count_mode()
+        };
+        let mut s =
+            cluster(Group::test("a").desired(6), 6, 0).with_signal(Signal::rebalance("n3", 0));
+        s.ledger.record(BoostRecord {
+            group: "a".into(),
+            instances: BTreeSet::from(["i-n1".into()]),
+            added: 2,
+            at: Timestamp::EPOCH,
+        });
+        assert_eq!(
+            plan(&s, &policy).held[0].reason,
+            HoldReason::BoostBudgetSpent
+        );
+    }
+}

@@ -1,0 +1,574 @@
+//! Drain planning: which boosted at-risk nodes to drain next, in batches, and only once the
+//! replacement capacity planned for them has joined and is Ready (replace-before-drain).
+//!
+//! Replacement capacity is tracked per boost record: a Ready, schedulable, not-at-risk node of the
+//! group, created after the boost was decided, is *claimed* by the oldest record that still lacks
+//! nodes. A record whose `added` nodes are all claimed may drain; one with `added == 0` (its pods
+//! need no new node) may drain at once. Claims are recomputed from the snapshot on every plan, so a
+//! replacement that dies is replaced by the next node to join; nodes that served a closed record
+//! are remembered in the ledger as spent and never serve another.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::model::{
+    BoostLedger, BoostRecord, GroupName, InstanceId, Node, NodeName, Pod, PodClass, Snapshot,
+    Timestamp,
+};
+use super::policy::Policy;
+use super::signals::AtRiskSet;
+
+/// A drain the worker has started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainStarted {
+    /// The group.
+    pub group: GroupName,
+    /// The node's instance.
+    pub instance: InstanceId,
+    /// When the batch started.
+    pub started_at: Timestamp,
+}
+
+/// How a drain ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DrainEnd {
+    /// Every evictable pod left.
+    Drained,
+    /// `--drain-timeout` passed first.
+    TimedOut,
+}
+
+/// What the drain worker has done so far (kept by the worker, passed back to every plan).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainState {
+    /// Drains under way, by node.
+    pub in_progress: BTreeMap<NodeName, DrainStarted>,
+    /// Drains that ended, by instance (a node name may come back with a new instance).
+    pub finished: BTreeMap<InstanceId, DrainEnd>,
+    /// When each group's last batch started.
+    pub last_batch_at: BTreeMap<GroupName, Timestamp>,
+}
+
+/// Everything drain planning looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct DrainView<'a> {
+    /// The cluster.
+    pub snapshot: &'a Snapshot,
+    /// Folded signals.
+    pub at_risk: &'a AtRiskSet,
+    /// The worker's progress.
+    pub state: &'a DrainState,
+}
+
+/// One node to drain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainTarget {
+    /// The node.
+    pub node: NodeName,
+    /// Its instance, terminated with decrement once drained.
+    pub instance: InstanceId,
+    /// Whether the worker must cordon it first (NTH normally has).
+    pub cordon: bool,
+}
+
+/// Nodes of one group to drain together.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainBatch {
+    /// The group.
+    pub group: GroupName,
+    /// Its nodes, oldest signal first.
+    pub nodes: Vec<DrainTarget>,
+}
+
+/// A drain that ran out of time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimedOutDrain {
+    /// The group.
+    pub group: GroupName,
+    /// The node, left cordoned.
+    pub node: NodeName,
+    /// Its instance.
+    pub instance: InstanceId,
+    /// Whether to terminate it anyway (`--terminate-after-drain-timeout`).
+    pub terminate: bool,
+}
+
+/// Why a group drains nothing now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum DrainWait {
+    /// `--max-concurrent-drains` nodes are already draining.
+    ConcurrencyLimit,
+    /// `--time-between-drains` has not passed since the last batch.
+    Spacing {
+        /// When the next batch may start.
+        until: Timestamp,
+    },
+    /// The boost for these instances has not got its nodes Ready yet.
+    ReplacementNotReady {
+        /// The waiting instances.
+        instances: Vec<InstanceId>,
+        /// Ready replacements claimed so far.
+        ready: u32,
+        /// Replacements the boost added.
+        needed: u32,
+    },
+}
+
+/// A group waiting to drain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Waiting {
+    /// The group.
+    pub group: GroupName,
+    /// Why.
+    pub reason: DrainWait,
+}
+
+/// Replacement nodes claimed by one boost record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claim {
+    /// The group.
+    pub group: GroupName,
+    /// The record's instances.
+    pub instances: BTreeSet<InstanceId>,
+    /// Nodes serving as its replacements (at most `added`).
+    pub nodes: Vec<NodeName>,
+    /// Replacements the record added.
+    pub needed: u32,
+}
+
+impl Claim {
+    /// Whether every planned replacement is Ready.
+    pub fn complete(&self) -> bool {
+        self.nodes.len() as u32 >= self.needed
+    }
+}
+
+/// What drain planning decided.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainPlan {
+    /// Batches to start now.
+    pub batches: Vec<DrainBatch>,
+    /// Drains past their deadline.
+    pub timed_out: Vec<TimedOutDrain>,
+    /// Groups that wait, and why.
+    pub waiting: Vec<Waiting>,
+    /// Replacement claims per open boost (the shell keeps CA from scaling these nodes down).
+    pub claims: Vec<Claim>,
+}
+
+/// Claims Ready replacement nodes for every ledger record, oldest record first, oldest node first.
+pub fn claim_replacements(snapshot: &Snapshot, at_risk: &AtRiskSet) -> Vec<Claim> {
+    let boosted = snapshot.ledger.covered();
+    let mut by_group: BTreeMap<&GroupName, Vec<&Node>> = BTreeMap::new();
+    for node in snapshot.nodes.values() {
+        let Some(group) = node.group.as_ref() else {
+            continue;
+        };
+        let at_risk_or_boosted = node
+            .instance
+            .as_ref()
+            .is_some_and(|i| boosted.contains(i) || at_risk.contains(group, i));
+        if node.ready
+            && !node.cordoned
+            && !node.deleting_by_ca
+            && !at_risk_or_boosted
+            && !snapshot.ledger.spent.contains(&node.name)
+        {
+            by_group.entry(group).or_default().push(node);
+        }
+    }
+    for nodes in by_group.values_mut() {
+        nodes.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
+    }
+
+    let mut records: Vec<&BoostRecord> = snapshot.ledger.records.iter().collect();
+    records.sort_by_key(|r| r.at);
+    let mut taken: BTreeSet<&NodeName> = BTreeSet::new();
+    records
+        .into_iter()
+        .map(|record| {
+            let nodes = by_group
+                .get(&record.group)
+                .into_iter()
+                .flatten()
+                .filter(|n| n.created >= record.at && !taken.contains(&n.name))
+                .take(record.added as usize)
+                .map(|n| &n.name)
+                .collect::<Vec<_>>();
+            taken.extend(nodes.iter().copied());
+            Claim {
+                group: record.group.clone(),
+                instances: record.instances.clone(),
+                nodes: nodes.into_iter().cloned().collect(),
+                needed: record.added,
+            }
+        })
+        .collect()
+}
+
+/// Plans the next drain batches, timeouts and waits.
+pub fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> DrainPlan {
+    let DrainView {
+        snapshot,
+        at_risk,
+        state,
+    } = *view;
+    let claims = claim_replacements(snapshot, at_risk);
+    let mut plan = DrainPlan::default();
+
+    for (node, started) in &state.in_progress {
+        if now.since(started.started_at) >= policy.drain_timeout {
+            plan.timed_out.push(TimedOutDrain {
+                group: started.group.clone(),
+                node: node.clone(),
+                instance: started.instance.clone(),
+                terminate: policy.terminate_after_drain_timeout,
+            });
+        }
+    }
+
+    for (group, instances) in &at_risk.by_group {
+        let active = state
+            .in_progress
+            .iter()
+            .filter(|(node, d)| {
+                &d.group == group && !plan.timed_out.iter().any(|t| &t.node == *node)
+            })
+            .count() as u32;
+        let mut candidates: Vec<_> = instances
+            .values()
+            .filter(|r| {
+                !state.in_progress.contains_key(&r.node)
+                    && !state.finished.contains_key(&r.instance)
+                    && snapshot.ledger.covers(&r.instance)
+            })
+            .collect();
+        if candidates.is_empty() {
+            continue;
+        }
+        candidates.sort_by(|a, b| {
+            a.first_seen
+                .cmp(&b.first_seen)
+                .then_with(|| a.instance.cmp(&b.instance))
+        });
+
+        let mut ready = Vec::new();
+        let mut not_ready: BTreeMap<usize, (Vec<InstanceId>, &Claim)> = BTreeMap::new();
+        for risk in candidates {
+            let (index, claim) = claims
+                .iter()
+                .enumerate()
+                .find(|(_, c)| c.instances.contains(&risk.instance))
+                .expect("every covered instance has a claim");
+            if claim.complete() {
+                ready.push(risk);
+            } else {
+                not_ready
+                    .entry(index)
+                    .or_insert_with(|| (Vec::new(), claim))
+                    .0
+                    .push(risk.instance.clone());
+            }
+        }
+        for (instances, claim) in not_ready.into_values() {
+            let reason = DrainWait::ReplacementNotReady {
+                instances,
+                ready: claim.nodes.len() as u32,
+                needed: claim.needed,
+            };
+            plan.waiting.push(Waiting {
+                group: group.clone(),
+                reason,
+            });
+        }
+        if ready.is_empty() {
+            continue;
+        }
+        let slots = policy.max_concurrent_drains.saturating_sub(active);
+        if slots == 0 {
+            plan.waiting.push(Waiting {
+                group: group.clone(),
+                reason: DrainWait::ConcurrencyLimit,
+            });
+            continue;
+        }
+        if let Some(last) = state.last_batch_at.get(group) {
+            let until = last.plus(policy.time_between_drains);
+            if now < until {
+                plan.waiting.push(Waiting {
+                    group: group.clone(),
+                    reason: DrainWait::Spacing { until },
+                });
+                continue;
+            }
+        }
+        let nodes = ready
+            .into_iter()
+            .take(slots as usize)
+            .map(|r| DrainTarget {
+                node: r.node.clone(),
+                instance: r.instance.clone(),
+                cordon: !snapshot.nodes.get(&r.node).is_some_and(|n| n.cordoned),
+            })
+            .collect();
+        plan.batches.push(DrainBatch {
+            group: group.clone(),
+            nodes,
+        });
+    }
+    plan.claims = claims;
+    plan
+}
+
+/// The ledger once closed boosts are dropped: a record closes when none of its instances has a
+/// node any more; its claimed replacements become spent. Spent names of nodes that are gone are
+/// forgotten, so the ledger stays as small as the cluster.
+pub fn close_finished_boosts(snapshot: &Snapshot, at_risk: &AtRiskSet) -> BoostLedger {
+    let alive: BTreeSet<&InstanceId> = snapshot
+        .nodes
+        .values()
+        .filter_map(|n| n.instance.as_ref())
+        .collect();
+    let claims = claim_replacements(snapshot, at_risk);
+    let mut ledger = BoostLedger {
+        records: Vec::new(),
+        spent: snapshot.ledger.spent.clone(),
+    };
+    for record in &snapshot.ledger.records {
+        if record.instances.iter().any(|i| alive.contains(i)) {
+            ledger.records.push(record.clone());
+        } else if let Some(claim) = claims
+            .iter()
+            .find(|c| c.instances == record.instances && c.group == record.group)
+        {
+            ledger.spent.extend(claim.nodes.iter().cloned());
+        }
+    }
+    ledger.spent.retain(|n| snapshot.nodes.contains_key(n));
+    ledger
+}
+
+/// The pods a drain evicts, in order: ordinary pods first, critical ones last; DaemonSet, mirror
+/// and finished pods are left alone.
+pub fn eviction_order(node: &Node) -> Vec<&Pod> {
+    let mut pods: Vec<&Pod> = node
+        .pods
+        .iter()
+        .filter(|p| p.class.is_evictable())
+        .collect();
+    pods.sort_by(|a, b| {
+        (a.class == PodClass::Critical)
+            .cmp(&(b.class == PodClass::Critical))
+            .then_with(|| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)))
+    });
+    pods
+}
+
+/// How long to wait before retrying an eviction a PodDisruptionBudget refused `refusals` times:
+/// doubling from `--eviction-backoff-initial`, capped at `--eviction-backoff-max`.
+pub fn eviction_backoff(refusals: u32, policy: &Policy) -> Duration {
+    let factor = 1u32
+        .checked_shl(refusals.saturating_sub(1))
+        .unwrap_or(u32::MAX);
+    policy
+        .eviction_backoff_initial
+        .saturating_mul(factor)
+        .min(policy.eviction_backoff_max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::{Group, Signal};
+    use crate::core::signals::fold_signals;
+
+    const NOW: Timestamp = Timestamp::from_millis(600_000);
+
+    /// Group `a` with n1..n4 (created at 0), n1 and n2 at risk and boosted at 10s by `added`.
+    fn boosted(added: u32) -> Snapshot {
+        let mut s = Snapshot::default().with_group(Group::test("a").desired(4 + added));
+        for i in 1..=4 {
+            s = s.with_node(Node::test(&format!("n{i}"), "a").with_pods(2, 500, 1 << 30));
+        }
+        s = s
+            .with_signal(Signal::rebalance("n1", 1_000))
+            .with_signal(Signal::rebalance("n2", 2_000));
+        s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = true;
+        s.ledger.record(BoostRecord {
+            group: "a".into(),
+            instances: BTreeSet::from(["i-n1".into(), "i-n2".into()]),
+            added,
+            at: Timestamp::from_millis(10_000),
+        });
+        s
+    }
+
+    fn plan(s: &Snapshot, state: &DrainState, policy: &Policy) -> DrainPlan {
+        let at_risk = fold_signals(s, policy, NOW);
+        next_batches(
+            &DrainView {
+                snapshot: s,
+                at_risk: &at_risk,
+                state,
+            },
+            policy,
+            NOW,
+        )
+    }
+
+    #[test]
+    fn waits_until_every_planned_replacement_is_ready() {
+        let mut s = boosted(2).with_node(Node::test("new1", "a").created_at(20_000));
+        s = s.with_node(Node::test("new2", "a").created_at(20_000).not_ready());
+        let p = plan(&s, &DrainState::default(), &Policy::default());
+        assert!(p.batches.is_empty());
+        assert_eq!(
+            p.waiting[0].reason,
+            DrainWait::ReplacementNotReady {
+                instances: vec!["i-n1".into(), "i-n2".into()],
+                ready: 1,
+                needed: 2
+            }
+        );
+
+        s.nodes.get_mut(&NodeName::from("new2")).unwrap().ready = true;
+        let p = plan(&s, &DrainState::default(), &Policy::default());
+        assert_eq!(p.batches.len(), 1);
+        let targets: Vec<_> = p.batches[0]
+            .nodes
+            .iter()
+            .map(|t| (t.node.as_str(), t.cordon))
+            .collect();
+        assert_eq!(targets, vec![("n1", false), ("n2", true)]);
+    }
+
+    #[test]
+    fn nodes_older_than_the_boost_are_not_replacements() {
+        let s = boosted(1).with_node(Node::test("old", "a").created_at(5_000));
+        assert!(plan(&s, &DrainState::default(), &Policy::default())
+            .batches
+            .is_empty());
+    }
+
+    #[test]
+    fn a_boost_that_added_nothing_drains_at_once() {
+        let p = plan(&boosted(0), &DrainState::default(), &Policy::default());
+        assert_eq!(p.batches[0].nodes.len(), 2);
+    }
+
+    #[test]
+    fn batches_respect_concurrency_and_spacing() {
+        let s = boosted(0);
+        let policy = Policy {
+            max_concurrent_drains: 1,
+            ..Policy::default()
+        };
+        let p = plan(&s, &DrainState::default(), &policy);
+        assert_eq!(p.batches[0].nodes.len(), 1);
+
+        let mut state = DrainState::default();
+        state.in_progress.insert(
+            "n1".into(),
+            DrainStarted {
+                group: "a".into(),
+                instance: "i-n1".into(),
+                started_at: NOW,
+            },
+        );
+        state.last_batch_at.insert("a".into(), NOW);
+        assert_eq!(
+            plan(&s, &state, &policy).waiting[0].reason,
+            DrainWait::ConcurrencyLimit
+        );
+
+        state.in_progress.clear();
+        state.finished.insert("i-n1".into(), DrainEnd::Drained);
+        let until = NOW.plus(policy.time_between_drains);
+        assert_eq!(
+            plan(&s, &state, &policy).waiting[0].reason,
+            DrainWait::Spacing { until }
+        );
+    }
+
+    #[test]
+    fn timed_out_drains_are_reported_and_terminated_only_when_asked() {
+        let s = boosted(0);
+        let mut state = DrainState::default();
+        let started = Timestamp::from_millis(NOW.as_millis() - 300_000);
+        state.in_progress.insert(
+            "n1".into(),
+            DrainStarted {
+                group: "a".into(),
+                instance: "i-n1".into(),
+                started_at: started,
+            },
+        );
+        let p = plan(&s, &state, &Policy::default());
+        assert_eq!(p.timed_out.len(), 1);
+        assert!(!p.timed_out[0].terminate);
+        assert_eq!(
+            p.batches[0].nodes.len(),
+            1,
+            "the timed-out slot is free again"
+        );
+        let p = plan(
+            &s,
+            &state,
+            &Policy {
+                terminate_after_drain_timeout: true,
+                ..Policy::default()
+            },
+        );
+        assert!(p.timed_out[0].terminate);
+    }
+
+    #[test]
+    fn ca_deletions_are_never_drained() {
+        let mut s = boosted(0);
+        s.nodes
+            .get_mut(&NodeName::from("n2"))
+            .unwrap()
+            .deleting_by_ca = true;
+        let p = plan(&s, &DrainState::default(), &Policy::default());
+        assert_eq!(p.batches[0].nodes.len(), 1);
+        assert_eq!(p.batches[0].nodes[0].node.as_str(), "n1");
+    }
+
+    #[test]
+    fn closing_a_boost_spends_its_replacements() {
+        let mut s = boosted(1).with_node(Node::test("new1", "a").created_at(20_000));
+        s.nodes.remove(&NodeName::from("n1"));
+        s.nodes.remove(&NodeName::from("n2"));
+        let at_risk = fold_signals(&s, &Policy::default(), NOW);
+        let ledger = close_finished_boosts(&s, &at_risk);
+        assert!(ledger.records.is_empty());
+        assert_eq!(ledger.spent, BTreeSet::from(["new1".into()]));
+    }
+
+    #[test]
+    fn eviction_order_and_backoff() {
+        let mut node = Node::test("n", "a");
+        node.pods = vec![
+            Pod::test("z-critical", 1, 1).class(PodClass::Critical),
+            Pod::test("b", 1, 1),
+            Pod::test("ds", 1, 1).class(PodClass::DaemonSet),
+            Pod::test("a", 1, 1),
+            Pod::test("mirror", 1, 1).class(PodClass::Mirror),
+            Pod::test("done", 1, 1).class(PodClass::Finished),
+        ];
+        let names: Vec<_> = eviction_order(&node)
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        assert_eq!(names, vec!["a", "b", "z-critical"]);
+
+        let p = Policy::default();
+        let waits: Vec<u64> = (1..=6).map(|n| eviction_backoff(n, &p).as_secs()).collect();
+        assert_eq!(waits, vec![5, 10, 20, 40, 60, 60]);
+        assert_eq!(eviction_backoff(200, &p), p.eviction_backoff_max);
+    }
+}

@@ -1,0 +1,471 @@
+//! Domain values the scaling core reasons about. Adapters translate wire objects into these; the
+//! core never sees a Kubernetes or AWS type.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A point in time, in milliseconds since the Unix epoch. The core never reads a clock: `now` is
+/// always passed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Timestamp(i64);
+
+impl Timestamp {
+    /// The Unix epoch.
+    pub const EPOCH: Timestamp = Timestamp(0);
+
+    /// A timestamp from milliseconds since the Unix epoch.
+    pub const fn from_millis(millis: i64) -> Self {
+        Timestamp(millis)
+    }
+
+    /// Milliseconds since the Unix epoch.
+    pub const fn as_millis(self) -> i64 {
+        self.0
+    }
+
+    /// This time plus a duration (saturating).
+    pub fn plus(self, d: Duration) -> Self {
+        Timestamp(
+            self.0
+                .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+        )
+    }
+
+    /// How long after `earlier` this is; zero when `earlier` is later.
+    pub fn since(self, earlier: Timestamp) -> Duration {
+        Duration::from_millis(u64::try_from(self.0.saturating_sub(earlier.0)).unwrap_or(0))
+    }
+}
+
+macro_rules! name_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub String);
+
+        impl $name {
+            /// The name as a string slice.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(s: &str) -> Self {
+                $name(s.to_string())
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(s: String) -> Self {
+                $name(s)
+            }
+        }
+    };
+}
+
+name_type!(
+    /// An Auto Scaling Group name; on AWS it is also Cluster Autoscaler's node-group id.
+    GroupName
+);
+name_type!(
+    /// An EC2 instance id (`i-0a1b2c3d4e5f67890`).
+    InstanceId
+);
+name_type!(
+    /// A Kubernetes Node name.
+    NodeName
+);
+
+/// CPU and memory, in the units the scheduler counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Resources {
+    /// CPU in millicores.
+    pub cpu_millis: u64,
+    /// Memory in bytes.
+    pub memory_bytes: u64,
+}
+
+impl Resources {
+    /// Resources from millicores and bytes.
+    pub const fn new(cpu_millis: u64, memory_bytes: u64) -> Self {
+        Resources {
+            cpu_millis,
+            memory_bytes,
+        }
+    }
+
+    /// Component-wise saturating subtraction.
+    pub fn saturating_sub(self, other: Resources) -> Resources {
+        Resources::new(
+            self.cpu_millis.saturating_sub(other.cpu_millis),
+            self.memory_bytes.saturating_sub(other.memory_bytes),
+        )
+    }
+
+    /// Component-wise addition.
+    pub fn plus(self, other: Resources) -> Resources {
+        Resources::new(
+            self.cpu_millis + other.cpu_millis,
+            self.memory_bytes + other.memory_bytes,
+        )
+    }
+
+    /// Whether both components fit inside `capacity`.
+    pub fn fits_in(self, capacity: Resources) -> bool {
+        self.cpu_millis <= capacity.cpu_millis && self.memory_bytes <= capacity.memory_bytes
+    }
+}
+
+/// An Auto Scaling Group as last described.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Group {
+    /// The group's name.
+    pub name: GroupName,
+    /// MinSize.
+    pub min: u32,
+    /// MaxSize.
+    pub max: u32,
+    /// DesiredCapacity, live.
+    pub desired: u32,
+    /// What one new node of this group offers pods (its allocatable), when known. Without it,
+    /// pod-based sizing uses the smallest allocatable of the at-risk nodes themselves.
+    pub node_allocatable: Option<Resources>,
+    /// What Cluster Autoscaler last reported for this group, if it reports it.
+    pub ca: Option<CaGroupView>,
+}
+
+/// The part of Cluster Autoscaler's status the core decides with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaGroupView {
+    /// CA's cached desired capacity; may lead the live value while CA's own scale-up is in flight.
+    pub cloud_provider_target: u32,
+    /// Whether CA reports the group's scale-up in backoff, with its code when CA gave one.
+    pub backoff: Option<String>,
+    /// Whether CA reports the group Healthy.
+    pub healthy: bool,
+}
+
+/// How a pod is treated when its node is drained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PodClass {
+    /// Evicted first.
+    Ordinary,
+    /// `system-cluster-critical`/`system-node-critical` or priority ≥ 2·10⁹: evicted last.
+    Critical,
+    /// Owned by a DaemonSet: never evicted (it would come straight back).
+    DaemonSet,
+    /// A static pod's mirror: the API cannot evict it.
+    Mirror,
+    /// Succeeded or Failed: nothing to move.
+    Finished,
+}
+
+impl PodClass {
+    /// Whether a drain evicts pods of this class.
+    pub fn is_evictable(self) -> bool {
+        matches!(self, PodClass::Ordinary | PodClass::Critical)
+    }
+}
+
+/// A pod on a node, reduced to what sizing and draining need.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pod {
+    /// The pod's UID: the precondition of its eviction.
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Sum of its containers' requests (the scheduler's view).
+    pub requests: Resources,
+    /// How a drain treats it.
+    pub class: PodClass,
+}
+
+/// A Node, with the pods bound to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    /// Name.
+    pub name: NodeName,
+    /// Instance id from `spec.providerID`.
+    pub instance: Option<InstanceId>,
+    /// The group the instance belongs to, when known.
+    pub group: Option<GroupName>,
+    /// NodeReady is True.
+    pub ready: bool,
+    /// `spec.unschedulable`.
+    pub cordoned: bool,
+    /// Tainted `ToBeDeletedByClusterAutoscaler`: CA is removing it, so it is neither boosted for
+    /// nor drained.
+    pub deleting_by_ca: bool,
+    /// `metadata.creationTimestamp`: a node created after a boost was decided can serve as its
+    /// replacement.
+    pub created: Timestamp,
+    /// Allocatable resources.
+    pub allocatable: Resources,
+    /// Pods bound to the node.
+    pub pods: Vec<Pod>,
+}
+
+/// What kind of trouble a signal announces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SignalKind {
+    /// EC2 rebalance recommendation: elevated interruption risk, no deadline.
+    Rebalance,
+    /// Spot interruption notice: the instance goes in two minutes.
+    SpotInterruption,
+    /// EC2 scheduled event (retirement, reboot, maintenance).
+    Scheduled,
+    /// ASG lifecycle termination: the ASG itself is removing the instance.
+    AsgLifecycle,
+    /// EC2 state change (stopping, terminated, …).
+    StateChange,
+    /// Anything NTH could not name (e.g. an ASG launch lifecycle event).
+    Unknown,
+}
+
+impl SignalKind {
+    /// Whether this kind means the instance will be lost while its group wants it, so a
+    /// replacement is worth buying. ASG lifecycle terminations and state changes are the ASG's or
+    /// the owner's own doing: the ASG either replaces the instance itself or does not want it.
+    pub fn calls_for_replacement(self) -> bool {
+        matches!(
+            self,
+            SignalKind::Rebalance | SignalKind::SpotInterruption | SignalKind::Scheduled
+        )
+    }
+
+    /// The kebab-case name used in reports and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SignalKind::Rebalance => "rebalance",
+            SignalKind::SpotInterruption => "spot-interruption",
+            SignalKind::Scheduled => "scheduled",
+            SignalKind::AsgLifecycle => "asg-lifecycle",
+            SignalKind::StateChange => "state-change",
+            SignalKind::Unknown => "unknown",
+        }
+    }
+}
+
+/// One observation that an instance is at risk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Signal {
+    /// The at-risk instance.
+    pub instance: InstanceId,
+    /// Its node.
+    pub node: NodeName,
+    /// What was announced.
+    pub kind: SignalKind,
+    /// When the booster first saw it (the Event's first timestamp).
+    pub observed_at: Timestamp,
+}
+
+/// One boost the ledger remembers: the instances it covered and what it added.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BoostRecord {
+    /// The group that was boosted.
+    pub group: GroupName,
+    /// The at-risk instances this boost replaces. None of them is ever boosted again.
+    pub instances: BTreeSet<InstanceId>,
+    /// Replacement nodes added for them (0 when their pods need no new node). Their batch may
+    /// drain once this many Ready nodes, created after `at`, are claimed for it.
+    pub added: u32,
+    /// When the boost was decided.
+    pub at: Timestamp,
+}
+
+/// Every boost still relevant: the shell persists it in the cluster so that a restart or a new
+/// leader never boosts an instance twice.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BoostLedger {
+    /// Boosts in the order they were decided.
+    pub records: Vec<BoostRecord>,
+    /// Nodes that served as replacements for boosts already closed: they are never claimed
+    /// again, so a later boost waits for capacity of its own.
+    #[serde(default)]
+    pub spent: BTreeSet<NodeName>,
+}
+
+impl BoostLedger {
+    /// Whether any boost already covers `instance`.
+    pub fn covers(&self, instance: &InstanceId) -> bool {
+        self.records.iter().any(|r| r.instances.contains(instance))
+    }
+
+    /// The record covering `instance`, if any.
+    pub fn record_for(&self, instance: &InstanceId) -> Option<&BoostRecord> {
+        self.records.iter().find(|r| r.instances.contains(instance))
+    }
+
+    /// All covered instances.
+    pub fn covered(&self) -> BTreeSet<&InstanceId> {
+        self.records
+            .iter()
+            .flat_map(|r| r.instances.iter())
+            .collect()
+    }
+
+    /// Adds a record.
+    pub fn record(&mut self, record: BoostRecord) {
+        self.records.push(record);
+    }
+}
+
+/// Everything the core decides from: one consistent view of the cluster.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Groups by name.
+    pub groups: BTreeMap<GroupName, Group>,
+    /// Nodes by name, each with its pods.
+    pub nodes: BTreeMap<NodeName, Node>,
+    /// Signals as observed (duplicates welcome; the core dedupes).
+    pub signals: Vec<Signal>,
+    /// Boosts already made.
+    pub ledger: BoostLedger,
+}
+
+#[cfg(test)]
+pub(crate) mod builders {
+    //! Builders that read like sentences, for tests across the core.
+    use super::*;
+
+    impl Group {
+        /// A group of size 3 (min 1, max 10) with 4-CPU/16-GiB nodes and no CA view.
+        pub fn test(name: &str) -> Group {
+            Group {
+                name: name.into(),
+                min: 1,
+                max: 10,
+                desired: 3,
+                node_allocatable: Some(Resources::new(4000, 16 << 30)),
+                ca: None,
+            }
+        }
+        /// Sets DesiredCapacity.
+        pub fn desired(mut self, n: u32) -> Group {
+            self.desired = n;
+            self
+        }
+        /// Sets MaxSize.
+        pub fn max(mut self, n: u32) -> Group {
+            self.max = n;
+            self
+        }
+        /// Sets CA's view.
+        pub fn ca_target(mut self, target: u32, backoff: Option<&str>) -> Group {
+            self.ca = Some(CaGroupView {
+                cloud_provider_target: target,
+                backoff: backoff.map(String::from),
+                healthy: true,
+            });
+            self
+        }
+    }
+
+    impl Node {
+        /// A Ready, schedulable node of `group` on instance `i-<name>` with 4 CPU / 16 GiB.
+        pub fn test(name: &str, group: &str) -> Node {
+            Node {
+                name: name.into(),
+                instance: Some(InstanceId(format!("i-{name}"))),
+                group: Some(group.into()),
+                ready: true,
+                cordoned: false,
+                deleting_by_ca: false,
+                created: Timestamp::EPOCH,
+                allocatable: Resources::new(4000, 16 << 30),
+                pods: Vec::new(),
+            }
+        }
+        /// Marks it cordoned.
+        pub fn cordoned(mut self) -> Node {
+            self.cordoned = true;
+            self
+        }
+        /// Sets its creation time in milliseconds.
+        pub fn created_at(mut self, millis: i64) -> Node {
+            self.created = Timestamp::from_millis(millis);
+            self
+        }
+        /// Marks it not Ready.
+        pub fn not_ready(mut self) -> Node {
+            self.ready = false;
+            self
+        }
+        /// Adds `n` ordinary pods with the given requests.
+        pub fn with_pods(mut self, n: usize, cpu_millis: u64, memory_bytes: u64) -> Node {
+            for i in 0..n {
+                let k = self.pods.len() + i;
+                self.pods.push(Pod::test(
+                    &format!("{}-p{k}", self.name),
+                    cpu_millis,
+                    memory_bytes,
+                ));
+            }
+            self
+        }
+    }
+
+    impl Pod {
+        /// An ordinary pod in `default`.
+        pub fn test(name: &str, cpu_millis: u64, memory_bytes: u64) -> Pod {
+            Pod {
+                uid: format!("uid-{name}"),
+                namespace: "default".into(),
+                name: name.into(),
+                requests: Resources::new(cpu_millis, memory_bytes),
+                class: PodClass::Ordinary,
+            }
+        }
+        /// Sets its class.
+        pub fn class(mut self, class: PodClass) -> Pod {
+            self.class = class;
+            self
+        }
+    }
+
+    impl Signal {
+        /// A rebalance recommendation for node `node` (instance `i-<node>`) observed at `at` ms.
+        pub fn rebalance(node: &str, at: i64) -> Signal {
+            Signal {
+                instance: InstanceId(format!("i-{node}")),
+                node: node.into(),
+                kind: SignalKind::Rebalance,
+                observed_at: Timestamp::from_millis(at),
+            }
+        }
+    }
+
+    impl Snapshot {
+        /// Adds a group.
+        pub fn with_group(mut self, g: Group) -> Snapshot {
+            self.groups.insert(g.name.clone(), g);
+            self
+        }
+        /// Adds a node.
+        pub fn with_node(mut self, n: Node) -> Snapshot {
+            self.nodes.insert(n.name.clone(), n);
+            self
+        }
+        /// Adds a signal.
+        pub fn with_signal(mut self, s: Signal) -> Snapshot {
+            self.signals.push(s);
+            self
+        }
+    }
+}

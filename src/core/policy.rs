@@ -1,0 +1,78 @@
+//! The knobs of the scaling core, with their defaults. `config.rs` builds and validates one from
+//! flags; the core trusts it.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::model::{GroupName, Resources};
+
+/// How many replacement nodes an at-risk node calls for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SizingMode {
+    /// One replacement per at-risk node.
+    Count,
+    /// Bin-pack the evictable pods' requests into new nodes (first-fit decreasing).
+    Pods,
+}
+
+/// Everything the core's decisions depend on besides the snapshot and `now`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Policy {
+    /// How replacements are sized. Default: `pods`.
+    pub sizing: SizingMode,
+    /// Percent added to every pod's requests before packing (kluster-fleet-manager's
+    /// over-subscription). Default: 10.
+    pub over_subscription_percent: u32,
+    /// Held back on every new node for DaemonSets and system pods. Default: 100m CPU, 256 MiB.
+    pub reserved_per_node: Resources,
+    /// Extra nodes added to every boost. Default: 0.
+    pub extra_nodes: u32,
+    /// Most replacement nodes in flight per group (sum over its open boosts). Default: 10.
+    pub max_boost_per_group: u32,
+    /// CA's `--ok-total-unready-count`: boosts stay within it. Default: 3.
+    pub ca_ok_total_unready_count: u32,
+    /// CA's `--max-total-unready-percentage`: boosts stay within it. Default: 45.
+    pub ca_max_total_unready_percentage: u32,
+    /// A signal older than this that no boost has covered is dropped. Default: 2h.
+    pub signal_max_age: Duration,
+    /// Most nodes draining at once per group. Default: 2.
+    pub max_concurrent_drains: u32,
+    /// Least time between two drain batches of one group. Default: 15s.
+    pub time_between_drains: Duration,
+    /// A drain still evicting after this is abandoned and reported. Default: 5m.
+    pub drain_timeout: Duration,
+    /// Terminate the instance even when its drain timed out. Default: false (the node stays
+    /// cordoned and its remaining pods keep running until the instance goes).
+    pub terminate_after_drain_timeout: bool,
+    /// First wait after an eviction refused by a PodDisruptionBudget. Default: 5s.
+    pub eviction_backoff_initial: Duration,
+    /// Longest wait between eviction attempts. Default: 1m.
+    pub eviction_backoff_max: Duration,
+    /// Groups never boosted nor drained.
+    pub ignored_groups: BTreeSet<GroupName>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            sizing: SizingMode::Pods,
+            over_subscription_percent: 10,
+            reserved_per_node: Resources::new(100, 256 << 20),
+            extra_nodes: 0,
+            max_boost_per_group: 10,
+            ca_ok_total_unready_count: 3,
+            ca_max_total_unready_percentage: 45,
+            signal_max_age: Duration::from_secs(2 * 3600),
+            max_concurrent_drains: 2,
+            time_between_drains: Duration::from_secs(15),
+            drain_timeout: Duration::from_secs(300),
+            terminate_after_drain_timeout: false,
+            eviction_backoff_initial: Duration::from_secs(5),
+            eviction_backoff_max: Duration::from_secs(60),
+            ignored_groups: BTreeSet::new(),
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! Property tests of the core's invariants over random clusters, signals, ledgers and drain
+//! progress.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+
+use super::*;
+
+const GI: u64 = 1 << 30;
+const NOW: Timestamp = Timestamp::from_millis(3_600_000);
+
+#[derive(Debug, Clone)]
+struct Case {
+    snapshot: Snapshot,
+    drains: DrainState,
+    policy: Policy,
+}
+
+fn node_strategy(group: usize, index: usize) -> impl Strategy<Value = Node> {
+    (
+        any::<bool>(),
+        any::<bool>(),
+        prop::bool::weighted(0.1),
+        0..3_600_000i64,
+        prop::collection::vec((50u64..3000, 1u64..8), 0..8),
+    )
+        .prop_map(move |(ready, cordoned, deleting, created, pods)| Node {
+            name: NodeName(format!("g{group}-n{index}")),
+            instance: Some(InstanceId(format!("i-g{group}-n{index}"))),
+            group: Some(GroupName(format!("g{group}"))),
+            ready,
+            cordoned,
+            deleting_by_ca: deleting,
+            created: Timestamp::from_millis(created),
+            allocatable: Resources::new(4000, 16 * GI),
+            pods: pods
+                .into_iter()
+                .enumerate()
+                .map(|(k, (cpu, mem))| Pod {
+                    uid: format!("u-{group}-{index}-{k}"),
+                    namespace: "default".into(),
+                    name: format!("p-{group}-{index}-{k}"),
+                    requests: Resources::new(cpu, mem * GI / 2),
+                    class: if k % 5 == 4 {
+                        PodClass::DaemonSet
+                    } else {
+                        PodClass::Ordinary
+                    },
+                })
+                .collect(),
+        })
+}
+
+fn group_strategy(index: usize) -> impl Strategy<Value = (Group, Vec<Node>)> {
+    (
+        0u32..4,
+        0u32..20,
+        0u32..20,
+        prop::option::of((0u32..25, prop::option::of(Just("timeout".to_string())))),
+        0usize..10,
+    )
+        .prop_flat_map(move |(min, desired, max_extra, ca, n_nodes)| {
+            let nodes = (0..n_nodes)
+                .map(|k| node_strategy(index, k))
+                .collect::<Vec<_>>();
+            let max = min.max(desired) + max_extra % 6;
+            let group = Group {
+                name: GroupName(format!("g{index}")),
+                min,
+                max,
+                desired: desired.min(max).max(min),
+                node_allocatable: if index % 2 == 0 {
+                    Some(Resources::new(4000, 16 * GI))
+                } else {
+                    None
+                },
+                ca: ca.map(|(target, backoff)| CaGroupView {
+                    cloud_provider_target: target,
+                    backoff,
+                    healthy: true,
+                }),
+            };
+            (Just(group), nodes)
+        })
+}
+
+fn case_strategy() -> impl Strategy<Value = Case> {
+    let groups = (1usize..4).prop_flat_map(|n| (0..n).map(group_strategy).collect::<Vec<_>>());
+    (
+        groups,
+        prop::collection::vec((0usize..40, 0i64..3_600_000, 0u8..6), 0..30),
+        any::<u64>(),
+        policy_strategy(),
+    )
+        .prop_map(|(groups, raw_signals, seed, policy)| {
+            let mut snapshot = Snapshot::default();
+            let mut all_nodes = Vec::new();
+            for (group, nodes) in groups {
+                snapshot.groups.insert(group.name.clone(), group);
+                all_nodes.extend(nodes);
+            }
+            for n in &all_nodes {
+                snapshot.nodes.insert(n.name.clone(), n.clone());
+            }
+            if !all_nodes.is_empty() {
+                for (pick, at, kind) in raw_signals {
+                    let node = &all_nodes[pick % all_nodes.len()];
+                    let kinds = [
+                        SignalKind::Rebalance,
+                        SignalKind::SpotInterruption,
+                        SignalKind::Scheduled,
+                        SignalKind::AsgLifecycle,
+                        SignalKind::StateChange,
+                        SignalKind::Unknown,
+                    ];
+                    snapshot.signals.push(Signal {
+                        instance: node.instance.clone().unwrap(),
+                        node: node.name.clone(),
+                        kind: kinds[kind as usize],
+                        observed_at: Timestamp::from_millis(at),
+                    });
+                }
+            }
+            // A ledger from an earlier pass over part of the signals, and some drain progress.
+            let earlier = plan(
+                &snapshot,
+                &DrainState::default(),
+                &policy,
+                Timestamp::from_millis(1_800_000),
+            );
+            for (k, boost) in earlier.boosts.boosts.into_iter().enumerate() {
+                if (seed >> (k % 64)) & 1 == 1 {
+                    snapshot.ledger.record(boost.record);
+                }
+            }
+            let mut drains = DrainState::default();
+            for (k, record) in snapshot.ledger.records.iter().enumerate() {
+                for (j, instance) in record.instances.iter().enumerate() {
+                    let node = snapshot
+                        .nodes
+                        .values()
+                        .find(|n| n.instance.as_ref() == Some(instance))
+                        .unwrap();
+                    match (seed >> ((k + j) % 60)) & 3 {
+                        0 => {
+                            let started = Timestamp::from_millis(
+                                NOW.as_millis() - ((seed % 600) as i64) * 1000,
+                            );
+                            drains.in_progress.insert(
+                                node.name.clone(),
+                                DrainStarted {
+                                    group: record.group.clone(),
+                                    instance: instance.clone(),
+                                    started_at: started,
+                                },
+                            );
+                        }
+                        1 => {
+                            drains.finished.insert(instance.clone(), DrainEnd::Drained);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Case {
+                snapshot,
+                drains,
+                policy,
+            }
+        })
+}
+
+fn policy_strategy() -> impl Strategy<Value = Policy> {
+    (
+        any::<bool>(),
+        0u32..50,
+        0u32..3,
+        1u32..12,
+        0u32..5,
+        1u32..5,
+        any::<bool>(),
+    )
+        .prop_map(
+            |(count, over, extra, budget, ok, concurrent, terminate)| Policy {
+                sizing: if count {
+                    SizingMode::Count
+                } else {
+                    SizingMode::Pods
+                },
+                over_subscription_percent: over,
+                extra_nodes: extra,
+                max_boost_per_group: budget,
+                ca_ok_total_unready_count: ok,
+                max_concurrent_drains: concurrent,
+                terminate_after_drain_timeout: terminate,
+                ..Policy::default()
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn boosts_never_lower_desired_nor_exceed_max(case in case_strategy()) {
+        let p = plan(&case.snapshot, &case.drains, &case.policy, NOW);
+        for b in &p.boosts.boosts {
+            let g = &case.snapshot.groups[&b.group];
+            prop_assert!(b.to >= g.desired, "{b:?} lowers {g:?}");
+            prop_assert!(!b.writes() || b.to <= g.max, "{b:?} exceeds max of {g:?}");
+        }
+    }
+
+    #[test]
+    fn no_instance_is_ever_boosted_twice(case in case_strategy()) {
+        let p = plan(&case.snapshot, &case.drains, &case.policy, NOW);
+        let mut seen = BTreeSet::new();
+        for b in &p.boosts.boosts {
+            for i in &b.record.instances {
+                prop_assert!(!case.snapshot.ledger.covers(i), "{i} was already boosted");
+                prop_assert!(seen.insert(i.clone()), "{i} boosted twice in one plan");
+            }
+        }
+        // Persisting the boosts and planning again boosts none of them.
+        let mut next = case.snapshot.clone();
+        for b in p.boosts.boosts {
+            next.ledger.record(b.record);
+        }
+        let again = plan(&next, &case.drains, &case.policy, NOW);
+        for b in &again.boosts.boosts {
+            prop_assert!(b.record.instances.iter().all(|i| !seen.contains(i)));
+        }
+    }
+
+    #[test]
+    fn drains_never_exceed_the_concurrency_budget(case in case_strategy()) {
+        let p = plan(&case.snapshot, &case.drains, &case.policy, NOW);
+        let mut per_group: BTreeMap<&GroupName, u32> = BTreeMap::new();
+        for (node, d) in &case.drains.in_progress {
+            if !p.drains.timed_out.iter().any(|t| &t.node == node) {
+                *per_group.entry(&d.group).or_default() += 1;
+            }
+        }
+        for batch in &p.drains.batches {
+            let total = per_group.get(&batch.group).copied().unwrap_or(0) + batch.nodes.len() as u32;
+            prop_assert!(total <= case.policy.max_concurrent_drains, "{batch:?} over budget");
+            prop_assert!(!batch.nodes.is_empty());
+        }
+    }
+
+    #[test]
+    fn no_node_drains_before_its_replacements_are_ready(case in case_strategy()) {
+        let p = plan(&case.snapshot, &case.drains, &case.policy, NOW);
+        let mut claimed = BTreeSet::new();
+        for claim in &p.drains.claims {
+            let record = case.snapshot.ledger.records.iter().find(|r| r.instances == claim.instances).unwrap();
+            for name in &claim.nodes {
+                let n = &case.snapshot.nodes[name];
+                prop_assert!(n.ready && !n.cordoned && n.created >= record.at, "{n:?} cannot replace {record:?}");
+                prop_assert!(claimed.insert(name.clone()), "{name} claimed twice");
+            }
+        }
+        for target in p.drains.batches.iter().flat_map(|b| &b.nodes) {
+            let claim = p.drains.claims.iter().find(|c| c.instances.contains(&target.instance)).unwrap();
+            prop_assert!(claim.complete(), "{target:?} drains with {claim:?}");
+            prop_assert!(!case.snapshot.nodes[&target.node].deleting_by_ca);
+        }
+    }
+
+    #[test]
+    fn planning_is_deterministic_and_order_independent(case in case_strategy()) {
+        let a = plan(&case.snapshot, &case.drains, &case.policy, NOW);
+        prop_assert_eq!(&a, &plan(&case.snapshot, &case.drains, &case.policy, NOW));
+        let mut reversed = case.snapshot.clone();
+        reversed.signals.reverse();
+        prop_assert_eq!(&a, &plan(&reversed, &case.drains, &case.policy, NOW));
+    }
+}

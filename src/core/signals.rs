@@ -1,0 +1,247 @@
+//! Folds raw signals into per-group sets of at-risk instances: one entry per instance however
+//! many Events, modes or repeats reported it; dropped when stale, when its node is gone, or when
+//! nothing should be done for it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::model::{GroupName, InstanceId, NodeName, SignalKind, Snapshot, Timestamp};
+use super::policy::Policy;
+
+/// One instance known to be at risk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AtRisk {
+    /// The instance.
+    pub instance: InstanceId,
+    /// Its node.
+    pub node: NodeName,
+    /// Every kind reported for it.
+    pub kinds: BTreeSet<SignalKind>,
+    /// The earliest observation.
+    pub first_seen: Timestamp,
+}
+
+/// Why a signal does not make its instance at risk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "reason", content = "detail")]
+pub enum DropReason {
+    /// The node is gone, or now runs another instance.
+    NodeGone,
+    /// The node's instance belongs to no known group.
+    NoGroup,
+    /// The group is listed in `--ignored-autoscaling-groups`.
+    IgnoredGroup,
+    /// Older than `--signal-max-age` and never boosted.
+    Expired,
+    /// Only kinds that the ASG handles itself (lifecycle terminations, state changes, unknown).
+    NoReplacementCalledFor,
+    /// Cluster Autoscaler is already deleting the node.
+    DeletingByCa,
+}
+
+/// A signal's instance that is not at risk, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dropped {
+    /// The instance named by the signal.
+    pub instance: InstanceId,
+    /// Why it is not at risk.
+    pub reason: DropReason,
+}
+
+/// At-risk instances by group and instance, plus what was dropped.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AtRiskSet {
+    /// Per group, its at-risk instances.
+    pub by_group: BTreeMap<GroupName, BTreeMap<InstanceId, AtRisk>>,
+    /// Signals that made no instance at risk, one entry per instance.
+    pub dropped: Vec<Dropped>,
+}
+
+impl AtRiskSet {
+    /// Whether `instance` of `group` is at risk.
+    pub fn contains(&self, group: &GroupName, instance: &InstanceId) -> bool {
+        self.by_group
+            .get(group)
+            .is_some_and(|m| m.contains_key(instance))
+    }
+
+    /// Number of at-risk instances across groups.
+    pub fn len(&self) -> usize {
+        self.by_group.values().map(BTreeMap::len).sum()
+    }
+
+    /// Whether no instance is at risk.
+    pub fn is_empty(&self) -> bool {
+        self.by_group.is_empty()
+    }
+}
+
+/// Folds the snapshot's signals into at-risk sets.
+pub fn fold_signals(snapshot: &Snapshot, policy: &Policy, now: Timestamp) -> AtRiskSet {
+    let mut merged: BTreeMap<&InstanceId, AtRisk> = BTreeMap::new();
+    for s in &snapshot.signals {
+        let entry = merged.entry(&s.instance).or_insert_with(|| AtRisk {
+            instance: s.instance.clone(),
+            node: s.node.clone(),
+            kinds: BTreeSet::new(),
+            first_seen: s.observed_at,
+        });
+        entry.kinds.insert(s.kind);
+        if s.observed_at < entry.first_seen {
+            entry.first_seen = s.observed_at;
+        }
+    }
+
+    let mut set = AtRiskSet::default();
+    for (instance, risk) in merged {
+        match admit(snapshot, policy, now, &risk) {
+            Ok(group) => {
+                set.by_group
+                    .entry(group.clone())
+                    .or_default()
+                    .insert(instance.clone(), risk);
+            }
+            Err(reason) => set.dropped.push(Dropped {
+                instance: instance.clone(),
+                reason,
+            }),
+        }
+    }
+    set
+}
+
+fn admit<'s>(
+    snapshot: &'s Snapshot,
+    policy: &Policy,
+    now: Timestamp,
+    risk: &AtRisk,
+) -> Result<&'s GroupName, DropReason> {
+    let node = snapshot
+        .nodes
+        .get(&risk.node)
+        .filter(|n| n.instance.as_ref() == Some(&risk.instance))
+        .ok_or(DropReason::NodeGone)?;
+    let group = node
+        .group
+        .as_ref()
+        .filter(|g| snapshot.groups.contains_key(*g))
+        .ok_or(DropReason::NoGroup)?;
+    if policy.ignored_groups.contains(group) {
+        return Err(DropReason::IgnoredGroup);
+    }
+    if node.deleting_by_ca {
+        return Err(DropReason::DeletingByCa);
+    }
+    if !risk.kinds.iter().any(|k| k.calls_for_replacement()) {
+        return Err(DropReason::NoReplacementCalledFor);
+    }
+    let boosted = snapshot.ledger.covers(&risk.instance);
+    if !boosted && now.since(risk.first_seen) > policy.signal_max_age {
+        return Err(DropReason::Expired);
+    }
+    Ok(group)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::core::model::{BoostRecord, Group, Node, Signal};
+
+    fn snapshot() -> Snapshot {
+        Snapshot::default()
+            .with_group(Group::test("spot-a"))
+            .with_node(Node::test("n1", "spot-a"))
+            .with_node(Node::test("n2", "spot-a"))
+    }
+
+    #[test]
+    fn repeats_and_modes_fold_into_one_instance_with_the_earliest_time() {
+        let mut late_itn = Signal::rebalance("n1", 5_000);
+        late_itn.kind = SignalKind::SpotInterruption;
+        let s = snapshot()
+            .with_signal(Signal::rebalance("n1", 3_000))
+            .with_signal(Signal::rebalance("n1", 1_000))
+            .with_signal(late_itn);
+        let set = fold_signals(&s, &Policy::default(), Timestamp::from_millis(10_000));
+        assert_eq!(set.len(), 1);
+        let risk = &set.by_group[&GroupName::from("spot-a")][&InstanceId::from("i-n1")];
+        assert_eq!(risk.first_seen, Timestamp::from_millis(1_000));
+        assert_eq!(
+            risk.kinds,
+            BTreeSet::from([SignalKind::Rebalance, SignalKind::SpotInterruption])
+        );
+    }
+
+    #[test]
+    fn gone_nodes_and_reused_names_are_cleared() {
+        let mut reused = Signal::rebalance("n2", 0);
+        reused.instance = InstanceId::from("i-old");
+        let s = snapshot()
+            .with_signal(Signal::rebalance("gone", 0))
+            .with_signal(reused);
+        let set = fold_signals(&s, &Policy::default(), Timestamp::from_millis(1));
+        assert!(set.is_empty());
+        assert!(
+            set.dropped.iter().all(|d| d.reason == DropReason::NodeGone),
+            "{:?}",
+            set.dropped
+        );
+    }
+
+    #[test]
+    fn stale_signals_expire_unless_already_boosted() {
+        let policy = Policy {
+            signal_max_age: Duration::from_secs(60),
+            ..Policy::default()
+        };
+        let mut s = snapshot()
+            .with_signal(Signal::rebalance("n1", 0))
+            .with_signal(Signal::rebalance("n2", 0));
+        s.ledger.record(BoostRecord {
+            group: "spot-a".into(),
+            instances: BTreeSet::from([InstanceId::from("i-n2")]),
+            added: 1,
+            at: Timestamp::EPOCH,
+        });
+        let set = fold_signals(&s, &policy, Timestamp::from_millis(61_000));
+        assert_eq!(
+            set.dropped,
+            vec![Dropped {
+                instance: "i-n1".into(),
+                reason: DropReason::Expired
+            }]
+        );
+        assert!(set.contains(&"spot-a".into(), &"i-n2".into()));
+    }
+
+    #[test]
+    fn ignored_groups_lifecycle_kinds_and_ca_deletions_are_dropped() {
+        let mut lifecycle = Signal::rebalance("n2", 0);
+        lifecycle.kind = SignalKind::AsgLifecycle;
+        let mut s = snapshot().with_signal(lifecycle);
+        let set = fold_signals(&s, &Policy::default(), Timestamp::EPOCH);
+        assert_eq!(set.dropped[0].reason, DropReason::NoReplacementCalledFor);
+
+        s.nodes
+            .get_mut(&NodeName::from("n1"))
+            .unwrap()
+            .deleting_by_ca = true;
+        s.signals = vec![Signal::rebalance("n1", 0)];
+        assert_eq!(
+            fold_signals(&s, &Policy::default(), Timestamp::EPOCH).dropped[0].reason,
+            DropReason::DeletingByCa
+        );
+
+        let policy = Policy {
+            ignored_groups: BTreeSet::from(["spot-a".into()]),
+            ..Policy::default()
+        };
+        assert_eq!(
+            fold_signals(&s, &policy, Timestamp::EPOCH).dropped[0].reason,
+            DropReason::IgnoredGroup
+        );
+    }
+}

@@ -1,0 +1,138 @@
+//! How many new nodes the pods of at-risk nodes need: their requests, grown by the
+//! over-subscription percentage, packed first-fit-decreasing into a new node's allocatable less
+//! the per-node reservation.
+
+use super::model::{Pod, Resources};
+use super::policy::Policy;
+
+/// A pod's demand once over-subscription is applied.
+fn demand(pod: &Pod, over_subscription_percent: u32) -> Resources {
+    let grow = |v: u64| {
+        (u128::from(v) * (100 + u128::from(over_subscription_percent))).div_ceil(100) as u64
+    };
+    Resources::new(
+        grow(pod.requests.cpu_millis),
+        grow(pod.requests.memory_bytes),
+    )
+}
+
+/// Replacement nodes for `pods` on nodes offering `node_allocatable`. Only evictable pods count
+/// (DaemonSet, mirror and finished pods need no new home). A pod bigger than an empty node still
+/// gets a node of its own: CA would not place it either, but the count stays honest about
+/// what the workload asked for.
+pub fn nodes_for_pods<'p>(
+    pods: impl IntoIterator<Item = &'p Pod>,
+    node_allocatable: Resources,
+    policy: &Policy,
+) -> u32 {
+    let bin = node_allocatable.saturating_sub(policy.reserved_per_node);
+    let mut demands: Vec<Resources> = pods
+        .into_iter()
+        .filter(|p| p.class.is_evictable())
+        .map(|p| demand(p, policy.over_subscription_percent))
+        .filter(|d| *d != Resources::default())
+        .collect();
+    // Largest share of a node first; ties broken by the raw numbers so the result never depends
+    // on input order.
+    let share = |d: &Resources| {
+        let cpu = d.cpu_millis as f64 / bin.cpu_millis.max(1) as f64;
+        let mem = d.memory_bytes as f64 / bin.memory_bytes.max(1) as f64;
+        cpu.max(mem)
+    };
+    demands.sort_by(|a, b| {
+        share(b)
+            .total_cmp(&share(a))
+            .then(b.cpu_millis.cmp(&a.cpu_millis))
+            .then(b.memory_bytes.cmp(&a.memory_bytes))
+    });
+
+    let mut free: Vec<Resources> = Vec::new();
+    for d in demands {
+        match free.iter_mut().find(|f| d.fits_in(**f)) {
+            Some(slot) => *slot = slot.saturating_sub(d),
+            None => free.push(bin.saturating_sub(d)),
+        }
+    }
+    free.len() as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::PodClass;
+
+    const GI: u64 = 1 << 30;
+
+    fn policy(over: u32, reserved: Resources) -> Policy {
+        Policy {
+            over_subscription_percent: over,
+            reserved_per_node: reserved,
+            ..Policy::default()
+        }
+    }
+
+    fn pods(n: usize, cpu: u64, mem: u64) -> Vec<Pod> {
+        (0..n)
+            .map(|i| Pod::test(&format!("p{i}"), cpu, mem))
+            .collect()
+    }
+
+    #[test]
+    fn packs_by_the_tighter_dimension() {
+        let p = policy(0, Resources::default());
+        let node = Resources::new(4000, 16 * GI);
+        assert_eq!(
+            nodes_for_pods(&pods(16, 500, GI), node, &p),
+            2,
+            "cpu-bound: 8 per node"
+        );
+        assert_eq!(
+            nodes_for_pods(&pods(16, 100, 4 * GI), node, &p),
+            4,
+            "memory-bound: 4 per node"
+        );
+        assert_eq!(nodes_for_pods(&pods(0, 100, GI), node, &p), 0);
+    }
+
+    #[test]
+    fn over_subscription_and_reservation_shrink_the_bin() {
+        let node = Resources::new(4000, 16 * GI);
+        // 500m grows to 550m; 3900m of room holds 7 such pods, so 16 pods need 3 nodes.
+        assert_eq!(
+            nodes_for_pods(
+                &pods(16, 500, GI),
+                node,
+                &policy(10, Resources::new(100, 0))
+            ),
+            3
+        );
+    }
+
+    #[test]
+    fn first_fit_decreasing_fills_gaps_with_small_pods() {
+        let p = policy(0, Resources::default());
+        let node = Resources::new(1000, 16 * GI);
+        let mut mixed = pods(3, 600, GI);
+        mixed.extend(pods(3, 400, GI));
+        assert_eq!(
+            nodes_for_pods(&mixed, node, &p),
+            3,
+            "each 600m pod pairs with a 400m pod"
+        );
+    }
+
+    #[test]
+    fn daemonsets_mirrors_and_finished_pods_need_no_room_but_huge_pods_do() {
+        let p = policy(0, Resources::default());
+        let node = Resources::new(1000, GI);
+        let mut list = vec![
+            Pod::test("ds", 900, 0).class(PodClass::DaemonSet),
+            Pod::test("mirror", 900, 0).class(PodClass::Mirror),
+            Pod::test("done", 900, 0).class(PodClass::Finished),
+        ];
+        assert_eq!(nodes_for_pods(&list, node, &p), 0);
+        list.push(Pod::test("huge", 5000, 0));
+        list.push(Pod::test("critical", 500, 0).class(PodClass::Critical));
+        assert_eq!(nodes_for_pods(&list, node, &p), 2);
+    }
+}

@@ -1,0 +1,10 @@
+//! spots-booster keeps Kubernetes clusters on AWS Spot capacity whole: it reads AWS Node
+//! Termination Handler Events and Cluster Autoscaler's status, boosts Auto Scaling Groups ahead of
+//! spot interruptions, and drains at-risk nodes once their replacements are Ready.
+//!
+//! The crate is a library plus a thin binary. [`core`] is the pure scaling core; [`k8s`] holds the
+//! parsers for what the cluster says; [`inspect`] and [`simulate`] are commands that need no cluster.
+
+pub mod core;
+pub mod timefmt;
+pub mod units;

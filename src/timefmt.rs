@@ -1,0 +1,301 @@
+//! The time formats spots-booster reads: Go's `Time.String()` (CA status, NTH queue messages),
+//! RFC 3339 (Kubernetes, CA ≥ 1.30 YAML, NTH IMDS messages) and the IMDS scheduled-event format
+//! (`21 Jan 2019 09:00:43 GMT`). Parsed without a calendar crate so the core's `Timestamp` stays plain.
+
+use thiserror::Error;
+
+use crate::core::Timestamp;
+
+/// A timestamp that none of the accepted layouts matched.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("invalid {layout} time {text:?}")]
+pub struct ParseTimeError {
+    /// Which layout was expected.
+    pub layout: &'static str,
+    /// The text that did not match it.
+    pub text: String,
+}
+
+/// Parses Go's `Time.String()` layout `2006-01-02 15:04:05.999999999 -0700 MST`, ignoring a trailing
+/// monotonic-clock reading (`m=+86410.276113590`). Go's zero time (year 1) yields `None`.
+pub fn parse_go_time(text: &str) -> Result<Option<Timestamp>, ParseTimeError> {
+    let err = || ParseTimeError {
+        layout: "Go",
+        text: text.to_string(),
+    };
+    let mut parts = text.split_whitespace();
+    let (date, clock, offset) = (parts.next(), parts.next(), parts.next());
+    let (Some(date), Some(clock), Some(offset)) = (date, clock, offset) else {
+        return Err(err());
+    };
+    // What follows is the zone abbreviation and maybe `m=±…`; both carry nothing the offset lacks.
+    for rest in parts {
+        let is_zone = rest
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '-');
+        if !(is_zone || rest.starts_with("m=")) {
+            return Err(err());
+        }
+    }
+    let (year, month, day) = parse_date(date).ok_or_else(err)?;
+    if year == 1 && month == 1 && day == 1 && clock.starts_with("00:00:00") {
+        return Ok(None);
+    }
+    let millis_of_day = parse_clock(clock).ok_or_else(err)?;
+    let offset_minutes = parse_numeric_offset(offset).ok_or_else(err)?;
+    Ok(Some(assemble(
+        year,
+        month,
+        day,
+        millis_of_day,
+        offset_minutes,
+    )))
+}
+
+/// Parses RFC 3339 (`2024-09-03T14:05:12.431095283Z`, `2024-05-14T09:12:29+02:00`).
+pub fn parse_rfc3339(text: &str) -> Result<Timestamp, ParseTimeError> {
+    let err = || ParseTimeError {
+        layout: "RFC 3339",
+        text: text.to_string(),
+    };
+    let t = text.trim();
+    let (date, rest) = t.split_once(['T', 't', ' ']).ok_or_else(err)?;
+    let (year, month, day) = parse_date(date).ok_or_else(err)?;
+    let (clock, offset_minutes) = if let Some(clock) = rest.strip_suffix(['Z', 'z']) {
+        (clock, 0)
+    } else {
+        let split = rest.rfind(['+', '-']).ok_or_else(err)?;
+        let (clock, offset) = rest.split_at(split);
+        (clock, parse_colon_offset(offset).ok_or_else(err)?)
+    };
+    let millis_of_day = parse_clock(clock).ok_or_else(err)?;
+    Ok(assemble(year, month, day, millis_of_day, offset_minutes))
+}
+
+/// Parses the IMDS scheduled-event layout `21 Jan 2019 09:00:43 GMT` (always UTC).
+pub fn parse_imds_time(text: &str) -> Result<Timestamp, ParseTimeError> {
+    let err = || ParseTimeError {
+        layout: "IMDS",
+        text: text.to_string(),
+    };
+    let parts: Vec<&str> = text.split_whitespace().collect();
+    let [day, month, year, clock, zone] = parts.as_slice() else {
+        return Err(err());
+    };
+    if !matches!(*zone, "GMT" | "UTC") {
+        return Err(err());
+    }
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let month = MONTHS.iter().position(|m| m == month).ok_or_else(err)? as u32 + 1;
+    let day: u32 = day.parse().map_err(|_| err())?;
+    let year: i64 = year.parse().map_err(|_| err())?;
+    if !(1..=31).contains(&day) {
+        return Err(err());
+    }
+    let millis_of_day = parse_clock(clock).ok_or_else(err)?;
+    Ok(assemble(year, month, day, millis_of_day, 0))
+}
+
+/// Parses any time NTH or CA may write: RFC 3339 first, then Go's layout, then IMDS.
+pub fn parse_any_time(text: &str) -> Result<Timestamp, ParseTimeError> {
+    parse_rfc3339(text)
+        .or_else(|_| {
+            parse_go_time(text).and_then(|t| {
+                t.ok_or_else(|| ParseTimeError {
+                    layout: "Go",
+                    text: text.into(),
+                })
+            })
+        })
+        .or_else(|_| parse_imds_time(text))
+        .map_err(|_| ParseTimeError {
+            layout: "RFC 3339, Go or IMDS",
+            text: text.to_string(),
+        })
+}
+
+/// Formats a timestamp as RFC 3339 in UTC with millisecond precision when it has any.
+pub fn format_rfc3339(ts: Timestamp) -> String {
+    let millis = ts.as_millis();
+    let days = millis.div_euclid(86_400_000);
+    let of_day = millis.rem_euclid(86_400_000);
+    let (y, m, d) = civil_from_days(days);
+    let (h, min, s, ms) = (
+        of_day / 3_600_000,
+        (of_day / 60_000) % 60,
+        (of_day / 1000) % 60,
+        of_day % 1000,
+    );
+    if ms == 0 {
+        format!("{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{s:02}Z")
+    } else {
+        format!("{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{s:02}.{ms:03}Z")
+    }
+}
+
+fn parse_date(date: &str) -> Option<(i64, u32, u32)> {
+    let mut it = date.split('-');
+    let year: i64 = it.next()?.parse().ok()?;
+    let month: u32 = it.next()?.parse().ok()?;
+    let day: u32 = it.next()?.parse().ok()?;
+    if it.next().is_some() || !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+        return None;
+    }
+    Some((year, month, day))
+}
+
+/// `HH:MM:SS[.fraction]` → milliseconds since midnight (fraction truncated to milliseconds).
+fn parse_clock(clock: &str) -> Option<i64> {
+    let (hms, fraction) = match clock.split_once('.') {
+        Some((hms, f)) => (hms, Some(f)),
+        None => (clock, None),
+    };
+    let mut it = hms.split(':');
+    let h: i64 = it.next()?.parse().ok()?;
+    let m: i64 = it.next()?.parse().ok()?;
+    let s: i64 = it.next()?.parse().ok()?;
+    if it.next().is_some() || h > 23 || m > 59 || s > 60 {
+        return None;
+    }
+    let mut ms = 0;
+    if let Some(f) = fraction {
+        if f.is_empty() || !f.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let digits: String = f.chars().chain("000".chars()).take(3).collect();
+        ms = digits.parse().ok()?;
+    }
+    Some(((h * 60 + m) * 60 + s) * 1000 + ms)
+}
+
+/// `+0000` / `-0700` → minutes east of UTC.
+fn parse_numeric_offset(offset: &str) -> Option<i64> {
+    let (sign, digits) = offset.split_at_checked(1)?;
+    let sign = match sign {
+        "+" => 1,
+        "-" => -1,
+        _ => return None,
+    };
+    if digits.len() != 4 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let hours: i64 = digits[..2].parse().ok()?;
+    let minutes: i64 = digits[2..].parse().ok()?;
+    Some(sign * (hours * 60 + minutes))
+}
+
+/// `+02:00` → minutes east of UTC.
+fn parse_colon_offset(offset: &str) -> Option<i64> {
+    let compact: String = offset.chars().filter(|c| *c != ':').collect();
+    parse_numeric_offset(&compact)
+}
+
+fn assemble(year: i64, month: u32, day: u32, millis_of_day: i64, offset_minutes: i64) -> Timestamp {
+    let days = days_from_civil(year, month, day);
+    Timestamp::from_millis(days * 86_400_000 + millis_of_day - offset_minutes * 60_000)
+}
+
+/// Days since 1970-01-01 for a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (i64::from(month) + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + i64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(text: &str) -> i64 {
+        parse_rfc3339(text).unwrap().as_millis()
+    }
+
+    #[test]
+    fn go_time_with_monotonic_suffix_and_nanoseconds() {
+        let t = parse_go_time("2024-03-11 08:41:17.704412359 +0000 UTC m=+86410.276113590")
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.as_millis(), ms("2024-03-11T08:41:17.704Z"));
+        let queue = parse_go_time("2024-05-14 09:12:29 +0000 UTC")
+            .unwrap()
+            .unwrap();
+        assert_eq!(queue.as_millis(), ms("2024-05-14T09:12:29Z"));
+    }
+
+    #[test]
+    fn go_time_honours_offsets_and_zero_time() {
+        let t = parse_go_time("2024-05-14 11:12:29 +0200 CEST")
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.as_millis(), ms("2024-05-14T09:12:29Z"));
+        assert_eq!(parse_go_time("0001-01-01 00:00:00 +0000 UTC"), Ok(None));
+        assert!(parse_go_time("2024-05-14T09:12:29Z").is_err());
+        assert!(parse_go_time("yesterday at noon UTC").is_err());
+    }
+
+    #[test]
+    fn rfc3339_variants() {
+        assert_eq!(ms("1970-01-01T00:00:00Z"), 0);
+        assert_eq!(ms("2024-05-14T11:12:29+02:00"), ms("2024-05-14T09:12:29Z"));
+        assert_eq!(ms("2024-09-03T14:05:12.431095283Z") % 1000, 431);
+        assert!(parse_rfc3339("2024-13-01T00:00:00Z").is_err());
+        assert!(parse_rfc3339("not a time").is_err());
+    }
+
+    #[test]
+    fn imds_scheduled_event_time() {
+        assert_eq!(
+            parse_imds_time("21 Jan 2019 09:00:43 GMT")
+                .unwrap()
+                .as_millis(),
+            ms("2019-01-21T09:00:43Z")
+        );
+        assert!(parse_imds_time("21 Foo 2019 09:00:43 GMT").is_err());
+    }
+
+    #[test]
+    fn formatting_is_the_inverse_of_parsing() {
+        for text in [
+            "2024-03-11T08:41:17.704Z",
+            "2000-02-29T00:00:00Z",
+            "2026-11-21T23:59:59Z",
+            "1969-12-31T23:59:59Z",
+        ] {
+            assert_eq!(format_rfc3339(parse_rfc3339(text).unwrap()), text);
+        }
+    }
+
+    #[test]
+    fn any_time_accepts_every_layout() {
+        for text in [
+            "2024-05-14T09:12:29Z",
+            "2024-05-14 09:12:29 +0000 UTC",
+            "14 May 2024 09:12:29 GMT",
+        ] {
+            assert_eq!(
+                parse_any_time(text).unwrap().as_millis(),
+                ms("2024-05-14T09:12:29Z"),
+                "{text}"
+            );
+        }
+    }
+}
