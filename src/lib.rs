@@ -6,5 +6,6 @@
 //! parsers for what the cluster says; [`inspect`] and [`simulate`] are commands that need no cluster.
 
 pub mod core;
+pub mod k8s;
 pub mod timefmt;
 pub mod units;
