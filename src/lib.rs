@@ -5,7 +5,11 @@
 //! The crate is a library plus a thin binary. [`core`] is the pure scaling core; [`k8s`] holds the
 //! parsers for what the cluster says; [`inspect`] and [`simulate`] are commands that need no cluster.
 
+pub mod app;
+pub mod config;
 pub mod core;
+pub mod inspect;
 pub mod k8s;
+pub mod simulate;
 pub mod timefmt;
 pub mod units;

@@ -19,10 +19,7 @@ pub struct ParseTimeError {
 /// Parses Go's `Time.String()` layout `2006-01-02 15:04:05.999999999 -0700 MST`, ignoring a trailing
 /// monotonic-clock reading (`m=+86410.276113590`). Go's zero time (year 1) yields `None`.
 pub fn parse_go_time(text: &str) -> Result<Option<Timestamp>, ParseTimeError> {
-    let err = || ParseTimeError {
-        layout: "Go",
-        text: text.to_string(),
-    };
+    let err = || ParseTimeError { layout: "Go", text: text.to_string() };
     let mut parts = text.split_whitespace();
     let (date, clock, offset) = (parts.next(), parts.next(), parts.next());
     let (Some(date), Some(clock), Some(offset)) = (date, clock, offset) else {
@@ -30,9 +27,7 @@ pub fn parse_go_time(text: &str) -> Result<Option<Timestamp>, ParseTimeError> {
     };
     // What follows is the zone abbreviation and maybe `m=±…`; both carry nothing the offset lacks.
     for rest in parts {
-        let is_zone = rest
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '-');
+        let is_zone = rest.chars().all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '-');
         if !(is_zone || rest.starts_with("m=")) {
             return Err(err());
         }
@@ -43,21 +38,12 @@ pub fn parse_go_time(text: &str) -> Result<Option<Timestamp>, ParseTimeError> {
     }
     let millis_of_day = parse_clock(clock).ok_or_else(err)?;
     let offset_minutes = parse_numeric_offset(offset).ok_or_else(err)?;
-    Ok(Some(assemble(
-        year,
-        month,
-        day,
-        millis_of_day,
-        offset_minutes,
-    )))
+    Ok(Some(assemble(year, month, day, millis_of_day, offset_minutes)))
 }
 
 /// Parses RFC 3339 (`2024-09-03T14:05:12.431095283Z`, `2024-05-14T09:12:29+02:00`).
 pub fn parse_rfc3339(text: &str) -> Result<Timestamp, ParseTimeError> {
-    let err = || ParseTimeError {
-        layout: "RFC 3339",
-        text: text.to_string(),
-    };
+    let err = || ParseTimeError { layout: "RFC 3339", text: text.to_string() };
     let t = text.trim();
     let (date, rest) = t.split_once(['T', 't', ' ']).ok_or_else(err)?;
     let (year, month, day) = parse_date(date).ok_or_else(err)?;
@@ -74,10 +60,7 @@ pub fn parse_rfc3339(text: &str) -> Result<Timestamp, ParseTimeError> {
 
 /// Parses the IMDS scheduled-event layout `21 Jan 2019 09:00:43 GMT` (always UTC).
 pub fn parse_imds_time(text: &str) -> Result<Timestamp, ParseTimeError> {
-    let err = || ParseTimeError {
-        layout: "IMDS",
-        text: text.to_string(),
-    };
+    let err = || ParseTimeError { layout: "IMDS", text: text.to_string() };
     let parts: Vec<&str> = text.split_whitespace().collect();
     let [day, month, year, clock, zone] = parts.as_slice() else {
         return Err(err());
@@ -85,9 +68,7 @@ pub fn parse_imds_time(text: &str) -> Result<Timestamp, ParseTimeError> {
     if !matches!(*zone, "GMT" | "UTC") {
         return Err(err());
     }
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
+    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
     let month = MONTHS.iter().position(|m| m == month).ok_or_else(err)? as u32 + 1;
     let day: u32 = day.parse().map_err(|_| err())?;
     let year: i64 = year.parse().map_err(|_| err())?;
@@ -102,18 +83,10 @@ pub fn parse_imds_time(text: &str) -> Result<Timestamp, ParseTimeError> {
 pub fn parse_any_time(text: &str) -> Result<Timestamp, ParseTimeError> {
     parse_rfc3339(text)
         .or_else(|_| {
-            parse_go_time(text).and_then(|t| {
-                t.ok_or_else(|| ParseTimeError {
-                    layout: "Go",
-                    text: text.into(),
-                })
-            })
+            parse_go_time(text).and_then(|t| t.ok_or_else(|| ParseTimeError { layout: "Go", text: text.into() }))
         })
         .or_else(|_| parse_imds_time(text))
-        .map_err(|_| ParseTimeError {
-            layout: "RFC 3339, Go or IMDS",
-            text: text.to_string(),
-        })
+        .map_err(|_| ParseTimeError { layout: "RFC 3339, Go or IMDS", text: text.to_string() })
 }
 
 /// Formats a timestamp as RFC 3339 in UTC with millisecond precision when it has any.
@@ -122,12 +95,7 @@ pub fn format_rfc3339(ts: Timestamp) -> String {
     let days = millis.div_euclid(86_400_000);
     let of_day = millis.rem_euclid(86_400_000);
     let (y, m, d) = civil_from_days(days);
-    let (h, min, s, ms) = (
-        of_day / 3_600_000,
-        (of_day / 60_000) % 60,
-        (of_day / 1000) % 60,
-        of_day % 1000,
-    );
+    let (h, min, s, ms) = (of_day / 3_600_000, (of_day / 60_000) % 60, (of_day / 1000) % 60, of_day % 1000);
     if ms == 0 {
         format!("{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{s:02}Z")
     } else {
@@ -231,21 +199,15 @@ mod tests {
 
     #[test]
     fn go_time_with_monotonic_suffix_and_nanoseconds() {
-        let t = parse_go_time("2024-03-11 08:41:17.704412359 +0000 UTC m=+86410.276113590")
-            .unwrap()
-            .unwrap();
+        let t = parse_go_time("2024-03-11 08:41:17.704412359 +0000 UTC m=+86410.276113590").unwrap().unwrap();
         assert_eq!(t.as_millis(), ms("2024-03-11T08:41:17.704Z"));
-        let queue = parse_go_time("2024-05-14 09:12:29 +0000 UTC")
-            .unwrap()
-            .unwrap();
+        let queue = parse_go_time("2024-05-14 09:12:29 +0000 UTC").unwrap().unwrap();
         assert_eq!(queue.as_millis(), ms("2024-05-14T09:12:29Z"));
     }
 
     #[test]
     fn go_time_honours_offsets_and_zero_time() {
-        let t = parse_go_time("2024-05-14 11:12:29 +0200 CEST")
-            .unwrap()
-            .unwrap();
+        let t = parse_go_time("2024-05-14 11:12:29 +0200 CEST").unwrap().unwrap();
         assert_eq!(t.as_millis(), ms("2024-05-14T09:12:29Z"));
         assert_eq!(parse_go_time("0001-01-01 00:00:00 +0000 UTC"), Ok(None));
         assert!(parse_go_time("2024-05-14T09:12:29Z").is_err());
@@ -263,39 +225,22 @@ mod tests {
 
     #[test]
     fn imds_scheduled_event_time() {
-        assert_eq!(
-            parse_imds_time("21 Jan 2019 09:00:43 GMT")
-                .unwrap()
-                .as_millis(),
-            ms("2019-01-21T09:00:43Z")
-        );
+        assert_eq!(parse_imds_time("21 Jan 2019 09:00:43 GMT").unwrap().as_millis(), ms("2019-01-21T09:00:43Z"));
         assert!(parse_imds_time("21 Foo 2019 09:00:43 GMT").is_err());
     }
 
     #[test]
     fn formatting_is_the_inverse_of_parsing() {
-        for text in [
-            "2024-03-11T08:41:17.704Z",
-            "2000-02-29T00:00:00Z",
-            "2026-11-21T23:59:59Z",
-            "1969-12-31T23:59:59Z",
-        ] {
+        for text in ["2024-03-11T08:41:17.704Z", "2000-02-29T00:00:00Z", "2026-11-21T23:59:59Z", "1969-12-31T23:59:59Z"]
+        {
             assert_eq!(format_rfc3339(parse_rfc3339(text).unwrap()), text);
         }
     }
 
     #[test]
     fn any_time_accepts_every_layout() {
-        for text in [
-            "2024-05-14T09:12:29Z",
-            "2024-05-14 09:12:29 +0000 UTC",
-            "14 May 2024 09:12:29 GMT",
-        ] {
-            assert_eq!(
-                parse_any_time(text).unwrap().as_millis(),
-                ms("2024-05-14T09:12:29Z"),
-                "{text}"
-            );
+        for text in ["2024-05-14T09:12:29Z", "2024-05-14 09:12:29 +0000 UTC", "14 May 2024 09:12:29 GMT"] {
+            assert_eq!(parse_any_time(text).unwrap().as_millis(), ms("2024-05-14T09:12:29Z"), "{text}");
         }
     }
 }

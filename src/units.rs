@@ -74,9 +74,7 @@ fn split_decimal_suffix(t: &str) -> Option<(&str, Option<&str>)> {
     }
     let end = t
         .char_indices()
-        .find(|(i, c)| {
-            !(c.is_ascii_digit() || *c == '.' || ((*c == 'e' || *c == 'E') && is_exponent(t, *i)))
-        })
+        .find(|(i, c)| !(c.is_ascii_digit() || *c == '.' || ((*c == 'e' || *c == 'E') && is_exponent(t, *i))))
         .map(|(i, _)| i)
         .unwrap_or(t.len());
     if end == 0 {
@@ -87,11 +85,7 @@ fn split_decimal_suffix(t: &str) -> Option<(&str, Option<&str>)> {
 }
 
 fn is_exponent(t: &str, i: usize) -> bool {
-    i > 0
-        && t[i + 1..]
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_digit() || c == '-' || c == '+')
+    i > 0 && t[i + 1..].chars().next().is_some_and(|c| c.is_ascii_digit() || c == '-' || c == '+')
 }
 
 /// Parses a Go-style duration (`90s`, `5m`, `1h30m`, `250ms`, `1.5h`). A bare `0` is zero.
@@ -107,17 +101,13 @@ pub fn parse_duration(text: &str) -> Result<Duration, ParseUnitError> {
         return Err(err());
     }
     while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(err)?;
+        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(err)?;
         if num_len == 0 {
             return Err(err());
         }
         let value: f64 = rest[..num_len].parse().map_err(|_| err())?;
         rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
+        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
         let seconds = match &rest[..unit_len] {
             "ms" => 1e-3,
             "s" => 1.0,
@@ -155,12 +145,7 @@ pub fn format_duration(d: Duration) -> String {
 
 /// Formats bytes with the largest binary suffix that keeps it whole-ish (`16Gi`, `1536Mi`).
 pub fn format_memory(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [
-        ("Ti", 1 << 40),
-        ("Gi", 1 << 30),
-        ("Mi", 1 << 20),
-        ("Ki", 1 << 10),
-    ];
+    const UNITS: [(&str, u64); 4] = [("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)];
     for (suffix, size) in UNITS {
         if bytes >= size && bytes % size == 0 {
             return format!("{}{suffix}", bytes / size);

@@ -17,9 +17,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::model::{
-    BoostRecord, Group, GroupName, InstanceId, Node, Resources, Snapshot, Timestamp,
-};
+use super::model::{BoostRecord, Group, GroupName, InstanceId, Node, Resources, Snapshot, Timestamp};
 use super::policy::{Policy, SizingMode};
 use super::signals::{AtRisk, AtRiskSet};
 use super::sizing::nodes_for_pods;
@@ -78,6 +76,32 @@ pub enum HoldReason {
     CaBackoff(String),
 }
 
+impl std::fmt::Display for BoostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BoostReason::ReplaceAtRisk { needed } => write!(f, "{needed} replacement(s) for every at-risk node"),
+            BoostReason::Partial { needed, limit } => {
+                write!(f, "{needed} replacement(s) for the oldest at-risk nodes; the rest wait: {limit}")
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for HoldReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HoldReason::AtMaxSize => f.write_str("the group is at MaxSize"),
+            HoldReason::BoostBudgetSpent => f.write_str("--max-boost-per-group replacements are already in flight"),
+            HoldReason::CaUnreadyLimit => {
+                f.write_str("a bigger step would make Cluster Autoscaler call the group Unhealthy")
+            }
+            HoldReason::CaBackoff(code) => {
+                write!(f, "Cluster Autoscaler reports the group in scale-up backoff ({code})")
+            }
+        }
+    }
+}
+
 /// At-risk instances of a group that were not boosted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Held {
@@ -99,29 +123,17 @@ pub struct BoostPlan {
 }
 
 /// Plans the boosts for every group with at-risk instances no boost covers yet.
-pub fn plan_boosts(
-    snapshot: &Snapshot,
-    at_risk: &AtRiskSet,
-    policy: &Policy,
-    now: Timestamp,
-) -> BoostPlan {
+pub fn plan_boosts(snapshot: &Snapshot, at_risk: &AtRiskSet, policy: &Policy, now: Timestamp) -> BoostPlan {
     let mut plan = BoostPlan::default();
     for (group_name, instances) in &at_risk.by_group {
         let Some(group) = snapshot.groups.get(group_name) else {
             continue;
         };
-        let mut pending: Vec<&AtRisk> = instances
-            .values()
-            .filter(|r| !snapshot.ledger.covers(&r.instance))
-            .collect();
+        let mut pending: Vec<&AtRisk> = instances.values().filter(|r| !snapshot.ledger.covers(&r.instance)).collect();
         if pending.is_empty() {
             continue;
         }
-        pending.sort_by(|a, b| {
-            a.first_seen
-                .cmp(&b.first_seen)
-                .then_with(|| a.instance.cmp(&b.instance))
-        });
+        pending.sort_by(|a, b| a.first_seen.cmp(&b.first_seen).then_with(|| a.instance.cmp(&b.instance)));
         plan_group(snapshot, group, &pending, policy, now, &mut plan);
     }
     plan
@@ -146,43 +158,25 @@ fn plan_group(
         return hold(plan, 0, HoldReason::CaBackoff(code));
     }
 
-    let base = group
-        .desired
-        .max(group.ca.as_ref().map_or(0, |ca| ca.cloud_provider_target));
+    let base = group.desired.max(group.ca.as_ref().map_or(0, |ca| ca.cloud_provider_target));
     let rooms = [
         (group.max.saturating_sub(base), HoldReason::AtMaxSize),
-        (
-            policy
-                .max_boost_per_group
-                .saturating_sub(in_flight(snapshot, &group.name)),
-            HoldReason::BoostBudgetSpent,
-        ),
-        (
-            ca_tolerated_target(snapshot, group, policy).saturating_sub(base),
-            HoldReason::CaUnreadyLimit,
-        ),
+        (policy.max_boost_per_group.saturating_sub(in_flight(snapshot, &group.name)), HoldReason::BoostBudgetSpent),
+        (ca_tolerated_target(snapshot, group, policy).saturating_sub(base), HoldReason::CaUnreadyLimit),
     ];
-    let (room, binding) = rooms
-        .iter()
-        .min_by_key(|(room, _)| *room)
-        .cloned()
-        .expect("three rooms");
+    let (room, binding) = rooms.iter().min_by_key(|(room, _)| *room).cloned().expect("three rooms");
 
-    let nodes: Vec<&Node> = pending
-        .iter()
-        .filter_map(|r| snapshot.nodes.get(&r.node))
-        .collect();
-    let capacity = group
-        .node_allocatable
-        .unwrap_or_else(|| smallest_allocatable(&nodes));
+    let nodes: Vec<&Node> = pending.iter().filter_map(|r| snapshot.nodes.get(&r.node)).collect();
+    let capacity = group.node_allocatable.unwrap_or_else(|| smallest_allocatable(&nodes));
     let needed_for = |k: usize| -> u32 {
         match policy.sizing {
             SizingMode::Count => k as u32,
-            SizingMode::Pods => nodes_for_pods(
-                nodes[..k].iter().flat_map(|n| n.pods.iter()),
-                capacity,
-                policy,
-            ),
+            SizingMode::Pods => {
+                let packed = nodes_for_pods(nodes[..k].iter().flat_map(|n| n.pods.iter()), capacity, policy);
+                let drained_by_nth =
+                    pending[..k].iter().filter(|r| r.kinds.iter().any(|kind| kind.drained_by_nth())).count() as u32;
+                packed.max(drained_by_nth)
+            }
         }
     };
 
@@ -201,16 +195,9 @@ fn plan_group(
         BoostReason::ReplaceAtRisk { needed }
     } else {
         hold(plan, covered, binding.clone());
-        BoostReason::Partial {
-            needed,
-            limit: binding,
-        }
+        BoostReason::Partial { needed, limit: binding }
     };
-    let to = if added > 0 {
-        base + added
-    } else {
-        group.desired
-    };
+    let to = if added > 0 { base + added } else { group.desired };
     plan.boosts.push(Boost {
         group: group.name.clone(),
         from: group.desired,
@@ -218,11 +205,9 @@ fn plan_group(
         reason,
         record: BoostRecord {
             group: group.name.clone(),
-            instances: pending[..covered]
-                .iter()
-                .map(|r| r.instance.clone())
-                .collect::<BTreeSet<_>>(),
+            instances: pending[..covered].iter().map(|r| r.instance.clone()).collect::<BTreeSet<_>>(),
             added,
+            returned: 0,
             at: now,
         },
     });
@@ -230,13 +215,7 @@ fn plan_group(
 
 /// Replacement nodes the group's open boosts still count against its budget.
 fn in_flight(snapshot: &Snapshot, group: &GroupName) -> u32 {
-    snapshot
-        .ledger
-        .records
-        .iter()
-        .filter(|r| &r.group == group)
-        .map(|r| r.added)
-        .sum()
+    snapshot.ledger.records.iter().filter(|r| &r.group == group).map(|r| r.added).sum()
 }
 
 /// The largest desired capacity whose not-yet-Ready share CA still calls healthy: the group is
@@ -262,12 +241,7 @@ fn smallest_allocatable(nodes: &[&Node]) -> Resources {
     nodes
         .iter()
         .map(|n| n.allocatable)
-        .reduce(|a, b| {
-            Resources::new(
-                a.cpu_millis.min(b.cpu_millis),
-                a.memory_bytes.min(b.memory_bytes),
-            )
-        })
+        .reduce(|a, b| Resources::new(a.cpu_millis.min(b.cpu_millis), a.memory_bytes.min(b.memory_bytes)))
         .unwrap_or_default()
 }
 
@@ -288,18 +262,13 @@ mod tests {
     fn cluster(group: Group, size: usize, pods_each: usize) -> Snapshot {
         let mut s = Snapshot::default().with_group(group.clone());
         for i in 1..=size {
-            s = s.with_node(
-                Node::test(&format!("n{i}"), group.name.as_str()).with_pods(pods_each, 500, GI),
-            );
+            s = s.with_node(Node::test(&format!("n{i}"), group.name.as_str()).with_pods(pods_each, 500, GI));
         }
         s
     }
 
     fn count_mode() -> Policy {
-        Policy {
-            sizing: SizingMode::Count,
-            ..Policy::default()
-        }
+        Policy { sizing: SizingMode::Count, ..Policy::default() }
     }
 
     #[test]
@@ -326,6 +295,16 @@ mod tests {
     }
 
     #[test]
+    fn nodes_nth_drains_itself_count_at_least_one_each() {
+        // NTH drains on a spot interruption notice: the node may be empty by the time we look.
+        let mut itn = Signal::rebalance("n1", 0);
+        itn.kind = crate::core::SignalKind::SpotInterruption;
+        let s = cluster(Group::test("a").desired(4), 4, 0).with_signal(itn);
+        let p = plan(&s, &Policy::default());
+        assert_eq!((p.boosts[0].to, p.boosts[0].record.added), (5, 1));
+    }
+
+    #[test]
     fn an_empty_at_risk_node_is_recorded_without_a_write() {
         let s = cluster(Group::test("a").desired(4), 4, 0).with_signal(Signal::rebalance("n1", 0));
         let p = plan(&s, &Policy::default());
@@ -335,16 +314,14 @@ mod tests {
 
     #[test]
     fn target_starts_from_cas_target_when_it_leads() {
-        let s = cluster(Group::test("a").desired(4).ca_target(6, None), 4, 0)
-            .with_signal(Signal::rebalance("n1", 0));
+        let s = cluster(Group::test("a").desired(4).ca_target(6, None), 4, 0).with_signal(Signal::rebalance("n1", 0));
         let p = plan(&s, &count_mode());
         assert_eq!((p.boosts[0].from, p.boosts[0].to), (4, 7));
     }
 
     #[test]
     fn already_boosted_instances_are_not_boosted_again() {
-        let mut s =
-            cluster(Group::test("a").desired(5), 4, 0).with_signal(Signal::rebalance("n1", 0));
+        let mut s = cluster(Group::test("a").desired(5), 4, 0).with_signal(Signal::rebalance("n1", 0));
         let first = plan(&s, &count_mode());
         s.ledger.record(first.boosts[0].record.clone());
         s.signals.push(Signal::rebalance("n1", 30_000));
@@ -353,35 +330,21 @@ mod tests {
 
     #[test]
     fn a_group_at_max_is_held_not_boosted() {
-        let s = cluster(Group::test("a").desired(4).max(4), 4, 2)
-            .with_signal(Signal::rebalance("n1", 0));
+        let s = cluster(Group::test("a").desired(4).max(4), 4, 2).with_signal(Signal::rebalance("n1", 0));
         let p = plan(&s, &count_mode());
         assert!(p.boosts.is_empty());
         assert_eq!(
             p.held,
-            vec![Held {
-                group: "a".into(),
-                instances: vec!["i-n1".into()],
-                reason: HoldReason::AtMaxSize
-            }]
+            vec![Held { group: "a".into(), instances: vec!["i-n1".into()], reason: HoldReason::AtMaxSize }]
         );
     }
 
     #[test]
     fn a_group_in_ca_backoff_is_held_with_the_code() {
-        let s = cluster(
-            Group::test("a")
-                .desired(4)
-                .ca_target(4, Some("placeholder-cannot-be-fulfilled")),
-            4,
-            0,
-        )
-        .with_signal(Signal::rebalance("n1", 0));
+        let s = cluster(Group::test("a").desired(4).ca_target(4, Some("placeholder-cannot-be-fulfilled")), 4, 0)
+            .with_signal(Signal::rebalance("n1", 0));
         let p = plan(&s, &count_mode());
-        assert_eq!(
-            p.held[0].reason,
-            HoldReason::CaBackoff("placeholder-cannot-be-fulfilled".into())
-        );
+        assert_eq!(p.held[0].reason, HoldReason::CaBackoff("placeholder-cannot-be-fulfilled".into()));
     }
 
     #[test]
@@ -391,17 +354,8 @@ mod tests {
             .with_signal(Signal::rebalance("n1", 1_000));
         let p = plan(&s, &count_mode());
         assert_eq!(p.boosts[0].to, 5);
-        assert_eq!(
-            p.boosts[0].record.instances,
-            BTreeSet::from(["i-n1".into()])
-        );
-        assert_eq!(
-            p.boosts[0].reason,
-            BoostReason::Partial {
-                needed: 1,
-                limit: HoldReason::AtMaxSize
-            }
-        );
+        assert_eq!(p.boosts[0].record.instances, BTreeSet::from(["i-n1".into()]));
+        assert_eq!(p.boosts[0].reason, BoostReason::Partial { needed: 1, limit: HoldReason::AtMaxSize });
         assert_eq!(p.held[0].instances, vec![InstanceId::from("i-n2")]);
     }
 
@@ -419,33 +373,23 @@ mod tests {
 
     #[test]
     fn extra_nodes_are_added_once_and_within_room() {
-        let policy = Policy {
-            extra_nodes: 5,
-            ..count_mode()
-        };
-        let s = cluster(Group::test("a").desired(4).max(7), 4, 0)
-            .with_signal(Signal::rebalance("n1", 0));
+        let policy = Policy { extra_nodes: 5, ..count_mode() };
+        let s = cluster(Group::test("a").desired(4).max(7), 4, 0).with_signal(Signal::rebalance("n1", 0));
         let p = plan(&s, &policy);
         assert_eq!(p.boosts[0].to, 7, "1 needed + 2 of the 5 extra before max");
     }
 
     #[test]
     fn the_budget_counts_boosts_in_flight() {
-        let policy = Policy {
-            max_boost_per_group: 2,
-            ..count_mode()
-        };
-        let mut s =
-            cluster(Group::test("a").desired(6), 6, 0).with_signal(Signal::rebalance("n3", 0));
+        let policy = Policy { max_boost_per_group: 2, ..count_mode() };
+        let mut s = cluster(Group::test("a").desired(6), 6, 0).with_signal(Signal::rebalance("n3", 0));
         s.ledger.record(BoostRecord {
             group: "a".into(),
             instances: BTreeSet::from(["i-n1".into()]),
             added: 2,
+            returned: 0,
             at: Timestamp::EPOCH,
         });
-        assert_eq!(
-            plan(&s, &policy).held[0].reason,
-            HoldReason::BoostBudgetSpent
-        );
+        assert_eq!(plan(&s, &policy).held[0].reason, HoldReason::BoostBudgetSpent);
     }
 }

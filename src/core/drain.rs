@@ -14,8 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::model::{
-    BoostLedger, BoostRecord, GroupName, InstanceId, Node, NodeName, Pod, PodClass, Snapshot,
-    Timestamp,
+    BoostLedger, BoostRecord, GroupName, InstanceId, Node, NodeName, Pod, PodClass, Snapshot, Timestamp,
 };
 use super::policy::Policy;
 use super::signals::AtRiskSet;
@@ -29,6 +28,9 @@ pub struct DrainStarted {
     pub instance: InstanceId,
     /// When the batch started.
     pub started_at: Timestamp,
+    /// Terminate with decrement once drained (see [`DrainTarget::decrement`]).
+    #[serde(default)]
+    pub decrement: bool,
 }
 
 /// How a drain ended.
@@ -72,6 +74,10 @@ pub struct DrainTarget {
     pub instance: InstanceId,
     /// Whether the worker must cordon it first (NTH normally has).
     pub cordon: bool,
+    /// Whether terminating it gives a boosted node back (`ShouldDecrementDesiredCapacity`). Only
+    /// as many of a boost's instances as it added are terminated with decrement; the others are
+    /// replaced by the ASG, so the group never ends smaller than before the boost.
+    pub decrement: bool,
 }
 
 /// Nodes of one group to drain together.
@@ -94,6 +100,8 @@ pub struct TimedOutDrain {
     pub instance: InstanceId,
     /// Whether to terminate it anyway (`--terminate-after-drain-timeout`).
     pub terminate: bool,
+    /// Whether that termination decrements desired capacity.
+    pub decrement: bool,
 }
 
 /// Why a group drains nothing now.
@@ -116,6 +124,19 @@ pub enum DrainWait {
         /// Replacements the boost added.
         needed: u32,
     },
+}
+
+impl std::fmt::Display for DrainWait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DrainWait::ConcurrencyLimit => f.write_str("--max-concurrent-drains nodes are draining"),
+            DrainWait::Spacing { until } => write!(f, "--time-between-drains: next batch at {} ms", until.as_millis()),
+            DrainWait::ReplacementNotReady { instances, ready, needed } => {
+                let names: Vec<&str> = instances.iter().map(InstanceId::as_str).collect();
+                write!(f, "{ready} of {needed} replacement(s) Ready for {}", names.join(", "))
+            }
+        }
+    }
 }
 
 /// A group waiting to drain.
@@ -168,10 +189,8 @@ pub fn claim_replacements(snapshot: &Snapshot, at_risk: &AtRiskSet) -> Vec<Claim
         let Some(group) = node.group.as_ref() else {
             continue;
         };
-        let at_risk_or_boosted = node
-            .instance
-            .as_ref()
-            .is_some_and(|i| boosted.contains(i) || at_risk.contains(group, i));
+        let at_risk_or_boosted =
+            node.instance.as_ref().is_some_and(|i| boosted.contains(i) || at_risk.contains(group, i));
         if node.ready
             && !node.cordoned
             && !node.deleting_by_ca
@@ -212,13 +231,10 @@ pub fn claim_replacements(snapshot: &Snapshot, at_risk: &AtRiskSet) -> Vec<Claim
 
 /// Plans the next drain batches, timeouts and waits.
 pub fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> DrainPlan {
-    let DrainView {
-        snapshot,
-        at_risk,
-        state,
-    } = *view;
+    let DrainView { snapshot, at_risk, state } = *view;
     let claims = claim_replacements(snapshot, at_risk);
     let mut plan = DrainPlan::default();
+    let mut planned: Vec<DrainStarted> = Vec::new();
 
     for (node, started) in &state.in_progress {
         if now.since(started.started_at) >= policy.drain_timeout {
@@ -227,6 +243,7 @@ pub fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> Dr
                 node: node.clone(),
                 instance: started.instance.clone(),
                 terminate: policy.terminate_after_drain_timeout,
+                decrement: started.decrement,
             });
         }
     }
@@ -235,9 +252,7 @@ pub fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> Dr
         let active = state
             .in_progress
             .iter()
-            .filter(|(node, d)| {
-                &d.group == group && !plan.timed_out.iter().any(|t| &t.node == *node)
-            })
+            .filter(|(node, d)| &d.group == group && !plan.timed_out.iter().any(|t| &t.node == *node))
             .count() as u32;
         let mut candidates: Vec<_> = instances
             .values()
@@ -250,11 +265,7 @@ pub fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> Dr
         if candidates.is_empty() {
             continue;
         }
-        candidates.sort_by(|a, b| {
-            a.first_seen
-                .cmp(&b.first_seen)
-                .then_with(|| a.instance.cmp(&b.instance))
-        });
+        candidates.sort_by(|a, b| a.first_seen.cmp(&b.first_seen).then_with(|| a.instance.cmp(&b.instance)));
 
         let mut ready = Vec::new();
         let mut not_ready: BTreeMap<usize, (Vec<InstanceId>, &Claim)> = BTreeMap::new();
@@ -267,58 +278,56 @@ pub fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> Dr
             if claim.complete() {
                 ready.push(risk);
             } else {
-                not_ready
-                    .entry(index)
-                    .or_insert_with(|| (Vec::new(), claim))
-                    .0
-                    .push(risk.instance.clone());
+                not_ready.entry(index).or_insert_with(|| (Vec::new(), claim)).0.push(risk.instance.clone());
             }
         }
         for (instances, claim) in not_ready.into_values() {
-            let reason = DrainWait::ReplacementNotReady {
-                instances,
-                ready: claim.nodes.len() as u32,
-                needed: claim.needed,
-            };
-            plan.waiting.push(Waiting {
-                group: group.clone(),
-                reason,
-            });
+            let reason =
+                DrainWait::ReplacementNotReady { instances, ready: claim.nodes.len() as u32, needed: claim.needed };
+            plan.waiting.push(Waiting { group: group.clone(), reason });
         }
         if ready.is_empty() {
             continue;
         }
         let slots = policy.max_concurrent_drains.saturating_sub(active);
         if slots == 0 {
-            plan.waiting.push(Waiting {
-                group: group.clone(),
-                reason: DrainWait::ConcurrencyLimit,
-            });
+            plan.waiting.push(Waiting { group: group.clone(), reason: DrainWait::ConcurrencyLimit });
             continue;
         }
         if let Some(last) = state.last_batch_at.get(group) {
             let until = last.plus(policy.time_between_drains);
             if now < until {
-                plan.waiting.push(Waiting {
-                    group: group.clone(),
-                    reason: DrainWait::Spacing { until },
-                });
+                plan.waiting.push(Waiting { group: group.clone(), reason: DrainWait::Spacing { until } });
                 continue;
             }
         }
         let nodes = ready
             .into_iter()
             .take(slots as usize)
-            .map(|r| DrainTarget {
-                node: r.node.clone(),
-                instance: r.instance.clone(),
-                cordon: !snapshot.nodes.get(&r.node).is_some_and(|n| n.cordoned),
+            .map(|r| {
+                let record = snapshot.ledger.record_for(&r.instance).expect("covered instances have a record");
+                let promised = state
+                    .in_progress
+                    .values()
+                    .chain(&planned)
+                    .filter(|d| d.decrement && record.instances.contains(&d.instance))
+                    .count() as u32;
+                let decrement = record.returned + promised < record.added;
+                planned.push(DrainStarted {
+                    group: group.clone(),
+                    instance: r.instance.clone(),
+                    started_at: now,
+                    decrement,
+                });
+                DrainTarget {
+                    node: r.node.clone(),
+                    instance: r.instance.clone(),
+                    cordon: !snapshot.nodes.get(&r.node).is_some_and(|n| n.cordoned),
+                    decrement,
+                }
             })
             .collect();
-        plan.batches.push(DrainBatch {
-            group: group.clone(),
-            nodes,
-        });
+        plan.batches.push(DrainBatch { group: group.clone(), nodes });
     }
     plan.claims = claims;
     plan
@@ -328,23 +337,13 @@ pub fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> Dr
 /// node any more; its claimed replacements become spent. Spent names of nodes that are gone are
 /// forgotten, so the ledger stays as small as the cluster.
 pub fn close_finished_boosts(snapshot: &Snapshot, at_risk: &AtRiskSet) -> BoostLedger {
-    let alive: BTreeSet<&InstanceId> = snapshot
-        .nodes
-        .values()
-        .filter_map(|n| n.instance.as_ref())
-        .collect();
+    let alive: BTreeSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
     let claims = claim_replacements(snapshot, at_risk);
-    let mut ledger = BoostLedger {
-        records: Vec::new(),
-        spent: snapshot.ledger.spent.clone(),
-    };
+    let mut ledger = BoostLedger { records: Vec::new(), spent: snapshot.ledger.spent.clone() };
     for record in &snapshot.ledger.records {
         if record.instances.iter().any(|i| alive.contains(i)) {
             ledger.records.push(record.clone());
-        } else if let Some(claim) = claims
-            .iter()
-            .find(|c| c.instances == record.instances && c.group == record.group)
-        {
+        } else if let Some(claim) = claims.iter().find(|c| c.instances == record.instances && c.group == record.group) {
             ledger.spent.extend(claim.nodes.iter().cloned());
         }
     }
@@ -355,11 +354,7 @@ pub fn close_finished_boosts(snapshot: &Snapshot, at_risk: &AtRiskSet) -> BoostL
 /// The pods a drain evicts, in order: ordinary pods first, critical ones last; DaemonSet, mirror
 /// and finished pods are left alone.
 pub fn eviction_order(node: &Node) -> Vec<&Pod> {
-    let mut pods: Vec<&Pod> = node
-        .pods
-        .iter()
-        .filter(|p| p.class.is_evictable())
-        .collect();
+    let mut pods: Vec<&Pod> = node.pods.iter().filter(|p| p.class.is_evictable()).collect();
     pods.sort_by(|a, b| {
         (a.class == PodClass::Critical)
             .cmp(&(b.class == PodClass::Critical))
@@ -368,16 +363,12 @@ pub fn eviction_order(node: &Node) -> Vec<&Pod> {
     pods
 }
 
-/// How long to wait before retrying an eviction a PodDisruptionBudget refused `refusals` times:
-/// doubling from `--eviction-backoff-initial`, capped at `--eviction-backoff-max`.
+/// How long to wait before retrying an eviction a PodDisruptionBudget refused `refusals` times
+/// in a row: doubling from `--eviction-backoff-initial`, capped at `--eviction-backoff-max`.
+/// Callers reset the count when an eviction on the same node succeeds: the budget is moving.
 pub fn eviction_backoff(refusals: u32, policy: &Policy) -> Duration {
-    let factor = 1u32
-        .checked_shl(refusals.saturating_sub(1))
-        .unwrap_or(u32::MAX);
-    policy
-        .eviction_backoff_initial
-        .saturating_mul(factor)
-        .min(policy.eviction_backoff_max)
+    let factor = 1u32.checked_shl(refusals.saturating_sub(1)).unwrap_or(u32::MAX);
+    policy.eviction_backoff_initial.saturating_mul(factor).min(policy.eviction_backoff_max)
 }
 
 #[cfg(test)]
@@ -394,14 +385,13 @@ mod tests {
         for i in 1..=4 {
             s = s.with_node(Node::test(&format!("n{i}"), "a").with_pods(2, 500, 1 << 30));
         }
-        s = s
-            .with_signal(Signal::rebalance("n1", 1_000))
-            .with_signal(Signal::rebalance("n2", 2_000));
+        s = s.with_signal(Signal::rebalance("n1", 1_000)).with_signal(Signal::rebalance("n2", 2_000));
         s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = true;
         s.ledger.record(BoostRecord {
             group: "a".into(),
             instances: BTreeSet::from(["i-n1".into(), "i-n2".into()]),
             added,
+            returned: 0,
             at: Timestamp::from_millis(10_000),
         });
         s
@@ -409,15 +399,7 @@ mod tests {
 
     fn plan(s: &Snapshot, state: &DrainState, policy: &Policy) -> DrainPlan {
         let at_risk = fold_signals(s, policy, NOW);
-        next_batches(
-            &DrainView {
-                snapshot: s,
-                at_risk: &at_risk,
-                state,
-            },
-            policy,
-            NOW,
-        )
+        next_batches(&DrainView { snapshot: s, at_risk: &at_risk, state }, policy, NOW)
     }
 
     #[test]
@@ -428,30 +410,33 @@ mod tests {
         assert!(p.batches.is_empty());
         assert_eq!(
             p.waiting[0].reason,
-            DrainWait::ReplacementNotReady {
-                instances: vec!["i-n1".into(), "i-n2".into()],
-                ready: 1,
-                needed: 2
-            }
+            DrainWait::ReplacementNotReady { instances: vec!["i-n1".into(), "i-n2".into()], ready: 1, needed: 2 }
         );
 
         s.nodes.get_mut(&NodeName::from("new2")).unwrap().ready = true;
         let p = plan(&s, &DrainState::default(), &Policy::default());
         assert_eq!(p.batches.len(), 1);
-        let targets: Vec<_> = p.batches[0]
-            .nodes
-            .iter()
-            .map(|t| (t.node.as_str(), t.cordon))
-            .collect();
+        let targets: Vec<_> = p.batches[0].nodes.iter().map(|t| (t.node.as_str(), t.cordon)).collect();
         assert_eq!(targets, vec![("n1", false), ("n2", true)]);
+    }
+
+    #[test]
+    fn only_as_many_terminations_decrement_as_the_boost_added() {
+        let mut s = boosted(1).with_node(Node::test("new1", "a").created_at(20_000));
+        let p = plan(&s, &DrainState::default(), &Policy::default());
+        let decrements: Vec<bool> = p.batches[0].nodes.iter().map(|t| t.decrement).collect();
+        assert_eq!(decrements, vec![true, false]);
+
+        s.ledger.note_returned(&"i-n1".into());
+        s.nodes.remove(&NodeName::from("n1"));
+        let p = plan(&s, &DrainState::default(), &Policy::default());
+        assert!(!p.batches[0].nodes[0].decrement, "the one node added was already given back");
     }
 
     #[test]
     fn nodes_older_than_the_boost_are_not_replacements() {
         let s = boosted(1).with_node(Node::test("old", "a").created_at(5_000));
-        assert!(plan(&s, &DrainState::default(), &Policy::default())
-            .batches
-            .is_empty());
+        assert!(plan(&s, &DrainState::default(), &Policy::default()).batches.is_empty());
     }
 
     #[test]
@@ -463,76 +448,45 @@ mod tests {
     #[test]
     fn batches_respect_concurrency_and_spacing() {
         let s = boosted(0);
-        let policy = Policy {
-            max_concurrent_drains: 1,
-            ..Policy::default()
-        };
+        let policy = Policy { max_concurrent_drains: 1, ..Policy::default() };
         let p = plan(&s, &DrainState::default(), &policy);
         assert_eq!(p.batches[0].nodes.len(), 1);
 
         let mut state = DrainState::default();
         state.in_progress.insert(
             "n1".into(),
-            DrainStarted {
-                group: "a".into(),
-                instance: "i-n1".into(),
-                started_at: NOW,
-            },
+            DrainStarted { group: "a".into(), instance: "i-n1".into(), started_at: NOW, decrement: true },
         );
         state.last_batch_at.insert("a".into(), NOW);
-        assert_eq!(
-            plan(&s, &state, &policy).waiting[0].reason,
-            DrainWait::ConcurrencyLimit
-        );
+        assert_eq!(plan(&s, &state, &policy).waiting[0].reason, DrainWait::ConcurrencyLimit);
 
         state.in_progress.clear();
         state.finished.insert("i-n1".into(), DrainEnd::Drained);
         let until = NOW.plus(policy.time_between_drains);
-        assert_eq!(
-            plan(&s, &state, &policy).waiting[0].reason,
-            DrainWait::Spacing { until }
-        );
+        assert_eq!(plan(&s, &state, &policy).waiting[0].reason, DrainWait::Spacing { until });
     }
 
     #[test]
     fn timed_out_drains_are_reported_and_terminated_only_when_asked() {
         let s = boosted(0);
         let mut state = DrainState::default();
-        let started = Timestamp::from_millis(NOW.as_millis() - 300_000);
+        let started = Timestamp::from_millis(NOW.as_millis() - 600_000);
         state.in_progress.insert(
             "n1".into(),
-            DrainStarted {
-                group: "a".into(),
-                instance: "i-n1".into(),
-                started_at: started,
-            },
+            DrainStarted { group: "a".into(), instance: "i-n1".into(), started_at: started, decrement: false },
         );
         let p = plan(&s, &state, &Policy::default());
         assert_eq!(p.timed_out.len(), 1);
         assert!(!p.timed_out[0].terminate);
-        assert_eq!(
-            p.batches[0].nodes.len(),
-            1,
-            "the timed-out slot is free again"
-        );
-        let p = plan(
-            &s,
-            &state,
-            &Policy {
-                terminate_after_drain_timeout: true,
-                ..Policy::default()
-            },
-        );
+        assert_eq!(p.batches[0].nodes.len(), 1, "the timed-out slot is free again");
+        let p = plan(&s, &state, &Policy { terminate_after_drain_timeout: true, ..Policy::default() });
         assert!(p.timed_out[0].terminate);
     }
 
     #[test]
     fn ca_deletions_are_never_drained() {
         let mut s = boosted(0);
-        s.nodes
-            .get_mut(&NodeName::from("n2"))
-            .unwrap()
-            .deleting_by_ca = true;
+        s.nodes.get_mut(&NodeName::from("n2")).unwrap().deleting_by_ca = true;
         let p = plan(&s, &DrainState::default(), &Policy::default());
         assert_eq!(p.batches[0].nodes.len(), 1);
         assert_eq!(p.batches[0].nodes[0].node.as_str(), "n1");
@@ -560,10 +514,7 @@ mod tests {
             Pod::test("mirror", 1, 1).class(PodClass::Mirror),
             Pod::test("done", 1, 1).class(PodClass::Finished),
         ];
-        let names: Vec<_> = eviction_order(&node)
-            .iter()
-            .map(|p| p.name.as_str())
-            .collect();
+        let names: Vec<_> = eviction_order(&node).iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, vec!["a", "b", "z-critical"]);
 
         let p = Policy::default();

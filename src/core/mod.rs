@@ -10,13 +10,12 @@ pub mod sizing;
 
 pub use boost::{plan_boosts, Boost, BoostPlan, BoostReason, Held, HoldReason};
 pub use drain::{
-    close_finished_boosts, eviction_backoff, eviction_order, next_batches, Claim, DrainBatch,
-    DrainEnd, DrainPlan, DrainStarted, DrainState, DrainTarget, DrainView, DrainWait,
-    TimedOutDrain,
+    close_finished_boosts, eviction_backoff, eviction_order, next_batches, Claim, DrainBatch, DrainEnd, DrainPlan,
+    DrainStarted, DrainState, DrainTarget, DrainView, DrainWait, TimedOutDrain,
 };
 pub use model::{
-    BoostLedger, BoostRecord, CaGroupView, Group, GroupName, InstanceId, Node, NodeName, Pod,
-    PodClass, Resources, Signal, SignalKind, Snapshot, Timestamp,
+    BoostLedger, BoostRecord, CaGroupView, Group, GroupName, InstanceId, Node, NodeName, Pod, PodClass, Resources,
+    Signal, SignalKind, Snapshot, Timestamp,
 };
 pub use policy::{Policy, SizingMode};
 pub use signals::{fold_signals, AtRisk, AtRiskSet, DropReason, Dropped};
@@ -40,20 +39,8 @@ pub struct Plan {
 pub fn plan(snapshot: &Snapshot, drains: &DrainState, policy: &Policy, now: Timestamp) -> Plan {
     let at_risk = fold_signals(snapshot, policy, now);
     let boosts = plan_boosts(snapshot, &at_risk, policy, now);
-    let drains = next_batches(
-        &DrainView {
-            snapshot,
-            at_risk: &at_risk,
-            state: drains,
-        },
-        policy,
-        now,
-    );
-    Plan {
-        at_risk,
-        boosts,
-        drains,
-    }
+    let drains = next_batches(&DrainView { snapshot, at_risk: &at_risk, state: drains }, policy, now);
+    Plan { at_risk, boosts, drains }
 }
 
 #[cfg(test)]

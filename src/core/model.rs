@@ -29,10 +29,7 @@ impl Timestamp {
 
     /// This time plus a duration (saturating).
     pub fn plus(self, d: Duration) -> Self {
-        Timestamp(
-            self.0
-                .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
-        )
+        Timestamp(self.0.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
     }
 
     /// How long after `earlier` this is; zero when `earlier` is later.
@@ -100,10 +97,7 @@ pub struct Resources {
 impl Resources {
     /// Resources from millicores and bytes.
     pub const fn new(cpu_millis: u64, memory_bytes: u64) -> Self {
-        Resources {
-            cpu_millis,
-            memory_bytes,
-        }
+        Resources { cpu_millis, memory_bytes }
     }
 
     /// Component-wise saturating subtraction.
@@ -116,10 +110,7 @@ impl Resources {
 
     /// Component-wise addition.
     pub fn plus(self, other: Resources) -> Resources {
-        Resources::new(
-            self.cpu_millis + other.cpu_millis,
-            self.memory_bytes + other.memory_bytes,
-        )
+        Resources::new(self.cpu_millis + other.cpu_millis, self.memory_bytes + other.memory_bytes)
     }
 
     /// Whether both components fit inside `capacity`.
@@ -243,10 +234,14 @@ impl SignalKind {
     /// replacement is worth buying. ASG lifecycle terminations and state changes are the ASG's or
     /// the owner's own doing: the ASG either replaces the instance itself or does not want it.
     pub fn calls_for_replacement(self) -> bool {
-        matches!(
-            self,
-            SignalKind::Rebalance | SignalKind::SpotInterruption | SignalKind::Scheduled
-        )
+        matches!(self, SignalKind::Rebalance | SignalKind::SpotInterruption | SignalKind::Scheduled)
+    }
+
+    /// Whether NTH cordons **and drains** on this kind whatever its rebalance settings: by the time
+    /// the booster sizes the node its pods may already be Pending, so it counts as at least one
+    /// replacement.
+    pub fn drained_by_nth(self) -> bool {
+        matches!(self, SignalKind::SpotInterruption | SignalKind::Scheduled)
     }
 
     /// The kebab-case name used in reports and metric labels.
@@ -285,6 +280,11 @@ pub struct BoostRecord {
     /// Replacement nodes added for them (0 when their pods need no new node). Their batch may
     /// drain once this many Ready nodes, created after `at`, are claimed for it.
     pub added: u32,
+    /// How many of `added` were given back by terminating a drained instance with decrement.
+    /// Never more than `added`: the rest are terminated without decrement and the ASG replaces
+    /// them, so a boost never leaves its group smaller than it found it.
+    #[serde(default)]
+    pub returned: u32,
     /// When the boost was decided.
     pub at: Timestamp,
 }
@@ -314,15 +314,19 @@ impl BoostLedger {
 
     /// All covered instances.
     pub fn covered(&self) -> BTreeSet<&InstanceId> {
-        self.records
-            .iter()
-            .flat_map(|r| r.instances.iter())
-            .collect()
+        self.records.iter().flat_map(|r| r.instances.iter()).collect()
     }
 
     /// Adds a record.
     pub fn record(&mut self, record: BoostRecord) {
         self.records.push(record);
+    }
+
+    /// Notes that terminating `instance` gave one of its boost's nodes back.
+    pub fn note_returned(&mut self, instance: &InstanceId) {
+        if let Some(r) = self.records.iter_mut().find(|r| r.instances.contains(instance)) {
+            r.returned = (r.returned + 1).min(r.added);
+        }
     }
 }
 
@@ -368,11 +372,8 @@ pub(crate) mod builders {
         }
         /// Sets CA's view.
         pub fn ca_target(mut self, target: u32, backoff: Option<&str>) -> Group {
-            self.ca = Some(CaGroupView {
-                cloud_provider_target: target,
-                backoff: backoff.map(String::from),
-                healthy: true,
-            });
+            self.ca =
+                Some(CaGroupView { cloud_provider_target: target, backoff: backoff.map(String::from), healthy: true });
             self
         }
     }
@@ -411,11 +412,7 @@ pub(crate) mod builders {
         pub fn with_pods(mut self, n: usize, cpu_millis: u64, memory_bytes: u64) -> Node {
             for i in 0..n {
                 let k = self.pods.len() + i;
-                self.pods.push(Pod::test(
-                    &format!("{}-p{k}", self.name),
-                    cpu_millis,
-                    memory_bytes,
-                ));
+                self.pods.push(Pod::test(&format!("{}-p{k}", self.name), cpu_millis, memory_bytes));
             }
             self
         }

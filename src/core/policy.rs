@@ -42,7 +42,8 @@ pub struct Policy {
     pub max_concurrent_drains: u32,
     /// Least time between two drain batches of one group. Default: 15s.
     pub time_between_drains: Duration,
-    /// A drain still evicting after this is abandoned and reported. Default: 5m.
+    /// A drain still evicting after this is abandoned and reported. Default: 10m (PDB-bound
+    /// workloads move one pod at a time).
     pub drain_timeout: Duration,
     /// Terminate the instance even when its drain timed out. Default: false (the node stays
     /// cordoned and its remaining pods keep running until the instance goes).
@@ -68,7 +69,7 @@ impl Default for Policy {
             signal_max_age: Duration::from_secs(2 * 3600),
             max_concurrent_drains: 2,
             time_between_drains: Duration::from_secs(15),
-            drain_timeout: Duration::from_secs(300),
+            drain_timeout: Duration::from_secs(600),
             terminate_after_drain_timeout: false,
             eviction_backoff_initial: Duration::from_secs(5),
             eviction_backoff_max: Duration::from_secs(60),

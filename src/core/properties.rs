@@ -42,11 +42,7 @@ fn node_strategy(group: usize, index: usize) -> impl Strategy<Value = Node> {
                     namespace: "default".into(),
                     name: format!("p-{group}-{index}-{k}"),
                     requests: Resources::new(cpu, mem * GI / 2),
-                    class: if k % 5 == 4 {
-                        PodClass::DaemonSet
-                    } else {
-                        PodClass::Ordinary
-                    },
+                    class: if k % 5 == 4 { PodClass::DaemonSet } else { PodClass::Ordinary },
                 })
                 .collect(),
         })
@@ -61,25 +57,15 @@ fn group_strategy(index: usize) -> impl Strategy<Value = (Group, Vec<Node>)> {
         0usize..10,
     )
         .prop_flat_map(move |(min, desired, max_extra, ca, n_nodes)| {
-            let nodes = (0..n_nodes)
-                .map(|k| node_strategy(index, k))
-                .collect::<Vec<_>>();
+            let nodes = (0..n_nodes).map(|k| node_strategy(index, k)).collect::<Vec<_>>();
             let max = min.max(desired) + max_extra % 6;
             let group = Group {
                 name: GroupName(format!("g{index}")),
                 min,
                 max,
                 desired: desired.min(max).max(min),
-                node_allocatable: if index % 2 == 0 {
-                    Some(Resources::new(4000, 16 * GI))
-                } else {
-                    None
-                },
-                ca: ca.map(|(target, backoff)| CaGroupView {
-                    cloud_provider_target: target,
-                    backoff,
-                    healthy: true,
-                }),
+                node_allocatable: if index % 2 == 0 { Some(Resources::new(4000, 16 * GI)) } else { None },
+                ca: ca.map(|(target, backoff)| CaGroupView { cloud_provider_target: target, backoff, healthy: true }),
             };
             (Just(group), nodes)
         })
@@ -87,12 +73,7 @@ fn group_strategy(index: usize) -> impl Strategy<Value = (Group, Vec<Node>)> {
 
 fn case_strategy() -> impl Strategy<Value = Case> {
     let groups = (1usize..4).prop_flat_map(|n| (0..n).map(group_strategy).collect::<Vec<_>>());
-    (
-        groups,
-        prop::collection::vec((0usize..40, 0i64..3_600_000, 0u8..6), 0..30),
-        any::<u64>(),
-        policy_strategy(),
-    )
+    (groups, prop::collection::vec((0usize..40, 0i64..3_600_000, 0u8..6), 0..30), any::<u64>(), policy_strategy())
         .prop_map(|(groups, raw_signals, seed, policy)| {
             let mut snapshot = Snapshot::default();
             let mut all_nodes = Vec::new();
@@ -123,12 +104,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
                 }
             }
             // A ledger from an earlier pass over part of the signals, and some drain progress.
-            let earlier = plan(
-                &snapshot,
-                &DrainState::default(),
-                &policy,
-                Timestamp::from_millis(1_800_000),
-            );
+            let earlier = plan(&snapshot, &DrainState::default(), &policy, Timestamp::from_millis(1_800_000));
             for (k, boost) in earlier.boosts.boosts.into_iter().enumerate() {
                 if (seed >> (k % 64)) & 1 == 1 {
                     snapshot.ledger.record(boost.record);
@@ -137,22 +113,17 @@ fn case_strategy() -> impl Strategy<Value = Case> {
             let mut drains = DrainState::default();
             for (k, record) in snapshot.ledger.records.iter().enumerate() {
                 for (j, instance) in record.instances.iter().enumerate() {
-                    let node = snapshot
-                        .nodes
-                        .values()
-                        .find(|n| n.instance.as_ref() == Some(instance))
-                        .unwrap();
+                    let node = snapshot.nodes.values().find(|n| n.instance.as_ref() == Some(instance)).unwrap();
                     match (seed >> ((k + j) % 60)) & 3 {
                         0 => {
-                            let started = Timestamp::from_millis(
-                                NOW.as_millis() - ((seed % 600) as i64) * 1000,
-                            );
+                            let started = Timestamp::from_millis(NOW.as_millis() - ((seed % 600) as i64) * 1000);
                             drains.in_progress.insert(
                                 node.name.clone(),
                                 DrainStarted {
                                     group: record.group.clone(),
                                     instance: instance.clone(),
                                     started_at: started,
+                                    decrement: k % 2 == 0,
                                 },
                             );
                         }
@@ -163,40 +134,23 @@ fn case_strategy() -> impl Strategy<Value = Case> {
                     }
                 }
             }
-            Case {
-                snapshot,
-                drains,
-                policy,
-            }
+            Case { snapshot, drains, policy }
         })
 }
 
 fn policy_strategy() -> impl Strategy<Value = Policy> {
-    (
-        any::<bool>(),
-        0u32..50,
-        0u32..3,
-        1u32..12,
-        0u32..5,
-        1u32..5,
-        any::<bool>(),
+    (any::<bool>(), 0u32..50, 0u32..3, 1u32..12, 0u32..5, 1u32..5, any::<bool>()).prop_map(
+        |(count, over, extra, budget, ok, concurrent, terminate)| Policy {
+            sizing: if count { SizingMode::Count } else { SizingMode::Pods },
+            over_subscription_percent: over,
+            extra_nodes: extra,
+            max_boost_per_group: budget,
+            ca_ok_total_unready_count: ok,
+            max_concurrent_drains: concurrent,
+            terminate_after_drain_timeout: terminate,
+            ..Policy::default()
+        },
     )
-        .prop_map(
-            |(count, over, extra, budget, ok, concurrent, terminate)| Policy {
-                sizing: if count {
-                    SizingMode::Count
-                } else {
-                    SizingMode::Pods
-                },
-                over_subscription_percent: over,
-                extra_nodes: extra,
-                max_boost_per_group: budget,
-                ca_ok_total_unready_count: ok,
-                max_concurrent_drains: concurrent,
-                terminate_after_drain_timeout: terminate,
-                ..Policy::default()
-            },
-        )
 }
 
 proptest! {

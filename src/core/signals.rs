@@ -61,9 +61,7 @@ pub struct AtRiskSet {
 impl AtRiskSet {
     /// Whether `instance` of `group` is at risk.
     pub fn contains(&self, group: &GroupName, instance: &InstanceId) -> bool {
-        self.by_group
-            .get(group)
-            .is_some_and(|m| m.contains_key(instance))
+        self.by_group.get(group).is_some_and(|m| m.contains_key(instance))
     }
 
     /// Number of at-risk instances across groups.
@@ -97,15 +95,9 @@ pub fn fold_signals(snapshot: &Snapshot, policy: &Policy, now: Timestamp) -> AtR
     for (instance, risk) in merged {
         match admit(snapshot, policy, now, &risk) {
             Ok(group) => {
-                set.by_group
-                    .entry(group.clone())
-                    .or_default()
-                    .insert(instance.clone(), risk);
+                set.by_group.entry(group.clone()).or_default().insert(instance.clone(), risk);
             }
-            Err(reason) => set.dropped.push(Dropped {
-                instance: instance.clone(),
-                reason,
-            }),
+            Err(reason) => set.dropped.push(Dropped { instance: instance.clone(), reason }),
         }
     }
     set
@@ -122,11 +114,7 @@ fn admit<'s>(
         .get(&risk.node)
         .filter(|n| n.instance.as_ref() == Some(&risk.instance))
         .ok_or(DropReason::NodeGone)?;
-    let group = node
-        .group
-        .as_ref()
-        .filter(|g| snapshot.groups.contains_key(*g))
-        .ok_or(DropReason::NoGroup)?;
+    let group = node.group.as_ref().filter(|g| snapshot.groups.contains_key(*g)).ok_or(DropReason::NoGroup)?;
     if policy.ignored_groups.contains(group) {
         return Err(DropReason::IgnoredGroup);
     }
@@ -169,51 +157,32 @@ mod tests {
         assert_eq!(set.len(), 1);
         let risk = &set.by_group[&GroupName::from("spot-a")][&InstanceId::from("i-n1")];
         assert_eq!(risk.first_seen, Timestamp::from_millis(1_000));
-        assert_eq!(
-            risk.kinds,
-            BTreeSet::from([SignalKind::Rebalance, SignalKind::SpotInterruption])
-        );
+        assert_eq!(risk.kinds, BTreeSet::from([SignalKind::Rebalance, SignalKind::SpotInterruption]));
     }
 
     #[test]
     fn gone_nodes_and_reused_names_are_cleared() {
         let mut reused = Signal::rebalance("n2", 0);
         reused.instance = InstanceId::from("i-old");
-        let s = snapshot()
-            .with_signal(Signal::rebalance("gone", 0))
-            .with_signal(reused);
+        let s = snapshot().with_signal(Signal::rebalance("gone", 0)).with_signal(reused);
         let set = fold_signals(&s, &Policy::default(), Timestamp::from_millis(1));
         assert!(set.is_empty());
-        assert!(
-            set.dropped.iter().all(|d| d.reason == DropReason::NodeGone),
-            "{:?}",
-            set.dropped
-        );
+        assert!(set.dropped.iter().all(|d| d.reason == DropReason::NodeGone), "{:?}", set.dropped);
     }
 
     #[test]
     fn stale_signals_expire_unless_already_boosted() {
-        let policy = Policy {
-            signal_max_age: Duration::from_secs(60),
-            ..Policy::default()
-        };
-        let mut s = snapshot()
-            .with_signal(Signal::rebalance("n1", 0))
-            .with_signal(Signal::rebalance("n2", 0));
+        let policy = Policy { signal_max_age: Duration::from_secs(60), ..Policy::default() };
+        let mut s = snapshot().with_signal(Signal::rebalance("n1", 0)).with_signal(Signal::rebalance("n2", 0));
         s.ledger.record(BoostRecord {
             group: "spot-a".into(),
             instances: BTreeSet::from([InstanceId::from("i-n2")]),
             added: 1,
+            returned: 0,
             at: Timestamp::EPOCH,
         });
         let set = fold_signals(&s, &policy, Timestamp::from_millis(61_000));
-        assert_eq!(
-            set.dropped,
-            vec![Dropped {
-                instance: "i-n1".into(),
-                reason: DropReason::Expired
-            }]
-        );
+        assert_eq!(set.dropped, vec![Dropped { instance: "i-n1".into(), reason: DropReason::Expired }]);
         assert!(set.contains(&"spot-a".into(), &"i-n2".into()));
     }
 
@@ -225,23 +194,11 @@ mod tests {
         let set = fold_signals(&s, &Policy::default(), Timestamp::EPOCH);
         assert_eq!(set.dropped[0].reason, DropReason::NoReplacementCalledFor);
 
-        s.nodes
-            .get_mut(&NodeName::from("n1"))
-            .unwrap()
-            .deleting_by_ca = true;
+        s.nodes.get_mut(&NodeName::from("n1")).unwrap().deleting_by_ca = true;
         s.signals = vec![Signal::rebalance("n1", 0)];
-        assert_eq!(
-            fold_signals(&s, &Policy::default(), Timestamp::EPOCH).dropped[0].reason,
-            DropReason::DeletingByCa
-        );
+        assert_eq!(fold_signals(&s, &Policy::default(), Timestamp::EPOCH).dropped[0].reason, DropReason::DeletingByCa);
 
-        let policy = Policy {
-            ignored_groups: BTreeSet::from(["spot-a".into()]),
-            ..Policy::default()
-        };
-        assert_eq!(
-            fold_signals(&s, &policy, Timestamp::EPOCH).dropped[0].reason,
-            DropReason::IgnoredGroup
-        );
+        let policy = Policy { ignored_groups: BTreeSet::from(["spot-a".into()]), ..Policy::default() };
+        assert_eq!(fold_signals(&s, &policy, Timestamp::EPOCH).dropped[0].reason, DropReason::IgnoredGroup);
     }
 }

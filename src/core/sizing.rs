@@ -7,13 +7,8 @@ use super::policy::Policy;
 
 /// A pod's demand once over-subscription is applied.
 fn demand(pod: &Pod, over_subscription_percent: u32) -> Resources {
-    let grow = |v: u64| {
-        (u128::from(v) * (100 + u128::from(over_subscription_percent))).div_ceil(100) as u64
-    };
-    Resources::new(
-        grow(pod.requests.cpu_millis),
-        grow(pod.requests.memory_bytes),
-    )
+    let grow = |v: u64| (u128::from(v) * (100 + u128::from(over_subscription_percent))).div_ceil(100) as u64;
+    Resources::new(grow(pod.requests.cpu_millis), grow(pod.requests.memory_bytes))
 }
 
 /// Replacement nodes for `pods` on nodes offering `node_allocatable`. Only evictable pods count
@@ -40,10 +35,7 @@ pub fn nodes_for_pods<'p>(
         cpu.max(mem)
     };
     demands.sort_by(|a, b| {
-        share(b)
-            .total_cmp(&share(a))
-            .then(b.cpu_millis.cmp(&a.cpu_millis))
-            .then(b.memory_bytes.cmp(&a.memory_bytes))
+        share(b).total_cmp(&share(a)).then(b.cpu_millis.cmp(&a.cpu_millis)).then(b.memory_bytes.cmp(&a.memory_bytes))
     });
 
     let mut free: Vec<Resources> = Vec::new();
@@ -64,33 +56,19 @@ mod tests {
     const GI: u64 = 1 << 30;
 
     fn policy(over: u32, reserved: Resources) -> Policy {
-        Policy {
-            over_subscription_percent: over,
-            reserved_per_node: reserved,
-            ..Policy::default()
-        }
+        Policy { over_subscription_percent: over, reserved_per_node: reserved, ..Policy::default() }
     }
 
     fn pods(n: usize, cpu: u64, mem: u64) -> Vec<Pod> {
-        (0..n)
-            .map(|i| Pod::test(&format!("p{i}"), cpu, mem))
-            .collect()
+        (0..n).map(|i| Pod::test(&format!("p{i}"), cpu, mem)).collect()
     }
 
     #[test]
     fn packs_by_the_tighter_dimension() {
         let p = policy(0, Resources::default());
         let node = Resources::new(4000, 16 * GI);
-        assert_eq!(
-            nodes_for_pods(&pods(16, 500, GI), node, &p),
-            2,
-            "cpu-bound: 8 per node"
-        );
-        assert_eq!(
-            nodes_for_pods(&pods(16, 100, 4 * GI), node, &p),
-            4,
-            "memory-bound: 4 per node"
-        );
+        assert_eq!(nodes_for_pods(&pods(16, 500, GI), node, &p), 2, "cpu-bound: 8 per node");
+        assert_eq!(nodes_for_pods(&pods(16, 100, 4 * GI), node, &p), 4, "memory-bound: 4 per node");
         assert_eq!(nodes_for_pods(&pods(0, 100, GI), node, &p), 0);
     }
 
@@ -98,14 +76,7 @@ mod tests {
     fn over_subscription_and_reservation_shrink_the_bin() {
         let node = Resources::new(4000, 16 * GI);
         // 500m grows to 550m; 3900m of room holds 7 such pods, so 16 pods need 3 nodes.
-        assert_eq!(
-            nodes_for_pods(
-                &pods(16, 500, GI),
-                node,
-                &policy(10, Resources::new(100, 0))
-            ),
-            3
-        );
+        assert_eq!(nodes_for_pods(&pods(16, 500, GI), node, &policy(10, Resources::new(100, 0))), 3);
     }
 
     #[test]
@@ -114,11 +85,7 @@ mod tests {
         let node = Resources::new(1000, 16 * GI);
         let mut mixed = pods(3, 600, GI);
         mixed.extend(pods(3, 400, GI));
-        assert_eq!(
-            nodes_for_pods(&mixed, node, &p),
-            3,
-            "each 600m pod pairs with a 400m pod"
-        );
+        assert_eq!(nodes_for_pods(&mixed, node, &p), 3, "each 600m pod pairs with a 400m pod");
     }
 
     #[test]

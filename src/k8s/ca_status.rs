@@ -135,10 +135,7 @@ impl NodeGroupStatus {
     pub fn core_view(&self) -> CaGroupView {
         CaGroupView {
             cloud_provider_target: self.cloud_provider_target,
-            backoff: self
-                .backoff
-                .as_ref()
-                .map(|b| b.code.clone().unwrap_or_else(|| "backoff".into())),
+            backoff: self.backoff.as_ref().map(|b| b.code.clone().unwrap_or_else(|| "backoff".into())),
             healthy: self.health.as_deref() != Some("Unhealthy"),
         }
     }
@@ -235,11 +232,8 @@ fn parse_legacy(text: &str) -> Result<CaStatus, ParseCaStatusError> {
     for (index, raw) in text.lines().enumerate() {
         let line_no = index + 1;
         let line = raw.trim();
-        let garbage = |problem: &str| ParseCaStatusError::Text {
-            line: line_no,
-            problem: problem.into(),
-            text: raw.to_string(),
-        };
+        let garbage =
+            |problem: &str| ParseCaStatusError::Text { line: line_no, problem: problem.into(), text: raw.to_string() };
         if line.is_empty() {
             continue;
         }
@@ -248,10 +242,8 @@ fn parse_legacy(text: &str) -> Result<CaStatus, ParseCaStatusError> {
                 .strip_prefix(LEGACY_PREFIX)
                 .and_then(|t| t.strip_suffix(':'))
                 .ok_or_else(|| garbage("expected the header"))?;
-            status.time = parse_go_time(time).map_err(|source| ParseCaStatusError::Time {
-                field: "status time",
-                source,
-            })?;
+            status.time =
+                parse_go_time(time).map_err(|source| ParseCaStatusError::Time { field: "status time", source })?;
             saw_header = true;
             continue;
         }
@@ -271,9 +263,7 @@ fn parse_legacy(text: &str) -> Result<CaStatus, ParseCaStatusError> {
             }
             _ => {}
         }
-        let (key, value) = line
-            .split_once(':')
-            .ok_or_else(|| garbage("expected `Key: value`"))?;
+        let (key, value) = line.split_once(':').ok_or_else(|| garbage("expected `Key: value`"))?;
         if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
             return Err(garbage("expected `Key: value`"));
         }
@@ -310,36 +300,25 @@ fn parse_legacy(text: &str) -> Result<CaStatus, ParseCaStatusError> {
             }
             (Section::NodeGroups, "Health" | "ScaleUp" | "ScaleDown") => {
                 let (state, pairs) = condition(value, line_no, raw)?;
-                let group = status
-                    .node_groups
-                    .last_mut()
-                    .ok_or_else(|| garbage("condition before any `Name:`"))?;
+                let group = status.node_groups.last_mut().ok_or_else(|| garbage("condition before any `Name:`"))?;
                 match key {
                     "Health" => {
                         group.counts = counts(&pairs, line_no)?;
-                        group.cloud_provider_target =
-                            count(&pairs, "cloudProviderTarget", line_no)?;
+                        group.cloud_provider_target = count(&pairs, "cloudProviderTarget", line_no)?;
                         group.min_size = count(&pairs, "minSize", line_no)?;
                         group.max_size = count(&pairs, "maxSize", line_no)?;
                         group.health = Some(state);
                     }
                     "ScaleUp" => {
                         if state == "Backoff" {
-                            group.backoff = Some(Backoff {
-                                code: None,
-                                message: None,
-                            });
+                            group.backoff = Some(Backoff { code: None, message: None });
                         }
                         group.scale_up = Some(state);
                     }
                     _ => group.scale_down = Some(state),
                 }
             }
-            (Section::Preamble, _) => {
-                return Err(garbage(
-                    "expected `Cluster-wide:`, `NodeGroups:` or `Initializing`",
-                ))
-            }
+            (Section::Preamble, _) => return Err(garbage("expected `Cluster-wide:`, `NodeGroups:` or `Initializing`")),
             // Fields a later CA may add are tolerated.
             _ => {}
         }
@@ -351,11 +330,7 @@ fn parse_legacy(text: &str) -> Result<CaStatus, ParseCaStatusError> {
 }
 
 /// `Healthy (ready=5 unready=0 (resourceUnready=0) … (minSize=2, maxSize=20))` → state + pairs.
-fn condition(
-    value: &str,
-    line: usize,
-    raw: &str,
-) -> Result<(String, Vec<(String, String)>), ParseCaStatusError> {
+fn condition(value: &str, line: usize, raw: &str) -> Result<(String, Vec<(String, String)>), ParseCaStatusError> {
     let (state, rest) = value.split_once(char::is_whitespace).unwrap_or((value, ""));
     let rest = rest.trim();
     if state.is_empty() || !state.chars().all(|c| c.is_ascii_alphanumeric()) {
@@ -365,28 +340,24 @@ fn condition(
             text: raw.to_string(),
         });
     }
-    if !rest.is_empty() && !(rest.starts_with('(') && rest.ends_with(')')) {
+    let parenthesised = rest.starts_with('(') && rest.ends_with(')');
+    if !(rest.is_empty() || parenthesised) {
         return Err(ParseCaStatusError::Text {
             line,
             problem: "expected `(key=value …)` after the status".into(),
             text: raw.to_string(),
         });
     }
-    let pairs = pair_regex()
-        .captures_iter(rest)
-        .map(|c| (c[1].to_string(), c[2].to_string()))
-        .collect();
+    let pairs = pair_regex().captures_iter(rest).map(|c| (c[1].to_string(), c[2].to_string())).collect();
     Ok((state.to_string(), pairs))
 }
 
 fn count(pairs: &[(String, String)], field: &str, line: usize) -> Result<u32, ParseCaStatusError> {
     match pairs.iter().find(|(k, _)| k == field) {
         None => Ok(0),
-        Some((_, v)) => v.parse().map_err(|_| ParseCaStatusError::TextCount {
-            line,
-            field: field.to_string(),
-            value: v.clone(),
-        }),
+        Some((_, v)) => {
+            v.parse().map_err(|_| ParseCaStatusError::TextCount { line, field: field.to_string(), value: v.clone() })
+        }
     }
 }
 
@@ -493,14 +464,12 @@ struct RawUnready {
 }
 
 fn parse_yaml(text: &str) -> Result<CaStatus, ParseCaStatusError> {
-    let raw: Option<RawStatus> =
-        serde_yaml::from_str(text).map_err(|e| ParseCaStatusError::Yaml {
-            location: e.location().map_or_else(
-                || "document".to_string(),
-                |l| format!("line {} column {}", l.line(), l.column()),
-            ),
-            message: e.to_string(),
-        })?;
+    let raw: Option<RawStatus> = serde_yaml::from_str(text).map_err(|e| ParseCaStatusError::Yaml {
+        location: e
+            .location()
+            .map_or_else(|| "document".to_string(), |l| format!("line {} column {}", l.line(), l.column())),
+        message: e.to_string(),
+    })?;
     let raw = raw.ok_or(ParseCaStatusError::Empty)?;
     if raw.time.is_none()
         && raw.autoscaler_status.is_none()
@@ -514,10 +483,7 @@ fn parse_yaml(text: &str) -> Result<CaStatus, ParseCaStatusError> {
         None => None,
         Some(t) => parse_go_time(t)
             .or_else(|_| parse_rfc3339(t).map(Some))
-            .map_err(|source| ParseCaStatusError::Time {
-                field: "time",
-                source,
-            })?,
+            .map_err(|source| ParseCaStatusError::Time { field: "time", source })?,
     };
     let autoscaler_status = match raw.autoscaler_status.as_deref() {
         None | Some("Running") => AutoscalerState::Running,
@@ -540,21 +506,15 @@ fn parse_yaml(text: &str) -> Result<CaStatus, ParseCaStatusError> {
         .into_iter()
         .enumerate()
         .map(|(i, g)| {
-            let name =
-                g.name
-                    .filter(|n| !n.is_empty())
-                    .ok_or_else(|| ParseCaStatusError::Yaml {
-                        location: "document".into(),
-                        message: format!(
-                            "nodeGroups[{i}].name: missing; every node group needs its name"
-                        ),
-                    })?;
+            let name = g.name.filter(|n| !n.is_empty()).ok_or_else(|| ParseCaStatusError::Yaml {
+                location: "document".into(),
+                message: format!("nodeGroups[{i}].name: missing; every node group needs its name"),
+            })?;
             let health = g.health.unwrap_or_default();
             check_probe_time(&health, "nodeGroups[].health.lastProbeTime")?;
             let scale_up = g.scale_up.unwrap_or_default();
             let info = scale_up.backoff_info.unwrap_or_default();
-            let in_backoff =
-                scale_up.status.as_deref() == Some("Backoff") || info.error_code.is_some();
+            let in_backoff = scale_up.status.as_deref() == Some("Backoff") || info.error_code.is_some();
             Ok(NodeGroupStatus {
                 name,
                 health: health.status,
@@ -563,10 +523,7 @@ fn parse_yaml(text: &str) -> Result<CaStatus, ParseCaStatusError> {
                 min_size: health.min_size.unwrap_or(0),
                 max_size: health.max_size.unwrap_or(0),
                 scale_up: scale_up.status,
-                backoff: in_backoff.then_some(Backoff {
-                    code: info.error_code,
-                    message: info.error_message,
-                }),
+                backoff: in_backoff.then_some(Backoff { code: info.error_code, message: info.error_message }),
                 scale_down: g.scale_down.and_then(|s| s.status),
             })
         })
@@ -584,9 +541,7 @@ fn parse_yaml(text: &str) -> Result<CaStatus, ParseCaStatusError> {
 /// what CA wrote.
 fn check_probe_time(health: &RawHealth, field: &'static str) -> Result<(), ParseCaStatusError> {
     match health.last_probe_time.as_deref() {
-        Some(t) => parse_rfc3339(t)
-            .map(|_| ())
-            .map_err(|source| ParseCaStatusError::Time { field, source }),
+        Some(t) => parse_rfc3339(t).map(|_| ()).map_err(|source| ParseCaStatusError::Time { field, source }),
         None => Ok(()),
     }
 }
@@ -615,10 +570,7 @@ mod tests {
     use crate::timefmt::format_rfc3339;
 
     fn fixture(name: &str) -> String {
-        let path = format!(
-            "{}/tests/fixtures/ca-status/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        );
+        let path = format!("{}/tests/fixtures/ca-status/{name}", env!("CARGO_MANIFEST_DIR"));
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
     }
 
@@ -634,19 +586,8 @@ mod tests {
         assert_eq!(s.cluster_wide.as_ref().unwrap().counts.registered, 8);
         assert_eq!(s.node_groups.len(), 2);
         let spot = &s.node_groups[0];
-        assert_eq!(
-            spot.name,
-            "eks-nodes-app-spot-0ec22d5a-1d53-aa90-9a86-46470ecca2af"
-        );
-        assert_eq!(
-            (
-                spot.counts.ready,
-                spot.cloud_provider_target,
-                spot.min_size,
-                spot.max_size
-            ),
-            (5, 5, 2, 20)
-        );
+        assert_eq!(spot.name, "eks-nodes-app-spot-0ec22d5a-1d53-aa90-9a86-46470ecca2af");
+        assert_eq!((spot.counts.ready, spot.cloud_provider_target, spot.min_size, spot.max_size), (5, 5, 2, 20));
         assert_eq!(spot.scale_up.as_deref(), Some("NoActivity"));
         assert_eq!(s.node_groups[1].min_size, 3);
     }
@@ -655,14 +596,7 @@ mod tests {
     fn legacy_1_20_reports_real_long_not_started() {
         let s = parse("legacy-1.20.txt");
         let g = &s.node_groups[0];
-        assert_eq!(
-            (
-                g.counts.long_not_started,
-                g.counts.not_started,
-                g.counts.unready
-            ),
-            (1, 2, 1)
-        );
+        assert_eq!((g.counts.long_not_started, g.counts.not_started, g.counts.unready), (1, 2, 1));
         assert_eq!(g.health.as_deref(), Some("Unhealthy"));
         assert_eq!(g.scale_up.as_deref(), Some("InProgress"));
     }
@@ -671,22 +605,9 @@ mod tests {
     fn legacy_1_21_with_backoff_and_long_unregistered() {
         let s = parse("legacy-1.21.txt");
         let g = s.group("spot-b").unwrap();
-        assert_eq!(
-            g.backoff,
-            Some(Backoff {
-                code: None,
-                message: None
-            })
-        );
+        assert_eq!(g.backoff, Some(Backoff { code: None, message: None }));
         assert_eq!(g.core_view().backoff.as_deref(), Some("backoff"));
-        assert_eq!(
-            (
-                g.counts.unregistered,
-                g.counts.long_unregistered,
-                g.cloud_provider_target
-            ),
-            (0, 2, 6)
-        );
+        assert_eq!((g.counts.unregistered, g.counts.long_unregistered, g.cloud_provider_target), (0, 2, 6));
     }
 
     #[test]
@@ -702,19 +623,8 @@ mod tests {
         assert_eq!(s.format, CaStatusFormat::Yaml);
         assert_eq!(format_rfc3339(s.time.unwrap()), "2024-09-03T14:05:12.634Z");
         let g = &s.node_groups[0];
-        assert_eq!(
-            (
-                g.counts.registered,
-                g.counts.ready,
-                g.counts.not_started,
-                g.counts.unregistered
-            ),
-            (6, 5, 1, 1)
-        );
-        assert_eq!(
-            (g.cloud_provider_target, g.min_size, g.max_size),
-            (7, 2, 20)
-        );
+        assert_eq!((g.counts.registered, g.counts.ready, g.counts.not_started, g.counts.unregistered), (6, 5, 1, 1));
+        assert_eq!((g.cloud_provider_target, g.min_size, g.max_size), (7, 2, 20));
         assert_eq!(g.backoff, None);
         assert_eq!(s.cluster_wide.unwrap().counts.registered, 9);
     }
@@ -724,22 +634,9 @@ mod tests {
         let s = parse("yaml-1.30-backoff.yaml");
         let g = &s.node_groups[0];
         assert_eq!(g.scale_up.as_deref(), Some("Backoff"));
-        assert_eq!(
-            g.backoff.as_ref().unwrap().code.as_deref(),
-            Some("placeholder-cannot-be-fulfilled")
-        );
-        assert_eq!(
-            g.core_view().backoff.as_deref(),
-            Some("placeholder-cannot-be-fulfilled")
-        );
-        assert_eq!(
-            (
-                g.counts.unready,
-                g.counts.resource_unready,
-                g.counts.being_deleted
-            ),
-            (2, 1, 1)
-        );
+        assert_eq!(g.backoff.as_ref().unwrap().code.as_deref(), Some("placeholder-cannot-be-fulfilled"));
+        assert_eq!(g.core_view().backoff.as_deref(), Some("placeholder-cannot-be-fulfilled"));
+        assert_eq!((g.counts.unready, g.counts.resource_unready, g.counts.being_deleted), (2, 1, 1));
     }
 
     #[test]
@@ -747,15 +644,9 @@ mod tests {
         let s = parse("yaml-1.36.yaml");
         let g = &s.node_groups[0];
         assert_eq!(g.backoff, None, "`backoffInfo: {{}}` is not a backoff");
-        assert_eq!(
-            (g.counts.suspended, g.counts.ready, g.cloud_provider_target),
-            (1, 4, 5)
-        );
+        assert_eq!((g.counts.suspended, g.counts.ready, g.cloud_provider_target), (1, 4, 5));
         assert_eq!(format_rfc3339(s.time.unwrap()), "2026-08-03T10:41:07.218Z");
-        assert_eq!(
-            s.node_groups[1].backoff.as_ref().unwrap().code.as_deref(),
-            Some("timeout")
-        );
+        assert_eq!(s.node_groups[1].backoff.as_ref().unwrap().code.as_deref(), Some("timeout"));
     }
 
     #[test]
@@ -776,46 +667,24 @@ mod tests {
 
     #[test]
     fn garbage_is_rejected_with_where() {
-        let err =
-            parse_ca_status("nodeGroups:\n- name: a\n  health:\n    cloudProviderTarget: lots\n")
-                .unwrap_err();
+        let err = parse_ca_status("nodeGroups:\n- name: a\n  health:\n    cloudProviderTarget: lots\n").unwrap_err();
         let msg = err.to_string();
-        assert!(
-            msg.contains("line 4") && msg.contains("cloudProviderTarget"),
-            "{msg}"
-        );
+        assert!(msg.contains("line 4") && msg.contains("cloudProviderTarget"), "{msg}");
 
-        let legacy = fixture("legacy-1.24.txt").replace(
-            "cloudProviderTarget=5 (minSize=2",
-            "cloudProviderTarget=five (minSize=2",
-        );
+        let legacy = fixture("legacy-1.24.txt")
+            .replace("cloudProviderTarget=5 (minSize=2", "cloudProviderTarget=five (minSize=2");
         assert_eq!(
             parse_ca_status(&legacy).unwrap_err(),
-            ParseCaStatusError::TextCount {
-                line: 15,
-                field: "cloudProviderTarget".into(),
-                value: "five".into()
-            }
+            ParseCaStatusError::TextCount { line: 15, field: "cloudProviderTarget".into(), value: "five".into() }
         );
 
-        let noise = "Cluster-autoscaler status at 2024-03-11 08:41:17 +0000 UTC:\nCluster-wide:\n  this is not a status line\n";
-        assert!(matches!(
-            parse_ca_status(noise),
-            Err(ParseCaStatusError::Text { line: 3, .. })
-        ));
+        let noise =
+            "Cluster-autoscaler status at 2024-03-11 08:41:17 +0000 UTC:\nCluster-wide:\n  this is not a status line\n";
+        assert!(matches!(parse_ca_status(noise), Err(ParseCaStatusError::Text { line: 3, .. })));
 
-        assert_eq!(
-            parse_ca_status("hello: world\n"),
-            Err(ParseCaStatusError::NotCaStatus)
-        );
-        assert!(matches!(
-            parse_ca_status("just some words"),
-            Err(ParseCaStatusError::Yaml { .. })
-        ));
-        assert!(matches!(
-            parse_ca_status("time: yesterday\n"),
-            Err(ParseCaStatusError::Time { field: "time", .. })
-        ));
+        assert_eq!(parse_ca_status("hello: world\n"), Err(ParseCaStatusError::NotCaStatus));
+        assert!(matches!(parse_ca_status("just some words"), Err(ParseCaStatusError::Yaml { .. })));
+        assert!(matches!(parse_ca_status("time: yesterday\n"), Err(ParseCaStatusError::Time { field: "time", .. })));
         assert_eq!(parse_ca_status("  \n"), Err(ParseCaStatusError::Empty));
     }
 }

@@ -107,10 +107,9 @@ impl std::fmt::Display for Ignored {
             Ignored::UnknownReason(r) => {
                 write!(f, "reason {r:?} is not an NTH interruption reason")
             }
-            Ignored::UnrecognisedQueueMessage(m) => write!(
-                f,
-                "SQSTermination message matches no known NTH format: {m:?}"
-            ),
+            Ignored::UnrecognisedQueueMessage(m) => {
+                write!(f, "SQSTermination message matches no known NTH format: {m:?}")
+            }
             Ignored::NoNodeName => f.write_str("the Event names no Node"),
         }
     }
@@ -147,12 +146,7 @@ const ACTION_REASONS: &[&str] = &[
 ];
 
 /// Reasons no other component is known to emit.
-const NTH_ONLY_REASONS: &[&str] = &[
-    "SQSTermination",
-    "RebalanceRecommendation",
-    "SpotInterruption",
-    "ASGLifecycle",
-];
+const NTH_ONLY_REASONS: &[&str] = &["SQSTermination", "RebalanceRecommendation", "SpotInterruption", "ASGLifecycle"];
 
 /// The instance id at the end of an AWS providerID (`aws:///eu-central-1a/i-042377dc1ee1257a1`).
 pub fn instance_from_provider_id(provider_id: &str) -> Option<InstanceId> {
@@ -165,22 +159,12 @@ pub fn instance_from_provider_id(provider_id: &str) -> Option<InstanceId> {
 pub fn classify_event(event: &Event, provider_id: Option<&str>) -> Classification {
     let ignored = |because| Classification::Ignored { because };
     let reason = event.reason.clone().unwrap_or_default();
-    let component = event
-        .source
-        .as_ref()
-        .and_then(|s| s.component.clone())
-        .filter(|c| !c.is_empty());
+    let component = event.source.as_ref().and_then(|s| s.component.clone()).filter(|c| !c.is_empty());
     let reporting = event.reporting_component.clone().filter(|c| !c.is_empty());
-    let from_nth =
-        component.as_deref() == Some(NTH_COMPONENT) || reporting.as_deref() == Some(NTH_COMPONENT);
-    if !from_nth
-        && !(component.is_none()
-            && reporting.is_none()
-            && NTH_ONLY_REASONS.contains(&reason.as_str()))
-    {
-        return ignored(Ignored::NotFromNth(
-            component.or(reporting).unwrap_or_default(),
-        ));
+    let from_nth = component.as_deref() == Some(NTH_COMPONENT) || reporting.as_deref() == Some(NTH_COMPONENT);
+    let unsigned_nth_reason = component.is_none() && reporting.is_none() && NTH_ONLY_REASONS.contains(&reason.as_str());
+    if !(from_nth || unsigned_nth_reason) {
+        return ignored(Ignored::NotFromNth(component.or(reporting).unwrap_or_default()));
     }
     let object_kind = event.involved_object.kind.clone().unwrap_or_default();
     if object_kind != "Node" {
@@ -200,11 +184,7 @@ pub fn classify_event(event: &Event, provider_id: Option<&str>) -> Classificatio
     let parsed = match reason.as_str() {
         "SQSTermination" => match parse_queue_message(&message) {
             Some(p) => (NthMode::QueueV1, p),
-            None => {
-                return ignored(Ignored::UnrecognisedQueueMessage(
-                    message.trim_end().to_string(),
-                ))
-            }
+            None => return ignored(Ignored::UnrecognisedQueueMessage(message.trim_end().to_string())),
         },
         "RebalanceRecommendation"
         | "SpotInterruption"
@@ -216,33 +196,22 @@ pub fn classify_event(event: &Event, provider_id: Option<&str>) -> Classificatio
             match (parse_queue_message(&message), parse_imds_message(&message)) {
                 (Some(p), _) => (NthMode::QueueV2, Parsed { kind, ..p }),
                 (None, Some(p)) => (NthMode::Imds, Parsed { kind, ..p }),
-                (None, None) => (
-                    mode_from_shape(event, &reason),
-                    Parsed {
-                        kind,
-                        ..Parsed::default()
-                    },
-                ),
+                (None, None) => (mode_from_shape(event, &reason), Parsed { kind, ..Parsed::default() }),
             }
         }
         _ => return ignored(Ignored::UnknownReason(reason)),
     };
     let (mode, parsed) = parsed;
 
-    let annotated = annotations(event)
-        .get("instance-id")
-        .filter(|v| v.starts_with("i-"))
-        .map(|v| InstanceId::from(v.as_str()));
-    let (instance, instance_source) = match (
-        annotated,
-        parsed.instance,
-        provider_id.and_then(instance_from_provider_id),
-    ) {
-        (Some(i), _, _) => (Some(i), Some(InstanceSource::Annotation)),
-        (None, Some(i), _) => (Some(i), Some(InstanceSource::Message)),
-        (None, None, Some(i)) => (Some(i), Some(InstanceSource::ProviderId)),
-        (None, None, None) => (None, None),
-    };
+    let annotated =
+        annotations(event).get("instance-id").filter(|v| v.starts_with("i-")).map(|v| InstanceId::from(v.as_str()));
+    let (instance, instance_source) =
+        match (annotated, parsed.instance, provider_id.and_then(instance_from_provider_id)) {
+            (Some(i), _, _) => (Some(i), Some(InstanceSource::Annotation)),
+            (None, Some(i), _) => (Some(i), Some(InstanceSource::Message)),
+            (None, None, Some(i)) => (Some(i), Some(InstanceSource::ProviderId)),
+            (None, None, None) => (None, None),
+        };
     let observed_at = event
         .first_timestamp
         .as_ref()
@@ -287,15 +256,8 @@ fn mode_from_shape(event: &Event, reason: &str) -> NthMode {
     if matches!(reason, "StateChange" | "UnknownInterruption") {
         return NthMode::QueueV2;
     }
-    let has_uid = event
-        .involved_object
-        .uid
-        .as_deref()
-        .is_some_and(|u| !u.is_empty());
-    let account = annotations(event)
-        .get("account-id")
-        .cloned()
-        .unwrap_or_default();
+    let has_uid = event.involved_object.uid.as_deref().is_some_and(|u| !u.is_empty());
+    let account = annotations(event).get("account-id").cloned().unwrap_or_default();
     if has_uid && account.is_empty() {
         NthMode::QueueV2
     } else {
@@ -312,12 +274,7 @@ struct Parsed {
 
 impl Default for Parsed {
     fn default() -> Self {
-        Parsed {
-            kind: SignalKind::Unknown,
-            instance: None,
-            notice_time: None,
-            detail: None,
-        }
+        Parsed { kind: SignalKind::Unknown, instance: None, notice_time: None, detail: None }
     }
 }
 
@@ -346,9 +303,15 @@ fn imds_patterns() -> &'static [Pattern] {
     P.get_or_init(|| {
         let p = |re: &str, kind| Pattern { regex: Regex::new(re).expect("valid regex"), kind };
         vec![
-            p(r"^Rebalance recommendation received\. Instance will be cordoned at (?P<r>\S+)\s*$", SignalKind::Rebalance),
+            p(
+                r"^Rebalance recommendation received\. Instance will be cordoned at (?P<r>\S+)\s*$",
+                SignalKind::Rebalance,
+            ),
             p(r"^Spot ITN received\. Instance will be interrupted at (?P<r>\S+)\s*$", SignalKind::SpotInterruption),
-            p(r"(?s)^(?P<d>\S+) will occur between (?P<m>.+?) and (?P<n>.+?) because (?P<why>.*?)\s*$", SignalKind::Scheduled),
+            p(
+                r"(?s)^(?P<d>\S+) will occur between (?P<m>.+?) and (?P<n>.+?) because (?P<why>.*?)\s*$",
+                SignalKind::Scheduled,
+            ),
             p(r"^AST target lifecycle state received\. Instance will be terminated\s*$", SignalKind::AsgLifecycle),
         ]
     })
@@ -361,9 +324,7 @@ fn parse_queue_message(message: &str) -> Option<Parsed> {
         Some(Parsed {
             kind: p.kind,
             instance: c.name("i").map(|m| InstanceId::from(m.as_str())),
-            notice_time: c
-                .name("t")
-                .and_then(|t| parse_go_time(t.as_str()).ok().flatten()),
+            notice_time: c.name("t").and_then(|t| parse_go_time(t.as_str()).ok().flatten()),
             detail: c.name("d").map(|d| d.as_str().to_string()),
         })
     })
@@ -377,12 +338,7 @@ fn parse_imds_message(message: &str) -> Option<Parsed> {
             .name("r")
             .and_then(|t| parse_rfc3339(t.as_str()).ok())
             .or_else(|| c.name("m").and_then(|t| parse_imds_time(t.as_str()).ok()));
-        Some(Parsed {
-            kind: p.kind,
-            instance: None,
-            notice_time,
-            detail: c.name("d").map(|d| d.as_str().to_string()),
-        })
+        Some(Parsed { kind: p.kind, instance: None, notice_time, detail: c.name("d").map(|d| d.as_str().to_string()) })
     })
 }
 
@@ -412,17 +368,11 @@ mod tests {
     fn imds_rebalance_from_the_reference() {
         let s = signal("imds-rebalance.yaml");
         assert_eq!((s.kind, s.mode), (SignalKind::Rebalance, NthMode::Imds));
-        assert_eq!(
-            s.node.as_str(),
-            "ip-10-0-12-34.eu-central-1.compute.internal"
-        );
+        assert_eq!(s.node.as_str(), "ip-10-0-12-34.eu-central-1.compute.internal");
         assert_eq!(s.instance, Some("i-0a1b2c3d4e5f67890".into()));
         assert_eq!(s.instance_source, Some(InstanceSource::Annotation));
         assert_eq!(notice(&s), "2024-05-14T09:12:29Z");
-        assert_eq!(
-            format_rfc3339(s.observed_at.unwrap()),
-            "2024-05-14T09:12:31Z"
-        );
+        assert_eq!(format_rfc3339(s.observed_at.unwrap()), "2024-05-14T09:12:31Z");
     }
 
     #[test]
@@ -430,26 +380,15 @@ mod tests {
         let s = signal("imds-spot-itn.yaml");
         assert_eq!(
             (s.kind, s.mode, notice(&s).as_str()),
-            (
-                SignalKind::SpotInterruption,
-                NthMode::Imds,
-                "2024-05-14T09:14:31Z"
-            )
+            (SignalKind::SpotInterruption, NthMode::Imds, "2024-05-14T09:14:31Z")
         );
         let s = signal("imds-scheduled.yaml");
         assert_eq!(
             (s.kind, s.detail.as_deref(), notice(&s).as_str()),
-            (
-                SignalKind::Scheduled,
-                Some("instance-stop"),
-                "2019-01-21T09:00:43Z"
-            )
+            (SignalKind::Scheduled, Some("instance-stop"), "2019-01-21T09:00:43Z")
         );
         let s = signal("imds-asg-lifecycle.yaml");
-        assert_eq!(
-            (s.kind, s.mode, s.notice_time),
-            (SignalKind::AsgLifecycle, NthMode::Imds, None)
-        );
+        assert_eq!((s.kind, s.mode, s.notice_time), (SignalKind::AsgLifecycle, NthMode::Imds, None));
     }
 
     #[test]
@@ -469,10 +408,7 @@ mod tests {
             // Queue mode fills `instance-id` from the providerID, so the annotation wins when present.
             assert_eq!(s.instance, Some("i-0b2c3d4e5f6a78901".into()), "{name}");
         }
-        assert_eq!(
-            signal("queue-v1-state-change.yaml").detail.as_deref(),
-            Some("stopping")
-        );
+        assert_eq!(signal("queue-v1-state-change.yaml").detail.as_deref(), Some("stopping"));
     }
 
     #[test]
@@ -480,10 +416,7 @@ mod tests {
         let s = signal("queue-v2-rebalance.yaml");
         assert_eq!((s.kind, s.mode), (SignalKind::Rebalance, NthMode::QueueV2));
         let s = signal("queue-v2-state-change.yaml");
-        assert_eq!(
-            (s.kind, s.mode),
-            (SignalKind::StateChange, NthMode::QueueV2)
-        );
+        assert_eq!((s.kind, s.mode), (SignalKind::StateChange, NthMode::QueueV2));
         let s = signal("queue-v2-unknown.yaml");
         assert_eq!((s.kind, s.mode), (SignalKind::Unknown, NthMode::QueueV2));
     }
@@ -492,9 +425,7 @@ mod tests {
     fn instance_falls_back_to_message_then_provider_id() {
         let mut e = fixture("queue-v1-rebalance.yaml");
         e.metadata.annotations = None;
-        let Classification::Signal(s) = classify_event(&e, None) else {
-            panic!()
-        };
+        let Classification::Signal(s) = classify_event(&e, None) else { panic!() };
         assert_eq!(
             (s.instance.unwrap().as_str(), s.instance_source),
             ("i-0b2c3d4e5f6a78901", Some(InstanceSource::Message))
@@ -502,9 +433,7 @@ mod tests {
 
         let mut e = fixture("imds-rebalance.yaml");
         e.metadata.annotations = None;
-        let Classification::Signal(s) =
-            classify_event(&e, Some("aws:///eu-central-1a/i-042377dc1ee1257a1"))
-        else {
+        let Classification::Signal(s) = classify_event(&e, Some("aws:///eu-central-1a/i-042377dc1ee1257a1")) else {
             panic!()
         };
         assert_eq!(
@@ -519,10 +448,7 @@ mod tests {
         let mut e = fixture("imds-rebalance.yaml");
         e.source = None;
         e.reporting_component = None;
-        assert!(matches!(
-            classify_event(&e, None),
-            Classification::Signal(_)
-        ));
+        assert!(matches!(classify_event(&e, None), Classification::Signal(_)));
     }
 
     #[test]
@@ -532,25 +458,11 @@ mod tests {
             other => panic!("{name}: {other:?}"),
         };
         assert_eq!(why("nth-cordon.yaml"), Ignored::NthAction("Cordon".into()));
-        assert_eq!(
-            why("nth-pod-eviction.yaml"),
-            Ignored::NotAboutANode("Pod".into())
-        );
-        assert_eq!(
-            why("kubelet-node-ready.yaml"),
-            Ignored::NotFromNth("kubelet".into())
-        );
-        assert!(matches!(
-            why("queue-v1-garbled.yaml"),
-            Ignored::UnrecognisedQueueMessage(_)
-        ));
+        assert_eq!(why("nth-pod-eviction.yaml"), Ignored::NotAboutANode("Pod".into()));
+        assert_eq!(why("kubelet-node-ready.yaml"), Ignored::NotFromNth("kubelet".into()));
+        assert!(matches!(why("queue-v1-garbled.yaml"), Ignored::UnrecognisedQueueMessage(_)));
         let mut e = fixture("imds-rebalance.yaml");
         e.reason = Some("SomethingNew".into());
-        assert!(matches!(
-            classify_event(&e, None),
-            Classification::Ignored {
-                because: Ignored::UnknownReason(_)
-            }
-        ));
+        assert!(matches!(classify_event(&e, None), Classification::Ignored { because: Ignored::UnknownReason(_) }));
     }
 }

@@ -1,0 +1,314 @@
+//! Command-line arguments (clap derive, `long` + `env` on every flag) and their validation into
+//! the core's [`Policy`].
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+use thiserror::Error;
+
+use crate::core::{Policy, Resources, SizingMode};
+use crate::units::{parse_cpu_millis, parse_duration, parse_memory_bytes};
+
+/// spots-booster: keeps Kubernetes clusters on AWS Spot capacity whole.
+#[derive(Debug, Parser)]
+#[command(name = "spots-booster", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show what spots-booster understands of a Cluster Autoscaler status or an NTH Event.
+    #[command(subcommand)]
+    Inspect(InspectCommand),
+    /// Replay a scenario through the real scaling core over an in-memory cluster, in virtual time.
+    Simulate(SimulateArgs),
+}
+
+/// `inspect` targets.
+#[derive(Debug, Subcommand)]
+pub enum InspectCommand {
+    /// A CA status: `kubectl get cm cluster-autoscaler-status -o yaml|json`, or the bare `data.status`.
+    CaStatus(InspectArgs),
+    /// An Event or an Event list (`kubectl get events -o yaml|json`).
+    NthEvent(InspectEventArgs),
+}
+
+/// Input and output of `inspect`.
+#[derive(Debug, Clone, Args)]
+pub struct InspectArgs {
+    /// File to read; `-` (the default) reads standard input.
+    #[arg(long, env = "SPOTS_BOOSTER_INSPECT_FILE", default_value = "-")]
+    pub file: PathBuf,
+    /// Output format.
+    #[arg(long, env = "SPOTS_BOOSTER_OUTPUT", value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+}
+
+/// `inspect nth-event` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct InspectEventArgs {
+    /// Input and output.
+    #[command(flatten)]
+    pub io: InspectArgs,
+    /// The Node's `spec.providerID`, for Events that carry no instance id.
+    #[arg(long, env = "SPOTS_BOOSTER_INSPECT_PROVIDER_ID")]
+    pub provider_id: Option<String>,
+}
+
+/// How `inspect` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// A readable table.
+    Table,
+    /// JSON.
+    Json,
+}
+
+/// `simulate` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct SimulateArgs {
+    /// The scenario YAML (see README: "Scenario format").
+    #[arg(long, env = "SPOTS_BOOSTER_SCENARIO")]
+    pub scenario: PathBuf,
+    /// Also run the scenario without the booster and compare.
+    #[arg(long, env = "SPOTS_BOOSTER_BASELINE", value_enum)]
+    pub baseline: Option<Baseline>,
+    /// Report format.
+    #[arg(long, env = "SPOTS_BOOSTER_SIMULATE_OUTPUT", value_enum, default_value_t = ReportFormat::Text)]
+    pub output: ReportFormat,
+}
+
+/// What the booster is compared with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Baseline {
+    /// NTH drains on the recommendation; Cluster Autoscaler reacts to Pending pods.
+    NthCa,
+}
+
+/// How `simulate` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReportFormat {
+    /// Timeline and summary tables.
+    Text,
+    /// One JSON document.
+    Json,
+}
+
+/// Replacement sizing, as a flag value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SizingArg {
+    /// One replacement per at-risk node.
+    Count,
+    /// Bin-pack the evictable pods' requests.
+    Pods,
+}
+
+/// The scaling core's knobs. Every flag also reads `SPOTS_BOOSTER_<FLAG>`.
+#[derive(Debug, Clone, Args)]
+pub struct PolicyArgs {
+    /// How replacements are sized: `pods` packs the at-risk pods' requests into new nodes, `count` adds one node per at-risk node.
+    #[arg(long, env = "SPOTS_BOOSTER_SIZING", value_enum, default_value_t = SizingArg::Pods)]
+    pub sizing: SizingArg,
+    /// Percent added to every pod's requests before packing.
+    #[arg(long, env = "SPOTS_BOOSTER_OVER_SUBSCRIPTION_PERCENT", default_value_t = 10)]
+    pub over_subscription_percent: u32,
+    /// CPU held back on every new node for DaemonSets and system pods.
+    #[arg(long, env = "SPOTS_BOOSTER_RESERVED_CPU", default_value = "100m", value_parser = cpu)]
+    pub reserved_cpu: u64,
+    /// Memory held back on every new node for DaemonSets and system pods.
+    #[arg(long, env = "SPOTS_BOOSTER_RESERVED_MEMORY", default_value = "256Mi", value_parser = memory)]
+    pub reserved_memory: u64,
+    /// Extra nodes added to every boost (once per boost, never per loop).
+    #[arg(long, env = "SPOTS_BOOSTER_EXTRA_NODES", alias = "extra-nodes-over-calculation", default_value_t = 0)]
+    pub extra_nodes: u32,
+    /// Most replacement nodes in flight per group.
+    #[arg(long, env = "SPOTS_BOOSTER_MAX_BOOST_PER_GROUP", default_value_t = 10)]
+    pub max_boost_per_group: u32,
+    /// Cluster Autoscaler's --ok-total-unready-count; boosts are stepped to stay within it.
+    #[arg(long, env = "SPOTS_BOOSTER_CA_OK_TOTAL_UNREADY_COUNT", default_value_t = 3)]
+    pub ca_ok_total_unready_count: u32,
+    /// Cluster Autoscaler's --max-total-unready-percentage; boosts are stepped to stay within it.
+    #[arg(long, env = "SPOTS_BOOSTER_CA_MAX_TOTAL_UNREADY_PERCENTAGE", default_value_t = 45)]
+    pub ca_max_total_unready_percentage: u32,
+    /// A signal older than this that was never boosted is dropped.
+    #[arg(long, env = "SPOTS_BOOSTER_SIGNAL_MAX_AGE", default_value = "2h", value_parser = duration)]
+    pub signal_max_age: Duration,
+    /// Most nodes draining at once per group.
+    #[arg(long, env = "SPOTS_BOOSTER_MAX_CONCURRENT_DRAINS", default_value_t = 2)]
+    pub max_concurrent_drains: u32,
+    /// Least time between two drain batches of one group.
+    #[arg(long, env = "SPOTS_BOOSTER_TIME_BETWEEN_DRAINS", default_value = "15s", value_parser = duration)]
+    pub time_between_drains: Duration,
+    /// A drain still evicting after this is abandoned and reported; the node stays cordoned.
+    #[arg(long, env = "SPOTS_BOOSTER_DRAIN_TIMEOUT", default_value = "10m", value_parser = duration)]
+    pub drain_timeout: Duration,
+    /// Terminate the instance even when its drain timed out (pods still on it are killed).
+    #[arg(long, env = "SPOTS_BOOSTER_TERMINATE_AFTER_DRAIN_TIMEOUT", action = ArgAction::Set, num_args = 0..=1,
+          default_value_t = false, default_missing_value = "true")]
+    pub terminate_after_drain_timeout: bool,
+    /// First wait after an eviction refused by a PodDisruptionBudget; doubles per refusal.
+    #[arg(long, env = "SPOTS_BOOSTER_EVICTION_BACKOFF_INITIAL", default_value = "5s", value_parser = duration)]
+    pub eviction_backoff_initial: Duration,
+    /// Longest wait between eviction attempts.
+    #[arg(long, env = "SPOTS_BOOSTER_EVICTION_BACKOFF_MAX", default_value = "1m", value_parser = duration)]
+    pub eviction_backoff_max: Duration,
+    /// Auto Scaling Groups never boosted nor drained (comma-separated or repeated).
+    #[arg(long, env = "SPOTS_BOOSTER_IGNORED_AUTOSCALING_GROUPS", value_delimiter = ',')]
+    pub ignored_autoscaling_groups: Vec<String>,
+}
+
+fn cpu(s: &str) -> Result<u64, String> {
+    parse_cpu_millis(s).map_err(|e| e.to_string())
+}
+
+fn memory(s: &str) -> Result<u64, String> {
+    parse_memory_bytes(s).map_err(|e| e.to_string())
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// A policy flag whose value is out of range, or inconsistent with another.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("invalid value for --{flag}: {why}")]
+pub struct InvalidPolicy {
+    /// The flag (without dashes).
+    pub flag: &'static str,
+    /// What is wrong.
+    pub why: String,
+}
+
+impl PolicyArgs {
+    /// Validates the flags into a policy.
+    pub fn to_policy(&self) -> Result<Policy, InvalidPolicy> {
+        let fail = |flag, why: &str| Err(InvalidPolicy { flag, why: why.to_string() });
+        if self.max_concurrent_drains == 0 {
+            return fail("max-concurrent-drains", "must be at least 1, or nothing is ever drained");
+        }
+        if self.max_boost_per_group == 0 {
+            return fail("max-boost-per-group", "must be at least 1, or nothing is ever boosted");
+        }
+        if self.ca_max_total_unready_percentage > 100 {
+            return fail("ca-max-total-unready-percentage", "is a percentage: 0 to 100");
+        }
+        if self.over_subscription_percent > 1000 {
+            return fail(
+                "over-subscription-percent",
+                "above 1000 % would size ten replacements per node's worth of pods",
+            );
+        }
+        if self.drain_timeout.is_zero() {
+            return fail("drain-timeout", "must be longer than zero");
+        }
+        if self.signal_max_age.is_zero() {
+            return fail("signal-max-age", "must be longer than zero, or every signal expires at once");
+        }
+        if self.eviction_backoff_initial.is_zero() {
+            return fail("eviction-backoff-initial", "must be longer than zero");
+        }
+        if self.eviction_backoff_initial > self.eviction_backoff_max {
+            return fail("eviction-backoff-max", "must not be shorter than --eviction-backoff-initial");
+        }
+        if let Some(bad) = self.ignored_autoscaling_groups.iter().find(|g| g.trim().is_empty()) {
+            return fail("ignored-autoscaling-groups", &format!("empty group name in {bad:?}"));
+        }
+        Ok(Policy {
+            sizing: match self.sizing {
+                SizingArg::Count => SizingMode::Count,
+                SizingArg::Pods => SizingMode::Pods,
+            },
+            over_subscription_percent: self.over_subscription_percent,
+            reserved_per_node: Resources::new(self.reserved_cpu, self.reserved_memory),
+            extra_nodes: self.extra_nodes,
+            max_boost_per_group: self.max_boost_per_group,
+            ca_ok_total_unready_count: self.ca_ok_total_unready_count,
+            ca_max_total_unready_percentage: self.ca_max_total_unready_percentage,
+            signal_max_age: self.signal_max_age,
+            max_concurrent_drains: self.max_concurrent_drains,
+            time_between_drains: self.time_between_drains,
+            drain_timeout: self.drain_timeout,
+            terminate_after_drain_timeout: self.terminate_after_drain_timeout,
+            eviction_backoff_initial: self.eviction_backoff_initial,
+            eviction_backoff_max: self.eviction_backoff_max,
+            ignored_groups: self.ignored_autoscaling_groups.iter().map(|g| g.trim().into()).collect::<BTreeSet<_>>(),
+        })
+    }
+}
+
+/// Parses policy flags given as `(long name, value)` pairs, e.g. a scenario's `policy:` map, with
+/// exactly the validation the command line gets.
+pub fn policy_from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, String)>) -> Result<Policy, String> {
+    #[derive(Parser)]
+    #[command(name = "policy", no_binary_name = true)]
+    struct Only {
+        #[command(flatten)]
+        policy: PolicyArgs,
+    }
+    let argv: Vec<String> = pairs.into_iter().map(|(k, v)| format!("--{k}={v}")).collect();
+    let parsed = Only::try_parse_from(argv)
+        .map_err(|e| e.render().to_string().lines().next().unwrap_or_default().to_string())?;
+    parsed.policy.to_policy().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(pairs: &[(&str, &str)]) -> Result<Policy, String> {
+        policy_from_pairs(pairs.iter().map(|(k, v)| (*k, v.to_string())))
+    }
+
+    #[test]
+    fn defaults_match_the_core_defaults() {
+        assert_eq!(policy(&[]).unwrap(), Policy::default());
+    }
+
+    #[test]
+    fn flags_map_onto_the_policy() {
+        let p = policy(&[
+            ("sizing", "count"),
+            ("max-concurrent-drains", "4"),
+            ("drain-timeout", "90s"),
+            ("terminate-after-drain-timeout", "true"),
+            ("reserved-memory", "1Gi"),
+            ("ignored-autoscaling-groups", "a,b"),
+            ("extra-nodes-over-calculation", "2"),
+        ])
+        .unwrap();
+        assert_eq!(p.sizing, SizingMode::Count);
+        assert_eq!(p.max_concurrent_drains, 4);
+        assert_eq!(p.drain_timeout, Duration::from_secs(90));
+        assert!(p.terminate_after_drain_timeout);
+        assert_eq!(p.reserved_per_node.memory_bytes, 1 << 30);
+        assert_eq!(p.ignored_groups.len(), 2);
+        assert_eq!(p.extra_nodes, 2, "the original booster's flag name is an alias");
+    }
+
+    #[test]
+    fn invalid_values_name_the_flag() {
+        for (pairs, flag) in [
+            (vec![("max-concurrent-drains", "0")], "--max-concurrent-drains"),
+            (vec![("drain-timeout", "soon")], "--drain-timeout"),
+            (vec![("ca-max-total-unready-percentage", "140")], "--ca-max-total-unready-percentage"),
+            (vec![("eviction-backoff-initial", "2m")], "--eviction-backoff-max"),
+            (vec![("reserved-cpu", "lots")], "--reserved-cpu"),
+            (vec![("no-such-flag", "1")], "--no-such-flag"),
+        ] {
+            let err = policy(&pairs).unwrap_err();
+            assert!(err.contains(flag), "{pairs:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_cli_parses() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

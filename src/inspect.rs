@@ -1,0 +1,371 @@
+//! `spots-booster inspect`: shows what the daemon understands of a CA status or an NTH Event,
+//! from whatever the user has at hand.
+
+use std::io::Read;
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::Event;
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::config::OutputFormat;
+use crate::core::Timestamp;
+use crate::k8s::ca_status::{parse_ca_status, CaStatus, CaStatusFormat, ParseCaStatusError};
+use crate::k8s::nth::{classify_event, Classification};
+use crate::timefmt::{format_rfc3339, parse_go_time};
+
+/// CA's annotation with the time of the last status write.
+pub const LAST_UPDATED_ANNOTATION: &str = "cluster-autoscaler.kubernetes.io/last-updated";
+
+/// Why `inspect` could not show anything.
+#[derive(Debug, Error)]
+pub enum InspectError {
+    /// The input could not be read.
+    #[error("cannot read {path}")]
+    Read {
+        /// The file (`-` for standard input).
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A ConfigMap without `data.status`.
+    #[error("the ConfigMap has no data.status: is it the cluster-autoscaler-status ConfigMap?")]
+    NoStatusKey,
+    /// The status did not parse.
+    #[error("invalid Cluster Autoscaler status")]
+    CaStatus(#[source] ParseCaStatusError),
+    /// A document that is not an Event.
+    #[error("document {index}: not a core/v1 Event: {message}")]
+    NotAnEvent {
+        /// 1-based document (or list item) number.
+        index: usize,
+        /// The deserializer's message, naming the field.
+        message: String,
+    },
+    /// Nothing to classify.
+    #[error("the input holds no Event")]
+    NoEvents,
+}
+
+/// Reads a file, or standard input for `-`.
+pub fn read_input(path: &Path) -> Result<String, InspectError> {
+    let shown = path.display().to_string();
+    if shown == "-" {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text).map_err(|source| InspectError::Read { path: shown, source })?;
+        Ok(text)
+    } else {
+        std::fs::read_to_string(path).map_err(|source| InspectError::Read { path: shown, source })
+    }
+}
+
+/// A parsed status with the ConfigMap's last-updated time when the input was a ConfigMap.
+#[derive(Debug, Serialize)]
+pub struct InspectedCaStatus {
+    /// `cluster-autoscaler.kubernetes.io/last-updated`, when present.
+    pub last_updated: Option<Timestamp>,
+    /// The status.
+    pub status: CaStatus,
+}
+
+/// Accepts a ConfigMap (YAML or JSON) or the bare `data.status` text.
+pub fn inspect_ca_status(input: &str) -> Result<InspectedCaStatus, InspectError> {
+    let mut last_updated = None;
+    let mut text = input.to_string();
+    if let Ok(serde_yaml::Value::Mapping(map)) = serde_yaml::from_str::<serde_yaml::Value>(input) {
+        let is_config_map = map.get("kind").and_then(|k| k.as_str()) == Some("ConfigMap") || map.contains_key("data");
+        if is_config_map {
+            text = map
+                .get("data")
+                .and_then(|d| d.get("status"))
+                .and_then(|s| s.as_str())
+                .ok_or(InspectError::NoStatusKey)?
+                .to_string();
+            last_updated = map
+                .get("metadata")
+                .and_then(|m| m.get("annotations"))
+                .and_then(|a| a.get(LAST_UPDATED_ANNOTATION))
+                .and_then(|t| t.as_str())
+                .and_then(|t| parse_go_time(t).ok().flatten());
+        }
+    }
+    let status = parse_ca_status(&text).map_err(InspectError::CaStatus)?;
+    Ok(InspectedCaStatus { last_updated, status })
+}
+
+/// Renders an inspected status.
+pub fn render_ca_status(inspected: &InspectedCaStatus, output: OutputFormat) -> String {
+    if output == OutputFormat::Json {
+        return serde_json::to_string_pretty(inspected).expect("status serializes") + "\n";
+    }
+    let s = &inspected.status;
+    let format = match s.format {
+        CaStatusFormat::LegacyText => "legacy text (CA <= 1.29)",
+        CaStatusFormat::Yaml => "YAML (CA >= 1.30)",
+    };
+    let mut out = format!("format:       {format}\nautoscaler:   {:?}\n", s.autoscaler_status);
+    out += &format!("written at:   {}\n", s.time.map_or("-".into(), format_rfc3339));
+    if let Some(t) = inspected.last_updated {
+        out += &format!("last-updated: {}\n", format_rfc3339(t));
+    }
+    if let Some(cw) = &s.cluster_wide {
+        let c = &cw.counts;
+        out += &format!(
+            "cluster-wide: health={} ready={} registered={} notStarted={} unready={} unregistered={} scaleUp={} scaleDown={}\n",
+            cw.health.as_deref().unwrap_or("-"),
+            c.ready,
+            c.registered,
+            c.not_started,
+            c.unready,
+            c.unregistered,
+            cw.scale_up.as_deref().unwrap_or("-"),
+            cw.scale_down.as_deref().unwrap_or("-"),
+        );
+    }
+    if s.node_groups.is_empty() {
+        out += "node groups:  none reported\n";
+        return out;
+    }
+    let header = [
+        "GROUP",
+        "HEALTH",
+        "READY",
+        "REG",
+        "NOT-STARTED",
+        "UNREADY",
+        "DELETING",
+        "UNREG",
+        "LONG-UNREG",
+        "TARGET",
+        "MIN",
+        "MAX",
+        "SCALE-UP",
+        "BACKOFF",
+    ];
+    let rows = s
+        .node_groups
+        .iter()
+        .map(|g| {
+            let c = &g.counts;
+            vec![
+                g.name.clone(),
+                g.health.clone().unwrap_or("-".into()),
+                c.ready.to_string(),
+                c.registered.to_string(),
+                c.not_started.to_string(),
+                c.unready.to_string(),
+                c.being_deleted.to_string(),
+                c.unregistered.to_string(),
+                c.long_unregistered.to_string(),
+                g.cloud_provider_target.to_string(),
+                g.min_size.to_string(),
+                g.max_size.to_string(),
+                g.scale_up.clone().unwrap_or("-".into()),
+                g.backoff.as_ref().map_or("-".into(), |b| {
+                    let code = b.code.clone().unwrap_or("backoff".into());
+                    b.message.as_ref().map_or(code.clone(), |m| format!("{code}: {m}"))
+                }),
+            ]
+        })
+        .collect::<Vec<_>>();
+    out + "\n" + &table(&header, &rows)
+}
+
+/// One classified Event.
+#[derive(Debug, Serialize)]
+pub struct InspectedEvent {
+    /// `metadata.name`.
+    pub event: String,
+    /// The classification.
+    #[serde(flatten)]
+    pub classification: Classification,
+}
+
+/// Accepts one Event, several YAML documents, or a List (`kubectl get events -o yaml|json`).
+pub fn inspect_nth_events(input: &str, provider_id: Option<&str>) -> Result<Vec<InspectedEvent>, InspectError> {
+    let mut values = Vec::new();
+    if input.trim_start().starts_with(['{', '[']) {
+        let value: serde_json::Value =
+            serde_json::from_str(input).map_err(|e| InspectError::NotAnEvent { index: 1, message: e.to_string() })?;
+        values.push(serde_yaml::to_value(value).expect("JSON is YAML"));
+    } else {
+        for (i, doc) in serde_yaml::Deserializer::from_str(input).enumerate() {
+            let value = serde::Deserialize::deserialize(doc)
+                .map_err(|e: serde_yaml::Error| InspectError::NotAnEvent { index: i + 1, message: e.to_string() })?;
+            if !matches!(value, serde_yaml::Value::Null) {
+                values.push(value);
+            }
+        }
+    }
+    let mut items = Vec::new();
+    for value in values {
+        match value.get("items").and_then(|i| i.as_sequence()) {
+            Some(list) => items.extend(list.iter().cloned()),
+            None => items.push(value),
+        }
+    }
+    if items.is_empty() {
+        return Err(InspectError::NoEvents);
+    }
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let kind = item.get("kind").and_then(|k| k.as_str()).unwrap_or("Event").to_string();
+            if kind != "Event" {
+                return Err(InspectError::NotAnEvent { index: i + 1, message: format!("kind is {kind:?}") });
+            }
+            // Deserializing from text (not from the Value) keeps the field path in the message.
+            let text = serde_yaml::to_string(&item).expect("a parsed value serializes");
+            let event: Event = serde_yaml::from_str(&text)
+                .map_err(|e| InspectError::NotAnEvent { index: i + 1, message: e.to_string() })?;
+            Ok(InspectedEvent {
+                event: event.metadata.name.clone().unwrap_or_default(),
+                classification: classify_event(&event, provider_id),
+            })
+        })
+        .collect()
+}
+
+/// Renders classified Events.
+pub fn render_nth_events(events: &[InspectedEvent], output: OutputFormat) -> String {
+    if output == OutputFormat::Json {
+        return serde_json::to_string_pretty(events).expect("events serialize") + "\n";
+    }
+    let header = ["EVENT", "RESULT", "KIND", "MODE", "NODE", "INSTANCE", "NOTICE", "OBSERVED", "DETAIL"];
+    let rows = events
+        .iter()
+        .map(|e| match &e.classification {
+            Classification::Signal(s) => vec![
+                e.event.clone(),
+                "signal".into(),
+                s.kind.as_str().into(),
+                serde_json::to_value(s.mode).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
+                s.node.to_string(),
+                match (&s.instance, s.instance_source) {
+                    (Some(i), Some(src)) => format!(
+                        "{i} (from {})",
+                        serde_json::to_value(src).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+                    ),
+                    _ => "unknown: pass --provider-id".into(),
+                },
+                s.notice_time.map_or("-".into(), format_rfc3339),
+                s.observed_at.map_or("-".into(), format_rfc3339),
+                s.detail.clone().unwrap_or("-".into()),
+            ],
+            Classification::Ignored { because } => {
+                vec![
+                    e.event.clone(),
+                    "ignored".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    because.to_string(),
+                ]
+            }
+        })
+        .collect::<Vec<_>>();
+    table(&header, &rows)
+}
+
+/// Left-aligned columns separated by two spaces.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(cell);
+            } else {
+                s.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut out = line(header.to_vec());
+    for row in rows {
+        out += &line(row.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(path: &str) -> String {
+        std::fs::read_to_string(format!("{}/tests/fixtures/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    }
+
+    fn config_map(status: &str) -> String {
+        let indented: String = status.lines().map(|l| format!("    {l}\n")).collect();
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cluster-autoscaler-status\n  namespace: kube-system\n  annotations:\n    {LAST_UPDATED_ANNOTATION}: 2024-03-11 08:41:17.905318467 +0000 UTC\ndata:\n  status: |+\n{indented}\n"
+        )
+    }
+
+    #[test]
+    fn a_config_map_and_its_bare_status_give_the_same_answer() {
+        let bare = fixture("ca-status/legacy-1.24.txt");
+        let from_cm = inspect_ca_status(&config_map(&bare)).unwrap();
+        let from_text = inspect_ca_status(&bare).unwrap();
+        assert_eq!(from_cm.status, from_text.status);
+        assert_eq!(from_cm.last_updated.map(format_rfc3339).as_deref(), Some("2024-03-11T08:41:17.905Z"));
+        let yaml = fixture("ca-status/yaml-1.30.yaml");
+        assert_eq!(inspect_ca_status(&config_map(&yaml)).unwrap().status.node_groups.len(), 2);
+    }
+
+    #[test]
+    fn json_config_maps_are_accepted() {
+        let bare = fixture("ca-status/yaml-1.36.yaml");
+        let json = serde_json::json!({"kind": "ConfigMap", "data": {"status": bare}}).to_string();
+        let table = render_ca_status(&inspect_ca_status(&json).unwrap(), OutputFormat::Table);
+        assert!(table.contains("spot-b") && table.contains("timeout: Scale-up timed out"), "{table}");
+    }
+
+    #[test]
+    fn a_config_map_without_status_is_an_error() {
+        assert!(matches!(inspect_ca_status("kind: ConfigMap\ndata: {other: x}\n"), Err(InspectError::NoStatusKey)));
+    }
+
+    #[test]
+    fn event_lists_and_multi_document_yaml() {
+        let a = fixture("nth/imds-rebalance.yaml");
+        let b = fixture("nth/nth-cordon.yaml");
+        let multi = format!("{a}---\n{b}");
+        let events = inspect_nth_events(&multi, None).unwrap();
+        assert_eq!(events.len(), 2);
+        assert!(matches!(events[0].classification, Classification::Signal(_)));
+        assert!(matches!(events[1].classification, Classification::Ignored { .. }));
+
+        let list = serde_json::json!({
+            "apiVersion": "v1", "kind": "List",
+            "items": [serde_yaml::from_str::<serde_json::Value>(&a).unwrap()]
+        });
+        let events = inspect_nth_events(&list.to_string(), None).unwrap();
+        assert_eq!(events.len(), 1);
+        let rendered = render_nth_events(&events, OutputFormat::Table);
+        assert!(
+            rendered.contains("rebalance") && rendered.contains("i-0a1b2c3d4e5f67890 (from annotation)"),
+            "{rendered}"
+        );
+    }
+
+    #[test]
+    fn non_events_are_errors_that_say_which_document() {
+        let err = inspect_nth_events("kind: Event\ninvolvedObject: 5\n", None).unwrap_err().to_string();
+        assert!(err.starts_with("document 1:") && err.contains("involvedObject"), "{err}");
+        let err = inspect_nth_events("kind: Pod\n", None).unwrap_err().to_string();
+        assert!(err.contains("\"Pod\""), "{err}");
+        assert!(matches!(inspect_nth_events("", None), Err(InspectError::NoEvents)));
+    }
+}

@@ -1,0 +1,172 @@
+//! The two actors every simulated cluster has besides AWS: AWS Node Termination Handler and
+//! Cluster Autoscaler, modelled from their documented behaviour (shared/reference).
+
+use std::collections::BTreeMap;
+
+use super::scenario::{SpotEvent, SpotEventKind, Targets};
+use super::world::{Eviction, World};
+use crate::core::{Policy, Resources, Signal, SignalKind, SizingMode, Timestamp};
+
+/// NTH: on a rebalance recommendation it emits the Event and cordons (and, as NTH's queue mode
+/// or `enableRebalanceDraining` do, drains when `drain_on_rebalance`); on a spot interruption
+/// notice it emits, cordons and drains, and the instance ends after the notice.
+#[derive(Debug)]
+pub struct Nth {
+    drain_on_rebalance: bool,
+    drains: BTreeMap<String, NthDrain>,
+}
+
+#[derive(Debug)]
+struct NthDrain {
+    started: Timestamp,
+    next_try: Timestamp,
+}
+
+impl Nth {
+    /// NTH as set up for the booster (`drain_on_rebalance: false`: cordon only) or as commonly
+    /// deployed without it (`true`: cordon and drain on the recommendation).
+    pub fn new(drain_on_rebalance: bool) -> Nth {
+        Nth { drain_on_rebalance, drains: BTreeMap::new() }
+    }
+
+    /// Applies a scenario event.
+    pub fn on_event(&mut self, world: &mut World, event: &SpotEvent) {
+        let kind = match event.kind {
+            SpotEventKind::Rebalance => SignalKind::Rebalance,
+            SpotEventKind::Interrupt => SignalKind::SpotInterruption,
+        };
+        let nodes = match &event.targets {
+            Targets::Oldest(n) => {
+                let hit = world.signalled(kind);
+                world.nodes_of(&event.group).into_iter().filter(|n| !hit.contains(n)).take(*n as usize).collect()
+            }
+            Targets::Named(names) => names.iter().filter(|n| world.nodes.contains_key(*n)).cloned().collect::<Vec<_>>(),
+        };
+        if nodes.is_empty() {
+            world.log(
+                "nth",
+                "nothing to hit",
+                &event.group,
+                format!("{}: the named nodes are already gone", kind.as_str()),
+            );
+        }
+        for node in nodes {
+            let instance = world.nodes[&node].instance.clone();
+            world.signals.push(Signal {
+                instance: instance.as_str().into(),
+                node: node.as_str().into(),
+                kind,
+                observed_at: world.now,
+            });
+            world.log("nth", format!("{} Event", kind.as_str()), &node, instance.clone());
+            world.cordon(&node);
+            let drain = match kind {
+                SignalKind::SpotInterruption => {
+                    world.interrupt(&instance);
+                    true
+                }
+                _ => self.drain_on_rebalance,
+            };
+            if drain && !self.drains.contains_key(&node) {
+                world.log("nth", "drain started", &node, "cordon and drain");
+                self.drains.insert(node, NthDrain { started: world.now, next_try: world.now });
+            }
+        }
+    }
+
+    /// Retries evictions on the nodes NTH drains (the kubectl drain helper: every evictable pod,
+    /// PDB refusals retried every few seconds, until its timeout).
+    pub fn step(&mut self, world: &mut World) {
+        let now = world.now;
+        let mut finished = Vec::new();
+        for (node, drain) in self.drains.iter_mut() {
+            if !world.nodes.contains_key(node) {
+                finished.push((node.clone(), None));
+                continue;
+            }
+            if now < drain.next_try {
+                continue;
+            }
+            let uids: Vec<String> = world.pods_on(node).iter().map(|p| p.uid.clone()).collect();
+            let mut blocked = 0;
+            for uid in uids {
+                if world.evict(&uid) == Eviction::Blocked {
+                    blocked += 1;
+                }
+            }
+            if blocked == 0 {
+                finished.push((node.clone(), Some("drained")));
+            } else if now.since(drain.started) >= world.timings.nth_drain_timeout {
+                finished.push((node.clone(), Some("drain timed out")));
+            } else {
+                drain.next_try = now.plus(world.timings.nth_eviction_retry);
+            }
+        }
+        for (node, outcome) in finished {
+            self.drains.remove(&node);
+            match outcome {
+                Some("drained") => {
+                    world.counters.drained_nodes += 1;
+                    world.log("nth", "drained", &node, "every pod evicted");
+                }
+                Some(other) => {
+                    let left = world.pods_on(&node).len();
+                    world.log("nth", other, &node, format!("{left} pods left, PDB-blocked"));
+                }
+                None => {}
+            }
+        }
+    }
+}
+
+/// Cluster Autoscaler: every scan interval, pods Pending for at least one interval trigger a
+/// scale-up of the first of their groups with room, sized by bin packing and net of upcoming
+/// nodes (CA ≤ 1.35 counts them). Scale-down is not modelled: surplus shows in `peak_desired`.
+#[derive(Debug, Default)]
+pub struct ClusterAutoscaler {
+    next_scan: Option<Timestamp>,
+}
+
+impl ClusterAutoscaler {
+    /// One scan, when due.
+    pub fn step(&mut self, world: &mut World) {
+        let scan = world.timings.ca_scan_interval;
+        if self.next_scan.is_some_and(|t| world.now < t) {
+            return;
+        }
+        self.next_scan = Some(world.now.plus(scan));
+        let packing = Policy {
+            sizing: SizingMode::Pods,
+            over_subscription_percent: 0,
+            reserved_per_node: Resources::default(),
+            ..Policy::default()
+        };
+        let mut per_group: BTreeMap<String, Vec<crate::core::Pod>> = BTreeMap::new();
+        for pod in world.pending_since(scan) {
+            let w = &world.workloads[pod.workload];
+            let Some(group) = w.groups.iter().find(|g| world.groups[*g].desired < world.groups[*g].spec.max) else {
+                continue;
+            };
+            per_group.entry(group.clone()).or_default().push(crate::core::Pod {
+                uid: pod.uid.clone(),
+                namespace: "default".into(),
+                name: pod.name.clone(),
+                requests: w.requests,
+                class: crate::core::PodClass::Ordinary,
+            });
+        }
+        for (group, pods) in per_group {
+            let node = world.groups[&group].spec.node;
+            let needed = crate::core::sizing::nodes_for_pods(&pods, node, &packing);
+            let add = needed.saturating_sub(world.upcoming(&group));
+            if add == 0 {
+                continue;
+            }
+            let from = world.groups[&group].desired;
+            let to = world.set_desired(&group, from + add);
+            if to > from {
+                world.log("ca", "scale-up", &group, format!("desired {from} -> {to} for {} pending pods", pods.len()));
+            }
+        }
+    }
+}

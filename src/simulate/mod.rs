@@ -1,0 +1,268 @@
+//! `spots-booster simulate`: replays a scenario through the real scaling core over an in-memory
+//! cluster in virtual time, and optionally through NTH + Cluster Autoscaler alone for comparison.
+//!
+//! Every simulated second: AWS launches, registers and interrupts instances; scenario events reach
+//! NTH; NTH drains; the booster (when present) plans with the core and acts; CA scans when due;
+//! the report counts displaced pods Pending; the scheduler places them.
+
+pub mod actors;
+pub mod booster;
+pub mod scenario;
+pub mod world;
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::config::{Baseline, ReportFormat};
+use crate::inspect::table;
+use crate::units::format_duration;
+use actors::{ClusterAutoscaler, Nth};
+use booster::Booster;
+pub use scenario::{parse_scenario, Scenario, ScenarioError};
+use world::{TimelineEntry, World};
+
+/// Why a simulation could not run.
+#[derive(Debug, Error)]
+pub enum SimulateError {
+    /// The scenario file could not be read.
+    #[error("cannot read scenario {path}")]
+    ReadScenario {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The scenario is invalid.
+    #[error("invalid scenario {path}")]
+    InvalidScenario {
+        /// The file.
+        path: String,
+        /// What is wrong, naming the field.
+        #[source]
+        source: ScenarioError,
+    },
+}
+
+/// The numbers a run is judged by.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// Pod-seconds that evicted or displaced pods spent unschedulable.
+    pub capacity_gap_pod_seconds: u64,
+    /// Ready pods removed while their PodDisruptionBudget allowed no disruption.
+    pub pdb_violations: u32,
+    /// Distinct instances a boost covered.
+    pub boosted_instances: u32,
+    /// Instances covered by more than one boost.
+    pub double_boosts: u32,
+    /// Nodes drained by eviction (by the booster or NTH).
+    pub drained_nodes: u32,
+    /// Successful evictions.
+    pub evictions: u32,
+    /// Evictions refused by a PodDisruptionBudget.
+    pub evictions_blocked: u32,
+    /// Pods that died with their node instead of being evicted.
+    pub pods_killed: u32,
+    /// Most pods Pending at once.
+    pub peak_pending_pods: u32,
+}
+
+/// One group's sizes over a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GroupReport {
+    /// The group.
+    pub name: String,
+    /// MaxSize.
+    pub max: u32,
+    /// Highest desired capacity reached.
+    pub peak_desired: u32,
+    /// Desired capacity at the end.
+    pub final_desired: u32,
+}
+
+/// One run's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    /// The summary.
+    pub summary: Summary,
+    /// Per group.
+    pub groups: Vec<GroupReport>,
+    /// What happened, in order.
+    pub timeline: Vec<TimelineEntry>,
+}
+
+/// The booster's run, and the baseline's when asked for.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Simulated seconds.
+    pub simulated_seconds: u64,
+    /// With spots-booster.
+    #[serde(flatten)]
+    pub booster: RunReport,
+    /// NTH + Cluster Autoscaler alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<RunReport>,
+}
+
+/// Who runs the cluster in a simulation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// spots-booster with NTH set up for it (cordon only on rebalance) and CA.
+    Booster,
+    /// NTH draining on the recommendation, and CA.
+    NthCa,
+}
+
+const TICK: Duration = Duration::from_secs(1);
+
+/// Runs one scenario in one mode.
+pub fn run_scenario(scenario: &Scenario, mode: Mode) -> RunReport {
+    let mut world = World::new(scenario);
+    let mut nth = Nth::new(mode == Mode::NthCa);
+    let mut ca = ClusterAutoscaler::default();
+    let mut booster = (mode == Mode::Booster).then(|| Booster::new(scenario.policy.clone()));
+    let mut events = scenario.events.iter().peekable();
+    while world.elapsed() < scenario.duration {
+        world.step_aws();
+        while let Some(event) = events.next_if(|e| e.at <= world.elapsed()) {
+            nth.on_event(&mut world, event);
+        }
+        nth.step(&mut world);
+        if let Some(b) = booster.as_mut() {
+            b.step(&mut world);
+        }
+        ca.step(&mut world);
+        // Counted before scheduling: an evicted pod spends at least one scheduling cycle Pending.
+        world.account(TICK);
+        world.schedule();
+        world.now = world.now.plus(TICK);
+    }
+    let c = &world.counters;
+    RunReport {
+        summary: Summary {
+            capacity_gap_pod_seconds: c.capacity_gap_pod_seconds,
+            pdb_violations: c.pdb_violations,
+            boosted_instances: booster.as_ref().map_or(0, Booster::boosted_instances),
+            double_boosts: booster.as_ref().map_or(0, Booster::double_boosts),
+            drained_nodes: c.drained_nodes,
+            evictions: c.evictions,
+            evictions_blocked: c.evictions_blocked,
+            pods_killed: c.pods_killed,
+            peak_pending_pods: c.peak_pending_pods,
+        },
+        groups: world
+            .groups
+            .values()
+            .map(|g| GroupReport {
+                name: g.spec.name.clone(),
+                max: g.spec.max,
+                peak_desired: g.peak_desired,
+                final_desired: g.desired,
+            })
+            .collect(),
+        timeline: world.timeline,
+    }
+}
+
+/// Runs a scenario, with the baseline when asked for.
+pub fn simulate(scenario: &Scenario, baseline: Option<Baseline>) -> Report {
+    Report {
+        simulated_seconds: scenario.duration.as_secs(),
+        booster: run_scenario(scenario, Mode::Booster),
+        baseline: baseline.map(|Baseline::NthCa| run_scenario(scenario, Mode::NthCa)),
+    }
+}
+
+/// Reads, validates and runs a scenario file; renders the report.
+pub fn simulate_file(path: &Path, baseline: Option<Baseline>, output: ReportFormat) -> Result<String, SimulateError> {
+    let shown = path.display().to_string();
+    let text =
+        std::fs::read_to_string(path).map_err(|source| SimulateError::ReadScenario { path: shown.clone(), source })?;
+    let scenario =
+        parse_scenario(&text).map_err(|source| SimulateError::InvalidScenario { path: shown.clone(), source })?;
+    let report = simulate(&scenario, baseline);
+    Ok(match output {
+        ReportFormat::Json => serde_json::to_string_pretty(&report).expect("report serializes") + "\n",
+        ReportFormat::Text => render_text(&shown, &report),
+    })
+}
+
+fn clock(seconds: u64) -> String {
+    format!("{:02}:{:02}", seconds / 60, seconds % 60)
+}
+
+fn timeline_table(entries: &[TimelineEntry]) -> String {
+    let rows: Vec<Vec<String>> = entries
+        .iter()
+        .map(|e| vec![clock(e.at_seconds), e.actor.to_string(), e.action.clone(), e.target.clone(), e.detail.clone()])
+        .collect();
+    table(&["TIME", "ACTOR", "ACTION", "TARGET", "DETAIL"], &rows)
+}
+
+/// The text report: timelines, then the summary side by side.
+pub fn render_text(name: &str, report: &Report) -> String {
+    let mut out = format!(
+        "spots-booster simulate {name}: {} simulated\n\n",
+        format_duration(Duration::from_secs(report.simulated_seconds))
+    );
+    out += "== with spots-booster ==\n";
+    out += &timeline_table(&report.booster.timeline);
+    if let Some(baseline) = &report.baseline {
+        out += "\n== baseline: NTH drains on the recommendation, Cluster Autoscaler reacts to Pending pods ==\n";
+        out += &timeline_table(&baseline.timeline);
+    }
+    out += "\n== summary ==\n";
+    let b = &report.booster.summary;
+    type Metric = (&'static str, fn(&Summary) -> u64);
+    let metrics: Vec<Metric> = vec![
+        ("capacity_gap_pod_seconds", |s| s.capacity_gap_pod_seconds),
+        ("pdb_violations", |s| u64::from(s.pdb_violations)),
+        ("boosted_instances", |s| u64::from(s.boosted_instances)),
+        ("double_boosts", |s| u64::from(s.double_boosts)),
+        ("drained_nodes", |s| u64::from(s.drained_nodes)),
+        ("evictions", |s| u64::from(s.evictions)),
+        ("evictions_blocked", |s| u64::from(s.evictions_blocked)),
+        ("pods_killed", |s| u64::from(s.pods_killed)),
+        ("peak_pending_pods", |s| u64::from(s.peak_pending_pods)),
+    ];
+    let rows: Vec<Vec<String>> = metrics
+        .iter()
+        .map(|(name, get)| {
+            let mut row = vec![name.to_string(), get(b).to_string()];
+            if let Some(base) = &report.baseline {
+                let (mine, theirs) = (get(b), get(&base.summary));
+                row.push(theirs.to_string());
+                row.push(if theirs == 0 { "-".into() } else { format!("{:.2}", mine as f64 / theirs as f64) });
+            }
+            row
+        })
+        .collect();
+    let header: &[&str] =
+        if report.baseline.is_some() { &["METRIC", "BOOSTER", "NTH+CA", "RATIO"] } else { &["METRIC", "BOOSTER"] };
+    out += &table(header, &rows);
+    out += "\n";
+    let rows: Vec<Vec<String>> = report
+        .booster
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let mut row =
+                vec![g.name.clone(), g.max.to_string(), g.peak_desired.to_string(), g.final_desired.to_string()];
+            if let Some(base) = &report.baseline {
+                row.push(base.groups[i].peak_desired.to_string());
+                row.push(base.groups[i].final_desired.to_string());
+            }
+            row
+        })
+        .collect();
+    let header: &[&str] = if report.baseline.is_some() {
+        &["GROUP", "MAX", "PEAK (BOOSTER)", "FINAL (BOOSTER)", "PEAK (NTH+CA)", "FINAL (NTH+CA)"]
+    } else {
+        &["GROUP", "MAX", "PEAK", "FINAL"]
+    };
+    out + &table(header, &rows)
+}

@@ -1,0 +1,493 @@
+//! The in-memory cluster `simulate` runs: Auto Scaling Groups that launch instances which join as
+//! Ready nodes after their boot delay, pods placed by a first-fit scheduler, PodDisruptionBudgets
+//! checked on eviction, and the counters the report is built from.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::scenario::{ClusterTimings, GroupSpec, Scenario, Workload};
+use crate::core::{self, GroupName, InstanceId, NodeName, PodClass, Resources, Signal, Snapshot, Timestamp};
+
+/// One line of the timeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TimelineEntry {
+    /// Seconds since the start.
+    pub at_seconds: u64,
+    /// `aws`, `nth`, `ca` or `booster`.
+    pub actor: &'static str,
+    /// What it did.
+    pub action: String,
+    /// The group or node it did it to.
+    pub target: String,
+    /// Numbers and reasons.
+    pub detail: String,
+}
+
+/// What happened to pods and nodes, counted over a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Counters {
+    /// Pod-seconds that evicted or displaced pods spent unschedulable (Pending without a node).
+    pub capacity_gap_pod_seconds: u64,
+    /// Ready pods removed while their PodDisruptionBudget allowed no disruption.
+    pub pdb_violations: u32,
+    /// Successful evictions.
+    pub evictions: u32,
+    /// Evictions refused by a PodDisruptionBudget.
+    pub evictions_blocked: u32,
+    /// Pods that died with their node instead of being evicted.
+    pub pods_killed: u32,
+    /// Nodes whose evictable pods all left through eviction.
+    pub drained_nodes: u32,
+    /// Most pods Pending at once.
+    pub peak_pending_pods: u32,
+}
+
+/// An Auto Scaling Group's live state.
+#[derive(Debug, Clone)]
+pub struct Asg {
+    /// Its definition.
+    pub spec: GroupSpec,
+    /// DesiredCapacity.
+    pub desired: u32,
+    /// Highest desired seen.
+    pub peak_desired: u32,
+    next_index: u32,
+}
+
+/// An EC2 instance.
+#[derive(Debug, Clone)]
+pub struct Instance {
+    /// Its group.
+    pub group: String,
+    /// The node it becomes.
+    pub node: String,
+    /// When its Node joins Ready.
+    pub ready_at: Timestamp,
+    /// When a spot interruption ends it.
+    pub ends_at: Option<Timestamp>,
+}
+
+/// A Node (it exists from the moment it is Ready).
+#[derive(Debug, Clone)]
+pub struct SimNode {
+    /// Its instance.
+    pub instance: String,
+    /// Its group.
+    pub group: String,
+    /// When it joined.
+    pub created: Timestamp,
+    /// `spec.unschedulable`.
+    pub cordoned: bool,
+    /// Allocatable.
+    pub allocatable: Resources,
+}
+
+/// A pod of a workload.
+#[derive(Debug, Clone)]
+pub struct SimPod {
+    /// UID (unique per incarnation).
+    pub uid: String,
+    /// Name.
+    pub name: String,
+    /// Index into the workloads.
+    pub workload: usize,
+    /// Bound node.
+    pub node: Option<String>,
+    /// When it was bound; while Pending, when it was created.
+    pub since: Timestamp,
+    /// Whether it replaces a pod that was evicted or lost with its node.
+    pub displaced: bool,
+}
+
+/// How an eviction went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Eviction {
+    /// The pod is gone; its replacement is Pending.
+    Evicted,
+    /// A PodDisruptionBudget refused (HTTP 429).
+    Blocked,
+    /// No such pod (HTTP 404): treated as done.
+    Gone,
+}
+
+/// The whole simulated cluster.
+#[derive(Debug, Clone)]
+pub struct World {
+    /// The current time.
+    pub now: Timestamp,
+    start: Timestamp,
+    /// Cluster timings.
+    pub timings: ClusterTimings,
+    /// Groups by name.
+    pub groups: BTreeMap<String, Asg>,
+    /// Live instances by id.
+    pub instances: BTreeMap<String, Instance>,
+    /// Nodes by name.
+    pub nodes: BTreeMap<String, SimNode>,
+    /// Pods by creation sequence.
+    pub pods: BTreeMap<u64, SimPod>,
+    /// Workloads.
+    pub workloads: Vec<Workload>,
+    /// Signals NTH has emitted.
+    pub signals: Vec<Signal>,
+    /// Timeline.
+    pub timeline: Vec<TimelineEntry>,
+    /// Counters.
+    pub counters: Counters,
+    next_pod: u64,
+}
+
+impl World {
+    /// The cluster at the start of `scenario`: every group at its desired size, every node Ready
+    /// (named `<group>-<n>`, oldest first) and every pod placed and Ready.
+    pub fn new(scenario: &Scenario) -> World {
+        let start = Timestamp::from_millis(0);
+        let mut world = World {
+            now: start,
+            start,
+            timings: scenario.cluster.clone(),
+            groups: BTreeMap::new(),
+            instances: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            pods: BTreeMap::new(),
+            workloads: scenario.workloads.clone(),
+            signals: Vec::new(),
+            timeline: Vec::new(),
+            counters: Counters::default(),
+            next_pod: 0,
+        };
+        for spec in &scenario.groups {
+            world.groups.insert(
+                spec.name.clone(),
+                Asg { spec: spec.clone(), desired: spec.desired, peak_desired: spec.desired, next_index: 1 },
+            );
+            for k in 0..spec.desired {
+                // Older nodes joined earlier: one second apart, before the start.
+                let joined = Timestamp::from_millis(-1000 * i64::from(spec.desired - k));
+                let id = world.launch(&spec.name, joined);
+                world.register(&id, joined);
+            }
+        }
+        for (w, workload) in scenario.workloads.iter().enumerate() {
+            for _ in 0..workload.replicas {
+                world.create_pod(w, false);
+            }
+        }
+        world.schedule();
+        let ready_since = Timestamp::from_millis(-(world.timings.pod_start.as_millis() as i64));
+        for pod in world.pods.values_mut() {
+            pod.since = ready_since;
+        }
+        world
+    }
+
+    /// Seconds since the start.
+    pub fn elapsed(&self) -> Duration {
+        self.now.since(self.start)
+    }
+
+    /// Adds a timeline entry.
+    pub fn log(
+        &mut self,
+        actor: &'static str,
+        action: impl Into<String>,
+        target: impl Into<String>,
+        detail: impl Into<String>,
+    ) {
+        let at_seconds = self.elapsed().as_secs();
+        self.timeline.push(TimelineEntry {
+            at_seconds,
+            actor,
+            action: action.into(),
+            target: target.into(),
+            detail: detail.into(),
+        });
+    }
+
+    fn launch(&mut self, group: &str, at: Timestamp) -> String {
+        let asg = self.groups.get_mut(group).expect("known group");
+        let node = format!("{group}-{}", asg.next_index);
+        let id = format!("i-{group}-{:04}", asg.next_index);
+        asg.next_index += 1;
+        let ready_at = at.plus(asg.spec.boot);
+        self.instances.insert(id.clone(), Instance { group: group.to_string(), node, ready_at, ends_at: None });
+        id
+    }
+
+    fn register(&mut self, id: &str, at: Timestamp) {
+        let inst = &self.instances[id];
+        let allocatable = self.groups[&inst.group].spec.node;
+        self.nodes.insert(
+            inst.node.clone(),
+            SimNode { instance: id.to_string(), group: inst.group.clone(), created: at, cordoned: false, allocatable },
+        );
+    }
+
+    /// AWS's part of a tick: launch instances up to desired, register those whose boot is over,
+    /// end those whose interruption notice ran out (the ASG replaces them on the next tick).
+    pub fn step_aws(&mut self) {
+        let ending: Vec<String> = self
+            .instances
+            .iter()
+            .filter(|(_, i)| i.ends_at.is_some_and(|t| t <= self.now))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ending {
+            let node = self.instances[&id].node.clone();
+            self.log("aws", "instance interrupted", node, id.clone());
+            self.remove_instance(&id);
+        }
+        let groups: Vec<String> = self.groups.keys().cloned().collect();
+        for group in groups {
+            let live = self.instances.values().filter(|i| i.group == group).count() as u32;
+            let desired = self.groups[&group].desired;
+            for _ in live..desired {
+                let id = self.launch(&group, self.now);
+                let node = self.instances[&id].node.clone();
+                self.log("aws", "instance launched", node, format!("{id}, desired {desired}"));
+            }
+        }
+        let joining: Vec<String> = self
+            .instances
+            .iter()
+            .filter(|(_, i)| i.ready_at <= self.now && !self.nodes.contains_key(&i.node))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in joining {
+            self.register(&id, self.now);
+            let node = self.instances[&id].node.clone();
+            self.log("aws", "node Ready", node, id);
+        }
+    }
+
+    /// Sets a group's desired capacity, clamped to [min, max].
+    pub fn set_desired(&mut self, group: &str, desired: u32) -> u32 {
+        let asg = self.groups.get_mut(group).expect("known group");
+        asg.desired = desired.clamp(asg.spec.min, asg.spec.max);
+        asg.peak_desired = asg.peak_desired.max(asg.desired);
+        asg.desired
+    }
+
+    /// Terminates an instance, decrementing desired when asked and allowed (AWS refuses to go
+    /// below MinSize; the ASG then replaces the instance).
+    pub fn terminate(&mut self, id: &str, decrement: bool) -> bool {
+        let Some(inst) = self.instances.get(id) else { return false };
+        let group = inst.group.clone();
+        let asg = self.groups.get_mut(&group).expect("known group");
+        let decremented = decrement && asg.desired > asg.spec.min;
+        if decremented {
+            asg.desired -= 1;
+        }
+        self.remove_instance(id);
+        decremented
+    }
+
+    fn remove_instance(&mut self, id: &str) {
+        let Some(inst) = self.instances.remove(id) else { return };
+        if self.nodes.remove(&inst.node).is_none() {
+            return;
+        }
+        let on_node: Vec<u64> =
+            self.pods.iter().filter(|(_, p)| p.node.as_deref() == Some(inst.node.as_str())).map(|(k, _)| *k).collect();
+        for seq in on_node {
+            if self.disruption_breaks_budget(seq) {
+                self.counters.pdb_violations += 1;
+            }
+            self.counters.pods_killed += 1;
+            self.replace_pod(seq);
+        }
+    }
+
+    /// Cordons a node.
+    pub fn cordon(&mut self, node: &str) -> bool {
+        match self.nodes.get_mut(node) {
+            Some(n) if !n.cordoned => {
+                n.cordoned = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Marks an instance to end after the interruption notice.
+    pub fn interrupt(&mut self, id: &str) {
+        let notice = self.timings.interruption_notice;
+        if let Some(inst) = self.instances.get_mut(id) {
+            inst.ends_at.get_or_insert(self.now.plus(notice));
+        }
+    }
+
+    fn create_pod(&mut self, workload: usize, displaced: bool) {
+        let seq = self.next_pod;
+        self.next_pod += 1;
+        let name = format!("{}-{seq}", self.workloads[workload].name);
+        self.pods
+            .insert(seq, SimPod { uid: format!("uid-{seq}"), name, workload, node: None, since: self.now, displaced });
+    }
+
+    fn replace_pod(&mut self, seq: u64) {
+        if let Some(pod) = self.pods.remove(&seq) {
+            self.create_pod(pod.workload, true);
+        }
+    }
+
+    /// Whether the pod is bound and past its start-up time.
+    pub fn is_ready(&self, pod: &SimPod) -> bool {
+        pod.node.is_some() && self.now >= pod.since.plus(self.timings.pod_start)
+    }
+
+    fn healthy(&self, workload: usize) -> u32 {
+        self.pods.values().filter(|p| p.workload == workload && self.is_ready(p)).count() as u32
+    }
+
+    /// Removing this pod now would take its workload below its budget.
+    fn disruption_breaks_budget(&self, seq: u64) -> bool {
+        let pod = &self.pods[&seq];
+        let Some(pdb) = self.workloads[pod.workload].pdb else { return false };
+        self.is_ready(pod) && self.healthy(pod.workload) <= pdb.min_healthy
+    }
+
+    /// Evicts a pod through the (simulated) Eviction API, which checks its budget.
+    pub fn evict(&mut self, uid: &str) -> Eviction {
+        let Some(seq) = self.pods.iter().find(|(_, p)| p.uid == uid).map(|(k, _)| *k) else { return Eviction::Gone };
+        if self.disruption_breaks_budget(seq) {
+            self.counters.evictions_blocked += 1;
+            return Eviction::Blocked;
+        }
+        self.counters.evictions += 1;
+        self.replace_pod(seq);
+        Eviction::Evicted
+    }
+
+    /// Pods bound to `node`, in creation order.
+    pub fn pods_on(&self, node: &str) -> Vec<&SimPod> {
+        self.pods.values().filter(|p| p.node.as_deref() == Some(node)).collect()
+    }
+
+    /// Pending pods that have waited at least `for_at_least`.
+    pub fn pending_since(&self, for_at_least: Duration) -> Vec<&SimPod> {
+        self.pods.values().filter(|p| p.node.is_none() && self.now.since(p.since) >= for_at_least).collect()
+    }
+
+    /// First-fit scheduler: Pending pods in creation order onto the first schedulable node (oldest
+    /// first) of the first group of their workload that has room.
+    pub fn schedule(&mut self) {
+        let mut free: BTreeMap<&str, Resources> =
+            self.nodes.iter().map(|(name, n)| (name.as_str(), n.allocatable)).collect();
+        for pod in self.pods.values() {
+            if let Some(node) = &pod.node {
+                if let Some(f) = free.get_mut(node.as_str()) {
+                    *f = f.saturating_sub(self.workloads[pod.workload].requests);
+                }
+            }
+        }
+        let mut by_group: BTreeMap<&str, Vec<(&Timestamp, &str)>> = BTreeMap::new();
+        for (name, n) in &self.nodes {
+            if !n.cordoned {
+                by_group.entry(n.group.as_str()).or_default().push((&n.created, name.as_str()));
+            }
+        }
+        for nodes in by_group.values_mut() {
+            nodes.sort();
+        }
+        let mut bindings = Vec::new();
+        for (seq, pod) in self.pods.iter().filter(|(_, p)| p.node.is_none()) {
+            let workload = &self.workloads[pod.workload];
+            let target = workload
+                .groups
+                .iter()
+                .flat_map(|g| by_group.get(g.as_str()).into_iter().flatten())
+                .map(|(_, name)| *name)
+                .find(|name| workload.requests.fits_in(free[name]));
+            if let Some(name) = target {
+                let f = free.get_mut(name).expect("known node");
+                *f = f.saturating_sub(workload.requests);
+                bindings.push((*seq, name.to_string()));
+            }
+        }
+        for (seq, node) in bindings {
+            let pod = self.pods.get_mut(&seq).expect("known pod");
+            pod.node = Some(node);
+            pod.since = self.now;
+        }
+    }
+
+    /// Counts one tick of `dt` for every displaced pod still Pending.
+    pub fn account(&mut self, dt: Duration) {
+        let pending = self.pods.values().filter(|p| p.node.is_none()).count() as u32;
+        let displaced = self.pods.values().filter(|p| p.node.is_none() && p.displaced).count() as u64;
+        self.counters.capacity_gap_pod_seconds += displaced * dt.as_secs();
+        self.counters.peak_pending_pods = self.counters.peak_pending_pods.max(pending);
+    }
+
+    /// The core's view of this cluster.
+    pub fn snapshot(&self, ledger: &core::BoostLedger) -> Snapshot {
+        let mut snapshot = Snapshot { ledger: ledger.clone(), signals: self.signals.clone(), ..Snapshot::default() };
+        for (name, asg) in &self.groups {
+            snapshot.groups.insert(
+                GroupName::from(name.as_str()),
+                core::Group {
+                    name: name.as_str().into(),
+                    min: asg.spec.min,
+                    max: asg.spec.max,
+                    desired: asg.desired,
+                    node_allocatable: Some(asg.spec.node),
+                    ca: Some(core::CaGroupView { cloud_provider_target: asg.desired, backoff: None, healthy: true }),
+                },
+            );
+        }
+        for (name, n) in &self.nodes {
+            let pods = self
+                .pods_on(name)
+                .into_iter()
+                .map(|p| {
+                    let w = &self.workloads[p.workload];
+                    core::Pod {
+                        uid: p.uid.clone(),
+                        namespace: "default".into(),
+                        name: p.name.clone(),
+                        requests: w.requests,
+                        class: if w.critical { PodClass::Critical } else { PodClass::Ordinary },
+                    }
+                })
+                .collect();
+            snapshot.nodes.insert(
+                NodeName::from(name.as_str()),
+                core::Node {
+                    name: name.as_str().into(),
+                    instance: Some(InstanceId::from(n.instance.as_str())),
+                    group: Some(n.group.as_str().into()),
+                    ready: true,
+                    cordoned: n.cordoned,
+                    deleting_by_ca: false,
+                    created: n.created,
+                    allocatable: n.allocatable,
+                    pods,
+                },
+            );
+        }
+        snapshot
+    }
+
+    /// Live nodes of a group, oldest first.
+    pub fn nodes_of(&self, group: &str) -> Vec<String> {
+        let mut nodes: Vec<(&Timestamp, &String)> =
+            self.nodes.iter().filter(|(_, n)| n.group == group).map(|(name, n)| (&n.created, name)).collect();
+        nodes.sort();
+        nodes.into_iter().map(|(_, name)| name.clone()).collect()
+    }
+
+    /// Instances launched whose nodes have not joined yet, per group.
+    pub fn upcoming(&self, group: &str) -> u32 {
+        let asg = &self.groups[group];
+        let registered = self.nodes.values().filter(|n| n.group == group).count() as u32;
+        asg.desired.saturating_sub(registered)
+    }
+
+    /// Nodes already named by a signal of `kind`.
+    pub fn signalled(&self, kind: core::SignalKind) -> BTreeSet<String> {
+        self.signals.iter().filter(|s| s.kind == kind).map(|s| s.node.to_string()).collect()
+    }
+}
