@@ -13,7 +13,7 @@
 //! until the instance is actually interrupted, which beats evicting pods into a group that has no
 //! room for them.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -122,19 +122,40 @@ pub struct BoostPlan {
     pub held: Vec<Held>,
 }
 
+/// What boost planning needs per group, gathered in one pass over nodes and ledger.
+#[derive(Default, Clone, Copy)]
+struct GroupFacts {
+    /// Ready nodes CA counts (not being deleted by CA).
+    ready: u32,
+    /// Replacement nodes the group's open boosts still count against its budget.
+    in_flight: u32,
+}
+
 /// Plans the boosts for every group with at-risk instances no boost covers yet.
 pub fn plan_boosts(snapshot: &Snapshot, at_risk: &AtRiskSet, policy: &Policy, now: Timestamp) -> BoostPlan {
+    let covered = snapshot.ledger.index();
+    let mut facts: HashMap<&GroupName, GroupFacts> = HashMap::new();
+    for node in snapshot.nodes.values() {
+        if let (Some(group), true, false) = (&node.group, node.ready, node.deleting_by_ca) {
+            facts.entry(group).or_default().ready += 1;
+        }
+    }
+    for record in &snapshot.ledger.records {
+        facts.entry(&record.group).or_default().in_flight += record.added;
+    }
+
     let mut plan = BoostPlan::default();
     for (group_name, instances) in &at_risk.by_group {
         let Some(group) = snapshot.groups.get(group_name) else {
             continue;
         };
-        let mut pending: Vec<&AtRisk> = instances.values().filter(|r| !snapshot.ledger.covers(&r.instance)).collect();
+        let mut pending: Vec<&AtRisk> = instances.values().filter(|r| !covered.contains_key(&r.instance)).collect();
         if pending.is_empty() {
             continue;
         }
         pending.sort_by(|a, b| a.first_seen.cmp(&b.first_seen).then_with(|| a.instance.cmp(&b.instance)));
-        plan_group(snapshot, group, &pending, policy, now, &mut plan);
+        let facts = facts.get(group_name).copied().unwrap_or_default();
+        plan_group(snapshot, group, facts, &pending, policy, now, &mut plan);
     }
     plan
 }
@@ -142,6 +163,7 @@ pub fn plan_boosts(snapshot: &Snapshot, at_risk: &AtRiskSet, policy: &Policy, no
 fn plan_group(
     snapshot: &Snapshot,
     group: &Group,
+    facts: GroupFacts,
     pending: &[&AtRisk],
     policy: &Policy,
     now: Timestamp,
@@ -161,8 +183,8 @@ fn plan_group(
     let base = group.desired.max(group.ca.as_ref().map_or(0, |ca| ca.cloud_provider_target));
     let rooms = [
         (group.max.saturating_sub(base), HoldReason::AtMaxSize),
-        (policy.max_boost_per_group.saturating_sub(in_flight(snapshot, &group.name)), HoldReason::BoostBudgetSpent),
-        (ca_tolerated_target(snapshot, group, policy).saturating_sub(base), HoldReason::CaUnreadyLimit),
+        (policy.max_boost_per_group.saturating_sub(facts.in_flight), HoldReason::BoostBudgetSpent),
+        (ca_tolerated_target(facts.ready, policy).saturating_sub(base), HoldReason::CaUnreadyLimit),
     ];
     let (room, binding) = rooms.iter().min_by_key(|(room, _)| *room).cloned().expect("three rooms");
 
@@ -180,12 +202,21 @@ fn plan_group(
         }
     };
 
-    // The whole set usually fits; otherwise the longest prefix that does (needed grows with k).
-    let mut covered = pending.len();
-    let mut needed = needed_for(covered);
-    while needed > room && covered > 0 {
-        covered -= 1;
-        needed = needed_for(covered);
+    // The whole set usually fits; otherwise the longest prefix that does, found by bisection
+    // (needed grows with the prefix; only prefixes seen to fit are ever taken).
+    let (mut covered, mut needed) = (pending.len(), needed_for(pending.len()));
+    if needed > room {
+        let (mut fits, mut too_big) = ((0, 0), pending.len());
+        while too_big - fits.0 > 1 {
+            let mid = (fits.0 + too_big) / 2;
+            let n = needed_for(mid);
+            if n <= room {
+                fits = (mid, n);
+            } else {
+                too_big = mid;
+            }
+        }
+        (covered, needed) = fits;
     }
     if covered == 0 {
         return hold(plan, 0, binding);
@@ -213,20 +244,11 @@ fn plan_group(
     });
 }
 
-/// Replacement nodes the group's open boosts still count against its budget.
-fn in_flight(snapshot: &Snapshot, group: &GroupName) -> u32 {
-    snapshot.ledger.records.iter().filter(|r| &r.group == group).map(|r| r.added).sum()
-}
-
 /// The largest desired capacity whose not-yet-Ready share CA still calls healthy: the group is
 /// Unhealthy once more than `ok_total_unready_count` **and** more than
 /// `max_total_unready_percentage` % of its target are missing from Ready.
-fn ca_tolerated_target(snapshot: &Snapshot, group: &Group, policy: &Policy) -> u32 {
-    let ready = snapshot
-        .nodes
-        .values()
-        .filter(|n| n.group.as_ref() == Some(&group.name) && n.ready && !n.deleting_by_ca)
-        .count() as u64;
+fn ca_tolerated_target(ready: u32, policy: &Policy) -> u32 {
+    let ready = u64::from(ready);
     let ok = u64::from(policy.ca_ok_total_unready_count);
     let pct = u64::from(policy.ca_max_total_unready_percentage);
     if pct >= 100 {

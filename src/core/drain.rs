@@ -8,7 +8,7 @@
 //! replacement that dies is replaced by the next node to join; nodes that served a closed record
 //! are remembered in the ledger as spent and never serve another.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -183,20 +183,18 @@ pub struct DrainPlan {
 
 /// Claims Ready replacement nodes for every ledger record, oldest record first, oldest node first.
 pub fn claim_replacements(snapshot: &Snapshot, at_risk: &AtRiskSet) -> Vec<Claim> {
-    let boosted = snapshot.ledger.covered();
-    let mut by_group: BTreeMap<&GroupName, Vec<&Node>> = BTreeMap::new();
+    let boosted = snapshot.ledger.index();
+    let risky: HashSet<&InstanceId> = at_risk.by_group.values().flat_map(|m| m.keys()).collect();
+    let mut by_group: HashMap<&GroupName, Vec<&Node>> = HashMap::new();
     for node in snapshot.nodes.values() {
         let Some(group) = node.group.as_ref() else {
             continue;
         };
-        let at_risk_or_boosted =
-            node.instance.as_ref().is_some_and(|i| boosted.contains(i) || at_risk.contains(group, i));
-        if node.ready
-            && !node.cordoned
-            && !node.deleting_by_ca
-            && !at_risk_or_boosted
-            && !snapshot.ledger.spent.contains(&node.name)
-        {
+        if !node.ready || node.cordoned || node.deleting_by_ca {
+            continue;
+        }
+        let at_risk_or_boosted = node.instance.as_ref().is_some_and(|i| boosted.contains_key(i) || risky.contains(i));
+        if !at_risk_or_boosted && !snapshot.ledger.spent.contains(&node.name) {
             by_group.entry(group).or_default().push(node);
         }
     }
@@ -206,7 +204,7 @@ pub fn claim_replacements(snapshot: &Snapshot, at_risk: &AtRiskSet) -> Vec<Claim
 
     let mut records: Vec<&BoostRecord> = snapshot.ledger.records.iter().collect();
     records.sort_by_key(|r| r.at);
-    let mut taken: BTreeSet<&NodeName> = BTreeSet::new();
+    let mut taken: HashSet<&NodeName> = HashSet::new();
     records
         .into_iter()
         .map(|record| {
@@ -233,8 +231,17 @@ pub fn claim_replacements(snapshot: &Snapshot, at_risk: &AtRiskSet) -> Vec<Claim
 pub fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> DrainPlan {
     let DrainView { snapshot, at_risk, state } = *view;
     let claims = claim_replacements(snapshot, at_risk);
+    let claim_of: HashMap<&InstanceId, usize> =
+        claims.iter().enumerate().flat_map(|(k, c)| c.instances.iter().map(move |i| (i, k))).collect();
+    let records = snapshot.ledger.index();
+    // Per record: terminations already promised a decrement by drains under way or planned now.
+    let mut promised = vec![0u32; snapshot.ledger.records.len()];
+    for d in state.in_progress.values().filter(|d| d.decrement) {
+        if let Some(&k) = records.get(&d.instance) {
+            promised[k] += 1;
+        }
+    }
     let mut plan = DrainPlan::default();
-    let mut planned: Vec<DrainStarted> = Vec::new();
 
     for (node, started) in &state.in_progress {
         if now.since(started.started_at) >= policy.drain_timeout {
@@ -248,18 +255,22 @@ pub fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> Dr
         }
     }
 
+    let timed_out: BTreeSet<&NodeName> = plan.timed_out.iter().map(|t| &t.node).collect();
+    let mut active: HashMap<&GroupName, u32> = HashMap::new();
+    for (node, d) in &state.in_progress {
+        if !timed_out.contains(node) {
+            *active.entry(&d.group).or_default() += 1;
+        }
+    }
+
     for (group, instances) in &at_risk.by_group {
-        let active = state
-            .in_progress
-            .iter()
-            .filter(|(node, d)| &d.group == group && !plan.timed_out.iter().any(|t| &t.node == *node))
-            .count() as u32;
+        let active = active.get(group).copied().unwrap_or(0);
         let mut candidates: Vec<_> = instances
             .values()
             .filter(|r| {
                 !state.in_progress.contains_key(&r.node)
                     && !state.finished.contains_key(&r.instance)
-                    && snapshot.ledger.covers(&r.instance)
+                    && records.contains_key(&r.instance)
             })
             .collect();
         if candidates.is_empty() {
@@ -270,11 +281,8 @@ pub fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> Dr
         let mut ready = Vec::new();
         let mut not_ready: BTreeMap<usize, (Vec<InstanceId>, &Claim)> = BTreeMap::new();
         for risk in candidates {
-            let (index, claim) = claims
-                .iter()
-                .enumerate()
-                .find(|(_, c)| c.instances.contains(&risk.instance))
-                .expect("every covered instance has a claim");
+            let index = claim_of[&risk.instance];
+            let claim = &claims[index];
             if claim.complete() {
                 ready.push(risk);
             } else {
@@ -305,20 +313,10 @@ pub fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> Dr
             .into_iter()
             .take(slots as usize)
             .map(|r| {
-                let record = snapshot.ledger.record_for(&r.instance).expect("covered instances have a record");
-                let promised = state
-                    .in_progress
-                    .values()
-                    .chain(&planned)
-                    .filter(|d| d.decrement && record.instances.contains(&d.instance))
-                    .count() as u32;
-                let decrement = record.returned + promised < record.added;
-                planned.push(DrainStarted {
-                    group: group.clone(),
-                    instance: r.instance.clone(),
-                    started_at: now,
-                    decrement,
-                });
+                let k = records[&r.instance];
+                let record = &snapshot.ledger.records[k];
+                let decrement = record.returned + promised[k] < record.added;
+                promised[k] += u32::from(decrement);
                 DrainTarget {
                     node: r.node.clone(),
                     instance: r.instance.clone(),

@@ -1,7 +1,7 @@
 //! Domain values the scaling core reasons about. Adapters translate wire objects into these; the
 //! core never sees a Kubernetes or AWS type.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::time::Duration;
 
@@ -310,6 +310,12 @@ impl BoostLedger {
     /// The record covering `instance`, if any.
     pub fn record_for(&self, instance: &InstanceId) -> Option<&BoostRecord> {
         self.records.iter().find(|r| r.instances.contains(instance))
+    }
+
+    /// Covered instances mapped to the position of their record, for planning passes that look
+    /// many up.
+    pub fn index(&self) -> HashMap<&InstanceId, usize> {
+        self.records.iter().enumerate().flat_map(|(k, r)| r.instances.iter().map(move |i| (i, k))).collect()
     }
 
     /// All covered instances.

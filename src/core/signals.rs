@@ -91,11 +91,16 @@ pub fn fold_signals(snapshot: &Snapshot, policy: &Policy, now: Timestamp) -> AtR
         }
     }
 
+    let boosted = snapshot.ledger.index();
     let mut set = AtRiskSet::default();
     for (instance, risk) in merged {
-        match admit(snapshot, policy, now, &risk) {
+        match admit(snapshot, policy, now, &risk, boosted.contains_key(instance)) {
             Ok(group) => {
-                set.by_group.entry(group.clone()).or_default().insert(instance.clone(), risk);
+                let instances = match set.by_group.get_mut(group) {
+                    Some(instances) => instances,
+                    None => set.by_group.entry(group.clone()).or_default(),
+                };
+                instances.insert(instance.clone(), risk);
             }
             Err(reason) => set.dropped.push(Dropped { instance: instance.clone(), reason }),
         }
@@ -108,6 +113,7 @@ fn admit<'s>(
     policy: &Policy,
     now: Timestamp,
     risk: &AtRisk,
+    boosted: bool,
 ) -> Result<&'s GroupName, DropReason> {
     let node = snapshot
         .nodes
@@ -124,7 +130,6 @@ fn admit<'s>(
     if !risk.kinds.iter().any(|k| k.calls_for_replacement()) {
         return Err(DropReason::NoReplacementCalledFor);
     }
-    let boosted = snapshot.ledger.covers(&risk.instance);
     if !boosted && now.since(risk.first_seen) > policy.signal_max_age {
         return Err(DropReason::Expired);
     }

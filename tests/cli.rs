@@ -1,0 +1,102 @@
+//! The binary as users run it: exit codes, standard input, and messages that say what is wrong.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn booster(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spots-booster"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    if let Some(text) = stdin {
+        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn inspect_ca_status_reads_a_file_and_prints_a_table() {
+    let out = booster(&["inspect", "ca-status", "--file", "tests/fixtures/ca-status/yaml-1.30.yaml"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("YAML (CA >= 1.30)"), "{stdout}");
+    assert!(stdout.contains("eks-nodes-app-spot-0ec22d5a-1d53-aa90-9a86-46470ecca2af"), "{stdout}");
+}
+
+#[test]
+fn inspect_ca_status_reads_stdin_and_prints_json() {
+    let status = std::fs::read_to_string("tests/fixtures/ca-status/legacy-1.24.txt").unwrap();
+    let out = booster(&["inspect", "ca-status", "--output", "json"], Some(&status));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["status"]["nodeGroups"][0]["maxSize"], 20);
+}
+
+#[test]
+fn inspect_ca_status_fails_on_garbage_with_the_line() {
+    let garbage = "Cluster-autoscaler status at 2024-03-11 08:41:17 +0000 UTC:\nCluster-wide:\n  ¿what is this?\n";
+    let out = booster(&["inspect", "ca-status"], Some(garbage));
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("line 3"), "{stderr}");
+}
+
+#[test]
+fn inspect_nth_event_classifies_and_explains() {
+    let out = booster(&["inspect", "nth-event", "--file", "tests/fixtures/nth/queue-v1-rebalance.yaml"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("rebalance") && stdout.contains("queue-v1"), "{stdout}");
+
+    let out =
+        booster(&["inspect", "nth-event", "--file", "tests/fixtures/nth/nth-cordon.yaml", "--output", "json"], None);
+    assert!(out.status.success(), "an ignored event is a success");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json[0]["result"], "ignored");
+    assert_eq!(json[0]["because"]["kind"], "nth-action");
+}
+
+#[test]
+fn inspect_nth_event_rejects_what_is_not_an_event() {
+    let out = booster(&["inspect", "nth-event"], Some("kind: Pod\nmetadata: {name: x}\n"));
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("document 1"), "{}", text(&out.stderr));
+    let out = booster(&["inspect", "nth-event", "--file", "no/such/file.yaml"], None);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("no/such/file.yaml"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn simulate_prints_both_runs_side_by_side() {
+    let out =
+        booster(&["simulate", "--scenario", "examples/scenarios/single-rebalance.yaml", "--baseline", "nth-ca"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("== with spots-booster ==") && stdout.contains("== baseline"), "{stdout}");
+    assert!(stdout.contains("METRIC") && stdout.contains("NTH+CA") && stdout.contains("RATIO"), "{stdout}");
+}
+
+#[test]
+fn simulate_rejects_an_invalid_scenario_naming_the_field() {
+    let dir = std::env::temp_dir().join(format!("spots-booster-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.yaml");
+    std::fs::write(
+        &path,
+        "duration: 10m\ngroups:\n  - { name: a, min: 1, max: 2, desired: 5, node: { cpu: \"4\", memory: 16Gi }, boot: 90s }\n",
+    )
+    .unwrap();
+    let out = booster(&["simulate", "--scenario", path.to_str().unwrap()], None);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("groups[0].desired"), "{stderr}");
+}
