@@ -413,8 +413,16 @@ mod tests {
 
     #[test]
     fn queue_v2_reasons_with_queue_messages() {
-        let s = signal("queue-v2-rebalance.yaml");
-        assert_eq!((s.kind, s.mode), (SignalKind::Rebalance, NthMode::QueueV2));
+        for (name, kind) in [
+            ("queue-v2-rebalance.yaml", SignalKind::Rebalance),
+            ("queue-v2-spot-itn.yaml", SignalKind::SpotInterruption),
+            ("queue-v2-scheduled.yaml", SignalKind::Scheduled),
+            ("queue-v2-asg-lifecycle.yaml", SignalKind::AsgLifecycle),
+        ] {
+            let s = signal(name);
+            assert_eq!((s.kind, s.mode), (kind, NthMode::QueueV2), "{name}");
+            assert_eq!(notice(&s), "2024-05-14T09:12:29Z", "{name}");
+        }
         let s = signal("queue-v2-state-change.yaml");
         assert_eq!((s.kind, s.mode), (SignalKind::StateChange, NthMode::QueueV2));
         let s = signal("queue-v2-unknown.yaml");
