@@ -33,6 +33,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                 desired: NODES_PER_GROUP as u32,
                 node_allocatable: Some(Resources::new(4000, 16 * GI)),
                 ca: None,
+                capacity_rebalance: false,
             },
         );
         let mut boosted = BTreeSet::new();

@@ -161,6 +161,10 @@ pub struct PolicyArgs {
     /// Auto Scaling Groups never boosted nor drained (comma-separated or repeated).
     #[arg(long, env = "SPOTS_BOOSTER_IGNORED_AUTOSCALING_GROUPS", value_delimiter = ',')]
     pub ignored_autoscaling_groups: Vec<String>,
+    /// Boost groups with Capacity Rebalance on too (by default they are skipped: the ASG already replaces their recommended instances, and boosting as well doubles the capacity).
+    #[arg(long, env = "SPOTS_BOOSTER_BOOST_CAPACITY_REBALANCE_GROUPS", action = ArgAction::Set, num_args = 0..=1,
+          default_value_t = false, default_missing_value = "true")]
+    pub boost_capacity_rebalance_groups: bool,
 }
 
 fn cpu(s: &str) -> Result<u64, String> {
@@ -238,6 +242,7 @@ impl PolicyArgs {
             eviction_backoff_initial: self.eviction_backoff_initial,
             eviction_backoff_max: self.eviction_backoff_max,
             ignored_groups: self.ignored_autoscaling_groups.iter().map(|g| g.trim().into()).collect::<BTreeSet<_>>(),
+            boost_capacity_rebalance_groups: self.boost_capacity_rebalance_groups,
         })
     }
 }

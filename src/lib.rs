@@ -3,13 +3,19 @@
 //! spot interruptions, and drains at-risk nodes once their replacements are Ready.
 //!
 //! The crate is a library plus a thin binary. [`core`] is the pure scaling core; [`k8s`] holds the
-//! parsers for what the cluster says; [`inspect`] and [`simulate`] are commands that need no cluster.
+//! parsers for what the cluster says; [`ports`] are the traits workers act through, implemented on
+//! AWS in [`aws`] and in memory in [`fakes`]; [`workers`] run the core's decisions; [`inspect`] and
+//! [`simulate`] are commands that need no cluster.
 
 pub mod app;
+pub mod aws;
 pub mod config;
 pub mod core;
+pub mod fakes;
 pub mod inspect;
 pub mod k8s;
+pub mod ports;
 pub mod simulate;
 pub mod timefmt;
 pub mod units;
+pub mod workers;

@@ -147,7 +147,7 @@ pub fn format_duration(d: Duration) -> String {
 pub fn format_memory(bytes: u64) -> String {
     const UNITS: [(&str, u64); 4] = [("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)];
     for (suffix, size) in UNITS {
-        if bytes >= size && bytes % size == 0 {
+        if bytes >= size && bytes.is_multiple_of(size) {
             return format!("{}{suffix}", bytes / size);
         }
     }
@@ -159,7 +159,7 @@ pub fn format_memory(bytes: u64) -> String {
 
 /// Formats millicores as Kubernetes would print them (`2`, `500m`).
 pub fn format_cpu(millis: u64) -> String {
-    if millis % 1000 == 0 {
+    if millis.is_multiple_of(1000) {
         (millis / 1000).to_string()
     } else {
         format!("{millis}m")

@@ -74,6 +74,9 @@ pub enum HoldReason {
     CaUnreadyLimit,
     /// CA reports the group's scale-up in backoff (its error code): new capacity is not coming.
     CaBackoff(String),
+    /// The ASG has Capacity Rebalance on and replaces these instances itself
+    /// (`--boost-capacity-rebalance-groups` opts in).
+    CapacityRebalance,
 }
 
 impl std::fmt::Display for BoostReason {
@@ -98,6 +101,9 @@ impl std::fmt::Display for HoldReason {
             HoldReason::CaBackoff(code) => {
                 write!(f, "Cluster Autoscaler reports the group in scale-up backoff ({code})")
             }
+            HoldReason::CapacityRebalance => f.write_str(
+                "the ASG has Capacity Rebalance on and replaces them itself (--boost-capacity-rebalance-groups)",
+            ),
         }
     }
 }
@@ -178,6 +184,9 @@ fn plan_group(
     };
     if let Some(code) = group.ca.as_ref().and_then(|ca| ca.backoff.clone()) {
         return hold(plan, 0, HoldReason::CaBackoff(code));
+    }
+    if group.capacity_rebalance && !policy.boost_capacity_rebalance_groups {
+        return hold(plan, 0, HoldReason::CapacityRebalance);
     }
 
     let base = group.desired.max(group.ca.as_ref().map_or(0, |ca| ca.cloud_provider_target));
@@ -339,6 +348,16 @@ mod tests {
         let s = cluster(Group::test("a").desired(4).ca_target(6, None), 4, 0).with_signal(Signal::rebalance("n1", 0));
         let p = plan(&s, &count_mode());
         assert_eq!((p.boosts[0].from, p.boosts[0].to), (4, 7));
+    }
+
+    #[test]
+    fn capacity_rebalance_groups_are_held_unless_opted_in() {
+        let mut group = Group::test("a").desired(4);
+        group.capacity_rebalance = true;
+        let s = cluster(group, 4, 0).with_signal(Signal::rebalance("n1", 0));
+        assert_eq!(plan(&s, &count_mode()).held[0].reason, HoldReason::CapacityRebalance);
+        let opted_in = Policy { boost_capacity_rebalance_groups: true, ..count_mode() };
+        assert_eq!(plan(&s, &opted_in).boosts[0].to, 5);
     }
 
     #[test]

@@ -135,6 +135,10 @@ pub struct Group {
     pub node_allocatable: Option<Resources>,
     /// What Cluster Autoscaler last reported for this group, if it reports it.
     pub ca: Option<CaGroupView>,
+    /// The ASG has Capacity Rebalance on: it launches a replacement for every
+    /// rebalance-recommended instance itself, so boosting too would double it.
+    #[serde(default)]
+    pub capacity_rebalance: bool,
 }
 
 /// The part of Cluster Autoscaler's status the core decides with.
@@ -364,6 +368,7 @@ pub(crate) mod builders {
                 desired: 3,
                 node_allocatable: Some(Resources::new(4000, 16 << 30)),
                 ca: None,
+                capacity_rebalance: false,
             }
         }
         /// Sets DesiredCapacity.

@@ -54,6 +54,9 @@ pub struct Policy {
     pub eviction_backoff_max: Duration,
     /// Groups never boosted nor drained.
     pub ignored_groups: BTreeSet<GroupName>,
+    /// Boost groups with Capacity Rebalance on too. Default: false (the ASG already replaces
+    /// their recommended instances 1:1).
+    pub boost_capacity_rebalance_groups: bool,
 }
 
 impl Default for Policy {
@@ -74,6 +77,7 @@ impl Default for Policy {
             eviction_backoff_initial: Duration::from_secs(5),
             eviction_backoff_max: Duration::from_secs(60),
             ignored_groups: BTreeSet::new(),
+            boost_capacity_rebalance_groups: false,
         }
     }
 }

@@ -64,8 +64,9 @@ fn group_strategy(index: usize) -> impl Strategy<Value = (Group, Vec<Node>)> {
                 min,
                 max,
                 desired: desired.min(max).max(min),
-                node_allocatable: if index % 2 == 0 { Some(Resources::new(4000, 16 * GI)) } else { None },
+                node_allocatable: if index.is_multiple_of(2) { Some(Resources::new(4000, 16 * GI)) } else { None },
                 ca: ca.map(|(target, backoff)| CaGroupView { cloud_provider_target: target, backoff, healthy: true }),
+                capacity_rebalance: index % 3 == 2,
             };
             (Just(group), nodes)
         })
@@ -151,6 +152,7 @@ fn policy_strategy() -> impl Strategy<Value = Policy> {
             ca_ok_total_unready_count: ok,
             max_concurrent_drains: concurrent,
             terminate_after_drain_timeout: terminate,
+            boost_capacity_rebalance_groups: count,
             ..Policy::default()
         },
     )

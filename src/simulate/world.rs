@@ -435,6 +435,7 @@ impl World {
                     desired: asg.desired,
                     node_allocatable: Some(asg.spec.node),
                     ca: Some(core::CaGroupView { cloud_provider_target: asg.desired, backoff: None, healthy: true }),
+                    capacity_rebalance: false,
                 },
             );
         }

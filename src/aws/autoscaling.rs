@@ -1,0 +1,222 @@
+//! [`AutoScaling`] on `aws-sdk-autoscaling`.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_autoscaling::types::{AutoScalingGroup, Filter};
+use aws_sdk_autoscaling::Client;
+use tracing::{info, warn};
+
+use super::calls::CallStats;
+use super::errors::failure;
+use crate::core::{GroupName, InstanceId};
+use crate::ports::{
+    AutoScaling, AwsError, AwsFailure, DesiredWrite, FailureKind, GroupDescription, GroupInstance,
+    MixedInstancesSummary, TagFilter, TerminateOutcome, WriteOutcome, WriteOutcomes,
+};
+
+/// Names per `DescribeAutoScalingGroups` call.
+pub const GROUPS_PER_CALL: usize = 50;
+/// Instance ids per `DescribeAutoScalingInstances` call (the API's limit).
+pub const INSTANCES_PER_CALL: usize = 50;
+
+/// Auto Scaling through the SDK. With `dry_run`, reads happen and writes are logged and counted.
+#[derive(Debug, Clone)]
+pub struct AwsAutoScaling {
+    client: Client,
+    stats: CallStats,
+    dry_run: bool,
+}
+
+impl AwsAutoScaling {
+    /// Wraps a client whose interceptors feed `stats`.
+    pub fn new(client: Client, stats: CallStats, dry_run: bool) -> Self {
+        AwsAutoScaling { client, stats, dry_run }
+    }
+
+    fn failed(&self, operation: &str, f: AwsFailure) -> AwsFailure {
+        self.stats.record_failure(operation, f.kind);
+        f
+    }
+
+    async fn describe(&self, names: &[GroupName], filters: &[TagFilter]) -> Result<Vec<GroupDescription>, AwsError> {
+        let mut request = self.client.describe_auto_scaling_groups().max_records(100);
+        for name in names {
+            request = request.auto_scaling_group_names(name.as_str());
+        }
+        for f in filters {
+            request = request.filters(match &f.value {
+                Some(v) => Filter::builder().name(format!("tag:{}", f.key)).values(v).build(),
+                None => Filter::builder().name("tag-key").values(&f.key).build(),
+            });
+        }
+        let mut pages = request.into_paginator().send();
+        let mut groups = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page =
+                page.map_err(|e| AwsError::DescribeGroups(self.failed("DescribeAutoScalingGroups", failure(e))))?;
+            groups.extend(page.auto_scaling_groups().iter().map(describe_group));
+        }
+        Ok(groups)
+    }
+}
+
+/// SDK group → domain value.
+fn describe_group(g: &AutoScalingGroup) -> GroupDescription {
+    let count = |v: Option<i32>| u32::try_from(v.unwrap_or(0)).unwrap_or(0);
+    let instances = g
+        .instances()
+        .iter()
+        .map(|i| GroupInstance {
+            id: InstanceId::from(i.instance_id().unwrap_or_default()),
+            availability_zone: i.availability_zone().unwrap_or_default().to_string(),
+            lifecycle_state: i.lifecycle_state().map(|s| s.as_str().to_string()).unwrap_or_default(),
+            health: i.health_status().unwrap_or_default().to_string(),
+            launch_template: i.launch_template().map(|lt| {
+                let name = lt.launch_template_name().or(lt.launch_template_id()).unwrap_or_default();
+                format!("{name}:{}", lt.version().unwrap_or("$Default"))
+            }),
+            protected: i.protected_from_scale_in().unwrap_or(false),
+        })
+        .collect();
+    let mixed_instances = g.mixed_instances_policy().map(|p| {
+        let d = p.instances_distribution();
+        MixedInstancesSummary {
+            on_demand_base: count(d.and_then(|d| d.on_demand_base_capacity())),
+            on_demand_percentage_above_base: d
+                .and_then(|d| d.on_demand_percentage_above_base_capacity())
+                .map_or(100, |v| count(Some(v))),
+            spot_allocation_strategy: d.and_then(|d| d.spot_allocation_strategy()).map(str::to_string),
+            instance_types: p
+                .launch_template()
+                .map(|lt| lt.overrides().iter().filter_map(|o| o.instance_type().map(str::to_string)).collect())
+                .unwrap_or_default(),
+        }
+    });
+    let tags = g
+        .tags()
+        .iter()
+        .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
+        .collect();
+    GroupDescription {
+        name: GroupName::from(g.auto_scaling_group_name().unwrap_or_default()),
+        min: count(g.min_size()),
+        max: count(g.max_size()),
+        desired: count(g.desired_capacity()),
+        instances,
+        capacity_rebalance: g.capacity_rebalance().unwrap_or(false),
+        mixed_instances,
+        tags,
+    }
+}
+
+impl AutoScaling for AwsAutoScaling {
+    async fn describe_groups(&self, names: &[GroupName]) -> Result<Vec<GroupDescription>, AwsError> {
+        let mut groups = Vec::new();
+        for chunk in names.chunks(GROUPS_PER_CALL) {
+            groups.extend(self.describe(chunk, &[]).await?);
+        }
+        Ok(groups)
+    }
+
+    async fn discover_groups(&self, filters: &[TagFilter]) -> Result<Vec<GroupDescription>, AwsError> {
+        self.describe(&[], filters).await
+    }
+
+    async fn raise_desired(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {
+        let names: Vec<GroupName> = writes.iter().map(|w| w.group.clone()).collect();
+        let live: BTreeMap<GroupName, GroupDescription> =
+            self.describe_groups(&names).await?.into_iter().map(|g| (g.name.clone(), g)).collect();
+        let mut outcomes = Vec::with_capacity(writes.len());
+        for w in writes {
+            let outcome = match live.get(&w.group) {
+                None => Err(AwsError::UnknownGroup(w.group.clone())),
+                Some(g) if g.desired != w.expected || w.to <= g.desired => Ok(WriteOutcome::Raced { live: g.desired }),
+                Some(g) if w.to > g.max || w.to < g.min => {
+                    Err(AwsError::OutOfRange { group: w.group.clone(), requested: w.to, min: g.min, max: g.max })
+                }
+                Some(g) if self.dry_run => {
+                    self.stats.record_dry_run("SetDesiredCapacity");
+                    info!(group = %w.group, from = g.desired, to = w.to, "dry run: would set desired capacity");
+                    Ok(WriteOutcome::DryRun { from: g.desired, to: w.to })
+                }
+                Some(g) => self
+                    .client
+                    .set_desired_capacity()
+                    .auto_scaling_group_name(w.group.as_str())
+                    .desired_capacity(i32::try_from(w.to).unwrap_or(i32::MAX))
+                    .honor_cooldown(false)
+                    .send()
+                    .await
+                    .map(|_| WriteOutcome::Written { from: g.desired, to: w.to })
+                    .map_err(|e| AwsError::SetDesiredCapacity {
+                        group: w.group.clone(),
+                        failure: self.failed("SetDesiredCapacity", failure(e)),
+                    }),
+            };
+            outcomes.push((w.group.clone(), outcome));
+        }
+        Ok(outcomes)
+    }
+
+    async fn terminate_instance(&self, instance: &InstanceId, decrement: bool) -> Result<TerminateOutcome, AwsError> {
+        let Some(group) = self.groups_of(std::slice::from_ref(instance)).await?.remove(instance) else {
+            return Ok(TerminateOutcome::AlreadyGone);
+        };
+        // AWS refuses a decrement below MinSize; terminate without it and let the ASG replace.
+        let decrement = decrement
+            && match self.describe_groups(std::slice::from_ref(&group)).await?.first() {
+                Some(g) => g.desired > g.min,
+                None => return Ok(TerminateOutcome::AlreadyGone),
+            };
+        if self.dry_run {
+            self.stats.record_dry_run("TerminateInstanceInAutoScalingGroup");
+            info!(%instance, %group, decrement, "dry run: would terminate instance");
+            return Ok(TerminateOutcome::DryRun);
+        }
+        match self
+            .client
+            .terminate_instance_in_auto_scaling_group()
+            .instance_id(instance.as_str())
+            .should_decrement_desired_capacity(decrement)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(TerminateOutcome::Terminated { decremented: decrement }),
+            Err(e) => {
+                let f = failure(e);
+                // Gone between the lookup and the call: the outcome wanted is reached.
+                let gone = f.kind == FailureKind::Validation && format!("{:?}", f.source).contains("not found");
+                if gone {
+                    warn!(%instance, "instance vanished before termination");
+                    return Ok(TerminateOutcome::AlreadyGone);
+                }
+                Err(AwsError::TerminateInstance {
+                    instance: instance.clone(),
+                    failure: self.failed("TerminateInstanceInAutoScalingGroup", f),
+                })
+            }
+        }
+    }
+
+    async fn groups_of(&self, instances: &[InstanceId]) -> Result<BTreeMap<InstanceId, GroupName>, AwsError> {
+        let mut map = BTreeMap::new();
+        for chunk in instances.chunks(INSTANCES_PER_CALL) {
+            let mut request = self.client.describe_auto_scaling_instances().max_records(50);
+            for id in chunk {
+                request = request.instance_ids(id.as_str());
+            }
+            let mut pages = request.into_paginator().send();
+            while let Some(page) = pages.next().await {
+                let page = page.map_err(|e| {
+                    AwsError::DescribeAutoScalingInstances(self.failed("DescribeAutoScalingInstances", failure(e)))
+                })?;
+                for d in page.auto_scaling_instances() {
+                    if let (Some(id), Some(group)) = (d.instance_id(), d.auto_scaling_group_name()) {
+                        map.insert(InstanceId::from(id), GroupName::from(group));
+                    }
+                }
+            }
+        }
+        Ok(map)
+    }
+}

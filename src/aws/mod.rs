@@ -1,0 +1,83 @@
+//! The ports implemented on the AWS SDK: Auto Scaling for boosts and terminations, EC2 for
+//! instance facts. Configuration comes from the standard chain (environment, profile, IRSA web
+//! identity) plus `--aws-region` and `--aws-endpoint-url` (emulators, VPC endpoints).
+
+pub mod autoscaling;
+pub mod calls;
+pub mod ec2;
+pub mod errors;
+pub mod instance_groups;
+
+use aws_config::retry::RetryConfig;
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use clap::{ArgAction, Args};
+
+pub use autoscaling::AwsAutoScaling;
+pub use calls::{CallStats, OperationStats};
+pub use ec2::AwsInstances;
+pub use instance_groups::InstanceGroupCache;
+
+use crate::ports::TagFilter;
+
+/// AWS flags. Every flag also reads its `SPOTS_BOOSTER_` environment variable.
+#[derive(Debug, Clone, Args)]
+pub struct AwsArgs {
+    /// AWS region; defaults to the standard chain (AWS_REGION, profile, instance metadata).
+    #[arg(long, env = "SPOTS_BOOSTER_AWS_REGION")]
+    pub aws_region: Option<String>,
+    /// Send AWS calls to this endpoint instead (an emulator such as moto, or a VPC endpoint).
+    #[arg(long, env = "SPOTS_BOOSTER_AWS_ENDPOINT_URL")]
+    pub aws_endpoint_url: Option<String>,
+    /// Most attempts per AWS call (adaptive retry with client-side rate limiting).
+    #[arg(long, env = "SPOTS_BOOSTER_AWS_MAX_ATTEMPTS", default_value_t = 5)]
+    pub aws_max_attempts: u32,
+    /// Discover groups by tag: KEY or KEY=VALUE, repeatable (all must match).
+    #[arg(long, env = "SPOTS_BOOSTER_ASG_TAG_FILTER", value_delimiter = ',')]
+    pub asg_tag_filter: Vec<TagFilter>,
+    /// Read everything, write nothing: boosts and terminations are logged and counted, never sent.
+    #[arg(long, env = "SPOTS_BOOSTER_DRY_RUN", action = ArgAction::Set, num_args = 0..=1,
+          default_value_t = false, default_missing_value = "true")]
+    pub dry_run: bool,
+}
+
+/// Loads the shared SDK configuration with adaptive retries.
+pub async fn load_sdk_config(args: &AwsArgs) -> SdkConfig {
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .retry_config(RetryConfig::adaptive().with_max_attempts(args.aws_max_attempts.max(1)));
+    if let Some(region) = &args.aws_region {
+        loader = loader.region(Region::new(region.clone()));
+    }
+    if let Some(url) = &args.aws_endpoint_url {
+        loader = loader.endpoint_url(url.clone());
+    }
+    loader.load().await
+}
+
+/// The AWS ports, sharing one set of call statistics.
+#[derive(Debug, Clone)]
+pub struct AwsPorts {
+    /// Auto Scaling.
+    pub autoscaling: AwsAutoScaling,
+    /// EC2.
+    pub instances: AwsInstances,
+    /// Calls, attempts, errors and throttles per operation.
+    pub stats: CallStats,
+}
+
+impl AwsPorts {
+    /// Builds both clients from one SDK configuration.
+    pub fn new(config: &SdkConfig, dry_run: bool) -> AwsPorts {
+        let stats = CallStats::default();
+        let autoscaling = aws_sdk_autoscaling::Client::from_conf(
+            aws_sdk_autoscaling::config::Builder::from(config).interceptor(stats.interceptor()).build(),
+        );
+        let ec2 = aws_sdk_ec2::Client::from_conf(
+            aws_sdk_ec2::config::Builder::from(config).interceptor(stats.interceptor()).build(),
+        );
+        AwsPorts {
+            autoscaling: AwsAutoScaling::new(autoscaling, stats.clone(), dry_run),
+            instances: AwsInstances::new(ec2, stats.clone()),
+            stats,
+        }
+    }
+}

@@ -1,0 +1,373 @@
+//! The small traits workers call to act on the world, with the domain values they exchange. No
+//! SDK type crosses them: `aws/` implements them on the AWS SDK, `fakes` in memory.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::core::{BoostLedger, CaGroupView, Group, GroupName, InstanceId, Node, NodeName, Resources, Signal};
+
+/// Any error from below a port, without its SDK type.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// How an AWS call failed, as far as retrying and alerting care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureKind {
+    /// Rate limited (`Throttling`, `RequestLimitExceeded`, …): retry later.
+    Throttled,
+    /// AWS refused the request as invalid.
+    Validation,
+    /// Credentials or permissions.
+    Auth,
+    /// The service did not answer, or answered 5xx.
+    Unavailable,
+    /// Anything else.
+    Other,
+}
+
+impl FailureKind {
+    /// A metric label / Event reason fragment.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Throttled => "throttled",
+            FailureKind::Validation => "validation",
+            FailureKind::Auth => "auth",
+            FailureKind::Unavailable => "unavailable",
+            FailureKind::Other => "other",
+        }
+    }
+}
+
+/// What went wrong in one AWS call.
+#[derive(Debug, Error)]
+#[error("{kind:?}{}", code.as_deref().map(|c| format!(" ({c})")).unwrap_or_default())]
+pub struct AwsFailure {
+    /// The service's error code, when it sent one.
+    pub code: Option<String>,
+    /// Its kind.
+    pub kind: FailureKind,
+    /// The SDK's error.
+    #[source]
+    pub source: BoxError,
+}
+
+/// A failed Auto Scaling or EC2 operation, named after the operation.
+#[derive(Debug, Error)]
+pub enum AwsError {
+    /// `DescribeAutoScalingGroups`.
+    #[error("DescribeAutoScalingGroups failed")]
+    DescribeGroups(#[source] AwsFailure),
+    /// `SetDesiredCapacity`.
+    #[error("SetDesiredCapacity on {group} failed")]
+    SetDesiredCapacity {
+        /// The group.
+        group: GroupName,
+        /// Why.
+        #[source]
+        failure: AwsFailure,
+    },
+    /// `TerminateInstanceInAutoScalingGroup`.
+    #[error("TerminateInstanceInAutoScalingGroup for {instance} failed")]
+    TerminateInstance {
+        /// The instance.
+        instance: InstanceId,
+        /// Why.
+        #[source]
+        failure: AwsFailure,
+    },
+    /// `DescribeAutoScalingInstances`.
+    #[error("DescribeAutoScalingInstances failed")]
+    DescribeAutoScalingInstances(#[source] AwsFailure),
+    /// EC2 `DescribeInstances`.
+    #[error("DescribeInstances failed")]
+    DescribeInstances(#[source] AwsFailure),
+    /// A write named a group AWS does not know (checked before the call: moto answers 500).
+    #[error("no Auto Scaling Group named {0}")]
+    UnknownGroup(GroupName),
+    /// A desired capacity outside the group's bounds (checked before the call).
+    #[error("desired capacity {requested} for {group} is outside its bounds {min}..={max}")]
+    OutOfRange {
+        /// The group.
+        group: GroupName,
+        /// What was asked.
+        requested: u32,
+        /// MinSize.
+        min: u32,
+        /// MaxSize.
+        max: u32,
+    },
+}
+
+impl AwsError {
+    /// A bounded label for metrics and Event reasons.
+    pub fn category(&self) -> &'static str {
+        match self {
+            AwsError::DescribeGroups(f)
+            | AwsError::DescribeAutoScalingInstances(f)
+            | AwsError::DescribeInstances(f)
+            | AwsError::SetDesiredCapacity { failure: f, .. }
+            | AwsError::TerminateInstance { failure: f, .. } => f.kind.as_str(),
+            AwsError::UnknownGroup(_) => "unknown-group",
+            AwsError::OutOfRange { .. } => "out-of-range",
+        }
+    }
+
+    /// Whether waiting and retrying may help.
+    pub fn is_transient(&self) -> bool {
+        matches!(self.category(), "throttled" | "unavailable")
+    }
+}
+
+/// An instance as its group reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GroupInstance {
+    /// Its id.
+    pub id: InstanceId,
+    /// Availability Zone.
+    pub availability_zone: String,
+    /// `Pending`, `InService`, `Terminating`, …
+    pub lifecycle_state: String,
+    /// `Healthy` or `Unhealthy`.
+    pub health: String,
+    /// `name:version` of its launch template, when it has one.
+    pub launch_template: Option<String>,
+    /// Protected from scale-in.
+    pub protected: bool,
+}
+
+/// The parts of a MixedInstancesPolicy the booster reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MixedInstancesSummary {
+    /// `OnDemandBaseCapacity`.
+    pub on_demand_base: u32,
+    /// `OnDemandPercentageAboveBaseCapacity`.
+    pub on_demand_percentage_above_base: u32,
+    /// `SpotAllocationStrategy`.
+    pub spot_allocation_strategy: Option<String>,
+    /// Instance types of its overrides.
+    pub instance_types: Vec<String>,
+}
+
+/// An Auto Scaling Group as described.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GroupDescription {
+    /// Name.
+    pub name: GroupName,
+    /// MinSize.
+    pub min: u32,
+    /// MaxSize.
+    pub max: u32,
+    /// DesiredCapacity.
+    pub desired: u32,
+    /// Its instances.
+    pub instances: Vec<GroupInstance>,
+    /// Capacity Rebalance is on: the ASG replaces rebalance-recommended instances itself.
+    pub capacity_rebalance: bool,
+    /// Its mixed-instances policy, when it has one.
+    pub mixed_instances: Option<MixedInstancesSummary>,
+    /// Its tags.
+    pub tags: BTreeMap<String, String>,
+}
+
+impl GroupDescription {
+    /// The core's view of this group.
+    pub fn to_core(&self, node_allocatable: Option<Resources>, ca: Option<CaGroupView>) -> Group {
+        Group {
+            name: self.name.clone(),
+            min: self.min,
+            max: self.max,
+            desired: self.desired,
+            node_allocatable,
+            ca,
+            capacity_rebalance: self.capacity_rebalance,
+        }
+    }
+}
+
+/// A tag filter for group discovery: `key` alone matches any value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagFilter {
+    /// Tag key.
+    pub key: String,
+    /// Tag value, if it must match.
+    pub value: Option<String>,
+}
+
+impl std::str::FromStr for TagFilter {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (key, value) = match s.split_once('=') {
+            Some((k, v)) => (k.trim(), Some(v.trim().to_string())),
+            None => (s.trim(), None),
+        };
+        if key.is_empty() {
+            return Err(format!("{s:?}: expected KEY or KEY=VALUE"));
+        }
+        Ok(TagFilter { key: key.to_string(), value })
+    }
+}
+
+/// One guarded raise of desired capacity: written only if the group's live desired still equals
+/// `expected` (what the plan started from) and `to` is within its bounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredWrite {
+    /// The group.
+    pub group: GroupName,
+    /// Desired capacity the plan was made from.
+    pub expected: u32,
+    /// Desired capacity to set.
+    pub to: u32,
+}
+
+/// How a guarded write ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "outcome")]
+pub enum WriteOutcome {
+    /// Sent.
+    Written {
+        /// Live desired before.
+        from: u32,
+        /// Desired after.
+        to: u32,
+    },
+    /// `--dry-run`: logged and counted, not sent.
+    DryRun {
+        /// Live desired.
+        from: u32,
+        /// What would have been set.
+        to: u32,
+    },
+    /// Someone else changed desired since the plan was made (Cluster Autoscaler, a human): not
+    /// written; the caller re-plans from `live`.
+    Raced {
+        /// Live desired now.
+        live: u32,
+    },
+}
+
+/// How terminating a drained instance ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "outcome")]
+pub enum TerminateOutcome {
+    /// Terminated; `decremented` when desired capacity went down with it.
+    Terminated {
+        /// Whether `ShouldDecrementDesiredCapacity` was sent.
+        decremented: bool,
+    },
+    /// Already gone, or no longer in a group: nothing to do.
+    AlreadyGone,
+    /// `--dry-run`.
+    DryRun,
+}
+
+/// Spot or on-demand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Lifecycle {
+    /// A spot instance.
+    Spot,
+    /// On-demand (EC2 omits the lifecycle for these).
+    OnDemand,
+}
+
+/// Each guarded write's group and how it ended.
+pub type WriteOutcomes = Vec<(GroupName, Result<WriteOutcome, AwsError>)>;
+
+/// Auto Scaling: the only writes the booster makes to AWS.
+pub trait AutoScaling: Send + Sync {
+    /// Describes groups by name, batched to 50 names per call and paginated; unknown names are
+    /// simply absent from the answer.
+    fn describe_groups(
+        &self,
+        names: &[GroupName],
+    ) -> impl Future<Output = Result<Vec<GroupDescription>, AwsError>> + Send;
+
+    /// Describes every group whose tags match all `filters`.
+    fn discover_groups(
+        &self,
+        filters: &[TagFilter],
+    ) -> impl Future<Output = Result<Vec<GroupDescription>, AwsError>> + Send;
+
+    /// Guarded raises: one batched re-read of every named group, then one `SetDesiredCapacity`
+    /// (`HonorCooldown=false`) per write whose group is unchanged. A write lower than the live
+    /// value or beyond the group's bounds is never sent.
+    fn raise_desired(&self, writes: &[DesiredWrite]) -> impl Future<Output = Result<WriteOutcomes, AwsError>> + Send;
+
+    /// Terminates a drained instance, decrementing desired capacity when asked. An instance that
+    /// is gone or no longer in a group counts as done.
+    fn terminate_instance(
+        &self,
+        instance: &InstanceId,
+        decrement: bool,
+    ) -> impl Future<Output = Result<TerminateOutcome, AwsError>> + Send;
+
+    /// The group of each instance that is in one (batched to 50 ids per call).
+    fn groups_of(
+        &self,
+        instances: &[InstanceId],
+    ) -> impl Future<Output = Result<BTreeMap<InstanceId, GroupName>, AwsError>> + Send;
+}
+
+/// The cluster as the watches see it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClusterState {
+    /// Nodes with their pods, each with its group when known.
+    pub nodes: BTreeMap<NodeName, Node>,
+    /// NTH signals.
+    pub signals: Vec<Signal>,
+    /// Cluster Autoscaler's view per group, from its status ConfigMap.
+    pub ca: BTreeMap<GroupName, CaGroupView>,
+}
+
+/// Where the workers read the cluster from.
+pub trait ClusterView: Send + Sync {
+    /// The cluster now, or `None` while some watch has not synced: nothing is decided on a
+    /// partial view.
+    fn current(&self) -> Option<ClusterState>;
+}
+
+/// A ledger that could not be read or written.
+#[derive(Debug, Error)]
+pub enum LedgerError {
+    /// Reading it failed.
+    #[error("loading the boost ledger failed")]
+    Load(#[source] BoxError),
+    /// Writing it failed.
+    #[error("saving the boost ledger failed")]
+    Save(#[source] BoxError),
+}
+
+/// Where the boost ledger lives (the cluster, so restarts and new leaders see it).
+pub trait LedgerStore: Send + Sync {
+    /// The ledger as last saved (empty when never saved).
+    fn load(&self) -> impl Future<Output = Result<BoostLedger, LedgerError>> + Send;
+    /// Replaces the saved ledger.
+    fn save(&self, ledger: &BoostLedger) -> impl Future<Output = Result<(), LedgerError>> + Send;
+}
+
+/// EC2 instance facts the Auto Scaling API does not give.
+pub trait Instances: Send + Sync {
+    /// Spot or on-demand, for each instance that exists.
+    fn lifecycles(
+        &self,
+        instances: &[InstanceId],
+    ) -> impl Future<Output = Result<BTreeMap<InstanceId, Lifecycle>, AwsError>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_filters_parse() {
+        let f: TagFilter = "k8s.io/cluster-autoscaler/enabled=true".parse().unwrap();
+        assert_eq!((f.key.as_str(), f.value.as_deref()), ("k8s.io/cluster-autoscaler/enabled", Some("true")));
+        let f: TagFilter = "k8s.io/cluster-autoscaler/my-cluster".parse().unwrap();
+        assert_eq!(f.value, None);
+        assert!("=x".parse::<TagFilter>().is_err());
+    }
+}

@@ -1,0 +1,295 @@
+//! The AWS adapters on real emulator state: moto in server mode, reached through the SDK's
+//! endpoint override, with groups created through the SDK as a user's tooling would.
+
+mod support;
+
+use std::time::Duration;
+
+use aws_config::SdkConfig;
+use aws_sdk_autoscaling::types::{
+    InstancesDistribution, LaunchTemplate, LaunchTemplateOverrides, LaunchTemplateSpecification, MixedInstancesPolicy,
+    Tag,
+};
+use aws_sdk_ec2::types::{InstanceMarketOptionsRequest, InstanceType, MarketType, RequestLaunchTemplateData};
+use spots_booster::aws::{AwsPorts, InstanceGroupCache};
+use spots_booster::core::{GroupName, InstanceId};
+use spots_booster::ports::{
+    AutoScaling, AwsError, DesiredWrite, Instances, Lifecycle, TagFilter, TerminateOutcome, WriteOutcome,
+};
+use support::moto::moto;
+
+const CA_TAG: &str = "k8s.io/cluster-autoscaler/enabled";
+
+/// A launch template and two groups: `plain` (2 of 1..10) and `mixed` (3 of 0..6, a spot
+/// MixedInstancesPolicy, Capacity Rebalance on).
+async fn world(config: &SdkConfig) -> String {
+    let ec2 = aws_sdk_ec2::Client::new(config);
+    let image =
+        ec2.describe_images().owners("amazon").send().await.unwrap().images()[0].image_id().unwrap().to_string();
+    ec2.create_launch_template()
+        .launch_template_name("nodes")
+        .launch_template_data(
+            RequestLaunchTemplateData::builder().image_id(&image).instance_type(InstanceType::M5Large).build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let asg = aws_sdk_autoscaling::Client::new(config);
+    let lt = || LaunchTemplateSpecification::builder().launch_template_name("nodes").version("$Latest").build();
+    let tag = |group: &str, key: &str, value: &str| {
+        Tag::builder()
+            .resource_id(group)
+            .resource_type("auto-scaling-group")
+            .key(key)
+            .value(value)
+            .propagate_at_launch(true)
+            .build()
+    };
+    asg.create_auto_scaling_group()
+        .auto_scaling_group_name("plain")
+        .launch_template(lt())
+        .min_size(1)
+        .max_size(10)
+        .desired_capacity(2)
+        .availability_zones("us-east-1a")
+        .tags(tag("plain", CA_TAG, "true"))
+        .tags(tag("plain", "team", "web"))
+        .send()
+        .await
+        .unwrap();
+    let policy = MixedInstancesPolicy::builder()
+        .launch_template(
+            LaunchTemplate::builder()
+                .launch_template_specification(lt())
+                .overrides(LaunchTemplateOverrides::builder().instance_type("m5.large").build())
+                .overrides(LaunchTemplateOverrides::builder().instance_type("m5a.large").build())
+                .build(),
+        )
+        .instances_distribution(
+            InstancesDistribution::builder()
+                .on_demand_base_capacity(0)
+                .on_demand_percentage_above_base_capacity(0)
+                .spot_allocation_strategy("price-capacity-optimized")
+                .build(),
+        )
+        .build();
+    asg.create_auto_scaling_group()
+        .auto_scaling_group_name("mixed")
+        .mixed_instances_policy(policy)
+        .capacity_rebalance(true)
+        .min_size(0)
+        .max_size(6)
+        .desired_capacity(3)
+        .availability_zones("us-east-1b")
+        .tags(tag("mixed", CA_TAG, "true"))
+        .tags(tag("mixed", "team", "batch"))
+        .send()
+        .await
+        .unwrap();
+    image
+}
+
+async fn desired(config: &SdkConfig, group: &str) -> (i32, usize) {
+    let out = aws_sdk_autoscaling::Client::new(config)
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names(group)
+        .send()
+        .await
+        .unwrap();
+    let g = &out.auto_scaling_groups()[0];
+    (g.desired_capacity().unwrap(), g.instances().len())
+}
+
+fn names(list: &[&str]) -> Vec<GroupName> {
+    list.iter().map(|n| GroupName::from(*n)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_maps_every_field_and_discovery_filters_by_tag() {
+    let (moto, _guard) = moto().await;
+    let config = moto.sdk_config().await;
+    world(&config).await;
+    let aws = AwsPorts::new(&config, false);
+
+    let groups = aws.autoscaling.describe_groups(&names(&["plain", "mixed", "no-such-group"])).await.unwrap();
+    assert_eq!(groups.len(), 2, "unknown names are absent, not errors");
+    let plain = groups.iter().find(|g| g.name.as_str() == "plain").unwrap();
+    assert_eq!((plain.min, plain.max, plain.desired, plain.instances.len()), (1, 10, 2, 2));
+    assert!(!plain.capacity_rebalance && plain.mixed_instances.is_none());
+    assert_eq!(plain.tags.get("team").map(String::as_str), Some("web"));
+    let i = &plain.instances[0];
+    assert_eq!(
+        (i.availability_zone.as_str(), i.lifecycle_state.as_str(), i.health.as_str()),
+        ("us-east-1a", "InService", "Healthy")
+    );
+    assert!(i.launch_template.as_deref().unwrap().starts_with("nodes:"), "{:?}", i.launch_template);
+
+    let mixed = groups.iter().find(|g| g.name.as_str() == "mixed").unwrap();
+    assert!(mixed.capacity_rebalance);
+    let mip = mixed.mixed_instances.as_ref().unwrap();
+    assert_eq!((mip.on_demand_base, mip.on_demand_percentage_above_base), (0, 0));
+    assert_eq!(mip.spot_allocation_strategy.as_deref(), Some("price-capacity-optimized"));
+    assert_eq!(mip.instance_types, vec!["m5.large", "m5a.large"]);
+
+    let by = |f: &str| f.parse::<TagFilter>().unwrap();
+    let found = aws.autoscaling.discover_groups(&[by("k8s.io/cluster-autoscaler/enabled=true")]).await.unwrap();
+    assert_eq!(found.len(), 2);
+    let found = aws.autoscaling.discover_groups(&[by(CA_TAG), by("team=batch")]).await.unwrap();
+    assert_eq!(found.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(), vec!["mixed"]);
+    assert!(aws.autoscaling.discover_groups(&[by("team=nobody")]).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guarded_raise_boosts_and_instances_appear() {
+    let (moto, _guard) = moto().await;
+    let config = moto.sdk_config().await;
+    world(&config).await;
+    let aws = AwsPorts::new(&config, false);
+
+    let out =
+        aws.autoscaling.raise_desired(&[DesiredWrite { group: "plain".into(), expected: 2, to: 5 }]).await.unwrap();
+    assert!(matches!(out[0].1, Ok(WriteOutcome::Written { from: 2, to: 5 })), "{out:?}");
+    assert_eq!(desired(&config, "plain").await, (5, 5), "moto launches the boosted instances");
+    assert_eq!(aws.stats.calls("SetDesiredCapacity"), 1);
+    assert_eq!(aws.stats.calls("DescribeAutoScalingGroups"), 1, "one batched re-read guards the write");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_range_and_unknown_groups_are_typed_errors_before_any_write() {
+    let (moto, _guard) = moto().await;
+    let config = moto.sdk_config().await;
+    world(&config).await;
+    let aws = AwsPorts::new(&config, false);
+
+    let out = aws
+        .autoscaling
+        .raise_desired(&[
+            DesiredWrite { group: "plain".into(), expected: 2, to: 11 },
+            DesiredWrite { group: "ghost".into(), expected: 1, to: 2 },
+        ])
+        .await
+        .unwrap();
+    assert!(matches!(&out[0].1, Err(AwsError::OutOfRange { requested: 11, max: 10, .. })), "{out:?}");
+    assert!(matches!(&out[1].1, Err(AwsError::UnknownGroup(g)) if g.as_str() == "ghost"), "{out:?}");
+    assert_eq!(out[0].1.as_ref().unwrap_err().category(), "out-of-range");
+    // moto would have accepted 11 (it does not validate) and answered 500 for the ghost.
+    assert_eq!(aws.stats.calls("SetDesiredCapacity"), 0);
+    assert_eq!(desired(&config, "plain").await.0, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_read_raced_by_a_second_writer_never_lowers_desired() {
+    let (moto, _guard) = moto().await;
+    let config = moto.sdk_config().await;
+    world(&config).await;
+    let aws = AwsPorts::new(&config, false);
+
+    // Cluster Autoscaler scales up after our read: the plan (2 → 3) is stale.
+    let ca = aws_sdk_autoscaling::Client::new(&config);
+    ca.set_desired_capacity().auto_scaling_group_name("plain").desired_capacity(6).send().await.unwrap();
+    let out =
+        aws.autoscaling.raise_desired(&[DesiredWrite { group: "plain".into(), expected: 2, to: 3 }]).await.unwrap();
+    assert!(matches!(out[0].1, Ok(WriteOutcome::Raced { live: 6 })), "{out:?}");
+    assert_eq!(desired(&config, "plain").await.0, 6, "never lowered");
+    assert_eq!(aws.stats.calls("SetDesiredCapacity"), 0, "the second writer's client is not ours; ours sent nothing");
+
+    // Re-planned from the live value, the write goes through.
+    let out =
+        aws.autoscaling.raise_desired(&[DesiredWrite { group: "plain".into(), expected: 6, to: 7 }]).await.unwrap();
+    assert!(matches!(out[0].1, Ok(WriteOutcome::Written { from: 6, to: 7 })), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminating_with_decrement_gives_the_boost_back_and_is_idempotent() {
+    let (moto, _guard) = moto().await;
+    let config = moto.sdk_config().await;
+    world(&config).await;
+    let aws = AwsPorts::new(&config, false);
+    aws.autoscaling.raise_desired(&[DesiredWrite { group: "plain".into(), expected: 2, to: 3 }]).await.unwrap();
+
+    let group = &aws.autoscaling.describe_groups(&names(&["plain"])).await.unwrap()[0];
+    let victim = group.instances[0].id.clone();
+    let outcome = aws.autoscaling.terminate_instance(&victim, true).await.unwrap();
+    assert_eq!(outcome, TerminateOutcome::Terminated { decremented: true });
+    assert_eq!(desired(&config, "plain").await, (2, 2));
+    assert_eq!(aws.autoscaling.terminate_instance(&victim, true).await.unwrap(), TerminateOutcome::AlreadyGone);
+    assert_eq!(
+        aws.autoscaling.terminate_instance(&"i-0000000000000dead".into(), true).await.unwrap(),
+        TerminateOutcome::AlreadyGone
+    );
+
+    // At MinSize a decrement would be refused by AWS (moto accepts it): terminate without, the ASG replaces.
+    let mut plain = aws.autoscaling.describe_groups(&names(&["plain"])).await.unwrap().remove(0);
+    let asg = aws_sdk_autoscaling::Client::new(&config);
+    asg.update_auto_scaling_group().auto_scaling_group_name("plain").min_size(2).send().await.unwrap();
+    let last = plain.instances.remove(0).id;
+    assert_eq!(
+        aws.autoscaling.terminate_instance(&last, true).await.unwrap(),
+        TerminateOutcome::Terminated { decremented: false }
+    );
+    assert_eq!(desired(&config, "plain").await.0, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_map_to_their_groups_through_a_ttl_cache() {
+    let (moto, _guard) = moto().await;
+    let config = moto.sdk_config().await;
+    world(&config).await;
+    let aws = AwsPorts::new(&config, false);
+    let groups = aws.autoscaling.describe_groups(&names(&["plain", "mixed"])).await.unwrap();
+    let mut ids: Vec<InstanceId> = groups.iter().flat_map(|g| g.instances.iter().map(|i| i.id.clone())).collect();
+    ids.push("i-0000000000000beef".into());
+
+    let cache = InstanceGroupCache::new(Duration::from_secs(300));
+    let map = cache.groups_of(&aws.autoscaling, &ids).await.unwrap();
+    assert_eq!(map.values().filter(|g| g.as_ref().map(GroupName::as_str) == Some("plain")).count(), 2);
+    assert_eq!(map.values().filter(|g| g.as_ref().map(GroupName::as_str) == Some("mixed")).count(), 3);
+    assert_eq!(map[&InstanceId::from("i-0000000000000beef")], None);
+    cache.groups_of(&aws.autoscaling, &ids).await.unwrap();
+    assert_eq!(aws.stats.calls("DescribeAutoScalingInstances"), 1, "the second lookup is served from the cache");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ec2_tells_spot_from_on_demand() {
+    let (moto, _guard) = moto().await;
+    let config = moto.sdk_config().await;
+    let image = world(&config).await;
+    let aws = AwsPorts::new(&config, false);
+    let ec2 = aws_sdk_ec2::Client::new(&config);
+    let spot = ec2
+        .run_instances()
+        .image_id(image)
+        .instance_type(InstanceType::M5Large)
+        .min_count(1)
+        .max_count(1)
+        .instance_market_options(InstanceMarketOptionsRequest::builder().market_type(MarketType::Spot).build())
+        .send()
+        .await
+        .unwrap();
+    let spot_id = InstanceId::from(spot.instances()[0].instance_id().unwrap());
+    let on_demand = aws.autoscaling.describe_groups(&names(&["plain"])).await.unwrap()[0].instances[0].id.clone();
+    let unknown = InstanceId::from("i-0000000000000cafe");
+
+    let lifecycles = aws.instances.lifecycles(&[spot_id.clone(), on_demand.clone(), unknown.clone()]).await.unwrap();
+    assert_eq!(lifecycles.get(&spot_id), Some(&Lifecycle::Spot));
+    assert_eq!(lifecycles.get(&on_demand), Some(&Lifecycle::OnDemand));
+    assert_eq!(lifecycles.get(&unknown), None, "an unknown id is absent, and does not fail the call");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_reads_but_never_writes() {
+    let (moto, _guard) = moto().await;
+    let config = moto.sdk_config().await;
+    world(&config).await;
+    let aws = AwsPorts::new(&config, true);
+
+    let out =
+        aws.autoscaling.raise_desired(&[DesiredWrite { group: "plain".into(), expected: 2, to: 4 }]).await.unwrap();
+    assert!(matches!(out[0].1, Ok(WriteOutcome::DryRun { from: 2, to: 4 })), "{out:?}");
+    let victim = aws.autoscaling.describe_groups(&names(&["plain"])).await.unwrap()[0].instances[0].id.clone();
+    assert_eq!(aws.autoscaling.terminate_instance(&victim, true).await.unwrap(), TerminateOutcome::DryRun);
+    assert_eq!(desired(&config, "plain").await, (2, 2), "nothing changed in moto");
+    let stats = aws.stats.snapshot();
+    assert_eq!(stats.get("SetDesiredCapacity").map(|s| (s.calls, s.dry_run_skips)), Some((0, 1)));
+    assert_eq!(stats["TerminateInstanceInAutoScalingGroup"].dry_run_skips, 1);
+}

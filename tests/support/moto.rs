@@ -1,0 +1,103 @@
+//! The AWS emulator for tests: moto in server mode on a free loopback port, installed on first
+//! use by `scripts/install-moto.sh`, one server per test binary, reset before every test, and
+//! stopped when the test process exits (its stdin pipe closes).
+
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_sdk_autoscaling::config::Credentials;
+use tokio::sync::{Mutex, MutexGuard};
+
+/// A running moto server.
+pub struct Moto {
+    /// `http://127.0.0.1:<port>`.
+    pub endpoint: String,
+    port: u16,
+    _child: Child,
+}
+
+static MOTO: OnceLock<Moto> = OnceLock::new();
+static EXCLUSIVE: Mutex<()> = Mutex::const_new(());
+
+/// The binary's moto server, started on first use, with its state wiped; the guard keeps other
+/// tests of this binary off it until dropped.
+pub async fn moto() -> (&'static Moto, MutexGuard<'static, ()>) {
+    let guard = EXCLUSIVE.lock().await;
+    let moto = tokio::task::spawn_blocking(|| {
+        let moto = MOTO.get_or_init(Moto::start);
+        moto.reset();
+        moto
+    })
+    .await
+    .expect("moto starts");
+    (moto, guard)
+}
+
+fn install() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    std::fs::create_dir_all(&target).expect("target dir");
+    // Several test binaries may install at once: one does, the others wait.
+    let lock = File::create(target.join("moto-venv.lock")).expect("lock file");
+    lock.lock().expect("lock the moto install");
+    let out = Command::new(root.join("scripts/install-moto.sh"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run install-moto.sh");
+    assert!(out.status.success(), "installing moto failed");
+    PathBuf::from(String::from_utf8(out.stdout).expect("utf-8 path").trim())
+}
+
+impl Moto {
+    fn start() -> Moto {
+        let server = install();
+        let port = TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().unwrap().port();
+        // The shell waits on our pipe: when this process exits the pipe closes and moto is killed.
+        let script = format!(
+            "'{}' -H 127.0.0.1 -p {port} >/dev/null 2>&1 & pid=$!; cat >/dev/null; kill $pid",
+            server.display()
+        );
+        let child = Command::new("sh").arg("-c").arg(script).stdin(Stdio::piped()).spawn().expect("start moto_server");
+        let moto = Moto { endpoint: format!("http://127.0.0.1:{port}"), port, _child: child };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while moto.request("GET", "/moto-api/").is_none() {
+            assert!(Instant::now() < deadline, "moto_server did not answer on port {port}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        moto
+    }
+
+    /// Wipes every resource.
+    pub fn reset(&self) {
+        let status = self.request("POST", "/moto-api/reset").expect("moto answers");
+        assert!(status.starts_with("HTTP/1.1 200") || status.starts_with("HTTP/1.0 200"), "reset: {status}");
+    }
+
+    fn request(&self, method: &str, path: &str) -> Option<String> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+        write!(stream, "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n").ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        Some(response)
+    }
+
+    /// SDK configuration for this server: fixed region and static credentials, so nothing ever
+    /// probes the instance-metadata address.
+    pub async fn sdk_config(&self) -> SdkConfig {
+        aws_config::defaults(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .endpoint_url(&self.endpoint)
+            .credentials_provider(Credentials::new("test", "test", None, None, "moto"))
+            .load()
+            .await
+    }
+}
