@@ -50,7 +50,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                 })
                 .collect();
             let k = g * NODES_PER_GROUP + n;
-            let at_risk = k % at_risk_every == 0;
+            let at_risk = k.is_multiple_of(at_risk_every);
             s.nodes.insert(
                 node.clone(),
                 Node {
