@@ -81,3 +81,26 @@ impl AwsPorts {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use aws_config::retry::RetryMode;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn the_sdk_config_retries_adaptively_and_honours_the_flags() {
+        let args = AwsArgs {
+            aws_region: Some("eu-central-1".into()),
+            aws_endpoint_url: Some("http://127.0.0.1:1".into()),
+            aws_max_attempts: 7,
+            asg_tag_filter: Vec::new(),
+            dry_run: false,
+        };
+        let config = load_sdk_config(&args).await;
+        let retry = config.retry_config().expect("a retry config");
+        assert_eq!((retry.mode(), retry.max_attempts()), (RetryMode::Adaptive, 7));
+        assert_eq!(config.region().map(|r| r.as_ref()), Some("eu-central-1"));
+        assert_eq!(config.endpoint_url(), Some("http://127.0.0.1:1"));
+    }
+}

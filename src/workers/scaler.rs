@@ -283,3 +283,176 @@ impl<A: AutoScaling, C: ClusterView, L: LedgerStore> Scaler<A, C, L> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    use super::*;
+    use crate::core::{InstanceId, Node, NodeName, Resources, Signal, SignalKind};
+    use crate::fakes::{AsgCall, FakeAutoScaling, InMemoryCluster, MemoryLedger};
+
+    fn node(name: &str, group: &str) -> Node {
+        Node {
+            name: NodeName::from(name),
+            instance: Some(InstanceId(format!("i-{name}"))),
+            group: Some(group.into()),
+            ready: true,
+            cordoned: true,
+            deleting_by_ca: false,
+            created: Timestamp::EPOCH,
+            allocatable: Resources::new(4000, 16 << 30),
+            pods: Vec::new(),
+        }
+    }
+
+    fn rebalance(cluster: &InMemoryCluster, name: &str, group: &str) {
+        cluster.put_node(node(name, group));
+        cluster.signal(Signal {
+            instance: InstanceId(format!("i-{name}")),
+            node: name.into(),
+            kind: SignalKind::Rebalance,
+            observed_at: Timestamp::from_millis(1_000),
+        });
+    }
+
+    fn count_policy() -> Policy {
+        Policy { sizing: crate::core::SizingMode::Count, max_boost_per_group: 100, ..Policy::default() }
+    }
+
+    fn fixed_clock() -> Clock {
+        let now = Arc::new(AtomicI64::new(10_000));
+        Arc::new(move || Timestamp::from_millis(now.load(Ordering::Relaxed)))
+    }
+
+    fn scaler(
+        aws: &FakeAutoScaling,
+        cluster: &InMemoryCluster,
+        ledger: &MemoryLedger,
+    ) -> Scaler<FakeAutoScaling, InMemoryCluster, MemoryLedger> {
+        Scaler::new(
+            aws.clone(),
+            cluster.clone(),
+            ledger.clone(),
+            count_policy(),
+            ScalerSettings::default(),
+            fixed_clock(),
+        )
+    }
+
+    fn raises(aws: &FakeAutoScaling) -> Vec<Vec<crate::ports::DesiredWrite>> {
+        aws.calls().into_iter().filter_map(|c| if let AsgCall::Raise(w) = c { Some(w) } else { None }).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_of_signals_becomes_one_write_per_group() {
+        let aws = FakeAutoScaling::default().with_group("a", 3, 50).with_group("b", 3, 50);
+        let (cluster, ledger) = (InMemoryCluster::synced(), MemoryLedger::default());
+        let s = scaler(&aws, &cluster, &ledger);
+        let wake = s.waker();
+        let (stop, shutdown) = watch::channel(false);
+        let task = tokio::spawn(s.run(shutdown));
+        for k in 0..10 {
+            rebalance(&cluster, &format!("a{k}"), "a");
+            rebalance(&cluster, &format!("b{k}"), "b");
+            wake.notify_one();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        stop.send(true).unwrap();
+        let s = task.await.unwrap();
+
+        assert_eq!(raises(&aws).len(), 1, "one guarded batch: {:?}", aws.calls());
+        assert_eq!(raises(&aws)[0].len(), 2, "one write per group");
+        assert_eq!((aws.desired("a"), aws.desired("b")), (13, 13));
+        assert_eq!(s.ledger().covered().len(), 20);
+        assert_eq!(ledger.saved(), *s.ledger(), "persisted");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_ledger_is_saved_before_the_write_and_a_restart_never_boosts_twice() {
+        let aws = FakeAutoScaling::default().with_group("a", 3, 50);
+        let (cluster, ledger) = (InMemoryCluster::synced(), MemoryLedger::default());
+        rebalance(&cluster, "n1", "a");
+        let mut first = scaler(&aws, &cluster, &ledger);
+        first.start(&[]).await.unwrap();
+        first.tick().await.unwrap();
+        assert_eq!(aws.desired("a"), 4);
+
+        // A new leader (or a restart) loads the ledger and finds nothing left to do.
+        let mut second = scaler(&aws, &cluster, &ledger);
+        second.start(&[]).await.unwrap();
+        let report = second.tick().await.unwrap();
+        assert_eq!(report, TickReport::default());
+        assert_eq!(aws.desired("a"), 4);
+        assert_eq!(raises(&aws).len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_is_written_when_the_ledger_cannot_be_saved() {
+        let aws = FakeAutoScaling::default().with_group("a", 3, 50);
+        let (cluster, ledger) = (InMemoryCluster::synced(), MemoryLedger::default());
+        rebalance(&cluster, "n1", "a");
+        ledger.fail_saves(true);
+        let mut s = scaler(&aws, &cluster, &ledger);
+        assert!(matches!(s.tick().await, Err(ScalerError::Ledger(_))));
+        assert!(raises(&aws).is_empty());
+        ledger.fail_saves(false);
+        s.tick().await.unwrap();
+        assert_eq!(aws.desired("a"), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stale_plan_is_replanned_from_the_live_value_never_lowered() {
+        let aws = FakeAutoScaling::default().with_group("a", 3, 50);
+        let (cluster, ledger) = (InMemoryCluster::synced(), MemoryLedger::default());
+        let mut s = scaler(&aws, &cluster, &ledger);
+        s.start(&["k=v".parse().unwrap()]).await.unwrap();
+        aws.set_desired("a", 6); // Cluster Autoscaler, after our describe…
+        for k in 0..6 {
+            let mut ready = node(&format!("r{k}"), "a"); // …and its nodes have joined.
+            ready.cordoned = false;
+            cluster.put_node(ready);
+        }
+        rebalance(&cluster, "n1", "a");
+
+        let report = s.tick().await.unwrap();
+        assert_eq!(report.raced, vec![GroupName::from("a")]);
+        assert_eq!(aws.desired("a"), 6, "never lowered");
+        assert!(s.ledger().records.is_empty(), "the raced boost is taken back");
+        let report = s.tick().await.unwrap();
+        assert_eq!(report.raised, vec![(GroupName::from("a"), 6, 7)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_throttled_write_is_retried_and_boosts_once() {
+        let aws = FakeAutoScaling::default().with_group("a", 3, 50);
+        let (cluster, ledger) = (InMemoryCluster::synced(), MemoryLedger::default());
+        let mut s = scaler(&aws, &cluster, &ledger);
+        s.start(&["k=v".parse().unwrap()]).await.unwrap();
+        rebalance(&cluster, "n1", "a");
+        aws.throttle_next(1);
+        let err = s.tick().await.unwrap_err();
+        assert!(matches!(&err, ScalerError::Raise(e) if e.category() == "throttled"), "{err}");
+        assert!(s.ledger().records.is_empty());
+        s.tick().await.unwrap();
+        assert_eq!(aws.desired("a"), 4);
+        s.tick().await.unwrap();
+        assert_eq!(aws.desired("a"), 4, "boosted once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_is_decided_on_a_partial_view() {
+        let aws = FakeAutoScaling::default().with_group("a", 3, 50);
+        let mut s = Scaler::new(
+            aws.clone(),
+            InMemoryCluster::default(),
+            MemoryLedger::default(),
+            count_policy(),
+            ScalerSettings::default(),
+            fixed_clock(),
+        );
+        assert!(matches!(s.tick().await, Err(ScalerError::NotSynced)));
+        assert!(aws.calls().is_empty());
+    }
+}

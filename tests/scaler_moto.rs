@@ -1,0 +1,153 @@
+//! The scaler worker over the real Auto Scaling adapter and moto: a storm of rebalance signals
+//! becomes one guarded write per group, with the AWS calls counted at the SDK.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use aws_sdk_autoscaling::types::{LaunchTemplateSpecification, Tag};
+use aws_sdk_ec2::types::{InstanceType, RequestLaunchTemplateData};
+use spots_booster::aws::AwsPorts;
+use spots_booster::core::{
+    InstanceId, Node, NodeName, Pod, PodClass, Policy, Resources, Signal, SignalKind, Timestamp,
+};
+use spots_booster::fakes::{InMemoryCluster, MemoryLedger};
+use spots_booster::ports::AutoScaling;
+use spots_booster::workers::scaler::{system_clock, Scaler, ScalerSettings};
+use support::moto::moto;
+use tokio::sync::watch;
+
+const GROUPS: usize = 20;
+const SIGNALS_PER_GROUP: usize = 50;
+
+async fn groups(config: &aws_config::SdkConfig) {
+    let ec2 = aws_sdk_ec2::Client::new(config);
+    let image =
+        ec2.describe_images().owners("amazon").send().await.unwrap().images()[0].image_id().unwrap().to_string();
+    ec2.create_launch_template()
+        .launch_template_name("nodes")
+        .launch_template_data(
+            RequestLaunchTemplateData::builder().image_id(image).instance_type(InstanceType::M5Large).build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let asg = aws_sdk_autoscaling::Client::new(config);
+    for g in 0..GROUPS {
+        let name = format!("spot-{g:02}");
+        asg.create_auto_scaling_group()
+            .auto_scaling_group_name(&name)
+            .launch_template(
+                LaunchTemplateSpecification::builder().launch_template_name("nodes").version("$Latest").build(),
+            )
+            .min_size(1)
+            .max_size(200)
+            .desired_capacity(2)
+            .availability_zones("us-east-1a")
+            .tags(
+                Tag::builder()
+                    .resource_id(&name)
+                    .resource_type("auto-scaling-group")
+                    .key("k8s.io/cluster-autoscaler/enabled")
+                    .value("true")
+                    .propagate_at_launch(true)
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+/// An at-risk node of `group` carrying one 500m / 1 GiB pod.
+fn at_risk(group: usize, k: usize) -> (Node, Signal) {
+    let name = format!("ip-10-{group}-{k}.ec2.internal");
+    let instance = InstanceId(format!("i-0{group:04x}{k:012x}"));
+    let node = Node {
+        name: NodeName(name.clone()),
+        instance: Some(instance.clone()),
+        group: Some(format!("spot-{group:02}").into()),
+        ready: true,
+        cordoned: true,
+        deleting_by_ca: false,
+        created: Timestamp::EPOCH,
+        allocatable: Resources::new(4000, 16 << 30),
+        pods: vec![Pod {
+            uid: format!("uid-{group}-{k}"),
+            namespace: "shop".into(),
+            name: format!("web-{group}-{k}"),
+            requests: Resources::new(500, 1 << 30),
+            class: PodClass::Ordinary,
+        }],
+    };
+    let now = system_clock()();
+    (node, Signal { instance, node: NodeName(name), kind: SignalKind::Rebalance, observed_at: now })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storm_of_1000_signals_across_20_groups_is_20_writes() {
+    let (moto, _guard) = moto().await;
+    let config = moto.sdk_config().await;
+    groups(&config).await;
+    let aws = AwsPorts::new(&config, false);
+    let (cluster, ledger) = (InMemoryCluster::synced(), MemoryLedger::default());
+    let policy = Policy { max_boost_per_group: 100, ..Policy::default() };
+    let mut scaler = Scaler::new(
+        aws.autoscaling.clone(),
+        cluster.clone(),
+        ledger.clone(),
+        policy,
+        ScalerSettings::default(),
+        system_clock(),
+    );
+    scaler.start(&["k8s.io/cluster-autoscaler/enabled=true".parse().unwrap()]).await.unwrap();
+    let describes_before = aws.stats.calls("DescribeAutoScalingGroups");
+    let wake = scaler.waker();
+    let (stop, shutdown) = watch::channel(false);
+    let task = tokio::spawn(scaler.run(shutdown));
+
+    let storm = Instant::now();
+    for k in 0..SIGNALS_PER_GROUP {
+        for g in 0..GROUPS {
+            let (node, signal) = at_risk(g, k);
+            cluster.put_node(node);
+            cluster.signal(signal);
+            wake.notify_one();
+        }
+    }
+    let storm = storm.elapsed();
+    assert!(storm < Duration::from_secs(1), "the storm must arrive within one second, took {storm:?}");
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while aws.stats.calls("SetDesiredCapacity") < GROUPS as u64 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Let any further tick happen: it must find nothing left to do.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.send(true).unwrap();
+    let scaler = task.await.unwrap();
+
+    let sets = aws.stats.calls("SetDesiredCapacity");
+    let describes = aws.stats.calls("DescribeAutoScalingGroups") - describes_before;
+    eprintln!(
+        "storm of {} signals in {storm:?}: {sets} SetDesiredCapacity, {describes} DescribeAutoScalingGroups",
+        GROUPS * SIGNALS_PER_GROUP
+    );
+    assert_eq!(sets, GROUPS as u64, "one write per group");
+    assert_eq!(describes, 1, "one guard read for 20 (≤ 50) groups in the one tick");
+    assert_eq!(
+        scaler.ledger().covered().len(),
+        GROUPS * SIGNALS_PER_GROUP,
+        "every at-risk instance boosted exactly once"
+    );
+
+    // 50 pods of 550m (10% over-subscription) in 3.9 CPU (100m reserved): 7 per node, 8 nodes.
+    let live = aws
+        .autoscaling
+        .describe_groups(&(0..GROUPS).map(|g| format!("spot-{g:02}").into()).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    for g in live {
+        assert_eq!((g.desired, g.instances.len()), (10, 10), "{}", g.name);
+    }
+}
