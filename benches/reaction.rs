@@ -1,1 +1,121 @@
-fn main() {}
+//! Reaction time against moto: from a rebalance signal entering the scaler (the watch notifies it)
+//! to the `SetDesiredCapacity` request leaving the SDK (its transmit hook). Goal: p99 ≤ 100 ms.
+//!
+//! `cargo bench --bench reaction` (installs and starts moto like the tests do).
+
+#[path = "../tests/support/moto.rs"]
+mod moto;
+
+use std::time::{Duration, Instant};
+
+use aws_sdk_autoscaling::types::LaunchTemplateSpecification;
+use aws_sdk_ec2::types::{InstanceType, RequestLaunchTemplateData};
+use spots_booster::aws::AwsPorts;
+use spots_booster::core::{InstanceId, Node, NodeName, Policy, Resources, Signal, SignalKind, SizingMode, Timestamp};
+use spots_booster::fakes::{InMemoryCluster, MemoryLedger};
+use spots_booster::workers::scaler::{system_clock, Scaler, ScalerSettings};
+use tokio::sync::watch;
+
+const GROUPS: usize = 20;
+const SAMPLES: usize = 300;
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return; // `cargo test --benches` lists targets; nothing to list here.
+    }
+    let (moto, _guard) = moto::moto().await;
+    let config = moto.sdk_config().await;
+    let ec2 = aws_sdk_ec2::Client::new(&config);
+    let image = ec2.describe_images().owners("amazon").send().await.unwrap().images()[0].image_id().unwrap().to_string();
+    ec2.create_launch_template()
+        .launch_template_name("nodes")
+        .launch_template_data(RequestLaunchTemplateData::builder().image_id(image).instance_type(InstanceType::M5Large).build())
+        .send()
+        .await
+        .unwrap();
+    let asg = aws_sdk_autoscaling::Client::new(&config);
+    for g in 0..GROUPS {
+        asg.create_auto_scaling_group()
+            .auto_scaling_group_name(format!("spot-{g:02}"))
+            .launch_template(LaunchTemplateSpecification::builder().launch_template_name("nodes").version("$Latest").build())
+            .min_size(0)
+            .max_size(1000)
+            .desired_capacity(0)
+            .availability_zones("us-east-1a")
+            .send()
+            .await
+            .unwrap();
+    }
+
+    let aws = AwsPorts::new(&config, false);
+    let cluster = InMemoryCluster::synced();
+    // Healthy Ready nodes so Cluster Autoscaler's unready tolerance never holds a boost back.
+    for g in 0..GROUPS {
+        for k in 0..40 {
+            cluster.put_node(node(g, 100_000 + k, false));
+        }
+    }
+    let policy = Policy { sizing: SizingMode::Count, max_boost_per_group: 1000, ..Policy::default() };
+    let scaler =
+        Scaler::new(aws.autoscaling.clone(), cluster.clone(), MemoryLedger::default(), policy, ScalerSettings::default(), system_clock());
+    let wake = scaler.waker();
+    let (stop, shutdown) = watch::channel(false);
+    let task = tokio::spawn(scaler.run(shutdown));
+
+    let mut latencies = Vec::with_capacity(SAMPLES);
+    for i in 0..SAMPLES {
+        let (g, k) = (i % GROUPS, i / GROUPS);
+        let at_risk = node(g, k, true);
+        let signal = Signal {
+            instance: at_risk.instance.clone().unwrap(),
+            node: at_risk.name.clone(),
+            kind: SignalKind::Rebalance,
+            observed_at: system_clock()(),
+        };
+        cluster.put_node(at_risk);
+        let entered = Instant::now();
+        cluster.signal(signal);
+        wake.notify_one();
+        let sent = loop {
+            if let Some(t) = aws.stats.sent_at("SetDesiredCapacity").get(i) {
+                break *t;
+            }
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        };
+        latencies.push(sent.duration_since(entered));
+        // Quiet between samples, so each one is a lone signal rather than part of a burst.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    stop.send(true).unwrap();
+    let _ = task.await;
+
+    latencies.sort();
+    let (p50, p99, max) = (percentile(&latencies, 0.50), percentile(&latencies, 0.99), *latencies.last().unwrap());
+    println!("reaction (signal → SetDesiredCapacity sent), {SAMPLES} signals against moto:");
+    println!("  p50 {:.1} ms   p99 {:.1} ms   max {:.1} ms", ms(p50), ms(p99), ms(max));
+    println!("  of which the scaler's coalescing quiet period: {:.0} ms", ms(ScalerSettings::default().coalesce_quiet));
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn node(group: usize, k: usize, at_risk: bool) -> Node {
+    let name = format!("ip-10-{group}-{k}.ec2.internal");
+    Node {
+        name: NodeName(name),
+        instance: Some(InstanceId(format!("i-0{group:04x}{k:012x}"))),
+        group: Some(format!("spot-{group:02}").into()),
+        ready: true,
+        cordoned: at_risk,
+        deleting_by_ca: false,
+        created: Timestamp::EPOCH,
+        allocatable: Resources::new(4000, 16 << 30),
+        pods: Vec::new(),
+    }
+}
