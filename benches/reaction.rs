@@ -31,10 +31,13 @@ async fn main() {
     let (moto, _guard) = moto::moto().await;
     let config = moto.sdk_config().await;
     let ec2 = aws_sdk_ec2::Client::new(&config);
-    let image = ec2.describe_images().owners("amazon").send().await.unwrap().images()[0].image_id().unwrap().to_string();
+    let image =
+        ec2.describe_images().owners("amazon").send().await.unwrap().images()[0].image_id().unwrap().to_string();
     ec2.create_launch_template()
         .launch_template_name("nodes")
-        .launch_template_data(RequestLaunchTemplateData::builder().image_id(image).instance_type(InstanceType::M5Large).build())
+        .launch_template_data(
+            RequestLaunchTemplateData::builder().image_id(image).instance_type(InstanceType::M5Large).build(),
+        )
         .send()
         .await
         .unwrap();
@@ -42,7 +45,9 @@ async fn main() {
     for g in 0..GROUPS {
         asg.create_auto_scaling_group()
             .auto_scaling_group_name(format!("spot-{g:02}"))
-            .launch_template(LaunchTemplateSpecification::builder().launch_template_name("nodes").version("$Latest").build())
+            .launch_template(
+                LaunchTemplateSpecification::builder().launch_template_name("nodes").version("$Latest").build(),
+            )
             .min_size(0)
             .max_size(1000)
             .desired_capacity(0)
@@ -61,8 +66,14 @@ async fn main() {
         }
     }
     let policy = Policy { sizing: SizingMode::Count, max_boost_per_group: 1000, ..Policy::default() };
-    let scaler =
-        Scaler::new(aws.autoscaling.clone(), cluster.clone(), MemoryLedger::default(), policy, ScalerSettings::default(), system_clock());
+    let scaler = Scaler::new(
+        aws.autoscaling.clone(),
+        cluster.clone(),
+        MemoryLedger::default(),
+        policy,
+        ScalerSettings::default(),
+        system_clock(),
+    );
     let wake = scaler.waker();
     let (stop, shutdown) = watch::channel(false);
     let task = tokio::spawn(scaler.run(shutdown));
