@@ -156,7 +156,12 @@ impl FakeAutoScaling {
     fn throttled(state: &mut FakeAsgState) -> Option<AwsFailure> {
         (state.throttle_next > 0).then(|| {
             state.throttle_next -= 1;
-            AwsFailure { code: Some("Throttling".into()), kind: FailureKind::Throttled, source: "Rate exceeded".into() }
+            AwsFailure {
+                code: Some("Throttling".into()),
+                message: Some("Rate exceeded".into()),
+                kind: FailureKind::Throttled,
+                source: "Rate exceeded".into(),
+            }
         })
     }
 }

@@ -47,6 +47,8 @@ impl FailureKind {
 pub struct AwsFailure {
     /// The service's error code, when it sent one.
     pub code: Option<String>,
+    /// The service's error message, when it sent one.
+    pub message: Option<String>,
     /// Its kind.
     pub kind: FailureKind,
     /// The SDK's error.

@@ -185,7 +185,8 @@ impl AutoScaling for AwsAutoScaling {
             Err(e) => {
                 let f = failure(e);
                 // Gone between the lookup and the call: the outcome wanted is reached.
-                let gone = f.kind == FailureKind::Validation && format!("{:?}", f.source).contains("not found");
+                let gone = f.kind == FailureKind::Validation
+                    && f.message.as_deref().is_some_and(|m| m.to_ascii_lowercase().contains("not found"));
                 if gone {
                     warn!(%instance, "instance vanished before termination");
                     return Ok(TerminateOutcome::AlreadyGone);

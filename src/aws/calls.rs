@@ -1,7 +1,7 @@
 //! Counts every AWS operation and attempt as it leaves, through an SDK interceptor, and the
 //! errors and throttles the adapters see: the numbers behind the metrics and the call-count tests.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -28,10 +28,14 @@ pub struct OperationStats {
     pub dry_run_skips: u64,
 }
 
+/// Send times kept for reaction-time measurements: the most recent only, so a long-running daemon
+/// does not grow.
+const SENT_KEPT: usize = 4096;
+
 #[derive(Debug, Default)]
 struct Inner {
     by_operation: BTreeMap<String, OperationStats>,
-    sent: Vec<(String, Instant)>,
+    sent: VecDeque<(String, Instant)>,
 }
 
 /// Shared statistics, keyed by operation name (`SetDesiredCapacity`, …).
@@ -54,7 +58,8 @@ impl CallStats {
         self.lock().by_operation.get(name).map_or(0, |s| s.calls)
     }
 
-    /// When each attempt of `name` left, in order (kept for reaction-time measurements).
+    /// When each recent attempt of `name` left, oldest first (the last 4,096 attempts of all
+    /// operations are kept).
     pub fn sent_at(&self, name: &str) -> Vec<Instant> {
         self.lock().sent.iter().filter(|(n, _)| n == name).map(|(_, t)| *t).collect()
     }
@@ -115,7 +120,10 @@ impl Intercept for CountingInterceptor {
         let name = operation(cfg);
         let mut inner = self.0.lock();
         inner.by_operation.entry(name.clone()).or_default().attempts += 1;
-        inner.sent.push((name, Instant::now()));
+        if inner.sent.len() == SENT_KEPT {
+            inner.sent.pop_front();
+        }
+        inner.sent.push_back((name, Instant::now()));
         Ok(())
     }
 }

@@ -21,12 +21,13 @@ where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
     let code = ProvideErrorMetadata::code(&err).map(str::to_string);
+    let message = ProvideErrorMetadata::message(&err).map(str::to_string);
     let kind = match &err {
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) => FailureKind::Unavailable,
         SdkError::ConstructionFailure(_) => FailureKind::Other,
         _ => classify(code.as_deref(), err.raw_response().map(|r| r.status().as_u16())),
     };
-    AwsFailure { code, kind, source: Box::new(err) }
+    AwsFailure { code, message, kind, source: Box::new(err) }
 }
 
 /// The kind of a failure from its error code, or its HTTP status when it has no code.
