@@ -8,8 +8,6 @@ mod moto;
 
 use std::time::{Duration, Instant};
 
-use aws_sdk_autoscaling::types::LaunchTemplateSpecification;
-use aws_sdk_ec2::types::{InstanceType, RequestLaunchTemplateData};
 use spots_booster::aws::AwsPorts;
 use spots_booster::core::{InstanceId, Node, NodeName, Policy, Resources, Signal, SignalKind, SizingMode, Timestamp};
 use spots_booster::fakes::{InMemoryCluster, MemoryLedger};
@@ -30,31 +28,9 @@ async fn main() {
     }
     let (moto, _guard) = moto::moto().await;
     let config = moto.sdk_config().await;
-    let ec2 = aws_sdk_ec2::Client::new(&config);
-    let image =
-        ec2.describe_images().owners("amazon").send().await.unwrap().images()[0].image_id().unwrap().to_string();
-    ec2.create_launch_template()
-        .launch_template_name("nodes")
-        .launch_template_data(
-            RequestLaunchTemplateData::builder().image_id(image).instance_type(InstanceType::M5Large).build(),
-        )
-        .send()
-        .await
-        .unwrap();
-    let asg = aws_sdk_autoscaling::Client::new(&config);
+    moto::launch_template(&config).await;
     for g in 0..GROUPS {
-        asg.create_auto_scaling_group()
-            .auto_scaling_group_name(format!("spot-{g:02}"))
-            .launch_template(
-                LaunchTemplateSpecification::builder().launch_template_name("nodes").version("$Latest").build(),
-            )
-            .min_size(0)
-            .max_size(1000)
-            .desired_capacity(0)
-            .availability_zones("us-east-1a")
-            .send()
-            .await
-            .unwrap();
+        moto::create_group(&config, &format!("spot-{g:02}"), (0, 1000, 0), "us-east-1a", &[]).await;
     }
 
     let aws = AwsPorts::new(&config, false);

@@ -7,60 +7,27 @@ use std::time::Duration;
 
 use aws_config::SdkConfig;
 use aws_sdk_autoscaling::types::{
-    InstancesDistribution, LaunchTemplate, LaunchTemplateOverrides, LaunchTemplateSpecification, MixedInstancesPolicy,
-    Tag,
+    InstancesDistribution, LaunchTemplate, LaunchTemplateOverrides, MixedInstancesPolicy,
 };
-use aws_sdk_ec2::types::{InstanceMarketOptionsRequest, InstanceType, MarketType, RequestLaunchTemplateData};
+use aws_sdk_ec2::types::{InstanceMarketOptionsRequest, InstanceType, MarketType};
 use spots_booster::aws::{AwsPorts, InstanceGroupCache};
 use spots_booster::core::{GroupName, InstanceId};
 use spots_booster::ports::{
     AutoScaling, AwsError, DesiredWrite, Instances, Lifecycle, TagFilter, TerminateOutcome, WriteOutcome,
 };
-use support::moto::moto;
+use support::moto::{create_group, group_tag, launch_template, moto, nodes_template};
 
 const CA_TAG: &str = "k8s.io/cluster-autoscaler/enabled";
 
 /// A launch template and two groups: `plain` (2 of 1..10) and `mixed` (3 of 0..6, a spot
 /// MixedInstancesPolicy, Capacity Rebalance on).
 async fn world(config: &SdkConfig) -> String {
-    let ec2 = aws_sdk_ec2::Client::new(config);
-    let image =
-        ec2.describe_images().owners("amazon").send().await.unwrap().images()[0].image_id().unwrap().to_string();
-    ec2.create_launch_template()
-        .launch_template_name("nodes")
-        .launch_template_data(
-            RequestLaunchTemplateData::builder().image_id(&image).instance_type(InstanceType::M5Large).build(),
-        )
-        .send()
-        .await
-        .unwrap();
-    let asg = aws_sdk_autoscaling::Client::new(config);
-    let lt = || LaunchTemplateSpecification::builder().launch_template_name("nodes").version("$Latest").build();
-    let tag = |group: &str, key: &str, value: &str| {
-        Tag::builder()
-            .resource_id(group)
-            .resource_type("auto-scaling-group")
-            .key(key)
-            .value(value)
-            .propagate_at_launch(true)
-            .build()
-    };
-    asg.create_auto_scaling_group()
-        .auto_scaling_group_name("plain")
-        .launch_template(lt())
-        .min_size(1)
-        .max_size(10)
-        .desired_capacity(2)
-        .availability_zones("us-east-1a")
-        .tags(tag("plain", CA_TAG, "true"))
-        .tags(tag("plain", "team", "web"))
-        .send()
-        .await
-        .unwrap();
+    let image = launch_template(config).await;
+    create_group(config, "plain", (1, 10, 2), "us-east-1a", &[(CA_TAG, "true"), ("team", "web")]).await;
     let policy = MixedInstancesPolicy::builder()
         .launch_template(
             LaunchTemplate::builder()
-                .launch_template_specification(lt())
+                .launch_template_specification(nodes_template())
                 .overrides(LaunchTemplateOverrides::builder().instance_type("m5.large").build())
                 .overrides(LaunchTemplateOverrides::builder().instance_type("m5a.large").build())
                 .build(),
@@ -73,7 +40,8 @@ async fn world(config: &SdkConfig) -> String {
                 .build(),
         )
         .build();
-    asg.create_auto_scaling_group()
+    aws_sdk_autoscaling::Client::new(config)
+        .create_auto_scaling_group()
         .auto_scaling_group_name("mixed")
         .mixed_instances_policy(policy)
         .capacity_rebalance(true)
@@ -81,8 +49,8 @@ async fn world(config: &SdkConfig) -> String {
         .max_size(6)
         .desired_capacity(3)
         .availability_zones("us-east-1b")
-        .tags(tag("mixed", CA_TAG, "true"))
-        .tags(tag("mixed", "team", "batch"))
+        .tags(group_tag("mixed", CA_TAG, "true"))
+        .tags(group_tag("mixed", "team", "batch"))
         .send()
         .await
         .unwrap();

@@ -5,8 +5,6 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use aws_sdk_autoscaling::types::{LaunchTemplateSpecification, Tag};
-use aws_sdk_ec2::types::{InstanceType, RequestLaunchTemplateData};
 use spots_booster::aws::AwsPorts;
 use spots_booster::core::{
     InstanceId, Node, NodeName, Pod, PodClass, Policy, Resources, Signal, SignalKind, Timestamp,
@@ -14,48 +12,23 @@ use spots_booster::core::{
 use spots_booster::fakes::{InMemoryCluster, MemoryLedger};
 use spots_booster::ports::AutoScaling;
 use spots_booster::workers::scaler::{system_clock, Scaler, ScalerSettings};
-use support::moto::moto;
+use support::moto::{create_group, launch_template, moto};
 use tokio::sync::watch;
 
 const GROUPS: usize = 20;
 const SIGNALS_PER_GROUP: usize = 50;
 
 async fn groups(config: &aws_config::SdkConfig) {
-    let ec2 = aws_sdk_ec2::Client::new(config);
-    let image =
-        ec2.describe_images().owners("amazon").send().await.unwrap().images()[0].image_id().unwrap().to_string();
-    ec2.create_launch_template()
-        .launch_template_name("nodes")
-        .launch_template_data(
-            RequestLaunchTemplateData::builder().image_id(image).instance_type(InstanceType::M5Large).build(),
-        )
-        .send()
-        .await
-        .unwrap();
-    let asg = aws_sdk_autoscaling::Client::new(config);
+    launch_template(config).await;
     for g in 0..GROUPS {
-        let name = format!("spot-{g:02}");
-        asg.create_auto_scaling_group()
-            .auto_scaling_group_name(&name)
-            .launch_template(
-                LaunchTemplateSpecification::builder().launch_template_name("nodes").version("$Latest").build(),
-            )
-            .min_size(1)
-            .max_size(200)
-            .desired_capacity(2)
-            .availability_zones("us-east-1a")
-            .tags(
-                Tag::builder()
-                    .resource_id(&name)
-                    .resource_type("auto-scaling-group")
-                    .key("k8s.io/cluster-autoscaler/enabled")
-                    .value("true")
-                    .propagate_at_launch(true)
-                    .build(),
-            )
-            .send()
-            .await
-            .unwrap();
+        create_group(
+            config,
+            &format!("spot-{g:02}"),
+            (1, 200, 2),
+            "us-east-1a",
+            &[("k8s.io/cluster-autoscaler/enabled", "true")],
+        )
+        .await;
     }
 }
 

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_autoscaling::config::Credentials;
+use aws_sdk_autoscaling::types::{LaunchTemplateSpecification, Tag};
+use aws_sdk_ec2::types::{InstanceType, RequestLaunchTemplateData};
 use tokio::sync::{Mutex, MutexGuard};
 
 /// A running moto server.
@@ -100,4 +102,53 @@ impl Moto {
             .load()
             .await
     }
+}
+
+/// Creates launch template `nodes` (m5.large on one of moto's Amazon images); returns the image.
+pub async fn launch_template(config: &SdkConfig) -> String {
+    let ec2 = aws_sdk_ec2::Client::new(config);
+    let images = ec2.describe_images().owners("amazon").send().await.expect("moto lists its images");
+    let image = images.images()[0].image_id().expect("an image id").to_string();
+    ec2.create_launch_template()
+        .launch_template_name("nodes")
+        .launch_template_data(
+            RequestLaunchTemplateData::builder().image_id(&image).instance_type(InstanceType::M5Large).build(),
+        )
+        .send()
+        .await
+        .expect("create the launch template");
+    image
+}
+
+/// The `nodes` launch template, latest version.
+pub fn nodes_template() -> LaunchTemplateSpecification {
+    LaunchTemplateSpecification::builder().launch_template_name("nodes").version("$Latest").build()
+}
+
+/// A group tag, propagated at launch.
+pub fn group_tag(group: &str, key: &str, value: &str) -> Tag {
+    Tag::builder()
+        .resource_id(group)
+        .resource_type("auto-scaling-group")
+        .key(key)
+        .value(value)
+        .propagate_at_launch(true)
+        .build()
+}
+
+/// Creates a group on the `nodes` launch template in one AZ: `sizes` is (min, max, desired).
+pub async fn create_group(config: &SdkConfig, name: &str, sizes: (i32, i32, i32), zone: &str, tags: &[(&str, &str)]) {
+    let (min, max, desired) = sizes;
+    let mut request = aws_sdk_autoscaling::Client::new(config)
+        .create_auto_scaling_group()
+        .auto_scaling_group_name(name)
+        .launch_template(nodes_template())
+        .min_size(min)
+        .max_size(max)
+        .desired_capacity(desired)
+        .availability_zones(zone);
+    for (key, value) in tags {
+        request = request.tags(group_tag(name, key, value));
+    }
+    request.send().await.expect("create the group");
 }
