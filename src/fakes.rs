@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::core::{BoostLedger, GroupName, InstanceId, Node, Signal};
 use crate::ports::{
-    AutoScaling, AwsError, AwsFailure, ClusterState, ClusterView, DesiredWrite, FailureKind, GroupDescription,
+    AutoScaling, AwsError, AwsFailure, ClusterState, ClusterView, DesiredWrite, FailureKind, GroupDescription, Guard,
     LedgerError, LedgerStore, TagFilter, TerminateOutcome, WriteOutcome, WriteOutcomes,
 };
 
@@ -186,22 +186,16 @@ impl AutoScaling for FakeAutoScaling {
         if let Some(f) = Self::throttled(&mut s) {
             return Err(AwsError::DescribeGroups(f));
         }
-        let live: BTreeMap<GroupName, (u32, u32, u32)> =
-            s.groups.values().map(|g| (g.name.clone(), (g.desired, g.min, g.max))).collect();
+        // Every write is guarded against the one re-read, as the real adapter does.
+        let live = s.groups.clone();
         Ok(writes
             .iter()
             .map(|w| {
-                let outcome = match live.get(&w.group) {
-                    None => Err(AwsError::UnknownGroup(w.group.clone())),
-                    Some(&(desired, _, _)) if desired != w.expected || w.to <= desired => {
-                        Ok(WriteOutcome::Raced { live: desired })
-                    }
-                    Some(&(_, min, max)) if w.to > max || w.to < min => {
-                        Err(AwsError::OutOfRange { group: w.group.clone(), requested: w.to, min, max })
-                    }
-                    Some(&(desired, _, _)) => {
+                let outcome = match w.guard(live.get(&w.group)) {
+                    Guard::Settled(outcome) => outcome,
+                    Guard::Send { from } => {
                         s.groups.get_mut(&w.group).expect("known group").desired = w.to;
-                        Ok(WriteOutcome::Written { from: desired, to: w.to })
+                        Ok(WriteOutcome::Written { from, to: w.to })
                     }
                 };
                 (w.group.clone(), outcome)

@@ -225,6 +225,38 @@ pub struct DesiredWrite {
     pub to: u32,
 }
 
+/// What a guarded write must do once its group has been re-read.
+#[derive(Debug)]
+pub enum Guard {
+    /// Send it: the group is unchanged since the plan and the new value is within bounds.
+    Send {
+        /// Live desired capacity.
+        from: u32,
+    },
+    /// Settled without a write: raced, out of range, or no such group.
+    Settled(Result<WriteOutcome, AwsError>),
+}
+
+impl DesiredWrite {
+    /// The guard every implementation of [`AutoScaling::raise_desired`] applies to the group's
+    /// live description (`None`: AWS does not know the group).
+    pub fn guard(&self, live: Option<&GroupDescription>) -> Guard {
+        match live {
+            None => Guard::Settled(Err(AwsError::UnknownGroup(self.group.clone()))),
+            Some(g) if g.desired != self.expected || self.to <= g.desired => {
+                Guard::Settled(Ok(WriteOutcome::Raced { live: g.desired }))
+            }
+            Some(g) if self.to > g.max || self.to < g.min => Guard::Settled(Err(AwsError::OutOfRange {
+                group: self.group.clone(),
+                requested: self.to,
+                min: g.min,
+                max: g.max,
+            })),
+            Some(g) => Guard::Send { from: g.desired },
+        }
+    }
+}
+
 /// How a guarded write ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case", tag = "outcome")]

@@ -79,16 +79,6 @@ pub fn parse_imds_time(text: &str) -> Result<Timestamp, ParseTimeError> {
     Ok(assemble(year, month, day, millis_of_day, 0))
 }
 
-/// Parses any time NTH or CA may write: RFC 3339 first, then Go's layout, then IMDS.
-pub fn parse_any_time(text: &str) -> Result<Timestamp, ParseTimeError> {
-    parse_rfc3339(text)
-        .or_else(|_| {
-            parse_go_time(text).and_then(|t| t.ok_or_else(|| ParseTimeError { layout: "Go", text: text.into() }))
-        })
-        .or_else(|_| parse_imds_time(text))
-        .map_err(|_| ParseTimeError { layout: "RFC 3339, Go or IMDS", text: text.to_string() })
-}
-
 /// Formats a timestamp as RFC 3339 in UTC with millisecond precision when it has any.
 pub fn format_rfc3339(ts: Timestamp) -> String {
     let millis = ts.as_millis();
@@ -234,13 +224,6 @@ mod tests {
         for text in ["2024-03-11T08:41:17.704Z", "2000-02-29T00:00:00Z", "2026-11-21T23:59:59Z", "1969-12-31T23:59:59Z"]
         {
             assert_eq!(format_rfc3339(parse_rfc3339(text).unwrap()), text);
-        }
-    }
-
-    #[test]
-    fn any_time_accepts_every_layout() {
-        for text in ["2024-05-14T09:12:29Z", "2024-05-14 09:12:29 +0000 UTC", "14 May 2024 09:12:29 GMT"] {
-            assert_eq!(parse_any_time(text).unwrap().as_millis(), ms("2024-05-14T09:12:29Z"), "{text}");
         }
     }
 }

@@ -143,29 +143,6 @@ pub fn format_duration(d: Duration) -> String {
     out
 }
 
-/// Formats bytes with the largest binary suffix that keeps it whole-ish (`16Gi`, `1536Mi`).
-pub fn format_memory(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)];
-    for (suffix, size) in UNITS {
-        if bytes >= size && bytes.is_multiple_of(size) {
-            return format!("{}{suffix}", bytes / size);
-        }
-    }
-    if bytes >= 1 << 20 {
-        return format!("{}Mi", bytes.div_ceil(1 << 20));
-    }
-    bytes.to_string()
-}
-
-/// Formats millicores as Kubernetes would print them (`2`, `500m`).
-pub fn format_cpu(millis: u64) -> String {
-    if millis.is_multiple_of(1000) {
-        (millis / 1000).to_string()
-    } else {
-        format!("{millis}m")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,9 +187,5 @@ mod tests {
         assert_eq!(format_duration(Duration::from_secs(90)), "1m30s");
         assert_eq!(format_duration(Duration::from_secs(3600)), "1h");
         assert_eq!(format_duration(Duration::from_millis(250)), "250ms");
-        assert_eq!(format_memory(16 << 30), "16Gi");
-        assert_eq!(format_memory(1536 << 20), "1536Mi");
-        assert_eq!(format_cpu(500), "500m");
-        assert_eq!(format_cpu(4000), "4");
     }
 }

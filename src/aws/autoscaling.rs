@@ -10,7 +10,7 @@ use super::calls::CallStats;
 use super::errors::failure;
 use crate::core::{GroupName, InstanceId};
 use crate::ports::{
-    AutoScaling, AwsError, AwsFailure, DesiredWrite, FailureKind, GroupDescription, GroupInstance,
+    AutoScaling, AwsError, AwsFailure, DesiredWrite, FailureKind, GroupDescription, GroupInstance, Guard,
     MixedInstancesSummary, TagFilter, TerminateOutcome, WriteOutcome, WriteOutcomes,
 };
 
@@ -128,18 +128,14 @@ impl AutoScaling for AwsAutoScaling {
             self.describe_groups(&names).await?.into_iter().map(|g| (g.name.clone(), g)).collect();
         let mut outcomes = Vec::with_capacity(writes.len());
         for w in writes {
-            let outcome = match live.get(&w.group) {
-                None => Err(AwsError::UnknownGroup(w.group.clone())),
-                Some(g) if g.desired != w.expected || w.to <= g.desired => Ok(WriteOutcome::Raced { live: g.desired }),
-                Some(g) if w.to > g.max || w.to < g.min => {
-                    Err(AwsError::OutOfRange { group: w.group.clone(), requested: w.to, min: g.min, max: g.max })
-                }
-                Some(g) if self.dry_run => {
+            let outcome = match w.guard(live.get(&w.group)) {
+                Guard::Settled(outcome) => outcome,
+                Guard::Send { from } if self.dry_run => {
                     self.stats.record_dry_run("SetDesiredCapacity");
-                    info!(group = %w.group, from = g.desired, to = w.to, "dry run: would set desired capacity");
-                    Ok(WriteOutcome::DryRun { from: g.desired, to: w.to })
+                    info!(group = %w.group, from, to = w.to, "dry run: would set desired capacity");
+                    Ok(WriteOutcome::DryRun { from, to: w.to })
                 }
-                Some(g) => self
+                Guard::Send { from } => self
                     .client
                     .set_desired_capacity()
                     .auto_scaling_group_name(w.group.as_str())
@@ -147,7 +143,7 @@ impl AutoScaling for AwsAutoScaling {
                     .honor_cooldown(false)
                     .send()
                     .await
-                    .map(|_| WriteOutcome::Written { from: g.desired, to: w.to })
+                    .map(|_| WriteOutcome::Written { from, to: w.to })
                     .map_err(|e| AwsError::SetDesiredCapacity {
                         group: w.group.clone(),
                         failure: self.failed("SetDesiredCapacity", failure(e)),

@@ -311,11 +311,6 @@ impl BoostLedger {
         self.records.iter().any(|r| r.instances.contains(instance))
     }
 
-    /// The record covering `instance`, if any.
-    pub fn record_for(&self, instance: &InstanceId) -> Option<&BoostRecord> {
-        self.records.iter().find(|r| r.instances.contains(instance))
-    }
-
     /// Covered instances mapped to the position of their record, for planning passes that look
     /// many up.
     pub fn index(&self) -> HashMap<&InstanceId, usize> {

@@ -59,11 +59,6 @@ pub struct AtRiskSet {
 }
 
 impl AtRiskSet {
-    /// Whether `instance` of `group` is at risk.
-    pub fn contains(&self, group: &GroupName, instance: &InstanceId) -> bool {
-        self.by_group.get(group).is_some_and(|m| m.contains_key(instance))
-    }
-
     /// Number of at-risk instances across groups.
     pub fn len(&self) -> usize {
         self.by_group.values().map(BTreeMap::len).sum()
@@ -188,7 +183,7 @@ mod tests {
         });
         let set = fold_signals(&s, &policy, Timestamp::from_millis(61_000));
         assert_eq!(set.dropped, vec![Dropped { instance: "i-n1".into(), reason: DropReason::Expired }]);
-        assert!(set.contains(&"spot-a".into(), &"i-n2".into()));
+        assert!(set.by_group[&GroupName::from("spot-a")].contains_key(&InstanceId::from("i-n2")));
     }
 
     #[test]

@@ -147,13 +147,7 @@ impl ClusterAutoscaler {
             let Some(group) = w.groups.iter().find(|g| world.groups[*g].desired < world.groups[*g].spec.max) else {
                 continue;
             };
-            per_group.entry(group.clone()).or_default().push(crate::core::Pod {
-                uid: pod.uid.clone(),
-                namespace: "default".into(),
-                name: pod.name.clone(),
-                requests: w.requests,
-                class: crate::core::PodClass::Ordinary,
-            });
+            per_group.entry(group.clone()).or_default().push(world.core_pod(pod));
         }
         for (group, pods) in per_group {
             let node = world.groups[&group].spec.node;

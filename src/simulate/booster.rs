@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use super::world::{Eviction, World};
 use crate::core::{
-    self, close_finished_boosts, eviction_backoff, eviction_order, fold_signals, BoostLedger, DrainEnd, DrainStarted,
-    DrainState, InstanceId, NodeName, PodClass, Policy, Timestamp,
+    self, close_finished_boosts, eviction_backoff, eviction_order, fold_signals, next_batches, plan_boosts,
+    BoostLedger, DrainEnd, DrainStarted, DrainState, DrainView, InstanceId, NodeName, PodClass, Policy, Timestamp,
 };
 
 /// The booster's state across ticks.
@@ -52,10 +52,20 @@ impl Booster {
     pub fn step(&mut self, world: &mut World) {
         let now = world.now;
         let mut snapshot = world.snapshot(&self.ledger);
+        // One fold serves every stage: closing drops only records whose instances are gone, and
+        // their signals fold out as NodeGone either way.
         let at_risk = fold_signals(&snapshot, &self.policy, now);
         self.ledger = close_finished_boosts(&snapshot, &at_risk);
         snapshot.ledger = self.ledger.clone();
-        let plan = core::plan(&snapshot, &self.drains, &self.policy, now);
+        let plan = core::Plan {
+            boosts: plan_boosts(&snapshot, &at_risk, &self.policy, now),
+            drains: next_batches(
+                &DrainView { snapshot: &snapshot, at_risk: &at_risk, state: &self.drains },
+                &self.policy,
+                now,
+            ),
+            at_risk,
+        };
 
         for boost in plan.boosts.boosts {
             let group = boost.group.to_string();

@@ -440,20 +440,7 @@ impl World {
             );
         }
         for (name, n) in &self.nodes {
-            let pods = self
-                .pods_on(name)
-                .into_iter()
-                .map(|p| {
-                    let w = &self.workloads[p.workload];
-                    core::Pod {
-                        uid: p.uid.clone(),
-                        namespace: "default".into(),
-                        name: p.name.clone(),
-                        requests: w.requests,
-                        class: if w.critical { PodClass::Critical } else { PodClass::Ordinary },
-                    }
-                })
-                .collect();
+            let pods = self.pods_on(name).into_iter().map(|p| self.core_pod(p)).collect();
             snapshot.nodes.insert(
                 NodeName::from(name.as_str()),
                 core::Node {
@@ -470,6 +457,18 @@ impl World {
             );
         }
         snapshot
+    }
+
+    /// The core's view of a pod.
+    pub fn core_pod(&self, pod: &SimPod) -> core::Pod {
+        let w = &self.workloads[pod.workload];
+        core::Pod {
+            uid: pod.uid.clone(),
+            namespace: "default".into(),
+            name: pod.name.clone(),
+            requests: w.requests,
+            class: if w.critical { PodClass::Critical } else { PodClass::Ordinary },
+        }
     }
 
     /// Live nodes of a group, oldest first.
