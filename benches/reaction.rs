@@ -6,11 +6,13 @@
 #[path = "../tests/support/moto.rs"]
 mod moto;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use spots_booster::aws::AwsPorts;
 use spots_booster::core::{InstanceId, Node, NodeName, Policy, Resources, Signal, SignalKind, SizingMode, Timestamp};
-use spots_booster::fakes::{InMemoryCluster, MemoryLedger};
+use spots_booster::fakes::{FakeAutoScaling, FakeRig};
+use spots_booster::metrics::Metrics;
 use spots_booster::workers::scaler::{system_clock, Scaler, ScalerSettings};
 use tokio::sync::watch;
 
@@ -34,7 +36,8 @@ async fn main() {
     }
 
     let aws = AwsPorts::new(&config, false);
-    let cluster = InMemoryCluster::synced();
+    let rig = FakeRig::new(FakeAutoScaling::default());
+    let cluster = rig.cluster.clone();
     // Healthy Ready nodes so Cluster Autoscaler's unready tolerance never holds a boost back.
     for g in 0..GROUPS {
         for k in 0..40 {
@@ -42,14 +45,8 @@ async fn main() {
         }
     }
     let policy = Policy { sizing: SizingMode::Count, max_boost_per_group: 1000, ..Policy::default() };
-    let scaler = Scaler::new(
-        aws.autoscaling.clone(),
-        cluster.clone(),
-        MemoryLedger::default(),
-        policy,
-        ScalerSettings::default(),
-        system_clock(),
-    );
+    let ctx = rig.context_with(aws.autoscaling.clone(), policy, system_clock(), Arc::new(Metrics::new())).await;
+    let scaler = Scaler::new(ctx, ScalerSettings::default());
     let wake = scaler.waker();
     let (stop, shutdown) = watch::channel(false);
     let task = tokio::spawn(scaler.run(shutdown));

@@ -1,13 +1,14 @@
 //! In-memory implementations of the ports, for tests and `simulate`: they record every call and
 //! accept injected faults.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::core::{BoostLedger, GroupName, InstanceId, Node, Signal};
+use crate::core::{BoostLedger, GroupName, InstanceId, Node, NodeName, Signal};
 use crate::ports::{
-    AutoScaling, AwsError, AwsFailure, ClusterState, ClusterView, DesiredWrite, FailureKind, GroupDescription, Guard,
-    LedgerError, LedgerStore, TagFilter, TerminateOutcome, WriteOutcome, WriteOutcomes,
+    AutoScaling, AwsError, AwsFailure, ClusterState, ClusterView, ClusterWriteError, ClusterWrites, DesiredWrite,
+    EventSink, EvictOutcome, FailureKind, GroupDescription, GroupInstance, Guard, LedgerError, LedgerStore, NodeEvent,
+    PodRef, TagFilter, TerminateOutcome, WriteOutcome, WriteOutcomes,
 };
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -38,11 +39,27 @@ impl InMemoryCluster {
         }
     }
 
-    /// Adds a signal.
+    /// Adds a signal, first seen now.
     pub fn signal(&self, signal: Signal) {
         if let Some(state) = lock(&self.0).as_mut() {
+            state.first_seen.entry(signal.instance.clone()).or_insert_with(tokio::time::Instant::now);
             state.signals.push(signal);
         }
+    }
+
+    /// A node as the cluster has it now.
+    pub fn node(&self, name: &str) -> Option<Node> {
+        lock(&self.0).as_ref().and_then(|s| s.nodes.get(&NodeName::from(name)).cloned())
+    }
+
+    /// Nodes carrying the scale-down protection.
+    pub fn protected(&self) -> BTreeSet<NodeName> {
+        lock(&self.0).as_ref().map(|s| s.protected.clone()).unwrap_or_default()
+    }
+
+    /// Changes the state in place.
+    pub fn edit<T>(&self, f: impl FnOnce(&mut ClusterState) -> T) -> Option<T> {
+        lock(&self.0).as_mut().map(f)
     }
 }
 
@@ -92,6 +109,153 @@ impl LedgerStore for MemoryLedger {
     }
 }
 
+/// One recorded write to [`FakeClusterWrites`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterCall {
+    /// `cordon`.
+    Cordon(NodeName),
+    /// `evict`, with what the fake answered.
+    Evict(PodRef, Result<EvictOutcome, String>),
+    /// `protect_from_scale_down`.
+    Protect(NodeName, bool),
+}
+
+#[derive(Debug, Default)]
+struct FakeWritesState {
+    calls: Vec<ClusterCall>,
+    /// Pods (by UID) whose eviction a PodDisruptionBudget refuses.
+    blocked: BTreeSet<String>,
+    /// Pods (by UID) evicted but left in place, as if their grace period were long.
+    lingering: BTreeSet<String>,
+    fail_evictions: bool,
+}
+
+/// Cluster writes applied to an [`InMemoryCluster`]: cordon marks the node, an accepted eviction
+/// removes the pod (as with a zero grace period), protection is remembered.
+#[derive(Debug, Clone)]
+pub struct FakeClusterWrites {
+    cluster: InMemoryCluster,
+    state: Arc<Mutex<FakeWritesState>>,
+}
+
+impl FakeClusterWrites {
+    /// Writes that act on `cluster`.
+    pub fn new(cluster: &InMemoryCluster) -> Self {
+        FakeClusterWrites { cluster: cluster.clone(), state: Arc::default() }
+    }
+
+    /// Every write so far.
+    pub fn calls(&self) -> Vec<ClusterCall> {
+        lock(&self.state).calls.clone()
+    }
+
+    /// Makes a PodDisruptionBudget refuse (or allow again) the pod's eviction.
+    pub fn block(&self, uid: &str, blocked: bool) {
+        let mut s = lock(&self.state);
+        if blocked {
+            s.blocked.insert(uid.to_string());
+        } else {
+            s.blocked.remove(uid);
+        }
+    }
+
+    /// Makes the pod stay after its eviction is accepted (a long grace period).
+    pub fn linger(&self, uid: &str) {
+        lock(&self.state).lingering.insert(uid.to_string());
+    }
+
+    /// Makes every eviction fail with a server error (or succeed again).
+    pub fn fail_evictions(&self, fail: bool) {
+        lock(&self.state).fail_evictions = fail;
+    }
+
+    /// UIDs of the pods evicted so far.
+    pub fn evicted(&self) -> Vec<String> {
+        lock(&self.state)
+            .calls
+            .iter()
+            .filter_map(|c| match c {
+                ClusterCall::Evict(pod, Ok(EvictOutcome::Evicted)) => Some(pod.uid.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+impl ClusterWrites for FakeClusterWrites {
+    async fn cordon(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
+        lock(&self.state).calls.push(ClusterCall::Cordon(node.clone()));
+        self.cluster.edit(|s| {
+            if let Some(n) = s.nodes.get_mut(node) {
+                n.cordoned = true;
+            }
+        });
+        Ok(())
+    }
+
+    async fn evict(&self, pod: &PodRef) -> Result<EvictOutcome, ClusterWriteError> {
+        let mut st = lock(&self.state);
+        let outcome = if st.fail_evictions {
+            Err("500 Internal Server Error".to_string())
+        } else if st.blocked.contains(&pod.uid) {
+            Ok(EvictOutcome::Blocked)
+        } else {
+            let linger = st.lingering.contains(&pod.uid);
+            let found = self
+                .cluster
+                .edit(|s| {
+                    let mut found = false;
+                    for n in s.nodes.values_mut() {
+                        let before = n.pods.len();
+                        if !linger {
+                            n.pods.retain(|p| p.uid != pod.uid);
+                        }
+                        found |= n.pods.len() != before || n.pods.iter().any(|p| p.uid == pod.uid);
+                    }
+                    found
+                })
+                .unwrap_or(false);
+            Ok(if found { EvictOutcome::Evicted } else { EvictOutcome::Gone })
+        };
+        st.calls.push(ClusterCall::Evict(pod.clone(), outcome.clone()));
+        outcome.map_err(|e| ClusterWriteError::Evict { pod: pod.clone(), source: e.into() })
+    }
+
+    async fn protect_from_scale_down(&self, node: &NodeName, protect: bool) -> Result<(), ClusterWriteError> {
+        lock(&self.state).calls.push(ClusterCall::Protect(node.clone(), protect));
+        self.cluster.edit(|s| {
+            if protect {
+                s.protected.insert(node.clone());
+            } else {
+                s.protected.remove(node);
+            }
+        });
+        Ok(())
+    }
+}
+
+/// Events kept in memory.
+#[derive(Debug, Clone, Default)]
+pub struct RecordedEvents(Arc<Mutex<Vec<NodeEvent>>>);
+
+impl RecordedEvents {
+    /// Every Event so far.
+    pub fn all(&self) -> Vec<NodeEvent> {
+        lock(&self.0).clone()
+    }
+
+    /// Reasons of the Events about `node`, in order.
+    pub fn reasons_for(&self, node: &str) -> Vec<&'static str> {
+        lock(&self.0).iter().filter(|e| e.node.as_str() == node).map(|e| e.reason).collect()
+    }
+}
+
+impl EventSink for RecordedEvents {
+    async fn publish(&self, event: NodeEvent) {
+        lock(&self.0).push(event);
+    }
+}
+
 /// One recorded call to [`FakeAutoScaling`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AsgCall {
@@ -108,6 +272,7 @@ struct FakeAsgState {
     groups: BTreeMap<GroupName, GroupDescription>,
     calls: Vec<AsgCall>,
     throttle_next: u32,
+    fail_terminations: u32,
 }
 
 /// Auto Scaling in memory, with the same guards as the real adapter.
@@ -131,6 +296,24 @@ impl FakeAutoScaling {
             },
         );
         self
+    }
+
+    /// Adds an instance to a group (in service, healthy).
+    pub fn with_instance(self, group: &str, instance: &str) -> Self {
+        lock(&self.0).groups.get_mut(&GroupName::from(group)).expect("known group").instances.push(GroupInstance {
+            id: instance.into(),
+            availability_zone: "eu-west-1a".into(),
+            lifecycle_state: "InService".into(),
+            health: "Healthy".into(),
+            launch_template: None,
+            protected: false,
+        });
+        self
+    }
+
+    /// Makes the next `n` terminations fail as a server error.
+    pub fn fail_terminations(&self, n: u32) {
+        lock(&self.0).fail_terminations = n;
     }
 
     /// Every call so far.
@@ -206,10 +389,111 @@ impl AutoScaling for FakeAutoScaling {
     async fn terminate_instance(&self, instance: &InstanceId, decrement: bool) -> Result<TerminateOutcome, AwsError> {
         let mut s = lock(&self.0);
         s.calls.push(AsgCall::Terminate(instance.clone(), decrement));
-        Ok(TerminateOutcome::Terminated { decremented: decrement })
+        if s.fail_terminations > 0 {
+            s.fail_terminations -= 1;
+            return Err(AwsError::TerminateInstance {
+                instance: instance.clone(),
+                failure: AwsFailure {
+                    code: Some("InternalFailure".into()),
+                    message: Some("injected".into()),
+                    kind: FailureKind::Unavailable,
+                    source: "injected".into(),
+                },
+            });
+        }
+        let Some(group) = s.groups.values_mut().find(|g| g.instances.iter().any(|i| &i.id == instance)) else {
+            return Ok(TerminateOutcome::AlreadyGone);
+        };
+        group.instances.retain(|i| &i.id != instance);
+        // As the real adapter: never a decrement below MinSize.
+        let decremented = decrement && group.desired > group.min;
+        if decremented {
+            group.desired -= 1;
+        }
+        Ok(TerminateOutcome::Terminated { decremented })
     }
 
-    async fn groups_of(&self, _instances: &[InstanceId]) -> Result<BTreeMap<InstanceId, GroupName>, AwsError> {
-        Ok(BTreeMap::new())
+    async fn groups_of(&self, instances: &[InstanceId]) -> Result<BTreeMap<InstanceId, GroupName>, AwsError> {
+        let s = lock(&self.0);
+        Ok(instances
+            .iter()
+            .filter_map(|id| {
+                s.groups
+                    .values()
+                    .find(|g| g.instances.iter().any(|i| &i.id == id))
+                    .map(|g| (id.clone(), g.name.clone()))
+            })
+            .collect())
+    }
+}
+
+/// Every fake, wired into one worker context: what worker tests and `simulate` run on.
+#[derive(Debug, Clone)]
+pub struct FakeRig {
+    /// Auto Scaling.
+    pub aws: FakeAutoScaling,
+    /// The cluster.
+    pub cluster: InMemoryCluster,
+    /// The persisted ledger.
+    pub ledger: MemoryLedger,
+    /// Cluster writes (acting on `cluster`).
+    pub writes: FakeClusterWrites,
+    /// Events.
+    pub events: RecordedEvents,
+    /// Leadership.
+    pub leadership: crate::ports::Leadership,
+}
+
+/// The worker context over a [`FakeRig`].
+pub type FakeContext =
+    crate::workers::WorkerContext<FakeAutoScaling, InMemoryCluster, MemoryLedger, FakeClusterWrites, RecordedEvents>;
+
+impl FakeRig {
+    /// A synced, empty cluster whose replica leads.
+    pub fn new(aws: FakeAutoScaling) -> Self {
+        let cluster = InMemoryCluster::synced();
+        FakeRig {
+            aws,
+            writes: FakeClusterWrites::new(&cluster),
+            cluster,
+            ledger: MemoryLedger::default(),
+            events: RecordedEvents::default(),
+            leadership: crate::ports::Leadership::always(),
+        }
+    }
+
+    /// A worker context over these fakes (loading the persisted ledger, as a restart would).
+    pub async fn context(
+        &self,
+        policy: crate::core::Policy,
+        clock: crate::workers::Clock,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> Arc<FakeContext> {
+        self.context_with(self.aws.clone(), policy, clock, metrics).await
+    }
+
+    /// A worker context over these fakes but another Auto Scaling (the real adapter on moto).
+    pub async fn context_with<A: AutoScaling>(
+        &self,
+        aws: A,
+        policy: crate::core::Policy,
+        clock: crate::workers::Clock,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> Arc<crate::workers::WorkerContext<A, InMemoryCluster, MemoryLedger, FakeClusterWrites, RecordedEvents>> {
+        Arc::new(crate::workers::WorkerContext {
+            aws,
+            cluster: self.cluster.clone(),
+            writes: self.writes.clone(),
+            events: self.events.clone(),
+            ledger: crate::workers::ledger::SharedLedger::load(self.ledger.clone()).await.expect("memory ledger loads"),
+            groups: Arc::new(crate::workers::groups::GroupBook::new(
+                std::time::Duration::from_secs(60),
+                std::time::Duration::from_secs(3600),
+            )),
+            leadership: self.leadership.clone(),
+            metrics,
+            policy,
+            clock,
+        })
     }
 }

@@ -14,6 +14,7 @@ pub mod core;
 pub mod fakes;
 pub mod inspect;
 pub mod k8s;
+pub mod metrics;
 pub mod ports;
 pub mod simulate;
 pub mod timefmt;

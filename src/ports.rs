@@ -1,8 +1,10 @@
 //! The small traits workers call to act on the world, with the domain values they exchange. No
 //! SDK type crosses them: `aws/` implements them on the AWS SDK, `fakes` in memory.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use serde::Serialize;
 use thiserror::Error;
@@ -349,12 +351,18 @@ pub trait AutoScaling: Send + Sync {
 /// The cluster as the watches see it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ClusterState {
-    /// Nodes with their pods, each with its group when known.
+    /// Nodes, each with its group when known. Pods are attached to nodes that have a signal (the
+    /// only ones sizing and draining look at).
     pub nodes: BTreeMap<NodeName, Node>,
     /// NTH signals.
     pub signals: Vec<Signal>,
     /// Cluster Autoscaler's view per group, from its status ConfigMap.
     pub ca: BTreeMap<GroupName, CaGroupView>,
+    /// Nodes carrying the booster's scale-down protection (see [`ClusterWrites::protect_from_scale_down`]).
+    pub protected: BTreeSet<NodeName>,
+    /// When the watch first saw each signalled instance (monotonic): the start of the reaction
+    /// time measured up to the AWS write.
+    pub first_seen: BTreeMap<InstanceId, tokio::time::Instant>,
 }
 
 /// Where the workers read the cluster from.
@@ -381,6 +389,153 @@ pub trait LedgerStore: Send + Sync {
     fn load(&self) -> impl Future<Output = Result<BoostLedger, LedgerError>> + Send;
     /// Replaces the saved ledger.
     fn save(&self, ledger: &BoostLedger) -> impl Future<Output = Result<(), LedgerError>> + Send;
+}
+
+/// A pod to evict: its eviction is conditioned on the UID, so a pod recreated under the same name
+/// is never evicted by mistake.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PodRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+}
+
+impl std::fmt::Display for PodRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// How an eviction ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvictOutcome {
+    /// Accepted (201).
+    Evicted,
+    /// The pod is gone or is another pod now (404, 409 on the UID precondition): done.
+    Gone,
+    /// A PodDisruptionBudget allows no disruption now (429): back off and retry.
+    Blocked,
+}
+
+/// A write to the cluster that failed.
+#[derive(Debug, Error)]
+pub enum ClusterWriteError {
+    /// Setting `spec.unschedulable`.
+    #[error("cordoning node {node} failed")]
+    Cordon {
+        /// The node.
+        node: NodeName,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
+    /// The Eviction API answered something other than success, 404, 409 or 429.
+    #[error("evicting pod {pod} failed")]
+    Evict {
+        /// The pod.
+        pod: PodRef,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
+    /// Adding or removing the scale-down protection annotations.
+    #[error("changing the scale-down protection of node {node} failed")]
+    Protect {
+        /// The node.
+        node: NodeName,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl ClusterWriteError {
+    /// A short, fixed name for metric labels and Event reasons.
+    pub fn category(&self) -> &'static str {
+        match self {
+            ClusterWriteError::Cordon { .. } => "cordon",
+            ClusterWriteError::Evict { .. } => "evict",
+            ClusterWriteError::Protect { .. } => "protect",
+        }
+    }
+}
+
+/// The writes the booster makes to the cluster.
+pub trait ClusterWrites: Send + Sync {
+    /// Marks the node unschedulable (a no-op when it already is).
+    fn cordon(&self, node: &NodeName) -> impl Future<Output = Result<(), ClusterWriteError>> + Send;
+    /// Evicts the pod through the Eviction API with its UID as precondition.
+    fn evict(&self, pod: &PodRef) -> impl Future<Output = Result<EvictOutcome, ClusterWriteError>> + Send;
+    /// Adds (or removes) `cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"` together
+    /// with the booster's own marker, so Cluster Autoscaler keeps a replacement node until the
+    /// drain it serves has finished. Only annotations carrying the marker are ever removed.
+    fn protect_from_scale_down(
+        &self,
+        node: &NodeName,
+        protect: bool,
+    ) -> impl Future<Output = Result<(), ClusterWriteError>> + Send;
+}
+
+/// Whether an Event reports progress or trouble.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventSeverity {
+    /// Progress.
+    Normal,
+    /// Trouble worth a look.
+    Warning,
+}
+
+/// A decision the booster reports as a Kubernetes Event on a Node, so `kubectl describe node`
+/// tells the story.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeEvent {
+    /// The node the Event is about.
+    pub node: NodeName,
+    /// PascalCase reason (`BoostRequested`, `DrainStarted`, …).
+    pub reason: &'static str,
+    /// PascalCase action (`SetDesiredCapacity`, `Drain`, `Evict`, `Terminate`).
+    pub action: &'static str,
+    /// Normal or Warning.
+    pub severity: EventSeverity,
+    /// What happened, for people.
+    pub note: String,
+}
+
+/// Where Events go. Publishing is best effort: a lost Event never stops a decision.
+pub trait EventSink: Send + Sync {
+    /// Publishes one Event.
+    fn publish(&self, event: NodeEvent) -> impl Future<Output = ()> + Send;
+}
+
+/// Whether this replica holds the lease: only the leader writes. Cheap to clone and to read;
+/// the elector flips it the moment the lease is lost, and every write checks it just before
+/// going out.
+#[derive(Debug, Clone)]
+pub struct Leadership(Arc<AtomicBool>);
+
+impl Leadership {
+    /// A replica that leads from the start (leader election off).
+    pub fn always() -> Self {
+        Leadership(Arc::new(AtomicBool::new(true)))
+    }
+
+    /// A replica that leads only once the elector says so.
+    pub fn follower() -> Self {
+        Leadership(Arc::new(AtomicBool::new(false)))
+    }
+
+    /// Whether writes may go out now.
+    pub fn is_leader(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// Sets the state; returns the previous one.
+    pub fn set(&self, leading: bool) -> bool {
+        self.0.swap(leading, Ordering::SeqCst)
+    }
 }
 
 /// EC2 instance facts the Auto Scaling API does not give.

@@ -10,11 +10,12 @@ use aws_sdk_autoscaling::types::{
     InstancesDistribution, LaunchTemplate, LaunchTemplateOverrides, MixedInstancesPolicy,
 };
 use aws_sdk_ec2::types::{InstanceMarketOptionsRequest, InstanceType, MarketType};
-use spots_booster::aws::{AwsPorts, InstanceGroupCache};
+use spots_booster::aws::AwsPorts;
 use spots_booster::core::{GroupName, InstanceId};
 use spots_booster::ports::{
     AutoScaling, AwsError, DesiredWrite, Instances, Lifecycle, TagFilter, TerminateOutcome, WriteOutcome,
 };
+use spots_booster::workers::groups::InstanceGroupCache;
 use support::moto::{create_group, group_tag, launch_template, moto, nodes_template};
 
 const CA_TAG: &str = "k8s.io/cluster-autoscaler/enabled";

@@ -3,13 +3,15 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use spots_booster::aws::AwsPorts;
 use spots_booster::core::{
     InstanceId, Node, NodeName, Pod, PodClass, Policy, Resources, Signal, SignalKind, Timestamp,
 };
-use spots_booster::fakes::{InMemoryCluster, MemoryLedger};
+use spots_booster::fakes::{FakeAutoScaling, FakeRig};
+use spots_booster::metrics::Metrics;
 use spots_booster::ports::AutoScaling;
 use spots_booster::workers::scaler::{system_clock, Scaler, ScalerSettings};
 use support::moto::{create_group, launch_template, moto};
@@ -63,16 +65,11 @@ async fn a_storm_of_1000_signals_across_20_groups_is_20_writes() {
     let config = moto.sdk_config().await;
     groups(&config).await;
     let aws = AwsPorts::new(&config, false);
-    let (cluster, ledger) = (InMemoryCluster::synced(), MemoryLedger::default());
+    let rig = FakeRig::new(FakeAutoScaling::default());
+    let (cluster, ledger) = (rig.cluster.clone(), rig.ledger.clone());
     let policy = Policy { max_boost_per_group: 100, ..Policy::default() };
-    let mut scaler = Scaler::new(
-        aws.autoscaling.clone(),
-        cluster.clone(),
-        ledger.clone(),
-        policy,
-        ScalerSettings::default(),
-        system_clock(),
-    );
+    let ctx = rig.context_with(aws.autoscaling.clone(), policy, system_clock(), Arc::new(Metrics::new())).await;
+    let mut scaler = Scaler::new(ctx, ScalerSettings::default());
     scaler.start(&["k8s.io/cluster-autoscaler/enabled=true".parse().unwrap()]).await.unwrap();
     let describes_before = aws.stats.calls("DescribeAutoScalingGroups");
     let wake = scaler.waker();
@@ -98,7 +95,7 @@ async fn a_storm_of_1000_signals_across_20_groups_is_20_writes() {
     // Let any further tick happen: it must find nothing left to do.
     tokio::time::sleep(Duration::from_secs(1)).await;
     stop.send(true).unwrap();
-    let scaler = task.await.unwrap();
+    task.await.unwrap();
 
     let sets = aws.stats.calls("SetDesiredCapacity");
     let describes = aws.stats.calls("DescribeAutoScalingGroups") - describes_before;
@@ -109,7 +106,7 @@ async fn a_storm_of_1000_signals_across_20_groups_is_20_writes() {
     assert_eq!(sets, GROUPS as u64, "one write per group");
     assert_eq!(describes, 1, "one guard read for 20 (≤ 50) groups in the one tick");
     assert_eq!(
-        scaler.ledger().covered().len(),
+        ledger.saved().covered().len(),
         GROUPS * SIGNALS_PER_GROUP,
         "every at-risk instance boosted exactly once"
     );

@@ -6,7 +6,6 @@ pub mod autoscaling;
 pub mod calls;
 pub mod ec2;
 pub mod errors;
-pub mod instance_groups;
 
 use aws_config::retry::RetryConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
@@ -15,7 +14,6 @@ use clap::{ArgAction, Args};
 pub use autoscaling::AwsAutoScaling;
 pub use calls::{CallStats, OperationStats};
 pub use ec2::AwsInstances;
-pub use instance_groups::InstanceGroupCache;
 
 use crate::ports::TagFilter;
 

@@ -1,4 +1,54 @@
 //! Loops that take a view of the cluster, call the core, and execute its decisions through the
 //! ports. Nothing here decides; nothing here sees an SDK type.
+//!
+//! The scaler and the drainer share one [`WorkerContext`]: the ports, the ledger, the group book,
+//! the leadership flag and the metrics. Every replica runs both and plans; only the leader writes.
 
+pub mod drainer;
+pub mod groups;
+pub mod ledger;
 pub mod scaler;
+
+use std::sync::Arc;
+
+use crate::core::{Policy, Timestamp};
+use crate::metrics::Metrics;
+use crate::ports::Leadership;
+use groups::GroupBook;
+use ledger::SharedLedger;
+
+/// Wall-clock `now` for the core; injected so tests control it.
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+/// The system clock.
+pub fn system_clock() -> Clock {
+    Arc::new(|| {
+        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        Timestamp::from_millis(i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
+    })
+}
+
+/// Everything the workers share. `A`: Auto Scaling; `C`: the cluster view; `L`: the ledger
+/// store; `W`: cluster writes; `E`: the Event sink.
+pub struct WorkerContext<A, C, L, W, E> {
+    /// Auto Scaling.
+    pub aws: A,
+    /// The watched cluster.
+    pub cluster: C,
+    /// Writes to the cluster.
+    pub writes: W,
+    /// Kubernetes Events.
+    pub events: E,
+    /// The boost ledger, persisted through `L`.
+    pub ledger: Arc<SharedLedger<L>>,
+    /// Groups and the instance → group cache.
+    pub groups: Arc<GroupBook>,
+    /// Whether this replica may write.
+    pub leadership: Leadership,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// The policy the core decides with.
+    pub policy: Policy,
+    /// `now` for the core.
+    pub clock: Clock,
+}

@@ -5,8 +5,9 @@
 //! The ledger is saved **before** the AWS write: a crash between the two misses a boost (the next
 //! plan sees the instance covered) but can never boost the same instance twice. Writes that lose
 //! a race (desired changed since the plan) or fail are taken back out of the ledger and re-planned.
+//! A follower plans too (its metrics stay meaningful) but saves and writes nothing.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,12 +16,15 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use super::WorkerContext;
+pub use super::{system_clock, Clock};
 use crate::core::{
-    close_finished_boosts, fold_signals, plan_boosts, Boost, BoostLedger, GroupName, Policy, Snapshot, Timestamp,
+    close_finished_boosts, fold_signals, plan_boosts, Boost, BoostLedger, BoostRecord, GroupName, InstanceId, Snapshot,
+    Timestamp,
 };
 use crate::ports::{
-    AutoScaling, AwsError, ClusterView, DesiredWrite, GroupDescription, LedgerError, LedgerStore, TagFilter,
-    WriteOutcome,
+    AutoScaling, AwsError, ClusterView, ClusterWrites, DesiredWrite, EventSeverity, EventSink, LedgerError,
+    LedgerStore, NodeEvent, TagFilter, WriteOutcome,
 };
 
 /// How the scaler paces itself.
@@ -32,8 +36,6 @@ pub struct ScalerSettings {
     pub coalesce_max: Duration,
     /// Plan at least this often even without signals.
     pub resync: Duration,
-    /// Describe a group again when its cached description is older than this.
-    pub group_refresh: Duration,
 }
 
 impl Default for ScalerSettings {
@@ -42,7 +44,6 @@ impl Default for ScalerSettings {
             coalesce_quiet: Duration::from_millis(20),
             coalesce_max: Duration::from_millis(250),
             resync: Duration::from_secs(30),
-            group_refresh: Duration::from_secs(60),
         }
     }
 }
@@ -75,45 +76,43 @@ pub struct TickReport {
     pub failed: Vec<(GroupName, &'static str)>,
     /// At-risk instances held (at max, backoff, …).
     pub held: usize,
-}
-
-/// Wall-clock `now` for the core; injected so tests control it.
-pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
-
-/// The system clock.
-pub fn system_clock() -> Clock {
-    Arc::new(|| {
-        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        Timestamp::from_millis(i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
-    })
+    /// Boosts a follower left to the leader.
+    pub not_leader: usize,
 }
 
 /// The scaler worker.
-pub struct Scaler<A, C, L> {
-    aws: A,
-    cluster: C,
-    ledger_store: L,
-    policy: Policy,
+pub struct Scaler<A, C, L, W, E> {
+    ctx: Arc<WorkerContext<A, C, L, W, E>>,
     settings: ScalerSettings,
-    clock: Clock,
     wake: Arc<Notify>,
-    ledger: BoostLedger,
-    groups: BTreeMap<GroupName, (GroupDescription, Instant)>,
+    /// Signals already counted in the metrics, by instance.
+    counted: BTreeSet<(InstanceId, &'static str)>,
+    /// The last hold reason published per instance, so a held boost is told once, not per plan.
+    told_held: HashMap<InstanceId, String>,
+    was_leader: bool,
 }
 
-impl<A: AutoScaling, C: ClusterView, L: LedgerStore> Scaler<A, C, L> {
-    /// A scaler over these ports.
-    pub fn new(aws: A, cluster: C, ledger_store: L, policy: Policy, settings: ScalerSettings, clock: Clock) -> Self {
+fn record_key(r: &BoostRecord) -> (&GroupName, &BTreeSet<InstanceId>, Timestamp) {
+    (&r.group, &r.instances, r.at)
+}
+
+impl<A, C, L, W, E> Scaler<A, C, L, W, E>
+where
+    A: AutoScaling,
+    C: ClusterView,
+    L: LedgerStore,
+    W: ClusterWrites,
+    E: EventSink,
+{
+    /// A scaler over the shared context.
+    pub fn new(ctx: Arc<WorkerContext<A, C, L, W, E>>, settings: ScalerSettings) -> Self {
         Scaler {
-            aws,
-            cluster,
-            ledger_store,
-            policy,
+            ctx,
             settings,
-            clock,
             wake: Arc::new(Notify::new()),
-            ledger: BoostLedger::default(),
-            groups: BTreeMap::new(),
+            counted: BTreeSet::new(),
+            told_held: HashMap::new(),
+            was_leader: false,
         }
     }
 
@@ -122,20 +121,9 @@ impl<A: AutoScaling, C: ClusterView, L: LedgerStore> Scaler<A, C, L> {
         self.wake.clone()
     }
 
-    /// The ledger as the scaler holds it.
-    pub fn ledger(&self) -> &BoostLedger {
-        &self.ledger
-    }
-
-    /// Loads the persisted ledger and describes the groups that match `filters`.
+    /// Describes the groups that match `filters`, so their sizes are known before any signal.
     pub async fn start(&mut self, filters: &[TagFilter]) -> Result<(), ScalerError> {
-        self.ledger = self.ledger_store.load().await?;
-        if !filters.is_empty() {
-            let now = Instant::now();
-            for g in self.aws.discover_groups(filters).await.map_err(ScalerError::Describe)? {
-                self.groups.insert(g.name.clone(), (g, now));
-            }
-        }
+        self.ctx.groups.discover(&self.ctx.aws, filters).await.map_err(ScalerError::Describe)?;
         Ok(())
     }
 
@@ -172,54 +160,54 @@ impl<A: AutoScaling, C: ClusterView, L: LedgerStore> Scaler<A, C, L> {
 
     /// One planning pass and its writes.
     pub async fn tick(&mut self) -> Result<TickReport, ScalerError> {
-        let state = self.cluster.current().ok_or(ScalerError::NotSynced)?;
-        let now = (self.clock)();
-
-        // Describe only groups never seen or gone stale; the guarded write re-reads the rest.
-        let named: BTreeSet<GroupName> =
-            state.signals.iter().filter_map(|s| state.nodes.get(&s.node).and_then(|n| n.group.clone())).collect();
-        let refresh_before = Instant::now().checked_sub(self.settings.group_refresh);
-        let stale: Vec<GroupName> = named
-            .iter()
-            .filter(|g| match (self.groups.get(*g), refresh_before) {
-                (None, _) => true,
-                (Some((_, at)), Some(limit)) => *at < limit,
-                (Some(_), None) => false,
-            })
-            .cloned()
-            .collect();
-        if !stale.is_empty() {
-            let described = self.aws.describe_groups(&stale).await.map_err(ScalerError::Describe)?;
-            let at = Instant::now();
-            for g in described {
-                self.groups.insert(g.name.clone(), (g, at));
-            }
+        let ctx = self.ctx.clone();
+        let mut state = ctx.cluster.current().ok_or(ScalerError::NotSynced)?;
+        let leading = ctx.leadership.is_leader();
+        if !leading || !self.was_leader {
+            // A follower's copy is stale, and a new leader must see what the last one saved.
+            ctx.ledger.reload().await?;
         }
+        self.was_leader = leading;
+        let now = (ctx.clock)();
+        let ledger = ctx.ledger.current().await;
+        let groups = ctx.groups.resolve(&ctx.aws, &mut state, &ledger).await.map_err(ScalerError::Describe)?;
+        self.export_sizes(&groups, &ledger);
+        let first_seen = std::mem::take(&mut state.first_seen);
+        let mut snapshot = Snapshot { groups, nodes: state.nodes, signals: state.signals, ledger };
+        self.count_signals(&snapshot);
 
-        let mut snapshot = Snapshot {
-            groups: self
-                .groups
-                .values()
-                .map(|(g, _)| (g.name.clone(), g.to_core(None, state.ca.get(&g.name).cloned())))
-                .collect(),
-            nodes: state.nodes,
-            signals: state.signals,
-            ledger: self.ledger.clone(),
-        };
-        let at_risk = fold_signals(&snapshot, &self.policy, now);
+        let at_risk = fold_signals(&snapshot, &ctx.policy, now);
         let closed = close_finished_boosts(&snapshot, &at_risk);
         snapshot.ledger = closed.clone();
-        let plan = plan_boosts(&snapshot, &at_risk, &self.policy, now);
+        let plan = plan_boosts(&snapshot, &at_risk, &ctx.policy, now);
         let mut report =
             TickReport { held: plan.held.iter().map(|h| h.instances.len()).sum(), ..TickReport::default() };
+        self.tell_held(&snapshot, &plan.held).await;
 
-        let mut ledger = closed;
-        for boost in &plan.boosts {
-            ledger.record(boost.record.clone());
+        if !leading {
+            for boost in &plan.boosts {
+                ctx.metrics.boost(boost.group.as_str(), "not-leader");
+                ctx.metrics.not_leader("set-desired-capacity");
+            }
+            report.not_leader = plan.boosts.len();
+            return Ok(report);
         }
-        if ledger != self.ledger {
-            self.ledger_store.save(&ledger).await?;
-            self.ledger = ledger;
+
+        let new_records: Vec<BoostRecord> = plan.boosts.iter().map(|b| b.record.clone()).collect();
+        ctx.ledger
+            .update(|held| {
+                // The drainer may have noted returns since `closed` was computed: keep them.
+                let returned: HashMap<_, u32> = held.records.iter().map(|r| (record_key(r), r.returned)).collect();
+                let mut next = closed.clone();
+                for r in &mut next.records {
+                    r.returned = r.returned.max(returned.get(&record_key(r)).copied().unwrap_or(0));
+                }
+                next.records.extend(new_records.iter().cloned());
+                *held = next;
+            })
+            .await?;
+        for boost in plan.boosts.iter().filter(|b| !b.writes()) {
+            ctx.metrics.boost(boost.group.as_str(), "no-node-needed");
         }
         let writes: Vec<(&Boost, DesiredWrite)> = plan
             .boosts
@@ -231,30 +219,55 @@ impl<A: AutoScaling, C: ClusterView, L: LedgerStore> Scaler<A, C, L> {
             return Ok(report);
         }
         let requests: Vec<DesiredWrite> = writes.iter().map(|(_, w)| w.clone()).collect();
-        let outcomes = match self.aws.raise_desired(&requests).await {
+        if !ctx.leadership.is_leader() {
+            // Lost the lease while planning: the new leader re-plans from the saved ledger.
+            self.take_back(writes.iter().map(|(b, _)| *b)).await?;
+            report.not_leader = writes.len();
+            ctx.metrics.not_leader("set-desired-capacity");
+            return Ok(report);
+        }
+        let outcomes = match ctx.aws.raise_desired(&requests).await {
             Ok(outcomes) => outcomes,
             Err(e) => {
+                for (b, _) in &writes {
+                    ctx.metrics.boost(b.group.as_str(), "failed");
+                }
                 self.take_back(writes.iter().map(|(b, _)| *b)).await?;
                 return Err(ScalerError::Raise(e));
             }
         };
+        let issued = Instant::now();
 
         let mut undone = Vec::new();
         for ((boost, _), (group, outcome)) in writes.iter().zip(outcomes) {
             match outcome {
                 Ok(WriteOutcome::Written { from, to } | WriteOutcome::DryRun { from, to }) => {
                     info!(%group, from, to, instances = boost.record.instances.len(), reason = %boost.reason, "boosted");
-                    self.set_cached_desired(&group, to);
+                    ctx.groups.note_desired(&group, to).await;
+                    ctx.metrics.asg_desired.with_label_values(&[group.as_str()]).set(i64::from(to));
+                    let dry = matches!(outcome, Ok(WriteOutcome::DryRun { .. }));
+                    ctx.metrics.boost(group.as_str(), if dry { "dry-run" } else { "written" });
+                    for instance in &boost.record.instances {
+                        if let Some(seen) = first_seen.get(instance) {
+                            ctx.metrics.observe_reaction(issued.saturating_duration_since(*seen));
+                        }
+                    }
+                    self.tell_boost(&snapshot, boost, from, to, dry).await;
                     report.raised.push((group, from, to));
                 }
                 Ok(WriteOutcome::Raced { live }) => {
                     info!(%group, planned_from = boost.from, live, "desired capacity changed since the plan; re-planning");
-                    self.set_cached_desired(&group, live);
+                    ctx.groups.note_desired(&group, live).await;
+                    ctx.metrics.boost(group.as_str(), "raced");
                     report.raced.push(group);
                     undone.push(*boost);
                 }
                 Err(e) => {
                     warn!(%group, error = %e, category = e.category(), "boost not written");
+                    ctx.metrics.boost(group.as_str(), "failed");
+                    if matches!(e, AwsError::UnknownGroup(_)) {
+                        ctx.groups.invalidate(&group).await;
+                    }
                     report.failed.push((group, e.category()));
                     undone.push(*boost);
                 }
@@ -264,23 +277,101 @@ impl<A: AutoScaling, C: ClusterView, L: LedgerStore> Scaler<A, C, L> {
         Ok(report)
     }
 
-    fn set_cached_desired(&mut self, group: &GroupName, desired: u32) {
-        if let Some((g, _)) = self.groups.get_mut(group) {
-            g.desired = desired;
-        }
-    }
-
     /// Removes the records of boosts that were not written, so they are planned again.
-    async fn take_back<'b>(&mut self, boosts: impl Iterator<Item = &'b Boost>) -> Result<(), ScalerError> {
+    async fn take_back<'b>(&self, boosts: impl Iterator<Item = &'b Boost>) -> Result<(), ScalerError> {
         let undone: Vec<&Boost> = boosts.collect();
         if undone.is_empty() {
             return Ok(());
         }
-        let mut ledger = self.ledger.clone();
-        ledger.records.retain(|r| !undone.iter().any(|b| b.record == *r));
-        self.ledger_store.save(&ledger).await?;
-        self.ledger = ledger;
+        self.ctx.ledger.update(|l| l.records.retain(|r| !undone.iter().any(|b| b.record == *r))).await?;
         Ok(())
+    }
+
+    fn export_sizes(&self, groups: &BTreeMap<GroupName, crate::core::Group>, ledger: &BoostLedger) {
+        let m = &self.ctx.metrics;
+        let mut in_flight: BTreeMap<&str, i64> = groups.keys().map(|g| (g.as_str(), 0)).collect();
+        for r in &ledger.records {
+            *in_flight.entry(r.group.as_str()).or_default() += i64::from(r.added.saturating_sub(r.returned));
+        }
+        for (name, g) in groups {
+            m.asg_desired.with_label_values(&[name.as_str()]).set(i64::from(g.desired));
+            m.asg_max.with_label_values(&[name.as_str()]).set(i64::from(g.max));
+        }
+        for (group, n) in in_flight {
+            m.boosted_nodes_in_flight.with_label_values(&[group]).set(n);
+        }
+    }
+
+    /// Counts each signal once, under its node's group.
+    fn count_signals(&mut self, snapshot: &Snapshot) {
+        let live: BTreeSet<(InstanceId, &'static str)> =
+            snapshot.signals.iter().map(|s| (s.instance.clone(), s.kind.as_str())).collect();
+        for s in &snapshot.signals {
+            if self.counted.contains(&(s.instance.clone(), s.kind.as_str())) {
+                continue;
+            }
+            let group = snapshot.nodes.get(&s.node).and_then(|n| n.group.as_ref()).map_or("unknown", |g| g.as_str());
+            if group == "unknown" {
+                // Counted once the group is known, at a later tick.
+                continue;
+            }
+            self.ctx.metrics.signals.with_label_values(&[group, s.kind.as_str()]).inc();
+            self.counted.insert((s.instance.clone(), s.kind.as_str()));
+        }
+        self.counted.retain(|k| live.contains(k));
+    }
+
+    fn nodes_of<'s>(snapshot: &'s Snapshot, instances: &[&InstanceId]) -> Vec<&'s crate::core::Node> {
+        snapshot.nodes.values().filter(|n| n.instance.as_ref().is_some_and(|i| instances.contains(&i))).collect()
+    }
+
+    async fn tell_boost(&self, snapshot: &Snapshot, boost: &Boost, from: u32, to: u32, dry: bool) {
+        let note = format!(
+            "{}desired capacity of {} {from} -> {to}: {}",
+            if dry { "dry run: " } else { "" },
+            boost.group,
+            boost.reason
+        );
+        let instances: Vec<&InstanceId> = boost.record.instances.iter().collect();
+        for node in Self::nodes_of(snapshot, &instances) {
+            self.ctx
+                .events
+                .publish(NodeEvent {
+                    node: node.name.clone(),
+                    reason: "BoostRequested",
+                    action: "SetDesiredCapacity",
+                    severity: EventSeverity::Normal,
+                    note: note.clone(),
+                })
+                .await;
+        }
+    }
+
+    async fn tell_held(&mut self, snapshot: &Snapshot, held: &[crate::core::Held]) {
+        for h in held {
+            let note = format!("boost of {} held: {}", h.group, h.reason);
+            let instances: Vec<&InstanceId> = h.instances.iter().collect();
+            for node in Self::nodes_of(snapshot, &instances) {
+                let Some(instance) = node.instance.clone() else { continue };
+                if self.told_held.get(&instance) == Some(&note) {
+                    continue;
+                }
+                self.ctx.metrics.boost(h.group.as_str(), "held");
+                self.ctx
+                    .events
+                    .publish(NodeEvent {
+                        node: node.name.clone(),
+                        reason: "BoostHeld",
+                        action: "SetDesiredCapacity",
+                        severity: EventSeverity::Warning,
+                        note: note.clone(),
+                    })
+                    .await;
+                self.told_held.insert(instance, note.clone());
+            }
+        }
+        let still: BTreeSet<&InstanceId> = held.iter().flat_map(|h| h.instances.iter()).collect();
+        self.told_held.retain(|i, _| still.contains(i));
     }
 }
 
@@ -289,8 +380,10 @@ mod tests {
     use std::sync::atomic::{AtomicI64, Ordering};
 
     use super::*;
-    use crate::core::{InstanceId, Node, NodeName, Resources, Signal, SignalKind};
-    use crate::fakes::{AsgCall, FakeAutoScaling, InMemoryCluster, MemoryLedger};
+    use crate::core::{InstanceId, Node, NodeName, Policy, Resources, Signal, SignalKind};
+    use crate::fakes::{AsgCall, FakeAutoScaling, FakeContext, FakeRig, InMemoryCluster};
+    use crate::metrics::Metrics;
+    use crate::ports::Leadership;
 
     fn node(name: &str, group: &str) -> Node {
         Node {
@@ -325,19 +418,20 @@ mod tests {
         Arc::new(move || Timestamp::from_millis(now.load(Ordering::Relaxed)))
     }
 
-    fn scaler(
-        aws: &FakeAutoScaling,
-        cluster: &InMemoryCluster,
-        ledger: &MemoryLedger,
-    ) -> Scaler<FakeAutoScaling, InMemoryCluster, MemoryLedger> {
-        Scaler::new(
-            aws.clone(),
-            cluster.clone(),
-            ledger.clone(),
-            count_policy(),
-            ScalerSettings::default(),
-            fixed_clock(),
-        )
+    type TestScaler = Scaler<
+        FakeAutoScaling,
+        InMemoryCluster,
+        crate::fakes::MemoryLedger,
+        crate::fakes::FakeClusterWrites,
+        crate::fakes::RecordedEvents,
+    >;
+
+    async fn context(rig: &FakeRig) -> Arc<FakeContext> {
+        rig.context(count_policy(), fixed_clock(), Arc::new(Metrics::new())).await
+    }
+
+    async fn scaler(rig: &FakeRig) -> TestScaler {
+        Scaler::new(context(rig).await, ScalerSettings::default())
     }
 
     fn raises(aws: &FakeAutoScaling) -> Vec<Vec<crate::ports::DesiredWrite>> {
@@ -346,113 +440,149 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_burst_of_signals_becomes_one_write_per_group() {
-        let aws = FakeAutoScaling::default().with_group("a", 3, 50).with_group("b", 3, 50);
-        let (cluster, ledger) = (InMemoryCluster::synced(), MemoryLedger::default());
-        let s = scaler(&aws, &cluster, &ledger);
+        let rig = FakeRig::new(FakeAutoScaling::default().with_group("a", 3, 50).with_group("b", 3, 50));
+        let metrics = Arc::new(Metrics::new());
+        let ctx = rig.context(count_policy(), fixed_clock(), metrics.clone()).await;
+        let s = Scaler::new(ctx.clone(), ScalerSettings::default());
         let wake = s.waker();
         let (stop, shutdown) = watch::channel(false);
         let task = tokio::spawn(s.run(shutdown));
         for k in 0..10 {
-            rebalance(&cluster, &format!("a{k}"), "a");
-            rebalance(&cluster, &format!("b{k}"), "b");
+            rebalance(&rig.cluster, &format!("a{k}"), "a");
+            rebalance(&rig.cluster, &format!("b{k}"), "b");
             wake.notify_one();
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
         stop.send(true).unwrap();
-        let s = task.await.unwrap();
+        task.await.unwrap();
 
-        assert_eq!(raises(&aws).len(), 1, "one guarded batch: {:?}", aws.calls());
-        assert_eq!(raises(&aws)[0].len(), 2, "one write per group");
-        assert_eq!((aws.desired("a"), aws.desired("b")), (13, 13));
-        assert_eq!(s.ledger().covered().len(), 20);
-        assert_eq!(ledger.saved(), *s.ledger(), "persisted");
+        assert_eq!(raises(&rig.aws).len(), 1, "one guarded batch: {:?}", rig.aws.calls());
+        assert_eq!(raises(&rig.aws)[0].len(), 2, "one write per group");
+        assert_eq!((rig.aws.desired("a"), rig.aws.desired("b")), (13, 13));
+        assert_eq!(ctx.ledger.current().await.covered().len(), 20);
+        assert_eq!(rig.ledger.saved(), ctx.ledger.current().await, "persisted");
+        // Reaction: the first signal waited for the burst to settle (95 ms of signals + 20 ms quiet).
+        let text = metrics.encode();
+        assert!(text.contains("spots_booster_reaction_seconds_count 20"), "{text}");
+        assert!(text.contains("spots_booster_boosts_total{group=\"a\",outcome=\"written\"} 1"), "{text}");
+        assert!(text.contains("spots_booster_signals_total{group=\"a\",kind=\"rebalance\"} 10"), "{text}");
+        assert!(text.contains("spots_booster_asg_desired_capacity{group=\"a\"} 13"), "{text}");
+        assert_eq!(rig.events.reasons_for("a0"), vec!["BoostRequested"]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_ledger_is_saved_before_the_write_and_a_restart_never_boosts_twice() {
-        let aws = FakeAutoScaling::default().with_group("a", 3, 50);
-        let (cluster, ledger) = (InMemoryCluster::synced(), MemoryLedger::default());
-        rebalance(&cluster, "n1", "a");
-        let mut first = scaler(&aws, &cluster, &ledger);
+        let rig = FakeRig::new(FakeAutoScaling::default().with_group("a", 3, 50));
+        rebalance(&rig.cluster, "n1", "a");
+        let mut first = scaler(&rig).await;
         first.start(&[]).await.unwrap();
         first.tick().await.unwrap();
-        assert_eq!(aws.desired("a"), 4);
+        assert_eq!(rig.aws.desired("a"), 4);
 
-        // A new leader (or a restart) loads the ledger and finds nothing left to do.
-        let mut second = scaler(&aws, &cluster, &ledger);
+        // A restart loads the ledger and finds nothing left to do.
+        let mut second = scaler(&rig).await;
         second.start(&[]).await.unwrap();
         let report = second.tick().await.unwrap();
         assert_eq!(report, TickReport::default());
-        assert_eq!(aws.desired("a"), 4);
-        assert_eq!(raises(&aws).len(), 1);
+        assert_eq!(rig.aws.desired("a"), 4);
+        assert_eq!(raises(&rig.aws).len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_follower_plans_but_writes_nothing_and_a_new_leader_never_boosts_twice() {
+        let rig = FakeRig::new(FakeAutoScaling::default().with_group("a", 3, 50));
+        let follower_rig = FakeRig { leadership: Leadership::follower(), ..rig.clone() };
+        let mut leader = scaler(&rig).await;
+        let mut follower = scaler(&follower_rig).await;
+        rebalance(&rig.cluster, "n1", "a");
+
+        let report = follower.tick().await.unwrap();
+        assert_eq!(report.not_leader, 1);
+        assert!(raises(&rig.aws).is_empty());
+        assert_eq!(rig.ledger.saves(), 0, "a follower does not write the ledger either");
+
+        leader.tick().await.unwrap();
+        assert_eq!(rig.aws.desired("a"), 4);
+        // The leader loses the lease (its writes stop at once) and the follower takes over.
+        rig.leadership.set(false);
+        rebalance(&rig.cluster, "n2", "a");
+        assert_eq!(leader.tick().await.unwrap().not_leader, 1);
+        follower_rig.leadership.set(true);
+        // Its cached description is stale: the guard catches it and the next plan uses the live value.
+        assert_eq!(follower.tick().await.unwrap().raced, vec![GroupName::from("a")]);
+        let report = follower.tick().await.unwrap();
+        assert_eq!(report.raised, vec![(GroupName::from("a"), 4, 5)], "only n2: n1 is in the saved ledger");
+        assert_eq!(rig.aws.desired("a"), 5);
     }
 
     #[tokio::test(start_paused = true)]
     async fn nothing_is_written_when_the_ledger_cannot_be_saved() {
-        let aws = FakeAutoScaling::default().with_group("a", 3, 50);
-        let (cluster, ledger) = (InMemoryCluster::synced(), MemoryLedger::default());
-        rebalance(&cluster, "n1", "a");
-        ledger.fail_saves(true);
-        let mut s = scaler(&aws, &cluster, &ledger);
+        let rig = FakeRig::new(FakeAutoScaling::default().with_group("a", 3, 50));
+        rebalance(&rig.cluster, "n1", "a");
+        let mut s = scaler(&rig).await;
+        rig.ledger.fail_saves(true);
         assert!(matches!(s.tick().await, Err(ScalerError::Ledger(_))));
-        assert!(raises(&aws).is_empty());
-        ledger.fail_saves(false);
+        assert!(raises(&rig.aws).is_empty());
+        rig.ledger.fail_saves(false);
         s.tick().await.unwrap();
-        assert_eq!(aws.desired("a"), 4);
+        assert_eq!(rig.aws.desired("a"), 4);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_stale_plan_is_replanned_from_the_live_value_never_lowered() {
-        let aws = FakeAutoScaling::default().with_group("a", 3, 50);
-        let (cluster, ledger) = (InMemoryCluster::synced(), MemoryLedger::default());
-        let mut s = scaler(&aws, &cluster, &ledger);
+        let rig = FakeRig::new(FakeAutoScaling::default().with_group("a", 3, 50));
+        let mut s = scaler(&rig).await;
         s.start(&["k=v".parse().unwrap()]).await.unwrap();
-        aws.set_desired("a", 6); // Cluster Autoscaler, after our describe…
+        rig.aws.set_desired("a", 6); // Cluster Autoscaler, after our describe…
         for k in 0..6 {
             let mut ready = node(&format!("r{k}"), "a"); // …and its nodes have joined.
             ready.cordoned = false;
-            cluster.put_node(ready);
+            rig.cluster.put_node(ready);
         }
-        rebalance(&cluster, "n1", "a");
+        rebalance(&rig.cluster, "n1", "a");
 
         let report = s.tick().await.unwrap();
         assert_eq!(report.raced, vec![GroupName::from("a")]);
-        assert_eq!(aws.desired("a"), 6, "never lowered");
-        assert!(s.ledger().records.is_empty(), "the raced boost is taken back");
+        assert_eq!(rig.aws.desired("a"), 6, "never lowered");
+        assert!(rig.ledger.saved().records.is_empty(), "the raced boost is taken back");
         let report = s.tick().await.unwrap();
         assert_eq!(report.raised, vec![(GroupName::from("a"), 6, 7)]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_throttled_write_is_retried_and_boosts_once() {
-        let aws = FakeAutoScaling::default().with_group("a", 3, 50);
-        let (cluster, ledger) = (InMemoryCluster::synced(), MemoryLedger::default());
-        let mut s = scaler(&aws, &cluster, &ledger);
+        let rig = FakeRig::new(FakeAutoScaling::default().with_group("a", 3, 50));
+        let mut s = scaler(&rig).await;
         s.start(&["k=v".parse().unwrap()]).await.unwrap();
-        rebalance(&cluster, "n1", "a");
-        aws.throttle_next(1);
+        rebalance(&rig.cluster, "n1", "a");
+        rig.aws.throttle_next(1);
         let err = s.tick().await.unwrap_err();
         assert!(matches!(&err, ScalerError::Raise(e) if e.category() == "throttled"), "{err}");
-        assert!(s.ledger().records.is_empty());
+        assert!(rig.ledger.saved().records.is_empty());
         s.tick().await.unwrap();
-        assert_eq!(aws.desired("a"), 4);
+        assert_eq!(rig.aws.desired("a"), 4);
         s.tick().await.unwrap();
-        assert_eq!(aws.desired("a"), 4, "boosted once");
+        assert_eq!(rig.aws.desired("a"), 4, "boosted once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_group_at_max_is_held_and_told_once() {
+        let rig = FakeRig::new(FakeAutoScaling::default().with_group("a", 5, 5));
+        let mut s = scaler(&rig).await;
+        rebalance(&rig.cluster, "n1", "a");
+        for _ in 0..3 {
+            assert_eq!(s.tick().await.unwrap().held, 1);
+        }
+        assert!(raises(&rig.aws).is_empty());
+        assert_eq!(rig.events.reasons_for("n1"), vec!["BoostHeld"]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn nothing_is_decided_on_a_partial_view() {
-        let aws = FakeAutoScaling::default().with_group("a", 3, 50);
-        let mut s = Scaler::new(
-            aws.clone(),
-            InMemoryCluster::default(),
-            MemoryLedger::default(),
-            count_policy(),
-            ScalerSettings::default(),
-            fixed_clock(),
-        );
+        let rig = FakeRig { cluster: InMemoryCluster::default(), ..FakeRig::new(FakeAutoScaling::default()) };
+        let mut s = scaler(&rig).await;
         assert!(matches!(s.tick().await, Err(ScalerError::NotSynced)));
-        assert!(aws.calls().is_empty());
+        assert!(rig.aws.calls().is_empty());
     }
 }

@@ -1,0 +1,296 @@
+//! Every metric the daemon exports, on one non-global registry. Labels carry groups and small fixed
+//! sets of outcomes, never node or pod names, so cardinality stays bounded by the number of groups.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus::{
+    Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+
+/// A hook run just before every scrape, for values read from elsewhere (AWS call counts, the CA
+/// status age).
+pub type ScrapeHook = Box<dyn Fn(&Metrics) + Send + Sync>;
+
+/// Counters an AWS operation has reached so far, as the call counter reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AwsCounts {
+    /// Operations made.
+    pub calls: u64,
+    /// Operations that failed.
+    pub errors: u64,
+    /// Of those, throttled.
+    pub throttles: u64,
+}
+
+/// The daemon's metrics.
+pub struct Metrics {
+    registry: Registry,
+    /// NTH signals first seen, by group and kind.
+    pub signals: IntCounterVec,
+    /// Boost decisions by group and outcome (`written`, `dry-run`, `raced`, `failed`, `held`,
+    /// `no-node-needed`, `not-leader`).
+    pub boosts: IntCounterVec,
+    /// Replacement nodes added by open boosts and not given back yet.
+    pub boosted_nodes_in_flight: IntGaugeVec,
+    /// Desired capacity per group, as last described or written.
+    pub asg_desired: IntGaugeVec,
+    /// MaxSize per group.
+    pub asg_max: IntGaugeVec,
+    /// Drains by group and outcome (`started`, `drained`, `timed-out`, `failed`).
+    pub drains: IntCounterVec,
+    /// Evictions by group and outcome (`evicted`, `gone`, `blocked-by-pdb`, `failed`).
+    pub evictions: IntCounterVec,
+    /// Nodes draining now, by group.
+    pub drains_in_progress: IntGaugeVec,
+    /// How long drains took, by outcome.
+    pub drain_duration: HistogramVec,
+    /// Signal first seen by the watch → the AWS write for it issued.
+    pub reaction: Histogram,
+    /// Instances terminated by group and whether desired capacity was decremented.
+    pub terminations: IntCounterVec,
+    /// Writes a follower left to the leader, by action.
+    pub skipped_not_leader: IntCounterVec,
+    /// AWS operations by name.
+    pub aws_calls: IntCounterVec,
+    /// Failed AWS operations by name.
+    pub aws_errors: IntCounterVec,
+    /// Throttled AWS operations by name.
+    pub aws_throttles: IntCounterVec,
+    /// Watch stream errors (each followed by a backed-off restart), by resource.
+    pub watch_restarts: IntCounterVec,
+    /// 1 once every watch has synced.
+    pub synced: IntGauge,
+    /// 1 while this replica holds the lease.
+    pub leader: IntGauge,
+    /// Times this replica gained or lost the lease.
+    pub leader_transitions: IntCounterVec,
+    /// Seconds since Cluster Autoscaler last updated its status (-1 when the ConfigMap is missing).
+    pub ca_status_age: Gauge,
+    /// 1 when the CA status ConfigMap exists and parses.
+    pub ca_status_found: IntGauge,
+    /// Inputs that could not be understood, by source (`ca-status`, `nth-event`, `node`, `pod`).
+    pub parse_errors: IntCounterVec,
+    aws_seen: Mutex<BTreeMap<String, AwsCounts>>,
+    hooks: Mutex<Vec<ScrapeHook>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+const PREFIX: &str = "spots_booster";
+
+fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help).namespace(PREFIX), labels).expect("valid counter");
+    registry.register(Box::new(c.clone())).expect("unique metric");
+    c
+}
+
+fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help).namespace(PREFIX), labels).expect("valid gauge");
+    registry.register(Box::new(g.clone())).expect("unique metric");
+    g
+}
+
+fn int_gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
+    let g = IntGauge::with_opts(Opts::new(name, help).namespace(PREFIX)).expect("valid gauge");
+    registry.register(Box::new(g.clone())).expect("unique metric");
+    g
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Every metric, registered on a registry of its own.
+    pub fn new() -> Self {
+        let r = Registry::new();
+        let reaction = Histogram::with_opts(
+            HistogramOpts::new("reaction_seconds", "Signal first seen by the watch to the AWS write for it issued.")
+                .namespace(PREFIX)
+                .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+        )
+        .expect("valid histogram");
+        r.register(Box::new(reaction.clone())).expect("unique metric");
+        let drain_duration = HistogramVec::new(
+            HistogramOpts::new("drain_duration_seconds", "Drain start to its end, by outcome.")
+                .namespace(PREFIX)
+                .buckets(vec![5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 3600.0]),
+            &["outcome"],
+        )
+        .expect("valid histogram");
+        r.register(Box::new(drain_duration.clone())).expect("unique metric");
+        let ca_status_age = Gauge::with_opts(
+            Opts::new(
+                "ca_status_age_seconds",
+                "Seconds since Cluster Autoscaler last updated its status; -1 when missing.",
+            )
+            .namespace(PREFIX),
+        )
+        .expect("valid gauge");
+        r.register(Box::new(ca_status_age.clone())).expect("unique metric");
+        Metrics {
+            signals: counter(&r, "signals_total", "NTH signals first seen, by group and kind.", &["group", "kind"]),
+            boosts: counter(&r, "boosts_total", "Boost decisions by group and outcome.", &["group", "outcome"]),
+            boosted_nodes_in_flight: gauge_vec(
+                &r,
+                "boosted_nodes_in_flight",
+                "Nodes added by open boosts and not given back yet.",
+                &["group"],
+            ),
+            asg_desired: gauge_vec(&r, "asg_desired_capacity", "Desired capacity per group.", &["group"]),
+            asg_max: gauge_vec(&r, "asg_max_size", "MaxSize per group.", &["group"]),
+            drains: counter(&r, "drains_total", "Drains by group and outcome.", &["group", "outcome"]),
+            evictions: counter(&r, "evictions_total", "Evictions by group and outcome.", &["group", "outcome"]),
+            drains_in_progress: gauge_vec(&r, "drains_in_progress", "Nodes draining now.", &["group"]),
+            drain_duration,
+            reaction,
+            terminations: counter(
+                &r,
+                "terminations_total",
+                "Drained instances terminated, by group and whether desired capacity was decremented.",
+                &["group", "decrement"],
+            ),
+            skipped_not_leader: counter(
+                &r,
+                "skipped_not_leader_total",
+                "Writes left to the leader by this replica, by action.",
+                &["action"],
+            ),
+            aws_calls: counter(&r, "aws_calls_total", "AWS operations by name.", &["operation"]),
+            aws_errors: counter(&r, "aws_errors_total", "Failed AWS operations by name.", &["operation"]),
+            aws_throttles: counter(&r, "aws_throttles_total", "Throttled AWS operations by name.", &["operation"]),
+            watch_restarts: counter(
+                &r,
+                "watch_restarts_total",
+                "Watch errors, each followed by a backed-off restart, by resource.",
+                &["resource"],
+            ),
+            synced: int_gauge(&r, "synced", "1 once every watch has synced."),
+            leader: int_gauge(&r, "leader", "1 while this replica holds the lease."),
+            leader_transitions: counter(
+                &r,
+                "leader_transitions_total",
+                "Times this replica gained or lost the lease.",
+                &["change"],
+            ),
+            ca_status_age,
+            ca_status_found: int_gauge(&r, "ca_status_found", "1 when the CA status ConfigMap exists and parses."),
+            parse_errors: counter(
+                &r,
+                "parse_errors_total",
+                "Inputs that could not be understood, by source.",
+                &["source"],
+            ),
+            registry: r,
+            aws_seen: Mutex::new(BTreeMap::new()),
+            hooks: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Adds a hook run before every scrape.
+    pub fn on_scrape(&self, hook: ScrapeHook) {
+        self.hooks.lock().unwrap_or_else(|p| p.into_inner()).push(hook);
+    }
+
+    /// Brings the AWS counters up to the call counter's totals.
+    pub fn sync_aws(&self, totals: &BTreeMap<String, AwsCounts>) {
+        let mut seen = self.aws_seen.lock().unwrap_or_else(|p| p.into_inner());
+        for (operation, now) in totals {
+            let before = seen.get(operation).copied().unwrap_or_default();
+            let labels = [operation.as_str()];
+            self.aws_calls.with_label_values(&labels).inc_by(now.calls.saturating_sub(before.calls));
+            self.aws_errors.with_label_values(&labels).inc_by(now.errors.saturating_sub(before.errors));
+            self.aws_throttles.with_label_values(&labels).inc_by(now.throttles.saturating_sub(before.throttles));
+            seen.insert(operation.clone(), *now);
+        }
+    }
+
+    /// Records one reaction time.
+    pub fn observe_reaction(&self, d: Duration) {
+        self.reaction.observe(d.as_secs_f64());
+    }
+
+    /// Counts one boost outcome.
+    pub fn boost(&self, group: &str, outcome: &str) {
+        self.boosts.with_label_values(&[group, outcome]).inc();
+    }
+
+    /// Counts one write left to the leader.
+    pub fn not_leader(&self, action: &str) {
+        self.skipped_not_leader.with_label_values(&[action]).inc();
+    }
+
+    /// A counter that counts one thing, for callers that want a handle.
+    pub fn parse_error(&self, source: &str) -> IntCounter {
+        self.parse_errors.with_label_values(&[source])
+    }
+
+    /// The Prometheus text exposition of every metric, after running the scrape hooks.
+    pub fn encode(&self) -> String {
+        for hook in self.hooks.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            hook(self);
+        }
+        let mut out = Vec::new();
+        // Encoding only fails on a writer error; a Vec never fails.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// Names of every metric family exported (with the prefix).
+    pub fn names(&self) -> Vec<String> {
+        self.registry.gather().iter().map(|f| f.name().to_string()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aws_counters_follow_the_totals_without_double_counting() {
+        let m = Metrics::new();
+        let mut totals = BTreeMap::new();
+        totals.insert("SetDesiredCapacity".to_string(), AwsCounts { calls: 3, errors: 1, throttles: 1 });
+        m.sync_aws(&totals);
+        m.sync_aws(&totals);
+        totals.insert("SetDesiredCapacity".to_string(), AwsCounts { calls: 5, errors: 1, throttles: 1 });
+        m.sync_aws(&totals);
+        let text = m.encode();
+        assert!(text.contains("spots_booster_aws_calls_total{operation=\"SetDesiredCapacity\"} 5"), "{text}");
+        assert!(text.contains("spots_booster_aws_throttles_total{operation=\"SetDesiredCapacity\"} 1"), "{text}");
+    }
+
+    #[test]
+    fn every_name_has_the_prefix_and_counters_end_in_total() {
+        let m = Metrics::new();
+        m.boost("g", "written");
+        m.signals.with_label_values(&["g", "rebalance"]).inc();
+        m.drains.with_label_values(&["g", "started"]).inc();
+        m.evictions.with_label_values(&["g", "evicted"]).inc();
+        m.observe_reaction(Duration::from_millis(30));
+        for name in m.names() {
+            assert!(name.starts_with("spots_booster_"), "{name}");
+        }
+        let text = m.encode();
+        for line in text.lines().filter(|l| l.starts_with("# TYPE") && l.ends_with("counter")) {
+            assert!(line.split(' ').nth(2).unwrap().ends_with("_total"), "{line}");
+        }
+        assert!(text.contains("spots_booster_reaction_seconds_count 1"), "{text}");
+    }
+
+    #[test]
+    fn scrape_hooks_run_before_encoding() {
+        let m = Metrics::new();
+        m.on_scrape(Box::new(|m| m.ca_status_age.set(42.0)));
+        assert!(m.encode().contains("spots_booster_ca_status_age_seconds 42"));
+    }
+}

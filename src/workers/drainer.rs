@@ -1,0 +1,660 @@
+//! The drainer: every tick (and whenever woken) it plans drains with the core and carries them out.
+//!
+//! For each batch the core starts: cordon if needed, then evict the node's pods through the
+//! Eviction API in the core's order (ordinary pods first, critical ones once no ordinary pod is
+//! left), with the pod UID as precondition. 404/409 mean done; 429 (a PodDisruptionBudget) backs
+//! off with the core's doubling delay. Once no evictable pod is left on the node, the instance is
+//! terminated through Auto Scaling, with decrement when the core says it gives a boosted node back,
+//! and the return is noted in the ledger. Drains past the core's deadline stop; replacement nodes
+//! the core claims carry Cluster Autoscaler's scale-down protection until their drain is done.
+//!
+//! Only the leader acts. A replica that loses the lease drops its drains at once; the new leader
+//! re-plans them (the nodes are still cordoned and at risk).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use thiserror::Error;
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use super::WorkerContext;
+use crate::core::{
+    eviction_backoff, eviction_order, fold_signals, next_batches, DrainEnd, DrainPlan, DrainStarted, DrainState,
+    DrainView, GroupName, InstanceId, Node, NodeName, PodClass, Snapshot, Timestamp,
+};
+use crate::ports::{
+    AutoScaling, AwsError, ClusterView, ClusterWrites, EventSeverity, EventSink, EvictOutcome, LedgerError,
+    LedgerStore, NodeEvent, PodRef, TerminateOutcome,
+};
+
+/// How the drainer paces itself.
+#[derive(Debug, Clone)]
+pub struct DrainerSettings {
+    /// Plan and make progress at least this often (pods leaving are seen through the watch).
+    pub tick: Duration,
+}
+
+impl Default for DrainerSettings {
+    fn default() -> Self {
+        DrainerSettings { tick: Duration::from_secs(2) }
+    }
+}
+
+/// Why a tick did nothing useful.
+#[derive(Debug, Error)]
+pub enum DrainerError {
+    /// Some watch has not synced.
+    #[error("the cluster view is not synced yet")]
+    NotSynced,
+    /// Describing groups failed.
+    #[error("describing groups failed")]
+    Describe(#[source] AwsError),
+    /// The ledger could not be read or saved.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
+/// What one tick did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct DrainReport {
+    /// Nodes whose drain started.
+    pub started: Vec<NodeName>,
+    /// Pods evicted (or found gone).
+    pub evicted: u32,
+    /// Evictions refused by a PodDisruptionBudget.
+    pub blocked: u32,
+    /// Nodes fully drained.
+    pub drained: Vec<NodeName>,
+    /// Nodes past the drain deadline.
+    pub timed_out: Vec<NodeName>,
+    /// Instances terminated, with whether desired capacity was decremented.
+    pub terminated: Vec<(InstanceId, bool)>,
+    /// Batches a follower left to the leader.
+    pub not_leader: usize,
+}
+
+/// A drained (or timed-out) instance still to terminate: kept until AWS confirms.
+#[derive(Debug, Clone)]
+struct PendingTermination {
+    group: GroupName,
+    instance: InstanceId,
+    decrement: bool,
+}
+
+/// Eviction progress on one node.
+#[derive(Debug, Default)]
+struct NodeProgress {
+    /// PDB refusals in a row, and when to try again.
+    refusals: u32,
+    retry_at: Option<Timestamp>,
+    /// Pods already evicted (they may take their grace period to go).
+    evicted: HashSet<String>,
+    started: Option<Instant>,
+}
+
+/// The drain worker.
+pub struct Drainer<A, C, L, W, E> {
+    ctx: Arc<WorkerContext<A, C, L, W, E>>,
+    settings: DrainerSettings,
+    wake: Arc<Notify>,
+    drains: DrainState,
+    progress: HashMap<NodeName, NodeProgress>,
+    to_terminate: BTreeMap<NodeName, PendingTermination>,
+}
+
+impl<A, C, L, W, E> Drainer<A, C, L, W, E>
+where
+    A: AutoScaling,
+    C: ClusterView,
+    L: LedgerStore,
+    W: ClusterWrites,
+    E: EventSink,
+{
+    /// A drainer over the shared context.
+    pub fn new(ctx: Arc<WorkerContext<A, C, L, W, E>>, settings: DrainerSettings) -> Self {
+        Drainer {
+            ctx,
+            settings,
+            wake: Arc::new(Notify::new()),
+            drains: DrainState::default(),
+            progress: HashMap::new(),
+            to_terminate: BTreeMap::new(),
+        }
+    }
+
+    /// Notifying this makes the drainer tick now.
+    pub fn waker(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
+    /// The drains as the worker tracks them.
+    pub fn state(&self) -> &DrainState {
+        &self.drains
+    }
+
+    /// Runs until `shutdown` turns true.
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Self {
+        loop {
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(self.settings.tick) => {}
+                _ = shutdown.changed() => {}
+            }
+            if *shutdown.borrow() {
+                return self;
+            }
+            match self.tick().await {
+                Ok(_) | Err(DrainerError::NotSynced) => {}
+                Err(e) => warn!(error = %e, "drainer tick failed; retrying at the next tick"),
+            }
+        }
+    }
+
+    /// One planning pass and the progress it allows.
+    pub async fn tick(&mut self) -> Result<DrainReport, DrainerError> {
+        let ctx = self.ctx.clone();
+        let mut state = ctx.cluster.current().ok_or(DrainerError::NotSynced)?;
+        let now = (ctx.clock)();
+        let mut report = DrainReport::default();
+        let ledger = ctx.ledger.current().await;
+        let groups = ctx.groups.resolve(&ctx.aws, &mut state, &ledger).await.map_err(DrainerError::Describe)?;
+        let protected = std::mem::take(&mut state.protected);
+        let snapshot = Snapshot { groups, nodes: state.nodes, signals: state.signals, ledger };
+        let at_risk = fold_signals(&snapshot, &ctx.policy, now);
+        let plan =
+            next_batches(&DrainView { snapshot: &snapshot, at_risk: &at_risk, state: &self.drains }, &ctx.policy, now);
+
+        if !ctx.leadership.is_leader() {
+            if !self.drains.in_progress.is_empty() || !self.to_terminate.is_empty() {
+                warn!(drains = self.drains.in_progress.len(), "lost the lease: dropping drains for the new leader");
+            }
+            self.drains = DrainState::default();
+            self.progress.clear();
+            self.to_terminate.clear();
+            report.not_leader = plan.batches.len();
+            for _ in &plan.batches {
+                ctx.metrics.not_leader("drain");
+            }
+            return Ok(report);
+        }
+
+        self.protect_replacements(&plan, &protected).await;
+        self.end_timed_out(&plan, &snapshot, &mut report).await;
+        self.start_batches(&plan, &snapshot, now, &mut report).await;
+        self.evict_what_may_go(&snapshot, now, &mut report).await;
+        self.terminate_drained(&mut report).await?;
+        self.export_progress();
+        Ok(report)
+    }
+
+    /// Replacement nodes keep Cluster Autoscaler's scale-down protection while their boost is open.
+    async fn protect_replacements(&self, plan: &DrainPlan, protected: &BTreeSet<NodeName>) {
+        let claimed: BTreeSet<&NodeName> = plan.claims.iter().flat_map(|c| c.nodes.iter()).collect();
+        for node in claimed.iter().filter(|n| !protected.contains(**n)) {
+            if let Err(e) = self.ctx.writes.protect_from_scale_down(node, true).await {
+                warn!(%node, error = %e, "could not protect a replacement node from scale-down");
+            }
+        }
+        for node in protected.iter().filter(|n| !claimed.contains(n)) {
+            if let Err(e) = self.ctx.writes.protect_from_scale_down(node, false).await {
+                warn!(%node, error = %e, "could not lift the scale-down protection of a node");
+            }
+        }
+    }
+
+    async fn end_timed_out(&mut self, plan: &DrainPlan, snapshot: &Snapshot, report: &mut DrainReport) {
+        for t in &plan.timed_out {
+            self.drains.in_progress.remove(&t.node);
+            self.drains.finished.insert(t.instance.clone(), DrainEnd::TimedOut);
+            let progress = self.progress.remove(&t.node).unwrap_or_default();
+            self.observe_end(&t.group, "timed-out", &progress);
+            let left = snapshot.nodes.get(&t.node).map_or(0, |n| eviction_order(n).len());
+            let then = if t.terminate {
+                "terminating it anyway (--terminate-after-drain-timeout)"
+            } else {
+                "it stays cordoned"
+            };
+            warn!(node = %t.node, left, "drain timed out; {then}");
+            self.tell(&t.node, "DrainTimedOut", "Drain", EventSeverity::Warning, format!("{left} pod(s) left; {then}"))
+                .await;
+            if t.terminate {
+                self.to_terminate.insert(
+                    t.node.clone(),
+                    PendingTermination { group: t.group.clone(), instance: t.instance.clone(), decrement: t.decrement },
+                );
+            }
+            report.timed_out.push(t.node.clone());
+        }
+    }
+
+    async fn start_batches(&mut self, plan: &DrainPlan, snapshot: &Snapshot, now: Timestamp, report: &mut DrainReport) {
+        for batch in &plan.batches {
+            self.drains.last_batch_at.insert(batch.group.clone(), now);
+            for target in &batch.nodes {
+                if target.cordon {
+                    if let Err(e) = self.ctx.writes.cordon(&target.node).await {
+                        warn!(node = %target.node, error = %e, "cordon failed; the drain waits for the next plan");
+                        continue;
+                    }
+                }
+                let pods = snapshot.nodes.get(&target.node).map_or(0, |n| eviction_order(n).len());
+                info!(node = %target.node, group = %batch.group, pods, "drain started");
+                self.tell(
+                    &target.node,
+                    "DrainStarted",
+                    "Drain",
+                    EventSeverity::Normal,
+                    format!("replacement capacity in {} is Ready; evicting {pods} pod(s)", batch.group),
+                )
+                .await;
+                self.ctx.metrics.drains.with_label_values(&[batch.group.as_str(), "started"]).inc();
+                self.drains.in_progress.insert(
+                    target.node.clone(),
+                    DrainStarted {
+                        group: batch.group.clone(),
+                        instance: target.instance.clone(),
+                        started_at: now,
+                        decrement: target.decrement,
+                    },
+                );
+                self.progress.insert(
+                    target.node.clone(),
+                    NodeProgress { started: Some(Instant::now()), ..NodeProgress::default() },
+                );
+                report.started.push(target.node.clone());
+            }
+        }
+    }
+
+    /// Evicts what may go now on every draining node; queues drained nodes for termination.
+    async fn evict_what_may_go(&mut self, snapshot: &Snapshot, now: Timestamp, report: &mut DrainReport) {
+        let draining: Vec<(NodeName, DrainStarted)> =
+            self.drains.in_progress.iter().map(|(n, d)| (n.clone(), d.clone())).collect();
+        for (name, drain) in draining {
+            let node = snapshot.nodes.get(&name).filter(|n| n.instance.as_ref() == Some(&drain.instance));
+            let left = node.map_or(0, |n| eviction_order(n).len());
+            if left > 0 {
+                if let Some(node) = node {
+                    self.evict_round(node, &drain.group, now, report).await;
+                }
+                continue;
+            }
+            self.drains.in_progress.remove(&name);
+            self.drains.finished.insert(drain.instance.clone(), DrainEnd::Drained);
+            let progress = self.progress.remove(&name).unwrap_or_default();
+            self.observe_end(&drain.group, "drained", &progress);
+            report.drained.push(name.clone());
+            if node.is_some() {
+                info!(node = %name, "drained");
+                self.to_terminate.insert(
+                    name,
+                    PendingTermination { group: drain.group, instance: drain.instance, decrement: drain.decrement },
+                );
+            }
+        }
+    }
+
+    /// One round of evictions on `node`: every pod that may go now, at once.
+    async fn evict_round(&mut self, node: &Node, group: &GroupName, now: Timestamp, report: &mut DrainReport) {
+        let progress = self.progress.entry(node.name.clone()).or_default();
+        if progress.retry_at.is_some_and(|at| now < at) {
+            return;
+        }
+        let order = eviction_order(node);
+        let ordinary_left = order.iter().any(|p| p.class == PodClass::Ordinary);
+        let due: Vec<PodRef> = order
+            .iter()
+            .filter(|p| !(p.class == PodClass::Critical && ordinary_left))
+            .filter(|p| !progress.evicted.contains(&p.uid))
+            .map(|p| PodRef { namespace: p.namespace.clone(), name: p.name.clone(), uid: p.uid.clone() })
+            .collect();
+        if due.is_empty() || !self.ctx.leadership.is_leader() {
+            return;
+        }
+        let writes = &self.ctx.writes;
+        let outcomes = join_all(due.iter().map(|pod| writes.evict(pod))).await;
+        let mut blocked = Vec::new();
+        for (pod, outcome) in due.iter().zip(outcomes) {
+            let label = match outcome {
+                Ok(EvictOutcome::Evicted) => "evicted",
+                Ok(EvictOutcome::Gone) => "gone",
+                Ok(EvictOutcome::Blocked) => "blocked-by-pdb",
+                Err(ref e) => {
+                    warn!(pod = %pod, error = %e, "eviction failed; retried next round");
+                    "failed"
+                }
+            };
+            self.ctx.metrics.evictions.with_label_values(&[group.as_str(), label]).inc();
+            match outcome {
+                Ok(EvictOutcome::Evicted | EvictOutcome::Gone) => {
+                    progress.evicted.insert(pod.uid.clone());
+                    report.evicted += 1;
+                }
+                Ok(EvictOutcome::Blocked) => blocked.push(pod.to_string()),
+                Err(_) => {}
+            }
+        }
+        if blocked.is_empty() {
+            progress.refusals = 0;
+            progress.retry_at = None;
+            return;
+        }
+        report.blocked += blocked.len() as u32;
+        progress.refusals += 1;
+        let wait = eviction_backoff(progress.refusals, &self.ctx.policy);
+        progress.retry_at = Some(now.plus(wait));
+        if progress.refusals == 1 {
+            let note = format!(
+                "a PodDisruptionBudget allows no disruption of {}; retrying in {}s, doubling",
+                blocked.join(", "),
+                wait.as_secs()
+            );
+            info!(node = %node.name, blocked = blocked.len(), "evictions blocked by PDB");
+            self.tell(&node.name, "DrainBlockedByPDB", "Evict", EventSeverity::Warning, note).await;
+        }
+    }
+
+    /// Terminates drained instances; a failed termination is retried next tick.
+    async fn terminate_drained(&mut self, report: &mut DrainReport) -> Result<(), DrainerError> {
+        let pending: Vec<(NodeName, PendingTermination)> =
+            self.to_terminate.iter().map(|(n, p)| (n.clone(), p.clone())).collect();
+        for (node, p) in pending {
+            if !self.ctx.leadership.is_leader() {
+                self.ctx.metrics.not_leader("terminate");
+                return Ok(());
+            }
+            let decremented = match self.ctx.aws.terminate_instance(&p.instance, p.decrement).await {
+                Ok(TerminateOutcome::Terminated { decremented }) => decremented,
+                Ok(TerminateOutcome::AlreadyGone) => false,
+                Ok(TerminateOutcome::DryRun) => {
+                    info!(%node, instance = %p.instance, "dry run: instance not terminated");
+                    self.to_terminate.remove(&node);
+                    continue;
+                }
+                Err(e) => {
+                    warn!(%node, instance = %p.instance, error = %e, "terminating a drained instance failed; retrying");
+                    continue;
+                }
+            };
+            self.to_terminate.remove(&node);
+            if decremented {
+                self.ctx.ledger.update(|l| l.note_returned(&p.instance)).await?;
+            }
+            let how = if decremented {
+                "with decrement: a boosted node is given back"
+            } else {
+                "without decrement: the Auto Scaling Group replaces it"
+            };
+            info!(%node, instance = %p.instance, decremented, "instance terminated");
+            self.ctx
+                .metrics
+                .terminations
+                .with_label_values(&[p.group.as_str(), if decremented { "true" } else { "false" }])
+                .inc();
+            self.tell(&node, "InstanceTerminated", "Terminate", EventSeverity::Normal, format!("{} {how}", p.instance))
+                .await;
+            report.terminated.push((p.instance, decremented));
+        }
+        Ok(())
+    }
+
+    fn observe_end(&self, group: &GroupName, outcome: &str, progress: &NodeProgress) {
+        self.ctx.metrics.drains.with_label_values(&[group.as_str(), outcome]).inc();
+        if let Some(started) = progress.started {
+            self.ctx.metrics.drain_duration.with_label_values(&[outcome]).observe(started.elapsed().as_secs_f64());
+        }
+    }
+
+    fn export_progress(&self) {
+        let mut per_group: BTreeMap<&str, i64> = BTreeMap::new();
+        for d in self.drains.in_progress.values() {
+            *per_group.entry(d.group.as_str()).or_default() += 1;
+        }
+        for (group, _) in self.drains.last_batch_at.iter() {
+            let n = per_group.get(group.as_str()).copied().unwrap_or(0);
+            self.ctx.metrics.drains_in_progress.with_label_values(&[group.as_str()]).set(n);
+        }
+    }
+
+    async fn tell(
+        &self,
+        node: &NodeName,
+        reason: &'static str,
+        action: &'static str,
+        severity: EventSeverity,
+        note: String,
+    ) {
+        self.ctx.events.publish(NodeEvent { node: node.clone(), reason, action, severity, note }).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{Policy, Signal, SignalKind, SizingMode};
+    use crate::fakes::{AsgCall, ClusterCall, FakeAutoScaling, FakeContext, FakeRig};
+    use crate::metrics::Metrics;
+    use crate::ports::Leadership;
+    use crate::workers::scaler::{Scaler, ScalerSettings};
+    use crate::workers::Clock;
+
+    type Rigged<T> = (
+        FakeRig,
+        Arc<FakeContext>,
+        Scaler<
+            FakeAutoScaling,
+            crate::fakes::InMemoryCluster,
+            crate::fakes::MemoryLedger,
+            crate::fakes::FakeClusterWrites,
+            crate::fakes::RecordedEvents,
+        >,
+        T,
+    );
+
+    /// `now` follows tokio's (paused) clock from 1,000 s.
+    fn paused_clock() -> Clock {
+        let start = Instant::now();
+        Arc::new(move || Timestamp::from_millis(1_000_000 + start.elapsed().as_millis() as i64))
+    }
+
+    fn policy() -> Policy {
+        Policy {
+            sizing: SizingMode::Count,
+            max_boost_per_group: 100,
+            drain_timeout: Duration::from_secs(300),
+            ..Policy::default()
+        }
+    }
+
+    /// Group `a` (desired 3) with n1..n3; n1 is cordoned by NTH with three pods and at risk.
+    async fn rebalanced(
+        policy: Policy,
+    ) -> Rigged<
+        Drainer<
+            FakeAutoScaling,
+            crate::fakes::InMemoryCluster,
+            crate::fakes::MemoryLedger,
+            crate::fakes::FakeClusterWrites,
+            crate::fakes::RecordedEvents,
+        >,
+    > {
+        let aws = FakeAutoScaling::default()
+            .with_group("a", 3, 10)
+            .with_instance("a", "i-n1")
+            .with_instance("a", "i-n2")
+            .with_instance("a", "i-n3");
+        let rig = FakeRig::new(aws);
+        for name in ["n1", "n2", "n3"] {
+            let mut node = Node::test(name, "a").with_pods(3, 500, 1 << 30);
+            node.group = None; // resolved through Auto Scaling, as in the daemon
+            rig.cluster.put_node(node);
+        }
+        rig.cluster.edit(|s| s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = true);
+        let ctx = rig.context(policy, paused_clock(), Arc::new(Metrics::new())).await;
+        rig.cluster.signal(Signal {
+            instance: "i-n1".into(),
+            node: "n1".into(),
+            kind: SignalKind::Rebalance,
+            observed_at: (ctx.clock)(),
+        });
+        let scaler = Scaler::new(ctx.clone(), ScalerSettings::default());
+        let drainer = Drainer::new(ctx.clone(), DrainerSettings::default());
+        (rig, ctx, scaler, drainer)
+    }
+
+    /// A replacement joins group `a`, Ready.
+    fn join(rig: &FakeRig, ctx: &FakeContext, name: &str) {
+        let mut node = Node::test(name, "a");
+        node.created = (ctx.clock)();
+        rig.cluster.put_node(node);
+    }
+
+    fn terminations(aws: &FakeAutoScaling) -> Vec<(InstanceId, bool)> {
+        aws.calls()
+            .into_iter()
+            .filter_map(|c| if let AsgCall::Terminate(i, d) = c { Some((i, d)) } else { None })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn drains_only_once_the_replacement_is_ready_then_terminates_with_decrement() {
+        let (rig, ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
+        scaler.tick().await.unwrap();
+        assert_eq!(rig.aws.desired("a"), 4);
+
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let report = drainer.tick().await.unwrap();
+        assert!(report.started.is_empty(), "no replacement Ready yet: {report:?}");
+        assert!(rig.writes.evicted().is_empty());
+
+        join(&rig, &ctx, "r1");
+        let report = drainer.tick().await.unwrap();
+        assert_eq!(report.started, vec![NodeName::from("n1")]);
+        assert_eq!(report.evicted, 3);
+        assert!(rig.writes.calls().contains(&ClusterCall::Protect("r1".into(), true)), "{:?}", rig.writes.calls());
+        assert!(!rig.writes.calls().iter().any(|c| matches!(c, ClusterCall::Cordon(_))), "NTH already cordoned");
+
+        let report = drainer.tick().await.unwrap();
+        assert_eq!(report.drained, vec![NodeName::from("n1")]);
+        assert_eq!(terminations(&rig.aws), vec![("i-n1".into(), true)]);
+        assert_eq!(rig.aws.desired("a"), 3, "the boost is given back");
+        assert_eq!(rig.ledger.saved().records[0].returned, 1);
+        assert_eq!(rig.events.reasons_for("n1"), vec!["BoostRequested", "DrainStarted", "InstanceTerminated"]);
+
+        // The node leaves; the boost closes and the replacement's protection is lifted.
+        rig.cluster.remove_node("n1");
+        scaler.tick().await.unwrap();
+        assert!(rig.ledger.saved().records.is_empty());
+        drainer.tick().await.unwrap();
+        assert!(rig.cluster.protected().is_empty());
+        assert_eq!(terminations(&rig.aws).len(), 1, "terminated once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pdb_refusal_backs_off_and_tells_once_then_the_drain_completes() {
+        let (rig, ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
+        rig.writes.block("uid-n1-p0", true);
+        scaler.tick().await.unwrap();
+        join(&rig, &ctx, "r1");
+        let report = drainer.tick().await.unwrap();
+        assert_eq!((report.evicted, report.blocked), (2, 1));
+
+        // Within the backoff (5 s) nothing is retried.
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let report = drainer.tick().await.unwrap();
+        assert_eq!((report.evicted, report.blocked), (0, 0));
+        tokio::time::advance(Duration::from_secs(4)).await;
+        let report = drainer.tick().await.unwrap();
+        assert_eq!(report.blocked, 1, "retried after the backoff");
+        assert_eq!(rig.events.reasons_for("n1").iter().filter(|r| **r == "DrainBlockedByPDB").count(), 1);
+        assert!(terminations(&rig.aws).is_empty(), "never terminated while a pod is left");
+
+        rig.writes.block("uid-n1-p0", false);
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert_eq!(drainer.tick().await.unwrap().evicted, 1);
+        assert_eq!(drainer.tick().await.unwrap().drained, vec![NodeName::from("n1")]);
+        assert_eq!(terminations(&rig.aws), vec![("i-n1".into(), true)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_that_outlives_its_deadline_stops_and_leaves_the_node_cordoned() {
+        let (rig, ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
+        rig.writes.linger("uid-n1-p2");
+        scaler.tick().await.unwrap();
+        join(&rig, &ctx, "r1");
+        drainer.tick().await.unwrap();
+        for _ in 0..10 {
+            tokio::time::advance(Duration::from_secs(30)).await;
+            drainer.tick().await.unwrap();
+        }
+        assert_eq!(drainer.state().finished.get(&InstanceId::from("i-n1")), Some(&DrainEnd::TimedOut));
+        assert!(terminations(&rig.aws).is_empty(), "--terminate-after-drain-timeout is off");
+        assert!(rig.events.reasons_for("n1").contains(&"DrainTimedOut"));
+        let evictions = rig.writes.calls().iter().filter(|c| matches!(c, ClusterCall::Evict(..))).count();
+        assert_eq!(evictions, 3, "an evicted pod that lingers is waited for, not evicted again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_termination_is_retried_and_gives_back_once() {
+        let (rig, ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
+        scaler.tick().await.unwrap();
+        join(&rig, &ctx, "r1");
+        drainer.tick().await.unwrap();
+        rig.aws.fail_terminations(1);
+        let report = drainer.tick().await.unwrap();
+        assert!(report.terminated.is_empty());
+        let report = drainer.tick().await.unwrap();
+        assert_eq!(report.terminated, vec![("i-n1".into(), true)]);
+        drainer.tick().await.unwrap();
+        assert_eq!(terminations(&rig.aws).len(), 2, "one failure, one success");
+        assert_eq!(rig.ledger.saved().records[0].returned, 1);
+        assert_eq!(rig.aws.desired("a"), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn losing_the_lease_stops_evictions_at_once() {
+        let (rig, ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
+        rig.writes.block("uid-n1-p0", true);
+        scaler.tick().await.unwrap();
+        join(&rig, &ctx, "r1");
+        drainer.tick().await.unwrap();
+        let before = rig.writes.calls().len();
+
+        rig.leadership.set(false);
+        rig.writes.block("uid-n1-p0", false);
+        tokio::time::advance(Duration::from_secs(60)).await;
+        let report = drainer.tick().await.unwrap();
+        assert_eq!(report.not_leader, 0, "nothing new to start");
+        assert_eq!(rig.writes.calls().len(), before, "no write after the lease is lost");
+        assert!(drainer.state().in_progress.is_empty());
+
+        // The new leader (here: the same replica, again) re-plans and finishes the drain.
+        let follower = FakeRig { leadership: Leadership::always(), ..rig.clone() };
+        let ctx2 = follower.context(policy(), paused_clock(), Arc::new(Metrics::new())).await;
+        let mut next = Drainer::new(ctx2, DrainerSettings::default());
+        assert_eq!(next.tick().await.unwrap().started, vec![NodeName::from("n1")]);
+        assert_eq!(next.tick().await.unwrap().drained, vec![NodeName::from("n1")]);
+        assert_eq!(terminations(&rig.aws), vec![("i-n1".into(), true)]);
+        let _ = ctx;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_error_on_eviction_is_retried_next_round() {
+        let (rig, ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
+        scaler.tick().await.unwrap();
+        join(&rig, &ctx, "r1");
+        rig.writes.fail_evictions(true);
+        let report = drainer.tick().await.unwrap();
+        assert_eq!((report.started.len(), report.evicted), (1, 0));
+        rig.writes.fail_evictions(false);
+        assert_eq!(drainer.tick().await.unwrap().evicted, 3);
+        assert_eq!(drainer.tick().await.unwrap().drained.len(), 1);
+        let text = ctx.metrics.encode();
+        assert!(text.contains("spots_booster_evictions_total{group=\"a\",outcome=\"failed\"} 3"), "{text}");
+        assert!(text.contains("spots_booster_terminations_total{decrement=\"true\",group=\"a\"} 1"), "{text}");
+    }
+}

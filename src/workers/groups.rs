@@ -1,0 +1,145 @@
+//! What the workers know of Auto Scaling Groups, shared by the scaler and the drainer: which group
+//! each node that matters belongs to, and a description of each group they act on.
+//!
+//! Instance → group: the node's providerID gives the instance id, one batched
+//! `DescribeAutoScalingInstances` gives the group, and the answer is cached for a TTL (instances
+//! never change group; the TTL only bounds memory of instances long gone and of "in no group").
+//! Only the nodes that matter are resolved: signalled ones and those that joined since the oldest
+//! open boost (its possible replacements), so a 5,000-node cluster costs a handful of calls.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use crate::core::{BoostLedger, Group, GroupName, InstanceId};
+use crate::ports::{AutoScaling, AwsError, ClusterState, GroupDescription, TagFilter};
+
+/// A TTL cache in front of [`AutoScaling::groups_of`].
+#[derive(Debug)]
+pub struct InstanceGroupCache {
+    ttl: Duration,
+    entries: Mutex<HashMap<InstanceId, (Option<GroupName>, Instant)>>,
+}
+
+impl InstanceGroupCache {
+    /// A cache whose answers live `ttl`.
+    pub fn new(ttl: Duration) -> Self {
+        InstanceGroupCache { ttl, entries: Mutex::new(HashMap::new()) }
+    }
+
+    /// The group of each instance (absent: in no group), asking AWS only for what is not cached.
+    pub async fn groups_of<A: AutoScaling>(
+        &self,
+        aws: &A,
+        instances: &[InstanceId],
+    ) -> Result<HashMap<InstanceId, Option<GroupName>>, AwsError> {
+        let now = Instant::now();
+        let mut entries = self.entries.lock().await;
+        entries.retain(|_, (_, at)| now.duration_since(*at) < self.ttl);
+        let missing: Vec<InstanceId> = instances.iter().filter(|i| !entries.contains_key(*i)).cloned().collect();
+        if !missing.is_empty() {
+            let mut found = aws.groups_of(&missing).await?;
+            for id in missing {
+                let group = found.remove(&id);
+                entries.insert(id, (group, now));
+            }
+        }
+        Ok(instances.iter().map(|i| (i.clone(), entries.get(i).and_then(|(g, _)| g.clone()))).collect())
+    }
+}
+
+/// Group descriptions with their age, and the instance → group cache.
+#[derive(Debug)]
+pub struct GroupBook {
+    refresh: Duration,
+    described: Mutex<BTreeMap<GroupName, (GroupDescription, Instant)>>,
+    instances: InstanceGroupCache,
+}
+
+impl GroupBook {
+    /// A book that re-describes a group once its description is `refresh` old and remembers an
+    /// instance's group for `instance_ttl`.
+    pub fn new(refresh: Duration, instance_ttl: Duration) -> Self {
+        GroupBook { refresh, described: Mutex::new(BTreeMap::new()), instances: InstanceGroupCache::new(instance_ttl) }
+    }
+
+    /// Describes every group whose tags match all `filters` (none: nothing to do).
+    pub async fn discover<A: AutoScaling>(&self, aws: &A, filters: &[TagFilter]) -> Result<usize, AwsError> {
+        if filters.is_empty() {
+            return Ok(0);
+        }
+        let found = aws.discover_groups(filters).await?;
+        let now = Instant::now();
+        let mut described = self.described.lock().await;
+        for g in &found {
+            described.insert(g.name.clone(), (g.clone(), now));
+        }
+        Ok(found.len())
+    }
+
+    /// Sets the group of every node that matters in `state`, then describes the groups those
+    /// nodes and the ledger name that are unknown or stale. Returns the described groups as the
+    /// core sees them, each with Cluster Autoscaler's view.
+    pub async fn resolve<A: AutoScaling>(
+        &self,
+        aws: &A,
+        state: &mut ClusterState,
+        ledger: &BoostLedger,
+    ) -> Result<BTreeMap<GroupName, Group>, AwsError> {
+        let signalled: BTreeSet<_> = state.signals.iter().map(|s| s.node.clone()).collect();
+        let since = ledger.records.iter().map(|r| r.at).min();
+        let unresolved: Vec<InstanceId> = state
+            .nodes
+            .values()
+            .filter(|n| n.group.is_none())
+            .filter(|n| signalled.contains(&n.name) || since.is_some_and(|at| n.created >= at))
+            .filter_map(|n| n.instance.clone())
+            .collect();
+        if !unresolved.is_empty() {
+            let found = self.instances.groups_of(aws, &unresolved).await?;
+            for node in state.nodes.values_mut().filter(|n| n.group.is_none()) {
+                if let Some(Some(group)) = node.instance.as_ref().and_then(|i| found.get(i)) {
+                    node.group = Some(group.clone());
+                }
+            }
+        }
+
+        let wanted: BTreeSet<GroupName> = signalled
+            .iter()
+            .filter_map(|n| state.nodes.get(n).and_then(|n| n.group.clone()))
+            .chain(ledger.records.iter().map(|r| r.group.clone()))
+            .collect();
+        let mut described = self.described.lock().await;
+        let now = Instant::now();
+        let stale: Vec<GroupName> = wanted
+            .iter()
+            .filter(|g| described.get(*g).is_none_or(|(_, at)| now.duration_since(*at) >= self.refresh))
+            .cloned()
+            .collect();
+        if !stale.is_empty() {
+            for g in aws.describe_groups(&stale).await? {
+                described.insert(g.name.clone(), (g, now));
+            }
+        }
+        Ok(described.values().map(|(g, _)| (g.name.clone(), g.to_core(None, state.ca.get(&g.name).cloned()))).collect())
+    }
+
+    /// Notes a desired capacity the workers wrote or saw, without a describe.
+    pub async fn note_desired(&self, group: &GroupName, desired: u32) {
+        if let Some((g, _)) = self.described.lock().await.get_mut(group) {
+            g.desired = desired;
+        }
+    }
+
+    /// Forgets a group's description, so the next plan describes it again.
+    pub async fn invalidate(&self, group: &GroupName) {
+        self.described.lock().await.remove(group);
+    }
+
+    /// Desired capacity and MaxSize of every described group.
+    pub async fn sizes(&self) -> Vec<(GroupName, u32, u32)> {
+        self.described.lock().await.values().map(|(g, _)| (g.name.clone(), g.desired, g.max)).collect()
+    }
+}
