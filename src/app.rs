@@ -1,12 +1,32 @@
-//! Wiring: turns parsed arguments into the command they ask for.
+//! Wiring: turns parsed arguments into the command they ask for. For `run`: build the clients and
+//! adapters, check the cluster and AWS, start the watches, the workers, the elector and the admin
+//! server, and stop them in order on SIGTERM.
+
+use std::sync::Arc;
 
 use thiserror::Error;
+use tokio::sync::{watch, Notify};
+use tracing::{info, warn};
 
-use crate::config::{Cli, Command, InspectCommand};
+use crate::aws::{load_sdk_config, AwsPorts};
+use crate::config::{Cli, Command, InspectCommand, InvalidPolicy, RunArgs};
 use crate::inspect::{
     inspect_ca_status, inspect_nth_events, read_input, render_ca_status, render_nth_events, InspectError,
 };
+use crate::k8s::client::{check_permissions, connect, ConnectError, ConnectionMode, Namespaces};
+use crate::k8s::events::KubeEvents;
+use crate::k8s::leader::{LeaderElector, LeaseTiming};
+use crate::k8s::ledger::ConfigMapLedger;
+use crate::k8s::watch::{KubeCluster, WatchSettings};
+use crate::k8s::writes::KubeWrites;
+use crate::metrics::{AwsCounts, Metrics};
+use crate::ports::{AwsError, Leadership, LedgerError};
 use crate::simulate::{simulate_file, SimulateError};
+use crate::workers::drainer::{Drainer, DrainerSettings};
+use crate::workers::groups::GroupBook;
+use crate::workers::ledger::SharedLedger;
+use crate::workers::scaler::{Scaler, ScalerError, ScalerSettings};
+use crate::workers::{system_clock, WorkerContext};
 
 /// Why a command failed.
 #[derive(Debug, Error)]
@@ -17,9 +37,27 @@ pub enum AppError {
     /// `simulate` failed.
     #[error(transparent)]
     Simulate(#[from] SimulateError),
+    /// A flag is invalid.
+    #[error(transparent)]
+    Policy(#[from] InvalidPolicy),
+    /// A flag is invalid.
+    #[error("{0}")]
+    Flag(String),
+    /// The cluster could not be reached or refused us.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// AWS could not be reached at startup.
+    #[error("AWS check failed (credentials, region, --aws-endpoint-url?)")]
+    Aws(#[source] AwsError),
+    /// The ledger could not be loaded.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// The admin server could not start.
+    #[error(transparent)]
+    Bind(#[from] crate::admin::BindError),
 }
 
-/// Runs the command; returns what it prints.
+/// Runs a one-shot command; returns what it prints. (`run` goes through [`run_daemon`].)
 pub fn run(cli: Cli) -> Result<String, AppError> {
     match cli.command {
         Command::Inspect(InspectCommand::CaStatus(args)) => {
@@ -32,5 +70,155 @@ pub fn run(cli: Cli) -> Result<String, AppError> {
             Ok(render_nth_events(&events, args.io.output))
         }
         Command::Simulate(args) => Ok(simulate_file(&args.scenario, args.baseline, args.output)?),
+        Command::Run(args) => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| AppError::Flag(format!("cannot start the async runtime: {e}")))?;
+            runtime.block_on(run_daemon(*args))?;
+            Ok(String::new())
+        }
     }
+}
+
+/// This replica's name: `--identity`, else `$POD_NAME`, else the host name and process id.
+fn identity(args: &RunArgs) -> String {
+    args.identity.clone().or_else(|| std::env::var("POD_NAME").ok().filter(|s| !s.is_empty())).unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+        format!("{}-{}", if host.is_empty() { "spots-booster" } else { &host }, std::process::id())
+    })
+}
+
+/// Resolves when SIGTERM or Ctrl-C arrives.
+async fn terminated() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return ctrl_c.await.unwrap_or(()),
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// The daemon.
+pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
+    crate::telemetry::init(args.log_format, &args.log_level).map_err(AppError::Flag)?;
+    let policy = args.policy.to_policy()?;
+    let timing = LeaseTiming {
+        lease_duration: args.leader.leader_elect_lease_duration,
+        renew_deadline: args.leader.leader_elect_renew_deadline,
+        retry_period: args.leader.leader_elect_retry_period,
+    };
+    timing.validate().map_err(AppError::Flag)?;
+    let leader_elect = args.leader.leader_elect.unwrap_or(args.kube.connection_mode == ConnectionMode::Incluster);
+    let identity = identity(&args);
+
+    let client = connect(&args.kube).await?;
+    let namespaces = Namespaces {
+        events: args.events_namespace.clone(),
+        ca_status: args.ca_status_namespace.clone(),
+        own: args.state_namespace.clone(),
+    };
+    check_permissions(&client, &namespaces, |p| !leader_elect && p.resource == "leases").await?;
+    info!(%identity, leader_elect, dry_run = args.aws.dry_run, "connected to the cluster; permissions checked");
+
+    let sdk = load_sdk_config(&args.aws).await;
+    let aws = AwsPorts::new(&sdk, args.aws.dry_run);
+    let metrics = Arc::new(Metrics::new());
+    let stats = aws.stats.clone();
+    metrics.on_scrape(Box::new(move |m| {
+        let totals = stats
+            .snapshot()
+            .into_iter()
+            .map(|(op, s)| (op, AwsCounts { calls: s.calls, errors: s.errors, throttles: s.throttles }))
+            .collect();
+        m.sync_aws(&totals);
+    }));
+
+    let wake = Arc::new(Notify::new());
+    let cluster = KubeCluster::new(
+        WatchSettings {
+            events_namespace: args.events_namespace.clone(),
+            ca_status_namespace: args.ca_status_namespace.clone(),
+            ca_status_name: args.ca_status_name.clone(),
+            nth_taints: args.nth_taint_signals,
+        },
+        wake.clone(),
+        metrics.clone(),
+    );
+    let clock = system_clock();
+    let (ca_cluster, ca_clock) = (cluster.clone(), clock.clone());
+    metrics.on_scrape(Box::new(move |m| m.ca_status_age.set(ca_cluster.ca_status_age(ca_clock()).unwrap_or(-1.0))));
+
+    let leadership = if leader_elect { Leadership::follower() } else { Leadership::always() };
+    metrics.leader.set(i64::from(leadership.is_leader()));
+    let ledger =
+        SharedLedger::load(ConfigMapLedger::new(client.clone(), &args.state_namespace, &args.ledger_configmap)).await?;
+    let ctx = Arc::new(WorkerContext {
+        aws: aws.autoscaling.clone(),
+        cluster: cluster.clone(),
+        writes: KubeWrites::new(client.clone(), args.aws.dry_run),
+        events: KubeEvents::new(client.clone(), Some(identity.clone()), cluster.clone()),
+        ledger,
+        groups: Arc::new(GroupBook::new(std::time::Duration::from_secs(60), std::time::Duration::from_secs(3600))),
+        leadership: leadership.clone(),
+        metrics: metrics.clone(),
+        policy,
+        clock,
+    });
+
+    let ready_cluster = cluster.clone();
+    let bound =
+        crate::admin::serve(&args.metrics_bind_address, metrics.clone(), Arc::new(move || ready_cluster.is_synced()))
+            .await?;
+    info!(address = %bound, "serving /metrics, /livez and /readyz");
+
+    let (stop, shutdown) = watch::channel(false);
+    let elector = leader_elect.then(|| {
+        let elector = LeaderElector::new(
+            client.clone(),
+            &args.state_namespace,
+            &args.leader.leader_elect_lease_name,
+            &identity,
+            timing,
+            leadership.clone(),
+            metrics.clone(),
+        );
+        tokio::spawn(elector.run(shutdown.clone()))
+    });
+
+    cluster.spawn_watches(&client);
+    let mut scaler =
+        Scaler::new(ctx.clone(), ScalerSettings { resync: args.resync_interval, ..ScalerSettings::default() })
+            .woken_by(wake);
+    match scaler.start(&args.aws.asg_tag_filter).await {
+        Ok(()) => {}
+        Err(ScalerError::Describe(e)) => return Err(AppError::Aws(e)),
+        Err(e) => warn!(error = %e, "could not describe the tagged groups yet"),
+    }
+    tokio::select! {
+        _ = cluster.wait_synced() => {}
+        _ = terminated() => return Ok(()),
+    }
+    let drainer = Drainer::new(ctx.clone(), DrainerSettings { tick: args.drain_interval });
+    let scaler_task = tokio::spawn(scaler.run(shutdown.clone()));
+    let drainer_task = tokio::spawn(drainer.run(shutdown.clone()));
+    info!("running");
+
+    terminated().await;
+    info!("terminating: stopping the workers, then releasing the lease");
+    let _ = stop.send(true);
+    let _ = scaler_task.await;
+    let _ = drainer_task.await;
+    if let Some(elector) = elector {
+        let _ = elector.await;
+    }
+    Ok(())
 }

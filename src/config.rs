@@ -28,6 +28,68 @@ pub enum Command {
     Inspect(InspectCommand),
     /// Replay a scenario through the real scaling core over an in-memory cluster, in virtual time.
     Simulate(SimulateArgs),
+    /// Run the daemon: watch the cluster, boost groups ahead of spot interruptions, drain at-risk
+    /// nodes once their replacements are Ready.
+    Run(Box<RunArgs>),
+}
+
+/// `run` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// How to reach the cluster.
+    #[command(flatten)]
+    pub kube: crate::k8s::client::KubeArgs,
+    /// AWS.
+    #[command(flatten)]
+    pub aws: crate::aws::AwsArgs,
+    /// The scaling core's knobs.
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Leader election.
+    #[command(flatten)]
+    pub leader: crate::k8s::leader::LeaderArgs,
+    /// Namespace of Cluster Autoscaler's status ConfigMap (alias: `--namespace`, as in the original booster).
+    #[arg(long, env = "SPOTS_BOOSTER_CA_STATUS_NAMESPACE", visible_alias = "namespace", default_value = "kube-system")]
+    pub ca_status_namespace: String,
+    /// Name of Cluster Autoscaler's status ConfigMap (alias: `--configmap`).
+    #[arg(
+        long,
+        env = "SPOTS_BOOSTER_CA_STATUS_NAME",
+        visible_alias = "configmap",
+        default_value = "cluster-autoscaler-status"
+    )]
+    pub ca_status_name: String,
+    /// Namespace NTH writes its Events to.
+    #[arg(long, env = "SPOTS_BOOSTER_EVENTS_NAMESPACE", default_value = "default")]
+    pub events_namespace: String,
+    /// Namespace of the booster's own state: the leader Lease and the ledger ConfigMap.
+    #[arg(long, env = "SPOTS_BOOSTER_STATE_NAMESPACE", default_value = "kube-system")]
+    pub state_namespace: String,
+    /// Name of the ConfigMap that persists the boost ledger.
+    #[arg(long, env = "SPOTS_BOOSTER_LEDGER_CONFIGMAP", default_value = "spots-booster-ledger")]
+    pub ledger_configmap: String,
+    /// Also take NTH's node taints (`taintNode: true`) as signals.
+    #[arg(long, env = "SPOTS_BOOSTER_NTH_TAINT_SIGNALS", action = ArgAction::Set, num_args = 0..=1,
+          default_value_t = false, default_missing_value = "true")]
+    pub nth_taint_signals: bool,
+    /// Where `/metrics`, `/livez` and `/readyz` listen.
+    #[arg(long, env = "SPOTS_BOOSTER_METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
+    pub metrics_bind_address: String,
+    /// Plan at least this often even when no signal arrives.
+    #[arg(long, env = "SPOTS_BOOSTER_RESYNC_INTERVAL", default_value = "30s", value_parser = duration)]
+    pub resync_interval: Duration,
+    /// How often drains make progress (evictions, termination).
+    #[arg(long, env = "SPOTS_BOOSTER_DRAIN_INTERVAL", default_value = "2s", value_parser = duration)]
+    pub drain_interval: Duration,
+    /// This replica's name in the Lease and in Events (default: `$POD_NAME`, else the host name).
+    #[arg(long, env = "SPOTS_BOOSTER_IDENTITY")]
+    pub identity: Option<String>,
+    /// Log format.
+    #[arg(long, env = "SPOTS_BOOSTER_LOG_FORMAT", value_enum, default_value_t = crate::telemetry::LogFormat::Text)]
+    pub log_format: crate::telemetry::LogFormat,
+    /// Log filter (`info`, `debug`, `spots_booster=debug,kube=warn`, …).
+    #[arg(long, env = "SPOTS_BOOSTER_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
 }
 
 /// `inspect` targets.

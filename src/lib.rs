@@ -7,6 +7,7 @@
 //! AWS in [`aws`] and in memory in [`fakes`]; [`workers`] run the core's decisions; [`inspect`] and
 //! [`simulate`] are commands that need no cluster.
 
+pub mod admin;
 pub mod app;
 pub mod aws;
 pub mod config;
@@ -17,6 +18,7 @@ pub mod k8s;
 pub mod metrics;
 pub mod ports;
 pub mod simulate;
+pub mod telemetry;
 pub mod timefmt;
 pub mod units;
 pub mod workers;

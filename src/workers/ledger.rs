@@ -30,7 +30,8 @@ impl<L: LedgerStore> SharedLedger<L> {
     }
 
     /// Applies `change` to a copy, saves the copy when it differs, then makes it current.
-    /// Returns whether anything changed. On a failed save nothing changes.
+    /// Returns whether anything changed. On a failed save the change is dropped and the ledger
+    /// re-read from the store.
     pub async fn update(&self, change: impl FnOnce(&mut BoostLedger)) -> Result<bool, LedgerError> {
         let mut held = self.ledger.lock().await;
         let mut next = held.clone();
@@ -38,7 +39,13 @@ impl<L: LedgerStore> SharedLedger<L> {
         if next == *held {
             return Ok(false);
         }
-        self.store.save(&next).await?;
+        if let Err(e) = self.store.save(&next).await {
+            // Another writer may have saved (a conflict): plan the next change from what is stored.
+            if let Ok(stored) = self.store.load().await {
+                *held = stored;
+            }
+            return Err(e);
+        }
         *held = next;
         Ok(true)
     }

@@ -116,6 +116,12 @@ where
         }
     }
 
+    /// Makes `wake` the scaler's waker (the watches are built before the scaler).
+    pub fn woken_by(mut self, wake: Arc<Notify>) -> Self {
+        self.wake = wake;
+        self
+    }
+
     /// Notifying this wakes the scaler (the signal watch calls it for every new signal).
     pub fn waker(&self) -> Arc<Notify> {
         self.wake.clone()

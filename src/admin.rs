@@ -1,0 +1,109 @@
+//! The admin HTTP server: `/metrics` (Prometheus text), `/livez` (the process answers) and
+//! `/readyz` (every watch has synced).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tracing::debug;
+
+use crate::metrics::Metrics;
+
+/// Whether the daemon is ready.
+pub type Readiness = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// The server could not start.
+#[derive(Debug, Error)]
+#[error("cannot listen on --metrics-bind-address {address}")]
+pub struct BindError {
+    /// The address.
+    pub address: String,
+    /// Why.
+    #[source]
+    pub source: std::io::Error,
+}
+
+fn respond(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static(content_type));
+    response
+}
+
+/// Answers one request.
+pub fn route(method: &Method, path: &str, metrics: &Metrics, ready: &Readiness) -> Response<Full<Bytes>> {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    if method != Method::GET && method != Method::HEAD {
+        return respond(StatusCode::METHOD_NOT_ALLOWED, TEXT, "GET only\n".into());
+    }
+    match path {
+        "/metrics" => respond(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", metrics.encode()),
+        "/livez" | "/healthz" => respond(StatusCode::OK, TEXT, "ok".into()),
+        "/readyz" if ready() => respond(StatusCode::OK, TEXT, "ok".into()),
+        "/readyz" => respond(StatusCode::SERVICE_UNAVAILABLE, TEXT, "watches not synced\n".into()),
+        _ => respond(StatusCode::NOT_FOUND, TEXT, "not found\n".into()),
+    }
+}
+
+/// Binds `address` and serves until the runtime stops; returns the bound address (port 0 picks one).
+pub async fn serve(address: &str, metrics: Arc<Metrics>, ready: Readiness) -> Result<SocketAddr, BindError> {
+    let listener =
+        TcpListener::bind(address).await.map_err(|source| BindError { address: address.to_string(), source })?;
+    let bound = listener.local_addr().map_err(|source| BindError { address: address.to_string(), source })?;
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let (metrics, ready) = (metrics.clone(), ready.clone());
+            tokio::spawn(async move {
+                let service = service_fn(move |req: Request<Incoming>| {
+                    let response = route(req.method(), req.uri().path(), &metrics, &ready);
+                    async move { Ok::<_, Infallible>(response) }
+                });
+                if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
+                    debug!(error = %e, "admin connection ended");
+                }
+            });
+        }
+    });
+    Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readyz_follows_readiness_and_metrics_are_prometheus_text() {
+        let metrics = Metrics::new();
+        let not_ready: Readiness = Arc::new(|| false);
+        let ready: Readiness = Arc::new(|| true);
+        assert_eq!(route(&Method::GET, "/readyz", &metrics, &not_ready).status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(route(&Method::GET, "/readyz", &metrics, &ready).status(), StatusCode::OK);
+        assert_eq!(route(&Method::GET, "/livez", &metrics, &not_ready).status(), StatusCode::OK);
+        let m = route(&Method::GET, "/metrics", &metrics, &ready);
+        assert!(m.headers()[hyper::header::CONTENT_TYPE].to_str().unwrap().starts_with("text/plain; version=0.0.4"));
+        assert_eq!(route(&Method::POST, "/metrics", &metrics, &ready).status(), StatusCode::METHOD_NOT_ALLOWED);
+    }
+
+    #[tokio::test]
+    async fn the_server_answers_over_tcp() {
+        let metrics = Arc::new(Metrics::new());
+        metrics.leader.set(1);
+        let addr = serve("127.0.0.1:0", metrics, Arc::new(|| true)).await.unwrap();
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+        let mut body = String::new();
+        stream.read_to_string(&mut body).await.unwrap();
+        assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
+        assert!(body.contains("spots_booster_leader 1"), "{body}");
+    }
+}

@@ -1,0 +1,209 @@
+//! The Kubernetes client: in-cluster (service account) or from a kubeconfig, as the original AWS
+//! Spots Booster offered. Startup checks that the API server answers and that every permission the
+//! booster needs is granted, so a missing RBAC rule fails at once with its name instead of as a
+//! 403 in the middle of a drain.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+use kube::api::PostParams;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use thiserror::Error;
+
+/// How to reach the API server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ConnectionMode {
+    /// The pod's service account (a Deployment in the cluster).
+    Incluster,
+    /// A kubeconfig file (a laptop, CI).
+    Kubectl,
+}
+
+/// Where the cluster is.
+#[derive(Debug, Clone, Args)]
+pub struct KubeArgs {
+    /// `incluster` (service account) or `kubectl` (kubeconfig).
+    #[arg(long, env = "SPOTS_BOOSTER_CONNECTION_MODE", value_enum, default_value_t = ConnectionMode::Incluster)]
+    pub connection_mode: ConnectionMode,
+    /// Kubeconfig for `--connection-mode kubectl` (default: `$KUBECONFIG`, then `~/.kube/config`).
+    #[arg(long, env = "SPOTS_BOOSTER_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current one).
+    #[arg(long, env = "SPOTS_BOOSTER_CONTEXT")]
+    pub context: Option<String>,
+}
+
+/// Why the API server could not be reached.
+#[derive(Debug, Error)]
+pub enum ConnectError {
+    /// Not in a pod, or the service account token is missing.
+    #[error("--connection-mode incluster: no in-cluster service account (not running in a pod?)")]
+    InCluster(#[source] kube::config::InClusterError),
+    /// The kubeconfig could not be read or lacks the context.
+    #[error("--connection-mode kubectl: cannot use kubeconfig {path}")]
+    Kubeconfig {
+        /// The file, or how it was found.
+        path: String,
+        /// Why.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// Building the HTTP client failed (TLS material, proxy, …).
+    #[error("cannot build the Kubernetes client")]
+    Client(#[source] kube::Error),
+    /// The API server did not answer.
+    #[error("the API server at {url} is unreachable")]
+    Unreachable {
+        /// Its URL.
+        url: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+    /// Asking for our own permissions failed.
+    #[error("cannot check permissions (SelfSubjectAccessReview)")]
+    AccessReview(#[source] kube::Error),
+    /// Some permission the booster needs is missing.
+    #[error("missing RBAC permissions: {}", .0.join("; "))]
+    Forbidden(Vec<String>),
+}
+
+/// Builds the client `args` ask for and checks that the API server answers.
+pub async fn connect(args: &KubeArgs) -> Result<Client, ConnectError> {
+    let config = match args.connection_mode {
+        ConnectionMode::Incluster => Config::incluster().map_err(ConnectError::InCluster)?,
+        ConnectionMode::Kubectl => {
+            let options = KubeConfigOptions { context: args.context.clone(), ..KubeConfigOptions::default() };
+            match &args.kubeconfig {
+                Some(path) => {
+                    let file = Kubeconfig::read_from(path)
+                        .map_err(|source| ConnectError::Kubeconfig { path: path.display().to_string(), source })?;
+                    Config::from_custom_kubeconfig(file, &options).await
+                }
+                None => Config::from_kubeconfig(&options).await,
+            }
+            .map_err(|source| ConnectError::Kubeconfig {
+                path: args
+                    .kubeconfig
+                    .as_ref()
+                    .map_or_else(|| "($KUBECONFIG or ~/.kube/config)".to_string(), |p| p.display().to_string()),
+                source,
+            })?
+        }
+    };
+    let url = config.cluster_url.to_string();
+    let client = Client::try_from(config).map_err(ConnectError::Client)?;
+    client.apiserver_version().await.map_err(|source| ConnectError::Unreachable { url, source })?;
+    Ok(client)
+}
+
+/// One permission the booster uses: the single list the startup check, the RBAC manifest test and
+/// the docs share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Permission {
+    /// API group (`""` for core).
+    pub group: &'static str,
+    /// Resource, with `/subresource` when there is one.
+    pub resource: &'static str,
+    /// Verb.
+    pub verb: &'static str,
+    /// Where: `Cluster`, the Events namespace, the CA status namespace or the booster's own.
+    pub scope: Scope,
+}
+
+/// Where a permission must hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Cluster-wide.
+    Cluster,
+    /// `--events-namespace` (NTH's Events).
+    NthEvents,
+    /// `--ca-status-namespace` (the CA ConfigMap).
+    CaStatus,
+    /// `--state-namespace` (Lease and ledger).
+    Own,
+}
+
+/// Every permission the daemon uses.
+pub const PERMISSIONS: &[Permission] = &[
+    Permission { group: "", resource: "nodes", verb: "get", scope: Scope::Cluster },
+    Permission { group: "", resource: "nodes", verb: "list", scope: Scope::Cluster },
+    Permission { group: "", resource: "nodes", verb: "watch", scope: Scope::Cluster },
+    Permission { group: "", resource: "nodes", verb: "patch", scope: Scope::Cluster },
+    Permission { group: "", resource: "pods", verb: "list", scope: Scope::Cluster },
+    Permission { group: "", resource: "pods", verb: "watch", scope: Scope::Cluster },
+    Permission { group: "", resource: "pods/eviction", verb: "create", scope: Scope::Cluster },
+    Permission { group: "", resource: "events", verb: "list", scope: Scope::NthEvents },
+    Permission { group: "", resource: "events", verb: "watch", scope: Scope::NthEvents },
+    Permission { group: "events.k8s.io", resource: "events", verb: "create", scope: Scope::Cluster },
+    Permission { group: "events.k8s.io", resource: "events", verb: "patch", scope: Scope::Cluster },
+    Permission { group: "", resource: "configmaps", verb: "list", scope: Scope::CaStatus },
+    Permission { group: "", resource: "configmaps", verb: "watch", scope: Scope::CaStatus },
+    Permission { group: "", resource: "configmaps", verb: "get", scope: Scope::Own },
+    Permission { group: "", resource: "configmaps", verb: "create", scope: Scope::Own },
+    Permission { group: "", resource: "configmaps", verb: "update", scope: Scope::Own },
+    Permission { group: "coordination.k8s.io", resource: "leases", verb: "get", scope: Scope::Own },
+    Permission { group: "coordination.k8s.io", resource: "leases", verb: "create", scope: Scope::Own },
+    Permission { group: "coordination.k8s.io", resource: "leases", verb: "update", scope: Scope::Own },
+];
+
+/// The namespaces each scope means for this run.
+#[derive(Debug, Clone)]
+pub struct Namespaces {
+    /// `--events-namespace`.
+    pub events: String,
+    /// `--ca-status-namespace`.
+    pub ca_status: String,
+    /// `--state-namespace`.
+    pub own: String,
+}
+
+/// Asks the API server, for every permission, whether this identity has it; names every one that
+/// is missing. `skip` leaves out what this run does not use (leases without leader election).
+pub async fn check_permissions(
+    client: &Client,
+    namespaces: &Namespaces,
+    skip: impl Fn(&Permission) -> bool,
+) -> Result<(), ConnectError> {
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let mut missing = Vec::new();
+    for p in PERMISSIONS.iter().filter(|p| !skip(p)) {
+        let (resource, subresource) = match p.resource.split_once('/') {
+            Some((r, s)) => (r, Some(s.to_string())),
+            None => (p.resource, None),
+        };
+        let namespace = match p.scope {
+            Scope::Cluster => None,
+            Scope::NthEvents => Some(namespaces.events.clone()),
+            Scope::CaStatus => Some(namespaces.ca_status.clone()),
+            Scope::Own => Some(namespaces.own.clone()),
+        };
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(p.group.to_string()),
+                    resource: Some(resource.to_string()),
+                    subresource,
+                    verb: Some(p.verb.to_string()),
+                    namespace: namespace.clone(),
+                    ..ResourceAttributes::default()
+                }),
+                ..SelfSubjectAccessReviewSpec::default()
+            },
+            ..SelfSubjectAccessReview::default()
+        };
+        let answer = reviews.create(&PostParams::default(), &review).await.map_err(ConnectError::AccessReview)?;
+        if !answer.status.is_some_and(|s| s.allowed) {
+            let group = if p.group.is_empty() { "core" } else { p.group };
+            let place = namespace.map_or_else(|| "cluster-wide".to_string(), |ns| format!("in namespace {ns}"));
+            missing.push(format!("{} {group}/{} {place}", p.verb, p.resource));
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(ConnectError::Forbidden(missing))
+    }
+}

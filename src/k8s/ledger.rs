@@ -1,0 +1,85 @@
+//! The boost ledger in a ConfigMap of the booster's own namespace, written with optimistic
+//! concurrency: a save carries the resourceVersion last read, so two writers (a split brain
+//! during a lease hand-over) cannot silently overwrite each other; the loser's save fails (409)
+//! and the shared ledger re-reads before trying again.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+use tokio::sync::Mutex;
+
+use crate::core::BoostLedger;
+use crate::ports::{LedgerError, LedgerStore};
+
+/// The data key the ledger is stored under.
+pub const LEDGER_KEY: &str = "ledger.json";
+
+/// A ledger in `namespace/name`.
+pub struct ConfigMapLedger {
+    api: Api<ConfigMap>,
+    name: String,
+    /// The resourceVersion last read or written; `None`: the ConfigMap does not exist yet.
+    version: Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for ConfigMapLedger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfigMapLedger").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl ConfigMapLedger {
+    /// The ledger kept in ConfigMap `namespace/name`.
+    pub fn new(client: Client, namespace: &str, name: &str) -> Self {
+        ConfigMapLedger { api: Api::namespaced(client, namespace), name: name.to_string(), version: Mutex::new(None) }
+    }
+}
+
+impl LedgerStore for ConfigMapLedger {
+    async fn load(&self) -> Result<BoostLedger, LedgerError> {
+        let mut version = self.version.lock().await;
+        let Some(cm) = self.api.get_opt(&self.name).await.map_err(|e| LedgerError::Load(e.into()))? else {
+            *version = None;
+            return Ok(BoostLedger::default());
+        };
+        *version = cm.metadata.resource_version.clone();
+        match cm.data.as_ref().and_then(|d| d.get(LEDGER_KEY)) {
+            None => Ok(BoostLedger::default()),
+            // A ledger that does not parse is an error, never an empty ledger: that would boost
+            // every covered instance again.
+            Some(text) => serde_json::from_str(text).map_err(|e| {
+                LedgerError::Load(format!("ConfigMap {}: data.{LEDGER_KEY} is not a ledger: {e}", self.name).into())
+            }),
+        }
+    }
+
+    async fn save(&self, ledger: &BoostLedger) -> Result<(), LedgerError> {
+        let mut version = self.version.lock().await;
+        let text = serde_json::to_string(ledger).map_err(|e| LedgerError::Save(e.into()))?;
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                resource_version: version.clone(),
+                labels: Some(BTreeMap::from([("app.kubernetes.io/name".to_string(), "spots-booster".to_string())])),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([(LEDGER_KEY.to_string(), text)])),
+            ..ConfigMap::default()
+        };
+        let pp =
+            PostParams { field_manager: Some(crate::k8s::writes::FIELD_MANAGER.to_string()), ..PostParams::default() };
+        let written = match version.as_ref() {
+            None => self.api.create(&pp, &cm).await,
+            Some(_) => self.api.replace(&self.name, &pp, &cm).await,
+        };
+        match written {
+            Ok(cm) => {
+                *version = cm.metadata.resource_version;
+                Ok(())
+            }
+            Err(e) => Err(LedgerError::Save(e.into())),
+        }
+    }
+}

@@ -1,0 +1,494 @@
+//! The watches: Nodes, bound and unfinished Pods, NTH Events on Nodes and the CA status ConfigMap,
+//! each through kube's watcher with backoff, pruned into one in-memory store that implements
+//! [`ClusterView`]. The store answers `None` until every watch has listed once: nothing is
+//! decided on a partial view. A new signal wakes the scaler at once.
+//!
+//! Objects are pruned as they arrive (also during the initial list), so memory holds domain values,
+//! never full objects. One object that cannot be understood is counted and skipped; it never stops
+//! its watch. A malformed CA status keeps the last good one.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fmt::Debug;
+use std::sync::{Arc, RwLock};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Event as KubeEvent, Node as KubeNode, Pod as KubePod};
+use kube::runtime::watcher::{self, watcher};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use crate::core::{CaGroupView, GroupName, NodeName, Pod, Signal, Timestamp};
+use crate::k8s::ca_status::parse_ca_status;
+use crate::k8s::convert::{node_from_kube, pod_from_kube, WatchedNode};
+use crate::k8s::nth::{classify_event, Classification, Ignored, NthSignal};
+use crate::metrics::Metrics;
+use crate::ports::{ClusterState, ClusterView};
+
+/// What to watch.
+#[derive(Debug, Clone)]
+pub struct WatchSettings {
+    /// Where NTH writes its Events.
+    pub events_namespace: String,
+    /// The CA status ConfigMap's namespace.
+    pub ca_status_namespace: String,
+    /// The CA status ConfigMap's name.
+    pub ca_status_name: String,
+    /// Also treat NTH's taints (`taintNode: true`) as signals.
+    pub nth_taints: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Watched {
+    Nodes,
+    Pods,
+    Events,
+    CaStatus,
+}
+
+impl Watched {
+    const ALL: [Watched; 4] = [Watched::Nodes, Watched::Pods, Watched::Events, Watched::CaStatus];
+
+    fn label(self) -> &'static str {
+        match self {
+            Watched::Nodes => "nodes",
+            Watched::Pods => "pods",
+            Watched::Events => "events",
+            Watched::CaStatus => "ca-status",
+        }
+    }
+}
+
+/// A signal Event, kept with when the watch first saw it.
+#[derive(Debug, Clone)]
+struct SeenSignal {
+    signal: NthSignal,
+    seen: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Store {
+    nodes: HashMap<NodeName, WatchedNode>,
+    /// Pods by UID, with their node.
+    pods: HashMap<String, (NodeName, Pod)>,
+    /// Pod UIDs by node.
+    pods_by_node: HashMap<NodeName, HashSet<String>>,
+    /// Signal Events by UID (or namespace/name).
+    signals: HashMap<String, SeenSignal>,
+    /// When each tainted node's taint was first seen.
+    taint_seen: HashMap<NodeName, Instant>,
+    ca: BTreeMap<GroupName, CaGroupView>,
+    ca_time: Option<Timestamp>,
+    ca_found: bool,
+    synced: BTreeSet<Watched>,
+}
+
+impl Store {
+    fn put_pod(&mut self, uid: String, node: NodeName, pod: Pod) {
+        if let Some((old, _)) = self.pods.get(&uid) {
+            if *old != node {
+                let old = old.clone();
+                self.unlink(&old, &uid);
+            }
+        }
+        self.pods_by_node.entry(node.clone()).or_default().insert(uid.clone());
+        self.pods.insert(uid, (node, pod));
+    }
+
+    fn remove_pod(&mut self, uid: &str) {
+        if let Some((node, _)) = self.pods.remove(uid) {
+            self.unlink(&node, uid);
+        }
+    }
+
+    fn unlink(&mut self, node: &NodeName, uid: &str) {
+        if let Some(set) = self.pods_by_node.get_mut(node) {
+            set.remove(uid);
+            if set.is_empty() {
+                self.pods_by_node.remove(node);
+            }
+        }
+    }
+}
+
+/// The watched cluster. Cheap to clone; every clone shares the store.
+#[derive(Debug, Clone)]
+pub struct KubeCluster {
+    store: Arc<RwLock<Store>>,
+    wake: Arc<Notify>,
+    metrics: Arc<Metrics>,
+    settings: Arc<WatchSettings>,
+    synced: Arc<Notify>,
+}
+
+/// One change a watch reports, already pruned.
+enum Change<V> {
+    /// The watch (re)listed: these are all the objects now.
+    Reset(Vec<V>),
+    /// An object was added or modified.
+    Upsert(V),
+    /// An object was deleted.
+    Remove(V),
+}
+
+impl KubeCluster {
+    /// An empty, unsynced store. `wake` is notified for every new signal (the scaler's waker).
+    pub fn new(settings: WatchSettings, wake: Arc<Notify>, metrics: Arc<Metrics>) -> Self {
+        KubeCluster {
+            store: Arc::default(),
+            wake,
+            metrics,
+            settings: Arc::new(settings),
+            synced: Arc::new(Notify::new()),
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Store> {
+        self.store.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Store> {
+        self.store.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether every watch has listed once.
+    pub fn is_synced(&self) -> bool {
+        self.read().synced.len() == Watched::ALL.len()
+    }
+
+    /// Waits until every watch has listed once.
+    pub async fn wait_synced(&self) {
+        loop {
+            let notified = self.synced.notified();
+            if self.is_synced() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// The node's UID, when the watch has the node.
+    pub fn node_uid(&self, node: &NodeName) -> Option<String> {
+        self.read().nodes.get(node).and_then(|n| n.uid.clone())
+    }
+
+    /// Seconds since CA last wrote its status, or `None` when there is no status.
+    pub fn ca_status_age(&self, now: Timestamp) -> Option<f64> {
+        let store = self.read();
+        store.ca_found.then(|| store.ca_time.map_or(0.0, |t| now.since(t).as_secs_f64()))
+    }
+
+    /// Spawns the four watches on `client`; they run until the runtime stops.
+    pub fn spawn_watches(&self, client: &Client) {
+        let s = &self.settings;
+        let nodes: Api<KubeNode> = Api::all(client.clone());
+        // Unscheduled and finished pods matter to neither sizing nor draining.
+        let pods: Api<KubePod> = Api::all(client.clone());
+        let pod_filter = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed";
+        let events: Api<KubeEvent> = Api::namespaced(client.clone(), &s.events_namespace);
+        let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &s.ca_status_namespace);
+        let ca_filter = format!("metadata.name={}", s.ca_status_name);
+
+        let this = self.clone();
+        tokio::spawn(async move {
+            let stream = watcher(nodes, watcher::Config::default());
+            this.drive(Watched::Nodes, stream, |n| this.convert_node(n), |s, c| this.apply_nodes(s, c)).await;
+        });
+        let this = self.clone();
+        tokio::spawn(async move {
+            let stream = watcher(pods, watcher::Config::default().fields(pod_filter));
+            this.drive(Watched::Pods, stream, |p| this.convert_pod(p), Self::apply_pods).await;
+        });
+        let this = self.clone();
+        tokio::spawn(async move {
+            let stream = watcher(events, watcher::Config::default().fields("involvedObject.kind=Node"));
+            this.drive(Watched::Events, stream, |e| this.convert_event(e), |s, c| this.apply_events(s, c)).await;
+        });
+        let this = self.clone();
+        tokio::spawn(async move {
+            let stream = watcher(config_maps, watcher::Config::default().fields(&ca_filter));
+            this.drive(Watched::CaStatus, stream, Some, |s, c| this.apply_ca(s, c)).await;
+        });
+    }
+
+    /// Feeds one watch into the store: prunes every object as it arrives, buffers the initial
+    /// list and swaps it in whole, counts errors (the watcher backs off and resumes by itself).
+    async fn drive<K, V>(
+        &self,
+        resource: Watched,
+        stream: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+        convert: impl Fn(K) -> Option<V>,
+        apply: impl Fn(&mut Store, Change<V>) -> bool,
+    ) where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    {
+        let stream = stream.default_backoff();
+        futures::pin_mut!(stream);
+        let mut buffer: Option<Vec<V>> = None;
+        while let Some(event) = stream.next().await {
+            let change = match event {
+                Ok(watcher::Event::Init) => {
+                    buffer = Some(Vec::new());
+                    continue;
+                }
+                Ok(watcher::Event::InitApply(o)) => {
+                    if let (Some(v), Some(buf)) = (convert(o), buffer.as_mut()) {
+                        buf.push(v);
+                    }
+                    continue;
+                }
+                Ok(watcher::Event::InitDone) => Change::Reset(buffer.take().unwrap_or_default()),
+                Ok(watcher::Event::Apply(o)) => match convert(o) {
+                    Some(v) => Change::Upsert(v),
+                    None => continue,
+                },
+                Ok(watcher::Event::Delete(o)) => match convert(o) {
+                    Some(v) => Change::Remove(v),
+                    None => continue,
+                },
+                Err(e) => {
+                    self.metrics.watch_restarts.with_label_values(&[resource.label()]).inc();
+                    warn!(resource = resource.label(), error = %e, "watch failed; restarting with backoff");
+                    continue;
+                }
+            };
+            let reset = matches!(change, Change::Reset(_));
+            let (wake, now_synced) = {
+                let mut store = self.write();
+                let wake = apply(&mut store, change);
+                let first = reset && store.synced.insert(resource);
+                (wake, first && store.synced.len() == Watched::ALL.len())
+            };
+            if reset {
+                debug!(resource = resource.label(), "listed");
+            }
+            if now_synced {
+                info!("every watch has synced");
+                self.metrics.synced.set(1);
+                self.synced.notify_waiters();
+                self.wake.notify_one();
+            } else if wake {
+                self.wake.notify_one();
+            }
+        }
+    }
+
+    fn convert_node(&self, node: KubeNode) -> Option<WatchedNode> {
+        match node_from_kube(&node) {
+            Ok(mut w) => {
+                if !self.settings.nth_taints {
+                    w.nth_taint = None;
+                }
+                Some(w)
+            }
+            Err(e) => {
+                self.metrics.parse_error("node").inc();
+                warn!(error = %e, "node skipped");
+                None
+            }
+        }
+    }
+
+    fn convert_pod(&self, pod: KubePod) -> Option<(String, Option<NodeName>, Pod)> {
+        match pod_from_kube(&pod) {
+            Ok((node, p)) => Some((p.uid.clone(), node, p)),
+            Err(e) => {
+                self.metrics.parse_error("pod").inc();
+                warn!(error = %e, "pod skipped");
+                None
+            }
+        }
+    }
+
+    /// Events become `(key, signal)`; Events that are not signals keep their key so a deletion
+    /// or an update that makes them irrelevant still removes them.
+    fn convert_event(&self, event: KubeEvent) -> Option<(String, Option<NthSignal>)> {
+        let key = event.metadata.uid.clone().unwrap_or_else(|| {
+            format!(
+                "{}/{}",
+                event.metadata.namespace.as_deref().unwrap_or_default(),
+                event.metadata.name.as_deref().unwrap_or_default()
+            )
+        });
+        match classify_event(&event, None) {
+            Classification::Signal(s) => Some((key, Some(s))),
+            Classification::Ignored { because: because @ Ignored::UnrecognisedQueueMessage(_) } => {
+                self.metrics.parse_error("nth-event").inc();
+                warn!(event = %key, reason = %because, "NTH Event not understood; ignored");
+                Some((key, None))
+            }
+            Classification::Ignored { because } => {
+                debug!(event = %key, reason = %because, "not a signal");
+                Some((key, None))
+            }
+        }
+    }
+
+    fn apply_nodes(&self, store: &mut Store, change: Change<WatchedNode>) -> bool {
+        let mut tainted = false;
+        match change {
+            Change::Reset(nodes) => {
+                store.nodes = nodes.into_iter().map(|n| (n.node.name.clone(), n)).collect();
+                let now = Instant::now();
+                let names: Vec<NodeName> =
+                    store.nodes.values().filter(|n| n.nth_taint.is_some()).map(|n| n.node.name.clone()).collect();
+                store.taint_seen.retain(|n, _| names.contains(n));
+                for n in names {
+                    store.taint_seen.entry(n).or_insert(now);
+                    tainted = true;
+                }
+            }
+            Change::Upsert(n) => {
+                let name = n.node.name.clone();
+                if n.nth_taint.is_some() {
+                    tainted = !store.taint_seen.contains_key(&name);
+                    store.taint_seen.entry(name.clone()).or_insert_with(Instant::now);
+                } else {
+                    store.taint_seen.remove(&name);
+                }
+                // A node's signals wait for its providerID: a node update may complete them.
+                tainted |= store.signals.values().any(|s| s.signal.node == name);
+                store.nodes.insert(name, n);
+            }
+            Change::Remove(n) => {
+                store.taint_seen.remove(&n.node.name);
+                store.nodes.remove(&n.node.name);
+            }
+        }
+        tainted
+    }
+
+    fn apply_pods(store: &mut Store, change: Change<(String, Option<NodeName>, Pod)>) -> bool {
+        match change {
+            Change::Reset(pods) => {
+                store.pods.clear();
+                store.pods_by_node.clear();
+                for (uid, node, pod) in pods {
+                    if let Some(node) = node {
+                        store.put_pod(uid, node, pod);
+                    }
+                }
+            }
+            Change::Upsert((uid, Some(node), pod)) => store.put_pod(uid, node, pod),
+            Change::Upsert((uid, _, _)) | Change::Remove((uid, _, _)) => store.remove_pod(&uid),
+        }
+        false
+    }
+
+    fn apply_events(&self, store: &mut Store, change: Change<(String, Option<NthSignal>)>) -> bool {
+        let now = Instant::now();
+        let mut new = false;
+        let mut keep = |store: &mut Store, key: String, signal: Option<NthSignal>| match signal {
+            Some(signal) => {
+                let seen = store.signals.get(&key).map_or(now, |s| s.seen);
+                new |= !store.signals.contains_key(&key);
+                store.signals.insert(key, SeenSignal { signal, seen });
+            }
+            None => {
+                store.signals.remove(&key);
+            }
+        };
+        match change {
+            Change::Reset(events) => {
+                let before = std::mem::take(&mut store.signals);
+                for (key, signal) in events {
+                    if let Some(old) = before.get(&key) {
+                        store.signals.insert(key.clone(), old.clone());
+                    }
+                    keep(store, key, signal);
+                }
+            }
+            Change::Upsert((key, signal)) => keep(store, key, signal),
+            Change::Remove((key, _)) => keep(store, key, None),
+        }
+        new
+    }
+
+    fn apply_ca(&self, store: &mut Store, change: Change<ConfigMap>) -> bool {
+        let cm = match change {
+            Change::Reset(mut all) => all.pop(),
+            Change::Upsert(cm) => Some(cm),
+            Change::Remove(_) => None,
+        };
+        let Some(cm) = cm else {
+            if store.ca_found || !store.synced.contains(&Watched::CaStatus) {
+                warn!(
+                    namespace = %self.settings.ca_status_namespace,
+                    name = %self.settings.ca_status_name,
+                    "Cluster Autoscaler status ConfigMap not found; boosting without CA's view"
+                );
+            }
+            store.ca_found = false;
+            store.ca.clear();
+            self.metrics.ca_status_found.set(0);
+            return false;
+        };
+        let text = cm.data.as_ref().and_then(|d| d.get("status")).map(String::as_str).unwrap_or_default();
+        match parse_ca_status(text) {
+            Ok(status) => {
+                store.ca = status.node_groups.iter().map(|g| (GroupName(g.name.clone()), g.core_view())).collect();
+                store.ca_time = status.time;
+                store.ca_found = true;
+                self.metrics.ca_status_found.set(1);
+            }
+            Err(e) => {
+                // Keep the last good view: a bad write by CA must not make groups look unknown.
+                self.metrics.parse_error("ca-status").inc();
+                warn!(
+                    configmap = %format!("{}/{}", self.settings.ca_status_namespace, self.settings.ca_status_name),
+                    error = %e,
+                    "Cluster Autoscaler status not understood; keeping the last good one"
+                );
+            }
+        }
+        false
+    }
+}
+
+impl ClusterView for KubeCluster {
+    fn current(&self) -> Option<ClusterState> {
+        let store = self.read();
+        if store.synced.len() != Watched::ALL.len() {
+            return None;
+        }
+        let mut state = ClusterState { ca: store.ca.clone(), ..ClusterState::default() };
+        let fallback = Timestamp::from_millis(jiff::Timestamp::now().as_millisecond());
+        for seen in store.signals.values() {
+            let mut signal = seen.signal.clone();
+            if signal.instance.is_none() {
+                signal.instance = store.nodes.get(&signal.node).and_then(|n| n.node.instance.clone());
+            }
+            if let Some(core) = signal.to_core(fallback) {
+                let first = state.first_seen.entry(core.instance.clone()).or_insert(seen.seen);
+                *first = (*first).min(seen.seen);
+                state.signals.push(core);
+            }
+        }
+        for (name, seen) in &store.taint_seen {
+            let Some(w) = store.nodes.get(name) else { continue };
+            let (Some((kind, added)), Some(instance)) = (w.nth_taint, w.node.instance.clone()) else { continue };
+            state.first_seen.entry(instance.clone()).or_insert(*seen);
+            state.signals.push(Signal { instance, node: name.clone(), kind, observed_at: added.unwrap_or(fallback) });
+        }
+        // Deterministic order for the core, whatever the hash maps did.
+        state.signals.sort_by(|a, b| (a.observed_at, &a.instance, a.kind).cmp(&(b.observed_at, &b.instance, b.kind)));
+        let signalled: HashSet<&NodeName> = state.signals.iter().map(|s| &s.node).collect();
+        for (name, w) in &store.nodes {
+            let mut node = w.node.clone();
+            if signalled.contains(name) {
+                if let Some(uids) = store.pods_by_node.get(name) {
+                    node.pods = uids.iter().filter_map(|u| store.pods.get(u)).map(|(_, p)| p.clone()).collect();
+                    node.pods.sort_by(|a, b| a.uid.cmp(&b.uid));
+                }
+            }
+            if w.protected {
+                state.protected.insert(name.clone());
+            }
+            state.nodes.insert(name.clone(), node);
+        }
+        Some(state)
+    }
+}

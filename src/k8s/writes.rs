@@ -1,0 +1,91 @@
+//! The booster's writes to the cluster: cordon, evict (UID precondition; 404/409 done, 429
+//! blocked), and the scale-down protection annotations on replacement nodes.
+
+use k8s_openapi::api::core::v1::{Node as KubeNode, Pod as KubePod};
+use kube::api::{DeleteParams, EvictParams, Patch, PatchParams, Preconditions};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::core::NodeName;
+use crate::k8s::convert::{PROTECTED_BY_US, SCALE_DOWN_DISABLED};
+use crate::ports::{ClusterWriteError, ClusterWrites, EvictOutcome, PodRef};
+
+/// The field manager our patches are recorded under.
+pub const FIELD_MANAGER: &str = "spots-booster";
+
+/// Cluster writes through the API server.
+#[derive(Clone)]
+pub struct KubeWrites {
+    client: Client,
+    dry_run: bool,
+}
+
+impl std::fmt::Debug for KubeWrites {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeWrites").field("dry_run", &self.dry_run).finish_non_exhaustive()
+    }
+}
+
+impl KubeWrites {
+    /// Writes through `client`; with `dry_run` every write is sent with `dryRun=All`, so the API
+    /// server validates it (RBAC, PDBs) without applying it.
+    pub fn new(client: Client, dry_run: bool) -> Self {
+        KubeWrites { client, dry_run }
+    }
+
+    fn patch_params(&self) -> PatchParams {
+        PatchParams { field_manager: Some(FIELD_MANAGER.to_string()), dry_run: self.dry_run, ..PatchParams::default() }
+    }
+}
+
+fn api_code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+impl ClusterWrites for KubeWrites {
+    async fn cordon(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
+        let nodes: Api<KubeNode> = Api::all(self.client.clone());
+        let patch = json!({ "spec": { "unschedulable": true } });
+        nodes
+            .patch(node.as_str(), &self.patch_params(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| ClusterWriteError::Cordon { node: node.clone(), source: e.into() })
+    }
+
+    async fn evict(&self, pod: &PodRef) -> Result<EvictOutcome, ClusterWriteError> {
+        let pods: Api<KubePod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let mut delete = DeleteParams {
+            preconditions: Some(Preconditions { uid: Some(pod.uid.clone()), resource_version: None }),
+            ..DeleteParams::default()
+        };
+        delete.dry_run = self.dry_run;
+        let mut params = EvictParams { delete_options: Some(delete), ..EvictParams::default() };
+        params.post_options.dry_run = self.dry_run;
+        match pods.evict(&pod.name, &params).await {
+            Ok(_) => Ok(EvictOutcome::Evicted),
+            Err(e) => match api_code(&e) {
+                // 404: gone. 409: the UID precondition failed, a new pod took the name: ours is gone.
+                Some(404 | 409) => Ok(EvictOutcome::Gone),
+                // A PodDisruptionBudget allows no disruption now (or the server asks us to slow down).
+                Some(429) => Ok(EvictOutcome::Blocked),
+                _ => Err(ClusterWriteError::Evict { pod: pod.clone(), source: e.into() }),
+            },
+        }
+    }
+
+    async fn protect_from_scale_down(&self, node: &NodeName, protect: bool) -> Result<(), ClusterWriteError> {
+        let nodes: Api<KubeNode> = Api::all(self.client.clone());
+        let value = if protect { json!("true") } else { json!(null) };
+        let patch = json!({ "metadata": { "annotations": { SCALE_DOWN_DISABLED: value, PROTECTED_BY_US: value } } });
+        match nodes.patch(node.as_str(), &self.patch_params(), &Patch::Merge(&patch)).await {
+            Ok(_) => Ok(()),
+            // A node that left needs no protection lifted.
+            Err(e) if !protect && api_code(&e) == Some(404) => Ok(()),
+            Err(e) => Err(ClusterWriteError::Protect { node: node.clone(), source: e.into() }),
+        }
+    }
+}
