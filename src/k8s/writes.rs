@@ -2,7 +2,9 @@
 //! blocked), and the scale-down protection annotations on replacement nodes.
 
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod as KubePod};
-use kube::api::{DeleteParams, EvictParams, Patch, PatchParams, Preconditions};
+use k8s_openapi::api::policy::v1::Eviction;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Preconditions};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -58,14 +60,24 @@ impl ClusterWrites for KubeWrites {
 
     async fn evict(&self, pod: &PodRef) -> Result<EvictOutcome, ClusterWriteError> {
         let pods: Api<KubePod> = Api::namespaced(self.client.clone(), &pod.namespace);
-        let mut delete = DeleteParams {
-            preconditions: Some(Preconditions { uid: Some(pod.uid.clone()), resource_version: None }),
-            ..DeleteParams::default()
+        // Built by hand rather than with `Api::evict`: kube 5 serialises the delete options as
+        // `delete_options`, a field the API server drops, and with it the UID precondition.
+        let eviction = Eviction {
+            metadata: ObjectMeta {
+                name: Some(pod.name.clone()),
+                namespace: Some(pod.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            delete_options: Some(DeleteOptions {
+                preconditions: Some(Preconditions { uid: Some(pod.uid.clone()), resource_version: None }),
+                dry_run: self.dry_run.then(|| vec!["All".to_string()]),
+                ..DeleteOptions::default()
+            }),
         };
-        delete.dry_run = self.dry_run;
-        let mut params = EvictParams { delete_options: Some(delete), ..EvictParams::default() };
-        params.post_options.dry_run = self.dry_run;
-        match pods.evict(&pod.name, &params).await {
+        let params = PostParams { dry_run: self.dry_run, field_manager: None };
+        let sent: Result<serde_json::Value, kube::Error> =
+            pods.create_subresource("eviction", &pod.name, &params, &eviction).await;
+        match sent {
             Ok(_) => Ok(EvictOutcome::Evicted),
             Err(e) => match api_code(&e) {
                 // 404: gone. 409: the UID precondition failed, a new pod took the name: ours is gone.

@@ -1,0 +1,384 @@
+//! The Kubernetes adapters against a mocked API server (`tower-test`): every request's method,
+//! path, query and body, and how each answer is understood.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, Response};
+use kube::client::Body;
+use kube::Client;
+use serde_json::{json, Value};
+use spots_booster::core::{BoostLedger, BoostRecord, NodeName, SignalKind, Timestamp};
+use spots_booster::k8s::events::KubeEvents;
+use spots_booster::k8s::leader::{Attempt, LeaderElector, LeaseTiming};
+use spots_booster::k8s::ledger::ConfigMapLedger;
+use spots_booster::k8s::watch::{KubeCluster, WatchSettings};
+use spots_booster::k8s::writes::KubeWrites;
+use spots_booster::metrics::Metrics;
+use spots_booster::ports::{
+    ClusterView, ClusterWrites, EventSeverity, EventSink, EvictOutcome, Leadership, LedgerStore, NodeEvent, PodRef,
+};
+use tokio::sync::Notify;
+use tower_test::mock::{self, Handle};
+
+type ApiServer = Handle<Request<Body>, Response<Body>>;
+
+fn mocked() -> (Client, ApiServer) {
+    let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    (Client::new(service, "default"), handle)
+}
+
+fn reply(status: u16, body: Value) -> Response<Body> {
+    Response::builder().status(status).body(Body::from(serde_json::to_vec(&body).unwrap())).unwrap()
+}
+
+fn status(code: u16, reason: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason, "message": reason})
+}
+
+/// One request as the server saw it.
+#[derive(Debug)]
+struct Seen {
+    method: String,
+    path: String,
+    query: String,
+    content_type: String,
+    body: Value,
+}
+
+/// Waits for the next request, answers it, and returns what it was.
+async fn answer(server: &mut ApiServer, respond: impl FnOnce(&Seen) -> Response<Body>) -> Seen {
+    let (request, send) = tokio::time::timeout(Duration::from_secs(5), server.next_request())
+        .await
+        .expect("a request within 5 s")
+        .expect("the client is alive");
+    let (parts, body) = request.into_parts();
+    let bytes = body.collect_bytes().await.unwrap();
+    let seen = Seen {
+        method: parts.method.to_string(),
+        path: parts.uri.path().to_string(),
+        query: parts.uri.query().map(urldecode).unwrap_or_default(),
+        content_type: parts.headers.get("content-type").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default(),
+        body: if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() },
+    };
+    send.send_response(respond(&seen));
+    seen
+}
+
+fn urldecode(q: &str) -> String {
+    let b = q.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            out.push(u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap(), 16).unwrap());
+            i += 3;
+        } else {
+            out.push(if b[i] == b'+' { b' ' } else { b[i] });
+            i += 1;
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+fn pod_ref() -> PodRef {
+    PodRef { namespace: "shop".into(), name: "web-0".into(), uid: "uid-web-0".into() }
+}
+
+#[tokio::test]
+async fn an_eviction_posts_the_uid_precondition_and_maps_every_answer() {
+    for (code, expected) in [
+        (201, Some(EvictOutcome::Evicted)),
+        (429, Some(EvictOutcome::Blocked)),
+        (404, Some(EvictOutcome::Gone)),
+        (409, Some(EvictOutcome::Gone)),
+        (500, None),
+    ] {
+        let (client, mut server) = mocked();
+        let writes = KubeWrites::new(client, false);
+        let evict = tokio::spawn(async move { writes.evict(&pod_ref()).await });
+        let seen = answer(&mut server, |_| {
+            if code == 201 {
+                reply(201, json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}))
+            } else {
+                reply(code, status(code, "TooManyRequests"))
+            }
+        })
+        .await;
+        assert_eq!((seen.method.as_str(), seen.path.as_str()), ("POST", "/api/v1/namespaces/shop/pods/web-0/eviction"));
+        assert_eq!(seen.body["apiVersion"], "policy/v1");
+        assert_eq!(seen.body["kind"], "Eviction");
+        assert_eq!(seen.body["metadata"]["name"], "web-0");
+        assert_eq!(seen.body["deleteOptions"]["preconditions"]["uid"], "uid-web-0");
+        let outcome = evict.await.unwrap();
+        match expected {
+            Some(e) => assert_eq!(outcome.unwrap(), e, "HTTP {code}"),
+            None => {
+                let err = outcome.unwrap_err();
+                assert_eq!(err.category(), "evict");
+                assert_eq!(err.to_string(), "evicting pod shop/web-0 failed");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn dry_run_evictions_and_patches_ask_the_server_to_validate_only() {
+    let (client, mut server) = mocked();
+    let writes = KubeWrites::new(client, true);
+    let w = writes.clone();
+    tokio::spawn(async move { w.evict(&pod_ref()).await });
+    let seen = answer(&mut server, |_| reply(201, json!({"kind": "Status", "code": 201}))).await;
+    assert!(seen.query.contains("dryRun=All"), "{}", seen.query);
+    assert_eq!(seen.body["deleteOptions"]["dryRun"], json!(["All"]));
+    tokio::spawn(async move { writes.cordon(&NodeName::from("n1")).await });
+    let seen = answer(&mut server, |_| reply(200, json!({"metadata": {"name": "n1"}}))).await;
+    assert!(seen.query.contains("dryRun=All"), "{}", seen.query);
+}
+
+#[tokio::test]
+async fn cordon_and_scale_down_protection_are_merge_patches_on_the_node() {
+    let (client, mut server) = mocked();
+    let writes = KubeWrites::new(client, false);
+    let node = NodeName::from("ip-10-0-1-2.ec2.internal");
+
+    let (w, n) = (writes.clone(), node.clone());
+    let cordon = tokio::spawn(async move { w.cordon(&n).await });
+    let seen = answer(&mut server, |_| reply(200, json!({"metadata": {"name": "x"}}))).await;
+    assert_eq!((seen.method.as_str(), seen.path.as_str()), ("PATCH", "/api/v1/nodes/ip-10-0-1-2.ec2.internal"));
+    assert_eq!(seen.content_type, "application/merge-patch+json");
+    assert!(seen.query.contains("fieldManager=spots-booster"), "{}", seen.query);
+    assert_eq!(seen.body, json!({"spec": {"unschedulable": true}}));
+    cordon.await.unwrap().unwrap();
+
+    let (w, n) = (writes.clone(), node.clone());
+    let protect = tokio::spawn(async move { w.protect_from_scale_down(&n, true).await });
+    let seen = answer(&mut server, |_| reply(200, json!({"metadata": {"name": "x"}}))).await;
+    assert_eq!(
+        seen.body,
+        json!({"metadata": {"annotations": {
+            "cluster-autoscaler.kubernetes.io/scale-down-disabled": "true",
+            "spots-booster.io/scale-down-protected": "true"}}})
+    );
+    protect.await.unwrap().unwrap();
+
+    let (w, n) = (writes.clone(), node.clone());
+    let lift = tokio::spawn(async move { w.protect_from_scale_down(&n, false).await });
+    let seen = answer(&mut server, |_| reply(404, status(404, "NotFound"))).await;
+    assert_eq!(
+        seen.body,
+        json!({"metadata": {"annotations": {
+            "cluster-autoscaler.kubernetes.io/scale-down-disabled": null,
+            "spots-booster.io/scale-down-protected": null}}})
+    );
+    lift.await.unwrap().expect("a node that left needs no protection lifted");
+}
+
+fn ledger() -> BoostLedger {
+    let mut l = BoostLedger::default();
+    l.record(BoostRecord {
+        group: "spot-a".into(),
+        instances: ["i-0abc".into()].into(),
+        added: 1,
+        returned: 0,
+        at: Timestamp::from_millis(1_000),
+    });
+    l
+}
+
+#[tokio::test]
+async fn the_ledger_configmap_is_created_then_replaced_with_its_resource_version() {
+    let (client, mut server) = mocked();
+    let store = Arc::new(ConfigMapLedger::new(client, "spots", "spots-booster-ledger"));
+
+    let s = store.clone();
+    let load = tokio::spawn(async move { s.load().await });
+    let seen = answer(&mut server, |_| reply(404, status(404, "NotFound"))).await;
+    assert_eq!(
+        (seen.method.as_str(), seen.path.as_str()),
+        ("GET", "/api/v1/namespaces/spots/configmaps/spots-booster-ledger")
+    );
+    assert_eq!(load.await.unwrap().unwrap(), BoostLedger::default());
+
+    let s = store.clone();
+    let save = tokio::spawn(async move { s.save(&ledger()).await });
+    let seen = answer(&mut server, |seen| {
+        let mut created = seen.body.clone();
+        created["metadata"]["resourceVersion"] = json!("7");
+        reply(201, created)
+    })
+    .await;
+    assert_eq!((seen.method.as_str(), seen.path.as_str()), ("POST", "/api/v1/namespaces/spots/configmaps"));
+    let saved: BoostLedger = serde_json::from_str(seen.body["data"]["ledger.json"].as_str().unwrap()).unwrap();
+    assert_eq!(saved, ledger());
+    save.await.unwrap().unwrap();
+
+    let s = store.clone();
+    let save = tokio::spawn(async move { s.save(&BoostLedger::default()).await });
+    let seen = answer(&mut server, |_| reply(409, status(409, "Conflict"))).await;
+    assert_eq!(
+        (seen.method.as_str(), seen.path.as_str()),
+        ("PUT", "/api/v1/namespaces/spots/configmaps/spots-booster-ledger")
+    );
+    assert_eq!(seen.body["metadata"]["resourceVersion"], "7", "optimistic concurrency");
+    assert!(save.await.unwrap().is_err(), "a conflicting writer makes the save fail");
+
+    let s = store.clone();
+    let load = tokio::spawn(async move { s.load().await });
+    answer(&mut server, |_| {
+        reply(
+            200,
+            json!({"metadata": {"name": "spots-booster-ledger", "resourceVersion": "9"},
+                          "data": {"ledger.json": "{not json"}}),
+        )
+    })
+    .await;
+    let err = load.await.unwrap().unwrap_err();
+    let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+    assert!(chain.contains("data.ledger.json is not a ledger"), "{chain}");
+}
+
+#[tokio::test]
+async fn a_candidate_creates_a_missing_lease_and_respects_a_live_holder() {
+    let timing = LeaseTiming {
+        lease_duration: Duration::from_secs(15),
+        renew_deadline: Duration::from_secs(10),
+        retry_period: Duration::from_secs(2),
+    };
+    let (client, mut server) = mocked();
+    let mut me = LeaderElector::new(
+        client,
+        "spots",
+        "spots-booster",
+        "pod-a",
+        timing.clone(),
+        Leadership::follower(),
+        Arc::new(Metrics::new()),
+    );
+    let attempt = tokio::spawn(async move {
+        let first = me.try_acquire_or_renew().await.unwrap();
+        (me, first)
+    });
+    let seen = answer(&mut server, |_| reply(404, status(404, "NotFound"))).await;
+    assert_eq!(seen.path, "/apis/coordination.k8s.io/v1/namespaces/spots/leases/spots-booster");
+    let seen = answer(&mut server, |seen| reply(201, seen.body.clone())).await;
+    assert_eq!((seen.method.as_str(), seen.body["spec"]["holderIdentity"].as_str()), ("POST", Some("pod-a")));
+    assert_eq!(seen.body["spec"]["leaseDurationSeconds"], 15);
+    let (mut me, first) = attempt.await.unwrap();
+    assert_eq!(first, Attempt::Leading);
+
+    // Someone else holds a live lease: no write, we follow.
+    let attempt = tokio::spawn(async move { me.try_acquire_or_renew().await.unwrap() });
+    answer(&mut server, |_| {
+        reply(200, json!({"metadata": {"name": "spots-booster", "resourceVersion": "3"},
+            "spec": {"holderIdentity": "pod-b", "leaseDurationSeconds": 15, "renewTime": "2026-11-21T10:00:00.000000Z"}}))
+    })
+    .await;
+    assert_eq!(attempt.await.unwrap(), Attempt::Following(Some("pod-b".into())));
+    let next = tokio::time::timeout(Duration::from_millis(100), server.next_request()).await;
+    assert!(matches!(next, Err(_) | Ok(None)), "a follower does not write");
+}
+
+#[tokio::test]
+async fn events_name_the_node_with_its_uid_so_kubectl_describe_finds_them() {
+    let (client, mut server) = mocked();
+    let cluster = KubeCluster::new(settings(), Arc::new(Notify::new()), Arc::new(Metrics::new()));
+    let events = KubeEvents::new(client, Some("pod-a".into()), cluster);
+    let publish = tokio::spawn(async move {
+        events
+            .publish(NodeEvent {
+                node: "n1".into(),
+                reason: "BoostRequested",
+                action: "SetDesiredCapacity",
+                severity: EventSeverity::Normal,
+                note: "desired capacity of spot-a 3 -> 4".into(),
+            })
+            .await
+    });
+    let seen = answer(&mut server, |seen| reply(201, seen.body.clone())).await;
+    assert_eq!(
+        (seen.method.as_str(), seen.path.as_str()),
+        ("POST", "/apis/events.k8s.io/v1/namespaces/default/events")
+    );
+    assert_eq!(seen.body["regarding"]["kind"], "Node");
+    assert_eq!(seen.body["regarding"]["name"], "n1");
+    assert_eq!(seen.body["reason"], "BoostRequested");
+    assert_eq!(seen.body["reportingController"], "spots-booster");
+    assert_eq!(seen.body["reportingInstance"], "pod-a");
+    publish.await.unwrap();
+}
+
+fn settings() -> WatchSettings {
+    WatchSettings {
+        events_namespace: "default".into(),
+        ca_status_namespace: "kube-system".into(),
+        ca_status_name: "cluster-autoscaler-status".into(),
+        nth_taints: false,
+    }
+}
+
+const CA_STATUS: &str = include_str!("fixtures/ca-status/yaml-1.30.yaml");
+
+fn list(kind: &str, items: Value) -> Value {
+    json!({"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": "100"}, "items": items})
+}
+
+#[tokio::test]
+async fn the_watches_use_server_side_selectors_and_sync_into_one_view() {
+    let (client, mut server) = mocked();
+    let wake = Arc::new(Notify::new());
+    let metrics = Arc::new(Metrics::new());
+    let cluster = KubeCluster::new(settings(), wake.clone(), metrics.clone());
+    cluster.spawn_watches(&client);
+    assert!(cluster.current().is_none());
+
+    let node = json!({"metadata": {"name": "n1", "uid": "node-uid-1", "creationTimestamp": "2026-11-21T09:00:00Z"},
+        "spec": {"providerID": "aws:///eu-central-1a/i-0a1b2c3d4e5f67890", "unschedulable": true},
+        "status": {"allocatable": {"cpu": "4", "memory": "16Gi"}, "conditions": [{"type": "Ready", "status": "True"}]}});
+    let pod = json!({"metadata": {"name": "web-0", "namespace": "shop", "uid": "uid-web-0"},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "500m"}}}]},
+        "status": {"phase": "Running"}});
+    let event = json!({"metadata": {"name": "n1.17d", "namespace": "default", "uid": "ev-1"},
+        "involvedObject": {"kind": "Node", "name": "n1", "namespace": "default"},
+        "reason": "RebalanceRecommendation",
+        "message": "Rebalance recommendation received. Instance will be cordoned at 2026-11-21T09:59:00Z \n",
+        "firstTimestamp": "2026-11-21T09:59:01Z", "lastTimestamp": "2026-11-21T09:59:01Z", "type": "Normal",
+        "source": {"component": "aws-node-termination-handler"}});
+    let ca = json!({"metadata": {"name": "cluster-autoscaler-status", "namespace": "kube-system"},
+        "data": {"status": CA_STATUS}});
+
+    let mut lists = Vec::new();
+    for _ in 0..4 {
+        let seen = answer(&mut server, |seen| match seen.path.as_str() {
+            "/api/v1/nodes" => reply(200, list("NodeList", json!([node]))),
+            "/api/v1/pods" => reply(200, list("PodList", json!([pod]))),
+            "/api/v1/namespaces/default/events" => reply(200, list("EventList", json!([event]))),
+            "/api/v1/namespaces/kube-system/configmaps" => reply(200, list("ConfigMapList", json!([ca]))),
+            other => panic!("unexpected request {other}"),
+        })
+        .await;
+        lists.push(seen);
+    }
+    let query = |path: &str| lists.iter().find(|s| s.path == path).unwrap().query.clone();
+    assert!(
+        query("/api/v1/pods").contains("fieldSelector=spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed")
+    );
+    assert!(query("/api/v1/namespaces/default/events").contains("fieldSelector=involvedObject.kind=Node"));
+    assert!(query("/api/v1/namespaces/kube-system/configmaps")
+        .contains("fieldSelector=metadata.name=cluster-autoscaler-status"));
+    assert!(!query("/api/v1/nodes").contains("watch=true"), "a list first");
+
+    tokio::time::timeout(Duration::from_secs(5), cluster.wait_synced()).await.expect("synced");
+    let state = cluster.current().expect("synced view");
+    assert_eq!(state.signals.len(), 1);
+    let signal = &state.signals[0];
+    assert_eq!((signal.instance.as_str(), signal.kind), ("i-0a1b2c3d4e5f67890", SignalKind::Rebalance));
+    let n1 = &state.nodes[&NodeName::from("n1")];
+    assert!(n1.cordoned && n1.ready);
+    assert_eq!(n1.pods.len(), 1, "pods are attached to signalled nodes");
+    assert_eq!(n1.pods[0].uid, "uid-web-0");
+    assert!(!state.ca.is_empty(), "CA's groups are known");
+    assert!(state.first_seen.contains_key(&signal.instance));
+    assert_eq!(cluster.node_uid(&NodeName::from("n1")).as_deref(), Some("node-uid-1"));
+    assert!(metrics.encode().contains("spots_booster_synced 1"));
+}
