@@ -100,3 +100,46 @@ fn simulate_rejects_an_invalid_scenario_naming_the_field() {
     let stderr = text(&out.stderr);
     assert!(stderr.contains("groups[0].desired"), "{stderr}");
 }
+
+#[test]
+fn run_fails_fast_and_names_what_is_wrong() {
+    let dir = std::env::temp_dir().join(format!("sb-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    let out = booster(&["run", "--connection-mode", "kubectl", "--kubeconfig", "/nonexistent/kubeconfig"], None);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("cannot use kubeconfig /nonexistent/kubeconfig"), "{stderr}");
+
+    // A kubeconfig whose server refuses connections.
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster:\n    server: http://127.0.0.1:1\n\
+         contexts:\n- name: c\n  context:\n    cluster: k\n    user: u\nusers:\n- name: u\n  user:\n    token: t\n",
+    )
+    .unwrap();
+    let k = kubeconfig.to_str().unwrap();
+    let out = booster(&["run", "--connection-mode", "kubectl", "--kubeconfig", k], None);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("the API server at http://127.0.0.1:1/ is unreachable"), "{stderr}");
+
+    // Bad flags are caught before any connection.
+    let out = booster(
+        &["run", "--connection-mode", "kubectl", "--kubeconfig", k, "--leader-elect-renew-deadline", "20s"],
+        None,
+    );
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("--leader-elect-renew-deadline must be shorter"), "{stderr}");
+    let out = booster(&["run", "--connection-mode", "sideways"], None);
+    assert_eq!(out.status.code(), Some(2), "clap's usage error");
+    let out = booster(&["run", "--help"], None);
+    let help = text(&out.stdout);
+    for flag in
+        ["--namespace", "--configmap", "--events-namespace", "--metrics-bind-address", "--leader-elect", "--dry-run"]
+    {
+        assert!(help.contains(flag), "{flag} in --help");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,537 @@
+//! End-to-end: the real `spots-booster run --connection-mode kubectl` binary against a real API
+//! server and moto. Runs only when `SPOTS_BOOSTER_E2E_KUBECONFIG` and
+//! `SPOTS_BOOSTER_E2E_AWS_ENDPOINT` are set; otherwise it prints that it skipped.
+//!
+//! The API server may have no kubelet and no scheduler (see README, "End-to-end suite"), so the
+//! test plays both: it registers a Node per moto instance (providerID `aws:///<az>/<id>`, Ready
+//! through `nodes/status`, heartbeats renewed), binds the Deployment's pods through the binding
+//! subresource (they name a scheduler nobody runs, so kind's or k3d's own scheduler leaves them
+//! alone) and marks them Running and Ready. Everything lives in a namespace of its own, and the
+//! Nodes carry a per-run suffix, so the suite also passes on a shared kind or k3d cluster.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_sdk_autoscaling::types::LaunchTemplateSpecification;
+use aws_sdk_ec2::types::{InstanceType, RequestLaunchTemplateData};
+use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Namespace, Node, Pod, ServiceAccount};
+use k8s_openapi::api::events::v1::Event as NewEvent;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use serde_json::{json, Value};
+
+const KUBECONFIG: &str = "SPOTS_BOOSTER_E2E_KUBECONFIG";
+const AWS_ENDPOINT: &str = "SPOTS_BOOSTER_E2E_AWS_ENDPOINT";
+
+fn env() -> Option<(String, String)> {
+    Some((std::env::var(KUBECONFIG).ok()?, std::env::var(AWS_ENDPOINT).ok()?))
+}
+
+async fn kube_client(path: &str) -> Client {
+    let file = Kubeconfig::read_from(path).expect("read the e2e kubeconfig");
+    let config = Config::from_custom_kubeconfig(file, &KubeConfigOptions::default()).await.expect("kubeconfig");
+    Client::try_from(config).expect("client")
+}
+
+async fn aws(endpoint: &str) -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(aws_sdk_autoscaling::config::Credentials::new("test", "test", None, None, "e2e"))
+        .load()
+        .await
+}
+
+/// What the test saw while playing kubelet and scheduler.
+#[derive(Debug, Default, Clone)]
+struct Observed {
+    /// When each node was first marked Ready by the test.
+    ready_at: BTreeMap<String, Instant>,
+    /// When the first pod left the at-risk node.
+    first_pod_left_at_risk: Option<Instant>,
+    /// Fewest Ready pods seen once the booster runs (never below the PDB's minAvailable).
+    min_ready: Option<usize>,
+    /// Pods Ready last round.
+    ready: usize,
+    /// Pods on the at-risk node last round.
+    on_at_risk: usize,
+    /// Set when the signal is sent: from then on the minimum and the first departure count.
+    watching: bool,
+    /// Highest desired capacity seen.
+    max_desired: i32,
+}
+
+struct Run {
+    ns: String,
+    suffix: String,
+    group: String,
+    kube: Client,
+    aws: SdkConfig,
+}
+
+impl Run {
+    fn node_name(&self, instance: &str) -> String {
+        format!("{instance}.{}.e2e.internal", self.suffix)
+    }
+
+    async fn instances(&self) -> Vec<(String, String, String)> {
+        let asg = aws_sdk_autoscaling::Client::new(&self.aws);
+        let out = asg.describe_auto_scaling_groups().auto_scaling_group_names(&self.group).send().await.unwrap();
+        let g = &out.auto_scaling_groups()[0];
+        g.instances()
+            .iter()
+            .map(|i| {
+                (
+                    i.instance_id().unwrap().to_string(),
+                    i.availability_zone().unwrap().to_string(),
+                    i.lifecycle_state().map(|s| s.as_str().to_string()).unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    async fn desired(&self) -> i32 {
+        let asg = aws_sdk_autoscaling::Client::new(&self.aws);
+        let out = asg.describe_auto_scaling_groups().auto_scaling_group_names(&self.group).send().await.unwrap();
+        out.auto_scaling_groups()[0].desired_capacity().unwrap()
+    }
+
+    /// Registers a Node for the instance and makes it Ready (a kubelet would).
+    async fn register(&self, instance: &str, zone: &str) {
+        let nodes: Api<Node> = Api::all(self.kube.clone());
+        let name = self.node_name(instance);
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"spots-booster-e2e": self.suffix, "topology.kubernetes.io/zone": zone}},
+            "spec": {"providerID": format!("aws:///{zone}/{instance}")}
+        }))
+        .unwrap();
+        match nodes.create(&PostParams::default(), &node).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("create node {name}: {e}"),
+        }
+        self.heartbeat(&name).await;
+    }
+
+    async fn heartbeat(&self, name: &str) {
+        let nodes: Api<Node> = Api::all(self.kube.clone());
+        let now = jiff::Timestamp::now().to_string();
+        let status = json!({"status": {
+            "capacity": {"cpu": "4", "memory": "16Gi", "pods": "110"},
+            "allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
+        let _ = nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await;
+    }
+
+    /// One round of kubelet, scheduler and cloud-node-lifecycle duties.
+    async fn play_kubelet_and_scheduler(&self, at_risk: &str, observed: &Mutex<Observed>) {
+        let nodes: Api<Node> = Api::all(self.kube.clone());
+        let instances = self.instances().await;
+        let live: Vec<String> = instances
+            .iter()
+            .filter(|(_, _, state)| !state.starts_with("Terminat"))
+            .map(|(id, _, _)| self.node_name(id))
+            .collect();
+        for (id, zone, state) in &instances {
+            if state.starts_with("Terminat") {
+                continue;
+            }
+            self.register(id, zone).await;
+            observed.lock().unwrap().ready_at.entry(self.node_name(id)).or_insert_with(Instant::now);
+        }
+        // Instances that left the group lose their Node (the cloud node lifecycle controller's job).
+        let ours =
+            nodes.list(&ListParams::default().labels(&format!("spots-booster-e2e={}", self.suffix))).await.unwrap();
+        for n in ours.items {
+            let name = n.metadata.name.unwrap();
+            if !live.contains(&name) {
+                let _ = nodes.delete(&name, &DeleteParams::default()).await;
+            }
+        }
+        let desired = self.desired().await;
+        {
+            let mut o = observed.lock().unwrap();
+            o.max_desired = o.max_desired.max(desired);
+        }
+
+        let pods: Api<Pod> = Api::namespaced(self.kube.clone(), &self.ns);
+        let all = pods.list(&ListParams::default().labels("app=web")).await.unwrap();
+        let schedulable: Vec<String> = nodes
+            .list(&ListParams::default().labels(&format!("spots-booster-e2e={}", self.suffix)))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|n| !n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false))
+            .filter_map(|n| n.metadata.name)
+            .collect();
+        let mut ready = 0;
+        let mut on_at_risk = 0;
+        for pod in &all.items {
+            let name = pod.metadata.name.clone().unwrap();
+            let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+            let is_ready = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            match node {
+                None => {
+                    // The scheduler: the newest schedulable node.
+                    if let Some(target) = schedulable.last() {
+                        let binding = json!({"apiVersion": "v1", "kind": "Binding",
+                            "metadata": {"name": name}, "target": {"apiVersion": "v1", "kind": "Node", "name": target}});
+                        let _: Result<Value, _> =
+                            pods.create_subresource("binding", &name, &PostParams::default(), &binding).await;
+                    }
+                }
+                Some(node) if !is_ready => {
+                    let now = jiff::Timestamp::now().to_string();
+                    let status = json!({"status": {"phase": "Running", "podIP": "10.0.0.1", "conditions": [
+                        {"type": "Ready", "status": "True", "lastTransitionTime": now},
+                        {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}]}});
+                    let _ = pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await;
+                    if node == at_risk {
+                        on_at_risk += 1;
+                    }
+                }
+                Some(node) => {
+                    ready += 1;
+                    if node == at_risk {
+                        on_at_risk += 1;
+                    }
+                }
+            }
+        }
+        let mut o = observed.lock().unwrap();
+        (o.ready, o.on_at_risk) = (ready, on_at_risk);
+        if o.watching {
+            o.min_ready = Some(o.min_ready.map_or(ready, |m| m.min(ready)));
+            if on_at_risk < 2 && o.first_pod_left_at_risk.is_none() {
+                o.first_pod_left_at_risk = Some(Instant::now());
+            }
+        }
+    }
+}
+
+/// Cluster Autoscaler's status (YAML, CA ≥ 1.30) for a healthy group of 2.
+fn ca_status(group: &str, at: jiff::Timestamp) -> String {
+    let probe = at.to_string();
+    let times = format!("    lastProbeTime: \"{probe}\"\n    lastTransitionTime: \"{probe}\"\n");
+    let health =
+        "  health:\n    status: Healthy\n    nodeCounts:\n      registered:\n        total: 2\n        ready: 2\n";
+    let activity =
+        format!("  scaleUp:\n    status: NoActivity\n{times}  scaleDown:\n    status: NoCandidates\n{times}");
+    format!(
+        "time: {time}\nautoscalerStatus: Running\nclusterWide:\n{health}{times}{activity}nodeGroups:\n- name: {group}\n{health}    cloudProviderTarget: 2\n    minSize: 1\n    maxSize: 10\n{times}{activity}",
+        time = at.strftime("%Y-%m-%d %H:%M:%S.%f +0000 UTC"),
+    )
+}
+
+/// Runs everywhere: the status the e2e writes is one the booster understands.
+#[test]
+fn the_e2e_ca_status_parses() {
+    let at: jiff::Timestamp = "2026-11-21T10:00:00.5Z".parse().unwrap();
+    let status = spots_booster::k8s::ca_status::parse_ca_status(&ca_status("sb-e2e-x", at)).unwrap();
+    let group = status.group("sb-e2e-x").expect("the group");
+    assert_eq!(group.core_view().cloud_provider_target, 2);
+    assert_eq!(status.time.unwrap().as_millis(), at.as_millisecond());
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+async fn scrape(port: u16) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else { return String::new() };
+    let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out).await;
+    out
+}
+
+fn metric(text: &str, name_and_labels: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name_and_labels))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebalance_recommendation_is_boosted_drained_and_given_back() {
+    let Some((kubeconfig, endpoint)) = env() else {
+        eprintln!("e2e skipped: set {KUBECONFIG} and {AWS_ENDPOINT} to run it (see README, \"End-to-end suite\")");
+        return;
+    };
+    let suffix =
+        format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis());
+    let run = Arc::new(Run {
+        ns: format!("sb-e2e-{suffix}"),
+        group: format!("sb-e2e-{suffix}"),
+        suffix: suffix.clone(),
+        kube: kube_client(&kubeconfig).await,
+        aws: aws(&endpoint).await,
+    });
+
+    // The namespace, and its default ServiceAccount in case no controller creates it.
+    let namespaces: Api<Namespace> = Api::all(run.kube.clone());
+    namespaces
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": run.ns}})).unwrap())
+        .await
+        .expect("create the namespace");
+    let sas: Api<ServiceAccount> = Api::namespaced(run.kube.clone(), &run.ns);
+    let _ = sas
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "default"}})).unwrap())
+        .await;
+
+    // The group: 2 instances of 10.
+    let ec2 = aws_sdk_ec2::Client::new(&run.aws);
+    let image =
+        ec2.describe_images().owners("amazon").send().await.unwrap().images()[0].image_id().unwrap().to_string();
+    let template = format!("sb-e2e-{suffix}");
+    ec2.create_launch_template()
+        .launch_template_name(&template)
+        .launch_template_data(
+            RequestLaunchTemplateData::builder().image_id(image).instance_type(InstanceType::M5Large).build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    aws_sdk_autoscaling::Client::new(&run.aws)
+        .create_auto_scaling_group()
+        .auto_scaling_group_name(&run.group)
+        .launch_template(
+            LaunchTemplateSpecification::builder().launch_template_name(&template).version("$Latest").build(),
+        )
+        .min_size(1)
+        .max_size(10)
+        .desired_capacity(2)
+        .availability_zones("us-east-1a")
+        .send()
+        .await
+        .unwrap();
+    let instances = run.instances().await;
+    assert_eq!(instances.len(), 2);
+    for (id, zone, _) in &instances {
+        run.register(id, zone).await;
+    }
+    let (at_risk_instance, _, _) = instances[0].clone();
+    let at_risk = run.node_name(&at_risk_instance);
+
+    // A Deployment of 2 pods on the at-risk node, a PDB allowing one disruption, CA's status.
+    let kube = run.kube.clone();
+    let apply = |api_path: &'static str, body: Value| {
+        let kube = kube.clone();
+        async move {
+            let req = http::Request::post(api_path)
+                .header("content-type", "application/json")
+                .body(serde_json::to_vec(&body).unwrap())
+                .unwrap();
+            kube.request::<Value>(req).await.unwrap_or_else(|e| panic!("POST {api_path}: {e}"))
+        }
+    };
+    let ns = run.ns.clone();
+    let deployments: &'static str = Box::leak(format!("/apis/apps/v1/namespaces/{ns}/deployments").into_boxed_str());
+    apply(
+        deployments,
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"schedulerName": "spots-booster-e2e", "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "web", "image": "registry.k8s.io/pause:3.9",
+                        "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}}}}),
+    )
+    .await;
+    let pdbs: &'static str =
+        Box::leak(format!("/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets").into_boxed_str());
+    apply(
+        pdbs,
+        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
+    )
+    .await;
+    let ca_status = ca_status(&run.group, jiff::Timestamp::now());
+    let cms: Api<ConfigMap> = Api::namespaced(run.kube.clone(), &run.ns);
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(
+            json!({"metadata": {"name": "cluster-autoscaler-status"}, "data": {"status": ca_status}}),
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+
+    // Pods start on the at-risk node: it is the only schedulable one for a moment.
+    let nodes: Api<Node> = Api::all(run.kube.clone());
+    let other = run.node_name(&instances[1].0);
+    nodes
+        .patch(&other, &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": true}})))
+        .await
+        .unwrap();
+    let observed = Arc::new(Mutex::new(Observed::default()));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        run.play_kubelet_and_scheduler(&at_risk, &observed).await;
+        let (ready, on) = {
+            let o = observed.lock().unwrap();
+            (o.ready, o.on_at_risk)
+        };
+        if on == 2 && ready == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the Deployment's pods never became Ready on {at_risk}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    nodes
+        .patch(&other, &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": false}})))
+        .await
+        .unwrap();
+    // The PDB's status, in case no disruption controller runs.
+    let pdb_status = json!({"status": {"observedGeneration": 1, "disruptionsAllowed": 1, "currentHealthy": 2,
+        "desiredHealthy": 1, "expectedPods": 2}});
+    let pdb_api: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> = Api::namespaced(run.kube.clone(), &run.ns);
+    let current = pdb_api.get("web").await.unwrap();
+    if current.status.as_ref().is_none_or(|s| s.expected_pods == 0) {
+        let _ = pdb_api.patch_status("web", &PatchParams::default(), &Patch::Merge(&pdb_status)).await;
+    }
+
+    // The booster.
+    let port = free_port();
+    let mut booster = tokio::process::Command::new(env!("CARGO_BIN_EXE_spots-booster"))
+        .args(["run", "--connection-mode", "kubectl", "--kubeconfig", &kubeconfig])
+        .args(["--events-namespace", &run.ns, "--ca-status-namespace", &run.ns, "--state-namespace", &run.ns])
+        .args(["--aws-endpoint-url", &endpoint, "--aws-region", "us-east-1"])
+        .args(["--metrics-bind-address", &format!("127.0.0.1:{port}"), "--leader-elect", "true"])
+        .args(["--leader-elect-retry-period", "1s", "--drain-interval", "1s", "--log-format", "json"])
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start spots-booster");
+
+    // Wait until it is ready and leading.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric(&scrape(port).await, "spots_booster_leader") < 1.0
+        || metric(&scrape(port).await, "spots_booster_synced") < 1.0
+    {
+        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited early");
+        assert!(Instant::now() < deadline, "spots-booster never became ready and leader");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // NTH: cordon, then the RebalanceRecommendation Event.
+    nodes
+        .patch(&at_risk, &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": true}})))
+        .await
+        .unwrap();
+    let now = jiff::Timestamp::now();
+    let events: Api<CoreEvent> = Api::namespaced(run.kube.clone(), &run.ns);
+    events
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": format!("{at_risk}.rebalance"), "namespace": run.ns,
+                             "annotations": {"instance-id": at_risk_instance}},
+                "involvedObject": {"kind": "Node", "name": at_risk, "namespace": run.ns},
+                "reason": "RebalanceRecommendation",
+                "message": format!("Rebalance recommendation received. Instance will be cordoned at {} \n", now.strftime("%Y-%m-%dT%H:%M:%SZ")),
+                "type": "Normal", "count": 1,
+                "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+                "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+                "source": {"component": "aws-node-termination-handler"},
+                "reportingComponent": "aws-node-termination-handler"
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let signalled = Instant::now();
+    observed.lock().unwrap().watching = true;
+
+    // Play kubelet and scheduler until the at-risk instance is gone.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        run.play_kubelet_and_scheduler(&at_risk, &observed).await;
+        let gone = !run
+            .instances()
+            .await
+            .iter()
+            .any(|(id, _, state)| *id == at_risk_instance && !state.starts_with("Terminat"));
+        if gone {
+            break;
+        }
+        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited");
+        assert!(Instant::now() < deadline, "the at-risk instance was never terminated");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    run.play_kubelet_and_scheduler(&at_risk, &observed).await;
+    let text = scrape(port).await;
+    let group = &run.group;
+    let observed = observed.lock().unwrap().clone();
+
+    assert_eq!(observed.max_desired, 3, "desired rose once, by the one node the two pods need");
+    assert_eq!(
+        metric(&text, &format!("spots_booster_boosts_total{{group=\"{group}\",outcome=\"written\"}}")),
+        1.0,
+        "{text}"
+    );
+    let replacement_ready = observed
+        .ready_at
+        .iter()
+        .filter(|(name, _)| **name != at_risk && **name != other)
+        .map(|(_, at)| *at)
+        .min()
+        .expect("a replacement node joined");
+    let drained = observed.first_pod_left_at_risk.expect("pods left the at-risk node");
+    assert!(
+        replacement_ready > signalled && drained > replacement_ready,
+        "drained only after the replacement was Ready"
+    );
+    assert!(observed.min_ready.unwrap() >= 1, "the PDB (minAvailable 1) was never violated");
+    assert_eq!(run.desired().await, 2, "terminated with decrement: the boost was given back");
+    assert_eq!(
+        metric(&text, &format!("spots_booster_terminations_total{{decrement=\"true\",group=\"{group}\"}}")),
+        1.0,
+        "{text}"
+    );
+    assert!(metric(&text, "spots_booster_reaction_seconds_count") >= 1.0, "{text}");
+
+    let new_events: Api<NewEvent> = Api::namespaced(run.kube.clone(), "default");
+    let reasons: Vec<String> = new_events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(at_risk.as_str()))
+        .filter_map(|e| e.reason)
+        .collect();
+    for reason in ["BoostRequested", "DrainStarted", "InstanceTerminated"] {
+        assert!(reasons.iter().any(|r| r == reason), "Event {reason} on {at_risk}: {reasons:?}");
+    }
+
+    // Stop (the lease is released) and clean up what can be.
+    let _ = booster.start_kill();
+    let _ = booster.wait().await;
+    let ours = nodes.list(&ListParams::default().labels(&format!("spots-booster-e2e={suffix}"))).await.unwrap();
+    for n in ours.items {
+        let _ = nodes.delete(&n.metadata.name.unwrap(), &DeleteParams::default()).await;
+    }
+    let _ = aws_sdk_autoscaling::Client::new(&run.aws)
+        .delete_auto_scaling_group()
+        .auto_scaling_group_name(&run.group)
+        .force_delete(true)
+        .send()
+        .await;
+    let _ = namespaces.delete(&run.ns, &DeleteParams::default()).await;
+}
