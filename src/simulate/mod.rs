@@ -2,25 +2,37 @@
 //! cluster in virtual time, and optionally through NTH + Cluster Autoscaler alone for comparison.
 //!
 //! Every simulated second: AWS launches, registers and interrupts instances; scenario events reach
-//! NTH; NTH drains; the booster (when present) plans with the core and acts; CA scans when due;
-//! the report counts displaced pods Pending; the scheduler places them.
+//! NTH; NTH drains; the booster (when present) runs one tick of the daemon's own scaler and drainer
+//! over ports that act on the simulated world; CA scans when due; the report counts displaced pods
+//! Pending; the scheduler places them.
 
 pub mod actors;
-pub mod booster;
+pub mod ports;
 pub mod scenario;
 pub mod world;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 use thiserror::Error;
 
 use crate::config::{Baseline, ReportFormat};
+use crate::core::{GroupName, InstanceId, Policy, Timestamp};
+use crate::fakes::MemoryLedger;
 use crate::inspect::table;
+use crate::metrics::Metrics;
+use crate::ports::Leadership;
 use crate::units::format_duration;
+use crate::workers::drainer::{Drainer, DrainerSettings};
+use crate::workers::groups::GroupBook;
+use crate::workers::ledger::SharedLedger;
+use crate::workers::scaler::{Scaler, ScalerSettings};
+use crate::workers::WorkerContext;
 use actors::{ClusterAutoscaler, Nth};
-use booster::Booster;
+use ports::SimWorld;
 pub use scenario::{parse_scenario, Scenario, ScenarioError};
 use world::{TimelineEntry, World};
 
@@ -118,35 +130,121 @@ pub enum Mode {
 
 const TICK: Duration = Duration::from_secs(1);
 
-/// Runs one scenario in one mode.
+/// The daemon's workers over the simulated world.
+type SimContext = WorkerContext<SimWorld, SimWorld, MemoryLedger, SimWorld, SimWorld>;
+
+/// What the simulation keeps of the workers between ticks.
+struct Workers {
+    ctx: Arc<SimContext>,
+    scaler: Scaler<SimWorld, SimWorld, MemoryLedger, SimWorld, SimWorld>,
+    drainer: Drainer<SimWorld, SimWorld, MemoryLedger, SimWorld, SimWorld>,
+    ledger: MemoryLedger,
+    /// Every boost record ever saved, to count instances boosted more than once.
+    records: BTreeSet<(GroupName, BTreeSet<InstanceId>, Timestamp)>,
+    boosted: BTreeMap<InstanceId, u32>,
+}
+
+impl Workers {
+    async fn new(sim: &SimWorld, policy: Policy) -> Workers {
+        let ledger = MemoryLedger::default();
+        let clock_world = sim.clone();
+        let ctx = Arc::new(WorkerContext {
+            aws: sim.clone(),
+            cluster: sim.clone(),
+            writes: sim.clone(),
+            events: sim.clone(),
+            ledger: SharedLedger::load(ledger.clone()).await.expect("an in-memory ledger loads"),
+            groups: Arc::new(GroupBook::new(Duration::from_secs(60), Duration::from_secs(3600))),
+            leadership: Leadership::always(),
+            metrics: Arc::new(Metrics::new()),
+            policy,
+            clock: Arc::new(move || clock_world.lock().now),
+        });
+        Workers {
+            scaler: Scaler::new(ctx.clone(), ScalerSettings::default()),
+            drainer: Drainer::new(ctx.clone(), DrainerSettings::default()),
+            ctx,
+            ledger,
+            records: BTreeSet::new(),
+            boosted: BTreeMap::new(),
+        }
+    }
+
+    /// One tick of each worker, as their loops would run them: the scaler re-plans at once after
+    /// a lost race.
+    async fn tick(&mut self, sim: &SimWorld) {
+        for _ in 0..3 {
+            match self.scaler.tick().await {
+                Ok(report) if !report.raced.is_empty() => continue,
+                _ => break,
+            }
+        }
+        if let Ok(report) = self.drainer.tick().await {
+            sim.lock().counters.drained_nodes += report.drained.len() as u32;
+        }
+        for r in self.ledger.saved().records {
+            if self.records.insert((r.group.clone(), r.instances.clone(), r.at)) {
+                for i in r.instances {
+                    *self.boosted.entry(i).or_default() += 1;
+                }
+            }
+        }
+        let _ = &self.ctx;
+    }
+}
+
+/// Runs one scenario in one mode, in virtual time: tokio's clock is paused and advanced one tick
+/// per simulated second, so the workers' own timers see the same time as the world.
 pub fn run_scenario(scenario: &Scenario, mode: Mode) -> RunReport {
-    let mut world = World::new(scenario);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime builds");
+    runtime.block_on(run_scenario_async(scenario, mode))
+}
+
+async fn run_scenario_async(scenario: &Scenario, mode: Mode) -> RunReport {
+    let sim = SimWorld::new(World::new(scenario));
     let mut nth = Nth::new(mode == Mode::NthCa);
     let mut ca = ClusterAutoscaler::default();
-    let mut booster = (mode == Mode::Booster).then(|| Booster::new(scenario.policy.clone()));
+    let mut workers = match mode {
+        Mode::Booster => Some(Workers::new(&sim, scenario.policy.clone()).await),
+        Mode::NthCa => None,
+    };
     let mut events = scenario.events.iter().peekable();
-    while world.elapsed() < scenario.duration {
-        world.step_aws();
-        while let Some(event) = events.next_if(|e| e.at <= world.elapsed()) {
-            nth.on_event(&mut world, event);
+    while sim.lock().elapsed() < scenario.duration {
+        {
+            let mut world = sim.lock();
+            world.step_aws();
+            let elapsed = world.elapsed();
+            while let Some(event) = events.next_if(|e| e.at <= elapsed) {
+                nth.on_event(&mut world, event);
+            }
+            nth.step(&mut world);
         }
-        nth.step(&mut world);
-        if let Some(b) = booster.as_mut() {
-            b.step(&mut world);
+        if let Some(w) = workers.as_mut() {
+            w.tick(&sim).await;
         }
-        ca.step(&mut world);
-        // Counted before scheduling: an evicted pod spends at least one scheduling cycle Pending.
-        world.account(TICK);
-        world.schedule();
-        world.now = world.now.plus(TICK);
+        {
+            let mut world = sim.lock();
+            ca.step(&mut world);
+            // Counted before scheduling: an evicted pod spends at least one scheduling cycle Pending.
+            world.account(TICK);
+            world.schedule();
+            world.now = world.now.plus(TICK);
+        }
+        tokio::time::advance(TICK).await;
     }
+    let world = sim.lock().clone();
     let c = &world.counters;
+    let boosted = workers.as_ref().map(|w| &w.boosted);
     RunReport {
         summary: Summary {
             capacity_gap_pod_seconds: c.capacity_gap_pod_seconds,
             pdb_violations: c.pdb_violations,
-            boosted_instances: booster.as_ref().map_or(0, Booster::boosted_instances),
-            double_boosts: booster.as_ref().map_or(0, Booster::double_boosts),
+            boosted_instances: boosted.map_or(0, |b| b.len() as u32),
+            double_boosts: boosted.map_or(0, |b| b.values().filter(|n| **n > 1).count() as u32),
             drained_nodes: c.drained_nodes,
             evictions: c.evictions,
             evictions_blocked: c.evictions_blocked,

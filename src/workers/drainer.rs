@@ -67,7 +67,7 @@ pub struct DrainReport {
     pub evicted: u32,
     /// Evictions refused by a PodDisruptionBudget.
     pub blocked: u32,
-    /// Nodes fully drained.
+    /// Nodes fully drained (not those whose instance went first).
     pub drained: Vec<NodeName>,
     /// Nodes past the drain deadline.
     pub timed_out: Vec<NodeName>,
@@ -93,6 +93,8 @@ struct NodeProgress {
     retry_at: Option<Timestamp>,
     /// Pods already evicted (they may take their grace period to go).
     evicted: HashSet<String>,
+    /// Whether the PDB block was told (once per drain).
+    told_blocked: bool,
     started: Option<Instant>,
 }
 
@@ -287,8 +289,8 @@ where
             self.drains.finished.insert(drain.instance.clone(), DrainEnd::Drained);
             let progress = self.progress.remove(&name).unwrap_or_default();
             self.observe_end(&drain.group, "drained", &progress);
-            report.drained.push(name.clone());
             if node.is_some() {
+                report.drained.push(name.clone());
                 info!(node = %name, "drained");
                 self.to_terminate.insert(
                     name,
@@ -344,10 +346,13 @@ where
             return;
         }
         report.blocked += blocked.len() as u32;
-        progress.refusals += 1;
+        // Some went: the budget is moving, so retry after the initial delay; none went: double it.
+        let moved = due.len() > blocked.len();
+        progress.refusals = if moved { 1 } else { progress.refusals + 1 };
         let wait = eviction_backoff(progress.refusals, &self.ctx.policy);
         progress.retry_at = Some(now.plus(wait));
-        if progress.refusals == 1 {
+        if !moved && !progress.told_blocked {
+            progress.told_blocked = true;
             let note = format!(
                 "a PodDisruptionBudget allows no disruption of {}; retrying in {}s, doubling",
                 blocked.join(", "),

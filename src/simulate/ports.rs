@@ -1,0 +1,171 @@
+//! The ports over the simulated world, so `simulate` runs the daemon's own scaler and drainer: the
+//! same code that runs in production, in virtual time.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::world::{Eviction, World};
+use crate::core::{BoostLedger, CaGroupView, GroupName, InstanceId, NodeName};
+use crate::ports::{
+    AutoScaling, AwsError, ClusterState, ClusterView, ClusterWriteError, ClusterWrites, DesiredWrite, EventSink,
+    EvictOutcome, GroupDescription, GroupInstance, Guard, NodeEvent, PodRef, TagFilter, TerminateOutcome, WriteOutcome,
+    WriteOutcomes,
+};
+
+/// The world, shared by the simulation loop and the ports.
+#[derive(Debug, Clone)]
+pub struct SimWorld {
+    world: Arc<Mutex<World>>,
+    protected: Arc<Mutex<BTreeSet<NodeName>>>,
+}
+
+impl SimWorld {
+    /// Shares `world`.
+    pub fn new(world: World) -> Self {
+        SimWorld { world: Arc::new(Mutex::new(world)), protected: Arc::default() }
+    }
+
+    /// The world, locked.
+    pub fn lock(&self) -> MutexGuard<'_, World> {
+        self.world.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn describe(world: &World, name: &str) -> Option<GroupDescription> {
+        let asg = world.groups.get(name)?;
+        Some(GroupDescription {
+            name: name.into(),
+            min: asg.spec.min,
+            max: asg.spec.max,
+            desired: asg.desired,
+            instances: world
+                .instances
+                .iter()
+                .filter(|(_, i)| i.group == name)
+                .map(|(id, _)| GroupInstance {
+                    id: id.as_str().into(),
+                    availability_zone: "sim-1a".into(),
+                    lifecycle_state: "InService".into(),
+                    health: "Healthy".into(),
+                    launch_template: None,
+                    protected: false,
+                })
+                .collect(),
+            capacity_rebalance: false,
+            mixed_instances: None,
+            tags: BTreeMap::new(),
+        })
+    }
+}
+
+impl ClusterView for SimWorld {
+    fn current(&self) -> Option<ClusterState> {
+        let world = self.lock();
+        let snapshot = world.snapshot(&BoostLedger::default());
+        let ca = world
+            .groups
+            .iter()
+            .map(|(name, asg)| {
+                let view = CaGroupView { cloud_provider_target: asg.desired, backoff: None, healthy: true };
+                (GroupName::from(name.as_str()), view)
+            })
+            .collect();
+        Some(ClusterState {
+            nodes: snapshot.nodes,
+            signals: snapshot.signals,
+            ca,
+            protected: self.protected.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            first_seen: BTreeMap::new(),
+        })
+    }
+}
+
+impl AutoScaling for SimWorld {
+    async fn describe_groups(&self, names: &[GroupName]) -> Result<Vec<GroupDescription>, AwsError> {
+        let world = self.lock();
+        Ok(names.iter().filter_map(|n| Self::describe(&world, n.as_str())).collect())
+    }
+
+    async fn discover_groups(&self, _filters: &[TagFilter]) -> Result<Vec<GroupDescription>, AwsError> {
+        let world = self.lock();
+        Ok(world.groups.keys().filter_map(|n| Self::describe(&world, n)).collect())
+    }
+
+    async fn raise_desired(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {
+        let mut world = self.lock();
+        Ok(writes
+            .iter()
+            .map(|w| {
+                let live = Self::describe(&world, w.group.as_str());
+                let outcome = match w.guard(live.as_ref()) {
+                    Guard::Settled(outcome) => outcome,
+                    Guard::Send { from } => {
+                        let to = world.set_desired(w.group.as_str(), w.to);
+                        Ok(WriteOutcome::Written { from, to })
+                    }
+                };
+                (w.group.clone(), outcome)
+            })
+            .collect())
+    }
+
+    async fn terminate_instance(&self, instance: &InstanceId, decrement: bool) -> Result<TerminateOutcome, AwsError> {
+        let mut world = self.lock();
+        if !world.instances.contains_key(instance.as_str()) {
+            return Ok(TerminateOutcome::AlreadyGone);
+        }
+        let decremented = world.terminate(instance.as_str(), decrement);
+        Ok(TerminateOutcome::Terminated { decremented })
+    }
+
+    async fn groups_of(&self, instances: &[InstanceId]) -> Result<BTreeMap<InstanceId, GroupName>, AwsError> {
+        let world = self.lock();
+        Ok(instances
+            .iter()
+            .filter_map(|i| world.instances.get(i.as_str()).map(|x| (i.clone(), GroupName::from(x.group.as_str()))))
+            .collect())
+    }
+}
+
+impl ClusterWrites for SimWorld {
+    async fn cordon(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
+        self.lock().cordon(node.as_str());
+        Ok(())
+    }
+
+    async fn evict(&self, pod: &PodRef) -> Result<EvictOutcome, ClusterWriteError> {
+        let mut world = self.lock();
+        Ok(match world.evict(&pod.uid) {
+            Eviction::Evicted => {
+                world.log("booster", "evicted", pod.name.clone(), "");
+                EvictOutcome::Evicted
+            }
+            Eviction::Gone => EvictOutcome::Gone,
+            Eviction::Blocked => EvictOutcome::Blocked,
+        })
+    }
+
+    async fn protect_from_scale_down(&self, node: &NodeName, protect: bool) -> Result<(), ClusterWriteError> {
+        let mut set = self.protected.lock().unwrap_or_else(|p| p.into_inner());
+        if protect {
+            set.insert(node.clone());
+        } else {
+            set.remove(node);
+        }
+        Ok(())
+    }
+}
+
+impl EventSink for SimWorld {
+    async fn publish(&self, event: NodeEvent) {
+        let action = match event.reason {
+            "BoostRequested" => "boost",
+            "BoostHeld" => "boost held",
+            "DrainStarted" => "drain started",
+            "DrainBlockedByPDB" => "evictions blocked by PDB",
+            "DrainTimedOut" => "drain timed out",
+            "InstanceTerminated" => "terminated",
+            other => other,
+        };
+        self.lock().log("booster", action, event.node.to_string(), event.note);
+    }
+}
