@@ -28,6 +28,10 @@ use crate::k8s::nth::{classify_event, Classification, Ignored, NthSignal};
 use crate::metrics::Metrics;
 use crate::ports::{ClusterState, ClusterView};
 
+/// Objects per list page. Smaller than kube's 500: a page of 500 Nodes (each with its kubelet's
+/// image list) is tens of MiB while it is parsed, and that peak stays in the allocator.
+const LIST_PAGE: u32 = 100;
+
 /// What to watch.
 #[derive(Debug, Clone)]
 pub struct WatchSettings {
@@ -194,12 +198,12 @@ impl KubeCluster {
 
         let this = self.clone();
         tokio::spawn(async move {
-            let stream = watcher(nodes, watcher::Config::default());
+            let stream = watcher(nodes, watcher::Config::default().page_size(LIST_PAGE));
             this.drive(Watched::Nodes, stream, |n| this.convert_node(n), |s, c| this.apply_nodes(s, c)).await;
         });
         let this = self.clone();
         tokio::spawn(async move {
-            let stream = watcher(pods, watcher::Config::default().fields(pod_filter));
+            let stream = watcher(pods, watcher::Config::default().fields(pod_filter).page_size(LIST_PAGE));
             this.drive(Watched::Pods, stream, |p| this.convert_pod(p), Self::apply_pods).await;
         });
         let this = self.clone();
