@@ -124,6 +124,8 @@ pub enum Scope {
     CaStatus,
     /// `--state-namespace` (Lease and ledger).
     Own,
+    /// `default`: Events about cluster-scoped objects (Nodes) are written there.
+    NodeEvents,
 }
 
 /// Every permission the daemon uses.
@@ -137,8 +139,8 @@ pub const PERMISSIONS: &[Permission] = &[
     Permission { group: "", resource: "pods/eviction", verb: "create", scope: Scope::Cluster },
     Permission { group: "", resource: "events", verb: "list", scope: Scope::NthEvents },
     Permission { group: "", resource: "events", verb: "watch", scope: Scope::NthEvents },
-    Permission { group: "events.k8s.io", resource: "events", verb: "create", scope: Scope::Cluster },
-    Permission { group: "events.k8s.io", resource: "events", verb: "patch", scope: Scope::Cluster },
+    Permission { group: "events.k8s.io", resource: "events", verb: "create", scope: Scope::NodeEvents },
+    Permission { group: "events.k8s.io", resource: "events", verb: "patch", scope: Scope::NodeEvents },
     Permission { group: "", resource: "configmaps", verb: "list", scope: Scope::CaStatus },
     Permission { group: "", resource: "configmaps", verb: "watch", scope: Scope::CaStatus },
     Permission { group: "", resource: "configmaps", verb: "get", scope: Scope::Own },
@@ -179,6 +181,7 @@ pub async fn check_permissions(
             Scope::NthEvents => Some(namespaces.events.clone()),
             Scope::CaStatus => Some(namespaces.ca_status.clone()),
             Scope::Own => Some(namespaces.own.clone()),
+            Scope::NodeEvents => Some("default".to_string()),
         };
         let review = SelfSubjectAccessReview {
             spec: SelfSubjectAccessReviewSpec {

@@ -82,8 +82,8 @@ struct Store {
     pods_by_node: HashMap<NodeName, HashSet<String>>,
     /// Signal Events by UID (or namespace/name).
     signals: HashMap<String, SeenSignal>,
-    /// When each tainted node's taint was first seen.
-    taint_seen: HashMap<NodeName, Instant>,
+    /// When each tainted node's taint was first seen (monotonic, and wall time for the signal).
+    taint_seen: HashMap<NodeName, (Instant, Timestamp)>,
     ca: BTreeMap<GroupName, CaGroupView>,
     ca_time: Option<Timestamp>,
     ca_found: bool,
@@ -116,6 +116,10 @@ impl Store {
             }
         }
     }
+}
+
+fn wall_now() -> Timestamp {
+    Timestamp::from_millis(jiff::Timestamp::now().as_millisecond())
 }
 
 /// The watched cluster. Cheap to clone; every clone shares the store.
@@ -336,7 +340,7 @@ impl KubeCluster {
         match change {
             Change::Reset(nodes) => {
                 store.nodes = nodes.into_iter().map(|n| (n.node.name.clone(), n)).collect();
-                let now = Instant::now();
+                let now = (Instant::now(), wall_now());
                 let names: Vec<NodeName> =
                     store.nodes.values().filter(|n| n.nth_taint.is_some()).map(|n| n.node.name.clone()).collect();
                 store.taint_seen.retain(|n, _| names.contains(n));
@@ -349,7 +353,7 @@ impl KubeCluster {
                 let name = n.node.name.clone();
                 if n.nth_taint.is_some() {
                     tainted = !store.taint_seen.contains_key(&name);
-                    store.taint_seen.entry(name.clone()).or_insert_with(Instant::now);
+                    store.taint_seen.entry(name.clone()).or_insert_with(|| (Instant::now(), wall_now()));
                 } else {
                     store.taint_seen.remove(&name);
                 }
@@ -459,7 +463,7 @@ impl ClusterView for KubeCluster {
             return None;
         }
         let mut state = ClusterState { ca: store.ca.clone(), ..ClusterState::default() };
-        let fallback = Timestamp::from_millis(jiff::Timestamp::now().as_millisecond());
+        let fallback = wall_now();
         for seen in store.signals.values() {
             let mut signal = seen.signal.clone();
             if signal.instance.is_none() {
@@ -471,11 +475,11 @@ impl ClusterView for KubeCluster {
                 state.signals.push(core);
             }
         }
-        for (name, seen) in &store.taint_seen {
+        for (name, (seen, seen_wall)) in &store.taint_seen {
             let Some(w) = store.nodes.get(name) else { continue };
             let (Some((kind, added)), Some(instance)) = (w.nth_taint, w.node.instance.clone()) else { continue };
             state.first_seen.entry(instance.clone()).or_insert(*seen);
-            state.signals.push(Signal { instance, node: name.clone(), kind, observed_at: added.unwrap_or(fallback) });
+            state.signals.push(Signal { instance, node: name.clone(), kind, observed_at: added.unwrap_or(*seen_wall) });
         }
         // Deterministic order for the core, whatever the hash maps did.
         state.signals.sort_by(|a, b| (a.observed_at, &a.instance, a.kind).cmp(&(b.observed_at, &b.instance, b.kind)));
@@ -494,5 +498,122 @@ impl ClusterView for KubeCluster {
             state.nodes.insert(name.clone(), node);
         }
         Some(state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{PodClass, Resources, SignalKind};
+
+    fn cluster(nth_taints: bool) -> KubeCluster {
+        let settings = WatchSettings {
+            events_namespace: "default".into(),
+            ca_status_namespace: "kube-system".into(),
+            ca_status_name: "cluster-autoscaler-status".into(),
+            nth_taints,
+        };
+        KubeCluster::new(settings, Arc::new(Notify::new()), Arc::new(Metrics::new()))
+    }
+
+    fn node(name: &str, taint: Option<SignalKind>) -> WatchedNode {
+        WatchedNode {
+            node: crate::core::Node {
+                name: name.into(),
+                instance: Some(format!("i-{name}").as_str().into()),
+                group: None,
+                ready: true,
+                cordoned: false,
+                deleting_by_ca: false,
+                created: Timestamp::EPOCH,
+                allocatable: Resources::new(4000, 16 << 30),
+                pods: Vec::new(),
+            },
+            protected: false,
+            uid: None,
+            nth_taint: taint.map(|k| (k, None)),
+        }
+    }
+
+    fn pod(uid: &str) -> Pod {
+        Pod {
+            uid: uid.into(),
+            namespace: "shop".into(),
+            name: uid.into(),
+            requests: Resources::new(100, 1 << 20),
+            class: PodClass::Ordinary,
+        }
+    }
+
+    /// Applies the changes and marks every watch synced.
+    fn synced(c: &KubeCluster, nodes: Vec<WatchedNode>, pods: Vec<(String, Option<NodeName>, Pod)>) {
+        let mut store = c.write();
+        c.apply_nodes(&mut store, Change::Reset(nodes));
+        KubeCluster::apply_pods(&mut store, Change::Reset(pods));
+        c.apply_events(&mut store, Change::Reset(Vec::new()));
+        c.apply_ca(&mut store, Change::Reset(Vec::new()));
+        store.synced.extend(Watched::ALL);
+    }
+
+    #[test]
+    fn nothing_is_seen_before_every_watch_has_listed() {
+        let c = cluster(false);
+        c.apply_nodes(&mut c.write(), Change::Reset(vec![node("n1", None)]));
+        c.write().synced.insert(Watched::Nodes);
+        assert!(c.current().is_none());
+    }
+
+    #[test]
+    fn an_nth_taint_is_a_signal_with_a_stable_time_and_its_pods_attached() {
+        let c = cluster(true);
+        synced(
+            &c,
+            vec![node("n1", Some(SignalKind::Rebalance)), node("n2", None)],
+            vec![("p1".into(), Some("n1".into()), pod("p1")), ("p2".into(), Some("n2".into()), pod("p2"))],
+        );
+        let first = c.current().unwrap();
+        assert_eq!(first.signals.len(), 1);
+        assert_eq!((first.signals[0].instance.as_str(), first.signals[0].kind), ("i-n1", SignalKind::Rebalance));
+        assert_eq!(first.nodes[&NodeName::from("n1")].pods.len(), 1, "pods of signalled nodes");
+        assert!(first.nodes[&NodeName::from("n2")].pods.is_empty(), "not of the others");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert_eq!(c.current().unwrap().signals[0].observed_at, first.signals[0].observed_at, "no drift");
+    }
+
+    #[test]
+    fn a_pod_that_moves_or_leaves_is_tracked_by_node() {
+        let c = cluster(true);
+        synced(&c, vec![node("n1", Some(SignalKind::Rebalance)), node("n2", Some(SignalKind::Rebalance))], Vec::new());
+        let mut store = c.write();
+        KubeCluster::apply_pods(&mut store, Change::Upsert(("p1".into(), Some("n1".into()), pod("p1"))));
+        KubeCluster::apply_pods(&mut store, Change::Upsert(("p1".into(), Some("n2".into()), pod("p1"))));
+        drop(store);
+        let state = c.current().unwrap();
+        assert!(state.nodes[&NodeName::from("n1")].pods.is_empty());
+        assert_eq!(state.nodes[&NodeName::from("n2")].pods.len(), 1);
+        KubeCluster::apply_pods(&mut c.write(), Change::Remove(("p1".into(), Some("n2".into()), pod("p1"))));
+        assert!(c.current().unwrap().nodes[&NodeName::from("n2")].pods.is_empty());
+        assert!(c.read().pods_by_node.is_empty(), "no empty sets left behind");
+    }
+
+    #[test]
+    fn a_malformed_ca_status_keeps_the_last_good_view_and_is_counted() {
+        let c = cluster(false);
+        synced(&c, Vec::new(), Vec::new());
+        let good = include_str!("../../tests/fixtures/ca-status/yaml-1.30.yaml");
+        let cm = |text: &str| -> ConfigMap {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "cluster-autoscaler-status"},
+                "data": {"status": text}}))
+            .unwrap()
+        };
+        c.apply_ca(&mut c.write(), Change::Upsert(cm(good)));
+        let before = c.current().unwrap().ca;
+        assert!(!before.is_empty());
+        c.apply_ca(&mut c.write(), Change::Upsert(cm("nodeGroups: [garbage")));
+        assert_eq!(c.current().unwrap().ca, before);
+        assert!(c.metrics.encode().contains("spots_booster_parse_errors_total{source=\"ca-status\"} 1"));
+        c.apply_ca(&mut c.write(), Change::Remove(cm(good)));
+        assert!(c.current().unwrap().ca.is_empty(), "a deleted status is gone");
+        assert!(c.ca_status_age(Timestamp::EPOCH).is_none());
     }
 }
