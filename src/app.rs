@@ -159,8 +159,11 @@ pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
 
     let leadership = if leader_elect { Leadership::follower() } else { Leadership::always() };
     metrics.leader.set(i64::from(leadership.is_leader()));
-    let ledger =
-        SharedLedger::load(ConfigMapLedger::new(client.clone(), &args.state_namespace, &args.ledger_configmap)).await?;
+    let mut store = ConfigMapLedger::new(client.clone(), &args.state_namespace, &args.ledger_configmap);
+    if args.aws.dry_run {
+        store = store.read_only();
+    }
+    let ledger = SharedLedger::load(store).await?;
     let ctx = Arc::new(WorkerContext {
         aws: aws.autoscaling.clone(),
         cluster: cluster.clone(),
@@ -203,20 +206,23 @@ pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
         Err(ScalerError::Describe(e)) => return Err(AppError::Aws(e)),
         Err(e) => warn!(error = %e, "could not describe the tagged groups yet"),
     }
-    tokio::select! {
-        _ = cluster.wait_synced() => {}
-        _ = terminated() => return Ok(()),
+    let workers = tokio::select! {
+        _ = cluster.wait_synced() => {
+            let drainer = Drainer::new(ctx.clone(), DrainerSettings { tick: args.drain_interval });
+            info!("running");
+            Some((tokio::spawn(scaler.run(shutdown.clone())), tokio::spawn(drainer.run(shutdown.clone()))))
+        }
+        _ = terminated() => None,
+    };
+    if workers.is_some() {
+        terminated().await;
     }
-    let drainer = Drainer::new(ctx.clone(), DrainerSettings { tick: args.drain_interval });
-    let scaler_task = tokio::spawn(scaler.run(shutdown.clone()));
-    let drainer_task = tokio::spawn(drainer.run(shutdown.clone()));
-    info!("running");
-
-    terminated().await;
     info!("terminating: stopping the workers, then releasing the lease");
     let _ = stop.send(true);
-    let _ = scaler_task.await;
-    let _ = drainer_task.await;
+    if let Some((scaler_task, drainer_task)) = workers {
+        let _ = scaler_task.await;
+        let _ = drainer_task.await;
+    }
     if let Some(elector) = elector {
         let _ = elector.await;
     }

@@ -382,3 +382,17 @@ async fn the_watches_use_server_side_selectors_and_sync_into_one_view() {
     assert_eq!(cluster.node_uid(&NodeName::from("n1")).as_deref(), Some("node-uid-1"));
     assert!(metrics.encode().contains("spots_booster_synced 1"));
 }
+
+#[tokio::test]
+async fn a_dry_run_ledger_reads_the_cluster_but_never_writes_it() {
+    let (client, mut server) = mocked();
+    let store = Arc::new(ConfigMapLedger::new(client, "spots", "spots-booster-ledger").read_only());
+    let s = store.clone();
+    let load = tokio::spawn(async move { s.load().await });
+    answer(&mut server, |_| reply(404, status(404, "NotFound"))).await;
+    assert_eq!(load.await.unwrap().unwrap(), BoostLedger::default());
+    store.save(&ledger()).await.unwrap();
+    assert_eq!(store.load().await.unwrap(), ledger(), "kept in memory");
+    let next = tokio::time::timeout(Duration::from_millis(100), server.next_request()).await;
+    assert!(matches!(next, Err(_) | Ok(None)), "nothing written to the cluster");
+}

@@ -22,6 +22,9 @@ pub struct ConfigMapLedger {
     name: String,
     /// The resourceVersion last read or written; `None`: the ConfigMap does not exist yet.
     version: Mutex<Option<String>>,
+    /// `--dry-run`: boosts that were never sent must not be persisted (a later real run would
+    /// take their instances as covered), so saves stay in memory.
+    dry_run: Option<Mutex<Option<BoostLedger>>>,
 }
 
 impl std::fmt::Debug for ConfigMapLedger {
@@ -33,12 +36,28 @@ impl std::fmt::Debug for ConfigMapLedger {
 impl ConfigMapLedger {
     /// The ledger kept in ConfigMap `namespace/name`.
     pub fn new(client: Client, namespace: &str, name: &str) -> Self {
-        ConfigMapLedger { api: Api::namespaced(client, namespace), name: name.to_string(), version: Mutex::new(None) }
+        ConfigMapLedger {
+            api: Api::namespaced(client, namespace),
+            name: name.to_string(),
+            version: Mutex::new(None),
+            dry_run: None,
+        }
+    }
+
+    /// Reads the ConfigMap but keeps every save in memory (`--dry-run`).
+    pub fn read_only(mut self) -> Self {
+        self.dry_run = Some(Mutex::new(None));
+        self
     }
 }
 
 impl LedgerStore for ConfigMapLedger {
     async fn load(&self) -> Result<BoostLedger, LedgerError> {
+        if let Some(kept) = &self.dry_run {
+            if let Some(ledger) = kept.lock().await.clone() {
+                return Ok(ledger);
+            }
+        }
         let mut version = self.version.lock().await;
         let Some(cm) = self.api.get_opt(&self.name).await.map_err(|e| LedgerError::Load(e.into()))? else {
             *version = None;
@@ -56,6 +75,10 @@ impl LedgerStore for ConfigMapLedger {
     }
 
     async fn save(&self, ledger: &BoostLedger) -> Result<(), LedgerError> {
+        if let Some(kept) = &self.dry_run {
+            *kept.lock().await = Some(ledger.clone());
+            return Ok(());
+        }
         let mut version = self.version.lock().await;
         let text = serde_json::to_string(ledger).map_err(|e| LedgerError::Save(e.into()))?;
         let cm = ConfigMap {
