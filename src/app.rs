@@ -125,6 +125,9 @@ pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
         events: args.events_namespace.clone(),
         ca_status: args.ca_status_namespace.clone(),
         own: args.state_namespace.clone(),
+        ca_status_name: args.ca_status_name.clone(),
+        ledger_name: args.ledger_configmap.clone(),
+        lease_name: args.leader.leader_elect_lease_name.clone(),
     };
     check_permissions(&client, &namespaces, |p| !leader_elect && p.resource == "leases").await?;
     info!(%identity, leader_elect, dry_run = args.aws.dry_run, "connected to the cluster; permissions checked");

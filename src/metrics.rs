@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use prometheus::core::Collector;
 use prometheus::{
     Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
@@ -245,9 +246,37 @@ impl Metrics {
         String::from_utf8(out).unwrap_or_default()
     }
 
-    /// Names of every metric family exported (with the prefix).
+    /// Names of every metric family exported (with the prefix), whether or not it has a value yet.
     pub fn names(&self) -> Vec<String> {
-        self.registry.gather().iter().map(|f| f.name().to_string()).collect()
+        let collectors: [&dyn Collector; 22] = [
+            &self.signals,
+            &self.boosts,
+            &self.boosted_nodes_in_flight,
+            &self.asg_desired,
+            &self.asg_max,
+            &self.drains,
+            &self.evictions,
+            &self.drains_in_progress,
+            &self.drain_duration,
+            &self.reaction,
+            &self.terminations,
+            &self.skipped_not_leader,
+            &self.aws_calls,
+            &self.aws_errors,
+            &self.aws_throttles,
+            &self.watch_restarts,
+            &self.synced,
+            &self.leader,
+            &self.leader_transitions,
+            &self.ca_status_age,
+            &self.ca_status_found,
+            &self.parse_errors,
+        ];
+        let mut names: Vec<String> =
+            collectors.iter().flat_map(|c| c.desc().into_iter().map(|d| d.fq_name.clone())).collect();
+        names.sort();
+        names.dedup();
+        names
     }
 }
 
@@ -285,6 +314,17 @@ mod tests {
             assert!(line.split(' ').nth(2).unwrap().ends_with("_total"), "{line}");
         }
         assert!(text.contains("spots_booster_reaction_seconds_count 1"), "{text}");
+    }
+
+    #[test]
+    fn names_lists_every_registered_family_even_before_a_value() {
+        let m = Metrics::new();
+        let registered = m.registry.gather().len();
+        assert!(m.names().len() >= registered);
+        for name in ["spots_booster_evictions_total", "spots_booster_reaction_seconds", "spots_booster_leader"] {
+            assert!(m.names().contains(&name.to_string()), "{name}");
+        }
+        assert_eq!(m.names().len(), 22);
     }
 
     #[test]

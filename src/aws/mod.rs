@@ -17,6 +17,16 @@ pub use ec2::AwsInstances;
 
 use crate::ports::TagFilter;
 
+/// Every AWS API action the adapters call, as IAM names it: the one list `manifests/iam-policy.json`
+/// is checked against.
+pub const IAM_ACTIONS: &[&str] = &[
+    "autoscaling:DescribeAutoScalingGroups",
+    "autoscaling:DescribeAutoScalingInstances",
+    "autoscaling:SetDesiredCapacity",
+    "autoscaling:TerminateInstanceInAutoScalingGroup",
+    "ec2:DescribeInstances",
+];
+
 /// AWS flags. Every flag also reads its `SPOTS_BOOSTER_` environment variable.
 #[derive(Debug, Clone, Args)]
 pub struct AwsArgs {

@@ -111,6 +111,19 @@ pub struct Permission {
     pub verb: &'static str,
     /// Where: `Cluster`, the Events namespace, the CA status namespace or the booster's own.
     pub scope: Scope,
+    /// The one object it is limited to (RBAC `resourceNames`), when the code names it.
+    pub name: Option<Named>,
+}
+
+/// Objects the booster reaches by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Named {
+    /// `--ca-status-name`.
+    CaStatus,
+    /// `--ledger-configmap`.
+    Ledger,
+    /// `--leader-elect-lease-name`.
+    Lease,
 }
 
 /// Where a permission must hold.
@@ -128,30 +141,42 @@ pub enum Scope {
     NodeEvents,
 }
 
-/// Every permission the daemon uses.
+/// Every permission the daemon uses: the one list the startup check, the RBAC manifest test and
+/// the docs share.
 pub const PERMISSIONS: &[Permission] = &[
-    Permission { group: "", resource: "nodes", verb: "get", scope: Scope::Cluster },
-    Permission { group: "", resource: "nodes", verb: "list", scope: Scope::Cluster },
-    Permission { group: "", resource: "nodes", verb: "watch", scope: Scope::Cluster },
-    Permission { group: "", resource: "nodes", verb: "patch", scope: Scope::Cluster },
-    Permission { group: "", resource: "pods", verb: "list", scope: Scope::Cluster },
-    Permission { group: "", resource: "pods", verb: "watch", scope: Scope::Cluster },
-    Permission { group: "", resource: "pods/eviction", verb: "create", scope: Scope::Cluster },
-    Permission { group: "", resource: "events", verb: "list", scope: Scope::NthEvents },
-    Permission { group: "", resource: "events", verb: "watch", scope: Scope::NthEvents },
-    Permission { group: "events.k8s.io", resource: "events", verb: "create", scope: Scope::NodeEvents },
-    Permission { group: "events.k8s.io", resource: "events", verb: "patch", scope: Scope::NodeEvents },
-    Permission { group: "", resource: "configmaps", verb: "list", scope: Scope::CaStatus },
-    Permission { group: "", resource: "configmaps", verb: "watch", scope: Scope::CaStatus },
-    Permission { group: "", resource: "configmaps", verb: "get", scope: Scope::Own },
-    Permission { group: "", resource: "configmaps", verb: "create", scope: Scope::Own },
-    Permission { group: "", resource: "configmaps", verb: "update", scope: Scope::Own },
-    Permission { group: "coordination.k8s.io", resource: "leases", verb: "get", scope: Scope::Own },
-    Permission { group: "coordination.k8s.io", resource: "leases", verb: "create", scope: Scope::Own },
-    Permission { group: "coordination.k8s.io", resource: "leases", verb: "update", scope: Scope::Own },
+    p("", "nodes", "list", Scope::Cluster, None),
+    p("", "nodes", "watch", Scope::Cluster, None),
+    p("", "nodes", "patch", Scope::Cluster, None),
+    p("", "pods", "list", Scope::Cluster, None),
+    p("", "pods", "watch", Scope::Cluster, None),
+    p("", "pods/eviction", "create", Scope::Cluster, None),
+    p("", "events", "list", Scope::NthEvents, None),
+    p("", "events", "watch", Scope::NthEvents, None),
+    p("events.k8s.io", "events", "create", Scope::NodeEvents, None),
+    p("events.k8s.io", "events", "patch", Scope::NodeEvents, None),
+    p("", "configmaps", "list", Scope::CaStatus, Some(Named::CaStatus)),
+    p("", "configmaps", "watch", Scope::CaStatus, Some(Named::CaStatus)),
+    p("", "configmaps", "get", Scope::Own, Some(Named::Ledger)),
+    p("", "configmaps", "update", Scope::Own, Some(Named::Ledger)),
+    // `create` cannot be limited by name in RBAC.
+    p("", "configmaps", "create", Scope::Own, None),
+    p("coordination.k8s.io", "leases", "get", Scope::Own, Some(Named::Lease)),
+    p("coordination.k8s.io", "leases", "update", Scope::Own, Some(Named::Lease)),
+    p("coordination.k8s.io", "leases", "create", Scope::Own, None),
+    p("authorization.k8s.io", "selfsubjectaccessreviews", "create", Scope::Cluster, None),
 ];
 
-/// The namespaces each scope means for this run.
+const fn p(
+    group: &'static str,
+    resource: &'static str,
+    verb: &'static str,
+    scope: Scope,
+    name: Option<Named>,
+) -> Permission {
+    Permission { group, resource, verb, scope, name }
+}
+
+/// The namespaces and names each scope means for this run.
 #[derive(Debug, Clone)]
 pub struct Namespaces {
     /// `--events-namespace`.
@@ -160,6 +185,12 @@ pub struct Namespaces {
     pub ca_status: String,
     /// `--state-namespace`.
     pub own: String,
+    /// `--ca-status-name`.
+    pub ca_status_name: String,
+    /// `--ledger-configmap`.
+    pub ledger_name: String,
+    /// `--leader-elect-lease-name`.
+    pub lease_name: String,
 }
 
 /// Asks the API server, for every permission, whether this identity has it; names every one that
@@ -171,7 +202,7 @@ pub async fn check_permissions(
 ) -> Result<(), ConnectError> {
     let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     let mut missing = Vec::new();
-    for p in PERMISSIONS.iter().filter(|p| !skip(p)) {
+    for p in PERMISSIONS.iter().filter(|p| !skip(p) && p.resource != "selfsubjectaccessreviews") {
         let (resource, subresource) = match p.resource.split_once('/') {
             Some((r, s)) => (r, Some(s.to_string())),
             None => (p.resource, None),
@@ -191,6 +222,11 @@ pub async fn check_permissions(
                     subresource,
                     verb: Some(p.verb.to_string()),
                     namespace: namespace.clone(),
+                    name: p.name.map(|n| match n {
+                        Named::CaStatus => namespaces.ca_status_name.clone(),
+                        Named::Ledger => namespaces.ledger_name.clone(),
+                        Named::Lease => namespaces.lease_name.clone(),
+                    }),
                     ..ResourceAttributes::default()
                 }),
                 ..SelfSubjectAccessReviewSpec::default()
