@@ -61,6 +61,8 @@ struct Observed {
     on_at_risk: usize,
     /// Set when the signal is sent: from then on the minimum and the first departure count.
     watching: bool,
+    /// No disruption controller runs: the test keeps the PDB's status.
+    play_disruption_controller: bool,
     /// Highest desired capacity seen.
     max_desired: i32,
 }
@@ -170,7 +172,7 @@ impl Run {
             .filter(|n| !n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false))
             .filter_map(|n| n.metadata.name)
             .collect();
-        let mut ready = 0;
+        let mut ready: usize = 0;
         let mut on_at_risk = 0;
         for pod in &all.items {
             let name = pod.metadata.name.clone().unwrap();
@@ -206,6 +208,17 @@ impl Run {
                         on_at_risk += 1;
                     }
                 }
+            }
+        }
+        let play_pdb = observed.lock().unwrap().play_disruption_controller;
+        if play_pdb {
+            let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+                Api::namespaced(self.kube.clone(), &self.ns);
+            if let Ok(pdb) = pdbs.get("web").await {
+                let status = json!({"status": {"observedGeneration": pdb.metadata.generation.unwrap_or(1),
+                    "disruptionsAllowed": ready.saturating_sub(1), "currentHealthy": ready, "desiredHealthy": 1,
+                    "expectedPods": 2}});
+                let _ = pdbs.patch_status("web", &PatchParams::default(), &Patch::Merge(&status)).await;
             }
         }
         let mut o = observed.lock().unwrap();
@@ -258,7 +271,7 @@ async fn scrape(port: u16) -> String {
 
 fn metric(text: &str, name_and_labels: &str) -> f64 {
     text.lines()
-        .find(|l| l.starts_with(name_and_labels))
+        .find(|l| l.strip_prefix(name_and_labels).is_some_and(|rest| rest.starts_with(' ')))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0)
@@ -345,6 +358,7 @@ async fn a_rebalance_recommendation_is_boosted_drained_and_given_back() {
         "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
             "template": {"metadata": {"labels": {"app": "web"}},
                 "spec": {"schedulerName": "spots-booster-e2e", "terminationGracePeriodSeconds": 0,
+                    "automountServiceAccountToken": false,
                     "containers": [{"name": "web", "image": "registry.k8s.io/pause:3.9",
                         "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}}}}),
     )
@@ -394,14 +408,19 @@ async fn a_rebalance_recommendation_is_boosted_drained_and_given_back() {
         .patch(&other, &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": false}})))
         .await
         .unwrap();
-    // The PDB's status, in case no disruption controller runs.
-    let pdb_status = json!({"status": {"observedGeneration": 1, "disruptionsAllowed": 1, "currentHealthy": 2,
-        "desiredHealthy": 1, "expectedPods": 2}});
+    // Without a disruption controller the PDB's status is never computed; the test then plays it.
     let pdb_api: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> = Api::namespaced(run.kube.clone(), &run.ns);
-    let current = pdb_api.get("web").await.unwrap();
-    if current.status.as_ref().is_none_or(|s| s.expected_pods == 0) {
-        let _ = pdb_api.patch_status("web", &PatchParams::default(), &Patch::Merge(&pdb_status)).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let pdb = pdb_api.get("web").await.unwrap();
+        if pdb.status.as_ref().is_some_and(|s| s.expected_pods > 0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    let computed = pdb_api.get("web").await.unwrap().status.is_some_and(|s| s.expected_pods > 0);
+    observed.lock().unwrap().play_disruption_controller = !computed;
+    run.play_kubelet_and_scheduler(&at_risk, &observed).await;
 
     // The booster.
     let port = free_port();

@@ -2,7 +2,7 @@
 //! replacement capacity planned for them has joined and is Ready (replace-before-drain).
 //!
 //! Replacement capacity is tracked per boost record: a Ready, schedulable, not-at-risk node of the
-//! group, created after the boost was decided, is *claimed* by the oldest record that still lacks
+//! group, created after the boost was decided (to the second, as creationTimestamp is), is *claimed* by the oldest record that still lacks
 //! nodes. A record whose `added` nodes are all claimed may drain; one with `added == 0` (its pods
 //! need no new node) may drain at once. Claims are recomputed from the snapshot on every plan, so a
 //! replacement that dies is replaced by the next node to join; nodes that served a closed record
@@ -212,7 +212,9 @@ pub fn claim_replacements(snapshot: &Snapshot, at_risk: &AtRiskSet) -> Vec<Claim
                 .get(&record.group)
                 .into_iter()
                 .flatten()
-                .filter(|n| n.created >= record.at && !taken.contains(&n.name))
+                // creationTimestamp has whole seconds: a node that joined in the boost's own
+                // second must count, or a fast replacement would never be claimed.
+                .filter(|n| n.created >= record.at.whole_second() && !taken.contains(&n.name))
                 .take(record.added as usize)
                 .map(|n| &n.name)
                 .collect::<Vec<_>>();
@@ -398,6 +400,17 @@ mod tests {
     fn plan(s: &Snapshot, state: &DrainState, policy: &Policy) -> DrainPlan {
         let at_risk = fold_signals(s, policy, NOW);
         next_batches(&DrainView { snapshot: s, at_risk: &at_risk, state }, policy, NOW)
+    }
+
+    #[test]
+    fn a_replacement_created_in_the_boosts_own_second_is_claimed() {
+        // creationTimestamp 10 s flat; the boost was decided at 10.4 s.
+        let mut s = boosted(1);
+        s.ledger.records[0].at = Timestamp::from_millis(10_400);
+        s = s.with_node(Node::test("r1", "a").created_at(10_000));
+        let at_risk = fold_signals(&s, &Policy::default(), NOW);
+        let claims = claim_replacements(&s, &at_risk);
+        assert_eq!(claims[0].nodes, vec![NodeName::from("r1")]);
     }
 
     #[test]

@@ -32,6 +32,11 @@ impl Timestamp {
         Timestamp(self.0.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
     }
 
+    /// This time rounded down to a whole second: the precision of `metadata.creationTimestamp`.
+    pub const fn whole_second(self) -> Self {
+        Timestamp(self.0.div_euclid(1000) * 1000)
+    }
+
     /// How long after `earlier` this is; zero when `earlier` is later.
     pub fn since(self, earlier: Timestamp) -> Duration {
         Duration::from_millis(u64::try_from(self.0.saturating_sub(earlier.0)).unwrap_or(0))

@@ -94,7 +94,7 @@ impl GroupBook {
             .nodes
             .values()
             .filter(|n| n.group.is_none())
-            .filter(|n| signalled.contains(&n.name) || since.is_some_and(|at| n.created >= at))
+            .filter(|n| signalled.contains(&n.name) || since.is_some_and(|at| n.created >= at.whole_second()))
             .filter_map(|n| n.instance.clone())
             .collect();
         if !unresolved.is_empty() {
