@@ -351,8 +351,8 @@ pub trait AutoScaling: Send + Sync {
 /// The cluster as the watches see it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ClusterState {
-    /// Nodes, each with its group when known. Pods are attached to nodes that have a signal (the
-    /// only ones sizing and draining look at).
+    /// Nodes, each with its group when known. Pods are attached at least to nodes that have a
+    /// signal or are cordoned (the only ones sizing and draining look at).
     pub nodes: BTreeMap<NodeName, Node>,
     /// NTH signals.
     pub signals: Vec<Signal>,

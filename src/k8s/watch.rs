@@ -340,6 +340,8 @@ impl KubeCluster {
         match change {
             Change::Reset(nodes) => {
                 store.nodes = nodes.into_iter().map(|n| (n.node.name.clone(), n)).collect();
+                let Store { signals, nodes, .. } = &mut *store;
+                signals.retain(|_, s| nodes.contains_key(&s.signal.node));
                 let now = (Instant::now(), wall_now());
                 let names: Vec<NodeName> =
                     store.nodes.values().filter(|n| n.nth_taint.is_some()).map(|n| n.node.name.clone()).collect();
@@ -351,6 +353,10 @@ impl KubeCluster {
             }
             Change::Upsert(n) => {
                 let name = n.node.name.clone();
+                if store.nodes.get(&name).is_some_and(|old| old.node.instance != n.node.instance) {
+                    // The name came back with another instance: the old news is not about it.
+                    store.signals.retain(|_, s| s.signal.node != name);
+                }
                 if n.nth_taint.is_some() {
                     tainted = !store.taint_seen.contains_key(&name);
                     store.taint_seen.entry(name.clone()).or_insert_with(|| (Instant::now(), wall_now()));
@@ -364,6 +370,7 @@ impl KubeCluster {
             Change::Remove(n) => {
                 store.taint_seen.remove(&n.node.name);
                 store.nodes.remove(&n.node.name);
+                store.signals.retain(|_, s| s.signal.node != n.node.name);
             }
         }
         tainted
@@ -400,17 +407,21 @@ impl KubeCluster {
             }
         };
         match change {
+            // Events expire (kube-apiserver's --event-ttl, 1 h by default) while their news stays
+            // true: a signal is kept until its node leaves or gets another instance, never dropped
+            // because its Event did, or a drain waiting on a PDB would lose its node.
             Change::Reset(events) => {
-                let before = std::mem::take(&mut store.signals);
                 for (key, signal) in events {
-                    if let Some(old) = before.get(&key) {
-                        store.signals.insert(key.clone(), old.clone());
-                    }
                     keep(store, key, signal);
                 }
             }
             Change::Upsert((key, signal)) => keep(store, key, signal),
-            Change::Remove((key, _)) => keep(store, key, None),
+            Change::Remove((key, _)) => {
+                // Only news about a node that is gone anyway is forgotten with its Event.
+                if store.signals.get(&key).is_some_and(|s| !store.nodes.contains_key(&s.signal.node)) {
+                    store.signals.remove(&key);
+                }
+            }
         }
         new
     }
@@ -486,7 +497,8 @@ impl ClusterView for KubeCluster {
         let signalled: HashSet<&NodeName> = state.signals.iter().map(|s| &s.node).collect();
         for (name, w) in &store.nodes {
             let mut node = w.node.clone();
-            if signalled.contains(name) {
+            // Draining nodes are cordoned: their pods must be seen even if their signal is not.
+            if signalled.contains(name) || node.cordoned {
                 if let Some(uids) = store.pods_by_node.get(name) {
                     node.pods = uids.iter().filter_map(|u| store.pods.get(u)).map(|(_, p)| p.clone()).collect();
                     node.pods.sort_by(|a, b| a.uid.cmp(&b.uid));
@@ -578,6 +590,24 @@ mod tests {
         assert!(first.nodes[&NodeName::from("n2")].pods.is_empty(), "not of the others");
         std::thread::sleep(std::time::Duration::from_millis(5));
         assert_eq!(c.current().unwrap().signals[0].observed_at, first.signals[0].observed_at, "no drift");
+    }
+
+    #[test]
+    fn a_signal_outlives_its_expired_event_while_its_node_lives() {
+        let c = cluster(false);
+        synced(&c, vec![node("n1", None)], Vec::new());
+        let event: k8s_openapi::api::core::v1::Event =
+            serde_yaml::from_str(include_str!("../../tests/fixtures/nth/imds-rebalance.yaml")).unwrap();
+        let mut event = event;
+        event.involved_object.name = Some("n1".into());
+        let (key, signal) = c.convert_event(event).unwrap();
+        c.apply_events(&mut c.write(), Change::Upsert((key.clone(), signal.clone())));
+        assert_eq!(c.current().unwrap().signals.len(), 1);
+        c.apply_events(&mut c.write(), Change::Remove((key.clone(), signal.clone())));
+        assert_eq!(c.current().unwrap().signals.len(), 1, "the Event expired; the news did not");
+        c.apply_nodes(&mut c.write(), Change::Remove(node("n1", None)));
+        assert!(c.current().unwrap().signals.is_empty());
+        assert!(c.read().signals.is_empty(), "forgotten with its node");
     }
 
     #[test]

@@ -163,6 +163,7 @@ where
         let now = (ctx.clock)();
         let mut report = DrainReport::default();
         let ledger = ctx.ledger.current().await;
+        super::remember_boosted(&mut state, &ledger);
         let groups = ctx.groups.resolve(&ctx.aws, &mut state, &ledger).await.map_err(DrainerError::Describe)?;
         let protected = std::mem::take(&mut state.protected);
         let snapshot = Snapshot { groups, nodes: state.nodes, signals: state.signals, ledger };
@@ -278,6 +279,13 @@ where
             self.drains.in_progress.iter().map(|(n, d)| (n.clone(), d.clone())).collect();
         for (name, drain) in draining {
             let node = snapshot.nodes.get(&name).filter(|n| n.instance.as_ref() == Some(&drain.instance));
+            if node.is_some_and(|n| !n.cordoned) {
+                // Someone uncordoned it mid-drain: stop, and never terminate what they want kept.
+                warn!(node = %name, "node uncordoned during its drain; drain stopped, instance kept");
+                self.drains.in_progress.remove(&name);
+                self.progress.remove(&name);
+                continue;
+            }
             let left = node.map_or(0, |n| eviction_order(n).len());
             if left > 0 {
                 if let Some(node) = node {
@@ -645,6 +653,28 @@ mod tests {
         assert_eq!(next.tick().await.unwrap().drained, vec![NodeName::from("n1")]);
         assert_eq!(terminations(&rig.aws), vec![("i-n1".into(), true)]);
         let _ = ctx;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_survives_its_signal_vanishing_and_stops_if_someone_uncordons() {
+        let (rig, ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
+        rig.writes.block("uid-n1-p0", true);
+        scaler.tick().await.unwrap();
+        join(&rig, &ctx, "r1");
+        drainer.tick().await.unwrap();
+        // The Event expires (and the daemon restarts): the ledger still knows n1 was at risk.
+        rig.cluster.edit(|s| s.signals.clear());
+        let mut restarted = Drainer::new(ctx.clone(), DrainerSettings::default());
+        assert_eq!(restarted.tick().await.unwrap().started, vec![NodeName::from("n1")]);
+        assert!(terminations(&rig.aws).is_empty(), "a PDB still holds one pod: no termination");
+
+        rig.cluster.edit(|s| s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = false);
+        tokio::time::advance(Duration::from_secs(60)).await;
+        rig.writes.block("uid-n1-p0", false);
+        let report = restarted.tick().await.unwrap();
+        assert!(report.drained.is_empty() && report.terminated.is_empty(), "{report:?}");
+        assert!(terminations(&rig.aws).is_empty(), "an uncordoned node is never terminated");
+        let _ = &mut drainer;
     }
 
     #[tokio::test(start_paused = true)]

@@ -11,8 +11,9 @@ pub mod scaler;
 
 use std::sync::Arc;
 
-use crate::core::{Policy, Timestamp};
+use crate::core::{BoostLedger, Policy, Signal, SignalKind, Timestamp};
 use crate::metrics::Metrics;
+use crate::ports::ClusterState;
 use crate::ports::Leadership;
 use groups::GroupBook;
 use ledger::SharedLedger;
@@ -51,4 +52,22 @@ pub struct WorkerContext<A, C, L, W, E> {
     pub policy: Policy,
     /// `now` for the core.
     pub clock: Clock,
+}
+
+/// Adds a signal for every boosted instance whose node is still there but whose signal is not
+/// (its Event expired, or a restart came after that): the ledger remembers it was at risk, so its
+/// drain still happens and its boost is still given back.
+pub fn remember_boosted(state: &mut ClusterState, ledger: &BoostLedger) {
+    let signalled: std::collections::BTreeSet<_> = state.signals.iter().map(|s| s.instance.clone()).collect();
+    for record in &ledger.records {
+        for instance in record.instances.iter().filter(|i| !signalled.contains(*i)) {
+            let Some(node) = state.nodes.values().find(|n| n.instance.as_ref() == Some(instance)) else { continue };
+            state.signals.push(Signal {
+                instance: instance.clone(),
+                node: node.name.clone(),
+                kind: SignalKind::Rebalance,
+                observed_at: record.at,
+            });
+        }
+    }
 }

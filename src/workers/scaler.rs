@@ -176,6 +176,7 @@ where
         self.was_leader = leading;
         let now = (ctx.clock)();
         let ledger = ctx.ledger.current().await;
+        super::remember_boosted(&mut state, &ledger);
         let groups = ctx.groups.resolve(&ctx.aws, &mut state, &ledger).await.map_err(ScalerError::Describe)?;
         self.export_sizes(&groups, &ledger);
         let first_seen = std::mem::take(&mut state.first_seen);
