@@ -190,12 +190,18 @@ where
         self.start_batches(&plan, &snapshot, now, &mut report).await;
         self.evict_what_may_go(&snapshot, now, &mut report).await;
         self.terminate_drained(&mut report).await?;
+        // Ended drains are remembered only while their instance is around.
+        let alive: HashSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
+        self.drains.finished.retain(|i, _| alive.contains(i));
         self.export_progress();
         Ok(report)
     }
 
     /// Replacement nodes keep Cluster Autoscaler's scale-down protection while their boost is open.
     async fn protect_replacements(&self, plan: &DrainPlan, protected: &BTreeSet<NodeName>) {
+        if !self.ctx.leadership.is_leader() {
+            return;
+        }
         let claimed: BTreeSet<&NodeName> = plan.claims.iter().flat_map(|c| c.nodes.iter()).collect();
         for node in claimed.iter().filter(|n| !protected.contains(**n)) {
             if let Err(e) = self.ctx.writes.protect_from_scale_down(node, true).await {
@@ -238,6 +244,10 @@ where
         for batch in &plan.batches {
             self.drains.last_batch_at.insert(batch.group.clone(), now);
             for target in &batch.nodes {
+                if !self.ctx.leadership.is_leader() {
+                    self.ctx.metrics.not_leader("drain");
+                    return;
+                }
                 if target.cordon {
                     if let Err(e) = self.ctx.writes.cordon(&target.node).await {
                         warn!(node = %target.node, error = %e, "cordon failed; the drain waits for the next plan");
