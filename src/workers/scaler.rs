@@ -189,7 +189,10 @@ where
         let plan = plan_boosts(&snapshot, &at_risk, &ctx.policy, now);
         let mut report =
             TickReport { held: plan.held.iter().map(|h| h.instances.len()).sum(), ..TickReport::default() };
-        self.tell_held(&snapshot, &plan.held).await;
+        if leading {
+            // Events are writes too: a follower tells nothing.
+            self.tell_held(&snapshot, &plan.held).await;
+        }
 
         if !leading {
             for boost in &plan.boosts {
