@@ -396,3 +396,74 @@ async fn a_dry_run_ledger_reads_the_cluster_but_never_writes_it() {
     let next = tokio::time::timeout(Duration::from_millis(100), server.next_request()).await;
     assert!(matches!(next, Err(_) | Ok(None)), "nothing written to the cluster");
 }
+
+/// Answers the elector's requests until `until`: GET returns the lease as `holder` holds it;
+/// every write gets `write_status`.
+async fn serve_lease(server: &mut ApiServer, holder: &str, write_status: u16, until: std::time::Instant) -> Vec<Seen> {
+    let mut seen = Vec::new();
+    while std::time::Instant::now() < until {
+        let Ok(Some((request, send))) = tokio::time::timeout(Duration::from_millis(100), server.next_request()).await
+        else {
+            continue;
+        };
+        let method = request.method().to_string();
+        let body = request.into_body().collect_bytes().await.unwrap();
+        let lease = json!({"metadata": {"name": "spots-booster", "resourceVersion": "5"},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 3, "renewTime": "2026-11-21T10:00:00.000000Z"}});
+        send.send_response(match method.as_str() {
+            "GET" => reply(200, lease),
+            _ if write_status < 300 => reply(write_status, serde_json::from_slice(&body).unwrap()),
+            _ => reply(write_status, status(write_status, "InternalError")),
+        });
+        seen.push(Seen {
+            method,
+            path: String::new(),
+            query: String::new(),
+            content_type: String::new(),
+            body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        });
+    }
+    seen
+}
+
+#[tokio::test]
+async fn a_leader_that_cannot_renew_steps_down_at_its_deadline_and_releases_on_shutdown() {
+    let timing = LeaseTiming {
+        lease_duration: Duration::from_secs(3),
+        renew_deadline: Duration::from_millis(1500),
+        retry_period: Duration::from_millis(300),
+    };
+    let metrics = Arc::new(Metrics::new());
+    let leadership = Leadership::follower();
+    let (client, mut server) = mocked();
+    let elector =
+        LeaderElector::new(client, "spots", "spots-booster", "pod-a", timing, leadership.clone(), metrics.clone());
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(elector.run(shutdown));
+
+    // It creates the lease and leads.
+    answer(&mut server, |_| reply(404, status(404, "NotFound"))).await;
+    answer(&mut server, |seen| reply(201, seen.body.clone())).await;
+    let start = std::time::Instant::now();
+    // Renewals succeed for a while …
+    serve_lease(&mut server, "pod-a", 200, start + Duration::from_millis(700)).await;
+    assert!(leadership.is_leader());
+    // … then fail: it keeps leading until the renew deadline, then stops at once.
+    let failing = std::time::Instant::now();
+    serve_lease(&mut server, "pod-a", 500, failing + Duration::from_millis(900)).await;
+    assert!(leadership.is_leader(), "within the renew deadline");
+    serve_lease(&mut server, "pod-a", 500, failing + Duration::from_millis(2200)).await;
+    assert!(!leadership.is_leader(), "past the renew deadline");
+    let text = metrics.encode();
+    assert!(text.contains("spots_booster_leader_transitions_total{change=\"lost\"} 1"), "{text}");
+
+    // Renewals work again: it leads again; on shutdown it gives the lease up.
+    serve_lease(&mut server, "pod-a", 200, std::time::Instant::now() + Duration::from_millis(700)).await;
+    assert!(leadership.is_leader());
+    stop.send(true).unwrap();
+    let writes = serve_lease(&mut server, "pod-a", 200, std::time::Instant::now() + Duration::from_millis(500)).await;
+    task.await.unwrap();
+    let release = writes.iter().rev().find(|s| s.method == "PUT").expect("a release");
+    assert!(release.body["spec"]["holderIdentity"].is_null(), "{}", release.body);
+    assert!(!leadership.is_leader());
+}
