@@ -130,12 +130,8 @@ pub enum Mode {
 
 const TICK: Duration = Duration::from_secs(1);
 
-/// The daemon's workers over the simulated world.
-type SimContext = WorkerContext<SimWorld, SimWorld, MemoryLedger, SimWorld, SimWorld>;
-
 /// What the simulation keeps of the workers between ticks.
 struct Workers {
-    ctx: Arc<SimContext>,
     scaler: Scaler<SimWorld, SimWorld, MemoryLedger, SimWorld, SimWorld>,
     drainer: Drainer<SimWorld, SimWorld, MemoryLedger, SimWorld, SimWorld>,
     ledger: MemoryLedger,
@@ -163,7 +159,6 @@ impl Workers {
         Workers {
             scaler: Scaler::new(ctx.clone(), ScalerSettings::default()),
             drainer: Drainer::new(ctx.clone(), DrainerSettings::default()),
-            ctx,
             ledger,
             records: BTreeSet::new(),
             boosted: BTreeMap::new(),
@@ -189,7 +184,6 @@ impl Workers {
                 }
             }
         }
-        let _ = &self.ctx;
     }
 }
 

@@ -21,7 +21,7 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::WorkerContext;
+use super::{Observation, WorkerContext};
 use crate::core::{
     eviction_backoff, eviction_order, fold_signals, next_batches, DrainEnd, DrainPlan, DrainStarted, DrainState,
     DrainView, GroupName, InstanceId, Node, NodeName, PodClass, Snapshot, Timestamp,
@@ -159,14 +159,10 @@ where
     /// One planning pass and the progress it allows.
     pub async fn tick(&mut self) -> Result<DrainReport, DrainerError> {
         let ctx = self.ctx.clone();
-        let mut state = ctx.cluster.current().ok_or(DrainerError::NotSynced)?;
         let now = (ctx.clock)();
         let mut report = DrainReport::default();
-        let ledger = ctx.ledger.current().await;
-        super::remember_boosted(&mut state, &ledger);
-        let groups = ctx.groups.resolve(&ctx.aws, &mut state, &ledger).await.map_err(DrainerError::Describe)?;
-        let protected = std::mem::take(&mut state.protected);
-        let snapshot = Snapshot { groups, nodes: state.nodes, signals: state.signals, ledger };
+        let Observation { snapshot, protected, .. } =
+            ctx.observe().await.map_err(DrainerError::Describe)?.ok_or(DrainerError::NotSynced)?;
         let at_risk = fold_signals(&snapshot, &ctx.policy, now);
         let plan =
             next_batches(&DrainView { snapshot: &snapshot, at_risk: &at_risk, state: &self.drains }, &ctx.policy, now);
@@ -662,16 +658,15 @@ mod tests {
         assert_eq!(next.tick().await.unwrap().started, vec![NodeName::from("n1")]);
         assert_eq!(next.tick().await.unwrap().drained, vec![NodeName::from("n1")]);
         assert_eq!(terminations(&rig.aws), vec![("i-n1".into(), true)]);
-        let _ = ctx;
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_drain_survives_its_signal_vanishing_and_stops_if_someone_uncordons() {
-        let (rig, ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
+        let (rig, ctx, mut scaler, mut first) = rebalanced(policy()).await;
         rig.writes.block("uid-n1-p0", true);
         scaler.tick().await.unwrap();
         join(&rig, &ctx, "r1");
-        drainer.tick().await.unwrap();
+        first.tick().await.unwrap();
         // The Event expires (and the daemon restarts): the ledger still knows n1 was at risk.
         rig.cluster.edit(|s| s.signals.clear());
         let mut restarted = Drainer::new(ctx.clone(), DrainerSettings::default());
@@ -684,7 +679,6 @@ mod tests {
         let report = restarted.tick().await.unwrap();
         assert!(report.drained.is_empty() && report.terminated.is_empty(), "{report:?}");
         assert!(terminations(&rig.aws).is_empty(), "an uncordoned node is never terminated");
-        let _ = &mut drainer;
     }
 
     #[tokio::test(start_paused = true)]

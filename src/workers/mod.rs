@@ -9,12 +9,12 @@ pub mod groups;
 pub mod ledger;
 pub mod scaler;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::core::{BoostLedger, Policy, Signal, SignalKind, Timestamp};
+use crate::core::{BoostLedger, InstanceId, NodeName, Policy, Signal, SignalKind, Snapshot, Timestamp};
 use crate::metrics::Metrics;
-use crate::ports::ClusterState;
-use crate::ports::Leadership;
+use crate::ports::{AutoScaling, AwsError, ClusterState, ClusterView, Leadership, LedgerStore};
 use groups::GroupBook;
 use ledger::SharedLedger;
 
@@ -58,7 +58,7 @@ pub struct WorkerContext<A, C, L, W, E> {
 /// (its Event expired, or a restart came after that): the ledger remembers it was at risk, so its
 /// drain still happens and its boost is still given back.
 pub fn remember_boosted(state: &mut ClusterState, ledger: &BoostLedger) {
-    let signalled: std::collections::BTreeSet<_> = state.signals.iter().map(|s| s.instance.clone()).collect();
+    let signalled: BTreeSet<_> = state.signals.iter().map(|s| s.instance.clone()).collect();
     for record in &ledger.records {
         for instance in record.instances.iter().filter(|i| !signalled.contains(*i)) {
             let Some(node) = state.nodes.values().find(|n| n.instance.as_ref() == Some(instance)) else { continue };
@@ -69,5 +69,32 @@ pub fn remember_boosted(state: &mut ClusterState, ledger: &BoostLedger) {
                 observed_at: record.at,
             });
         }
+    }
+}
+
+/// One consistent observation, ready for the core.
+#[derive(Debug)]
+pub struct Observation {
+    /// Groups, nodes (with their groups), signals (with those the ledger remembers) and the ledger.
+    pub snapshot: Snapshot,
+    /// Nodes carrying the scale-down protection.
+    pub protected: BTreeSet<NodeName>,
+    /// When the watch first saw each signalled instance.
+    pub first_seen: BTreeMap<InstanceId, tokio::time::Instant>,
+}
+
+impl<A: AutoScaling, C: ClusterView, L: LedgerStore, W, E> WorkerContext<A, C, L, W, E> {
+    /// The cluster, the ledger and the groups as one snapshot; `None` while a watch has not
+    /// synced (nothing is decided on a partial view).
+    pub async fn observe(&self) -> Result<Option<Observation>, AwsError> {
+        let Some(mut state) = self.cluster.current() else { return Ok(None) };
+        let ledger = self.ledger.current().await;
+        remember_boosted(&mut state, &ledger);
+        let groups = self.groups.resolve(&self.aws, &mut state, &ledger).await?;
+        Ok(Some(Observation {
+            snapshot: Snapshot { groups, nodes: state.nodes, signals: state.signals, ledger },
+            protected: state.protected,
+            first_seen: state.first_seen,
+        }))
     }
 }

@@ -16,8 +16,8 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::WorkerContext;
 pub use super::{system_clock, Clock};
+use super::{Observation, WorkerContext};
 use crate::core::{
     close_finished_boosts, fold_signals, plan_boosts, Boost, BoostLedger, BoostRecord, GroupName, InstanceId, Snapshot,
     Timestamp,
@@ -167,7 +167,6 @@ where
     /// One planning pass and its writes.
     pub async fn tick(&mut self) -> Result<TickReport, ScalerError> {
         let ctx = self.ctx.clone();
-        let mut state = ctx.cluster.current().ok_or(ScalerError::NotSynced)?;
         let leading = ctx.leadership.is_leader();
         if !leading || !self.was_leader {
             // A follower's copy is stale, and a new leader must see what the last one saved.
@@ -175,12 +174,9 @@ where
         }
         self.was_leader = leading;
         let now = (ctx.clock)();
-        let ledger = ctx.ledger.current().await;
-        super::remember_boosted(&mut state, &ledger);
-        let groups = ctx.groups.resolve(&ctx.aws, &mut state, &ledger).await.map_err(ScalerError::Describe)?;
-        self.export_sizes(&groups, &ledger);
-        let first_seen = std::mem::take(&mut state.first_seen);
-        let mut snapshot = Snapshot { groups, nodes: state.nodes, signals: state.signals, ledger };
+        let Observation { mut snapshot, first_seen, .. } =
+            ctx.observe().await.map_err(ScalerError::Describe)?.ok_or(ScalerError::NotSynced)?;
+        self.export_sizes(&snapshot.groups, &snapshot.ledger);
         self.count_signals(&snapshot);
 
         let at_risk = fold_signals(&snapshot, &ctx.policy, now);
