@@ -516,7 +516,7 @@ impl ClusterView for KubeCluster {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::{PodClass, Resources, SignalKind};
+    use crate::core::SignalKind;
 
     fn cluster(nth_taints: bool) -> KubeCluster {
         let settings = WatchSettings {
@@ -529,32 +529,13 @@ mod tests {
     }
 
     fn node(name: &str, taint: Option<SignalKind>) -> WatchedNode {
-        WatchedNode {
-            node: crate::core::Node {
-                name: name.into(),
-                instance: Some(format!("i-{name}").as_str().into()),
-                group: None,
-                ready: true,
-                cordoned: false,
-                deleting_by_ca: false,
-                created: Timestamp::EPOCH,
-                allocatable: Resources::new(4000, 16 << 30),
-                pods: Vec::new(),
-            },
-            protected: false,
-            uid: None,
-            nth_taint: taint.map(|k| (k, None)),
-        }
+        let mut node = crate::core::Node::test(name, "unused");
+        node.group = None; // as the watch sees it: groups come from Auto Scaling
+        WatchedNode { node, protected: false, uid: None, nth_taint: taint.map(|k| (k, None)) }
     }
 
     fn pod(uid: &str) -> Pod {
-        Pod {
-            uid: uid.into(),
-            namespace: "shop".into(),
-            name: uid.into(),
-            requests: Resources::new(100, 1 << 20),
-            class: PodClass::Ordinary,
-        }
+        Pod { uid: uid.into(), ..Pod::test(uid, 100, 1 << 20) }
     }
 
     /// Applies the changes and marks every watch synced.
