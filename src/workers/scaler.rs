@@ -386,23 +386,14 @@ mod tests {
     use std::sync::atomic::{AtomicI64, Ordering};
 
     use super::*;
-    use crate::core::{InstanceId, Node, NodeName, Policy, Resources, Signal, SignalKind};
+    use crate::core::{InstanceId, Node, Policy, Signal, SignalKind};
     use crate::fakes::{AsgCall, FakeAutoScaling, FakeContext, FakeRig, InMemoryCluster};
     use crate::metrics::Metrics;
     use crate::ports::Leadership;
 
+    /// A node of `group` that NTH has cordoned.
     fn node(name: &str, group: &str) -> Node {
-        Node {
-            name: NodeName::from(name),
-            instance: Some(InstanceId(format!("i-{name}"))),
-            group: Some(group.into()),
-            ready: true,
-            cordoned: true,
-            deleting_by_ca: false,
-            created: Timestamp::EPOCH,
-            allocatable: Resources::new(4000, 16 << 30),
-            pods: Vec::new(),
-        }
+        Node::test(name, group).cordoned()
     }
 
     fn rebalance(cluster: &InMemoryCluster, name: &str, group: &str) {
