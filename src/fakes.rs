@@ -47,11 +47,6 @@ impl InMemoryCluster {
         }
     }
 
-    /// A node as the cluster has it now.
-    pub fn node(&self, name: &str) -> Option<Node> {
-        lock(&self.0).as_ref().and_then(|s| s.nodes.get(&NodeName::from(name)).cloned())
-    }
-
     /// Nodes carrying the scale-down protection.
     pub fn protected(&self) -> BTreeSet<NodeName> {
         lock(&self.0).as_ref().map(|s| s.protected.clone()).unwrap_or_default()
@@ -239,11 +234,6 @@ impl ClusterWrites for FakeClusterWrites {
 pub struct RecordedEvents(Arc<Mutex<Vec<NodeEvent>>>);
 
 impl RecordedEvents {
-    /// Every Event so far.
-    pub fn all(&self) -> Vec<NodeEvent> {
-        lock(&self.0).clone()
-    }
-
     /// Reasons of the Events about `node`, in order.
     pub fn reasons_for(&self, node: &str) -> Vec<&'static str> {
         lock(&self.0).iter().filter(|e| e.node.as_str() == node).map(|e| e.reason).collect()

@@ -137,9 +137,4 @@ impl GroupBook {
     pub async fn invalidate(&self, group: &GroupName) {
         self.described.lock().await.remove(group);
     }
-
-    /// Desired capacity and MaxSize of every described group.
-    pub async fn sizes(&self) -> Vec<(GroupName, u32, u32)> {
-        self.described.lock().await.values().map(|(g, _)| (g.name.clone(), g.desired, g.max)).collect()
-    }
 }
