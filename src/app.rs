@@ -70,6 +70,7 @@ pub fn run(cli: Cli) -> Result<String, AppError> {
             Ok(render_nth_events(&events, args.io.output))
         }
         Command::Simulate(args) => Ok(simulate_file(&args.scenario, args.baseline, args.output)?),
+        Command::Crd => Ok(crate::instancegroup::api::crd_yaml()),
         Command::Run(args) => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -31,6 +31,8 @@ pub enum Command {
     /// Run the daemon: watch the cluster, boost groups ahead of spot interruptions, drain at-risk
     /// nodes once their replacements are Ready.
     Run(Box<RunArgs>),
+    /// Print the InstanceGroup CustomResourceDefinition (`manifests/crd.yaml` is this output).
+    Crd,
 }
 
 /// `run` arguments.

@@ -14,6 +14,7 @@ pub mod config;
 pub mod core;
 pub mod fakes;
 pub mod inspect;
+pub mod instancegroup;
 pub mod k8s;
 pub mod metrics;
 pub mod ports;

@@ -207,3 +207,18 @@ fn every_dashboard_query_uses_metrics_the_binary_exports() {
         dashboard["templating"]["list"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();
     assert_eq!(variables, vec!["datasource", "group"]);
 }
+
+#[test]
+fn the_crd_manifest_is_what_the_binary_generates() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_spots-booster")).arg("crd").output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let generated = String::from_utf8(output.stdout).unwrap();
+    let shipped = std::fs::read_to_string(Path::new(MANIFESTS).join("crd.yaml")).unwrap();
+    assert!(
+        generated == shipped,
+        "manifests/crd.yaml is stale: regenerate it with `cargo run --release -- crd > manifests/crd.yaml`"
+    );
+    let crd = &documents(&Path::new(MANIFESTS).join("crd.yaml"))[0];
+    assert_eq!(crd["kind"], "CustomResourceDefinition");
+    assert_eq!(crd["spec"]["names"]["shortNames"][0], "ig");
+}
