@@ -15,6 +15,8 @@ pub const GROUP: &str = "instancemgr.keikoproj.io";
 pub const FINALIZER: &str = "finalizer.instancegroups.keikoproj.io";
 
 /// A group of worker nodes backed by an Auto Scaling Group.
+// Each printer column repeats `type_ = …`, which clippy mistakes for duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Debug, Clone, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "instancemgr.keikoproj.io",

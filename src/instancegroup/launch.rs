@@ -415,7 +415,8 @@ mod tests {
     #[test]
     fn drift_names_each_rotating_field() {
         let base = launch_template_data(&design(), &resolved());
-        let cases: Vec<(&str, Box<dyn Fn(&mut GroupDesign, &mut Resolved)>)> = vec![
+        type Edit = Box<dyn Fn(&mut GroupDesign, &mut Resolved)>;
+        let cases: Vec<(&str, Edit)> = vec![
             ("image", Box::new(|d, _| d.image = "ami-new".into())),
             ("instanceType", Box::new(|d, _| d.instance_type = "m7i.2xlarge".into())),
             ("instanceProfile", Box::new(|_, r| r.instance_profile_arn = "arn:other".into())),

@@ -510,7 +510,7 @@ fn decode_user_data(data: &str) -> String {
         .decode(compact.as_bytes())
         .ok()
         .and_then(|bytes| String::from_utf8(bytes).ok())
-        .filter(|_| !compact.is_empty() && compact.len() % 4 == 0)
+        .filter(|_| !compact.is_empty() && compact.len().is_multiple_of(4))
         .unwrap_or_else(|| data.to_string())
 }
 
@@ -869,7 +869,8 @@ mod tests {
     #[test]
     fn every_invalid_field_is_named_and_reported_at_once() {
         use FieldErrorKind::*;
-        let table: Vec<(&str, Box<dyn FnOnce(&mut InstanceGroup)>, Vec<(&str, FieldErrorKind)>)> = vec![
+        type Edit = Box<dyn FnOnce(&mut InstanceGroup)>;
+        let table: Vec<(&str, Edit, Vec<(&str, FieldErrorKind)>)> = vec![
             ("no provisioner", Box::new(|ig| ig.spec.provisioner.clear()), vec![("spec.provisioner", Invalid)]),
             (
                 "managed",
