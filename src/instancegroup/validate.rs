@@ -870,7 +870,8 @@ mod tests {
     fn every_invalid_field_is_named_and_reported_at_once() {
         use FieldErrorKind::*;
         type Edit = Box<dyn FnOnce(&mut InstanceGroup)>;
-        let table: Vec<(&str, Edit, Vec<(&str, FieldErrorKind)>)> = vec![
+        type Expected = Vec<(&'static str, FieldErrorKind)>;
+        let table: Vec<(&str, Edit, Expected)> = vec![
             ("no provisioner", Box::new(|ig| ig.spec.provisioner.clear()), vec![("spec.provisioner", Invalid)]),
             (
                 "managed",
