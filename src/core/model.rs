@@ -236,6 +236,9 @@ pub enum SignalKind {
     StateChange,
     /// Anything NTH could not name (e.g. an ASG launch lifecycle event).
     Unknown,
+    /// An InstanceGroup rolling update retires this drifted instance: replace it, drain it, then
+    /// terminate it, exactly like a rebalance recommendation.
+    Rotation,
 }
 
 impl SignalKind {
@@ -243,7 +246,10 @@ impl SignalKind {
     /// replacement is worth buying. ASG lifecycle terminations and state changes are the ASG's or
     /// the owner's own doing: the ASG either replaces the instance itself or does not want it.
     pub fn calls_for_replacement(self) -> bool {
-        matches!(self, SignalKind::Rebalance | SignalKind::SpotInterruption | SignalKind::Scheduled)
+        matches!(
+            self,
+            SignalKind::Rebalance | SignalKind::SpotInterruption | SignalKind::Scheduled | SignalKind::Rotation
+        )
     }
 
     /// Whether NTH cordons **and drains** on this kind whatever its rebalance settings: by the time
@@ -262,6 +268,7 @@ impl SignalKind {
             SignalKind::AsgLifecycle => "asg-lifecycle",
             SignalKind::StateChange => "state-change",
             SignalKind::Unknown => "unknown",
+            SignalKind::Rotation => "rotation",
         }
     }
 }

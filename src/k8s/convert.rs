@@ -13,6 +13,9 @@ use crate::units::{parse_cpu_millis, parse_memory_bytes};
 pub const SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-down-disabled";
 /// Our marker next to it: only annotations we set are ever removed by us.
 pub const PROTECTED_BY_US: &str = "spots-booster.io/scale-down-protected";
+/// Node annotation the InstanceGroup rolling update sets on a drifted node it retires; the value
+/// is when (RFC 3339). The node then counts as at risk with [`SignalKind::Rotation`].
+pub const ROTATE_ANNOTATION: &str = "spots-booster.io/rotate";
 /// Cluster Autoscaler's taint on nodes it is deleting.
 pub const CA_DELETION_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 /// The kubelet's annotation on a static pod's mirror.
@@ -54,6 +57,16 @@ pub struct WatchedNode {
     pub uid: Option<String>,
     /// An NTH taint (`taintNode: true`): the kind it announces and when it was added.
     pub nth_taint: Option<(SignalKind, Option<Timestamp>)>,
+    /// Our rotation annotation ([`ROTATE_ANNOTATION`]) and when it was set.
+    pub rotation: Option<(SignalKind, Option<Timestamp>)>,
+}
+
+impl WatchedNode {
+    /// The signal the node itself carries: an NTH taint first (it is the more urgent news), else
+    /// a rotation.
+    pub fn node_signal(&self) -> Option<(SignalKind, Option<Timestamp>)> {
+        self.nth_taint.or(self.rotation)
+    }
 }
 
 /// NTH's taints and the kind each announces.
@@ -103,9 +116,14 @@ pub fn node_from_kube(node: &KubeNode) -> Result<WatchedNode, ConvertError> {
             Some((*kind, t.time_added.as_ref().map(|at| Timestamp::from_millis(at.0.as_millisecond()))))
         })
     });
+    let rotation = annotations.and_then(|a| a.get(ROTATE_ANNOTATION)).map(|at| {
+        let at = at.parse::<jiff::Timestamp>().ok().map(|t| Timestamp::from_millis(t.as_millisecond()));
+        (SignalKind::Rotation, at)
+    });
     Ok(WatchedNode {
         uid: node.metadata.uid.clone(),
         nth_taint,
+        rotation,
         node: Node {
             name: NodeName(name.clone()),
             instance: spec.and_then(|s| s.provider_id.as_deref()).and_then(instance_from_provider_id),
@@ -232,6 +250,25 @@ mod tests {
         assert_eq!(w.node.allocatable, Resources::new(3920, 15 << 30));
         assert_eq!(w.node.created.as_millis(), 1_795_255_200_000);
         assert_eq!(w.nth_taint, Some((SignalKind::Rebalance, None)));
+    }
+
+    #[test]
+    fn the_rotation_annotation_is_a_signal_with_its_time_behind_an_nth_taint() {
+        let mut n = node(serde_json::json!({
+            "metadata": {"name": "n1", "annotations": {ROTATE_ANNOTATION: "2026-11-21T10:00:00Z"}},
+            "spec": {"providerID": "aws:///eu-west-1a/i-0abc"}
+        }));
+        let w = node_from_kube(&n).unwrap();
+        let at = Timestamp::from_millis(1_795_255_200_000);
+        assert_eq!(w.node_signal(), Some((SignalKind::Rotation, Some(at))));
+        n.spec.as_mut().unwrap().taints = Some(vec![k8s_openapi::api::core::v1::Taint {
+            key: "aws-node-termination-handler/spot-itn".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }]);
+        let w = node_from_kube(&n).unwrap();
+        assert_eq!(w.node_signal(), Some((SignalKind::SpotInterruption, None)), "the more urgent news wins");
+        assert_eq!(w.rotation, Some((SignalKind::Rotation, Some(at))));
     }
 
     #[test]

@@ -284,14 +284,17 @@ impl KubeCluster {
         }
     }
 
+    /// Drops NTH taints unless they count as signals; rotations always do.
+    fn strip_disabled(settings: &WatchSettings, mut node: WatchedNode) -> WatchedNode {
+        if !settings.nth_taints {
+            node.nth_taint = None;
+        }
+        node
+    }
+
     fn convert_node(&self, node: KubeNode) -> Option<WatchedNode> {
         match node_from_kube(&node) {
-            Ok(mut w) => {
-                if !self.settings.nth_taints {
-                    w.nth_taint = None;
-                }
-                Some(w)
-            }
+            Ok(w) => Some(Self::strip_disabled(&self.settings, w)),
             Err(e) => {
                 self.metrics.parse_error("node").inc();
                 warn!(error = %e, "node skipped");
@@ -344,7 +347,7 @@ impl KubeCluster {
                 signals.retain(|_, s| nodes.contains_key(&s.signal.node));
                 let now = (Instant::now(), wall_now());
                 let names: Vec<NodeName> =
-                    store.nodes.values().filter(|n| n.nth_taint.is_some()).map(|n| n.node.name.clone()).collect();
+                    store.nodes.values().filter(|n| n.node_signal().is_some()).map(|n| n.node.name.clone()).collect();
                 store.taint_seen.retain(|n, _| names.contains(n));
                 for n in names {
                     store.taint_seen.entry(n).or_insert(now);
@@ -357,7 +360,7 @@ impl KubeCluster {
                     // The name came back with another instance: the old news is not about it.
                     store.signals.retain(|_, s| s.signal.node != name);
                 }
-                if n.nth_taint.is_some() {
+                if n.node_signal().is_some() {
                     tainted = !store.taint_seen.contains_key(&name);
                     store.taint_seen.entry(name.clone()).or_insert_with(|| (Instant::now(), wall_now()));
                 } else {
@@ -488,7 +491,7 @@ impl ClusterView for KubeCluster {
         }
         for (name, (seen, seen_wall)) in &store.taint_seen {
             let Some(w) = store.nodes.get(name) else { continue };
-            let (Some((kind, added)), Some(instance)) = (w.nth_taint, w.node.instance.clone()) else { continue };
+            let (Some((kind, added)), Some(instance)) = (w.node_signal(), w.node.instance.clone()) else { continue };
             state.first_seen.entry(instance.clone()).or_insert(*seen);
             state.signals.push(Signal { instance, node: name.clone(), kind, observed_at: added.unwrap_or(*seen_wall) });
         }
@@ -531,7 +534,7 @@ mod tests {
     fn node(name: &str, taint: Option<SignalKind>) -> WatchedNode {
         let mut node = crate::core::Node::test(name, "unused");
         node.group = None; // as the watch sees it: groups come from Auto Scaling
-        WatchedNode { node, protected: false, uid: None, nth_taint: taint.map(|k| (k, None)) }
+        WatchedNode { node, protected: false, uid: None, nth_taint: taint.map(|k| (k, None)), rotation: None }
     }
 
     fn pod(uid: &str) -> Pod {
@@ -571,6 +574,20 @@ mod tests {
         assert!(first.nodes[&NodeName::from("n2")].pods.is_empty(), "not of the others");
         std::thread::sleep(std::time::Duration::from_millis(5));
         assert_eq!(c.current().unwrap().signals[0].observed_at, first.signals[0].observed_at, "no drift");
+    }
+
+    #[test]
+    fn a_rotation_is_a_signal_even_when_nth_taints_are_off() {
+        let c = cluster(false);
+        let mut rotated = node("n1", None);
+        rotated.rotation = Some((SignalKind::Rotation, None));
+        rotated.nth_taint = Some((SignalKind::Rebalance, None));
+        let converted = KubeCluster::strip_disabled(&c.settings, rotated);
+        assert_eq!(converted.nth_taint, None, "NTH taints are off");
+        synced(&c, vec![converted, node("n2", None)], Vec::new());
+        let signals = c.current().unwrap().signals;
+        assert_eq!(signals.len(), 1);
+        assert_eq!((signals[0].instance.as_str(), signals[0].kind), ("i-n1", SignalKind::Rotation));
     }
 
     #[test]
