@@ -1,11 +1,14 @@
 //! InstanceGroup reconciliation (`instancemgr.keikoproj.io/v1alpha1`, keikoproj instance-manager
-//! compatible). [`api`] is the custom resource; the pure modules turn it into what AWS should look
-//! like ([`validate`], [`launch`], [`userdata`], [`boundaries`]), compare ([`drift`]) and plan node
-//! replacement ([`rolling`]); `workers::instancegroups` acts on them.
+//! compatible). [`api`] is the custom resource. The rest is pure: [`boundaries`] applies the
+//! `instance-manager` ConfigMap, [`validate`] turns the object into a [`design::GroupDesign`],
+//! [`launch`] and [`userdata`] say what AWS should hold and diff it against what it holds, and
+//! [`rolling`] plans node replacement. `workers::instancegroups` acts on them.
 
 pub mod api;
+pub mod boundaries;
 pub mod design;
 pub mod launch;
+pub mod rolling;
 pub mod userdata;
 pub mod validate;
 
