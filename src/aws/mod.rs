@@ -6,6 +6,7 @@ pub mod autoscaling;
 pub mod calls;
 pub mod ec2;
 pub mod errors;
+pub mod nodegroups;
 
 use aws_config::retry::RetryConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};

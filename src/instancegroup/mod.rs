@@ -5,10 +5,13 @@
 //! [`rolling`] plans node replacement. `workers::instancegroups` acts on them.
 
 pub mod api;
+pub mod aws_auth;
 pub mod boundaries;
+pub mod cloud;
 pub mod design;
 pub mod launch;
 pub mod rolling;
+pub mod store;
 pub mod userdata;
 pub mod validate;
 

@@ -6,6 +6,7 @@
 
 pub mod drainer;
 pub mod groups;
+pub mod instancegroups;
 pub mod ledger;
 pub mod scaler;
 

@@ -1,0 +1,875 @@
+//! [`NodeGroupCloud`] on the SDK: EKS for the cluster's endpoint, EC2 for subnets, security groups
+//! and launch templates, Auto Scaling for the group, IAM for the node role.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use aws_sdk_autoscaling::error::ProvideErrorMetadata;
+use aws_sdk_autoscaling::types as asg;
+use aws_sdk_ec2::types as ec2;
+use tracing::info;
+
+use super::calls::CallStats;
+use super::errors::failure;
+use crate::instancegroup::cloud::{CloudError, NodeGroupCloud, RoleFacts, TemplateFacts};
+use crate::instancegroup::design::{LifecycleHook, Metadata, MixedInstances, Placement, RoleChoice, WarmPool};
+use crate::instancegroup::launch::{AsgChanges, AsgDesign, AsgFacts, BlockDevice, GroupInstance, LaunchTemplateData};
+use crate::instancegroup::userdata::ClusterInfo;
+
+/// Trust policy of a created node role.
+const EC2_TRUST_POLICY: &str = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#;
+
+/// The SDK clients the reconciler uses.
+#[derive(Debug, Clone)]
+pub struct AwsNodeGroups {
+    autoscaling: aws_sdk_autoscaling::Client,
+    ec2: aws_sdk_ec2::Client,
+    iam: aws_sdk_iam::Client,
+    eks: aws_sdk_eks::Client,
+    stats: CallStats,
+    /// How long to wait for IAM to show a new profile with its role.
+    pub profile_wait: Duration,
+}
+
+impl AwsNodeGroups {
+    /// Builds the four clients from one SDK configuration, counting calls in `stats`.
+    pub fn new(config: &aws_config::SdkConfig, stats: CallStats) -> Self {
+        AwsNodeGroups {
+            autoscaling: aws_sdk_autoscaling::Client::from_conf(
+                aws_sdk_autoscaling::config::Builder::from(config).interceptor(stats.interceptor()).build(),
+            ),
+            ec2: aws_sdk_ec2::Client::from_conf(
+                aws_sdk_ec2::config::Builder::from(config).interceptor(stats.interceptor()).build(),
+            ),
+            iam: aws_sdk_iam::Client::from_conf(
+                aws_sdk_iam::config::Builder::from(config).interceptor(stats.interceptor()).build(),
+            ),
+            eks: aws_sdk_eks::Client::from_conf(
+                aws_sdk_eks::config::Builder::from(config).interceptor(stats.interceptor()).build(),
+            ),
+            stats,
+            profile_wait: Duration::from_secs(60),
+        }
+    }
+
+    fn call<E>(
+        &self,
+        operation: &'static str,
+        target: &str,
+        err: aws_smithy_runtime_api::client::result::SdkError<
+            E,
+            aws_smithy_runtime_api::client::orchestrator::HttpResponse,
+        >,
+    ) -> CloudError
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        let failure = failure(err);
+        self.stats.record_failure(operation.rsplit(':').next().unwrap_or(operation), failure.kind);
+        CloudError::Call { operation, target: target.to_string(), failure }
+    }
+
+    async fn resolve(&self, what: &'static str, vpc: Option<&str>, refs: &[String]) -> Result<Vec<String>, CloudError> {
+        let id_prefix = if what == "subnet" { "subnet-" } else { "sg-" };
+        let (mut ids, names): (BTreeSet<String>, Vec<String>) = {
+            let (ids, names): (Vec<&String>, Vec<&String>) = refs.iter().partition(|r| r.starts_with(id_prefix));
+            (ids.into_iter().cloned().collect(), names.into_iter().cloned().collect())
+        };
+        if names.is_empty() {
+            return Ok(ids.into_iter().collect());
+        }
+        let mut found: BTreeMap<String, String> = BTreeMap::new();
+        let mut filters = vec![ec2::Filter::builder().name("tag:Name").set_values(Some(names.clone())).build()];
+        filters.extend(vpc.map(|v| ec2::Filter::builder().name("vpc-id").values(v).build()));
+        if what == "subnet" {
+            let out = self
+                .ec2
+                .describe_subnets()
+                .set_filters(Some(filters))
+                .send()
+                .await
+                .map_err(|e| self.call("ec2:DescribeSubnets", &names.join(","), e))?;
+            for subnet in out.subnets() {
+                if let (Some(id), Some(name)) = (subnet.subnet_id(), tag_value(subnet.tags(), "Name")) {
+                    found.insert(name, id.to_string());
+                }
+            }
+        } else {
+            let out = self
+                .ec2
+                .describe_security_groups()
+                .set_filters(Some(filters))
+                .send()
+                .await
+                .map_err(|e| self.call("ec2:DescribeSecurityGroups", &names.join(","), e))?;
+            for group in out.security_groups() {
+                if let (Some(id), Some(name)) = (group.group_id(), tag_value(group.tags(), "Name")) {
+                    found.insert(name, id.to_string());
+                }
+            }
+        }
+        for name in names {
+            match found.get(&name) {
+                Some(id) => {
+                    ids.insert(id.clone());
+                }
+                None => return Err(CloudError::NotFound { what, name, scope: vpc.map(String::from) }),
+            }
+        }
+        Ok(ids.into_iter().collect())
+    }
+
+    async fn profile_arn_with_role(&self, profile: &str) -> Result<Option<(String, Vec<String>)>, CloudError> {
+        match self.iam.get_instance_profile().instance_profile_name(profile).send().await {
+            Ok(out) => Ok(out
+                .instance_profile()
+                .map(|p| (p.arn().to_string(), p.roles().iter().map(|r| r.role_name().to_string()).collect()))),
+            Err(e) if e.code() == Some("NoSuchEntity") => Ok(None),
+            Err(e) => Err(self.call("iam:GetInstanceProfile", profile, e)),
+        }
+    }
+
+    async fn role_arn(&self, name: &str) -> Result<Option<String>, CloudError> {
+        match self.iam.get_role().role_name(name).send().await {
+            Ok(out) => Ok(out.role().map(|r| r.arn().to_string())),
+            Err(e) if e.code() == Some("NoSuchEntity") => Ok(None),
+            Err(e) => Err(self.call("iam:GetRole", name, e)),
+        }
+    }
+
+    async fn ensure_managed_role(&self, name: &str, policies: &BTreeSet<String>) -> Result<RoleFacts, CloudError> {
+        let role_arn = match self.role_arn(name).await? {
+            Some(arn) => arn,
+            None => {
+                info!(role = name, "creating node role");
+                let out = self
+                    .iam
+                    .create_role()
+                    .role_name(name)
+                    .assume_role_policy_document(EC2_TRUST_POLICY)
+                    .description("Node role created by spots-booster for an InstanceGroup")
+                    .send()
+                    .await
+                    .map_err(|e| self.call("iam:CreateRole", name, e))?;
+                out.role().map(|r| r.arn().to_string()).unwrap_or_default()
+            }
+        };
+        let attached: BTreeSet<String> = self
+            .iam
+            .list_attached_role_policies()
+            .role_name(name)
+            .send()
+            .await
+            .map_err(|e| self.call("iam:ListAttachedRolePolicies", name, e))?
+            .attached_policies()
+            .iter()
+            .filter_map(|p| p.policy_arn().map(String::from))
+            .collect();
+        for arn in policies.difference(&attached) {
+            self.iam
+                .attach_role_policy()
+                .role_name(name)
+                .policy_arn(arn)
+                .send()
+                .await
+                .map_err(|e| self.call("iam:AttachRolePolicy", name, e))?;
+        }
+        for arn in attached.difference(policies) {
+            self.iam
+                .detach_role_policy()
+                .role_name(name)
+                .policy_arn(arn)
+                .send()
+                .await
+                .map_err(|e| self.call("iam:DetachRolePolicy", name, e))?;
+        }
+        let roles = match self.profile_arn_with_role(name).await? {
+            Some((_, roles)) => roles,
+            None => {
+                self.iam
+                    .create_instance_profile()
+                    .instance_profile_name(name)
+                    .send()
+                    .await
+                    .map_err(|e| self.call("iam:CreateInstanceProfile", name, e))?;
+                Vec::new()
+            }
+        };
+        if !roles.iter().any(|r| r == name) {
+            self.iam
+                .add_role_to_instance_profile()
+                .instance_profile_name(name)
+                .role_name(name)
+                .send()
+                .await
+                .map_err(|e| self.call("iam:AddRoleToInstanceProfile", name, e))?;
+        }
+        // IAM is eventually consistent: wait, bounded, until the profile reads back with its role.
+        let deadline = tokio::time::Instant::now() + self.profile_wait;
+        let mut pause = Duration::from_millis(200);
+        loop {
+            if let Some((arn, roles)) = self.profile_arn_with_role(name).await? {
+                if roles.iter().any(|r| r == name) {
+                    return Ok(RoleFacts { role_arn: Some(role_arn), profile_arn: arn });
+                }
+            }
+            if tokio::time::Instant::now() + pause > deadline {
+                return Err(CloudError::Timeout(format!("instance profile {name} to carry role {name}")));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    async fn template_version_data(&self, name: &str, version: &str) -> Result<LaunchTemplateData, CloudError> {
+        let out = self
+            .ec2
+            .describe_launch_template_versions()
+            .launch_template_name(name)
+            .versions(version)
+            .send()
+            .await
+            .map_err(|e| self.call("ec2:DescribeLaunchTemplateVersions", name, e))?;
+        let data = out.launch_template_versions().first().and_then(|v| v.launch_template_data());
+        Ok(data.map(template_data_from_sdk).unwrap_or_default())
+    }
+
+    async fn hooks(&self, name: &str) -> Result<BTreeMap<String, LifecycleHook>, CloudError> {
+        let out = self
+            .autoscaling
+            .describe_lifecycle_hooks()
+            .auto_scaling_group_name(name)
+            .send()
+            .await
+            .map_err(|e| self.call("autoscaling:DescribeLifecycleHooks", name, e))?;
+        Ok(out
+            .lifecycle_hooks()
+            .iter()
+            .filter_map(|h| {
+                Some((
+                    h.lifecycle_hook_name()?.to_string(),
+                    LifecycleHook {
+                        transition: h.lifecycle_transition().unwrap_or_default().to_string(),
+                        default_result: h.default_result().unwrap_or("ABANDON").to_string(),
+                        heartbeat_timeout: h.heartbeat_timeout().unwrap_or(3600),
+                        notification_arn: h.notification_target_arn().map(String::from),
+                        role_arn: h.role_arn().map(String::from),
+                        metadata: h.notification_metadata().map(String::from),
+                    },
+                ))
+            })
+            .collect())
+    }
+
+    async fn warm_pool(&self, name: &str) -> Result<Option<WarmPool>, CloudError> {
+        let out = self
+            .autoscaling
+            .describe_warm_pool()
+            .auto_scaling_group_name(name)
+            .send()
+            .await
+            .map_err(|e| self.call("autoscaling:DescribeWarmPool", name, e))?;
+        Ok(out.warm_pool_configuration().map(|w| WarmPool {
+            min_size: w.min_size().unwrap_or(0),
+            max_prepared: w.max_group_prepared_capacity().filter(|m| *m >= 0),
+        }))
+    }
+
+    async fn apply_group_settings(&self, design: &AsgDesign, changes: &AsgChanges) -> Result<(), CloudError> {
+        let name = design.name.as_str();
+        if !changes.set_tags.is_empty() {
+            self.autoscaling
+                .create_or_update_tags()
+                .set_tags(Some(changes.set_tags.iter().map(|(k, v)| asg_tag(name, k, v)).collect()))
+                .send()
+                .await
+                .map_err(|e| self.call("autoscaling:CreateOrUpdateTags", name, e))?;
+        }
+        if !changes.delete_tags.is_empty() {
+            self.autoscaling
+                .delete_tags()
+                .set_tags(Some(changes.delete_tags.iter().map(|k| asg_tag(name, k, "")).collect()))
+                .send()
+                .await
+                .map_err(|e| self.call("autoscaling:DeleteTags", name, e))?;
+        }
+        if !changes.suspend.is_empty() {
+            self.autoscaling
+                .suspend_processes()
+                .auto_scaling_group_name(name)
+                .set_scaling_processes(Some(changes.suspend.iter().cloned().collect()))
+                .send()
+                .await
+                .map_err(|e| self.call("autoscaling:SuspendProcesses", name, e))?;
+        }
+        if !changes.resume.is_empty() {
+            self.autoscaling
+                .resume_processes()
+                .auto_scaling_group_name(name)
+                .set_scaling_processes(Some(changes.resume.iter().cloned().collect()))
+                .send()
+                .await
+                .map_err(|e| self.call("autoscaling:ResumeProcesses", name, e))?;
+        }
+        if !changes.enable_metrics.is_empty() {
+            self.autoscaling
+                .enable_metrics_collection()
+                .auto_scaling_group_name(name)
+                .granularity("1Minute")
+                .set_metrics(Some(changes.enable_metrics.iter().cloned().collect()))
+                .send()
+                .await
+                .map_err(|e| self.call("autoscaling:EnableMetricsCollection", name, e))?;
+        }
+        if !changes.disable_metrics.is_empty() {
+            self.autoscaling
+                .disable_metrics_collection()
+                .auto_scaling_group_name(name)
+                .set_metrics(Some(changes.disable_metrics.iter().cloned().collect()))
+                .send()
+                .await
+                .map_err(|e| self.call("autoscaling:DisableMetricsCollection", name, e))?;
+        }
+        for hook in &changes.delete_hooks {
+            self.autoscaling
+                .delete_lifecycle_hook()
+                .auto_scaling_group_name(name)
+                .lifecycle_hook_name(hook)
+                .send()
+                .await
+                .map_err(|e| self.call("autoscaling:DeleteLifecycleHook", name, e))?;
+        }
+        for (hook_name, hook) in &changes.put_hooks {
+            self.autoscaling
+                .put_lifecycle_hook()
+                .auto_scaling_group_name(name)
+                .lifecycle_hook_name(hook_name)
+                .lifecycle_transition(&hook.transition)
+                .default_result(&hook.default_result)
+                .heartbeat_timeout(hook.heartbeat_timeout)
+                .set_notification_target_arn(hook.notification_arn.clone())
+                .set_role_arn(hook.role_arn.clone())
+                .set_notification_metadata(hook.metadata.clone())
+                .send()
+                .await
+                .map_err(|e| self.call("autoscaling:PutLifecycleHook", name, e))?;
+        }
+        if changes.delete_warm_pool {
+            self.autoscaling
+                .delete_warm_pool()
+                .auto_scaling_group_name(name)
+                .force_delete(true)
+                .send()
+                .await
+                .map_err(|e| self.call("autoscaling:DeleteWarmPool", name, e))?;
+        }
+        if let Some(pool) = changes.put_warm_pool {
+            self.autoscaling
+                .put_warm_pool()
+                .auto_scaling_group_name(name)
+                .min_size(pool.min_size)
+                .max_group_prepared_capacity(pool.max_prepared.unwrap_or(-1))
+                .send()
+                .await
+                .map_err(|e| self.call("autoscaling:PutWarmPool", name, e))?;
+        }
+        Ok(())
+    }
+}
+
+fn tag_value(tags: &[ec2::Tag], key: &str) -> Option<String> {
+    tags.iter().find(|t| t.key() == Some(key)).and_then(|t| t.value().map(String::from))
+}
+
+fn asg_tag(group: &str, key: &str, value: &str) -> asg::Tag {
+    asg::Tag::builder()
+        .resource_id(group)
+        .resource_type("auto-scaling-group")
+        .key(key)
+        .value(value)
+        .propagate_at_launch(true)
+        .build()
+}
+
+/// Our launch template data → the SDK request.
+fn template_request(data: &LaunchTemplateData) -> ec2::RequestLaunchTemplateData {
+    let mut request = ec2::RequestLaunchTemplateData::builder()
+        .image_id(&data.image_id)
+        .instance_type(ec2::InstanceType::from(data.instance_type.as_str()))
+        .iam_instance_profile(
+            ec2::LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
+                .arn(&data.instance_profile_arn)
+                .build(),
+        )
+        .set_security_group_ids(Some(data.security_group_ids.clone()))
+        .set_key_name(data.key_name.clone())
+        .user_data(&data.user_data);
+    for device in &data.block_devices {
+        request = request.block_device_mappings(
+            ec2::LaunchTemplateBlockDeviceMappingRequest::builder()
+                .device_name(&device.device)
+                .ebs(
+                    ec2::LaunchTemplateEbsBlockDeviceRequest::builder()
+                        .volume_type(ec2::VolumeType::from(device.volume_type.as_str()))
+                        .set_volume_size(device.size)
+                        .set_iops(device.iops)
+                        .set_throughput(device.throughput)
+                        .delete_on_termination(device.delete_on_termination)
+                        .set_encrypted(device.encrypted)
+                        .set_snapshot_id(device.snapshot_id.clone())
+                        .build(),
+                )
+                .build(),
+        );
+    }
+    request = request.metadata_options(
+        ec2::LaunchTemplateInstanceMetadataOptionsRequest::builder()
+            .set_http_endpoint(
+                data.metadata.http_endpoint.as_deref().map(ec2::LaunchTemplateInstanceMetadataEndpointState::from),
+            )
+            .set_http_tokens(data.metadata.http_tokens.as_deref().map(ec2::LaunchTemplateHttpTokensState::from))
+            .set_http_put_response_hop_limit(data.metadata.http_put_hop_limit)
+            .instance_metadata_tags(ec2::LaunchTemplateInstanceMetadataTagsState::Disabled)
+            .build(),
+    );
+    for (resource, tags) in &data.tag_specifications {
+        request = request.tag_specifications(
+            ec2::LaunchTemplateTagSpecificationRequest::builder()
+                .resource_type(ec2::ResourceType::from(resource.as_str()))
+                .set_tags(Some(tags.iter().map(|(k, v)| ec2::Tag::builder().key(k).value(v).build()).collect()))
+                .build(),
+        );
+    }
+    if let Some(price) = &data.spot_max_price {
+        request = request.instance_market_options(
+            ec2::LaunchTemplateInstanceMarketOptionsRequest::builder()
+                .market_type(ec2::MarketType::Spot)
+                .spot_options(ec2::LaunchTemplateSpotMarketOptionsRequest::builder().max_price(price).build())
+                .build(),
+        );
+    }
+    if data.placement != Placement::default() {
+        request = request.placement(
+            ec2::LaunchTemplatePlacementRequest::builder()
+                .set_availability_zone(data.placement.availability_zone.clone())
+                .set_host_resource_group_arn(data.placement.host_resource_group_arn.clone())
+                .set_tenancy(data.placement.tenancy.as_deref().map(ec2::Tenancy::from))
+                .build(),
+        );
+    }
+    for arn in &data.licenses {
+        request = request.license_specifications(
+            ec2::LaunchTemplateLicenseConfigurationRequest::builder().license_configuration_arn(arn).build(),
+        );
+    }
+    request.build()
+}
+
+/// The SDK's launch template data → ours.
+fn template_data_from_sdk(data: &ec2::ResponseLaunchTemplateData) -> LaunchTemplateData {
+    let mut security_group_ids: Vec<String> = data.security_group_ids().to_vec();
+    security_group_ids.sort();
+    let mut block_devices: Vec<BlockDevice> = data
+        .block_device_mappings()
+        .iter()
+        .map(|m| {
+            let ebs = m.ebs();
+            BlockDevice {
+                device: m.device_name().unwrap_or_default().to_string(),
+                volume_type: ebs.and_then(|e| e.volume_type()).map(|t| t.as_str().to_string()).unwrap_or_default(),
+                size: ebs.and_then(|e| e.volume_size()),
+                iops: ebs.and_then(|e| e.iops()),
+                throughput: ebs.and_then(|e| e.throughput()),
+                delete_on_termination: ebs.and_then(|e| e.delete_on_termination()).unwrap_or(true),
+                encrypted: ebs.and_then(|e| e.encrypted()),
+                snapshot_id: ebs.and_then(|e| e.snapshot_id()).map(String::from),
+            }
+        })
+        .collect();
+    block_devices.sort();
+    let metadata = data
+        .metadata_options()
+        .map(|m| Metadata {
+            http_endpoint: m.http_endpoint().map(|v| v.as_str().to_string()),
+            http_tokens: m.http_tokens().map(|v| v.as_str().to_string()),
+            http_put_hop_limit: m.http_put_response_hop_limit(),
+        })
+        .unwrap_or_default();
+    let tag_specifications = data
+        .tag_specifications()
+        .iter()
+        .filter_map(|spec| {
+            let resource = spec.resource_type()?.as_str().to_string();
+            let tags =
+                spec.tags().iter().filter_map(|t| Some((t.key()?.to_string(), t.value()?.to_string()))).collect();
+            Some((resource, tags))
+        })
+        .collect();
+    let placement = data
+        .placement()
+        .map(|p| Placement {
+            availability_zone: p.availability_zone().map(String::from),
+            host_resource_group_arn: p.host_resource_group_arn().map(String::from),
+            tenancy: p.tenancy().map(|t| t.as_str().to_string()),
+        })
+        .unwrap_or_default();
+    let mut licenses: Vec<String> =
+        data.license_specifications().iter().filter_map(|l| l.license_configuration_arn().map(String::from)).collect();
+    licenses.sort();
+    LaunchTemplateData {
+        image_id: data.image_id().unwrap_or_default().to_string(),
+        instance_type: data.instance_type().map(|t| t.as_str().to_string()).unwrap_or_default(),
+        instance_profile_arn: data.iam_instance_profile().and_then(|p| p.arn()).unwrap_or_default().to_string(),
+        security_group_ids,
+        key_name: data.key_name().map(String::from),
+        user_data: data.user_data().unwrap_or_default().to_string(),
+        block_devices,
+        metadata,
+        tag_specifications,
+        spot_max_price: data
+            .instance_market_options()
+            .and_then(|m| m.spot_options())
+            .and_then(|s| s.max_price())
+            .map(String::from),
+        placement,
+        licenses,
+    }
+}
+
+fn mixed_policy(template: &str, mixed: &MixedInstances) -> asg::MixedInstancesPolicy {
+    let spec = asg::LaunchTemplateSpecification::builder().launch_template_name(template).version("$Latest").build();
+    let overrides = mixed
+        .overrides
+        .iter()
+        .map(|(t, w)| asg::LaunchTemplateOverrides::builder().instance_type(t).weighted_capacity(w.to_string()).build())
+        .collect();
+    asg::MixedInstancesPolicy::builder()
+        .launch_template(
+            asg::LaunchTemplate::builder().launch_template_specification(spec).set_overrides(Some(overrides)).build(),
+        )
+        .instances_distribution(
+            asg::InstancesDistribution::builder()
+                .on_demand_allocation_strategy("prioritized")
+                .on_demand_base_capacity(mixed.on_demand_base)
+                .on_demand_percentage_above_base_capacity(mixed.on_demand_percent_above_base)
+                .spot_allocation_strategy(&mixed.spot_allocation_strategy)
+                .set_spot_instance_pools(mixed.spot_pools)
+                .build(),
+        )
+        .build()
+}
+
+fn mixed_from_sdk(policy: &asg::MixedInstancesPolicy) -> (Option<String>, MixedInstances) {
+    let template = policy.launch_template();
+    let name = template
+        .and_then(|t| t.launch_template_specification())
+        .and_then(|s| s.launch_template_name())
+        .map(String::from);
+    let distribution = policy.instances_distribution();
+    let overrides = template
+        .map(|t| t.overrides())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|o| {
+            let weight = o.weighted_capacity().and_then(|w| w.parse().ok()).unwrap_or(1);
+            Some((o.instance_type()?.to_string(), weight))
+        })
+        .collect();
+    (
+        name,
+        MixedInstances {
+            spot_allocation_strategy: distribution
+                .and_then(|d| d.spot_allocation_strategy())
+                .unwrap_or("lowest-price")
+                .to_string(),
+            spot_pools: distribution
+                .and_then(|d| d.spot_instance_pools())
+                .filter(|_| distribution.and_then(|d| d.spot_allocation_strategy()) == Some("lowest-price")),
+            on_demand_base: distribution.and_then(|d| d.on_demand_base_capacity()).unwrap_or(0),
+            on_demand_percent_above_base: distribution
+                .and_then(|d| d.on_demand_percentage_above_base_capacity())
+                .unwrap_or(100),
+            overrides,
+        },
+    )
+}
+
+fn launch_spec(design: &AsgDesign) -> asg::LaunchTemplateSpecification {
+    asg::LaunchTemplateSpecification::builder().launch_template_name(&design.template_name).version("$Latest").build()
+}
+
+fn not_found(e: &impl ProvideErrorMetadata) -> bool {
+    e.code().is_some_and(|c| c.contains("NotFound") || c == "NoSuchEntity")
+        || e.message().is_some_and(|m| m.contains("not found") || m.contains("does not exist"))
+}
+
+impl NodeGroupCloud for AwsNodeGroups {
+    async fn cluster(&self, name: &str) -> Result<ClusterInfo, CloudError> {
+        let out = match self.eks.describe_cluster().name(name).send().await {
+            Ok(out) => out,
+            Err(e) if e.code() == Some("ResourceNotFoundException") => {
+                return Err(CloudError::NotFound { what: "EKS cluster", name: name.to_string(), scope: None })
+            }
+            Err(e) => return Err(self.call("eks:DescribeCluster", name, e)),
+        };
+        let cluster = out.cluster();
+        Ok(ClusterInfo {
+            name: name.to_string(),
+            endpoint: cluster.and_then(|c| c.endpoint()).unwrap_or_default().to_string(),
+            certificate_authority: cluster
+                .and_then(|c| c.certificate_authority())
+                .and_then(|ca| ca.data())
+                .unwrap_or_default()
+                .to_string(),
+            service_cidr: cluster
+                .and_then(|c| c.kubernetes_network_config())
+                .and_then(|n| n.service_ipv4_cidr())
+                .map(String::from),
+            vpc_id: cluster.and_then(|c| c.resources_vpc_config()).and_then(|v| v.vpc_id()).map(String::from),
+        })
+    }
+
+    async fn subnet_ids(&self, vpc: Option<&str>, refs: &[String]) -> Result<Vec<String>, CloudError> {
+        self.resolve("subnet", vpc, refs).await
+    }
+
+    async fn security_group_ids(&self, vpc: Option<&str>, refs: &[String]) -> Result<Vec<String>, CloudError> {
+        self.resolve("security group", vpc, refs).await
+    }
+
+    async fn ensure_role(&self, role: &RoleChoice) -> Result<RoleFacts, CloudError> {
+        match role {
+            RoleChoice::Managed { name, policies } => self.ensure_managed_role(name, policies).await,
+            RoleChoice::Existing { role_name, profile_name } => {
+                let (profile_arn, roles) = self.profile_arn_with_role(profile_name).await?.ok_or_else(|| {
+                    CloudError::NotFound { what: "instance profile", name: profile_name.clone(), scope: None }
+                })?;
+                let role = role_name.clone().or_else(|| roles.first().cloned());
+                let role_arn = match role {
+                    Some(name) => Some(self.role_arn(&name).await?.ok_or(CloudError::NotFound {
+                        what: "IAM role",
+                        name,
+                        scope: None,
+                    })?),
+                    None => None,
+                };
+                Ok(RoleFacts { role_arn, profile_arn })
+            }
+        }
+    }
+
+    async fn delete_role(&self, name: &str) -> Result<(), CloudError> {
+        if let Some((_, roles)) = self.profile_arn_with_role(name).await? {
+            for role in roles {
+                self.iam
+                    .remove_role_from_instance_profile()
+                    .instance_profile_name(name)
+                    .role_name(&role)
+                    .send()
+                    .await
+                    .map_err(|e| self.call("iam:RemoveRoleFromInstanceProfile", name, e))?;
+            }
+            self.iam
+                .delete_instance_profile()
+                .instance_profile_name(name)
+                .send()
+                .await
+                .map_err(|e| self.call("iam:DeleteInstanceProfile", name, e))?;
+        }
+        if self.role_arn(name).await?.is_none() {
+            return Ok(());
+        }
+        let attached = self
+            .iam
+            .list_attached_role_policies()
+            .role_name(name)
+            .send()
+            .await
+            .map_err(|e| self.call("iam:ListAttachedRolePolicies", name, e))?;
+        for policy in attached.attached_policies() {
+            if let Some(arn) = policy.policy_arn() {
+                self.iam
+                    .detach_role_policy()
+                    .role_name(name)
+                    .policy_arn(arn)
+                    .send()
+                    .await
+                    .map_err(|e| self.call("iam:DetachRolePolicy", name, e))?;
+            }
+        }
+        match self.iam.delete_role().role_name(name).send().await {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == Some("NoSuchEntity") => Ok(()),
+            Err(e) => Err(self.call("iam:DeleteRole", name, e)),
+        }
+    }
+
+    async fn launch_template(&self, name: &str) -> Result<Option<TemplateFacts>, CloudError> {
+        let out = match self.ec2.describe_launch_templates().launch_template_names(name).send().await {
+            Ok(out) => out,
+            Err(e) if not_found(&e) => return Ok(None),
+            Err(e) => return Err(self.call("ec2:DescribeLaunchTemplates", name, e)),
+        };
+        let Some(template) = out.launch_templates().first() else { return Ok(None) };
+        let latest = template.latest_version_number().unwrap_or(1).to_string();
+        let data = self.template_version_data(name, &latest).await?;
+        Ok(Some(TemplateFacts { name: name.to_string(), latest_version: latest, data }))
+    }
+
+    async fn create_launch_template(&self, name: &str, data: &LaunchTemplateData) -> Result<String, CloudError> {
+        let out = self
+            .ec2
+            .create_launch_template()
+            .launch_template_name(name)
+            .version_description("spots-booster")
+            .launch_template_data(template_request(data))
+            .send()
+            .await
+            .map_err(|e| self.call("ec2:CreateLaunchTemplate", name, e))?;
+        Ok(out.launch_template().and_then(|t| t.latest_version_number()).unwrap_or(1).to_string())
+    }
+
+    async fn create_template_version(&self, name: &str, data: &LaunchTemplateData) -> Result<String, CloudError> {
+        let out = self
+            .ec2
+            .create_launch_template_version()
+            .launch_template_name(name)
+            .version_description("spots-booster")
+            .launch_template_data(template_request(data))
+            .send()
+            .await
+            .map_err(|e| self.call("ec2:CreateLaunchTemplateVersion", name, e))?;
+        let version =
+            out.launch_template_version().and_then(|v| v.version_number()).map(|v| v.to_string()).unwrap_or_default();
+        self.ec2
+            .modify_launch_template()
+            .launch_template_name(name)
+            .default_version(&version)
+            .send()
+            .await
+            .map_err(|e| self.call("ec2:ModifyLaunchTemplate", name, e))?;
+        Ok(version)
+    }
+
+    async fn delete_launch_template(&self, name: &str) -> Result<(), CloudError> {
+        match self.ec2.delete_launch_template().launch_template_name(name).send().await {
+            Ok(_) => Ok(()),
+            Err(e) if not_found(&e) => Ok(()),
+            Err(e) => Err(self.call("ec2:DeleteLaunchTemplate", name, e)),
+        }
+    }
+
+    async fn scaling_group(&self, name: &str) -> Result<Option<AsgFacts>, CloudError> {
+        let out = self
+            .autoscaling
+            .describe_auto_scaling_groups()
+            .auto_scaling_group_names(name)
+            .send()
+            .await
+            .map_err(|e| self.call("autoscaling:DescribeAutoScalingGroups", name, e))?;
+        let Some(group) = out.auto_scaling_groups().first() else { return Ok(None) };
+        let (mixed_template, mixed_instances) = match group.mixed_instances_policy().map(mixed_from_sdk) {
+            Some((template, mixed)) => (template, Some(mixed)),
+            None => (None, None),
+        };
+        let mut subnet_ids: Vec<String> = group
+            .vpc_zone_identifier()
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect();
+        subnet_ids.sort();
+        let deleting = group.status().is_some_and(|s| s.contains("Delete"));
+        Ok(Some(AsgFacts {
+            name: name.to_string(),
+            min_size: group.min_size().unwrap_or(0),
+            max_size: group.max_size().unwrap_or(0),
+            desired: group.desired_capacity().unwrap_or(0),
+            subnet_ids,
+            tags: group
+                .tags()
+                .iter()
+                .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or("").to_string())))
+                .collect(),
+            template_name: group.launch_template().and_then(|t| t.launch_template_name()).map(String::from),
+            mixed_instances,
+            mixed_template,
+            suspended_processes: group
+                .suspended_processes()
+                .iter()
+                .filter_map(|p| p.process_name().map(String::from))
+                .collect(),
+            metrics: group.enabled_metrics().iter().filter_map(|m| m.metric().map(String::from)).collect(),
+            lifecycle_hooks: if deleting { BTreeMap::new() } else { self.hooks(name).await? },
+            warm_pool: if deleting { None } else { self.warm_pool(name).await? },
+            instances: group
+                .instances()
+                .iter()
+                .map(|i| GroupInstance {
+                    id: i.instance_id().unwrap_or_default().to_string(),
+                    template_name: i.launch_template().and_then(|t| t.launch_template_name()).map(String::from),
+                    template_version: i.launch_template().and_then(|t| t.version()).map(String::from),
+                    instance_type: i.instance_type().map(String::from),
+                    lifecycle_state: i.lifecycle_state().map(|s| s.as_str().to_string()).unwrap_or_default(),
+                })
+                .collect(),
+            status: group.status().map(String::from),
+        }))
+    }
+
+    async fn create_scaling_group(&self, design: &AsgDesign) -> Result<(), CloudError> {
+        let name = design.name.as_str();
+        let mut request = self
+            .autoscaling
+            .create_auto_scaling_group()
+            .auto_scaling_group_name(name)
+            .min_size(design.min_size)
+            .max_size(design.max_size)
+            .desired_capacity(design.min_size)
+            .vpc_zone_identifier(design.subnet_ids.join(","))
+            .set_tags(Some(design.tags.iter().map(|(k, v)| asg_tag(name, k, v)).collect()));
+        request = match &design.mixed_instances {
+            Some(mixed) => request.mixed_instances_policy(mixed_policy(&design.template_name, mixed)),
+            None => request.launch_template(launch_spec(design)),
+        };
+        request.send().await.map_err(|e| self.call("autoscaling:CreateAutoScalingGroup", name, e))?;
+        let changes = AsgChanges {
+            suspend: design.suspended_processes.clone(),
+            enable_metrics: design.metrics.clone(),
+            put_hooks: design.lifecycle_hooks.clone(),
+            put_warm_pool: design.warm_pool,
+            ..Default::default()
+        };
+        self.apply_group_settings(design, &changes).await
+    }
+
+    async fn update_scaling_group(&self, design: &AsgDesign, changes: &AsgChanges) -> Result<(), CloudError> {
+        let name = design.name.as_str();
+        if changes.update {
+            let mut request = self
+                .autoscaling
+                .update_auto_scaling_group()
+                .auto_scaling_group_name(name)
+                .min_size(design.min_size)
+                .max_size(design.max_size)
+                .vpc_zone_identifier(design.subnet_ids.join(","));
+            request = match &design.mixed_instances {
+                Some(mixed) => request.mixed_instances_policy(mixed_policy(&design.template_name, mixed)),
+                None => request.launch_template(launch_spec(design)),
+            };
+            request.send().await.map_err(|e| self.call("autoscaling:UpdateAutoScalingGroup", name, e))?;
+        }
+        self.apply_group_settings(design, changes).await
+    }
+
+    async fn delete_scaling_group(&self, name: &str) -> Result<(), CloudError> {
+        match self.autoscaling.delete_auto_scaling_group().auto_scaling_group_name(name).force_delete(true).send().await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if not_found(&e) => Ok(()),
+            Err(e) => Err(self.call("autoscaling:DeleteAutoScalingGroup", name, e)),
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! The port the InstanceGroup reconciler acts through on AWS, in our own terms. Implemented on the
+//! SDK in `aws::nodegroups` (tested against moto) and in memory by tests.
+
+use std::future::Future;
+
+use super::design::RoleChoice;
+use super::launch::{AsgChanges, AsgDesign, AsgFacts, LaunchTemplateData};
+use super::userdata::ClusterInfo;
+use crate::ports::{AwsFailure, FailureKind};
+
+/// A launch template as AWS holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateFacts {
+    /// Name.
+    pub name: String,
+    /// Latest version number.
+    pub latest_version: String,
+    /// Data of the latest version.
+    pub data: LaunchTemplateData,
+}
+
+/// The node role and instance profile in use.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoleFacts {
+    /// Role ARN (what aws-auth maps), when a role is known.
+    pub role_arn: Option<String>,
+    /// Instance profile ARN (what the launch template names).
+    pub profile_arn: String,
+}
+
+/// An AWS call made for an InstanceGroup failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CloudError {
+    /// One API operation failed.
+    #[error("{operation} for {target} failed")]
+    Call {
+        /// API operation, as IAM names it (`ec2:CreateLaunchTemplate`).
+        operation: &'static str,
+        /// What it was about.
+        target: String,
+        /// Why.
+        #[source]
+        failure: AwsFailure,
+    },
+    /// Something the spec names does not exist.
+    #[error("{what} {name:?} not found{}", .scope.as_ref().map(|s| format!(" in {s}")).unwrap_or_default())]
+    NotFound {
+        /// Subnet, security group, cluster, role, instance profile.
+        what: &'static str,
+        /// The name or id.
+        name: String,
+        /// Where it was looked for (a VPC).
+        scope: Option<String>,
+    },
+    /// A bounded wait ran out.
+    #[error("gave up waiting for {0}")]
+    Timeout(String),
+}
+
+impl CloudError {
+    /// Throttles and outages: retry later without calling the spec wrong.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            CloudError::Call { failure, .. } => {
+                matches!(failure.kind, FailureKind::Throttled | FailureKind::Unavailable)
+            }
+            CloudError::Timeout(_) => true,
+            CloudError::NotFound { .. } => false,
+        }
+    }
+}
+
+/// The AWS side of an InstanceGroup.
+pub trait NodeGroupCloud: Send + Sync {
+    /// EKS DescribeCluster: endpoint, CA, service CIDR and VPC.
+    fn cluster(&self, name: &str) -> impl Future<Output = Result<ClusterInfo, CloudError>> + Send;
+    /// Subnet ids for ids or `Name` tags, sorted, within the VPC when known.
+    fn subnet_ids(
+        &self,
+        vpc: Option<&str>,
+        refs: &[String],
+    ) -> impl Future<Output = Result<Vec<String>, CloudError>> + Send;
+    /// Security group ids for ids or `Name` tags, sorted, within the VPC when known.
+    fn security_group_ids(
+        &self,
+        vpc: Option<&str>,
+        refs: &[String],
+    ) -> impl Future<Output = Result<Vec<String>, CloudError>> + Send;
+    /// Makes sure the role and profile exist (creating a managed one, with its policies) and
+    /// returns their ARNs. Bounded wait until a new profile carries the role.
+    fn ensure_role(&self, role: &RoleChoice) -> impl Future<Output = Result<RoleFacts, CloudError>> + Send;
+    /// Deletes a managed role and its profile (policies detached first). Gone already is fine.
+    fn delete_role(&self, name: &str) -> impl Future<Output = Result<(), CloudError>> + Send;
+    /// The launch template and its latest version, if it exists.
+    fn launch_template(&self, name: &str) -> impl Future<Output = Result<Option<TemplateFacts>, CloudError>> + Send;
+    /// Creates the template; returns its version ("1").
+    fn create_launch_template(
+        &self,
+        name: &str,
+        data: &LaunchTemplateData,
+    ) -> impl Future<Output = Result<String, CloudError>> + Send;
+    /// Adds a version and makes it the default; returns the version.
+    fn create_template_version(
+        &self,
+        name: &str,
+        data: &LaunchTemplateData,
+    ) -> impl Future<Output = Result<String, CloudError>> + Send;
+    /// Deletes the template. Gone already is fine.
+    fn delete_launch_template(&self, name: &str) -> impl Future<Output = Result<(), CloudError>> + Send;
+    /// The group, its instances, hooks and warm pool, if it exists.
+    fn scaling_group(&self, name: &str) -> impl Future<Output = Result<Option<AsgFacts>, CloudError>> + Send;
+    /// Creates the group with DesiredCapacity = MinSize, then its processes, metrics, hooks and
+    /// warm pool.
+    fn create_scaling_group(&self, design: &AsgDesign) -> impl Future<Output = Result<(), CloudError>> + Send;
+    /// Applies the changes. Never sends DesiredCapacity.
+    fn update_scaling_group(
+        &self,
+        design: &AsgDesign,
+        changes: &AsgChanges,
+    ) -> impl Future<Output = Result<(), CloudError>> + Send;
+    /// Force-deletes the group (its instances go with it). Gone already is fine.
+    fn delete_scaling_group(&self, name: &str) -> impl Future<Output = Result<(), CloudError>> + Send;
+}

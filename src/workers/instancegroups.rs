@@ -1,0 +1,566 @@
+//! Reconciles InstanceGroups into launch templates, Auto Scaling Groups, node roles and aws-auth
+//! entries, with upstream's states and status fields. Rotations go through the booster (the node
+//! is marked; the scaler and drainer replace, drain and terminate it), so nodes are drained before
+//! they are terminated and a rotation never races the booster's own drains.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use crate::core::{InstanceId, SignalKind, Timestamp};
+use crate::instancegroup::api::{Condition, InstanceGroup, InstanceGroupSpec, InstanceGroupStatus, FINALIZER};
+use crate::instancegroup::boundaries::InstanceManagerConfig;
+use crate::instancegroup::cloud::{CloudError, NodeGroupCloud};
+use crate::instancegroup::design::{GroupDesign, Strategy};
+use crate::instancegroup::launch::{asg_changes, asg_design, drift, launch_template_data, AsgFacts, Resolved};
+use crate::instancegroup::rolling::{self, NodeFacts, RollingInput, RollingStep};
+use crate::instancegroup::store::{InstanceGroupStore, StoreError};
+use crate::instancegroup::validate::{
+    managed_role_name, validate, FieldError, FieldErrorKind, ObjectInfo, ValidateError,
+};
+use crate::ports::{ClusterView, Leadership};
+use crate::workers::Clock;
+
+/// Non-terminal states are looked at again after this long (upstream's fixed requeue).
+pub const REQUEUE: Duration = Duration::from_secs(10);
+/// Terminal states are re-checked this often, so out-of-band AWS edits are reverted.
+pub const RESYNC: Duration = Duration::from_secs(600);
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// The states upstream writes to `status.currentState`.
+pub mod state {
+    /// Being created.
+    pub const INIT_CREATE: &str = "InitCreate";
+    /// AWS resources being changed.
+    pub const MODIFYING: &str = "ReconcileModifying";
+    /// Nodes being rotated.
+    pub const INIT_UPGRADE: &str = "InitUpgrade";
+    /// Everything matches and every node is Ready.
+    pub const READY: &str = "Ready";
+    /// Invalid spec or a failed step.
+    pub const ERROR: &str = "Error";
+    /// A rotation is needed but upgrades are locked.
+    pub const LOCKED: &str = "Locked";
+    /// The ASG is being deleted.
+    pub const DELETING: &str = "Deleting";
+    /// Everything is gone; the finalizer is removed.
+    pub const DELETED: &str = "Deleted";
+}
+
+/// Reconciling one InstanceGroup failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// An AWS call.
+    #[error(transparent)]
+    Cloud(#[from] CloudError),
+    /// A Kubernetes call.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ReconcileError {
+    fn transient(&self) -> bool {
+        match self {
+            ReconcileError::Cloud(e) => e.is_transient(),
+            ReconcileError::Store(_) => true,
+        }
+    }
+}
+
+/// When to look at a group again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requeue {
+    /// After this long.
+    After(Duration),
+    /// Only when it changes (or at the next resync).
+    OnChange,
+    /// A step failed: again with exponential backoff, as controller-runtime does.
+    Retry,
+}
+
+/// The InstanceGroup reconciler. `C`: AWS; `S`: Kubernetes; `V`: the watched cluster (nodes).
+pub struct InstanceGroupReconciler<C, S, V> {
+    /// AWS.
+    pub cloud: C,
+    /// InstanceGroups, ConfigMaps, aws-auth, node marks, Events.
+    pub store: S,
+    /// Nodes and signals.
+    pub view: V,
+    /// Wall clock.
+    pub clock: Clock,
+    /// Only the leader reconciles.
+    pub leadership: Leadership,
+}
+
+fn rfc3339(at: Timestamp) -> String {
+    jiff::Timestamp::from_millisecond(at.as_millis()).map(|t| t.to_string()).unwrap_or_default()
+}
+
+fn key(ig: &InstanceGroup) -> (String, String) {
+    (ig.metadata.namespace.clone().unwrap_or_default(), ig.metadata.name.clone().unwrap_or_default())
+}
+
+/// Sets a condition, keeping its transition time when its status did not change.
+fn set_condition(status: &mut InstanceGroupStatus, kind: &str, ok: bool, reason: &str, message: String, now: &str) {
+    let value = if ok { "True" } else { "False" };
+    let previous = status.conditions.iter().find(|c| c.condition_type == kind);
+    let since = match previous {
+        Some(c) if c.status == value => c.last_transition_time.clone(),
+        _ => now.to_string(),
+    };
+    status.conditions.retain(|c| c.condition_type != kind);
+    status.conditions.push(Condition {
+        condition_type: kind.to_string(),
+        status: value.to_string(),
+        reason: reason.to_string(),
+        message,
+        last_transition_time: since,
+    });
+    status.conditions.sort_by(|a, b| a.condition_type.cmp(&b.condition_type));
+}
+
+impl<C, S, V> InstanceGroupReconciler<C, S, V>
+where
+    C: NodeGroupCloud,
+    S: InstanceGroupStore,
+    V: ClusterView,
+{
+    fn now(&self) -> String {
+        rfc3339((self.clock)())
+    }
+
+    /// The spec with the ConfigMap applied (unless the namespace opted out), and the hash to record.
+    async fn effective_spec(
+        &self,
+        ig: &InstanceGroup,
+        config: Option<&InstanceManagerConfig>,
+    ) -> Result<(Result<InstanceGroupSpec, ValidateError>, String), StoreError> {
+        let (namespace, name) = key(ig);
+        let Some(config) = config else { return Ok((Ok(ig.spec.clone()), String::new())) };
+        if self.store.namespace_excluded(&namespace).await? {
+            return Ok((Ok(ig.spec.clone()), String::new()));
+        }
+        let object = serde_json::to_value(ig).expect("an InstanceGroup always serialises");
+        let applied = config.apply(&object, ig.metadata.annotations.as_ref().unwrap_or(&BTreeMap::new()));
+        let spec = serde_json::from_value::<InstanceGroupSpec>(applied["spec"].clone()).map_err(|e| ValidateError {
+            namespace,
+            name,
+            errors: vec![FieldError {
+                field: "spec".into(),
+                message: format!("the instance-manager ConfigMap defaults do not fit the schema: {e}"),
+                kind: FieldErrorKind::Invalid,
+            }],
+        });
+        Ok((spec, config.md5.clone()))
+    }
+
+    /// Reconciles one InstanceGroup. `all` is every InstanceGroup (aws-auth sharing at deletion).
+    pub async fn reconcile(
+        &self,
+        ig: &InstanceGroup,
+        config: Option<&InstanceManagerConfig>,
+        all: &[InstanceGroup],
+    ) -> Requeue {
+        let before = ig.status.clone().unwrap_or_default();
+        let mut status = before.clone();
+        let outcome = if ig.metadata.deletion_timestamp.is_some() {
+            self.delete(ig, &mut status, all).await
+        } else {
+            self.apply(ig, config, &mut status).await
+        };
+        let requeue = match outcome {
+            Ok(requeue) => requeue,
+            Err(err) => {
+                let transient = err.transient();
+                let message = error_chain(&err);
+                warn!(namespace = ?ig.metadata.namespace, name = ?ig.metadata.name, error = %message, "InstanceGroup reconcile failed");
+                if !transient {
+                    status.current_state = state::ERROR.into();
+                }
+                let reason = if transient { "TransientError" } else { "ReconcileFailed" };
+                set_condition(&mut status, "Reconciled", false, reason, message.clone(), &self.now());
+                self.event(ig, reason, &message, true).await;
+                Requeue::Retry
+            }
+        };
+        if status != before {
+            let (namespace, name) = key(ig);
+            if let Err(e) = self.store.patch_status(&namespace, &name, &status).await {
+                warn!(%namespace, %name, error = %e, "InstanceGroup status not written");
+                return Requeue::After(REQUEUE);
+            }
+        }
+        requeue
+    }
+
+    async fn event(&self, ig: &InstanceGroup, reason: &str, message: &str, warning: bool) {
+        if let Err(e) = self.store.event(ig, reason, message, warning).await {
+            warn!(reason, error = %e, "InstanceGroup Event not recorded");
+        }
+    }
+
+    async fn apply(
+        &self,
+        ig: &InstanceGroup,
+        config: Option<&InstanceManagerConfig>,
+        status: &mut InstanceGroupStatus,
+    ) -> Result<Requeue, ReconcileError> {
+        let (namespace, name) = key(ig);
+        let finalizers = ig.metadata.finalizers.clone().unwrap_or_default();
+        if !finalizers.iter().any(|f| f == FINALIZER) {
+            let mut with = finalizers;
+            with.push(FINALIZER.to_string());
+            self.store.set_finalizers(&namespace, &name, ig.metadata.resource_version.as_deref(), &with).await?;
+        }
+        let (spec, md5) = self.effective_spec(ig, config).await?;
+        status.config_md5 = md5;
+        status.provisioner =
+            spec.as_ref().map_or(ig.spec.provisioner.to_ascii_lowercase(), |s| s.provisioner.to_ascii_lowercase());
+        let info = ObjectInfo { namespace: &namespace, name: &name, annotations: ig.metadata.annotations.as_ref() };
+        let design = match spec.and_then(|spec| validate(&info, &spec)) {
+            Ok(design) => design,
+            Err(invalid) => {
+                let message = invalid.to_string();
+                status.current_state = state::ERROR.into();
+                set_condition(status, "Reconciled", false, invalid.reason(), message.clone(), &self.now());
+                if ig
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.iter().find(|c| c.condition_type == "Reconciled"))
+                    .map(|c| &c.message)
+                    != Some(&message)
+                {
+                    self.event(ig, invalid.reason(), &message, true).await;
+                }
+                return Ok(Requeue::OnChange);
+            }
+        };
+        status.strategy = design.strategy.name().to_string();
+        status.lifecycle = design.lifecycle.as_str().to_string();
+        status.active_scaling_group_name = design.prefix.clone();
+        status.active_launch_template_name = design.prefix.clone();
+        if matches!(design.strategy, Strategy::Crd(_)) {
+            status.current_state = state::ERROR.into();
+            let message = "spec.strategy.type: crd is not supported by this version of spots-booster; use rollingUpdate (it drains before terminating)".to_string();
+            set_condition(status, "Reconciled", false, "Unsupported", message.clone(), &self.now());
+            self.event(ig, "Unsupported", &message, true).await;
+            return Ok(Requeue::OnChange);
+        }
+
+        let cluster = self.cloud.cluster(&design.cluster_name).await?;
+        let role = self.cloud.ensure_role(&design.role).await?;
+        let vpc = cluster.vpc_id.clone();
+        let subnet_ids = self.cloud.subnet_ids(vpc.as_deref(), &design.subnets).await?;
+        let security_group_ids = self.cloud.security_group_ids(vpc.as_deref(), &design.security_groups).await?;
+        let resolved =
+            Resolved { subnet_ids, security_group_ids, instance_profile_arn: role.profile_arn.clone(), cluster };
+        let data = launch_template_data(&design, &resolved);
+        let version = match self.cloud.launch_template(&design.prefix).await? {
+            None => {
+                let version = self.cloud.create_launch_template(&design.prefix, &data).await?;
+                info!(%namespace, %name, template = %design.prefix, "launch template created");
+                version
+            }
+            Some(current) => {
+                let drifted = drift(&current.data, &data);
+                if drifted.is_empty() {
+                    current.latest_version
+                } else {
+                    let version = self.cloud.create_template_version(&design.prefix, &data).await?;
+                    let message = format!("launch template version {version}: {} changed", drifted.join(", "));
+                    info!(%namespace, %name, %message, "launch template drift");
+                    self.event(ig, "LaunchTemplateUpdated", &message, false).await;
+                    version
+                }
+            }
+        };
+        status.latest_template_version = version.clone();
+        status.nodes_instance_role_arn = role.role_arn.clone().unwrap_or_default();
+
+        let facts = self.cloud.scaling_group(&design.prefix).await?;
+        let running = facts.iter().flat_map(|f| &f.instances).filter_map(|i| i.instance_type.clone()).collect();
+        let wanted = asg_design(&design, &resolved, &running);
+        status.current_min = Some(design.min_size.into());
+        status.current_max = Some(design.max_size.into());
+        let facts = match facts {
+            None => {
+                self.cloud.create_scaling_group(&wanted).await?;
+                self.event(ig, "InstanceGroupCreated", &format!("Auto Scaling Group {} created", design.prefix), false)
+                    .await;
+                if let Some(arn) = &role.role_arn {
+                    self.store.upsert_aws_auth(arn).await?;
+                }
+                status.current_state = state::INIT_CREATE.into();
+                set_condition(
+                    status,
+                    "Reconciled",
+                    true,
+                    "Created",
+                    format!("Auto Scaling Group {} created", design.prefix),
+                    &self.now(),
+                );
+                return Ok(Requeue::After(REQUEUE));
+            }
+            Some(facts) => facts,
+        };
+        let changes = asg_changes(&facts, &wanted);
+        if !changes.is_empty() {
+            self.cloud.update_scaling_group(&wanted, &changes).await?;
+        }
+        // Before any readiness wait: a hand-edited aws-auth must not lock new nodes out.
+        if let Some(arn) = &role.role_arn {
+            self.store.upsert_aws_auth(arn).await?;
+        }
+        set_condition(
+            status,
+            "Reconciled",
+            true,
+            "Applied",
+            format!("launch template version {version} and the Auto Scaling Group match the spec"),
+            &self.now(),
+        );
+        self.converge_nodes(ig, &design, &facts, &version, status).await
+    }
+
+    /// Rotation and readiness: `InitUpgrade` while drifted nodes remain, `Ready` once none do
+    /// and every instance is a Ready node.
+    async fn converge_nodes(
+        &self,
+        ig: &InstanceGroup,
+        design: &GroupDesign,
+        facts: &AsgFacts,
+        version: &str,
+        status: &mut InstanceGroupStatus,
+    ) -> Result<Requeue, ReconcileError> {
+        let view = self.view.current();
+        let mut nodes: BTreeMap<String, NodeFacts> = BTreeMap::new();
+        let mut node_names: HashMap<String, String> = HashMap::new();
+        if let Some(view) = &view {
+            for node in view.nodes.values() {
+                let Some(instance) = &node.instance else { continue };
+                node_names.insert(instance.as_str().to_string(), node.name.as_str().to_string());
+                nodes.insert(
+                    instance.as_str().to_string(),
+                    NodeFacts { ready: node.ready, rotating: false, busy: node.cordoned || node.deleting_by_ca },
+                );
+            }
+            for signal in &view.signals {
+                if let Some(facts) = nodes.get_mut(signal.instance.as_str()) {
+                    if signal.kind == SignalKind::Rotation {
+                        facts.rotating = true;
+                    } else {
+                        facts.busy = true;
+                    }
+                }
+            }
+        }
+        let live: Vec<_> = facts.instances.iter().filter(|i| !i.lifecycle_state.starts_with("Terminating")).collect();
+        let ready = live.iter().filter(|i| nodes.get(&i.id).is_some_and(|n| n.ready)).count();
+        let all_ready = view.is_some() && ready == live.len() && live.len() >= design.min_size as usize;
+        set_condition(
+            status,
+            "NodesReady",
+            all_ready,
+            if all_ready { "NodesReady" } else { "NodesNotReady" },
+            format!("{ready} of {} instances are Ready nodes", live.len()),
+            &self.now(),
+        );
+        let drifted = rolling::drifted_instances(&facts.instances, &design.prefix, version);
+        if drifted.is_empty() {
+            status.current_state = if all_ready { state::READY } else { state::MODIFYING }.into();
+            return Ok(if all_ready { Requeue::OnChange } else { Requeue::After(REQUEUE) });
+        }
+        if design.lock_upgrades {
+            status.current_state = state::LOCKED.into();
+            return Ok(Requeue::OnChange);
+        }
+        status.current_state = state::INIT_UPGRADE.into();
+        let Strategy::RollingUpdate { max_unavailable } = design.strategy else { return Ok(Requeue::After(REQUEUE)) };
+        if view.is_none() {
+            return Ok(Requeue::After(REQUEUE));
+        }
+        let step = rolling::next_step(&RollingInput {
+            instances: &facts.instances,
+            template_name: &design.prefix,
+            latest_version: version,
+            max_unavailable,
+            desired: facts.desired,
+            nodes: &nodes,
+        });
+        if let RollingStep::Rotate(ids) = step {
+            let at = self.now();
+            for id in &ids {
+                if let Some(node) = node_names.get(id) {
+                    self.store.mark_for_rotation(node, &at).await?;
+                }
+            }
+            let message = format!(
+                "rotating {} of {} drifted instances: {}",
+                ids.len(),
+                drifted.len(),
+                ids.iter().map(|i| InstanceId::from(i.as_str()).to_string()).collect::<Vec<_>>().join(", ")
+            );
+            info!(namespace = ?ig.metadata.namespace, name = ?ig.metadata.name, %message);
+            self.event(ig, "RotatingNodes", &message, false).await;
+        }
+        Ok(Requeue::After(REQUEUE))
+    }
+
+    async fn delete(
+        &self,
+        ig: &InstanceGroup,
+        status: &mut InstanceGroupStatus,
+        all: &[InstanceGroup],
+    ) -> Result<Requeue, ReconcileError> {
+        let (namespace, name) = key(ig);
+        let finalizers = ig.metadata.finalizers.clone().unwrap_or_default();
+        if !finalizers.iter().any(|f| f == FINALIZER) {
+            return Ok(Requeue::OnChange);
+        }
+        let configuration = ig.spec.eks.as_ref().map(|e| &e.configuration);
+        let prefix = match (&status.active_scaling_group_name, configuration) {
+            (asg, _) if !asg.is_empty() => asg.clone(),
+            (_, Some(c)) if !c.cluster_name.is_empty() => format!("{}-{namespace}-{name}", c.cluster_name),
+            _ => String::new(),
+        };
+        if !prefix.is_empty() {
+            if let Some(facts) = self.cloud.scaling_group(&prefix).await? {
+                if facts.status.is_none() {
+                    self.cloud.delete_scaling_group(&prefix).await?;
+                    self.event(
+                        ig,
+                        "InstanceGroupDeleting",
+                        &format!("Auto Scaling Group {prefix} force-deleted"),
+                        false,
+                    )
+                    .await;
+                }
+                status.current_state = state::DELETING.into();
+                return Ok(Requeue::After(REQUEUE));
+            }
+            let template = if status.active_launch_template_name.is_empty() {
+                &prefix
+            } else {
+                &status.active_launch_template_name
+            };
+            self.cloud.delete_launch_template(template).await?;
+            let role_arn = &status.nodes_instance_role_arn;
+            let shared = all.iter().any(|other| {
+                key(other) != (namespace.clone(), name.clone())
+                    && other.status.as_ref().is_some_and(|s| &s.nodes_instance_role_arn == role_arn)
+            });
+            if !role_arn.is_empty() && !shared {
+                self.store.remove_aws_auth(role_arn).await?;
+            }
+            let own_role = configuration.is_some_and(|c| {
+                c.role_name.as_deref().unwrap_or("").is_empty()
+                    && c.instance_profile_name.as_deref().unwrap_or("").is_empty()
+            });
+            if own_role {
+                self.cloud.delete_role(&managed_role_name(&prefix)).await?;
+            }
+        }
+        status.current_state = state::DELETED.into();
+        self.store.patch_status(&namespace, &name, status).await?;
+        let remaining: Vec<String> = finalizers.into_iter().filter(|f| f != FINALIZER).collect();
+        self.store.set_finalizers(&namespace, &name, ig.metadata.resource_version.as_deref(), &remaining).await?;
+        self.event(
+            ig,
+            "InstanceGroupDeleted",
+            &format!("{prefix} and its launch template, role and aws-auth entry are gone"),
+            false,
+        )
+        .await;
+        Ok(Requeue::OnChange)
+    }
+
+    /// Reconciles every due InstanceGroup, for ever, as leader only.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let mut due: HashMap<(String, String), (Option<i64>, String, tokio::time::Instant)> = HashMap::new();
+        let mut backoff: HashMap<(String, String), Duration> = HashMap::new();
+        let mut last_config: Option<InstanceManagerConfig> = None;
+        loop {
+            if self.leadership.is_leader() {
+                self.pass(&mut due, &mut backoff, &mut last_config).await;
+            } else {
+                due.clear();
+            }
+            tokio::select! {
+                _ = &mut shutdown => return,
+                _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+            }
+        }
+    }
+
+    /// One pass over every InstanceGroup; reconciles those that changed or whose time came.
+    pub async fn pass(
+        &self,
+        due: &mut HashMap<(String, String), (Option<i64>, String, tokio::time::Instant)>,
+        backoff: &mut HashMap<(String, String), Duration>,
+        last_config: &mut Option<InstanceManagerConfig>,
+    ) {
+        let groups = match self.store.list().await {
+            Ok(groups) => groups,
+            Err(e) => {
+                warn!(error = %e, "listing InstanceGroups failed");
+                return;
+            }
+        };
+        match self.store.config_map().await {
+            Ok(None) => *last_config = None,
+            Ok(Some(data)) => match InstanceManagerConfig::parse(&data) {
+                Ok(config) => *last_config = Some(config),
+                // Keep applying the last good configuration rather than none at all.
+                Err(e) => warn!(error = %e, "instance-manager ConfigMap ignored; keeping the last good one"),
+            },
+            Err(e) => warn!(error = %e, "reading the instance-manager ConfigMap failed"),
+        }
+        let md5 = last_config.as_ref().map(|c| c.md5.clone()).unwrap_or_default();
+        let now = tokio::time::Instant::now();
+        due.retain(|k, _| groups.iter().any(|g| &key(g) == k));
+        for ig in &groups {
+            let k = key(ig);
+            let changed = match due.get(&k) {
+                None => true,
+                Some((generation, seen_md5, at)) => {
+                    *generation != ig.metadata.generation
+                        || *seen_md5 != md5
+                        || now >= *at
+                        || ig.metadata.deletion_timestamp.is_some()
+                }
+            };
+            if !changed {
+                continue;
+            }
+            let wait = match self.reconcile(ig, last_config.as_ref(), &groups).await {
+                Requeue::Retry => {
+                    let next = backoff.get(&k).map_or(REQUEUE, |b| (*b * 2).min(MAX_BACKOFF));
+                    backoff.insert(k.clone(), next);
+                    next
+                }
+                Requeue::After(d) => {
+                    backoff.remove(&k);
+                    d
+                }
+                Requeue::OnChange => {
+                    backoff.remove(&k);
+                    RESYNC
+                }
+            };
+            due.insert(k, (ig.metadata.generation, md5.clone(), now + wait));
+        }
+    }
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
