@@ -487,3 +487,145 @@ impl FakeRig {
         })
     }
 }
+
+/// What [`FakeInstanceGroupStore`] holds: the objects and every side effect, for assertions.
+#[derive(Debug, Default)]
+pub struct InstanceGroupStoreState {
+    /// InstanceGroups by `(namespace, name)`.
+    pub groups: BTreeMap<(String, String), crate::instancegroup::InstanceGroup>,
+    /// The `instance-manager` ConfigMap's data.
+    pub config: Option<BTreeMap<String, String>>,
+    /// Namespaces annotated `config-excluded: "true"`.
+    pub excluded: BTreeSet<String>,
+    /// `kube-system/aws-auth` data; `None` until first written.
+    pub aws_auth: Option<BTreeMap<String, String>>,
+    /// Nodes marked for rotation, in order.
+    pub rotations: Vec<String>,
+    /// Events as `(object name, reason, message, warning)`.
+    pub events: Vec<(String, String, String, bool)>,
+    /// Status patches made.
+    pub status_writes: usize,
+}
+
+/// InstanceGroups, ConfigMaps and aws-auth in memory, with the API server's finalizer semantics:
+/// an object marked for deletion disappears when its last finalizer goes.
+#[derive(Debug, Clone, Default)]
+pub struct FakeInstanceGroupStore(pub Arc<Mutex<InstanceGroupStoreState>>);
+
+impl FakeInstanceGroupStore {
+    /// Adds or replaces an InstanceGroup, bumping its generation when the spec changed.
+    pub fn apply(&self, mut group: crate::instancegroup::InstanceGroup) {
+        let key =
+            (group.metadata.namespace.clone().unwrap_or_default(), group.metadata.name.clone().unwrap_or_default());
+        let mut state = lock(&self.0);
+        let previous = state.groups.get(&key).cloned();
+        let generation = previous.as_ref().and_then(|p| p.metadata.generation).unwrap_or(0);
+        let changed = previous.as_ref().is_none_or(|p| p.spec != group.spec);
+        group.metadata.generation = Some(if changed { generation + 1 } else { generation });
+        if let Some(previous) = previous {
+            group.status = previous.status;
+            group.metadata.finalizers = previous.metadata.finalizers;
+        }
+        state.groups.insert(key, group);
+    }
+
+    /// Marks an InstanceGroup for deletion (or removes it at once without finalizers).
+    pub fn delete(&self, namespace: &str, name: &str) {
+        let mut state = lock(&self.0);
+        let key = (namespace.to_string(), name.to_string());
+        let Some(group) = state.groups.get_mut(&key) else { return };
+        if group.metadata.finalizers.as_ref().is_none_or(Vec::is_empty) {
+            state.groups.remove(&key);
+        } else {
+            group.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH));
+        }
+    }
+
+    /// One InstanceGroup as stored.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<crate::instancegroup::InstanceGroup> {
+        lock(&self.0).groups.get(&(namespace.to_string(), name.to_string())).cloned()
+    }
+
+    /// The state, for assertions and setup.
+    pub fn state(&self) -> MutexGuard<'_, InstanceGroupStoreState> {
+        lock(&self.0)
+    }
+}
+
+impl crate::instancegroup::store::InstanceGroupStore for FakeInstanceGroupStore {
+    async fn list(&self) -> Result<Vec<crate::instancegroup::InstanceGroup>, crate::instancegroup::store::StoreError> {
+        Ok(lock(&self.0).groups.values().cloned().collect())
+    }
+
+    async fn patch_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &crate::instancegroup::InstanceGroupStatus,
+    ) -> Result<(), crate::instancegroup::store::StoreError> {
+        let mut state = lock(&self.0);
+        state.status_writes += 1;
+        if let Some(group) = state.groups.get_mut(&(namespace.to_string(), name.to_string())) {
+            group.status = Some(status.clone());
+        }
+        Ok(())
+    }
+
+    async fn set_finalizers(
+        &self,
+        namespace: &str,
+        name: &str,
+        _resource_version: Option<&str>,
+        finalizers: &[String],
+    ) -> Result<(), crate::instancegroup::store::StoreError> {
+        let mut state = lock(&self.0);
+        let key = (namespace.to_string(), name.to_string());
+        if let Some(group) = state.groups.get_mut(&key) {
+            group.metadata.finalizers = Some(finalizers.to_vec());
+            if finalizers.is_empty() && group.metadata.deletion_timestamp.is_some() {
+                state.groups.remove(&key);
+            }
+        }
+        Ok(())
+    }
+
+    async fn config_map(&self) -> Result<Option<BTreeMap<String, String>>, crate::instancegroup::store::StoreError> {
+        Ok(lock(&self.0).config.clone())
+    }
+
+    async fn namespace_excluded(&self, namespace: &str) -> Result<bool, crate::instancegroup::store::StoreError> {
+        Ok(lock(&self.0).excluded.contains(namespace))
+    }
+
+    async fn upsert_aws_auth(&self, role_arn: &str) -> Result<(), crate::instancegroup::store::StoreError> {
+        let mut state = lock(&self.0);
+        let data = state.aws_auth.get_or_insert_with(BTreeMap::new);
+        crate::instancegroup::aws_auth::upsert_node_role(data, role_arn)?;
+        Ok(())
+    }
+
+    async fn remove_aws_auth(&self, role_arn: &str) -> Result<(), crate::instancegroup::store::StoreError> {
+        if let Some(data) = lock(&self.0).aws_auth.as_mut() {
+            crate::instancegroup::aws_auth::remove_role(data, role_arn)?;
+        }
+        Ok(())
+    }
+
+    async fn mark_for_rotation(&self, node: &str, _at: &str) -> Result<(), crate::instancegroup::store::StoreError> {
+        lock(&self.0).rotations.push(node.to_string());
+        Ok(())
+    }
+
+    async fn event(
+        &self,
+        group: &crate::instancegroup::InstanceGroup,
+        reason: &str,
+        message: &str,
+        warning: bool,
+    ) -> Result<(), crate::instancegroup::store::StoreError> {
+        let name = group.metadata.name.clone().unwrap_or_default();
+        lock(&self.0).events.push((name, reason.to_string(), message.to_string(), warning));
+        Ok(())
+    }
+}

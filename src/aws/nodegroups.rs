@@ -739,16 +739,7 @@ impl NodeGroupCloud for AwsNodeGroups {
             .send()
             .await
             .map_err(|e| self.call("ec2:CreateLaunchTemplateVersion", name, e))?;
-        let version =
-            out.launch_template_version().and_then(|v| v.version_number()).map(|v| v.to_string()).unwrap_or_default();
-        self.ec2
-            .modify_launch_template()
-            .launch_template_name(name)
-            .default_version(&version)
-            .send()
-            .await
-            .map_err(|e| self.call("ec2:ModifyLaunchTemplate", name, e))?;
-        Ok(version)
+        Ok(out.launch_template_version().and_then(|v| v.version_number()).map(|v| v.to_string()).unwrap_or_default())
     }
 
     async fn delete_launch_template(&self, name: &str) -> Result<(), CloudError> {

@@ -99,7 +99,8 @@ pub trait NodeGroupCloud: Send + Sync {
         name: &str,
         data: &LaunchTemplateData,
     ) -> impl Future<Output = Result<String, CloudError>> + Send;
-    /// Adds a version and makes it the default; returns the version.
+    /// Adds a version; returns it. The group launches `$Latest`, so the default version is left
+    /// alone.
     fn create_template_version(
         &self,
         name: &str,

@@ -67,7 +67,14 @@ impl Moto {
             "'{}' -H 127.0.0.1 -p {port} >/dev/null 2>&1 & pid=$!; cat >/dev/null; kill $pid",
             server.display()
         );
-        let child = Command::new("sh").arg("-c").arg(script).stdin(Stdio::piped()).spawn().expect("start moto_server");
+        // AWS-managed policies (AmazonEKSWorkerNodePolicy…) exist in moto only when loaded.
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .env("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("start moto_server");
         let moto = Moto { endpoint: format!("http://127.0.0.1:{port}"), port, _child: child };
         let deadline = Instant::now() + Duration::from_secs(60);
         while moto.request("GET", "/moto-api/").is_none() {

@@ -1,0 +1,359 @@
+//! The InstanceGroup reconciler over the real AWS adapter and moto (EKS, EC2, Auto Scaling, IAM),
+//! with the Kubernetes side in memory: create → Ready, an image change → a new launch template
+//! version and a rotation, a bounds change that leaves DesiredCapacity alone, and a deletion that
+//! leaves nothing behind. The test plays kubelet: it adds a Ready node for every instance.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_config::SdkConfig;
+use spots_booster::aws::nodegroups::AwsNodeGroups;
+use spots_booster::aws::CallStats;
+use spots_booster::core::{InstanceId, Node, NodeName, Resources, Signal, SignalKind, Timestamp};
+use spots_booster::fakes::{FakeInstanceGroupStore, InMemoryCluster};
+use spots_booster::instancegroup::api::FINALIZER;
+use spots_booster::instancegroup::InstanceGroup;
+use spots_booster::ports::Leadership;
+use spots_booster::workers::instancegroups::{state, InstanceGroupReconciler, Requeue};
+use support::moto::moto;
+
+const NS: &str = "teams";
+const NAME: &str = "batch";
+const ASG: &str = "prod-teams-batch";
+
+struct World {
+    subnets: Vec<String>,
+    image: String,
+    other_image: String,
+}
+
+async fn seed(config: &SdkConfig) -> World {
+    let ec2 = aws_sdk_ec2::Client::new(config);
+    let vpc = ec2.describe_vpcs().send().await.unwrap().vpcs()[0].vpc_id().unwrap().to_string();
+    let subnets: Vec<String> = ec2
+        .describe_subnets()
+        .send()
+        .await
+        .unwrap()
+        .subnets()
+        .iter()
+        .take(2)
+        .map(|s| s.subnet_id().unwrap().to_string())
+        .collect();
+    ec2.create_tags().resources(&subnets[1]).tags(tag("Name", "private-b")).send().await.unwrap();
+    let sg = ec2.create_security_group().group_name("nodes").description("nodes").vpc_id(&vpc).send().await.unwrap();
+    ec2.create_tags().resources(sg.group_id().unwrap()).tags(tag("Name", "nodes-shared")).send().await.unwrap();
+    let images = ec2.describe_images().owners("amazon").send().await.unwrap();
+    let eks = aws_sdk_eks::Client::new(config);
+    eks.create_cluster()
+        .name("prod")
+        .role_arn("arn:aws:iam::123456789012:role/eks")
+        .resources_vpc_config(
+            aws_sdk_eks::types::VpcConfigRequest::builder().set_subnet_ids(Some(subnets.clone())).build(),
+        )
+        .send()
+        .await
+        .expect("moto creates the EKS cluster");
+    World {
+        subnets,
+        image: images.images()[0].image_id().unwrap().to_string(),
+        other_image: images.images()[1].image_id().unwrap().to_string(),
+    }
+}
+
+fn tag(key: &str, value: &str) -> aws_sdk_ec2::types::Tag {
+    aws_sdk_ec2::types::Tag::builder().key(key).value(value).build()
+}
+
+fn group(world: &World, image: &str, max: i64) -> InstanceGroup {
+    let yaml = format!(
+        r#"
+apiVersion: instancemgr.keikoproj.io/v1alpha1
+kind: InstanceGroup
+metadata: {{name: {NAME}, namespace: {NS}}}
+spec:
+  provisioner: eks
+  strategy: {{type: rollingUpdate, rollingUpdate: {{maxUnavailable: 1}}}}
+  eks:
+    minSize: 2
+    maxSize: {max}
+    configuration:
+      clusterName: prod
+      image: {image}
+      instanceType: m5.large
+      subnets: [{subnet}, private-b]
+      securityGroups: [nodes-shared]
+      volumes: [{{name: /dev/xvda, type: gp3, size: 50, iops: 3000, throughput: 125}}]
+      labels: {{team: batch}}
+      taints: [{{key: batch, value: "true", effect: NoSchedule}}]
+      tags: [{{key: team, value: batch}}]
+      metadataOptions: {{httpTokens: required, httpPutHopLimit: 2}}
+      suspendProcesses: [AZRebalance]
+      lifecycleHooks: [{{name: drain, lifecycle: terminate, defaultResult: continue}}]
+      mixedInstancesPolicy:
+        baseCapacity: 0
+        spotRatio: "100%"
+        instanceTypes: [{{type: m5a.large}}, {{type: m6i.large}}]
+"#,
+        subnet = world.subnets[0],
+    );
+    serde_yaml::from_str(&yaml).expect("the test group parses")
+}
+
+type Reconciler = InstanceGroupReconciler<AwsNodeGroups, FakeInstanceGroupStore, InMemoryCluster>;
+
+fn reconciler(config: &SdkConfig, stats: CallStats) -> (Reconciler, FakeInstanceGroupStore, InMemoryCluster) {
+    let mut cloud = AwsNodeGroups::new(config, stats);
+    cloud.profile_wait = Duration::from_secs(5);
+    let (store, view) = (FakeInstanceGroupStore::default(), InMemoryCluster::synced());
+    let clock: spots_booster::workers::Clock = Arc::new(|| Timestamp::from_millis(1_795_255_200_000));
+    let reconciler = InstanceGroupReconciler {
+        cloud,
+        store: store.clone(),
+        view: view.clone(),
+        clock,
+        leadership: Leadership::always(),
+    };
+    (reconciler, store, view)
+}
+
+async fn reconcile(r: &Reconciler, store: &FakeInstanceGroupStore) -> (Requeue, String) {
+    let all = store.state().groups.values().cloned().collect::<Vec<_>>();
+    let ig = store.get(NS, NAME).expect("the group exists");
+    let requeue = r.reconcile(&ig, None, &all).await;
+    let state = store.get(NS, NAME).and_then(|g| g.status).map(|s| s.current_state).unwrap_or_default();
+    (requeue, state)
+}
+
+async fn asg(config: &SdkConfig) -> Option<aws_sdk_autoscaling::types::AutoScalingGroup> {
+    let out = aws_sdk_autoscaling::Client::new(config)
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names(ASG)
+        .send()
+        .await
+        .unwrap();
+    out.auto_scaling_groups().first().cloned()
+}
+
+/// The test plays kubelet: a Ready node for every instance of the group.
+fn join_nodes(view: &InMemoryCluster, group: &aws_sdk_autoscaling::types::AutoScalingGroup) -> Vec<String> {
+    let mut names = Vec::new();
+    for instance in group.instances() {
+        let id = instance.instance_id().unwrap();
+        let name = format!("node-{id}");
+        view.put_node(Node {
+            name: NodeName(name.clone()),
+            instance: Some(InstanceId::from(id)),
+            group: None,
+            ready: true,
+            cordoned: false,
+            deleting_by_ca: false,
+            created: Timestamp::EPOCH,
+            allocatable: Resources::new(2000, 8 << 30),
+            pods: vec![],
+        });
+        names.push(name);
+    }
+    names
+}
+
+#[tokio::test]
+async fn create_ready_image_change_rotation_resize_and_delete() {
+    let (moto, _guard) = moto().await;
+    let config = moto.sdk_config().await;
+    let world = seed(&config).await;
+    let (r, store, view) = reconciler(&config, CallStats::default());
+    store.apply(group(&world, &world.image, 6));
+
+    // Create.
+    let (requeue, current) = reconcile(&r, &store).await;
+    assert_eq!((requeue, current.as_str()), (Requeue::After(Duration::from_secs(10)), state::INIT_CREATE));
+    let created = asg(&config).await.expect("the ASG exists");
+    assert_eq!((created.min_size(), created.max_size(), created.desired_capacity()), (Some(2), Some(6), Some(2)));
+    let mixed = created.mixed_instances_policy().expect("spot through a mixed-instances policy");
+    let distribution = mixed.instances_distribution().unwrap();
+    assert_eq!(distribution.on_demand_percentage_above_base_capacity(), Some(0), "100% spot above a base of 0");
+    assert_eq!(distribution.spot_allocation_strategy(), Some("capacity-optimized"));
+    let overrides: Vec<_> =
+        mixed.launch_template().unwrap().overrides().iter().map(|o| o.instance_type().unwrap().to_string()).collect();
+    assert_eq!(overrides, ["m5.large", "m5a.large", "m6i.large"]);
+    let tags: std::collections::BTreeMap<_, _> =
+        created.tags().iter().map(|t| (t.key().unwrap().to_string(), t.value().unwrap().to_string())).collect();
+    assert_eq!(tags["instancegroups.keikoproj.io/InstanceGroup"], NAME);
+    assert_eq!(tags["team"], "batch");
+    let subnets: std::collections::BTreeSet<_> =
+        created.vpc_zone_identifier().unwrap().split(',').map(String::from).collect();
+    assert_eq!(subnets, world.subnets.iter().cloned().collect(), "the Name tag resolved to its subnet id");
+    assert_eq!(created.suspended_processes()[0].process_name(), Some("AZRebalance"));
+
+    let iam = aws_sdk_iam::Client::new(&config);
+    let policies = iam.list_attached_role_policies().role_name(ASG).send().await.expect("the node role exists");
+    assert_eq!(policies.attached_policies().len(), 3, "worker, ECR and CNI policies");
+    let profile = iam.get_instance_profile().instance_profile_name(ASG).send().await.unwrap();
+    assert_eq!(profile.instance_profile().unwrap().roles()[0].role_name(), ASG);
+    let status = store.get(NS, NAME).unwrap().status.unwrap();
+    assert!(status.nodes_instance_role_arn.ends_with(&format!("role/{ASG}")));
+    assert!(store.state().aws_auth.as_ref().unwrap()["mapRoles"].contains(&status.nodes_instance_role_arn));
+    assert_eq!(store.get(NS, NAME).unwrap().metadata.finalizers, Some(vec![FINALIZER.to_string()]));
+
+    let ec2 = aws_sdk_ec2::Client::new(&config);
+    let version =
+        ec2.describe_launch_template_versions().launch_template_name(ASG).versions("$Latest").send().await.unwrap();
+    let data = version.launch_template_versions()[0].launch_template_data().unwrap();
+    assert_eq!(data.image_id(), Some(world.image.as_str()));
+    assert_eq!(data.iam_instance_profile().unwrap().arn(), profile.instance_profile().unwrap().arn().into());
+    assert!(data.user_data().is_some());
+
+    // Nodes join: Ready, and a second pass changes nothing (no template version, no status write).
+    let names = join_nodes(&view, &created);
+    assert_eq!(names.len(), 2);
+    let (requeue, current) = reconcile(&r, &store).await;
+    assert_eq!((requeue, current.as_str()), (Requeue::OnChange, state::READY));
+    let writes = store.state().status_writes;
+    let (_, current) = reconcile(&r, &store).await;
+    assert_eq!(current, state::READY);
+    assert_eq!(store.state().status_writes, writes, "a steady group is not written again");
+    let templates = ec2.describe_launch_templates().launch_template_names(ASG).send().await.unwrap();
+    assert_eq!(templates.launch_templates()[0].latest_version_number(), Some(1), "no drift from our own template");
+
+    // The booster raises desired; a bounds change must not undo it.
+    aws_sdk_autoscaling::Client::new(&config)
+        .set_desired_capacity()
+        .auto_scaling_group_name(ASG)
+        .desired_capacity(3)
+        .send()
+        .await
+        .unwrap();
+    store.apply(group(&world, &world.image, 9));
+    reconcile(&r, &store).await;
+    let resized = asg(&config).await.unwrap();
+    assert_eq!(
+        (resized.max_size(), resized.desired_capacity()),
+        (Some(9), Some(3)),
+        "MaxSize set, DesiredCapacity kept"
+    );
+    let versions = ec2.describe_launch_templates().launch_template_names(ASG).send().await.unwrap();
+    assert_eq!(versions.launch_templates()[0].latest_version_number(), Some(1), "bounds do not rotate");
+    join_nodes(&view, &resized);
+
+    // A new image: version 2 and one node (maxUnavailable 1) handed to the booster.
+    store.apply(group(&world, &world.other_image, 9));
+    let (requeue, current) = reconcile(&r, &store).await;
+    assert_eq!((requeue, current.as_str()), (Requeue::After(Duration::from_secs(10)), state::INIT_UPGRADE));
+    let version =
+        ec2.describe_launch_template_versions().launch_template_name(ASG).versions("$Latest").send().await.unwrap();
+    let latest = &version.launch_template_versions()[0];
+    assert_eq!(
+        (latest.version_number(), latest.launch_template_data().unwrap().image_id()),
+        (Some(2), Some(world.other_image.as_str()))
+    );
+    let rotations = store.state().rotations.clone();
+    assert_eq!(rotations.len(), 1, "maxUnavailable 1");
+    assert!(store
+        .state()
+        .events
+        .iter()
+        .any(|(_, reason, message, _)| reason == "LaunchTemplateUpdated" && message.contains("image")));
+
+    // While the booster works on it, nothing more is rotated.
+    let rotated = rotations[0].trim_start_matches("node-").to_string();
+    view.signal(Signal {
+        instance: InstanceId::from(rotated.as_str()),
+        node: NodeName(rotations[0].clone()),
+        kind: SignalKind::Rotation,
+        observed_at: Timestamp::EPOCH,
+    });
+    reconcile(&r, &store).await;
+    assert_eq!(store.state().rotations.len(), 1, "the batch is full");
+
+    // Delete: the ASG is force-deleted, then the template, role, profile and aws-auth entry go.
+    store.delete(NS, NAME);
+    let (_, current) = reconcile(&r, &store).await;
+    assert_eq!(current, state::DELETING);
+    assert!(asg(&config).await.is_none(), "force-deleted");
+    reconcile(&r, &store).await;
+    assert!(store.get(NS, NAME).is_none(), "Deleted removes the finalizer and the object goes");
+    let templates = ec2.describe_launch_templates().send().await.unwrap();
+    assert!(templates.launch_templates().iter().all(|t| t.launch_template_name() != Some(ASG)), "template deleted");
+    assert!(iam.get_role().role_name(ASG).send().await.is_err(), "role deleted");
+    assert!(iam.get_instance_profile().instance_profile_name(ASG).send().await.is_err(), "profile deleted");
+    assert!(!store.state().aws_auth.as_ref().unwrap()["mapRoles"].contains(ASG), "aws-auth entry removed");
+}
+
+#[tokio::test]
+async fn an_invalid_spec_is_an_error_naming_the_field_and_makes_no_aws_call() {
+    let (moto, _guard) = moto().await;
+    let config = moto.sdk_config().await;
+    let world = seed(&config).await;
+    let stats = CallStats::default();
+    let (r, store, _) = reconciler(&config, stats.clone());
+    let mut bad = group(&world, &world.image, 6);
+    bad.spec.eks.as_mut().unwrap().configuration.volumes[0].volume_type = "gp2".into();
+    bad.spec.eks.as_mut().unwrap().scaling_configuration = Some("LaunchConfiguration".into());
+    store.apply(bad);
+    let (requeue, current) = reconcile(&r, &store).await;
+    assert_eq!((requeue, current.as_str()), (Requeue::OnChange, state::ERROR));
+    let status = store.get(NS, NAME).unwrap().status.unwrap();
+    let condition = status.conditions.iter().find(|c| c.condition_type == "Reconciled").unwrap();
+    assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("False", "InvalidSpec"));
+    assert!(
+        condition.message.contains("spec.eks.type: LaunchConfiguration is retired by AWS"),
+        "{}",
+        condition.message
+    );
+    assert!(condition.message.contains("spec.eks.configuration.volumes[0].iops"), "{}", condition.message);
+    assert!(!condition.last_transition_time.is_empty());
+    let events = store.state().events.clone();
+    assert!(events.iter().any(|(_, reason, _, warning)| reason == "InvalidSpec" && *warning));
+    assert!(stats.snapshot().is_empty(), "no AWS call: {:?}", stats.snapshot());
+    assert!(asg(&config).await.is_none());
+}
+
+#[tokio::test]
+async fn a_missing_subnet_name_is_an_error_and_a_bring_your_own_role_is_left_alone() {
+    let (moto, _guard) = moto().await;
+    let config = moto.sdk_config().await;
+    let world = seed(&config).await;
+    let iam = aws_sdk_iam::Client::new(&config);
+    iam.create_role().role_name("shared-nodes").assume_role_policy_document("{}").send().await.unwrap();
+    iam.create_instance_profile().instance_profile_name("shared-nodes").send().await.unwrap();
+    iam.add_role_to_instance_profile()
+        .instance_profile_name("shared-nodes")
+        .role_name("shared-nodes")
+        .send()
+        .await
+        .unwrap();
+    let (r, store, view) = reconciler(&config, CallStats::default());
+
+    let mut missing = group(&world, &world.image, 6);
+    missing.spec.eks.as_mut().unwrap().configuration.subnets.push("no-such-subnet".into());
+    store.apply(missing);
+    let (requeue, current) = reconcile(&r, &store).await;
+    assert_eq!((requeue, current.as_str()), (Requeue::Retry, state::ERROR));
+    let message = store.get(NS, NAME).unwrap().status.unwrap().conditions[0].message.clone();
+    // moto's DescribeCluster carries no vpcId, so the lookup is not scoped to a VPC here.
+    assert!(message.contains("subnet \"no-such-subnet\" not found"), "{message}");
+
+    let mut own_role = group(&world, &world.image, 6);
+    own_role.spec.eks.as_mut().unwrap().configuration.role_name = Some("shared-nodes".into());
+    store.apply(own_role);
+    reconcile(&r, &store).await;
+    join_nodes(&view, &asg(&config).await.unwrap());
+    let (_, current) = reconcile(&r, &store).await;
+    assert_eq!(current, state::READY);
+    store.delete(NS, NAME);
+    reconcile(&r, &store).await;
+    reconcile(&r, &store).await;
+    assert!(store.get(NS, NAME).is_none());
+    assert!(iam.get_role().role_name("shared-nodes").send().await.is_ok(), "a role we did not create is never deleted");
+    assert!(iam
+        .list_attached_role_policies()
+        .role_name("shared-nodes")
+        .send()
+        .await
+        .unwrap()
+        .attached_policies()
+        .is_empty());
+}
