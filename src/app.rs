@@ -8,6 +8,7 @@ use thiserror::Error;
 use tokio::sync::{watch, Notify};
 use tracing::{info, warn};
 
+use crate::aws::nodegroups::AwsNodeGroups;
 use crate::aws::{load_sdk_config, AwsPorts};
 use crate::config::{Cli, Command, InspectCommand, InvalidPolicy, RunArgs};
 use crate::inspect::{
@@ -15,6 +16,7 @@ use crate::inspect::{
 };
 use crate::k8s::client::{check_permissions, connect, ConnectError, ConnectionMode, Namespaces};
 use crate::k8s::events::KubeEvents;
+use crate::k8s::instancegroups::KubeInstanceGroups;
 use crate::k8s::leader::{LeaderElector, LeaseTiming};
 use crate::k8s::ledger::ConfigMapLedger;
 use crate::k8s::watch::{KubeCluster, WatchSettings};
@@ -24,6 +26,7 @@ use crate::ports::{AwsError, Leadership, LedgerError};
 use crate::simulate::{simulate_file, SimulateError};
 use crate::workers::drainer::{Drainer, DrainerSettings};
 use crate::workers::groups::GroupBook;
+use crate::workers::instancegroups::InstanceGroupReconciler;
 use crate::workers::ledger::SharedLedger;
 use crate::workers::scaler::{Scaler, ScalerError, ScalerSettings};
 use crate::workers::{system_clock, WorkerContext};
@@ -55,6 +58,12 @@ pub enum AppError {
     /// The admin server could not start.
     #[error(transparent)]
     Bind(#[from] crate::admin::BindError),
+    /// InstanceGroups are on but their CRD is not served.
+    #[error("the InstanceGroup CRD is not installed: `spots-booster crd | kubectl apply -f -`, or run with --instance-groups=false")]
+    NoInstanceGroupCrd,
+    /// Checking for the InstanceGroup CRD failed.
+    #[error("checking for the InstanceGroup CRD failed")]
+    CrdCheck(#[source] kube::Error),
 }
 
 /// Runs a one-shot command; returns what it prints. (`run` goes through [`run_daemon`].)
@@ -129,8 +138,26 @@ pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
         ca_status_name: args.ca_status_name.clone(),
         ledger_name: args.ledger_configmap.clone(),
         lease_name: args.leader.leader_elect_lease_name.clone(),
+        instance_manager: args.instance_manager_namespace.clone(),
+        instance_manager_name: args.instance_manager_configmap.clone(),
     };
-    check_permissions(&client, &namespaces, |p| !leader_elect && p.resource == "leases").await?;
+    let instance_groups = args.instance_groups && !args.aws.dry_run;
+    if args.instance_groups && args.aws.dry_run {
+        warn!("InstanceGroup reconciliation is off under --dry-run: it would write to AWS");
+    }
+    check_permissions(&client, &namespaces, |p| {
+        (!leader_elect && p.resource == "leases") || (!instance_groups && p.instance_groups_only())
+    })
+    .await?;
+    let groups_store = KubeInstanceGroups::new(
+        client.clone(),
+        Some(identity.clone()),
+        args.instance_manager_namespace.clone(),
+        args.instance_manager_configmap.clone(),
+    );
+    if instance_groups && !groups_store.crd_installed().await.map_err(AppError::CrdCheck)? {
+        return Err(AppError::NoInstanceGroupCrd);
+    }
     info!(%identity, leader_elect, dry_run = args.aws.dry_run, "connected to the cluster; permissions checked");
 
     let sdk = load_sdk_config(&args.aws).await;
@@ -213,8 +240,27 @@ pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
     let workers = tokio::select! {
         _ = cluster.wait_synced() => {
             let drainer = Drainer::new(ctx.clone(), DrainerSettings { tick: args.drain_interval });
-            info!("running");
-            Some((tokio::spawn(scaler.run(shutdown.clone())), tokio::spawn(drainer.run(shutdown.clone()))))
+            let (scaler_stop, drainer_stop) = (shutdown.clone(), shutdown.clone());
+            let mut tasks = vec![
+                tokio::spawn(async move {
+                    scaler.run(scaler_stop).await;
+                }),
+                tokio::spawn(async move {
+                    drainer.run(drainer_stop).await;
+                }),
+            ];
+            if instance_groups {
+                let reconciler = InstanceGroupReconciler {
+                    cloud: AwsNodeGroups::new(&sdk, aws.stats.clone()),
+                    store: groups_store,
+                    view: cluster.clone(),
+                    clock: ctx.clock.clone(),
+                    leadership: leadership.clone(),
+                };
+                tasks.push(tokio::spawn(reconciler.run(shutdown.clone())));
+            }
+            info!(instance_groups, "running");
+            Some(tasks)
         }
         _ = terminated() => None,
     };
@@ -223,9 +269,8 @@ pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
     }
     info!("terminating: stopping the workers, then releasing the lease");
     let _ = stop.send(true);
-    if let Some((scaler_task, drainer_task)) = workers {
-        let _ = scaler_task.await;
-        let _ = drainer_task.await;
+    for task in workers.into_iter().flatten() {
+        let _ = task.await;
     }
     if let Some(elector) = elector {
         let _ = elector.await;

@@ -70,6 +70,17 @@ pub struct RunArgs {
     /// Name of the ConfigMap that persists the boost ledger.
     #[arg(long, env = "SPOTS_BOOSTER_LEDGER_CONFIGMAP", default_value = "spots-booster-ledger")]
     pub ledger_configmap: String,
+    /// Reconcile InstanceGroups (`instancemgr.keikoproj.io`) into launch templates and Auto Scaling
+    /// Groups; `--instance-groups=false` turns it off (and drops its permissions from the startup check).
+    #[arg(long, env = "SPOTS_BOOSTER_INSTANCE_GROUPS", action = ArgAction::Set, num_args = 0..=1,
+          default_value_t = true, default_missing_value = "true")]
+    pub instance_groups: bool,
+    /// Namespace of the InstanceGroup boundaries ConfigMap (`--config-namespace` upstream).
+    #[arg(long, env = "SPOTS_BOOSTER_INSTANCE_MANAGER_NAMESPACE", default_value = "instance-manager")]
+    pub instance_manager_namespace: String,
+    /// Name of the InstanceGroup boundaries ConfigMap.
+    #[arg(long, env = "SPOTS_BOOSTER_INSTANCE_MANAGER_CONFIGMAP", default_value = "instance-manager")]
+    pub instance_manager_configmap: String,
     /// Also take NTH's node taints (`taintNode: true`) as signals.
     #[arg(long, env = "SPOTS_BOOSTER_NTH_TAINT_SIGNALS", action = ArgAction::Set, num_args = 0..=1,
           default_value_t = false, default_missing_value = "true")]

@@ -191,6 +191,9 @@ async fn create_ready_image_change_rotation_resize_and_delete() {
     let iam = aws_sdk_iam::Client::new(&config);
     let policies = iam.list_attached_role_policies().role_name(ASG).send().await.expect("the node role exists");
     assert_eq!(policies.attached_policies().len(), 3, "worker, ECR and CNI policies");
+    let role = iam.get_role().role_name(ASG).send().await.unwrap();
+    let owner = role.role().unwrap().tags().iter().find(|t| t.key() == "instancegroups.keikoproj.io/ClusterName");
+    assert_eq!(owner.map(|t| t.value()), Some("prod"), "the IAM policy's conditions rely on this tag");
     let profile = iam.get_instance_profile().instance_profile_name(ASG).send().await.unwrap();
     assert_eq!(profile.instance_profile().unwrap().roles()[0].role_name(), ASG);
     let status = store.get(NS, NAME).unwrap().status.unwrap();
@@ -203,6 +206,12 @@ async fn create_ready_image_change_rotation_resize_and_delete() {
         ec2.describe_launch_template_versions().launch_template_name(ASG).versions("$Latest").send().await.unwrap();
     let data = version.launch_template_versions()[0].launch_template_data().unwrap();
     assert_eq!(data.image_id(), Some(world.image.as_str()));
+    let template = ec2.describe_launch_templates().launch_template_names(ASG).send().await.unwrap();
+    let owner = template.launch_templates()[0]
+        .tags()
+        .iter()
+        .find(|t| t.key() == Some("instancegroups.keikoproj.io/ClusterName"));
+    assert_eq!(owner.and_then(|t| t.value()), Some("prod"));
     assert_eq!(data.iam_instance_profile().unwrap().arn(), profile.instance_profile().unwrap().arn().into());
     assert!(data.user_data().is_some());
 

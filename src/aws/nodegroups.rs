@@ -13,7 +13,9 @@ use super::calls::CallStats;
 use super::errors::failure;
 use crate::instancegroup::cloud::{CloudError, NodeGroupCloud, RoleFacts, TemplateFacts};
 use crate::instancegroup::design::{LifecycleHook, Metadata, MixedInstances, Placement, RoleChoice, WarmPool};
-use crate::instancegroup::launch::{AsgChanges, AsgDesign, AsgFacts, BlockDevice, GroupInstance, LaunchTemplateData};
+use crate::instancegroup::launch::{
+    AsgChanges, AsgDesign, AsgFacts, BlockDevice, GroupInstance, LaunchTemplateData, TAG_CLUSTER_NAME,
+};
 use crate::instancegroup::userdata::ClusterInfo;
 
 /// Trust policy of a created node role.
@@ -137,7 +139,17 @@ impl AwsNodeGroups {
         }
     }
 
-    async fn ensure_managed_role(&self, name: &str, policies: &BTreeSet<String>) -> Result<RoleFacts, CloudError> {
+    async fn ensure_managed_role(
+        &self,
+        name: &str,
+        policies: &BTreeSet<String>,
+        cluster: &str,
+    ) -> Result<RoleFacts, CloudError> {
+        let owner = aws_sdk_iam::types::Tag::builder()
+            .key(TAG_CLUSTER_NAME)
+            .value(cluster)
+            .build()
+            .expect("key and value are set");
         let role_arn = match self.role_arn(name).await? {
             Some(arn) => arn,
             None => {
@@ -148,6 +160,7 @@ impl AwsNodeGroups {
                     .role_name(name)
                     .assume_role_policy_document(EC2_TRUST_POLICY)
                     .description("Node role created by spots-booster for an InstanceGroup")
+                    .tags(owner.clone())
                     .send()
                     .await
                     .map_err(|e| self.call("iam:CreateRole", name, e))?;
@@ -189,6 +202,7 @@ impl AwsNodeGroups {
                 self.iam
                     .create_instance_profile()
                     .instance_profile_name(name)
+                    .tags(owner.clone())
                     .send()
                     .await
                     .map_err(|e| self.call("iam:CreateInstanceProfile", name, e))?;
@@ -500,6 +514,10 @@ fn template_data_from_sdk(data: &ec2::ResponseLaunchTemplateData) -> LaunchTempl
         .iter()
         .filter_map(|spec| {
             let resource = spec.resource_type()?.as_str().to_string();
+            // moto echoes the template's own tags here; they are not launch data.
+            if resource == "launch-template" {
+                return None;
+            }
             let tags =
                 spec.tags().iter().filter_map(|t| Some((t.key()?.to_string(), t.value()?.to_string()))).collect();
             Some((resource, tags))
@@ -637,9 +655,9 @@ impl NodeGroupCloud for AwsNodeGroups {
         self.resolve("security group", vpc, refs).await
     }
 
-    async fn ensure_role(&self, role: &RoleChoice) -> Result<RoleFacts, CloudError> {
+    async fn ensure_role(&self, role: &RoleChoice, cluster: &str) -> Result<RoleFacts, CloudError> {
         match role {
-            RoleChoice::Managed { name, policies } => self.ensure_managed_role(name, policies).await,
+            RoleChoice::Managed { name, policies } => self.ensure_managed_role(name, policies, cluster).await,
             RoleChoice::Existing { role_name, profile_name } => {
                 let (profile_arn, roles) = self.profile_arn_with_role(profile_name).await?.ok_or_else(|| {
                     CloudError::NotFound { what: "instance profile", name: profile_name.clone(), scope: None }
@@ -716,11 +734,22 @@ impl NodeGroupCloud for AwsNodeGroups {
         Ok(Some(TemplateFacts { name: name.to_string(), latest_version: latest, data }))
     }
 
-    async fn create_launch_template(&self, name: &str, data: &LaunchTemplateData) -> Result<String, CloudError> {
+    async fn create_launch_template(
+        &self,
+        name: &str,
+        cluster: &str,
+        data: &LaunchTemplateData,
+    ) -> Result<String, CloudError> {
         let out = self
             .ec2
             .create_launch_template()
             .launch_template_name(name)
+            .tag_specifications(
+                ec2::TagSpecification::builder()
+                    .resource_type(ec2::ResourceType::LaunchTemplate)
+                    .tags(ec2::Tag::builder().key(TAG_CLUSTER_NAME).value(cluster).build())
+                    .build(),
+            )
             .version_description("spots-booster")
             .launch_template_data(template_request(data))
             .send()

@@ -86,17 +86,24 @@ pub trait NodeGroupCloud: Send + Sync {
         vpc: Option<&str>,
         refs: &[String],
     ) -> impl Future<Output = Result<Vec<String>, CloudError>> + Send;
-    /// Makes sure the role and profile exist (creating a managed one, with its policies) and
-    /// returns their ARNs. Bounded wait until a new profile carries the role.
-    fn ensure_role(&self, role: &RoleChoice) -> impl Future<Output = Result<RoleFacts, CloudError>> + Send;
+    /// Makes sure the role and profile exist (creating a managed one, with its policies, tagged
+    /// as owned by `cluster`) and returns their ARNs. Bounded wait until a new profile carries
+    /// the role.
+    fn ensure_role(
+        &self,
+        role: &RoleChoice,
+        cluster: &str,
+    ) -> impl Future<Output = Result<RoleFacts, CloudError>> + Send;
     /// Deletes a managed role and its profile (policies detached first). Gone already is fine.
     fn delete_role(&self, name: &str) -> impl Future<Output = Result<(), CloudError>> + Send;
     /// The launch template and its latest version, if it exists.
     fn launch_template(&self, name: &str) -> impl Future<Output = Result<Option<TemplateFacts>, CloudError>> + Send;
     /// Creates the template; returns its version ("1").
+    /// The template is tagged as owned by `cluster`, which the IAM policy's conditions rely on.
     fn create_launch_template(
         &self,
         name: &str,
+        cluster: &str,
         data: &LaunchTemplateData,
     ) -> impl Future<Output = Result<String, CloudError>> + Send;
     /// Adds a version; returns it. The group launches `$Latest`, so the default version is left

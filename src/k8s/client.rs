@@ -124,6 +124,10 @@ pub enum Named {
     Ledger,
     /// `--leader-elect-lease-name`.
     Lease,
+    /// `kube-system/aws-auth`.
+    AwsAuth,
+    /// `--instance-manager-configmap`.
+    InstanceManagerConfig,
 }
 
 /// Where a permission must hold.
@@ -137,8 +141,10 @@ pub enum Scope {
     CaStatus,
     /// `--state-namespace` (Lease and ledger).
     Own,
-    /// `default`: Events about cluster-scoped objects (Nodes) are written there.
-    NodeEvents,
+    /// `kube-system` (aws-auth).
+    KubeSystem,
+    /// `--instance-manager-namespace` (the boundaries ConfigMap).
+    InstanceManager,
 }
 
 /// Every permission the daemon uses: the one list the startup check, the RBAC manifest test and
@@ -152,8 +158,9 @@ pub const PERMISSIONS: &[Permission] = &[
     p("", "pods/eviction", "create", Scope::Cluster, None),
     p("", "events", "list", Scope::NthEvents, None),
     p("", "events", "watch", Scope::NthEvents, None),
-    p("events.k8s.io", "events", "create", Scope::NodeEvents, None),
-    p("events.k8s.io", "events", "patch", Scope::NodeEvents, None),
+    // Events go to their object's namespace: `default` for Nodes, the group's for InstanceGroups.
+    p("events.k8s.io", "events", "create", Scope::Cluster, None),
+    p("events.k8s.io", "events", "patch", Scope::Cluster, None),
     p("", "configmaps", "list", Scope::CaStatus, Some(Named::CaStatus)),
     p("", "configmaps", "watch", Scope::CaStatus, Some(Named::CaStatus)),
     p("", "configmaps", "get", Scope::Own, Some(Named::Ledger)),
@@ -164,7 +171,27 @@ pub const PERMISSIONS: &[Permission] = &[
     p("coordination.k8s.io", "leases", "update", Scope::Own, Some(Named::Lease)),
     p("coordination.k8s.io", "leases", "create", Scope::Own, None),
     p("authorization.k8s.io", "selfsubjectaccessreviews", "create", Scope::Cluster, None),
+    p("instancemgr.keikoproj.io", "instancegroups", "list", Scope::Cluster, None),
+    // Finalizers are set with a merge patch on the object.
+    p("instancemgr.keikoproj.io", "instancegroups", "patch", Scope::Cluster, None),
+    p("instancemgr.keikoproj.io", "instancegroups/status", "patch", Scope::Cluster, None),
+    // Clusters enforcing owner-reference permissions check finalizer writes against this.
+    p("instancemgr.keikoproj.io", "instancegroups/finalizers", "update", Scope::Cluster, None),
+    p("", "namespaces", "get", Scope::Cluster, None),
+    p("", "configmaps", "get", Scope::InstanceManager, Some(Named::InstanceManagerConfig)),
+    p("", "configmaps", "get", Scope::KubeSystem, Some(Named::AwsAuth)),
+    p("", "configmaps", "update", Scope::KubeSystem, Some(Named::AwsAuth)),
+    p("", "configmaps", "create", Scope::KubeSystem, None),
 ];
+
+impl Permission {
+    /// Only InstanceGroup reconciliation uses it (skipped with `--instance-groups=false`).
+    pub fn instance_groups_only(&self) -> bool {
+        self.group == "instancemgr.keikoproj.io"
+            || self.resource == "namespaces"
+            || matches!(self.scope, Scope::KubeSystem | Scope::InstanceManager)
+    }
+}
 
 const fn p(
     group: &'static str,
@@ -191,6 +218,10 @@ pub struct Namespaces {
     pub ledger_name: String,
     /// `--leader-elect-lease-name`.
     pub lease_name: String,
+    /// `--instance-manager-namespace`.
+    pub instance_manager: String,
+    /// `--instance-manager-configmap`.
+    pub instance_manager_name: String,
 }
 
 /// Asks the API server, for every permission, whether this identity has it; names every one that
@@ -212,7 +243,8 @@ pub async fn check_permissions(
             Scope::NthEvents => Some(namespaces.events.clone()),
             Scope::CaStatus => Some(namespaces.ca_status.clone()),
             Scope::Own => Some(namespaces.own.clone()),
-            Scope::NodeEvents => Some("default".to_string()),
+            Scope::KubeSystem => Some("kube-system".to_string()),
+            Scope::InstanceManager => Some(namespaces.instance_manager.clone()),
         };
         let review = SelfSubjectAccessReview {
             spec: SelfSubjectAccessReviewSpec {
@@ -226,6 +258,8 @@ pub async fn check_permissions(
                         Named::CaStatus => namespaces.ca_status_name.clone(),
                         Named::Ledger => namespaces.ledger_name.clone(),
                         Named::Lease => namespaces.lease_name.clone(),
+                        Named::AwsAuth => crate::instancegroup::aws_auth::NAME.to_string(),
+                        Named::InstanceManagerConfig => namespaces.instance_manager_name.clone(),
                     }),
                     ..ResourceAttributes::default()
                 }),

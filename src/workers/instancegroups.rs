@@ -249,7 +249,7 @@ where
         }
 
         let cluster = self.cloud.cluster(&design.cluster_name).await?;
-        let role = self.cloud.ensure_role(&design.role).await?;
+        let role = self.cloud.ensure_role(&design.role, &design.cluster_name).await?;
         let vpc = cluster.vpc_id.clone();
         let subnet_ids = self.cloud.subnet_ids(vpc.as_deref(), &design.subnets).await?;
         let security_group_ids = self.cloud.security_group_ids(vpc.as_deref(), &design.security_groups).await?;
@@ -258,7 +258,7 @@ where
         let data = launch_template_data(&design, &resolved);
         let version = match self.cloud.launch_template(&design.prefix).await? {
             None => {
-                let version = self.cloud.create_launch_template(&design.prefix, &data).await?;
+                let version = self.cloud.create_launch_template(&design.prefix, &design.cluster_name, &data).await?;
                 info!(%namespace, %name, template = %design.prefix, "launch template created");
                 version
             }
@@ -475,20 +475,20 @@ where
         Ok(Requeue::OnChange)
     }
 
-    /// Reconciles every due InstanceGroup, for ever, as leader only.
-    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
-        tokio::pin!(shutdown);
+    /// Reconciles every due InstanceGroup as leader only, until `shutdown` turns true.
+    pub async fn run(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
         let mut due: HashMap<(String, String), (Option<i64>, String, tokio::time::Instant)> = HashMap::new();
         let mut backoff: HashMap<(String, String), Duration> = HashMap::new();
         let mut last_config: Option<InstanceManagerConfig> = None;
-        loop {
+        while !*shutdown.borrow() {
             if self.leadership.is_leader() {
                 self.pass(&mut due, &mut backoff, &mut last_config).await;
             } else {
+                // A new leader looks at everything afresh.
                 due.clear();
             }
             tokio::select! {
-                _ = &mut shutdown => return,
+                _ = shutdown.changed() => {}
                 _ = tokio::time::sleep(Duration::from_secs(2)) => {}
             }
         }

@@ -1,0 +1,205 @@
+//! [`InstanceGroupStore`] on the API server: InstanceGroups (status through the status
+//! subresource only), the `instance-manager` ConfigMap, namespace opt-outs, `kube-system/aws-auth`
+//! (optimistic concurrency on its resourceVersion), rotation marks on Nodes and Events.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node as KubeNode, ObjectReference};
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Client, Resource};
+use serde_json::json;
+
+use crate::instancegroup::api::{InstanceGroup, InstanceGroupStatus};
+use crate::instancegroup::aws_auth::{self, EditAwsAuthError};
+use crate::instancegroup::boundaries::ANNOTATION_CONFIG_EXCLUDED;
+use crate::instancegroup::store::{InstanceGroupStore, StoreError};
+use crate::k8s::convert::ROTATE_ANNOTATION;
+use crate::k8s::events::REPORTING_CONTROLLER;
+use crate::k8s::writes::FIELD_MANAGER;
+
+/// Attempts at an aws-auth edit when someone else writes it at the same time.
+const AWS_AUTH_ATTEMPTS: usize = 5;
+/// Objects per list page.
+const PAGE: u32 = 100;
+
+/// InstanceGroups and what goes with them, through the API server.
+#[derive(Clone)]
+pub struct KubeInstanceGroups {
+    client: Client,
+    recorder: Recorder,
+    config_namespace: String,
+    config_name: String,
+}
+
+impl std::fmt::Debug for KubeInstanceGroups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeInstanceGroups").field("config_namespace", &self.config_namespace).finish_non_exhaustive()
+    }
+}
+
+fn api_error(operation: &'static str, object: impl Into<String>, e: kube::Error) -> StoreError {
+    let conflict = matches!(&e, kube::Error::Api(status) if status.code == 409);
+    StoreError::Api { operation, object: object.into(), message: e.to_string(), conflict }
+}
+
+fn params() -> PatchParams {
+    PatchParams { field_manager: Some(FIELD_MANAGER.to_string()), ..PatchParams::default() }
+}
+
+impl KubeInstanceGroups {
+    /// Reads the boundaries ConfigMap `config_namespace/config_name`; Events are reported by
+    /// `instance` (the pod name).
+    pub fn new(client: Client, instance: Option<String>, config_namespace: String, config_name: String) -> Self {
+        let reporter = Reporter { controller: REPORTING_CONTROLLER.to_string(), instance };
+        KubeInstanceGroups { recorder: Recorder::new(client.clone(), reporter), client, config_namespace, config_name }
+    }
+
+    /// Whether the InstanceGroup CRD is served (one cheap list), to fail fast when it is missing.
+    pub async fn crd_installed(&self) -> Result<bool, kube::Error> {
+        let api: Api<InstanceGroup> = Api::all(self.client.clone());
+        match api.list(&ListParams::default().limit(1)).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Applies `edit` to aws-auth's data and writes it back guarded by its resourceVersion,
+    /// reading again on a conflict. `create` says whether a missing ConfigMap is created.
+    async fn edit_aws_auth(
+        &self,
+        create: bool,
+        edit: impl Fn(&mut BTreeMap<String, String>) -> Result<bool, EditAwsAuthError>,
+    ) -> Result<(), StoreError> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), aws_auth::NAMESPACE);
+        let object = format!("{}/{}", aws_auth::NAMESPACE, aws_auth::NAME);
+        for attempt in 1..=AWS_AUTH_ATTEMPTS {
+            let current = api.get_opt(aws_auth::NAME).await.map_err(|e| api_error("get", object.clone(), e))?;
+            let result = match current {
+                None if !create => return Ok(()),
+                None => {
+                    let mut data = BTreeMap::new();
+                    edit(&mut data)?;
+                    let cm = ConfigMap {
+                        metadata: ObjectMeta {
+                            name: Some(aws_auth::NAME.into()),
+                            namespace: Some(aws_auth::NAMESPACE.into()),
+                            ..ObjectMeta::default()
+                        },
+                        data: Some(data),
+                        ..ConfigMap::default()
+                    };
+                    api.create(&PostParams::default(), &cm).await.map(|_| ())
+                }
+                Some(mut cm) => {
+                    let mut data = cm.data.take().unwrap_or_default();
+                    if !edit(&mut data)? {
+                        return Ok(());
+                    }
+                    cm.data = Some(data);
+                    api.replace(aws_auth::NAME, &PostParams::default(), &cm).await.map(|_| ())
+                }
+            };
+            match result {
+                Ok(()) => return Ok(()),
+                Err(kube::Error::Api(status)) if status.code == 409 && attempt < AWS_AUTH_ATTEMPTS => continue,
+                Err(e) => return Err(api_error("update", object, e)),
+            }
+        }
+        unreachable!("the last attempt returns")
+    }
+}
+
+impl InstanceGroupStore for KubeInstanceGroups {
+    async fn list(&self) -> Result<Vec<InstanceGroup>, StoreError> {
+        let api: Api<InstanceGroup> = Api::all(self.client.clone());
+        let mut groups = Vec::new();
+        let mut params = ListParams::default().limit(PAGE);
+        loop {
+            let page = api.list(&params).await.map_err(|e| api_error("list", "instancegroups", e))?;
+            groups.extend(page.items);
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(groups),
+            }
+        }
+    }
+
+    async fn patch_status(&self, namespace: &str, name: &str, status: &InstanceGroupStatus) -> Result<(), StoreError> {
+        let api: Api<InstanceGroup> = Api::namespaced(self.client.clone(), namespace);
+        let patch = json!({ "status": status });
+        api.patch_status(name, &params(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| api_error("patch status of", format!("{namespace}/{name}"), e))
+    }
+
+    async fn set_finalizers(
+        &self,
+        namespace: &str,
+        name: &str,
+        resource_version: Option<&str>,
+        finalizers: &[String],
+    ) -> Result<(), StoreError> {
+        let api: Api<InstanceGroup> = Api::namespaced(self.client.clone(), namespace);
+        let mut patch = json!({ "metadata": { "finalizers": finalizers } });
+        if let Some(version) = resource_version {
+            patch["metadata"]["resourceVersion"] = json!(version);
+        }
+        api.patch(name, &params(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| api_error("set finalizers of", format!("{namespace}/{name}"), e))
+    }
+
+    async fn config_map(&self) -> Result<Option<BTreeMap<String, String>>, StoreError> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.config_namespace);
+        let cm = api
+            .get_opt(&self.config_name)
+            .await
+            .map_err(|e| api_error("get", format!("{}/{}", self.config_namespace, self.config_name), e))?;
+        Ok(cm.map(|cm| cm.data.unwrap_or_default()))
+    }
+
+    async fn namespace_excluded(&self, namespace: &str) -> Result<bool, StoreError> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let ns = api.get_opt(namespace).await.map_err(|e| api_error("get namespace", namespace, e))?;
+        Ok(ns
+            .and_then(|n| n.metadata.annotations)
+            .and_then(|a| a.get(ANNOTATION_CONFIG_EXCLUDED).cloned())
+            .is_some_and(|v| v.eq_ignore_ascii_case("true")))
+    }
+
+    async fn upsert_aws_auth(&self, role_arn: &str) -> Result<(), StoreError> {
+        self.edit_aws_auth(true, |data| aws_auth::upsert_node_role(data, role_arn)).await
+    }
+
+    async fn remove_aws_auth(&self, role_arn: &str) -> Result<(), StoreError> {
+        self.edit_aws_auth(false, |data| aws_auth::remove_role(data, role_arn)).await
+    }
+
+    async fn mark_for_rotation(&self, node: &str, at: &str) -> Result<(), StoreError> {
+        let api: Api<KubeNode> = Api::all(self.client.clone());
+        let patch = json!({ "metadata": { "annotations": { ROTATE_ANNOTATION: at } } });
+        api.patch(node, &params(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| api_error("annotate node", node, e))
+    }
+
+    async fn event(&self, group: &InstanceGroup, reason: &str, message: &str, warning: bool) -> Result<(), StoreError> {
+        let reference: ObjectReference = group.object_ref(&());
+        let event = Event {
+            type_: if warning { EventType::Warning } else { EventType::Normal },
+            reason: reason.to_string(),
+            note: Some(message.chars().take(1000).collect()),
+            action: "Reconcile".to_string(),
+            secondary: None,
+        };
+        self.recorder
+            .publish(&event, &reference)
+            .await
+            .map_err(|e| api_error("publish event about", group.metadata.name.clone().unwrap_or_default(), e))
+    }
+}
