@@ -467,3 +467,153 @@ async fn a_leader_that_cannot_renew_steps_down_at_its_deadline_and_releases_on_s
     assert!(release.body["spec"]["holderIdentity"].is_null(), "{}", release.body);
     assert!(!leadership.is_leader());
 }
+
+fn instance_groups(client: Client) -> Arc<spots_booster::k8s::instancegroups::KubeInstanceGroups> {
+    Arc::new(spots_booster::k8s::instancegroups::KubeInstanceGroups::new(
+        client,
+        Some("spots-booster-0".into()),
+        "instance-manager".into(),
+        "instance-manager".into(),
+    ))
+}
+
+#[tokio::test]
+async fn instancegroup_status_goes_to_the_subresource_and_finalizers_carry_the_resource_version() {
+    use spots_booster::instancegroup::store::InstanceGroupStore;
+    use spots_booster::instancegroup::InstanceGroupStatus;
+    let (client, mut server) = mocked();
+    let store = instance_groups(client);
+
+    let s = store.clone();
+    let list = tokio::spawn(async move { s.list().await });
+    let seen = answer(&mut server, |_| {
+        reply(
+            200,
+            json!({"apiVersion": "instancemgr.keikoproj.io/v1alpha1", "kind": "InstanceGroupList",
+                   "metadata": {"continue": "next"},
+                   "items": [{"apiVersion": "instancemgr.keikoproj.io/v1alpha1", "kind": "InstanceGroup",
+                              "metadata": {"name": "a", "namespace": "t"}, "spec": {"provisioner": "eks"}}]}),
+        )
+    })
+    .await;
+    assert_eq!(
+        (seen.method.as_str(), seen.path.as_str()),
+        ("GET", "/apis/instancemgr.keikoproj.io/v1alpha1/instancegroups")
+    );
+    assert!(seen.query.contains("limit=100"), "{}", seen.query);
+    let seen = answer(&mut server, |_| {
+        reply(200, json!({"apiVersion": "instancemgr.keikoproj.io/v1alpha1", "kind": "InstanceGroupList", "metadata": {}, "items": []}))
+    })
+    .await;
+    assert!(seen.query.contains("continue=next"), "pages are followed: {}", seen.query);
+    assert_eq!(list.await.unwrap().unwrap().len(), 1);
+
+    let s = store.clone();
+    let ready = InstanceGroupStatus { current_state: "Ready".into(), current_min: Some(1), ..Default::default() };
+    let patch = tokio::spawn(async move { s.patch_status("t", "a", &ready).await });
+    let seen = answer(&mut server, |seen| reply(200, json!({"apiVersion": "instancemgr.keikoproj.io/v1alpha1", "kind": "InstanceGroup", "metadata": {"name": "a"}, "spec": {}, "status": seen.body["status"].clone()}))).await;
+    assert_eq!(
+        (seen.method.as_str(), seen.path.as_str(), seen.content_type.as_str()),
+        (
+            "PATCH",
+            "/apis/instancemgr.keikoproj.io/v1alpha1/namespaces/t/instancegroups/a/status",
+            "application/merge-patch+json"
+        )
+    );
+    assert_eq!(seen.body, json!({"status": {"currentState": "Ready", "currentMin": 1}}), "status only, never spec");
+    patch.await.unwrap().unwrap();
+
+    let s = store.clone();
+    let finalize = tokio::spawn(async move { s.set_finalizers("t", "a", Some("42"), &["f".to_string()]).await });
+    let seen = answer(&mut server, |_| reply(409, status(409, "Conflict"))).await;
+    assert_eq!(
+        (seen.method.as_str(), seen.path.as_str()),
+        ("PATCH", "/apis/instancemgr.keikoproj.io/v1alpha1/namespaces/t/instancegroups/a")
+    );
+    assert_eq!(seen.body, json!({"metadata": {"finalizers": ["f"], "resourceVersion": "42"}}));
+    let err = finalize.await.unwrap().unwrap_err();
+    assert!(matches!(err, spots_booster::instancegroup::store::StoreError::Api { conflict: true, .. }), "{err}");
+}
+
+#[tokio::test]
+async fn aws_auth_is_created_when_missing_and_replaced_with_its_resource_version_after_a_conflict() {
+    use spots_booster::instancegroup::store::InstanceGroupStore;
+    let (client, mut server) = mocked();
+    let store = instance_groups(client);
+    let arn = "arn:aws:iam::1:role/nodes";
+
+    let s = store.clone();
+    let upsert = tokio::spawn(async move { s.upsert_aws_auth(arn).await });
+    let seen = answer(&mut server, |_| reply(404, status(404, "NotFound"))).await;
+    assert_eq!(
+        (seen.method.as_str(), seen.path.as_str()),
+        ("GET", "/api/v1/namespaces/kube-system/configmaps/aws-auth")
+    );
+    let seen = answer(&mut server, |seen| reply(201, seen.body.clone())).await;
+    assert_eq!((seen.method.as_str(), seen.path.as_str()), ("POST", "/api/v1/namespaces/kube-system/configmaps"));
+    assert!(seen.body["data"]["mapRoles"].as_str().unwrap().contains(arn));
+    upsert.await.unwrap().unwrap();
+
+    let existing = json!({"metadata": {"name": "aws-auth", "namespace": "kube-system", "resourceVersion": "5"},
+                          "data": {"mapRoles": "- rolearn: arn:aws:iam::1:role/admin\n  username: admin\n  groups: [system:masters]\n",
+                                   "mapUsers": "[]"}});
+    let s = store.clone();
+    let upsert = tokio::spawn(async move { s.upsert_aws_auth(arn).await });
+    answer(&mut server, |_| reply(200, existing.clone())).await;
+    let seen = answer(&mut server, |_| reply(409, status(409, "Conflict"))).await;
+    assert_eq!((seen.method.as_str(), seen.body["metadata"]["resourceVersion"].as_str()), ("PUT", Some("5")));
+    let mut newer = existing.clone();
+    newer["metadata"]["resourceVersion"] = json!("6");
+    answer(&mut server, |_| reply(200, newer.clone())).await;
+    let seen = answer(&mut server, |seen| reply(200, seen.body.clone())).await;
+    assert_eq!(seen.body["metadata"]["resourceVersion"], "6", "read again after the conflict");
+    let roles = seen.body["data"]["mapRoles"].as_str().unwrap();
+    assert!(roles.contains("role/admin") && roles.contains(arn), "{roles}");
+    assert_eq!(seen.body["data"]["mapUsers"], "[]");
+    upsert.await.unwrap().unwrap();
+
+    let s = store.clone();
+    let remove = tokio::spawn(async move { s.remove_aws_auth(arn).await });
+    answer(&mut server, |_| reply(404, status(404, "NotFound"))).await;
+    remove.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_rotation_is_a_node_annotation_and_the_boundaries_come_from_their_configmap() {
+    use spots_booster::instancegroup::store::InstanceGroupStore;
+    let (client, mut server) = mocked();
+    let store = instance_groups(client);
+
+    let s = store.clone();
+    let mark = tokio::spawn(async move { s.mark_for_rotation("ip-10-0-0-1", "2026-11-21T10:00:00Z").await });
+    let seen = answer(&mut server, |_| reply(200, json!({"metadata": {"name": "ip-10-0-0-1"}}))).await;
+    assert_eq!((seen.method.as_str(), seen.path.as_str()), ("PATCH", "/api/v1/nodes/ip-10-0-0-1"));
+    assert_eq!(seen.body, json!({"metadata": {"annotations": {"spots-booster.io/rotate": "2026-11-21T10:00:00Z"}}}));
+    mark.await.unwrap().unwrap();
+
+    let s = store.clone();
+    let config = tokio::spawn(async move { s.config_map().await });
+    let seen = answer(&mut server, |_| {
+        reply(200, json!({"metadata": {"name": "instance-manager"}, "data": {"defaults": "spec: {}"}}))
+    })
+    .await;
+    assert_eq!(seen.path, "/api/v1/namespaces/instance-manager/configmaps/instance-manager");
+    assert_eq!(config.await.unwrap().unwrap().unwrap()["defaults"], "spec: {}");
+
+    let s = store.clone();
+    let excluded = tokio::spawn(async move { s.namespace_excluded("team").await });
+    let seen = answer(&mut server, |_| {
+        reply(
+            200,
+            json!({"metadata": {"name": "team", "annotations": {"instancemgr.keikoproj.io/config-excluded": "true"}}}),
+        )
+    })
+    .await;
+    assert_eq!(seen.path, "/api/v1/namespaces/team");
+    assert!(excluded.await.unwrap().unwrap());
+
+    let s = store.clone();
+    let installed = tokio::spawn(async move { s.crd_installed().await });
+    answer(&mut server, |_| reply(404, status(404, "NotFound"))).await;
+    assert!(!installed.await.unwrap().unwrap(), "a 404 on the list means the CRD is not installed");
+}
