@@ -537,8 +537,10 @@ impl FakeInstanceGroupStore {
         if group.metadata.finalizers.as_ref().is_none_or(Vec::is_empty) {
             state.groups.remove(&key);
         } else {
+            // As the API server does, marking for deletion bumps the generation.
             group.metadata.deletion_timestamp =
                 Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH));
+            group.metadata.generation = Some(group.metadata.generation.unwrap_or(0) + 1);
         }
     }
 

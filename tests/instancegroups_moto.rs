@@ -366,3 +366,57 @@ async fn a_missing_subnet_name_is_an_error_and_a_bring_your_own_role_is_left_alo
         .attached_policies()
         .is_empty());
 }
+
+async fn latest_image(config: &SdkConfig) -> (i64, String) {
+    let ec2 = aws_sdk_ec2::Client::new(config);
+    let out =
+        ec2.describe_launch_template_versions().launch_template_name(ASG).versions("$Latest").send().await.unwrap();
+    let latest = &out.launch_template_versions()[0];
+    (latest.version_number().unwrap(), latest.launch_template_data().unwrap().image_id().unwrap().to_string())
+}
+
+#[tokio::test]
+async fn the_boundaries_configmap_is_applied_and_its_changes_and_the_namespace_opt_out_re_reconcile() {
+    use spots_booster::workers::instancegroups::Schedule;
+    let (moto, _guard) = moto().await;
+    let config = moto.sdk_config().await;
+    let world = seed(&config).await;
+    let (r, store, _) = reconciler(&config, CallStats::default());
+    let boundaries = |image: &str| {
+        std::collections::BTreeMap::from([
+            ("boundaries".to_string(), "restricted: [spec.eks.configuration.image]".to_string()),
+            ("defaults".to_string(), format!("spec: {{eks: {{configuration: {{image: {image}}}}}}}")),
+        ])
+    };
+    store.state().config = Some(boundaries(&world.other_image));
+    store.apply(group(&world, &world.image, 6));
+    let mut schedule = Schedule::default();
+
+    assert_eq!(r.pass(&mut schedule).await, 1);
+    assert_eq!(latest_image(&config).await, (1, world.other_image.clone()), "restricted: the platform's image wins");
+    let md5 = store.get(NS, NAME).unwrap().status.unwrap().config_md5;
+    assert_eq!(md5.len(), 32);
+    assert_eq!(r.pass(&mut schedule).await, 0, "nothing changed, nothing is due before the requeue");
+
+    store.state().config = Some(boundaries(&world.image));
+    assert_eq!(r.pass(&mut schedule).await, 1, "a new ConfigMap re-reconciles the group");
+    assert_eq!(latest_image(&config).await, (2, world.image.clone()));
+    assert_ne!(store.get(NS, NAME).unwrap().status.unwrap().config_md5, md5);
+
+    let mut own = group(&world, &world.other_image, 6);
+    own.spec.eks.as_mut().unwrap().configuration.image = world.other_image.clone();
+    store.apply(own);
+    assert_eq!(r.pass(&mut schedule).await, 1, "a spec change is due");
+    assert_eq!(latest_image(&config).await.1, world.image, "the group's own image is still overruled");
+
+    store.state().excluded.insert(NS.to_string());
+    assert_eq!(r.pass(&mut schedule).await, 1, "opting the namespace out re-reconciles its groups");
+    assert_eq!(latest_image(&config).await, (3, world.other_image.clone()), "now the group's own image");
+    assert_eq!(store.get(NS, NAME).unwrap().status.unwrap().config_md5, "", "excluded: no configMD5");
+
+    store.state().config =
+        Some(std::collections::BTreeMap::from([("boundaries".to_string(), "restricted: {".to_string())]));
+    store.state().excluded.clear();
+    r.pass(&mut schedule).await;
+    assert_eq!(latest_image(&config).await.1, world.image, "a broken ConfigMap keeps the last good one in force");
+}

@@ -477,81 +477,112 @@ where
 
     /// Reconciles every due InstanceGroup as leader only, until `shutdown` turns true.
     pub async fn run(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-        let mut due: HashMap<(String, String), (Option<i64>, String, tokio::time::Instant)> = HashMap::new();
-        let mut backoff: HashMap<(String, String), Duration> = HashMap::new();
-        let mut last_config: Option<InstanceManagerConfig> = None;
+        let mut schedule = Schedule::default();
         while !*shutdown.borrow() {
             if self.leadership.is_leader() {
-                self.pass(&mut due, &mut backoff, &mut last_config).await;
+                self.pass(&mut schedule).await;
             } else {
                 // A new leader looks at everything afresh.
-                due.clear();
+                schedule = Schedule::default();
             }
             tokio::select! {
                 _ = shutdown.changed() => {}
-                _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                _ = tokio::time::sleep(PASS_INTERVAL) => {}
             }
         }
     }
 
-    /// One pass over every InstanceGroup; reconciles those that changed or whose time came.
-    pub async fn pass(
-        &self,
-        due: &mut HashMap<(String, String), (Option<i64>, String, tokio::time::Instant)>,
-        backoff: &mut HashMap<(String, String), Duration>,
-        last_config: &mut Option<InstanceManagerConfig>,
-    ) {
+    /// One pass: reconciles the InstanceGroups that changed (generation, the ConfigMap, their
+    /// namespace's opt-out) or whose time came. Returns how many were reconciled.
+    pub async fn pass(&self, schedule: &mut Schedule) -> usize {
         let groups = match self.store.list().await {
             Ok(groups) => groups,
             Err(e) => {
                 warn!(error = %e, "listing InstanceGroups failed");
-                return;
+                return 0;
             }
         };
         match self.store.config_map().await {
-            Ok(None) => *last_config = None,
+            Ok(None) => schedule.config = None,
             Ok(Some(data)) => match InstanceManagerConfig::parse(&data) {
-                Ok(config) => *last_config = Some(config),
+                Ok(config) => schedule.config = Some(config),
                 // Keep applying the last good configuration rather than none at all.
                 Err(e) => warn!(error = %e, "instance-manager ConfigMap ignored; keeping the last good one"),
             },
             Err(e) => warn!(error = %e, "reading the instance-manager ConfigMap failed"),
         }
-        let md5 = last_config.as_ref().map(|c| c.md5.clone()).unwrap_or_default();
+        let md5 = schedule.config.as_ref().map(|c| c.md5.clone()).unwrap_or_default();
+        let mut excluded: HashMap<String, bool> = HashMap::new();
+        if !md5.is_empty() {
+            for ig in &groups {
+                let namespace = key(ig).0;
+                if !excluded.contains_key(&namespace) {
+                    let opted_out = self.store.namespace_excluded(&namespace).await.unwrap_or(false);
+                    excluded.insert(namespace, opted_out);
+                }
+            }
+        }
         let now = tokio::time::Instant::now();
-        due.retain(|k, _| groups.iter().any(|g| &key(g) == k));
+        schedule.due.retain(|k, _| groups.iter().any(|g| &key(g) == k));
+        let mut reconciled = 0;
         for ig in &groups {
             let k = key(ig);
-            let changed = match due.get(&k) {
+            let applied = if excluded.get(&k.0).copied().unwrap_or(false) { String::new() } else { md5.clone() };
+            let due = match schedule.due.get(&k) {
                 None => true,
-                Some((generation, seen_md5, at)) => {
-                    *generation != ig.metadata.generation
-                        || *seen_md5 != md5
-                        || now >= *at
-                        || ig.metadata.deletion_timestamp.is_some()
+                Some(seen) => {
+                    seen.generation != ig.metadata.generation
+                        || seen.deleting != ig.metadata.deletion_timestamp.is_some()
+                        || seen.config_md5 != applied
+                        || now >= seen.at
                 }
             };
-            if !changed {
+            if !due {
                 continue;
             }
-            let wait = match self.reconcile(ig, last_config.as_ref(), &groups).await {
+            reconciled += 1;
+            let wait = match self.reconcile(ig, schedule.config.as_ref(), &groups).await {
                 Requeue::Retry => {
-                    let next = backoff.get(&k).map_or(REQUEUE, |b| (*b * 2).min(MAX_BACKOFF));
-                    backoff.insert(k.clone(), next);
+                    let next = schedule.backoff.get(&k).map_or(REQUEUE, |b| (*b * 2).min(MAX_BACKOFF));
+                    schedule.backoff.insert(k.clone(), next);
                     next
                 }
                 Requeue::After(d) => {
-                    backoff.remove(&k);
+                    schedule.backoff.remove(&k);
                     d
                 }
                 Requeue::OnChange => {
-                    backoff.remove(&k);
+                    schedule.backoff.remove(&k);
                     RESYNC
                 }
             };
-            due.insert(k, (ig.metadata.generation, md5.clone(), now + wait));
+            let deleting = ig.metadata.deletion_timestamp.is_some();
+            schedule
+                .due
+                .insert(k, Seen { generation: ig.metadata.generation, deleting, config_md5: applied, at: now + wait });
         }
+        reconciled
     }
+}
+
+/// How often the reconciler looks for changes.
+pub const PASS_INTERVAL: Duration = Duration::from_secs(5);
+
+/// What the reconciler last did with one InstanceGroup.
+#[derive(Debug, Clone)]
+struct Seen {
+    generation: Option<i64>,
+    deleting: bool,
+    config_md5: String,
+    at: tokio::time::Instant,
+}
+
+/// What the reconciler remembers between passes (in memory: a restart reconciles everything once).
+#[derive(Debug, Default)]
+pub struct Schedule {
+    due: HashMap<(String, String), Seen>,
+    backoff: HashMap<(String, String), Duration>,
+    config: Option<InstanceManagerConfig>,
 }
 
 fn error_chain(err: &dyn std::error::Error) -> String {
