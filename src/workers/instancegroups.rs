@@ -515,10 +515,9 @@ where
         let mut excluded: HashMap<String, bool> = HashMap::new();
         if !md5.is_empty() {
             for ig in &groups {
-                let namespace = key(ig).0;
-                if !excluded.contains_key(&namespace) {
-                    let opted_out = self.store.namespace_excluded(&namespace).await.unwrap_or(false);
-                    excluded.insert(namespace, opted_out);
+                if let std::collections::hash_map::Entry::Vacant(slot) = excluded.entry(key(ig).0) {
+                    let opted_out = self.store.namespace_excluded(slot.key()).await.unwrap_or(false);
+                    slot.insert(opted_out);
                 }
             }
         }
