@@ -505,6 +505,10 @@ pub struct InstanceGroupStoreState {
     pub events: Vec<(String, String, String, bool)>,
     /// Status patches made.
     pub status_writes: usize,
+    /// CustomResourceDefinitions by name (`<plural>.<group>`).
+    pub crds: BTreeMap<String, crate::instancegroup::store::CustomKind>,
+    /// Custom resources by `(plural, namespace, name)`.
+    pub custom: BTreeMap<(String, String, String), serde_json::Value>,
 }
 
 /// InstanceGroups, ConfigMaps and aws-auth in memory, with the API server's finalizer semantics:
@@ -616,6 +620,54 @@ impl crate::instancegroup::store::InstanceGroupStore for FakeInstanceGroupStore 
 
     async fn mark_for_rotation(&self, node: &str, _at: &str) -> Result<(), crate::instancegroup::store::StoreError> {
         lock(&self.0).rotations.push(node.to_string());
+        Ok(())
+    }
+
+    async fn custom_kind(
+        &self,
+        crd_name: &str,
+    ) -> Result<crate::instancegroup::store::CustomKind, crate::instancegroup::store::StoreError> {
+        let state = lock(&self.0);
+        state
+            .crds
+            .iter()
+            .find(|(name, kind)| *name == crd_name || kind.plural == crd_name)
+            .map(|(_, kind)| kind.clone())
+            .ok_or_else(|| crate::instancegroup::store::StoreError::NoSuchCrd(crd_name.to_string()))
+    }
+
+    async fn list_custom(
+        &self,
+        kind: &crate::instancegroup::store::CustomKind,
+        namespace: &str,
+    ) -> Result<Vec<serde_json::Value>, crate::instancegroup::store::StoreError> {
+        let state = lock(&self.0);
+        Ok(state
+            .custom
+            .iter()
+            .filter(|((plural, ns, _), _)| *plural == kind.plural && ns == namespace)
+            .map(|(_, v)| v.clone())
+            .collect())
+    }
+
+    async fn create_custom(
+        &self,
+        kind: &crate::instancegroup::store::CustomKind,
+        object: &serde_json::Value,
+    ) -> Result<(), crate::instancegroup::store::StoreError> {
+        let namespace = object["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        lock(&self.0).custom.entry((kind.plural.clone(), namespace, name)).or_insert_with(|| object.clone());
+        Ok(())
+    }
+
+    async fn delete_custom(
+        &self,
+        kind: &crate::instancegroup::store::CustomKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), crate::instancegroup::store::StoreError> {
+        lock(&self.0).custom.remove(&(kind.plural.clone(), namespace.to_string(), name.to_string()));
         Ok(())
     }
 

@@ -420,3 +420,91 @@ async fn the_boundaries_configmap_is_applied_and_its_changes_and_the_namespace_o
     r.pass(&mut schedule).await;
     assert_eq!(latest_image(&config).await.1, world.image, "a broken ConfigMap keeps the last good one in force");
 }
+
+#[tokio::test]
+async fn the_crd_strategy_submits_follows_retries_and_finishes() {
+    use spots_booster::instancegroup::api::{CrdStrategy, UpgradeStrategy};
+    use spots_booster::instancegroup::store::CustomKind;
+    let (moto, _guard) = moto().await;
+    let config = moto.sdk_config().await;
+    let world = seed(&config).await;
+    let (r, store, view) = reconciler(&config, CallStats::default());
+    let kind = CustomKind {
+        group: "upgrademgr.keikoproj.io".into(),
+        version: "v1alpha1".into(),
+        kind: "RollingUpgrade".into(),
+        plural: "rollingupgrades".into(),
+    };
+    store.state().crds.insert("rollingupgrades.upgrademgr.keikoproj.io".into(), kind);
+    let with_crd = |image: &str| {
+        let mut ig = group(&world, image, 6);
+        ig.spec.strategy = Some(UpgradeStrategy {
+            strategy_type: Some("crd".into()),
+            rolling_update: None,
+            crd: Some(CrdStrategy {
+                crd_name: "rollingupgrades".into(),
+                spec: "apiVersion: upgrademgr.keikoproj.io/v1alpha1\nkind: RollingUpgrade\nmetadata: {generateName: batch, namespace: upgrades}\nspec: {asgName: '{{ .InstanceGroup.Status.ActiveScalingGroupName }}'}\n".into(),
+                status_json_path: ".status.currentStatus".into(),
+                status_success_string: "completed".into(),
+                status_failure_string: "error".into(),
+                concurrency_policy: Some("forbid".into()),
+                max_retries: Some(1),
+            }),
+        });
+        ig
+    };
+    store.apply(with_crd(&world.image));
+    reconcile(&r, &store).await;
+    join_nodes(&view, &asg(&config).await.unwrap());
+    let (_, current) = reconcile(&r, &store).await;
+    assert_eq!(current, state::READY);
+
+    store.apply(with_crd(&world.other_image));
+    let (_, current) = reconcile(&r, &store).await;
+    assert_eq!(current, state::INIT_UPGRADE);
+    let submitted: Vec<_> = store.state().custom.values().cloned().collect();
+    assert_eq!(submitted.len(), 1);
+    let resource = &submitted[0];
+    assert_eq!(resource["spec"]["asgName"], ASG, "rendered with the InstanceGroup in scope");
+    let name = resource["metadata"]["name"].as_str().unwrap().to_string();
+    assert!(name.starts_with("batch-") && name.ends_with("-2"), "{name}: <generateName>-<template time>-<version>");
+    assert_eq!(resource["metadata"]["annotations"]["instancemgr.keikoproj.io/upgrade-scope"], ASG);
+    let status = store.get(NS, NAME).unwrap().status.unwrap();
+    assert_eq!(
+        (status.strategy_resource_name.as_str(), status.strategy_resource_namespace.as_str()),
+        (name.as_str(), "upgrades")
+    );
+
+    let set_status = |s: &str| {
+        let mut state = store.state();
+        let key = ("rollingupgrades".to_string(), "upgrades".to_string(), name.clone());
+        state.custom.get_mut(&key).unwrap()["status"] = serde_json::json!({"currentStatus": s});
+    };
+    set_status("running");
+    let (_, current) = reconcile(&r, &store).await;
+    assert_eq!((current.as_str(), store.state().custom.len()), (state::INIT_UPGRADE, 1), "running: wait");
+    set_status("error");
+    reconcile(&r, &store).await;
+    assert!(store.state().custom.is_empty(), "a failed run is deleted for a retry");
+    assert_eq!(store.get(NS, NAME).unwrap().status.unwrap().strategy_retry_count, Some(1));
+    reconcile(&r, &store).await;
+    assert_eq!(store.state().custom.len(), 1, "resubmitted");
+    set_status("completed");
+    let (_, current) = reconcile(&r, &store).await;
+    assert_eq!(current, state::READY, "the upgrade finished and every node is Ready");
+    assert_eq!(store.get(NS, NAME).unwrap().status.unwrap().strategy_retry_count, Some(0));
+
+    store.apply(with_crd(&world.image));
+    reconcile(&r, &store).await;
+    let latest =
+        store.state().custom.keys().map(|k| k.2.clone()).find(|n| n.ends_with("-3")).expect("a run for version 3");
+    store.state().custom.get_mut(&("rollingupgrades".into(), "upgrades".into(), latest.clone())).unwrap()["status"] =
+        serde_json::json!({"currentStatus": "error"});
+    reconcile(&r, &store).await;
+    reconcile(&r, &store).await;
+    let key = ("rollingupgrades".to_string(), "upgrades".to_string(), latest);
+    store.state().custom.get_mut(&key).unwrap()["status"] = serde_json::json!({"currentStatus": "error"});
+    let (requeue, current) = reconcile(&r, &store).await;
+    assert_eq!((requeue, current.as_str()), (Requeue::OnChange, state::ERROR), "maxRetries 1 used up");
+    assert!(store.state().events.iter().any(|(_, reason, _, _)| reason == "InstanceGroupUpgradeFailed"));
+}

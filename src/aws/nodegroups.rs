@@ -731,7 +731,12 @@ impl NodeGroupCloud for AwsNodeGroups {
         let Some(template) = out.launch_templates().first() else { return Ok(None) };
         let latest = template.latest_version_number().unwrap_or(1).to_string();
         let data = self.template_version_data(name, &latest).await?;
-        Ok(Some(TemplateFacts { name: name.to_string(), latest_version: latest, data }))
+        let created = template
+            .create_time()
+            .and_then(|t| jiff::Timestamp::from_second(t.secs()).ok())
+            .map(|t| t.strftime("%Y%m%d%H%M%S").to_string())
+            .unwrap_or_default();
+        Ok(Some(TemplateFacts { name: name.to_string(), latest_version: latest, data, created }))
     }
 
     async fn create_launch_template(

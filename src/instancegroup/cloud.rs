@@ -17,6 +17,9 @@ pub struct TemplateFacts {
     pub latest_version: String,
     /// Data of the latest version.
     pub data: LaunchTemplateData,
+    /// When the template was created (`YYYYMMDDhhmmss`, UTC): with the version, it names the
+    /// `crd` strategy's resources.
+    pub created: String,
 }
 
 /// The node role and instance profile in use.

@@ -8,6 +8,7 @@ pub mod api;
 pub mod aws_auth;
 pub mod boundaries;
 pub mod cloud;
+pub mod crd_strategy;
 pub mod design;
 pub mod launch;
 pub mod rolling;

@@ -22,9 +22,25 @@ pub enum StoreError {
         /// 409: someone else wrote first; read again and retry.
         conflict: bool,
     },
+    /// The `crd` strategy's CustomResourceDefinition does not exist.
+    #[error("spec.strategy.crd.crdName: no CustomResourceDefinition {0:?}")]
+    NoSuchCrd(String),
     /// `kube-system/aws-auth` could not be edited safely.
     #[error(transparent)]
     AwsAuth(#[from] super::aws_auth::EditAwsAuthError),
+}
+
+/// A custom resource kind the `crd` strategy submits, resolved from its CRD.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CustomKind {
+    /// API group.
+    pub group: String,
+    /// Served version used.
+    pub version: String,
+    /// Kind.
+    pub kind: String,
+    /// Plural.
+    pub plural: String,
 }
 
 /// The Kubernetes side of InstanceGroups.
@@ -56,6 +72,27 @@ pub trait InstanceGroupStore: Send + Sync {
     fn remove_aws_auth(&self, role_arn: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Annotates a node for rotation: the booster replaces, drains and terminates it.
     fn mark_for_rotation(&self, node: &str, at: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Resolves `<plural>` or `<plural>.<group>` through its CustomResourceDefinition.
+    fn custom_kind(&self, crd_name: &str) -> impl Future<Output = Result<CustomKind, StoreError>> + Send;
+    /// Every resource of the kind in the namespace, as JSON.
+    fn list_custom(
+        &self,
+        kind: &CustomKind,
+        namespace: &str,
+    ) -> impl Future<Output = Result<Vec<serde_json::Value>, StoreError>> + Send;
+    /// Creates the resource (`metadata.namespace` set); AlreadyExists is success.
+    fn create_custom(
+        &self,
+        kind: &CustomKind,
+        object: &serde_json::Value,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Deletes a resource; NotFound is success.
+    fn delete_custom(
+        &self,
+        kind: &CustomKind,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Records a Kubernetes Event on the InstanceGroup.
     fn event(
         &self,

@@ -178,6 +178,9 @@ pub const PERMISSIONS: &[Permission] = &[
     // Clusters enforcing owner-reference permissions check finalizer writes against this.
     p("instancemgr.keikoproj.io", "instancegroups/finalizers", "update", Scope::Cluster, None),
     p("", "namespaces", "get", Scope::Cluster, None),
+    // The `crd` upgrade strategy resolves its kind; the resources it submits need their own grant.
+    p("apiextensions.k8s.io", "customresourcedefinitions", "get", Scope::Cluster, None),
+    p("apiextensions.k8s.io", "customresourcedefinitions", "list", Scope::Cluster, None),
     p("", "configmaps", "get", Scope::InstanceManager, Some(Named::InstanceManagerConfig)),
     p("", "configmaps", "get", Scope::KubeSystem, Some(Named::AwsAuth)),
     p("", "configmaps", "update", Scope::KubeSystem, Some(Named::AwsAuth)),
@@ -189,6 +192,7 @@ impl Permission {
     pub fn instance_groups_only(&self) -> bool {
         self.group == "instancemgr.keikoproj.io"
             || self.resource == "namespaces"
+            || self.resource == "customresourcedefinitions"
             || matches!(self.scope, Scope::KubeSystem | Scope::InstanceManager)
     }
 }

@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node as KubeNode, ObjectReference};
-use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ApiResource, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource};
 use serde_json::json;
@@ -13,7 +14,7 @@ use serde_json::json;
 use crate::instancegroup::api::{InstanceGroup, InstanceGroupStatus};
 use crate::instancegroup::aws_auth::{self, EditAwsAuthError};
 use crate::instancegroup::boundaries::ANNOTATION_CONFIG_EXCLUDED;
-use crate::instancegroup::store::{InstanceGroupStore, StoreError};
+use crate::instancegroup::store::{CustomKind, InstanceGroupStore, StoreError};
 use crate::k8s::convert::ROTATE_ANNOTATION;
 use crate::k8s::events::REPORTING_CONTROLLER;
 use crate::k8s::writes::FIELD_MANAGER;
@@ -41,6 +42,16 @@ impl std::fmt::Debug for KubeInstanceGroups {
 fn api_error(operation: &'static str, object: impl Into<String>, e: kube::Error) -> StoreError {
     let conflict = matches!(&e, kube::Error::Api(status) if status.code == 409);
     StoreError::Api { operation, object: object.into(), message: e.to_string(), conflict }
+}
+
+fn api_resource(kind: &CustomKind) -> ApiResource {
+    ApiResource {
+        group: kind.group.clone(),
+        version: kind.version.clone(),
+        api_version: format!("{}/{}", kind.group, kind.version),
+        kind: kind.kind.clone(),
+        plural: kind.plural.clone(),
+    }
 }
 
 fn params() -> PatchParams {
@@ -186,6 +197,58 @@ impl InstanceGroupStore for KubeInstanceGroups {
             .await
             .map(|_| ())
             .map_err(|e| api_error("annotate node", node, e))
+    }
+
+    async fn custom_kind(&self, crd_name: &str) -> Result<CustomKind, StoreError> {
+        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let crd = if crd_name.contains('.') {
+            api.get_opt(crd_name).await.map_err(|e| api_error("get CRD", crd_name, e))?
+        } else {
+            let all = api.list(&ListParams::default()).await.map_err(|e| api_error("list", "CRDs", e))?;
+            all.items.into_iter().find(|c| c.spec.names.plural == crd_name)
+        };
+        let crd = crd.ok_or_else(|| StoreError::NoSuchCrd(crd_name.to_string()))?;
+        let version = crd
+            .spec
+            .versions
+            .iter()
+            .find(|v| v.storage)
+            .or_else(|| crd.spec.versions.iter().find(|v| v.served))
+            .map(|v| v.name.clone())
+            .ok_or_else(|| StoreError::NoSuchCrd(crd_name.to_string()))?;
+        Ok(CustomKind { group: crd.spec.group, version, kind: crd.spec.names.kind, plural: crd.spec.names.plural })
+    }
+
+    async fn list_custom(&self, kind: &CustomKind, namespace: &str) -> Result<Vec<serde_json::Value>, StoreError> {
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, &api_resource(kind));
+        let list = api.list(&ListParams::default()).await.map_err(|e| api_error("list", kind.plural.clone(), e))?;
+        Ok(list.items.into_iter().map(|o| serde_json::to_value(o).expect("a listed object serialises")).collect())
+    }
+
+    async fn create_custom(&self, kind: &CustomKind, object: &serde_json::Value) -> Result<(), StoreError> {
+        let namespace = object["metadata"]["namespace"].as_str().unwrap_or("default");
+        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let dynamic: DynamicObject = serde_json::from_value(object.clone()).map_err(|e| StoreError::Api {
+            operation: "build",
+            object: name.clone(),
+            message: e.to_string(),
+            conflict: false,
+        })?;
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, &api_resource(kind));
+        match api.create(&PostParams::default(), &dynamic).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+            Err(e) => Err(api_error("create", format!("{namespace}/{name}"), e)),
+        }
+    }
+
+    async fn delete_custom(&self, kind: &CustomKind, namespace: &str, name: &str) -> Result<(), StoreError> {
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, &api_resource(kind));
+        match api.delete(name, &Default::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(e) => Err(api_error("delete", format!("{namespace}/{name}"), e)),
+        }
     }
 
     async fn event(&self, group: &InstanceGroup, reason: &str, message: &str, warning: bool) -> Result<(), StoreError> {

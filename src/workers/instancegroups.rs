@@ -12,7 +12,8 @@ use crate::core::{InstanceId, SignalKind, Timestamp};
 use crate::instancegroup::api::{Condition, InstanceGroup, InstanceGroupSpec, InstanceGroupStatus, FINALIZER};
 use crate::instancegroup::boundaries::InstanceManagerConfig;
 use crate::instancegroup::cloud::{CloudError, NodeGroupCloud};
-use crate::instancegroup::design::{GroupDesign, Strategy};
+use crate::instancegroup::crd_strategy::{self, CrdStep};
+use crate::instancegroup::design::{CrdPlan, GroupDesign, Strategy};
 use crate::instancegroup::launch::{asg_changes, asg_design, drift, launch_template_data, AsgFacts, Resolved};
 use crate::instancegroup::rolling::{self, NodeFacts, RollingInput, RollingStep};
 use crate::instancegroup::store::{InstanceGroupStore, StoreError};
@@ -240,14 +241,6 @@ where
         status.lifecycle = design.lifecycle.as_str().to_string();
         status.active_scaling_group_name = design.prefix.clone();
         status.active_launch_template_name = design.prefix.clone();
-        if matches!(design.strategy, Strategy::Crd(_)) {
-            status.current_state = state::ERROR.into();
-            let message = "spec.strategy.type: crd is not supported by this version of spots-booster; use rollingUpdate (it drains before terminating)".to_string();
-            set_condition(status, "Reconciled", false, "Unsupported", message.clone(), &self.now());
-            self.event(ig, "Unsupported", &message, true).await;
-            return Ok(Requeue::OnChange);
-        }
-
         let cluster = self.cloud.cluster(&design.cluster_name).await?;
         let role = self.cloud.ensure_role(&design.role, &design.cluster_name).await?;
         let vpc = cluster.vpc_id.clone();
@@ -256,6 +249,7 @@ where
         let resolved =
             Resolved { subnet_ids, security_group_ids, instance_profile_arn: role.profile_arn.clone(), cluster };
         let data = launch_template_data(&design, &resolved);
+        let mut template_created = String::new();
         let version = match self.cloud.launch_template(&design.prefix).await? {
             None => {
                 let version = self.cloud.create_launch_template(&design.prefix, &design.cluster_name, &data).await?;
@@ -263,6 +257,7 @@ where
                 version
             }
             Some(current) => {
+                template_created = current.created.clone();
                 let drifted = drift(&current.data, &data);
                 if drifted.is_empty() {
                     current.latest_version
@@ -320,7 +315,8 @@ where
             format!("launch template version {version} and the Auto Scaling Group match the spec"),
             &self.now(),
         );
-        self.converge_nodes(ig, &design, &facts, &version, status).await
+        let launch_id = format!("{template_created}-{version}");
+        self.converge_nodes(ig, &design, &facts, (&version, &launch_id), status).await
     }
 
     /// Rotation and readiness: `InitUpgrade` while drifted nodes remain, `Ready` once none do
@@ -330,7 +326,7 @@ where
         ig: &InstanceGroup,
         design: &GroupDesign,
         facts: &AsgFacts,
-        version: &str,
+        (version, launch_id): (&str, &str),
         status: &mut InstanceGroupStatus,
     ) -> Result<Requeue, ReconcileError> {
         let view = self.view.current();
@@ -366,17 +362,32 @@ where
             format!("{ready} of {} instances are Ready nodes", live.len()),
             &self.now(),
         );
+        let converged = |status: &mut InstanceGroupStatus| {
+            status.current_state = if all_ready { state::READY } else { state::MODIFYING }.into();
+            Ok(if all_ready { Requeue::OnChange } else { Requeue::After(REQUEUE) })
+        };
         let drifted = rolling::drifted_instances(&facts.instances, &design.prefix, version);
         if drifted.is_empty() {
-            status.current_state = if all_ready { state::READY } else { state::MODIFYING }.into();
-            return Ok(if all_ready { Requeue::OnChange } else { Requeue::After(REQUEUE) });
+            return converged(status);
         }
         if design.lock_upgrades {
             status.current_state = state::LOCKED.into();
             return Ok(Requeue::OnChange);
         }
         status.current_state = state::INIT_UPGRADE.into();
-        let Strategy::RollingUpdate { max_unavailable } = design.strategy else { return Ok(Requeue::After(REQUEUE)) };
+        let max_unavailable = match &design.strategy {
+            Strategy::RollingUpdate { max_unavailable } => *max_unavailable,
+            Strategy::Crd(plan) => {
+                return match self.crd_step(ig, design, plan, launch_id, status).await? {
+                    true => converged(status),
+                    false => Ok(if status.current_state == state::ERROR {
+                        Requeue::OnChange
+                    } else {
+                        Requeue::After(REQUEUE)
+                    }),
+                };
+            }
+        };
         if view.is_none() {
             return Ok(Requeue::After(REQUEUE));
         }
@@ -405,6 +416,67 @@ where
             self.event(ig, "RotatingNodes", &message, false).await;
         }
         Ok(Requeue::After(REQUEUE))
+    }
+
+    /// One step of the `crd` strategy; true once its resource succeeded.
+    async fn crd_step(
+        &self,
+        ig: &InstanceGroup,
+        design: &GroupDesign,
+        plan: &CrdPlan,
+        launch_id: &str,
+        status: &mut InstanceGroupStatus,
+    ) -> Result<bool, ReconcileError> {
+        let wanted = match crd_strategy::resource(plan, ig, &design.prefix, launch_id) {
+            Ok(wanted) => wanted,
+            Err(e) => {
+                status.current_state = state::ERROR.into();
+                set_condition(status, "Reconciled", false, "InvalidSpec", e.to_string(), &self.now());
+                self.event(ig, "InvalidSpec", &e.to_string(), true).await;
+                return Ok(false);
+            }
+        };
+        let kind = self.store.custom_kind(&plan.crd_name).await?;
+        let namespace = wanted["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+        let name = wanted["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let existing = self.store.list_custom(&kind, &namespace).await?;
+        let retries = u32::try_from(status.strategy_retry_count.unwrap_or(0)).unwrap_or(0);
+        match crd_strategy::next_step(plan, wanted, &design.prefix, launch_id, &existing, retries) {
+            CrdStep::Done => {
+                status.strategy_retry_count = Some(0);
+                return Ok(true);
+            }
+            CrdStep::Submit(object) => {
+                self.store.create_custom(&kind, &object).await?;
+                status.strategy_resource_name = name.clone();
+                status.strategy_resource_namespace = namespace.clone();
+                self.event(ig, "UpgradeSubmitted", &format!("{} {namespace}/{name} submitted", kind.kind), false).await;
+            }
+            CrdStep::Delete(stale) => {
+                for old in &stale {
+                    self.store.delete_custom(&kind, &namespace, old).await?;
+                }
+                self.event(
+                    ig,
+                    "UpgradeReplaced",
+                    &format!("deleted {} for an older configuration", stale.join(", ")),
+                    false,
+                )
+                .await;
+            }
+            CrdStep::Retry(failed) => {
+                self.store.delete_custom(&kind, &namespace, &failed).await?;
+                status.strategy_retry_count = Some(i64::from(retries) + 1);
+                self.event(ig, "UpgradeRetried", &format!("{failed} failed; retry {}", retries + 1), true).await;
+            }
+            CrdStep::Failed(message) => {
+                status.current_state = state::ERROR.into();
+                set_condition(status, "Reconciled", false, "UpgradeFailed", message.clone(), &self.now());
+                self.event(ig, "InstanceGroupUpgradeFailed", &message, true).await;
+            }
+            CrdStep::Wait(_) => {}
+        }
+        Ok(false)
     }
 
     async fn delete(
