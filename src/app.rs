@@ -256,6 +256,7 @@ pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
                     view: cluster.clone(),
                     clock: ctx.clock.clone(),
                     leadership: leadership.clone(),
+                    metrics: metrics.clone(),
                 };
                 tasks.push(tokio::spawn(reconciler.run(shutdown.clone())));
             }

@@ -74,6 +74,10 @@ pub struct Metrics {
     pub ca_status_found: IntGauge,
     /// Inputs that could not be understood, by source (`ca-status`, `nth-event`, `node`, `pod`).
     pub parse_errors: IntCounterVec,
+    /// InstanceGroup reconciles by result (`ok`, `invalid`, `failed`, `transient`).
+    pub instancegroup_reconciles: IntCounterVec,
+    /// InstanceGroups by `status.currentState`.
+    pub instancegroups: IntGaugeVec,
     aws_seen: Mutex<BTreeMap<String, AwsCounts>>,
     hooks: Mutex<Vec<ScrapeHook>>,
 }
@@ -191,6 +195,13 @@ impl Metrics {
                 "Inputs that could not be understood, by source.",
                 &["source"],
             ),
+            instancegroup_reconciles: counter(
+                &r,
+                "instancegroup_reconciles_total",
+                "InstanceGroup reconciles by result.",
+                &["result"],
+            ),
+            instancegroups: gauge_vec(&r, "instancegroups", "InstanceGroups by state.", &["state"]),
             registry: r,
             aws_seen: Mutex::new(BTreeMap::new()),
             hooks: Mutex::new(Vec::new()),
@@ -248,7 +259,7 @@ impl Metrics {
 
     /// Names of every metric family exported (with the prefix), whether or not it has a value yet.
     pub fn names(&self) -> Vec<String> {
-        let collectors: [&dyn Collector; 22] = [
+        let collectors: [&dyn Collector; 24] = [
             &self.signals,
             &self.boosts,
             &self.boosted_nodes_in_flight,
@@ -271,6 +282,8 @@ impl Metrics {
             &self.ca_status_age,
             &self.ca_status_found,
             &self.parse_errors,
+            &self.instancegroup_reconciles,
+            &self.instancegroups,
         ];
         let mut names: Vec<String> =
             collectors.iter().flat_map(|c| c.desc().into_iter().map(|d| d.fq_name.clone())).collect();

@@ -4,6 +4,7 @@
 //! they are terminated and a rotation never races the booster's own drains.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::{info, warn};
@@ -20,6 +21,7 @@ use crate::instancegroup::store::{InstanceGroupStore, StoreError};
 use crate::instancegroup::validate::{
     managed_role_name, validate, FieldError, FieldErrorKind, ObjectInfo, ValidateError,
 };
+use crate::metrics::Metrics;
 use crate::ports::{ClusterView, Leadership};
 use crate::workers::Clock;
 
@@ -92,6 +94,8 @@ pub struct InstanceGroupReconciler<C, S, V> {
     pub clock: Clock,
     /// Only the leader reconciles.
     pub leadership: Leadership,
+    /// Reconcile results and states.
+    pub metrics: Arc<Metrics>,
 }
 
 fn rfc3339(at: Timestamp) -> String {
@@ -156,6 +160,16 @@ where
         Ok((spec, config.md5.clone()))
     }
 
+    async fn reconcile_with_state(
+        &self,
+        ig: &InstanceGroup,
+        config: Option<&InstanceManagerConfig>,
+        all: &[InstanceGroup],
+    ) -> (Requeue, String) {
+        let (requeue, status) = self.reconcile_status(ig, config, all).await;
+        (requeue, status.current_state)
+    }
+
     /// Reconciles one InstanceGroup. `all` is every InstanceGroup (aws-auth sharing at deletion).
     pub async fn reconcile(
         &self,
@@ -163,6 +177,15 @@ where
         config: Option<&InstanceManagerConfig>,
         all: &[InstanceGroup],
     ) -> Requeue {
+        self.reconcile_status(ig, config, all).await.0
+    }
+
+    async fn reconcile_status(
+        &self,
+        ig: &InstanceGroup,
+        config: Option<&InstanceManagerConfig>,
+        all: &[InstanceGroup],
+    ) -> (Requeue, InstanceGroupStatus) {
         let before = ig.status.clone().unwrap_or_default();
         let mut status = before.clone();
         let outcome = if ig.metadata.deletion_timestamp.is_some() {
@@ -171,9 +194,15 @@ where
             self.apply(ig, config, &mut status).await
         };
         let requeue = match outcome {
-            Ok(requeue) => requeue,
+            Ok(requeue) => {
+                let result = if status.current_state == state::ERROR { "invalid" } else { "ok" };
+                self.metrics.instancegroup_reconciles.with_label_values(&[result]).inc();
+                requeue
+            }
             Err(err) => {
                 let transient = err.transient();
+                let result = if transient { "transient" } else { "failed" };
+                self.metrics.instancegroup_reconciles.with_label_values(&[result]).inc();
                 let message = error_chain(&err);
                 warn!(namespace = ?ig.metadata.namespace, name = ?ig.metadata.name, error = %message, "InstanceGroup reconcile failed");
                 if !transient {
@@ -189,10 +218,10 @@ where
             let (namespace, name) = key(ig);
             if let Err(e) = self.store.patch_status(&namespace, &name, &status).await {
                 warn!(%namespace, %name, error = %e, "InstanceGroup status not written");
-                return Requeue::After(REQUEUE);
+                return (Requeue::After(REQUEUE), status);
             }
         }
-        requeue
+        (requeue, status)
     }
 
     async fn event(&self, ig: &InstanceGroup, reason: &str, message: &str, warning: bool) {
@@ -595,6 +624,11 @@ where
         }
         let now = tokio::time::Instant::now();
         schedule.due.retain(|k, _| groups.iter().any(|g| &key(g) == k));
+        schedule.states.retain(|k, _| groups.iter().any(|g| &key(g) == k));
+        for ig in &groups {
+            let current = ig.status.as_ref().map(|s| s.current_state.clone()).filter(|s| !s.is_empty());
+            schedule.states.entry(key(ig)).or_insert_with(|| current.unwrap_or_else(|| "Init".into()));
+        }
         let mut reconciled = 0;
         for ig in &groups {
             let k = key(ig);
@@ -612,7 +646,9 @@ where
                 continue;
             }
             reconciled += 1;
-            let wait = match self.reconcile(ig, schedule.config.as_ref(), &groups).await {
+            let (wait, state) = self.reconcile_with_state(ig, schedule.config.as_ref(), &groups).await;
+            schedule.states.insert(k.clone(), state);
+            let wait = match wait {
                 Requeue::Retry => {
                     let next = schedule.backoff.get(&k).map_or(REQUEUE, |b| (*b * 2).min(MAX_BACKOFF));
                     schedule.backoff.insert(k.clone(), next);
@@ -631,6 +667,12 @@ where
             schedule
                 .due
                 .insert(k, Seen { generation: ig.metadata.generation, deleting, config_md5: applied, at: now + wait });
+        }
+        self.metrics.instancegroups.reset();
+        for ig in &groups {
+            let k = key(ig);
+            let state = schedule.states.get(&k).map_or("Init", String::as_str);
+            self.metrics.instancegroups.with_label_values(&[state]).inc();
         }
         reconciled
     }
@@ -654,6 +696,7 @@ pub struct Schedule {
     due: HashMap<(String, String), Seen>,
     backoff: HashMap<(String, String), Duration>,
     config: Option<InstanceManagerConfig>,
+    states: HashMap<(String, String), String>,
 }
 
 fn error_chain(err: &dyn std::error::Error) -> String {
