@@ -583,8 +583,9 @@ where
             if self.leadership.is_leader() {
                 self.pass(&mut schedule).await;
             } else {
-                // A new leader looks at everything afresh.
+                // A new leader looks at everything afresh; only the leader reports states.
                 schedule = Schedule::default();
+                self.metrics.instancegroups.reset();
             }
             tokio::select! {
                 _ = shutdown.changed() => {}
