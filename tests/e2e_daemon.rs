@@ -14,37 +14,17 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_config::SdkConfig;
 use aws_sdk_autoscaling::types::LaunchTemplateSpecification;
 use aws_sdk_ec2::types::{InstanceType, RequestLaunchTemplateData};
 use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Namespace, Node, Pod, ServiceAccount};
 use k8s_openapi::api::events::v1::Event as NewEvent;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
+use kube::{Api, Client};
 use serde_json::{json, Value};
+use support::e2e::{aws, env, free_port, kube_client, metric, register_node, scrape, AWS_ENDPOINT, KUBECONFIG};
 
-const KUBECONFIG: &str = "SPOTS_BOOSTER_E2E_KUBECONFIG";
-const AWS_ENDPOINT: &str = "SPOTS_BOOSTER_E2E_AWS_ENDPOINT";
-
-fn env() -> Option<(String, String)> {
-    Some((std::env::var(KUBECONFIG).ok()?, std::env::var(AWS_ENDPOINT).ok()?))
-}
-
-async fn kube_client(path: &str) -> Client {
-    let file = Kubeconfig::read_from(path).expect("read the e2e kubeconfig");
-    let config = Config::from_custom_kubeconfig(file, &KubeConfigOptions::default()).await.expect("kubeconfig");
-    Client::try_from(config).expect("client")
-}
-
-async fn aws(endpoint: &str) -> SdkConfig {
-    aws_config::defaults(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(endpoint)
-        .credentials_provider(aws_sdk_autoscaling::config::Credentials::new("test", "test", None, None, "e2e"))
-        .load()
-        .await
-}
+mod support;
 
 /// What the test saw while playing kubelet and scheduler.
 #[derive(Debug, Default, Clone)]
@@ -104,30 +84,7 @@ impl Run {
 
     /// Registers a Node for the instance and makes it Ready (a kubelet would).
     async fn register(&self, instance: &str, zone: &str) {
-        let nodes: Api<Node> = Api::all(self.kube.clone());
-        let name = self.node_name(instance);
-        let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {"spots-booster-e2e": self.suffix, "topology.kubernetes.io/zone": zone}},
-            "spec": {"providerID": format!("aws:///{zone}/{instance}")}
-        }))
-        .unwrap();
-        match nodes.create(&PostParams::default(), &node).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => panic!("create node {name}: {e}"),
-        }
-        self.heartbeat(&name).await;
-    }
-
-    async fn heartbeat(&self, name: &str) {
-        let nodes: Api<Node> = Api::all(self.kube.clone());
-        let now = jiff::Timestamp::now().to_string();
-        let status = json!({"status": {
-            "capacity": {"cpu": "4", "memory": "16Gi", "pods": "110"},
-            "allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                            "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
-        let _ = nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await;
+        register_node(&self.kube, &self.node_name(instance), zone, instance, &self.suffix).await;
     }
 
     /// One round of kubelet, scheduler and cloud-node-lifecycle duties.
@@ -254,27 +211,6 @@ fn the_e2e_ca_status_parses() {
     let group = status.group("sb-e2e-x").expect("the group");
     assert_eq!(group.core_view().cloud_provider_target, 2);
     assert_eq!(status.time.unwrap().as_millis(), at.as_millisecond());
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-async fn scrape(port: u16) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else { return String::new() };
-    let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out).await;
-    out
-}
-
-fn metric(text: &str, name_and_labels: &str) -> f64 {
-    text.lines()
-        .find(|l| l.strip_prefix(name_and_labels).is_some_and(|rest| rest.starts_with(' ')))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -430,6 +366,8 @@ async fn a_rebalance_recommendation_is_boosted_drained_and_given_back() {
         .args(["--aws-endpoint-url", &endpoint, "--aws-region", "us-east-1"])
         .args(["--metrics-bind-address", &format!("127.0.0.1:{port}"), "--leader-elect", "true"])
         .args(["--leader-elect-retry-period", "1s", "--drain-interval", "1s", "--log-format", "json"])
+        // tests/e2e_instancegroups.rs covers the reconciler; this run needs no CRD.
+        .args(["--instance-groups", "false"])
         .env("AWS_ACCESS_KEY_ID", "test")
         .env("AWS_SECRET_ACCESS_KEY", "test")
         .stdout(Stdio::null())

@@ -1,0 +1,85 @@
+//! Shared by the end-to-end suites: the gating variables, clients for the API server and moto,
+//! and a `/metrics` scraper.
+
+#![allow(dead_code)]
+
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use serde_json::json;
+
+/// Kubeconfig of the e2e API server.
+pub const KUBECONFIG: &str = "SPOTS_BOOSTER_E2E_KUBECONFIG";
+/// The moto endpoint.
+pub const AWS_ENDPOINT: &str = "SPOTS_BOOSTER_E2E_AWS_ENDPOINT";
+
+/// The kubeconfig and moto endpoint, when both are set.
+pub fn env() -> Option<(String, String)> {
+    Some((std::env::var(KUBECONFIG).ok()?, std::env::var(AWS_ENDPOINT).ok()?))
+}
+
+/// A client for the e2e API server.
+pub async fn kube_client(path: &str) -> Client {
+    let file = Kubeconfig::read_from(path).expect("read the e2e kubeconfig");
+    let config = Config::from_custom_kubeconfig(file, &KubeConfigOptions::default()).await.expect("kubeconfig");
+    Client::try_from(config).expect("client")
+}
+
+/// SDK configuration for the e2e moto.
+pub async fn aws(endpoint: &str) -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(aws_sdk_autoscaling::config::Credentials::new("test", "test", None, None, "e2e"))
+        .load()
+        .await
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The text of `/metrics` (empty while nothing listens).
+pub async fn scrape(port: u16) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else { return String::new() };
+    let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out).await;
+    out
+}
+
+/// One sample, 0 when absent.
+pub fn metric(text: &str, name_and_labels: &str) -> f64 {
+    text.lines()
+        .find(|l| l.strip_prefix(name_and_labels).is_some_and(|rest| rest.starts_with(' ')))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Plays kubelet for one instance: registers its Node (providerID `aws:///<zone>/<id>`, labelled
+/// `spots-booster-e2e=<run>`) and reports it Ready with a fresh heartbeat.
+pub async fn register_node(kube: &Client, name: &str, zone: &str, instance: &str, run: &str) {
+    let nodes: Api<Node> = Api::all(kube.clone());
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"spots-booster-e2e": run, "topology.kubernetes.io/zone": zone}},
+        "spec": {"providerID": format!("aws:///{zone}/{instance}")}
+    }))
+    .unwrap();
+    match nodes.create(&PostParams::default(), &node).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("create node {name}: {e}"),
+    }
+    let now = jiff::Timestamp::now().to_string();
+    let status = json!({"status": {
+        "capacity": {"cpu": "4", "memory": "16Gi", "pods": "110"},
+        "allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"},
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
+    let _ = nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await;
+}
