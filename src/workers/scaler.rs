@@ -469,6 +469,24 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn an_instancegroup_rotation_is_boosted_like_a_rebalance() {
+        let rig = FakeRig::new(FakeAutoScaling::default().with_group("a", 3, 50));
+        // The reconciler only annotates; nobody has cordoned the node yet.
+        rig.cluster.put_node(Node::test("n1", "a"));
+        rig.cluster.signal(Signal {
+            instance: InstanceId("i-n1".into()),
+            node: "n1".into(),
+            kind: SignalKind::Rotation,
+            observed_at: Timestamp::from_millis(1_000),
+        });
+        let mut s = scaler(&rig).await;
+        s.start(&[]).await.unwrap();
+        s.tick().await.unwrap();
+        assert_eq!(rig.aws.desired("a"), 4, "a replacement is bought before the drain");
+        assert!(rig.ledger.saved().covered().contains(&InstanceId("i-n1".into())));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn the_ledger_is_saved_before_the_write_and_a_restart_never_boosts_twice() {
         let rig = FakeRig::new(FakeAutoScaling::default().with_group("a", 3, 50));
         rebalance(&rig.cluster, "n1", "a");
