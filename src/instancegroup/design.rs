@@ -29,7 +29,7 @@ pub struct GroupDesign {
     /// EC2 key pair.
     pub key_pair_name: Option<String>,
     /// Block devices, sorted by device name.
-    pub volumes: Vec<Volume>,
+    pub volumes: Vec<BlockDevice>,
     /// Processes to keep suspended.
     pub suspended_processes: BTreeSet<String>,
     /// Group metrics to collect.
@@ -68,9 +68,9 @@ pub struct GroupDesign {
     pub lock_upgrades: bool,
 }
 
-/// One EBS volume.
+/// One EBS block device mapping (its mount options go to [`Bootstrap::mounts`]).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Volume {
+pub struct BlockDevice {
     /// Device name.
     pub device: String,
     /// EBS volume type.
@@ -87,8 +87,6 @@ pub struct Volume {
     pub encrypted: Option<bool>,
     /// Snapshot to restore.
     pub snapshot_id: Option<String>,
-    /// Format and mount at boot.
-    pub mount: Option<VolumeMount>,
 }
 
 /// Format and mount a volume at boot.

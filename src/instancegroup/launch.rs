@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use base64::Engine;
 
+pub use super::design::BlockDevice;
 use super::design::{GroupDesign, LifecycleHook, Metadata, MixedInstances, Placement, WarmPool};
 use super::userdata::{self, ClusterInfo};
 
@@ -27,27 +28,6 @@ pub struct Resolved {
     pub instance_profile_arn: String,
     /// Cluster endpoint, CA and network.
     pub cluster: ClusterInfo,
-}
-
-/// One block device mapping.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct BlockDevice {
-    /// Device name.
-    pub device: String,
-    /// Volume type.
-    pub volume_type: String,
-    /// GiB.
-    pub size: Option<i32>,
-    /// IOPS.
-    pub iops: Option<i32>,
-    /// MiB/s.
-    pub throughput: Option<i32>,
-    /// Delete on termination.
-    pub delete_on_termination: bool,
-    /// Encrypted.
-    pub encrypted: Option<bool>,
-    /// Snapshot.
-    pub snapshot_id: Option<String>,
 }
 
 /// Launch template data, in the fields drift compares.
@@ -93,20 +73,7 @@ pub fn launch_template_data(design: &GroupDesign, resolved: &Resolved) -> Launch
         security_group_ids,
         key_name: design.key_pair_name.clone(),
         user_data: base64::engine::general_purpose::STANDARD.encode(text),
-        block_devices: design
-            .volumes
-            .iter()
-            .map(|v| BlockDevice {
-                device: v.device.clone(),
-                volume_type: v.volume_type.clone(),
-                size: v.size,
-                iops: v.iops,
-                throughput: v.throughput,
-                delete_on_termination: v.delete_on_termination,
-                encrypted: v.encrypted,
-                snapshot_id: v.snapshot_id.clone(),
-            })
-            .collect(),
+        block_devices: design.volumes.clone(),
         metadata: design.metadata.clone(),
         tag_specifications: design.tag_specifications.clone(),
         spot_max_price: design.spot_price.clone(),

@@ -194,7 +194,7 @@ pub fn validate(info: &ObjectInfo<'_>, spec: &InstanceGroupSpec) -> Result<Group
     }
     let subnets = sorted_refs(&mut errors, "subnets", &config.subnets);
     let security_groups = sorted_refs(&mut errors, "securityGroups", &config.security_groups);
-    let volumes = volumes(&mut errors, &config.volumes);
+    let (volumes, mounts) = volumes(&mut errors, &config.volumes);
     let suspended_processes = expand(&mut errors, "suspendProcesses", &config.suspend_processes, ALL_PROCESSES);
     let metrics = expand(&mut errors, "metricsCollection", &config.metrics_collection, ALL_METRICS);
     let mixed_instances = mixed_instances(&mut errors, config);
@@ -219,7 +219,7 @@ pub fn validate(info: &ObjectInfo<'_>, spec: &InstanceGroupSpec) -> Result<Group
         };
         WarmPool { min_size, max_prepared }
     });
-    let bootstrap = bootstrap(&mut errors, info.name, &annotations, config, os_family, lifecycle, &volumes);
+    let bootstrap = bootstrap(&mut errors, info.name, &annotations, config, os_family, lifecycle, mounts);
     let tags = tag_list(&mut errors, &format!("{CONF}.tags"), &config.tags);
     for key in tags.keys().filter(|k| k.starts_with("instancegroups.keikoproj.io/")) {
         errors.invalid(format!("{CONF}.tags"), format!("{key} is set by the reconciler"));
@@ -310,9 +310,10 @@ fn sorted_refs(errors: &mut Errors, name: &str, refs: &[String]) -> Vec<String> 
     refs.iter().cloned().collect::<BTreeSet<_>>().into_iter().collect()
 }
 
-fn volumes(errors: &mut Errors, volumes: &[NodeVolume]) -> Vec<Volume> {
+/// The block devices, sorted, and the mounts bootstrap makes.
+fn volumes(errors: &mut Errors, volumes: &[NodeVolume]) -> (Vec<BlockDevice>, Vec<(String, VolumeMount)>) {
     if volumes.is_empty() {
-        return vec![Volume {
+        let root = BlockDevice {
             device: "/dev/xvda".into(),
             volume_type: "gp2".into(),
             size: Some(32),
@@ -321,11 +322,12 @@ fn volumes(errors: &mut Errors, volumes: &[NodeVolume]) -> Vec<Volume> {
             delete_on_termination: true,
             encrypted: None,
             snapshot_id: None,
-            mount: None,
-        }];
+        };
+        return (vec![root], Vec::new());
     }
     let mut seen = BTreeSet::new();
-    let mut out: Vec<Volume> = volumes
+    let mut mounts = Vec::new();
+    let mut out: Vec<BlockDevice> = volumes
         .iter()
         .enumerate()
         .map(|(i, v)| {
@@ -369,7 +371,10 @@ fn volumes(errors: &mut Errors, volumes: &[NodeVolume]) -> Vec<Volume> {
                 }
                 VolumeMount { file_system, path: m.mount.clone(), persist: m.persistance.unwrap_or(true) }
             });
-            Volume {
+            if let Some(mount) = mount {
+                mounts.push((v.name.clone(), mount));
+            }
+            BlockDevice {
                 device: v.name.clone(),
                 volume_type,
                 size,
@@ -378,12 +383,11 @@ fn volumes(errors: &mut Errors, volumes: &[NodeVolume]) -> Vec<Volume> {
                 delete_on_termination: v.delete_on_termination.unwrap_or(true),
                 encrypted: v.encrypted,
                 snapshot_id: v.snapshot_id.clone(),
-                mount,
             }
         })
         .collect();
     out.sort();
-    out
+    (out, mounts)
 }
 
 fn expand(errors: &mut Errors, name: &str, values: &[String], all: &[&str]) -> BTreeSet<String> {
@@ -521,7 +525,7 @@ fn bootstrap(
     config: &EksConfiguration,
     os_family: OsFamily,
     lifecycle: Lifecycle,
-    volumes: &[Volume],
+    mounts: Vec<(String, VolumeMount)>,
 ) -> Bootstrap {
     let mut labels = BTreeMap::new();
     match annotations.get(ANNOTATION_DEFAULT_LABELS).filter(|s| !s.is_empty()) {
@@ -589,7 +593,6 @@ fn bootstrap(
             ),
         }
     }
-    let mounts = volumes.iter().filter_map(|v| v.mount.clone().map(|m| (v.device.clone(), m))).collect();
     Bootstrap {
         os_family,
         labels,
