@@ -571,10 +571,16 @@ impl crate::instancegroup::store::InstanceGroupStore for FakeInstanceGroupStore 
         status: &crate::instancegroup::InstanceGroupStatus,
     ) -> Result<(), crate::instancegroup::store::StoreError> {
         let mut state = lock(&self.0);
+        let Some(group) = state.groups.get_mut(&(namespace.to_string(), name.to_string())) else {
+            return Err(crate::instancegroup::store::StoreError::Api {
+                operation: "patch status of",
+                object: format!("{namespace}/{name}"),
+                message: "404 NotFound".into(),
+                conflict: false,
+            });
+        };
+        group.status = Some(status.clone());
         state.status_writes += 1;
-        if let Some(group) = state.groups.get_mut(&(namespace.to_string(), name.to_string())) {
-            group.status = Some(status.clone());
-        }
         Ok(())
     }
 

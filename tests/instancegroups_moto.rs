@@ -283,8 +283,9 @@ async fn create_ready_image_change_rotation_resize_and_delete() {
     let (_, current) = reconcile(&r, &store).await;
     assert_eq!(current, state::DELETING);
     assert!(asg(&config).await.is_none(), "force-deleted");
-    reconcile(&r, &store).await;
+    let (requeue, _) = reconcile(&r, &store).await;
     assert!(store.get(NS, NAME).is_none(), "Deleted removes the finalizer and the object goes");
+    assert_eq!(requeue, Requeue::OnChange, "no status write to the object once it is gone");
     let templates = ec2.describe_launch_templates().send().await.unwrap();
     assert!(templates.launch_templates().iter().all(|t| t.launch_template_name() != Some(ASG)), "template deleted");
     assert!(iam.get_role().role_name(ASG).send().await.is_err(), "role deleted");

@@ -214,7 +214,8 @@ where
                 Requeue::Retry
             }
         };
-        if status != before {
+        // `Deleted` was written before the finalizer went; the object may be gone now.
+        if status != before && status.current_state != state::DELETED {
             let (namespace, name) = key(ig);
             if let Err(e) = self.store.patch_status(&namespace, &name, &status).await {
                 warn!(%namespace, %name, error = %e, "InstanceGroup status not written");
