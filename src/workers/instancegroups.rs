@@ -160,16 +160,6 @@ where
         Ok((spec, config.md5.clone()))
     }
 
-    async fn reconcile_with_state(
-        &self,
-        ig: &InstanceGroup,
-        config: Option<&InstanceManagerConfig>,
-        all: &[InstanceGroup],
-    ) -> (Requeue, String) {
-        let (requeue, status) = self.reconcile_status(ig, config, all).await;
-        (requeue, status.current_state)
-    }
-
     /// Reconciles one InstanceGroup. `all` is every InstanceGroup (aws-auth sharing at deletion).
     pub async fn reconcile(
         &self,
@@ -648,8 +638,8 @@ where
                 continue;
             }
             reconciled += 1;
-            let (wait, state) = self.reconcile_with_state(ig, schedule.config.as_ref(), &groups).await;
-            schedule.states.insert(k.clone(), state);
+            let (wait, status) = self.reconcile_status(ig, schedule.config.as_ref(), &groups).await;
+            schedule.states.insert(k.clone(), status.current_state);
             let wait = match wait {
                 Requeue::Retry => {
                     let next = schedule.backoff.get(&k).map_or(REQUEUE, |b| (*b * 2).min(MAX_BACKOFF));
