@@ -196,8 +196,8 @@ impl AwsNodeGroups {
                 .await
                 .map_err(|e| self.call("iam:DetachRolePolicy", name, e))?;
         }
-        let roles = match self.profile_arn_with_role(name).await? {
-            Some((_, roles)) => roles,
+        let (profile_arn, roles) = match self.profile_arn_with_role(name).await? {
+            Some((arn, roles)) => (Some(arn), roles),
             None => {
                 self.iam
                     .create_instance_profile()
@@ -206,9 +206,13 @@ impl AwsNodeGroups {
                     .send()
                     .await
                     .map_err(|e| self.call("iam:CreateInstanceProfile", name, e))?;
-                Vec::new()
+                (None, Vec::new())
             }
         };
+        if let Some(profile_arn) = profile_arn.filter(|_| roles.iter().any(|r| r == name)) {
+            // Already in place: nothing to wait for.
+            return Ok(RoleFacts { role_arn: Some(role_arn), profile_arn });
+        }
         if !roles.iter().any(|r| r == name) {
             self.iam
                 .add_role_to_instance_profile()
