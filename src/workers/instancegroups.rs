@@ -135,17 +135,14 @@ where
         rfc3339((self.clock)())
     }
 
-    /// The spec with the ConfigMap applied (unless the namespace opted out), and the hash to record.
-    async fn effective_spec(
-        &self,
+    /// The spec with the ConfigMap applied, and the hash to record. `config` is `None` when there
+    /// is none or the namespace opted out.
+    fn effective_spec(
         ig: &InstanceGroup,
         config: Option<&InstanceManagerConfig>,
-    ) -> Result<(Result<InstanceGroupSpec, ValidateError>, String), StoreError> {
+    ) -> (Result<InstanceGroupSpec, ValidateError>, String) {
         let (namespace, name) = key(ig);
-        let Some(config) = config else { return Ok((Ok(ig.spec.clone()), String::new())) };
-        if self.store.namespace_excluded(&namespace).await? {
-            return Ok((Ok(ig.spec.clone()), String::new()));
-        }
+        let Some(config) = config else { return (Ok(ig.spec.clone()), String::new()) };
         let object = serde_json::to_value(ig).expect("an InstanceGroup always serialises");
         let applied = config.apply(&object, ig.metadata.annotations.as_ref().unwrap_or(&BTreeMap::new()));
         let spec = serde_json::from_value::<InstanceGroupSpec>(applied["spec"].clone()).map_err(|e| ValidateError {
@@ -157,16 +154,27 @@ where
                 kind: FieldErrorKind::Invalid,
             }],
         });
-        Ok((spec, config.md5.clone()))
+        (spec, config.md5.clone())
     }
 
-    /// Reconciles one InstanceGroup. `all` is every InstanceGroup (aws-auth sharing at deletion).
+    /// Reconciles one InstanceGroup with the ConfigMap `config` (unless its namespace opted out).
+    /// `all` is every InstanceGroup (aws-auth sharing at deletion).
     pub async fn reconcile(
         &self,
         ig: &InstanceGroup,
         config: Option<&InstanceManagerConfig>,
         all: &[InstanceGroup],
     ) -> Requeue {
+        let config = match config {
+            Some(config) => match self.store.namespace_excluded(&key(ig).0).await {
+                Ok(excluded) => Some(config).filter(|_| !excluded),
+                Err(e) => {
+                    warn!(error = %e, "reading the namespace's opt-out failed");
+                    return Requeue::Retry;
+                }
+            },
+            None => None,
+        };
         self.reconcile_status(ig, config, all).await.0
     }
 
@@ -234,7 +242,7 @@ where
             with.push(FINALIZER.to_string());
             self.store.set_finalizers(&namespace, &name, ig.metadata.resource_version.as_deref(), &with).await?;
         }
-        let (spec, md5) = self.effective_spec(ig, config).await?;
+        let (spec, md5) = Self::effective_spec(ig, config);
         status.config_md5 = md5;
         status.provisioner =
             spec.as_ref().map_or(ig.spec.provisioner.to_ascii_lowercase(), |s| s.provisioner.to_ascii_lowercase());
@@ -605,12 +613,16 @@ where
             Err(e) => warn!(error = %e, "reading the instance-manager ConfigMap failed"),
         }
         let md5 = schedule.config.as_ref().map(|c| c.md5.clone()).unwrap_or_default();
-        let mut excluded: HashMap<String, bool> = HashMap::new();
+        // One opt-out lookup per namespace and pass; `None` when it failed (those groups wait).
+        let mut excluded: HashMap<String, Option<bool>> = HashMap::new();
         if !md5.is_empty() {
             for ig in &groups {
                 if let std::collections::hash_map::Entry::Vacant(slot) = excluded.entry(key(ig).0) {
-                    let opted_out = self.store.namespace_excluded(slot.key()).await.unwrap_or(false);
-                    slot.insert(opted_out);
+                    let opted_out = self.store.namespace_excluded(slot.key()).await;
+                    if let Err(e) = &opted_out {
+                        warn!(namespace = %slot.key(), error = %e, "reading the namespace's opt-out failed");
+                    }
+                    slot.insert(opted_out.ok());
                 }
             }
         }
@@ -624,7 +636,13 @@ where
         let mut reconciled = 0;
         for ig in &groups {
             let k = key(ig);
-            let applied = if excluded.get(&k.0).copied().unwrap_or(false) { String::new() } else { md5.clone() };
+            let opted_out = match excluded.get(&k.0) {
+                Some(None) => continue,
+                Some(Some(opted_out)) => *opted_out,
+                None => false,
+            };
+            let config = schedule.config.as_ref().filter(|_| !opted_out);
+            let applied = config.map(|c| c.md5.clone()).unwrap_or_default();
             let due = match schedule.due.get(&k) {
                 None => true,
                 Some(seen) => {
@@ -638,7 +656,7 @@ where
                 continue;
             }
             reconciled += 1;
-            let (wait, status) = self.reconcile_status(ig, schedule.config.as_ref(), &groups).await;
+            let (wait, status) = self.reconcile_status(ig, config, &groups).await;
             schedule.states.insert(k.clone(), status.current_state);
             let wait = match wait {
                 Requeue::Retry => {
