@@ -80,10 +80,10 @@ impl AwsNodeGroups {
         if names.is_empty() {
             return Ok(ids.into_iter().collect());
         }
-        let mut found: BTreeMap<String, String> = BTreeMap::new();
         let mut filters = vec![ec2::Filter::builder().name("tag:Name").set_values(Some(names.clone())).build()];
         filters.extend(vpc.map(|v| ec2::Filter::builder().name("vpc-id").values(v).build()));
-        if what == "subnet" {
+        // Name tag → id, from whichever describe the kind needs.
+        let found: BTreeMap<String, String> = if what == "subnet" {
             let out = self
                 .ec2
                 .describe_subnets()
@@ -91,11 +91,10 @@ impl AwsNodeGroups {
                 .send()
                 .await
                 .map_err(|e| self.call("ec2:DescribeSubnets", &names.join(","), e))?;
-            for subnet in out.subnets() {
-                if let (Some(id), Some(name)) = (subnet.subnet_id(), tag_value(subnet.tags(), "Name")) {
-                    found.insert(name, id.to_string());
-                }
-            }
+            out.subnets()
+                .iter()
+                .filter_map(|s| Some((tag_value(s.tags(), "Name")?, s.subnet_id()?.to_string())))
+                .collect()
         } else {
             let out = self
                 .ec2
@@ -104,12 +103,11 @@ impl AwsNodeGroups {
                 .send()
                 .await
                 .map_err(|e| self.call("ec2:DescribeSecurityGroups", &names.join(","), e))?;
-            for group in out.security_groups() {
-                if let (Some(id), Some(name)) = (group.group_id(), tag_value(group.tags(), "Name")) {
-                    found.insert(name, id.to_string());
-                }
-            }
-        }
+            out.security_groups()
+                .iter()
+                .filter_map(|g| Some((tag_value(g.tags(), "Name")?, g.group_id()?.to_string())))
+                .collect()
+        };
         for name in names {
             match found.get(&name) {
                 Some(id) => {
