@@ -239,7 +239,7 @@ pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
     }
     let workers = tokio::select! {
         _ = cluster.wait_synced() => {
-            let drainer = Drainer::new(ctx.clone(), DrainerSettings { tick: args.drain_interval });
+            let drainer = Drainer::new(ctx.clone(), DrainerSettings { tick: args.drain_interval, ..DrainerSettings::default() });
             let (scaler_stop, drainer_stop) = (shutdown.clone(), shutdown.clone());
             let mut tasks = vec![
                 tokio::spawn(async move {

@@ -253,6 +253,8 @@ pub enum AsgCall {
     Describe(Vec<GroupName>),
     /// `raise_desired`.
     Raise(Vec<DesiredWrite>),
+    /// `lower_desired`.
+    Lower(Vec<DesiredWrite>),
     /// `terminate_instance`.
     Terminate(InstanceId, bool),
 }
@@ -326,6 +328,54 @@ impl FakeAutoScaling {
         lock(&self.0).throttle_next = n;
     }
 
+    /// AWS takes `instance` (a spot interruption) and the group replaces it with `replacement`.
+    pub fn reclaim(&self, instance: &str, replacement: &str) {
+        let mut s = lock(&self.0);
+        let Some(group) = s.groups.values_mut().find(|g| g.instances.iter().any(|i| i.id.as_str() == instance)) else {
+            return;
+        };
+        let mut taken = None;
+        group.instances.retain(|i| {
+            let keep = i.id.as_str() != instance;
+            if !keep {
+                taken = Some(i.clone());
+            }
+            keep
+        });
+        if let Some(mut next) = taken {
+            next.id = replacement.into();
+            group.instances.push(next);
+        }
+    }
+
+    /// Every write is guarded against the one re-read, as the real adapter does.
+    fn guarded(
+        &self,
+        writes: &[DesiredWrite],
+        call: AsgCall,
+        guard: fn(&DesiredWrite, Option<&GroupDescription>) -> Guard,
+    ) -> Result<WriteOutcomes, AwsError> {
+        let mut s = lock(&self.0);
+        s.calls.push(call);
+        if let Some(f) = Self::throttled(&mut s) {
+            return Err(AwsError::DescribeGroups(f));
+        }
+        let live = s.groups.clone();
+        Ok(writes
+            .iter()
+            .map(|w| {
+                let outcome = match guard(w, live.get(&w.group)) {
+                    Guard::Settled(outcome) => outcome,
+                    Guard::Send { from } => {
+                        s.groups.get_mut(&w.group).expect("known group").desired = w.to;
+                        Ok(WriteOutcome::Written { from, to: w.to })
+                    }
+                };
+                (w.group.clone(), outcome)
+            })
+            .collect())
+    }
+
     fn throttled(state: &mut FakeAsgState) -> Option<AwsFailure> {
         (state.throttle_next > 0).then(|| {
             state.throttle_next -= 1;
@@ -354,26 +404,11 @@ impl AutoScaling for FakeAutoScaling {
     }
 
     async fn raise_desired(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {
-        let mut s = lock(&self.0);
-        s.calls.push(AsgCall::Raise(writes.to_vec()));
-        if let Some(f) = Self::throttled(&mut s) {
-            return Err(AwsError::DescribeGroups(f));
-        }
-        // Every write is guarded against the one re-read, as the real adapter does.
-        let live = s.groups.clone();
-        Ok(writes
-            .iter()
-            .map(|w| {
-                let outcome = match w.guard(live.get(&w.group)) {
-                    Guard::Settled(outcome) => outcome,
-                    Guard::Send { from } => {
-                        s.groups.get_mut(&w.group).expect("known group").desired = w.to;
-                        Ok(WriteOutcome::Written { from, to: w.to })
-                    }
-                };
-                (w.group.clone(), outcome)
-            })
-            .collect())
+        self.guarded(writes, AsgCall::Raise(writes.to_vec()), DesiredWrite::guard)
+    }
+
+    async fn lower_desired(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {
+        self.guarded(writes, AsgCall::Lower(writes.to_vec()), DesiredWrite::guard_lower)
     }
 
     async fn terminate_instance(&self, instance: &InstanceId, decrement: bool) -> Result<TerminateOutcome, AwsError> {

@@ -52,6 +52,9 @@ pub struct Metrics {
     pub reaction: Histogram,
     /// Instances terminated by group and whether desired capacity was decremented.
     pub terminations: IntCounterVec,
+    /// Boosted nodes given back because AWS took their at-risk instance first, by group and
+    /// outcome (`written`, `raced`, `failed`, `at-floor`, `not-leader`).
+    pub give_backs: IntCounterVec,
     /// Writes a follower left to the leader, by action.
     pub skipped_not_leader: IntCounterVec,
     /// AWS operations by name.
@@ -164,6 +167,12 @@ impl Metrics {
                 "Drained instances terminated, by group and whether desired capacity was decremented.",
                 &["group", "decrement"],
             ),
+            give_backs: counter(
+                &r,
+                "give_backs_total",
+                "Boosted nodes given back after AWS reclaimed their at-risk instance first, by group and outcome.",
+                &["group", "outcome"],
+            ),
             skipped_not_leader: counter(
                 &r,
                 "skipped_not_leader_total",
@@ -259,7 +268,7 @@ impl Metrics {
 
     /// Names of every metric family exported (with the prefix), whether or not it has a value yet.
     pub fn names(&self) -> Vec<String> {
-        let collectors: [&dyn Collector; 24] = [
+        let collectors: [&dyn Collector; 25] = [
             &self.signals,
             &self.boosts,
             &self.boosted_nodes_in_flight,
@@ -271,6 +280,7 @@ impl Metrics {
             &self.drain_duration,
             &self.reaction,
             &self.terminations,
+            &self.give_backs,
             &self.skipped_not_leader,
             &self.aws_calls,
             &self.aws_errors,
@@ -337,7 +347,7 @@ mod tests {
         for name in ["spots_booster_evictions_total", "spots_booster_reaction_seconds", "spots_booster_leader"] {
             assert!(m.names().contains(&name.to_string()), "{name}");
         }
-        assert_eq!(m.names().len(), 24);
+        assert_eq!(m.names().len(), 25);
     }
 
     #[test]

@@ -187,7 +187,17 @@ impl GroupDescription {
             node_allocatable,
             ca,
             capacity_rebalance: self.capacity_rebalance,
+            members: Some(self.members().cloned().collect()),
         }
+    }
+
+    /// The instances that belong to the group: every listed one that is not terminating nor
+    /// detaching (those are leaving, whoever asked).
+    pub fn members(&self) -> impl Iterator<Item = &InstanceId> {
+        self.instances
+            .iter()
+            .filter(|i| !i.lifecycle_state.starts_with("Terminat") && !i.lifecycle_state.starts_with("Detach"))
+            .map(|i| &i.id)
     }
 }
 
@@ -249,6 +259,26 @@ impl DesiredWrite {
                 Guard::Settled(Ok(WriteOutcome::Raced { live: g.desired }))
             }
             Some(g) if self.to > g.max || self.to < g.min => Guard::Settled(Err(AwsError::OutOfRange {
+                group: self.group.clone(),
+                requested: self.to,
+                min: g.min,
+                max: g.max,
+            })),
+            Some(g) => Guard::Send { from: g.desired },
+        }
+    }
+}
+
+impl DesiredWrite {
+    /// The guard every implementation of [`AutoScaling::lower_desired`] applies: the group is
+    /// unchanged since the plan, and `to` is lower than its desired and not below MinSize.
+    pub fn guard_lower(&self, live: Option<&GroupDescription>) -> Guard {
+        match live {
+            None => Guard::Settled(Err(AwsError::UnknownGroup(self.group.clone()))),
+            Some(g) if g.desired != self.expected || self.to >= g.desired => {
+                Guard::Settled(Ok(WriteOutcome::Raced { live: g.desired }))
+            }
+            Some(g) if self.to < g.min => Guard::Settled(Err(AwsError::OutOfRange {
                 group: self.group.clone(),
                 requested: self.to,
                 min: g.min,
@@ -332,6 +362,11 @@ pub trait AutoScaling: Send + Sync {
     /// (`HonorCooldown=false`) per write whose group is unchanged. A write lower than the live
     /// value or beyond the group's bounds is never sent.
     fn raise_desired(&self, writes: &[DesiredWrite]) -> impl Future<Output = Result<WriteOutcomes, AwsError>> + Send;
+
+    /// Guarded lowerings, for giving back a boosted node whose at-risk instance AWS took first:
+    /// one batched re-read, then one `SetDesiredCapacity` per write whose group is unchanged. A
+    /// write that does not lower, or goes below MinSize, is never sent.
+    fn lower_desired(&self, writes: &[DesiredWrite]) -> impl Future<Output = Result<WriteOutcomes, AwsError>> + Send;
 
     /// Terminates a drained instance, decrementing desired capacity when asked. An instance that
     /// is gone or no longer in a group counts as done.

@@ -182,6 +182,8 @@ fn ledger() -> BoostLedger {
         added: 1,
         returned: 0,
         at: Timestamp::from_millis(1_000),
+        before: 0,
+        settled: Default::default(),
     });
     l
 }

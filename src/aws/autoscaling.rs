@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use aws_sdk_autoscaling::types::{AutoScalingGroup, Filter};
 use aws_sdk_autoscaling::Client;
+use futures::stream::{self, StreamExt};
 use tracing::{info, warn};
 
 use super::calls::CallStats;
@@ -18,6 +19,9 @@ use crate::ports::{
 pub const GROUPS_PER_CALL: usize = 50;
 /// Instance ids per `DescribeAutoScalingInstances` call (the API's limit).
 pub const INSTANCES_PER_CALL: usize = 50;
+/// `SetDesiredCapacity` calls in flight at once for one burst (Auto Scaling's mutating API rate
+/// allows this many without throttling).
+pub const WRITES_IN_FLIGHT: usize = 16;
 
 /// Auto Scaling through the SDK. With `dry_run`, reads happen and writes are logged and counted.
 #[derive(Debug, Clone)]
@@ -57,6 +61,48 @@ impl AwsAutoScaling {
             groups.extend(page.auto_scaling_groups().iter().map(describe_group));
         }
         Ok(groups)
+    }
+
+    /// One batched re-read of the named groups, then every write its guard lets through, sent
+    /// concurrently (at most [`WRITES_IN_FLIGHT`] at once): a burst across 20 groups costs one
+    /// round trip, not 20. Outcomes come back in the order of `writes`.
+    async fn guarded_writes(
+        &self,
+        writes: &[DesiredWrite],
+        guard: fn(&DesiredWrite, Option<&GroupDescription>) -> Guard,
+    ) -> Result<WriteOutcomes, AwsError> {
+        let names: Vec<GroupName> = writes.iter().map(|w| w.group.clone()).collect();
+        let live: BTreeMap<GroupName, GroupDescription> =
+            self.describe_groups(&names).await?.into_iter().map(|g| (g.name.clone(), g)).collect();
+        // Collected first: a lazy iterator of futures trips rustc's Send check of `async fn`s.
+        let sends: Vec<_> = writes.iter().map(|w| self.send_guarded(w, guard(w, live.get(&w.group)))).collect();
+        Ok(stream::iter(sends).buffered(WRITES_IN_FLIGHT).collect().await)
+    }
+
+    /// Sends one write its guard let through (or settles it without a call).
+    async fn send_guarded(&self, w: &DesiredWrite, guarded: Guard) -> (GroupName, Result<WriteOutcome, AwsError>) {
+        let outcome = match guarded {
+            Guard::Settled(outcome) => outcome,
+            Guard::Send { from } if self.dry_run => {
+                self.stats.record_dry_run("SetDesiredCapacity");
+                info!(group = %w.group, from, to = w.to, "dry run: would set desired capacity");
+                Ok(WriteOutcome::DryRun { from, to: w.to })
+            }
+            Guard::Send { from } => self
+                .client
+                .set_desired_capacity()
+                .auto_scaling_group_name(w.group.as_str())
+                .desired_capacity(i32::try_from(w.to).unwrap_or(i32::MAX))
+                .honor_cooldown(false)
+                .send()
+                .await
+                .map(|_| WriteOutcome::Written { from, to: w.to })
+                .map_err(|e| AwsError::SetDesiredCapacity {
+                    group: w.group.clone(),
+                    failure: self.failed("SetDesiredCapacity", failure(e)),
+                }),
+        };
+        (w.group.clone(), outcome)
     }
 }
 
@@ -123,35 +169,11 @@ impl AutoScaling for AwsAutoScaling {
     }
 
     async fn raise_desired(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {
-        let names: Vec<GroupName> = writes.iter().map(|w| w.group.clone()).collect();
-        let live: BTreeMap<GroupName, GroupDescription> =
-            self.describe_groups(&names).await?.into_iter().map(|g| (g.name.clone(), g)).collect();
-        let mut outcomes = Vec::with_capacity(writes.len());
-        for w in writes {
-            let outcome = match w.guard(live.get(&w.group)) {
-                Guard::Settled(outcome) => outcome,
-                Guard::Send { from } if self.dry_run => {
-                    self.stats.record_dry_run("SetDesiredCapacity");
-                    info!(group = %w.group, from, to = w.to, "dry run: would set desired capacity");
-                    Ok(WriteOutcome::DryRun { from, to: w.to })
-                }
-                Guard::Send { from } => self
-                    .client
-                    .set_desired_capacity()
-                    .auto_scaling_group_name(w.group.as_str())
-                    .desired_capacity(i32::try_from(w.to).unwrap_or(i32::MAX))
-                    .honor_cooldown(false)
-                    .send()
-                    .await
-                    .map(|_| WriteOutcome::Written { from, to: w.to })
-                    .map_err(|e| AwsError::SetDesiredCapacity {
-                        group: w.group.clone(),
-                        failure: self.failed("SetDesiredCapacity", failure(e)),
-                    }),
-            };
-            outcomes.push((w.group.clone(), outcome));
-        }
-        Ok(outcomes)
+        self.guarded_writes(writes, DesiredWrite::guard).await
+    }
+
+    async fn lower_desired(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {
+        self.guarded_writes(writes, DesiredWrite::guard_lower).await
     }
 
     async fn terminate_instance(&self, instance: &InstanceId, decrement: bool) -> Result<TerminateOutcome, AwsError> {

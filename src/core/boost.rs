@@ -131,7 +131,9 @@ pub struct BoostPlan {
 /// What boost planning needs per group, gathered in one pass over nodes and ledger.
 #[derive(Default, Clone, Copy)]
 struct GroupFacts {
-    /// Ready nodes CA counts (not being deleted by CA).
+    /// Ready nodes CA counts (not being deleted by CA): CA's own `registered.ready` when its
+    /// status gives it, else the Ready nodes of the group's members (every node is resolved
+    /// against the group's own instance list, not only the signalled ones).
     ready: u32,
     /// Replacement nodes the group's open boosts still count against its budget.
     in_flight: u32,
@@ -143,11 +145,13 @@ pub fn plan_boosts(snapshot: &Snapshot, at_risk: &AtRiskSet, policy: &Policy, no
     let mut facts: HashMap<&GroupName, GroupFacts> = HashMap::new();
     for node in snapshot.nodes.values() {
         if let (Some(group), true, false) = (&node.group, node.ready, node.deleting_by_ca) {
-            facts.entry(group).or_default().ready += 1;
+            let f = facts.entry(group).or_default();
+            f.ready = f.ready.saturating_add(1);
         }
     }
     for record in &snapshot.ledger.records {
-        facts.entry(&record.group).or_default().in_flight += record.added;
+        let f = facts.entry(&record.group).or_default();
+        f.in_flight = f.in_flight.saturating_add(record.added);
     }
 
     let mut plan = BoostPlan::default();
@@ -160,7 +164,11 @@ pub fn plan_boosts(snapshot: &Snapshot, at_risk: &AtRiskSet, policy: &Policy, no
             continue;
         }
         pending.sort_by(|a, b| a.first_seen.cmp(&b.first_seen).then_with(|| a.instance.cmp(&b.instance)));
-        let facts = facts.get(group_name).copied().unwrap_or_default();
+        let mut facts = facts.get(group_name).copied().unwrap_or_default();
+        if let Some(ready) = group.ca.as_ref().and_then(|ca| ca.ready) {
+            // What CA's health check counts is what decides whether CA calls the group Unhealthy.
+            facts.ready = ready;
+        }
         plan_group(snapshot, group, facts, &pending, policy, now, &mut plan);
     }
     plan
@@ -230,14 +238,14 @@ fn plan_group(
     if covered == 0 {
         return hold(plan, 0, binding);
     }
-    let added = needed + policy.extra_nodes.min(room - needed);
+    let added = needed.saturating_add(policy.extra_nodes.min(room.saturating_sub(needed)));
     let reason = if covered == pending.len() {
         BoostReason::ReplaceAtRisk { needed }
     } else {
         hold(plan, covered, binding.clone());
         BoostReason::Partial { needed, limit: binding }
     };
-    let to = if added > 0 { base + added } else { group.desired };
+    let to = if added > 0 { base.saturating_add(added) } else { group.desired };
     plan.boosts.push(Boost {
         group: group.name.clone(),
         from: group.desired,
@@ -249,6 +257,8 @@ fn plan_group(
             added,
             returned: 0,
             at: now,
+            before: group.desired,
+            settled: BTreeSet::new(),
         },
     });
 }
@@ -413,6 +423,25 @@ mod tests {
     }
 
     #[test]
+    fn cas_own_ready_count_sets_the_unready_room() {
+        // A 50-node group: CA counts 50 Ready, so a 2-node step is well within its tolerance even
+        // though the snapshot resolved only a few of the nodes.
+        let mut group = Group::test("a").desired(50).max(60).ca_target(50, None);
+        group.ca.as_mut().unwrap().ready = Some(50);
+        let mut s = cluster(group, 2, 0);
+        for i in 1..=2 {
+            s = s.with_signal(Signal::rebalance(&format!("n{i}"), i));
+        }
+        let p = plan(&s, &count_mode());
+        assert_eq!((p.boosts[0].from, p.boosts[0].to), (50, 52), "{p:?}");
+        assert!(p.held.is_empty());
+
+        // CA counts only 1 Ready of 50: a step of 2 more would make it call the group Unhealthy.
+        s.groups.get_mut(&GroupName::from("a")).unwrap().ca.as_mut().unwrap().ready = Some(1);
+        assert_eq!(plan(&s, &count_mode()).held[0].reason, HoldReason::CaUnreadyLimit);
+    }
+
+    #[test]
     fn extra_nodes_are_added_once_and_within_room() {
         let policy = Policy { extra_nodes: 5, ..count_mode() };
         let s = cluster(Group::test("a").desired(4).max(7), 4, 0).with_signal(Signal::rebalance("n1", 0));
@@ -430,6 +459,8 @@ mod tests {
             added: 2,
             returned: 0,
             at: Timestamp::EPOCH,
+            before: 0,
+            settled: Default::default(),
         });
         assert_eq!(plan(&s, &policy).held[0].reason, HoldReason::BoostBudgetSpent);
     }

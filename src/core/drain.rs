@@ -334,14 +334,20 @@ pub fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> Dr
 }
 
 /// The ledger once closed boosts are dropped: a record closes when none of its instances has a
-/// node any more; its claimed replacements become spent. Spent names of nodes that are gone are
-/// forgotten, so the ledger stays as small as the cluster.
+/// node any more and each one's departure is accounted for (settled by the booster, or gone from
+/// its group with nothing left to give back; see [`super::give_back`]); its claimed replacements
+/// become spent. Spent names of nodes that are gone are forgotten, so the ledger stays as small as
+/// the cluster.
 pub fn close_finished_boosts(snapshot: &Snapshot, at_risk: &AtRiskSet) -> BoostLedger {
     let alive: BTreeSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
     let claims = claim_replacements(snapshot, at_risk);
     let mut ledger = BoostLedger { records: Vec::new(), spent: snapshot.ledger.spent.clone() };
     for record in &snapshot.ledger.records {
-        if record.instances.iter().any(|i| alive.contains(i)) {
+        let members = snapshot.groups.get(&record.group).and_then(|g| g.members.as_ref());
+        let accounted = |i: &InstanceId| {
+            record.settled.contains(i) || members.is_none_or(|m| !m.contains(i) && record.returned >= record.added)
+        };
+        if record.instances.iter().any(|i| alive.contains(i) || !accounted(i)) {
             ledger.records.push(record.clone());
         } else if let Some(claim) = claims.iter().find(|c| c.instances == record.instances && c.group == record.group) {
             ledger.spent.extend(claim.nodes.iter().cloned());
@@ -393,6 +399,8 @@ mod tests {
             added,
             returned: 0,
             at: Timestamp::from_millis(10_000),
+            before: 4,
+            settled: BTreeSet::new(),
         });
         s
     }

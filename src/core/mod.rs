@@ -3,6 +3,7 @@
 
 pub mod boost;
 pub mod drain;
+pub mod give_back;
 pub mod model;
 pub mod policy;
 pub mod signals;
@@ -13,6 +14,7 @@ pub use drain::{
     close_finished_boosts, eviction_backoff, eviction_order, next_batches, Claim, DrainBatch, DrainEnd, DrainPlan,
     DrainStarted, DrainState, DrainTarget, DrainView, DrainWait, TimedOutDrain,
 };
+pub use give_back::{plan_give_backs, GiveBack};
 pub use model::{
     BoostLedger, BoostRecord, CaGroupView, Group, GroupName, InstanceId, Node, NodeName, Pod, PodClass, Resources,
     Signal, SignalKind, Snapshot, Timestamp,

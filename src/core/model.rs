@@ -113,9 +113,12 @@ impl Resources {
         )
     }
 
-    /// Component-wise addition.
+    /// Component-wise addition (saturating: requests come from outside).
     pub fn plus(self, other: Resources) -> Resources {
-        Resources::new(self.cpu_millis + other.cpu_millis, self.memory_bytes + other.memory_bytes)
+        Resources::new(
+            self.cpu_millis.saturating_add(other.cpu_millis),
+            self.memory_bytes.saturating_add(other.memory_bytes),
+        )
     }
 
     /// Whether both components fit inside `capacity`.
@@ -144,6 +147,11 @@ pub struct Group {
     /// rebalance-recommended instance itself, so boosting too would double it.
     #[serde(default)]
     pub capacity_rebalance: bool,
+    /// The instances the group lists as its own (not terminating nor detaching), when it was
+    /// described: who is a member comes from Auto Scaling, never from the nodes whose group the
+    /// daemon happened to resolve. `None` when the group has not been described.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub members: Option<BTreeSet<InstanceId>>,
 }
 
 /// The part of Cluster Autoscaler's status the core decides with.
@@ -155,6 +163,10 @@ pub struct CaGroupView {
     pub backoff: Option<String>,
     /// Whether CA reports the group Healthy.
     pub healthy: bool,
+    /// The group's Ready nodes as CA counted them (`registered.ready`), when the status says: the
+    /// number CA's own health check starts from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<u32>,
 }
 
 /// How a pod is treated when its node is drained.
@@ -303,6 +315,15 @@ pub struct BoostRecord {
     pub returned: u32,
     /// When the boost was decided.
     pub at: Timestamp,
+    /// The group's live desired capacity when the boost was decided: giving back never goes below
+    /// it. 0 in ledgers written before it was recorded.
+    #[serde(default)]
+    pub before: u32,
+    /// Instances whose departure is accounted for: the booster terminated them (noted before the
+    /// call), or AWS took them first and their node was given back. An instance that leaves its
+    /// group without being settled was reclaimed by AWS and the ASG replaces it.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub settled: BTreeSet<InstanceId>,
 }
 
 /// Every boost still relevant: the shell persists it in the cluster so that a restart or a new
@@ -342,8 +363,28 @@ impl BoostLedger {
     /// Notes that terminating `instance` gave one of its boost's nodes back.
     pub fn note_returned(&mut self, instance: &InstanceId) {
         if let Some(r) = self.records.iter_mut().find(|r| r.instances.contains(instance)) {
-            r.returned = (r.returned + 1).min(r.added);
+            r.returned = r.returned.saturating_add(1).min(r.added);
         }
+    }
+
+    /// Notes that the booster is about to terminate `instance`: its departure is ours, not a
+    /// reclaim to give back.
+    pub fn note_settled(&mut self, instance: &InstanceId) {
+        if let Some(r) = self.records.iter_mut().find(|r| r.instances.contains(instance)) {
+            r.settled.insert(instance.clone());
+        }
+    }
+
+    /// Takes back [`BoostLedger::note_settled`]: the instance left without the booster after all.
+    pub fn note_unsettled(&mut self, instance: &InstanceId) {
+        if let Some(r) = self.records.iter_mut().find(|r| r.instances.contains(instance)) {
+            r.settled.remove(instance);
+        }
+    }
+
+    /// Whether terminating `instance` may still give one of its boost's nodes back.
+    pub fn may_return(&self, instance: &InstanceId) -> bool {
+        self.records.iter().find(|r| r.instances.contains(instance)).is_some_and(|r| r.returned < r.added)
     }
 }
 
@@ -376,6 +417,7 @@ pub(crate) mod builders {
                 node_allocatable: Some(Resources::new(4000, 16 << 30)),
                 ca: None,
                 capacity_rebalance: false,
+                members: None,
             }
         }
         /// Sets DesiredCapacity.
@@ -390,8 +432,17 @@ pub(crate) mod builders {
         }
         /// Sets CA's view.
         pub fn ca_target(mut self, target: u32, backoff: Option<&str>) -> Group {
-            self.ca =
-                Some(CaGroupView { cloud_provider_target: target, backoff: backoff.map(String::from), healthy: true });
+            self.ca = Some(CaGroupView {
+                cloud_provider_target: target,
+                backoff: backoff.map(String::from),
+                healthy: true,
+                ready: None,
+            });
+            self
+        }
+        /// Sets the instances Auto Scaling lists as members.
+        pub fn members<'a>(mut self, ids: impl IntoIterator<Item = &'a str>) -> Group {
+            self.members = Some(ids.into_iter().map(InstanceId::from).collect());
             self
         }
     }

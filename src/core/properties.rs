@@ -65,8 +65,14 @@ fn group_strategy(index: usize) -> impl Strategy<Value = (Group, Vec<Node>)> {
                 max,
                 desired: desired.min(max).max(min),
                 node_allocatable: if index.is_multiple_of(2) { Some(Resources::new(4000, 16 * GI)) } else { None },
-                ca: ca.map(|(target, backoff)| CaGroupView { cloud_provider_target: target, backoff, healthy: true }),
+                ca: ca.map(|(target, backoff)| CaGroupView {
+                    cloud_provider_target: target,
+                    backoff,
+                    healthy: true,
+                    ready: None,
+                }),
                 capacity_rebalance: index % 3 == 2,
+                members: None,
             };
             (Just(group), nodes)
         })

@@ -180,6 +180,8 @@ mod tests {
             added: 1,
             returned: 0,
             at: Timestamp::EPOCH,
+            before: 0,
+            settled: Default::default(),
         });
         let set = fold_signals(&s, &policy, Timestamp::from_millis(61_000));
         assert_eq!(set.dropped, vec![Dropped { instance: "i-n1".into(), reason: DropReason::Expired }]);

@@ -137,6 +137,7 @@ impl NodeGroupStatus {
             cloud_provider_target: self.cloud_provider_target,
             backoff: self.backoff.as_ref().map(|b| b.code.clone().unwrap_or_else(|| "backoff".into())),
             healthy: self.health.as_deref() != Some("Unhealthy"),
+            ready: Some(self.counts.ready),
         }
     }
 }

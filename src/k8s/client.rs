@@ -8,8 +8,13 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
 use kube::api::PostParams;
+use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
+use tower::buffer::BufferLayer;
+use tower::retry::RetryLayer;
+
+use crate::k8s::retry::ApiRetry;
 use thiserror::Error;
 
 /// How to reach the API server.
@@ -94,10 +99,27 @@ pub async fn connect(args: &KubeArgs) -> Result<Client, ConnectError> {
         }
     };
     let url = config.cluster_url.to_string();
-    let client = Client::try_from(config).map_err(ConnectError::Client)?;
+    let client = build_client(config).map_err(ConnectError::Client)?;
     client.apiserver_version().await.map_err(|source| ConnectError::Unreachable { url, source })?;
     Ok(client)
 }
+
+/// The client every part of the daemon talks through: kube's stack (TLS, auth, timeouts from
+/// `config`) with our retry layer ([`ApiRetry`]) in place of kube's default, so a
+/// PodDisruptionBudget's 429 reaches the drainer at once. Tests build their clients here too, so
+/// they go through the same layers as `run`.
+/// Must run inside the tokio runtime (the buffer that lets a request be replayed runs a task).
+pub fn build_client(mut config: Config) -> Result<Client, kube::Error> {
+    config.default_retry = false;
+    Ok(ClientBuilder::try_from(config)?
+        .with_layer(&BufferLayer::new(REQUESTS_QUEUED))
+        .with_layer(&RetryLayer::new(ApiRetry::default()))
+        .build())
+}
+
+/// Requests waiting for the HTTP client at once (the buffer only queues them; they run
+/// concurrently once sent).
+const REQUESTS_QUEUED: usize = 1024;
 
 /// One permission the booster uses: the single list the startup check, the RBAC manifest test and
 /// the docs share.

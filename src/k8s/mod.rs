@@ -10,5 +10,6 @@ pub mod instancegroups;
 pub mod leader;
 pub mod ledger;
 pub mod nth;
+pub mod retry;
 pub mod watch;
 pub mod writes;

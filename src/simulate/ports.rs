@@ -57,18 +57,57 @@ impl SimWorld {
     }
 }
 
+impl SimWorld {
+    fn guarded(
+        &self,
+        writes: &[DesiredWrite],
+        guard: fn(&DesiredWrite, Option<&GroupDescription>) -> Guard,
+    ) -> WriteOutcomes {
+        let mut world = self.lock();
+        writes
+            .iter()
+            .map(|w| {
+                let live = Self::describe(&world, w.group.as_str());
+                let outcome = match guard(w, live.as_ref()) {
+                    Guard::Settled(outcome) => outcome,
+                    Guard::Send { from } => {
+                        let to = world.set_desired(w.group.as_str(), w.to);
+                        Ok(WriteOutcome::Written { from, to })
+                    }
+                };
+                (w.group.clone(), outcome)
+            })
+            .collect()
+    }
+}
+
 impl ClusterView for SimWorld {
     fn current(&self) -> Option<ClusterState> {
         let world = self.lock();
-        let snapshot = world.snapshot(&BoostLedger::default());
+        let mut snapshot = world.snapshot(&BoostLedger::default());
+        // As the watches see it: a Node names its instance, never its group (resolved through
+        // Auto Scaling by the workers), and CA's status gives its own Ready count per group.
         let ca = world
             .groups
             .iter()
             .map(|(name, asg)| {
-                let view = CaGroupView { cloud_provider_target: asg.desired, backoff: None, healthy: true };
+                let ready = snapshot
+                    .nodes
+                    .values()
+                    .filter(|n| n.ready && n.group.as_ref().is_some_and(|g| g.as_str() == name))
+                    .count();
+                let view = CaGroupView {
+                    cloud_provider_target: asg.desired,
+                    backoff: None,
+                    healthy: true,
+                    ready: Some(u32::try_from(ready).unwrap_or(u32::MAX)),
+                };
                 (GroupName::from(name.as_str()), view)
             })
             .collect();
+        for node in snapshot.nodes.values_mut() {
+            node.group = None;
+        }
         Some(ClusterState {
             nodes: snapshot.nodes,
             signals: snapshot.signals,
@@ -91,21 +130,11 @@ impl AutoScaling for SimWorld {
     }
 
     async fn raise_desired(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {
-        let mut world = self.lock();
-        Ok(writes
-            .iter()
-            .map(|w| {
-                let live = Self::describe(&world, w.group.as_str());
-                let outcome = match w.guard(live.as_ref()) {
-                    Guard::Settled(outcome) => outcome,
-                    Guard::Send { from } => {
-                        let to = world.set_desired(w.group.as_str(), w.to);
-                        Ok(WriteOutcome::Written { from, to })
-                    }
-                };
-                (w.group.clone(), outcome)
-            })
-            .collect())
+        Ok(self.guarded(writes, DesiredWrite::guard))
+    }
+
+    async fn lower_desired(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {
+        Ok(self.guarded(writes, DesiredWrite::guard_lower))
     }
 
     async fn terminate_instance(&self, instance: &InstanceId, decrement: bool) -> Result<TerminateOutcome, AwsError> {

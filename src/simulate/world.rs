@@ -434,8 +434,14 @@ impl World {
                     max: asg.spec.max,
                     desired: asg.desired,
                     node_allocatable: Some(asg.spec.node),
-                    ca: Some(core::CaGroupView { cloud_provider_target: asg.desired, backoff: None, healthy: true }),
+                    ca: Some(core::CaGroupView {
+                        cloud_provider_target: asg.desired,
+                        backoff: None,
+                        healthy: true,
+                        ready: None,
+                    }),
                     capacity_rebalance: false,
+                    members: None,
                 },
             );
         }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
+use futures::stream::{self, StreamExt};
 use thiserror::Error;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
@@ -36,11 +37,20 @@ use crate::ports::{
 pub struct DrainerSettings {
     /// Plan and make progress at least this often (pods leaving are seen through the watch).
     pub tick: Duration,
+    /// Eviction (and termination) calls in flight at once, across every draining node.
+    pub evictions_in_flight: usize,
+    /// One eviction call's deadline: past it the pod counts as not evicted this round, so a
+    /// stalled API server never stalls the tick, the other nodes, or `--drain-timeout`.
+    pub eviction_call_timeout: Duration,
 }
 
 impl Default for DrainerSettings {
     fn default() -> Self {
-        DrainerSettings { tick: Duration::from_secs(2) }
+        DrainerSettings {
+            tick: Duration::from_secs(2),
+            evictions_in_flight: 32,
+            eviction_call_timeout: Duration::from_secs(10),
+        }
     }
 }
 
@@ -83,6 +93,39 @@ struct PendingTermination {
     group: GroupName,
     instance: InstanceId,
     decrement: bool,
+}
+
+/// One eviction with a deadline; `k` names the round it belongs to.
+async fn evict_within<'p, W: ClusterWrites>(
+    writes: &W,
+    deadline: Duration,
+    k: usize,
+    pod: &'p PodRef,
+) -> (usize, &'p PodRef, Result<EvictOutcome, String>) {
+    let outcome = match tokio::time::timeout(deadline, writes.evict(pod)).await {
+        Ok(outcome) => outcome.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer within {}s", deadline.as_secs())),
+    };
+    (k, pod, outcome)
+}
+
+/// One termination, handed back with what it was for.
+async fn terminate<A: AutoScaling>(
+    aws: &A,
+    node: NodeName,
+    p: PendingTermination,
+    decrement: bool,
+) -> (NodeName, PendingTermination, Result<TerminateOutcome, AwsError>) {
+    let outcome = aws.terminate_instance(&p.instance, decrement).await;
+    (node, p, outcome)
+}
+
+/// One node's evictions due in this round.
+#[derive(Debug)]
+struct Round {
+    node: NodeName,
+    group: GroupName,
+    due: Vec<PodRef>,
 }
 
 /// Eviction progress on one node.
@@ -279,10 +322,14 @@ where
         }
     }
 
-    /// Evicts what may go now on every draining node; queues drained nodes for termination.
+    /// Evicts what may go now on every draining node, all nodes at once; queues drained nodes
+    /// for termination. One node's refused or slow pod never holds another node back: every
+    /// eviction is one call with a deadline, and the calls of every node run concurrently (at
+    /// most `evictions_in_flight` at a time).
     async fn evict_what_may_go(&mut self, snapshot: &Snapshot, now: Timestamp, report: &mut DrainReport) {
         let draining: Vec<(NodeName, DrainStarted)> =
             self.drains.in_progress.iter().map(|(n, d)| (n.clone(), d.clone())).collect();
+        let mut rounds: Vec<Round> = Vec::new();
         for (name, drain) in draining {
             let node = snapshot.nodes.get(&name).filter(|n| n.instance.as_ref() == Some(&drain.instance));
             if node.is_some_and(|n| !n.cordoned) {
@@ -294,8 +341,8 @@ where
             }
             let left = node.map_or(0, |n| eviction_order(n).len());
             if left > 0 {
-                if let Some(node) = node {
-                    self.evict_round(node, &drain.group, now, report).await;
+                if let Some(round) = node.and_then(|n| self.due(n, &drain.group, now)) {
+                    rounds.push(round);
                 }
                 continue;
             }
@@ -312,13 +359,39 @@ where
                 );
             }
         }
+        if rounds.is_empty() || !self.ctx.leadership.is_leader() {
+            return;
+        }
+
+        let writes = &self.ctx.writes;
+        let deadline = self.settings.eviction_call_timeout;
+        let calls: Vec<_> = rounds
+            .iter()
+            .enumerate()
+            .flat_map(|(k, round)| round.due.iter().map(move |pod| evict_within(writes, deadline, k, pod)))
+            .collect();
+        let outcomes: Vec<(usize, &PodRef, Result<EvictOutcome, String>)> =
+            stream::iter(calls).buffer_unordered(self.settings.evictions_in_flight.max(1)).collect().await;
+        let mut results: Vec<Vec<(&PodRef, Result<EvictOutcome, String>)>> =
+            rounds.iter().map(|_| Vec::new()).collect();
+        for (k, pod, outcome) in outcomes {
+            results[k].push((pod, outcome));
+        }
+        let mut tells = Vec::new();
+        for (round, results) in rounds.iter().zip(results) {
+            if let Some(event) = self.settle_round(round, results, now, report) {
+                tells.push(event);
+            }
+        }
+        join_all(tells.into_iter().map(|e| self.ctx.events.publish(e))).await;
     }
 
-    /// One round of evictions on `node`: every pod that may go now, at once.
-    async fn evict_round(&mut self, node: &Node, group: &GroupName, now: Timestamp, report: &mut DrainReport) {
+    /// The pods of `node` that may be evicted now (none while its backoff runs): ordinary pods
+    /// first, critical ones once no ordinary pod is left, never one already evicted.
+    fn due(&mut self, node: &Node, group: &GroupName, now: Timestamp) -> Option<Round> {
         let progress = self.progress.entry(node.name.clone()).or_default();
         if progress.retry_at.is_some_and(|at| now < at) {
-            return;
+            return None;
         }
         let order = eviction_order(node);
         let ordinary_left = order.iter().any(|p| p.class == PodClass::Ordinary);
@@ -328,27 +401,35 @@ where
             .filter(|p| !progress.evicted.contains(&p.uid))
             .map(|p| PodRef { namespace: p.namespace.clone(), name: p.name.clone(), uid: p.uid.clone() })
             .collect();
-        if due.is_empty() || !self.ctx.leadership.is_leader() {
-            return;
-        }
-        let writes = &self.ctx.writes;
-        let outcomes = join_all(due.iter().map(|pod| writes.evict(pod))).await;
+        (!due.is_empty()).then(|| Round { node: node.name.clone(), group: group.clone(), due })
+    }
+
+    /// Books one node's eviction outcomes: progress, backoff after refusals, metrics. Returns the
+    /// `DrainBlockedByPDB` Event when this is the drain's first refusal.
+    fn settle_round(
+        &mut self,
+        round: &Round,
+        results: Vec<(&PodRef, Result<EvictOutcome, String>)>,
+        now: Timestamp,
+        report: &mut DrainReport,
+    ) -> Option<NodeEvent> {
+        let progress = self.progress.entry(round.node.clone()).or_default();
         let mut blocked = Vec::new();
-        for (pod, outcome) in due.iter().zip(outcomes) {
+        for (pod, outcome) in &results {
             let label = match outcome {
                 Ok(EvictOutcome::Evicted) => "evicted",
                 Ok(EvictOutcome::Gone) => "gone",
                 Ok(EvictOutcome::Blocked) => "blocked-by-pdb",
-                Err(ref e) => {
+                Err(e) => {
                     warn!(pod = %pod, error = %e, "eviction failed; retried next round");
                     "failed"
                 }
             };
-            self.ctx.metrics.evictions.with_label_values(&[group.as_str(), label]).inc();
+            self.ctx.metrics.evictions.with_label_values(&[round.group.as_str(), label]).inc();
             match outcome {
                 Ok(EvictOutcome::Evicted | EvictOutcome::Gone) => {
                     progress.evicted.insert(pod.uid.clone());
-                    report.evicted += 1;
+                    report.evicted = report.evicted.saturating_add(1);
                 }
                 Ok(EvictOutcome::Blocked) => blocked.push(pod.to_string()),
                 Err(_) => {}
@@ -357,38 +438,71 @@ where
         if blocked.is_empty() {
             progress.refusals = 0;
             progress.retry_at = None;
-            return;
+            return None;
         }
-        report.blocked += blocked.len() as u32;
+        report.blocked = report.blocked.saturating_add(u32::try_from(blocked.len()).unwrap_or(u32::MAX));
         // Some went: the budget is moving, so retry after the initial delay; none went: double it.
-        let moved = due.len() > blocked.len();
-        progress.refusals = if moved { 1 } else { progress.refusals + 1 };
+        let moved = results.len() > blocked.len();
+        progress.refusals = if moved { 1 } else { progress.refusals.saturating_add(1) };
         let wait = eviction_backoff(progress.refusals, &self.ctx.policy);
         progress.retry_at = Some(now.plus(wait));
-        if !moved && !progress.told_blocked {
-            progress.told_blocked = true;
-            let note = format!(
-                "a PodDisruptionBudget allows no disruption of {}; retrying in {}s, doubling",
-                blocked.join(", "),
-                wait.as_secs()
-            );
-            info!(node = %node.name, blocked = blocked.len(), "evictions blocked by PDB");
-            self.tell(&node.name, "DrainBlockedByPDB", "Evict", EventSeverity::Warning, note).await;
+        if progress.told_blocked {
+            return None;
         }
+        progress.told_blocked = true;
+        info!(node = %round.node, blocked = blocked.len(), "evictions blocked by PDB");
+        let note = format!(
+            "a PodDisruptionBudget allows no disruption of {} now; retrying in {}s{}",
+            blocked.join(", "),
+            wait.as_secs(),
+            if moved { "" } else { ", doubling" }
+        );
+        Some(NodeEvent {
+            node: round.node.clone(),
+            reason: "DrainBlockedByPDB",
+            action: "Evict",
+            severity: EventSeverity::Warning,
+            note,
+        })
     }
 
-    /// Terminates drained instances; a failed termination is retried next tick.
+    /// Terminates drained instances, all at once; a failed termination is retried next tick.
+    /// Each is noted as settled in the ledger before the call (its departure is ours, not a
+    /// reclaim to give back), and decrements only while its boost still has a node to return.
     async fn terminate_drained(&mut self, report: &mut DrainReport) -> Result<(), DrainerError> {
+        if self.to_terminate.is_empty() {
+            return Ok(());
+        }
+        if !self.ctx.leadership.is_leader() {
+            self.ctx.metrics.not_leader("terminate");
+            return Ok(());
+        }
         let pending: Vec<(NodeName, PendingTermination)> =
             self.to_terminate.iter().map(|(n, p)| (n.clone(), p.clone())).collect();
-        for (node, p) in pending {
-            if !self.ctx.leadership.is_leader() {
-                self.ctx.metrics.not_leader("terminate");
-                return Ok(());
-            }
-            let decremented = match self.ctx.aws.terminate_instance(&p.instance, p.decrement).await {
+        self.ctx.ledger.update(|l| pending.iter().for_each(|(_, p)| l.note_settled(&p.instance))).await?;
+        let ledger = self.ctx.ledger.current().await;
+        let aws = &self.ctx.aws;
+        let calls: Vec<_> = pending
+            .into_iter()
+            .map(|(node, p)| {
+                let decrement = p.decrement && ledger.may_return(&p.instance);
+                terminate(aws, node, p, decrement)
+            })
+            .collect();
+        let outcomes: Vec<_> =
+            stream::iter(calls).buffer_unordered(self.settings.evictions_in_flight.max(1)).collect().await;
+        let mut returned = Vec::new();
+        let mut taken_first = Vec::new();
+        let mut done = Vec::new();
+        for (node, p, outcome) in outcomes {
+            let decremented = match outcome {
                 Ok(TerminateOutcome::Terminated { decremented }) => decremented,
-                Ok(TerminateOutcome::AlreadyGone) => false,
+                Ok(TerminateOutcome::AlreadyGone) => {
+                    // AWS took it first: not our departure, so the scaler may give its node back.
+                    taken_first.push(p.instance.clone());
+                    self.to_terminate.remove(&node);
+                    continue;
+                }
                 Ok(TerminateOutcome::DryRun) => {
                     info!(%node, instance = %p.instance, "dry run: instance not terminated");
                     self.to_terminate.remove(&node);
@@ -401,8 +515,18 @@ where
             };
             self.to_terminate.remove(&node);
             if decremented {
-                self.ctx.ledger.update(|l| l.note_returned(&p.instance)).await?;
+                returned.push(p.instance.clone());
             }
+            done.push((node, p, decremented));
+        }
+        self.ctx
+            .ledger
+            .update(|l| {
+                returned.iter().for_each(|i| l.note_returned(i));
+                taken_first.iter().for_each(|i| l.note_unsettled(i));
+            })
+            .await?;
+        for (node, p, decremented) in done {
             let how = if decremented {
                 "with decrement: a boosted node is given back"
             } else {

@@ -4,8 +4,11 @@
 //! Instance → group: the node's providerID gives the instance id, one batched
 //! `DescribeAutoScalingInstances` gives the group, and the answer is cached for a TTL (instances
 //! never change group; the TTL only bounds memory of instances long gone and of "in no group").
-//! Only the nodes that matter are resolved: signalled ones and those that joined since the oldest
-//! open boost (its possible replacements), so a 5,000-node cluster costs a handful of calls.
+//! Only the nodes that matter are resolved that way: signalled ones and those that joined since
+//! the oldest open boost (its possible replacements), so a 5,000-node cluster costs a handful of
+//! calls. The groups those nodes belong to are then described, and every instance a description
+//! lists gives its node the group too: a group's Ready count never depends on which of its nodes
+//! happened to be resolved.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -121,6 +124,16 @@ impl GroupBook {
         if !stale.is_empty() {
             for g in aws.describe_groups(&stale).await? {
                 described.insert(g.name.clone(), (g, now));
+            }
+        }
+        // Every instance a described group lists is its member, so every node of the group is
+        // known, not only the signalled ones and recent joiners: the group's Ready count (CA's
+        // unready tolerance) and sizing see the whole group.
+        let membership: HashMap<&InstanceId, &GroupName> =
+            described.values().flat_map(|(g, _)| g.members().map(move |i| (i, &g.name))).collect();
+        for node in state.nodes.values_mut().filter(|n| n.group.is_none()) {
+            if let Some(group) = node.instance.as_ref().and_then(|i| membership.get(i)) {
+                node.group = Some((*group).clone());
             }
         }
         Ok(described.values().map(|(g, _)| (g.name.clone(), g.to_core(None, state.ca.get(&g.name).cloned()))).collect())

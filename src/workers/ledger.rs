@@ -73,6 +73,8 @@ mod tests {
             added: 1,
             returned: 0,
             at: Timestamp::EPOCH,
+            before: 0,
+            settled: Default::default(),
         }
     }
 

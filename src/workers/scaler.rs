@@ -19,8 +19,8 @@ use tracing::{info, warn};
 pub use super::{system_clock, Clock};
 use super::{Observation, WorkerContext};
 use crate::core::{
-    close_finished_boosts, fold_signals, plan_boosts, Boost, BoostLedger, BoostRecord, GroupName, InstanceId, Snapshot,
-    Timestamp,
+    close_finished_boosts, fold_signals, plan_boosts, plan_give_backs, Boost, BoostLedger, BoostRecord, GiveBack,
+    GroupName, InstanceId, Snapshot, Timestamp,
 };
 use crate::ports::{
     AutoScaling, AwsError, ClusterView, ClusterWrites, DesiredWrite, EventSeverity, EventSink, LedgerError,
@@ -180,6 +180,12 @@ where
         self.count_signals(&snapshot);
 
         let at_risk = fold_signals(&snapshot, &ctx.policy, now);
+        let give_backs = plan_give_backs(&snapshot);
+        if !give_backs.is_empty() {
+            self.give_back(&give_backs, leading).await?;
+            // Settled instances let their records close in this same pass.
+            snapshot.ledger = ctx.ledger.current().await;
+        }
         let closed = close_finished_boosts(&snapshot, &at_risk);
         snapshot.ledger = closed.clone();
         let plan = plan_boosts(&snapshot, &at_risk, &ctx.policy, now);
@@ -202,11 +208,17 @@ where
         let new_records: Vec<BoostRecord> = plan.boosts.iter().map(|b| b.record.clone()).collect();
         ctx.ledger
             .update(|held| {
-                // The drainer may have noted returns since `closed` was computed: keep them.
-                let returned: HashMap<_, u32> = held.records.iter().map(|r| (record_key(r), r.returned)).collect();
+                // The drainer may have noted returns and settlements since `closed` was computed:
+                // keep them.
+                let current: HashMap<_, (u32, &BTreeSet<InstanceId>)> =
+                    held.records.iter().map(|r| (record_key(r), (r.returned, &r.settled))).collect();
                 let mut next = closed.clone();
                 for r in &mut next.records {
-                    r.returned = r.returned.max(returned.get(&record_key(r)).copied().unwrap_or(0));
+                    let Some((returned, settled)) = current.get(&record_key(r)).map(|(n, s)| (*n, (*s).clone())) else {
+                        continue;
+                    };
+                    r.returned = r.returned.max(returned);
+                    r.settled.extend(settled);
                 }
                 next.records.extend(new_records.iter().cloned());
                 *held = next;
@@ -281,6 +293,92 @@ where
         }
         self.take_back(undone.into_iter()).await?;
         Ok(report)
+    }
+
+    /// Gives back boosted nodes whose at-risk instance AWS took first: the ledger notes the
+    /// settlement (and the return) before the guarded write, and takes it back when the write is
+    /// not made, so the next plan tries again from what AWS then says.
+    async fn give_back(&self, plan: &[GiveBack], leading: bool) -> Result<(), ScalerError> {
+        let ctx = &self.ctx;
+        if !leading {
+            for g in plan.iter().filter(|g| g.writes()) {
+                ctx.metrics.give_backs.with_label_values(&[g.group.as_str(), "not-leader"]).inc();
+            }
+            return Ok(());
+        }
+        ctx.ledger
+            .update(|l| {
+                for g in plan {
+                    g.settled.iter().for_each(|i| l.note_settled(i));
+                    g.returned.iter().for_each(|i| l.note_returned(i));
+                }
+            })
+            .await?;
+        for g in plan.iter().filter(|g| !g.writes()) {
+            info!(group = %g.group, instances = g.settled.len(), "reclaimed instances settled; the group is at its pre-boost size");
+            ctx.metrics.give_backs.with_label_values(&[g.group.as_str(), "at-floor"]).inc();
+        }
+        let writes: Vec<DesiredWrite> = plan
+            .iter()
+            .filter(|g| g.writes())
+            .map(|g| DesiredWrite { group: g.group.clone(), expected: g.from, to: g.to })
+            .collect();
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let outcomes = match ctx.aws.lower_desired(&writes).await {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                warn!(error = %e, "giving back reclaimed instances' nodes failed; retrying at the next plan");
+                for w in &writes {
+                    ctx.metrics.give_backs.with_label_values(&[w.group.as_str(), "failed"]).inc();
+                }
+                self.undo_give_backs(plan.iter().filter(|g| g.writes())).await?;
+                return Ok(());
+            }
+        };
+        let mut undone = Vec::new();
+        for (group, outcome) in outcomes {
+            let Some(g) = plan.iter().find(|g| g.group == group) else { continue };
+            match outcome {
+                Ok(WriteOutcome::Written { from, to } | WriteOutcome::DryRun { from, to }) => {
+                    info!(%group, from, to, reclaimed = ?g.returned, "AWS took boosted at-risk instances first; their nodes are given back");
+                    ctx.groups.note_desired(&group, to).await;
+                    ctx.metrics.give_backs.with_label_values(&[group.as_str(), "written"]).inc();
+                }
+                Ok(WriteOutcome::Raced { live }) => {
+                    ctx.groups.note_desired(&group, live).await;
+                    ctx.metrics.give_backs.with_label_values(&[group.as_str(), "raced"]).inc();
+                    undone.push(g);
+                }
+                Err(e) => {
+                    warn!(%group, error = %e, "giving back a reclaimed instance's node failed");
+                    ctx.metrics.give_backs.with_label_values(&[group.as_str(), "failed"]).inc();
+                    undone.push(g);
+                }
+            }
+        }
+        self.undo_give_backs(undone.into_iter()).await
+    }
+
+    async fn undo_give_backs<'g>(&self, undone: impl Iterator<Item = &'g GiveBack>) -> Result<(), ScalerError> {
+        let undone: Vec<&GiveBack> = undone.collect();
+        if undone.is_empty() {
+            return Ok(());
+        }
+        self.ctx
+            .ledger
+            .update(|l| {
+                for g in &undone {
+                    for r in l.records.iter_mut() {
+                        let returned = g.returned.iter().filter(|i| r.instances.contains(*i)).count();
+                        r.returned = r.returned.saturating_sub(u32::try_from(returned).unwrap_or(u32::MAX));
+                        r.settled.retain(|i| !g.settled.contains(i));
+                    }
+                }
+            })
+            .await?;
+        Ok(())
     }
 
     /// Removes the records of boosts that were not written, so they are planned again.
