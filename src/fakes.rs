@@ -123,6 +123,8 @@ struct FakeWritesState {
     /// Pods (by UID) evicted but left in place, as if their grace period were long.
     lingering: BTreeSet<String>,
     fail_evictions: bool,
+    /// Pods (by UID) whose eviction call never answers, as with a stalled API server.
+    stalled: BTreeSet<String>,
 }
 
 /// Cluster writes applied to an [`InMemoryCluster`]: cordon marks the node, an accepted eviction
@@ -159,6 +161,11 @@ impl FakeClusterWrites {
         lock(&self.state).lingering.insert(uid.to_string());
     }
 
+    /// Makes the pod's eviction call hang without an answer.
+    pub fn stall(&self, uid: &str) {
+        lock(&self.state).stalled.insert(uid.to_string());
+    }
+
     /// Makes every eviction fail with a server error (or succeed again).
     pub fn fail_evictions(&self, fail: bool) {
         lock(&self.state).fail_evictions = fail;
@@ -189,6 +196,9 @@ impl ClusterWrites for FakeClusterWrites {
     }
 
     async fn evict(&self, pod: &PodRef) -> Result<EvictOutcome, ClusterWriteError> {
+        if lock(&self.state).stalled.contains(&pod.uid) {
+            return std::future::pending().await;
+        }
         let mut st = lock(&self.state);
         let outcome = if st.fail_evictions {
             Err("500 Internal Server Error".to_string())

@@ -479,8 +479,8 @@ pub(crate) mod builders {
         }
         /// Adds `n` ordinary pods with the given requests.
         pub fn with_pods(mut self, n: usize, cpu_millis: u64, memory_bytes: u64) -> Node {
-            for i in 0..n {
-                let k = self.pods.len() + i;
+            for _ in 0..n {
+                let k = self.pods.len();
                 self.pods.push(Pod::test(&format!("{}-p{k}", self.name), cpu_millis, memory_bytes));
             }
             self

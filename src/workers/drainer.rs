@@ -805,6 +805,109 @@ mod tests {
         assert!(terminations(&rig.aws).is_empty(), "an uncordoned node is never terminated");
     }
 
+    /// Group `a` with n1..n4 (listed by Auto Scaling, no node naming its group); n1 and n2 are
+    /// cordoned by NTH, at risk, with three pods each, and boosted with their two replacements
+    /// Ready.
+    async fn two_at_risk(
+        policy: Policy,
+    ) -> Rigged<
+        Drainer<
+            FakeAutoScaling,
+            crate::fakes::InMemoryCluster,
+            crate::fakes::MemoryLedger,
+            crate::fakes::FakeClusterWrites,
+            crate::fakes::RecordedEvents,
+        >,
+    > {
+        let mut aws = FakeAutoScaling::default().with_group("a", 4, 10);
+        for i in 1..=4 {
+            aws = aws.with_instance("a", &format!("i-n{i}"));
+        }
+        let rig = FakeRig::new(aws);
+        for i in 1..=4 {
+            let mut node = Node::test(&format!("n{i}"), "a").with_pods(3, 500, 1 << 30);
+            node.group = None;
+            node.cordoned = i <= 2;
+            rig.cluster.put_node(node);
+        }
+        let ctx = rig.context(policy, paused_clock(), Arc::new(Metrics::new())).await;
+        for name in ["n1", "n2"] {
+            rig.cluster.signal(Signal {
+                instance: format!("i-{name}").as_str().into(),
+                node: name.into(),
+                kind: SignalKind::Rebalance,
+                observed_at: (ctx.clock)(),
+            });
+        }
+        let mut scaler = Scaler::new(ctx.clone(), ScalerSettings::default());
+        scaler.tick().await.unwrap();
+        assert_eq!(rig.aws.desired("a"), 6);
+        join(&rig, &ctx, "r1");
+        join(&rig, &ctx, "r2");
+        let drainer = Drainer::new(ctx.clone(), DrainerSettings::default());
+        (rig, ctx, scaler, drainer)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_whose_budget_never_allows_disruption_holds_back_only_its_own_node() {
+        let (rig, ctx, _scaler, mut drainer) = two_at_risk(policy()).await;
+        rig.writes.block("uid-n1-p0", true);
+        let report = drainer.tick().await.unwrap();
+        assert_eq!(report.started.len(), 2);
+        assert_eq!((report.evicted, report.blocked), (5, 1));
+        let told = vec!["BoostRequested", "DrainStarted", "DrainBlockedByPDB"];
+        assert_eq!(rig.events.reasons_for("n1"), told, "told in the first round");
+
+        let report = drainer.tick().await.unwrap();
+        assert_eq!(report.drained, vec![NodeName::from("n2")]);
+        assert_eq!(terminations(&rig.aws), vec![("i-n2".into(), true)], "n2 goes at once, not after n1");
+
+        // The budget never moves: n1's drain times out on time and n1 stays, cordoned.
+        let started = Instant::now();
+        while drainer.state().in_progress.contains_key(&NodeName::from("n1")) {
+            tokio::time::advance(Duration::from_secs(2)).await;
+            drainer.tick().await.unwrap();
+        }
+        let waited = started.elapsed();
+        assert!(waited >= ctx.policy.drain_timeout && waited <= ctx.policy.drain_timeout + Duration::from_secs(4));
+        assert_eq!(drainer.state().finished.get(&InstanceId::from("i-n1")), Some(&DrainEnd::TimedOut));
+        assert!(rig.events.reasons_for("n1").contains(&"DrainTimedOut"));
+        assert_eq!(terminations(&rig.aws).len(), 1);
+        let told = rig.events.reasons_for("n1").iter().filter(|r| **r == "DrainBlockedByPDB").count();
+        assert_eq!(told, 1, "told once per drain");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_eviction_call_that_never_answers_does_not_hold_the_other_node() {
+        let (rig, ctx, _scaler, mut drainer) = two_at_risk(policy()).await;
+        rig.writes.stall("uid-n1-p1");
+        let started = Instant::now();
+        let report = drainer.tick().await.unwrap();
+        assert!(started.elapsed() <= DrainerSettings::default().eviction_call_timeout, "{:?}", started.elapsed());
+        assert_eq!(report.evicted, 5, "every other pod went in the same round");
+        assert_eq!(drainer.tick().await.unwrap().drained, vec![NodeName::from("n2")]);
+        let text = ctx.metrics.encode();
+        // Tried again in the second round, and again given up at its deadline.
+        assert!(text.contains("spots_booster_evictions_total{group=\"a\",outcome=\"failed\"} 2"), "{text}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_instance_aws_took_between_drain_and_termination_is_left_to_the_give_back() {
+        let (rig, _ctx, mut scaler, mut drainer) = two_at_risk(policy()).await;
+        drainer.tick().await.unwrap();
+        rig.aws.reclaim("i-n2", "i-r9");
+        rig.aws.reclaim("i-n1", "i-r8");
+        let report = drainer.tick().await.unwrap();
+        assert!(report.terminated.is_empty(), "{report:?}");
+        assert!(rig.ledger.saved().records[0].settled.is_empty(), "not ours: the scaler gives them back");
+        rig.cluster.remove_node("n1");
+        rig.cluster.remove_node("n2");
+        tokio::time::advance(Duration::from_secs(61)).await;
+        scaler.tick().await.unwrap();
+        assert_eq!(rig.aws.desired("a"), 4, "both boosted nodes given back");
+        assert!(rig.ledger.saved().records.is_empty());
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_server_error_on_eviction_is_retried_next_round() {
         let (rig, ctx, mut scaler, mut drainer) = rebalanced(policy()).await;

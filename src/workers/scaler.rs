@@ -484,7 +484,7 @@ mod tests {
     use std::sync::atomic::{AtomicI64, Ordering};
 
     use super::*;
-    use crate::core::{InstanceId, Node, Policy, Signal, SignalKind};
+    use crate::core::{InstanceId, Node, NodeName, Policy, Signal, SignalKind};
     use crate::fakes::{AsgCall, FakeAutoScaling, FakeContext, FakeRig, InMemoryCluster};
     use crate::metrics::Metrics;
     use crate::ports::Leadership;
@@ -564,6 +564,88 @@ mod tests {
         assert!(text.contains("spots_booster_signals_total{group=\"a\",kind=\"rebalance\"} 10"), "{text}");
         assert!(text.contains("spots_booster_asg_desired_capacity{group=\"a\"} 13"), "{text}");
         assert_eq!(rig.events.reasons_for("a0"), vec!["BoostRequested"]);
+    }
+
+    /// Group `a` of `size` Ready nodes n1..n<size>, listed by Auto Scaling as its instances; as
+    /// the watches see them, no node names its group.
+    fn fleet(size: usize, desired: u32, max: u32) -> FakeRig {
+        let mut aws = FakeAutoScaling::default().with_group("a", desired, max);
+        for i in 1..=size {
+            aws = aws.with_instance("a", &format!("i-n{i}"));
+        }
+        let rig = FakeRig::new(aws);
+        for i in 1..=size {
+            let mut n = Node::test(&format!("n{i}"), "a");
+            n.group = None;
+            rig.cluster.put_node(n);
+        }
+        rig
+    }
+
+    fn signal(rig: &FakeRig, name: &str) {
+        rig.cluster.edit(|s| s.nodes.get_mut(&NodeName::from(name)).unwrap().cordoned = true);
+        rig.cluster.signal(Signal {
+            instance: InstanceId(format!("i-{name}")),
+            node: name.into(),
+            kind: SignalKind::Rebalance,
+            observed_at: Timestamp::from_millis(1_000),
+        });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_large_group_is_boosted_though_only_its_signalled_node_was_resolved() {
+        for size in [10, 50] {
+            let size_u32 = u32::try_from(size).unwrap();
+            let rig = fleet(size, size_u32, 100);
+            signal(&rig, "n3");
+            let mut s = scaler(&rig).await;
+            let report = s.tick().await.unwrap();
+            assert_eq!(report.raised, vec![(GroupName::from("a"), size_u32, size_u32 + 1)], "{size} nodes");
+            assert_eq!(report.held, 0);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_boost_whose_instance_aws_took_first_is_given_back_once() {
+        let rig = fleet(4, 4, 10);
+        signal(&rig, "n1");
+        let mut s = scaler(&rig).await;
+        s.tick().await.unwrap();
+        assert_eq!(rig.aws.desired("a"), 5);
+
+        // A spot interruption under queue mode: AWS takes i-n1 before any drain, the group
+        // replaces it, and the node goes away.
+        rig.aws.reclaim("i-n1", "i-r1");
+        rig.cluster.remove_node("n1");
+        rig.cluster.edit(|st| st.signals.clear());
+        tokio::time::advance(Duration::from_secs(61)).await; // the group is described again
+        s.tick().await.unwrap();
+        assert_eq!(rig.aws.desired("a"), 4, "the boosted node is given back");
+        let lowers: Vec<_> = rig.aws.calls().into_iter().filter(|c| matches!(c, AsgCall::Lower(_))).collect::<Vec<_>>();
+        assert_eq!(lowers.len(), 1);
+        assert!(rig.ledger.saved().records.is_empty(), "the boost is closed");
+
+        tokio::time::advance(Duration::from_secs(61)).await;
+        s.tick().await.unwrap();
+        assert_eq!(rig.aws.desired("a"), 4, "given back once");
+        assert!(s.ctx.metrics.encode().contains("spots_booster_give_backs_total{group=\"a\",outcome=\"written\"} 1"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_give_back_never_goes_below_the_size_before_the_boost() {
+        let rig = fleet(4, 4, 10);
+        signal(&rig, "n1");
+        let mut s = scaler(&rig).await;
+        s.tick().await.unwrap();
+        // Cluster Autoscaler scaled the group down meanwhile; then AWS takes the at-risk instance.
+        rig.aws.set_desired("a", 4);
+        rig.aws.reclaim("i-n1", "i-r1");
+        rig.cluster.remove_node("n1");
+        tokio::time::advance(Duration::from_secs(61)).await;
+        s.tick().await.unwrap();
+        assert_eq!(rig.aws.desired("a"), 4);
+        assert!(!rig.aws.calls().iter().any(|c| matches!(c, AsgCall::Lower(_))), "nothing to write");
+        assert!(rig.ledger.saved().records.is_empty(), "settled and closed");
     }
 
     #[tokio::test(start_paused = true)]
