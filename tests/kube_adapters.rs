@@ -1,11 +1,10 @@
-//! The Kubernetes adapters against a mocked API server (`tower-test`): every request's method,
-//! path, query and body, and how each answer is understood.
+//! The Kubernetes adapters against a local HTTP server that answers like kube-apiserver, through
+//! the daemon's own client builder (its retry layer included): every request's method, path,
+//! query and body, and how each answer is understood.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{Request, Response};
-use kube::client::Body;
 use kube::Client;
 use serde_json::{json, Value};
 use spots_booster::core::{BoostLedger, BoostRecord, NodeName, SignalKind, Timestamp};
@@ -19,17 +18,14 @@ use spots_booster::ports::{
     ClusterView, ClusterWrites, EventSeverity, EventSink, EvictOutcome, Leadership, LedgerStore, NodeEvent, PodRef,
 };
 use tokio::sync::Notify;
-use tower_test::mock::{self, Handle};
 
-type ApiServer = Handle<Request<Body>, Response<Body>>;
+#[path = "support/apiserver.rs"]
+mod apiserver;
+use apiserver::{pdb_refusal, reply, ApiServer};
 
-fn mocked() -> (Client, ApiServer) {
-    let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
-    (Client::new(service, "default"), handle)
-}
-
-fn reply(status: u16, body: Value) -> Response<Body> {
-    Response::builder().status(status).body(Body::from(serde_json::to_vec(&body).unwrap())).unwrap()
+/// The daemon's own client (`build_client`, as `run` builds it) against a local server.
+async fn mocked() -> (Client, ApiServer) {
+    apiserver::start().await
 }
 
 fn status(code: u16, reason: &str) -> Value {
@@ -47,13 +43,15 @@ struct Seen {
 }
 
 /// Waits for the next request, answers it, and returns what it was.
-async fn answer(server: &mut ApiServer, respond: impl FnOnce(&Seen) -> Response<Body>) -> Seen {
+async fn answer(
+    server: &mut ApiServer,
+    respond: impl FnOnce(&Seen) -> http::Response<http_body_util::Full<hyper::body::Bytes>>,
+) -> Seen {
     let (request, send) = tokio::time::timeout(Duration::from_secs(5), server.next_request())
         .await
         .expect("a request within 5 s")
         .expect("the client is alive");
-    let (parts, body) = request.into_parts();
-    let bytes = body.collect_bytes().await.unwrap();
+    let (parts, bytes) = request.into_parts();
     let seen = Seen {
         method: parts.method.to_string(),
         path: parts.uri.path().to_string(),
@@ -94,7 +92,7 @@ async fn an_eviction_posts_the_uid_precondition_and_maps_every_answer() {
         (409, Some(EvictOutcome::Gone)),
         (500, None),
     ] {
-        let (client, mut server) = mocked();
+        let (client, mut server) = mocked().await;
         let writes = KubeWrites::new(client, false);
         let evict = tokio::spawn(async move { writes.evict(&pod_ref()).await });
         let seen = answer(&mut server, |_| {
@@ -123,8 +121,78 @@ async fn an_eviction_posts_the_uid_precondition_and_maps_every_answer() {
 }
 
 #[tokio::test]
+async fn a_pdb_refusal_comes_back_at_once_whatever_retry_after_says() {
+    let (client, mut server) = mocked().await;
+    let writes = KubeWrites::new(client, false);
+    let started = std::time::Instant::now();
+    let evict = tokio::spawn(async move { writes.evict(&pod_ref()).await });
+    answer(&mut server, |_| pdb_refusal()).await;
+    // kube's default client would wait the 10 s and ask again, up to 15 times.
+    let outcome = tokio::time::timeout(Duration::from_secs(3), evict).await.expect("the refusal comes back at once");
+    assert_eq!(outcome.unwrap().unwrap(), EvictOutcome::Blocked);
+    assert!(started.elapsed() < Duration::from_secs(2), "not retried inside the call: {:?}", started.elapsed());
+    let again = tokio::time::timeout(Duration::from_millis(300), server.next_request()).await;
+    assert!(again.is_err(), "no second attempt");
+    assert_eq!(server.hits(), 1);
+}
+
+#[tokio::test]
+async fn a_pod_under_two_budgets_is_an_error_and_an_unavailable_server_is_retried() {
+    let (client, mut server) = mocked().await;
+    let writes = KubeWrites::new(client, false);
+    let w = writes.clone();
+    let evict = tokio::spawn(async move { w.evict(&pod_ref()).await });
+    // kube-apiserver answers 500 when more than one PodDisruptionBudget selects the pod.
+    answer(&mut server, |_| {
+        reply(500, json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500,
+            "reason": "InternalError",
+            "message": "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."}))
+    })
+    .await;
+    let err = evict.await.unwrap().unwrap_err();
+    assert_eq!(err.to_string(), "evicting pod shop/web-0 failed");
+    assert_eq!(server.hits(), 1, "not retried");
+
+    let evict = tokio::spawn(async move { writes.evict(&pod_ref()).await });
+    answer(&mut server, |_| reply(503, status(503, "ServiceUnavailable"))).await;
+    answer(&mut server, |_| {
+        reply(201, json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}))
+    })
+    .await;
+    assert_eq!(evict.await.unwrap().unwrap(), EvictOutcome::Evicted);
+    assert_eq!(server.hits(), 3, "the 503 was retried once");
+}
+
+#[tokio::test]
+async fn a_throttled_read_honours_retry_after_within_bounds() {
+    let (client, mut server) = mocked().await;
+    let store = ConfigMapLedger::new(client, "spots", "spots-booster-ledger");
+    let started = std::time::Instant::now();
+    let load = tokio::spawn(async move { store.load().await });
+    answer(&mut server, |_| {
+        let mut r = reply(429, status(429, "TooManyRequests"));
+        r.headers_mut().insert("Retry-After", "1".parse().unwrap());
+        r
+    })
+    .await;
+    answer(&mut server, |_| reply(404, status(404, "NotFound"))).await;
+    assert_eq!(load.await.unwrap().unwrap(), BoostLedger::default());
+    assert!(started.elapsed() >= Duration::from_secs(1), "waited as asked");
+
+    // A server that keeps failing gets a bounded number of attempts, then the error.
+    let (client, mut server) = mocked().await;
+    let store = ConfigMapLedger::new(client, "spots", "spots-booster-ledger");
+    let load = tokio::spawn(async move { store.load().await });
+    for _ in 0..=spots_booster::k8s::retry::MAX_RETRIES {
+        answer(&mut server, |_| reply(503, status(503, "ServiceUnavailable"))).await;
+    }
+    assert!(load.await.unwrap().is_err());
+    assert_eq!(server.hits(), 1 + spots_booster::k8s::retry::MAX_RETRIES as usize);
+}
+
+#[tokio::test]
 async fn dry_run_evictions_and_patches_ask_the_server_to_validate_only() {
-    let (client, mut server) = mocked();
+    let (client, mut server) = mocked().await;
     let writes = KubeWrites::new(client, true);
     let w = writes.clone();
     tokio::spawn(async move { w.evict(&pod_ref()).await });
@@ -138,7 +206,7 @@ async fn dry_run_evictions_and_patches_ask_the_server_to_validate_only() {
 
 #[tokio::test]
 async fn cordon_and_scale_down_protection_are_merge_patches_on_the_node() {
-    let (client, mut server) = mocked();
+    let (client, mut server) = mocked().await;
     let writes = KubeWrites::new(client, false);
     let node = NodeName::from("ip-10-0-1-2.ec2.internal");
 
@@ -190,7 +258,7 @@ fn ledger() -> BoostLedger {
 
 #[tokio::test]
 async fn the_ledger_configmap_is_created_then_replaced_with_its_resource_version() {
-    let (client, mut server) = mocked();
+    let (client, mut server) = mocked().await;
     let store = Arc::new(ConfigMapLedger::new(client, "spots", "spots-booster-ledger"));
 
     let s = store.clone();
@@ -247,7 +315,7 @@ async fn a_candidate_creates_a_missing_lease_and_respects_a_live_holder() {
         renew_deadline: Duration::from_secs(10),
         retry_period: Duration::from_secs(2),
     };
-    let (client, mut server) = mocked();
+    let (client, mut server) = mocked().await;
     let mut me = LeaderElector::new(
         client,
         "spots",
@@ -283,7 +351,7 @@ async fn a_candidate_creates_a_missing_lease_and_respects_a_live_holder() {
 
 #[tokio::test]
 async fn events_name_the_node_with_its_uid_so_kubectl_describe_finds_them() {
-    let (client, mut server) = mocked();
+    let (client, mut server) = mocked().await;
     let cluster = KubeCluster::new(settings(), Arc::new(Notify::new()), Arc::new(Metrics::new()));
     let events = KubeEvents::new(client, Some("pod-a".into()), cluster);
     let publish = tokio::spawn(async move {
@@ -327,7 +395,7 @@ fn list(kind: &str, items: Value) -> Value {
 
 #[tokio::test]
 async fn the_watches_use_server_side_selectors_and_sync_into_one_view() {
-    let (client, mut server) = mocked();
+    let (client, mut server) = mocked().await;
     let wake = Arc::new(Notify::new());
     let metrics = Arc::new(Metrics::new());
     let cluster = KubeCluster::new(settings(), wake.clone(), metrics.clone());
@@ -387,7 +455,7 @@ async fn the_watches_use_server_side_selectors_and_sync_into_one_view() {
 
 #[tokio::test]
 async fn a_dry_run_ledger_reads_the_cluster_but_never_writes_it() {
-    let (client, mut server) = mocked();
+    let (client, mut server) = mocked().await;
     let store = Arc::new(ConfigMapLedger::new(client, "spots", "spots-booster-ledger").read_only());
     let s = store.clone();
     let load = tokio::spawn(async move { s.load().await });
@@ -409,7 +477,7 @@ async fn serve_lease(server: &mut ApiServer, holder: &str, write_status: u16, un
             continue;
         };
         let method = request.method().to_string();
-        let body = request.into_body().collect_bytes().await.unwrap();
+        let body = request.into_body();
         let lease = json!({"metadata": {"name": "spots-booster", "resourceVersion": "5"},
             "spec": {"holderIdentity": holder, "leaseDurationSeconds": 3, "renewTime": "2026-11-21T10:00:00.000000Z"}});
         send.send_response(match method.as_str() {
@@ -437,7 +505,7 @@ async fn a_leader_that_cannot_renew_steps_down_at_its_deadline_and_releases_on_s
     };
     let metrics = Arc::new(Metrics::new());
     let leadership = Leadership::follower();
-    let (client, mut server) = mocked();
+    let (client, mut server) = mocked().await;
     let elector =
         LeaderElector::new(client, "spots", "spots-booster", "pod-a", timing, leadership.clone(), metrics.clone());
     let (stop, shutdown) = tokio::sync::watch::channel(false);
@@ -483,7 +551,7 @@ fn instance_groups(client: Client) -> Arc<spots_booster::k8s::instancegroups::Ku
 async fn instancegroup_status_goes_to_the_subresource_and_finalizers_carry_the_resource_version() {
     use spots_booster::instancegroup::store::InstanceGroupStore;
     use spots_booster::instancegroup::InstanceGroupStatus;
-    let (client, mut server) = mocked();
+    let (client, mut server) = mocked().await;
     let store = instance_groups(client);
 
     let s = store.clone();
@@ -540,7 +608,7 @@ async fn instancegroup_status_goes_to_the_subresource_and_finalizers_carry_the_r
 #[tokio::test]
 async fn aws_auth_is_created_when_missing_and_replaced_with_its_resource_version_after_a_conflict() {
     use spots_booster::instancegroup::store::InstanceGroupStore;
-    let (client, mut server) = mocked();
+    let (client, mut server) = mocked().await;
     let store = instance_groups(client);
     let arn = "arn:aws:iam::1:role/nodes";
 
@@ -583,7 +651,7 @@ async fn aws_auth_is_created_when_missing_and_replaced_with_its_resource_version
 #[tokio::test]
 async fn a_rotation_is_a_node_annotation_and_the_boundaries_come_from_their_configmap() {
     use spots_booster::instancegroup::store::InstanceGroupStore;
-    let (client, mut server) = mocked();
+    let (client, mut server) = mocked().await;
     let store = instance_groups(client);
 
     let s = store.clone();
