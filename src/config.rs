@@ -227,11 +227,12 @@ pub struct PolicyArgs {
     #[arg(long, env = "SPOTS_BOOSTER_TERMINATE_AFTER_DRAIN_TIMEOUT", action = ArgAction::Set, num_args = 0..=1,
           default_value_t = false, default_missing_value = "true")]
     pub terminate_after_drain_timeout: bool,
-    /// First wait after an eviction refused by a PodDisruptionBudget; doubles per refusal.
-    #[arg(long, env = "SPOTS_BOOSTER_EVICTION_BACKOFF_INITIAL", default_value = "5s", value_parser = duration)]
+    /// First wait after an eviction refused by a PodDisruptionBudget; doubles per refusal, back to
+    /// this once the budget lets a pod go (a budget moves as fast as replacement pods start).
+    #[arg(long, env = "SPOTS_BOOSTER_EVICTION_BACKOFF_INITIAL", default_value = "1s", value_parser = duration)]
     pub eviction_backoff_initial: Duration,
     /// Longest wait between eviction attempts.
-    #[arg(long, env = "SPOTS_BOOSTER_EVICTION_BACKOFF_MAX", default_value = "1m", value_parser = duration)]
+    #[arg(long, env = "SPOTS_BOOSTER_EVICTION_BACKOFF_MAX", default_value = "10s", value_parser = duration)]
     pub eviction_backoff_max: Duration,
     /// Auto Scaling Groups never boosted nor drained (comma-separated or repeated).
     #[arg(long, env = "SPOTS_BOOSTER_IGNORED_AUTOSCALING_GROUPS", value_delimiter = ',')]

@@ -21,17 +21,72 @@ fn shipped() -> Vec<String> {
 }
 
 #[test]
-fn the_five_scenarios_the_issue_asks_for_are_shipped() {
+fn the_shipped_scenarios_include_the_production_shapes() {
     assert_eq!(
         shipped(),
         [
             "group-at-max.yaml",
             "interruption-without-notice.yaml",
+            "large-group.yaml",
             "pdb-bound.yaml",
             "rebalance-wave.yaml",
-            "single-rebalance.yaml"
+            "single-rebalance.yaml",
+            "stubborn-pdb.yaml",
+            "twenty-group-wave.yaml"
         ]
     );
+}
+
+/// When the booster did `action` to `target`, in simulated seconds.
+fn when(report: &Report, action: &str, target: &str) -> Option<u64> {
+    report
+        .booster
+        .timeline
+        .iter()
+        .find(|e| e.actor == "booster" && e.action == action && e.target == target)
+        .map(|e| e.at_seconds)
+}
+
+#[test]
+fn a_fifty_node_group_is_boosted_at_once() {
+    let report = run("large-group.yaml");
+    assert_eq!(report.booster.summary.boosted_instances, 2);
+    assert_eq!(when(&report, "boost", "spot-big-1"), Some(120), "boosted in the second of the Event");
+    assert!(!report.booster.timeline.iter().any(|e| e.action == "boost held"), "never held");
+    assert_eq!(report.booster.summary.pods_killed, 0);
+}
+
+#[test]
+fn a_pod_whose_budget_never_allows_disruption_holds_back_only_its_own_node() {
+    let report = run("stubborn-pdb.yaml");
+    let started = when(&report, "drain started", "spot-a-1").expect("spot-a-1 drain started");
+    assert_eq!(when(&report, "drain started", "spot-a-2"), Some(started), "both drain at once");
+    assert_eq!(when(&report, "evictions blocked by PDB", "spot-a-1"), Some(started), "told in the first round");
+    let terminated = when(&report, "terminated", "spot-a-2").expect("the normal node is terminated");
+    assert!(terminated < started + 300, "before the stubborn node's timeout");
+    assert_eq!(when(&report, "drain timed out", "spot-a-1"), Some(started + 300), "--drain-timeout 5m, on time");
+    assert_eq!(when(&report, "terminated", "spot-a-1"), None, "left cordoned, not terminated");
+    assert_eq!(report.booster.summary.pdb_violations, 0);
+}
+
+#[test]
+fn a_twenty_group_wave_drains_every_group_in_parallel_at_its_budgets_pace() {
+    let report = run("twenty-group-wave.yaml");
+    assert_eq!(report.booster.summary.boosted_instances, 40);
+    let mut finished = Vec::new();
+    for g in 0..20 {
+        let started = when(&report, "drain started", &format!("spot-{g:02}-1")).expect("drain started");
+        let last = (1..=2)
+            .map(|k| when(&report, "terminated", &format!("spot-{g:02}-{k}")).expect("every at-risk node terminated"))
+            .max()
+            .unwrap();
+        // Six pods behind one maxUnavailable: 1 budget, each waiting for its replacement to start
+        // (10 s): about a minute, plus a second of backoff per pod.
+        assert!(last - started <= 6 * (10 + 2), "spot-{g:02}: {}s", last - started);
+        finished.push(last);
+    }
+    let spread = finished.iter().max().unwrap() - finished.iter().min().unwrap();
+    assert!(spread <= 2, "groups finish together, not one after another: {finished:?}");
 }
 
 #[test]

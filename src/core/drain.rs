@@ -538,7 +538,7 @@ mod tests {
 
         let p = Policy::default();
         let waits: Vec<u64> = (1..=6).map(|n| eviction_backoff(n, &p).as_secs()).collect();
-        assert_eq!(waits, vec![5, 10, 20, 40, 60, 60]);
+        assert_eq!(waits, vec![1, 2, 4, 8, 10, 10]);
         assert_eq!(eviction_backoff(200, &p), p.eviction_backoff_max);
     }
 }

@@ -48,9 +48,9 @@ pub struct Policy {
     /// Terminate the instance even when its drain timed out. Default: false (the node stays
     /// cordoned and its remaining pods keep running until the instance goes).
     pub terminate_after_drain_timeout: bool,
-    /// First wait after an eviction refused by a PodDisruptionBudget. Default: 5s.
+    /// First wait after an eviction refused by a PodDisruptionBudget. Default: 1s.
     pub eviction_backoff_initial: Duration,
-    /// Longest wait between eviction attempts. Default: 1m.
+    /// Longest wait between eviction attempts. Default: 10s.
     pub eviction_backoff_max: Duration,
     /// Groups never boosted nor drained.
     pub ignored_groups: BTreeSet<GroupName>,
@@ -74,8 +74,8 @@ impl Default for Policy {
             time_between_drains: Duration::from_secs(15),
             drain_timeout: Duration::from_secs(600),
             terminate_after_drain_timeout: false,
-            eviction_backoff_initial: Duration::from_secs(5),
-            eviction_backoff_max: Duration::from_secs(60),
+            eviction_backoff_initial: Duration::from_secs(1),
+            eviction_backoff_max: Duration::from_secs(10),
             ignored_groups: BTreeSet::new(),
             boost_capacity_rebalance_groups: false,
         }

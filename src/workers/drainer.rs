@@ -609,6 +609,8 @@ mod tests {
             sizing: SizingMode::Count,
             max_boost_per_group: 100,
             drain_timeout: Duration::from_secs(300),
+            eviction_backoff_initial: Duration::from_secs(5),
+            eviction_backoff_max: Duration::from_secs(60),
             ..Policy::default()
         }
     }
