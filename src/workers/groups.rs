@@ -91,6 +91,8 @@ impl GroupBook {
         state: &mut ClusterState,
         ledger: &BoostLedger,
     ) -> Result<BTreeMap<GroupName, Group>, AwsError> {
+        // Instances a described group already lists need no lookup.
+        self.apply_membership(state).await;
         let signalled: BTreeSet<_> = state.signals.iter().map(|s| s.node.clone()).collect();
         let since = ledger.records.iter().map(|r| r.at).min();
         let unresolved: Vec<InstanceId> = state
@@ -126,9 +128,17 @@ impl GroupBook {
                 described.insert(g.name.clone(), (g, now));
             }
         }
-        // Every instance a described group lists is its member, so every node of the group is
-        // known, not only the signalled ones and recent joiners: the group's Ready count (CA's
-        // unready tolerance) and sizing see the whole group.
+        drop(described);
+        self.apply_membership(state).await;
+        let described = self.described.lock().await;
+        Ok(described.values().map(|(g, _)| (g.name.clone(), g.to_core(None, state.ca.get(&g.name).cloned()))).collect())
+    }
+
+    /// Every instance a described group lists is its member, so every node of the group is
+    /// known, not only the signalled ones and recent joiners: the group's Ready count (CA's
+    /// unready tolerance) and sizing see the whole group.
+    async fn apply_membership(&self, state: &mut ClusterState) {
+        let described = self.described.lock().await;
         let membership: HashMap<&InstanceId, &GroupName> =
             described.values().flat_map(|(g, _)| g.members().map(move |i| (i, &g.name))).collect();
         for node in state.nodes.values_mut().filter(|n| n.group.is_none()) {
@@ -136,7 +146,6 @@ impl GroupBook {
                 node.group = Some((*group).clone());
             }
         }
-        Ok(described.values().map(|(g, _)| (g.name.clone(), g.to_core(None, state.ca.get(&g.name).cloned()))).collect())
     }
 
     /// Notes a desired capacity the workers wrote or saw, without a describe.
