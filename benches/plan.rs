@@ -34,6 +34,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                 node_allocatable: Some(Resources::new(4000, 16 * GI)),
                 ca: None,
                 capacity_rebalance: false,
+                members: None,
             },
         );
         let mut boosted = BTreeSet::new();
