@@ -598,6 +598,14 @@ mod tests {
         T,
     );
 
+    type TestDrainer = Drainer<
+        FakeAutoScaling,
+        crate::fakes::InMemoryCluster,
+        crate::fakes::MemoryLedger,
+        crate::fakes::FakeClusterWrites,
+        crate::fakes::RecordedEvents,
+    >;
+
     /// `now` follows tokio's (paused) clock from 1,000 s.
     fn paused_clock() -> Clock {
         let start = Instant::now();
@@ -616,17 +624,7 @@ mod tests {
     }
 
     /// Group `a` (desired 3) with n1..n3; n1 is cordoned by NTH with three pods and at risk.
-    async fn rebalanced(
-        policy: Policy,
-    ) -> Rigged<
-        Drainer<
-            FakeAutoScaling,
-            crate::fakes::InMemoryCluster,
-            crate::fakes::MemoryLedger,
-            crate::fakes::FakeClusterWrites,
-            crate::fakes::RecordedEvents,
-        >,
-    > {
+    async fn rebalanced(policy: Policy) -> Rigged<TestDrainer> {
         let aws = FakeAutoScaling::default()
             .with_group("a", 3, 10)
             .with_instance("a", "i-n1")
@@ -810,17 +808,7 @@ mod tests {
     /// Group `a` with n1..n4 (listed by Auto Scaling, no node naming its group); n1 and n2 are
     /// cordoned by NTH, at risk, with three pods each, and boosted with their two replacements
     /// Ready.
-    async fn two_at_risk(
-        policy: Policy,
-    ) -> Rigged<
-        Drainer<
-            FakeAutoScaling,
-            crate::fakes::InMemoryCluster,
-            crate::fakes::MemoryLedger,
-            crate::fakes::FakeClusterWrites,
-            crate::fakes::RecordedEvents,
-        >,
-    > {
+    async fn two_at_risk(policy: Policy) -> Rigged<TestDrainer> {
         let mut aws = FakeAutoScaling::default().with_group("a", 4, 10);
         for i in 1..=4 {
             aws = aws.with_instance("a", &format!("i-n{i}"));
