@@ -15,7 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use spots_booster::aws::AwsPorts;
-use spots_booster::core::{InstanceId, Node, NodeName, Policy, Resources, Signal, SignalKind, SizingMode, Timestamp};
+use spots_booster::core::{
+    GroupName, InstanceId, Node, NodeName, Policy, Resources, Signal, SignalKind, SizingMode, Timestamp,
+};
 use spots_booster::fakes::{FakeAutoScaling, FakeRig};
 use spots_booster::metrics::Metrics;
 use spots_booster::workers::scaler::{system_clock, Scaler, ScalerSettings};
@@ -170,33 +172,30 @@ async fn burst(moto: &moto::Moto) {
     println!("  writes per burst: {writes_per_burst:?} (one per group: {GROUPS})");
 }
 
-/// A Ready node on a group's instance, as the watches see it: it does not name its group.
-fn member(group: usize, k: usize, instance: &InstanceId) -> Node {
-    Node {
-        name: NodeName(format!("wave-{group}-{k}")),
-        instance: Some(instance.clone()),
-        group: None,
-        ready: true,
-        cordoned: false,
-        deleting_by_ca: false,
-        created: Timestamp::EPOCH,
-        allocatable: Resources::new(4000, 16 << 30),
-        pods: Vec::new(),
-    }
-}
-
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
 fn node(group: usize, k: usize, at_risk: bool) -> Node {
-    let name = format!("ip-10-{group}-{k}.ec2.internal");
+    let instance = InstanceId(format!("i-0{group:04x}{k:012x}"));
+    let mut node =
+        ready_node(format!("ip-10-{group}-{k}.ec2.internal"), instance, Some(format!("spot-{group:02}").into()));
+    node.cordoned = at_risk;
+    node
+}
+
+/// A Ready node on a group's instance, as the watches see it: it does not name its group.
+fn member(group: usize, k: usize, instance: &InstanceId) -> Node {
+    ready_node(format!("wave-{group}-{k}"), instance.clone(), None)
+}
+
+fn ready_node(name: String, instance: InstanceId, group: Option<GroupName>) -> Node {
     Node {
         name: NodeName(name),
-        instance: Some(InstanceId(format!("i-0{group:04x}{k:012x}"))),
-        group: Some(format!("spot-{group:02}").into()),
+        instance: Some(instance),
+        group,
         ready: true,
-        cordoned: at_risk,
+        cordoned: false,
         deleting_by_ca: false,
         created: Timestamp::EPOCH,
         allocatable: Resources::new(4000, 16 << 30),

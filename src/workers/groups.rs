@@ -19,6 +19,19 @@ use tokio::time::Instant;
 use crate::core::{BoostLedger, Group, GroupName, InstanceId};
 use crate::ports::{AutoScaling, AwsError, ClusterState, GroupDescription, TagFilter};
 
+/// Every instance a described group lists is its member, so every node of the group is known,
+/// not only the signalled ones and recent joiners: the group's Ready count (CA's unready
+/// tolerance) and sizing see the whole group.
+fn set_groups_from_members(described: &BTreeMap<GroupName, (GroupDescription, Instant)>, state: &mut ClusterState) {
+    let membership: HashMap<&InstanceId, &GroupName> =
+        described.values().flat_map(|(g, _)| g.members().map(move |i| (i, &g.name))).collect();
+    for node in state.nodes.values_mut().filter(|n| n.group.is_none()) {
+        if let Some(group) = node.instance.as_ref().and_then(|i| membership.get(i)) {
+            node.group = Some((*group).clone());
+        }
+    }
+}
+
 /// A TTL cache in front of [`AutoScaling::groups_of`].
 #[derive(Debug)]
 pub struct InstanceGroupCache {
@@ -92,7 +105,7 @@ impl GroupBook {
         ledger: &BoostLedger,
     ) -> Result<BTreeMap<GroupName, Group>, AwsError> {
         // Instances a described group already lists need no lookup.
-        self.apply_membership(state).await;
+        set_groups_from_members(&*self.described.lock().await, state);
         let signalled: BTreeSet<_> = state.signals.iter().map(|s| s.node.clone()).collect();
         let since = ledger.records.iter().map(|r| r.at).min();
         let unresolved: Vec<InstanceId> = state
@@ -128,24 +141,8 @@ impl GroupBook {
                 described.insert(g.name.clone(), (g, now));
             }
         }
-        drop(described);
-        self.apply_membership(state).await;
-        let described = self.described.lock().await;
+        set_groups_from_members(&described, state);
         Ok(described.values().map(|(g, _)| (g.name.clone(), g.to_core(None, state.ca.get(&g.name).cloned()))).collect())
-    }
-
-    /// Every instance a described group lists is its member, so every node of the group is
-    /// known, not only the signalled ones and recent joiners: the group's Ready count (CA's
-    /// unready tolerance) and sizing see the whole group.
-    async fn apply_membership(&self, state: &mut ClusterState) {
-        let described = self.described.lock().await;
-        let membership: HashMap<&InstanceId, &GroupName> =
-            described.values().flat_map(|(g, _)| g.members().map(move |i| (i, &g.name))).collect();
-        for node in state.nodes.values_mut().filter(|n| n.group.is_none()) {
-            if let Some(group) = node.instance.as_ref().and_then(|i| membership.get(i)) {
-                node.group = Some((*group).clone());
-            }
-        }
     }
 
     /// Notes a desired capacity the workers wrote or saw, without a describe.
