@@ -1,0 +1,390 @@
+//! End-to-end at production shape: the real binary against a real API server and moto, with a
+//! 12-node group (bigger than Cluster Autoscaler's default unready tolerance of 3 would allow if
+//! only the signalled nodes counted) and two at-risk nodes, one of them holding a pod whose
+//! PodDisruptionBudget never allows a disruption. Runs only when `SPOTS_BOOSTER_E2E_KUBECONFIG`
+//! and `SPOTS_BOOSTER_E2E_AWS_ENDPOINT` are set; it needs kube-controller-manager's disruption
+//! controller (kind, k3d, or a hand-run one), since the budgets must really be enforced.
+//!
+//! What it checks, each a failure seen on a real API server before:
+//! - the group is boosted at once (no CA status: the Ready count comes from the group's own
+//!   instance list);
+//! - the normal node is drained and terminated while the stubborn one is still blocked;
+//! - `DrainBlockedByPDB` is written for the stubborn node, and `--drain-timeout` fires on time.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use aws_config::SdkConfig;
+use aws_sdk_autoscaling::types::LaunchTemplateSpecification;
+use aws_sdk_ec2::types::{InstanceType, RequestLaunchTemplateData};
+use k8s_openapi::api::core::v1::{Event as CoreEvent, Namespace, Node, Pod, ServiceAccount};
+use k8s_openapi::api::events::v1::Event as NewEvent;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+use support::e2e::{aws, env, free_port, kube_client, metric, register_node, scrape, AWS_ENDPOINT, KUBECONFIG};
+
+mod support;
+
+const GROUP_SIZE: i32 = 12;
+const DRAIN_TIMEOUT_SECS: u64 = 40;
+
+struct Fleet {
+    ns: String,
+    suffix: String,
+    group: String,
+    kube: Client,
+    aws: SdkConfig,
+}
+
+impl Fleet {
+    fn node_name(&self, instance: &str) -> String {
+        format!("{instance}.{}.e2e.internal", self.suffix)
+    }
+
+    /// The group's instances that are not leaving: (id, zone).
+    async fn live_instances(&self) -> Vec<(String, String)> {
+        let asg = aws_sdk_autoscaling::Client::new(&self.aws);
+        let out = asg.describe_auto_scaling_groups().auto_scaling_group_names(&self.group).send().await.unwrap();
+        out.auto_scaling_groups()[0]
+            .instances()
+            .iter()
+            .filter(|i| !i.lifecycle_state().is_some_and(|s| s.as_str().starts_with("Terminat")))
+            .map(|i| (i.instance_id().unwrap().to_string(), i.availability_zone().unwrap().to_string()))
+            .collect()
+    }
+
+    async fn desired(&self) -> i32 {
+        let asg = aws_sdk_autoscaling::Client::new(&self.aws);
+        let out = asg.describe_auto_scaling_groups().auto_scaling_group_names(&self.group).send().await.unwrap();
+        out.auto_scaling_groups()[0].desired_capacity().unwrap()
+    }
+
+    async fn cordon(&self, node: &str, on: bool) {
+        let nodes: Api<Node> = Api::all(self.kube.clone());
+        let patch = json!({"spec": {"unschedulable": on}});
+        nodes.patch(node, &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    }
+
+    /// One round of kubelet, scheduler and cloud-node-lifecycle duties: every live instance has a
+    /// Ready Node, Nodes of gone instances are deleted, Pending pods are bound to the newest
+    /// schedulable Node and bound pods are reported Running and Ready.
+    async fn play_cluster(&self) {
+        let nodes: Api<Node> = Api::all(self.kube.clone());
+        let live: Vec<String> = {
+            let mut names = Vec::new();
+            for (id, zone) in self.live_instances().await {
+                register_node(&self.kube, &self.node_name(&id), &zone, &id, &self.suffix).await;
+                names.push(self.node_name(&id));
+            }
+            names
+        };
+        let ours = nodes.list(&ListParams::default().labels(&format!("spots-booster-e2e={}", self.suffix))).await;
+        let ours = ours.unwrap().items;
+        for n in &ours {
+            let name = n.metadata.name.clone().unwrap();
+            if !live.contains(&name) {
+                let _ = nodes.delete(&name, &DeleteParams::default()).await;
+            }
+        }
+        let mut schedulable: Vec<(String, String)> = ours
+            .iter()
+            .filter(|n| live.contains(n.metadata.name.as_ref().unwrap()))
+            .filter(|n| !n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false))
+            .map(|n| {
+                let created = n.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default();
+                (created, n.metadata.name.clone().unwrap())
+            })
+            .collect();
+        schedulable.sort();
+        let pods: Api<Pod> = Api::namespaced(self.kube.clone(), &self.ns);
+        for pod in pods.list(&ListParams::default()).await.unwrap().items {
+            let name = pod.metadata.name.clone().unwrap();
+            if pod.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let ready = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            match pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                None => {
+                    if let Some((_, target)) = schedulable.last() {
+                        let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+                            "target": {"apiVersion": "v1", "kind": "Node", "name": target}});
+                        let _: Result<Value, _> =
+                            pods.create_subresource("binding", &name, &PostParams::default(), &binding).await;
+                    }
+                }
+                Some(_) if !ready => {
+                    let now = jiff::Timestamp::now().to_string();
+                    let status = json!({"status": {"phase": "Running", "podIP": "10.0.0.1", "conditions": [
+                        {"type": "Ready", "status": "True", "lastTransitionTime": now},
+                        {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}]}});
+                    let _ = pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await;
+                }
+                Some(_) => {}
+            }
+        }
+    }
+
+    /// Pods of `app` Ready on `node`.
+    async fn ready_on(&self, app: &str, node: &str) -> usize {
+        let pods: Api<Pod> = Api::namespaced(self.kube.clone(), &self.ns);
+        let list = pods.list(&ListParams::default().labels(&format!("app={app}"))).await.unwrap();
+        list.items
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+            .filter(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .count()
+    }
+
+    /// A Deployment of `replicas` pods of `app` (bound by the test's scheduler), and its budget.
+    async fn deploy(&self, app: &str, replicas: u32, budget: Value) {
+        let post = |path: String, body: Value| {
+            let kube = self.kube.clone();
+            async move {
+                let req = http::Request::post(&path)
+                    .header("content-type", "application/json")
+                    .body(serde_json::to_vec(&body).unwrap())
+                    .unwrap();
+                kube.request::<Value>(req).await.unwrap_or_else(|e| panic!("POST {path}: {e}"))
+            }
+        };
+        let ns = &self.ns;
+        post(
+            format!("/apis/apps/v1/namespaces/{ns}/deployments"),
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": app},
+                "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}},
+                    "template": {"metadata": {"labels": {"app": app}},
+                        "spec": {"schedulerName": "spots-booster-e2e", "terminationGracePeriodSeconds": 0,
+                            "automountServiceAccountToken": false,
+                            "containers": [{"name": app, "image": "registry.k8s.io/pause:3.9",
+                                "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}}}}),
+        )
+        .await;
+        let mut spec = budget;
+        spec["selector"] = json!({"matchLabels": {"app": app}});
+        post(
+            format!("/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"),
+            json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": app}, "spec": spec}),
+        )
+        .await;
+    }
+
+    /// Plays the cluster until `want` pods of `app` are Ready on `node`.
+    async fn settle(&self, app: &str, node: &str, want: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.ready_on(app, node).await < want {
+            assert!(Instant::now() < deadline, "{app} never became Ready on {node}");
+            self.play_cluster().await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    /// Waits until the disruption controller has computed the budget.
+    async fn budget_computed(&self, app: &str) {
+        let pdbs: Api<PodDisruptionBudget> = Api::namespaced(self.kube.clone(), &self.ns);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let pdb = pdbs.get(app).await.unwrap();
+            let status = pdb.status.unwrap_or_default();
+            if status.expected_pods > 0 && status.observed_generation == pdb.metadata.generation {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "PDB {app} never computed: this suite needs kube-controller-manager's disruption controller"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    async fn nth_rebalance(&self, node: &str, instance: &str) {
+        self.cordon(node, true).await;
+        let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+        let events: Api<CoreEvent> = Api::namespaced(self.kube.clone(), &self.ns);
+        let event = json!({
+            "metadata": {"name": format!("{node}.rebalance"), "namespace": self.ns,
+                         "annotations": {"instance-id": instance}},
+            "involvedObject": {"kind": "Node", "name": node, "namespace": self.ns},
+            "reason": "RebalanceRecommendation",
+            "message": format!("Rebalance recommendation received. Instance will be cordoned at {now} \n"),
+            "type": "Normal", "count": 1, "firstTimestamp": now, "lastTimestamp": now,
+            "source": {"component": "aws-node-termination-handler"},
+            "reportingComponent": "aws-node-termination-handler"});
+        events.create(&PostParams::default(), &serde_json::from_value(event).unwrap()).await.unwrap();
+    }
+
+    /// Reasons of the booster's Events about `node`.
+    async fn reasons(&self, node: &str) -> Vec<String> {
+        let events: Api<NewEvent> = Api::namespaced(self.kube.clone(), "default");
+        let list = events.list(&ListParams::default()).await.unwrap().items;
+        list.into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node))
+            .filter_map(|e| e.reason)
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_group_boosts_and_a_stubborn_budget_holds_back_only_its_own_node() {
+    let Some((kubeconfig, endpoint)) = env() else {
+        eprintln!("e2e skipped: set {KUBECONFIG} and {AWS_ENDPOINT} to run it (see README, \"End-to-end suite\")");
+        return;
+    };
+    let suffix =
+        format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis());
+    let fleet = Fleet {
+        ns: format!("sb-fleet-{suffix}"),
+        group: format!("sb-fleet-{suffix}"),
+        suffix: suffix.clone(),
+        kube: kube_client(&kubeconfig).await,
+        aws: aws(&endpoint).await,
+    };
+    let namespaces: Api<Namespace> = Api::all(fleet.kube.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": fleet.ns}})).unwrap();
+    namespaces.create(&PostParams::default(), &ns).await.expect("create the namespace");
+    let sas: Api<ServiceAccount> = Api::namespaced(fleet.kube.clone(), &fleet.ns);
+    let sa = serde_json::from_value(json!({"metadata": {"name": "default"}})).unwrap();
+    let _ = sas.create(&PostParams::default(), &sa).await;
+
+    let ec2 = aws_sdk_ec2::Client::new(&fleet.aws);
+    let image =
+        ec2.describe_images().owners("amazon").send().await.unwrap().images()[0].image_id().unwrap().to_string();
+    let template = format!("sb-fleet-{suffix}");
+    let data = RequestLaunchTemplateData::builder().image_id(image).instance_type(InstanceType::M5Large).build();
+    ec2.create_launch_template().launch_template_name(&template).launch_template_data(data).send().await.unwrap();
+    aws_sdk_autoscaling::Client::new(&fleet.aws)
+        .create_auto_scaling_group()
+        .auto_scaling_group_name(&fleet.group)
+        .launch_template(
+            LaunchTemplateSpecification::builder().launch_template_name(&template).version("$Latest").build(),
+        )
+        .min_size(1)
+        .max_size(GROUP_SIZE + 10)
+        .desired_capacity(GROUP_SIZE)
+        .availability_zones("us-east-1a")
+        .send()
+        .await
+        .unwrap();
+    fleet.play_cluster().await;
+    let instances = fleet.live_instances().await;
+    assert_eq!(instances.len(), GROUP_SIZE as usize);
+    let (stubborn_id, normal_id) = (instances[0].0.clone(), instances[1].0.clone());
+    let (stubborn, normal) = (fleet.node_name(&stubborn_id), fleet.node_name(&normal_id));
+
+    // A singleton whose budget never allows a disruption on one node; two web pods behind
+    // maxUnavailable 1 on the other. Every other node is cordoned while they are placed.
+    let others: Vec<String> = instances[2..].iter().map(|(id, _)| fleet.node_name(id)).collect();
+    for n in &others {
+        fleet.cordon(n, true).await;
+    }
+    fleet.cordon(&normal, true).await;
+    fleet.deploy("singleton", 1, json!({"minAvailable": 1})).await;
+    fleet.settle("singleton", &stubborn, 1).await;
+    fleet.cordon(&stubborn, true).await;
+    fleet.cordon(&normal, false).await;
+    fleet.deploy("web", 2, json!({"maxUnavailable": 1})).await;
+    fleet.settle("web", &normal, 2).await;
+    for n in &others {
+        fleet.cordon(n, false).await;
+    }
+    fleet.cordon(&stubborn, false).await;
+    fleet.budget_computed("singleton").await;
+    fleet.budget_computed("web").await;
+
+    let port = free_port();
+    let mut booster = tokio::process::Command::new(env!("CARGO_BIN_EXE_spots-booster"))
+        .args(["run", "--connection-mode", "kubectl", "--kubeconfig", &kubeconfig])
+        .args(["--events-namespace", &fleet.ns, "--ca-status-namespace", &fleet.ns, "--state-namespace", &fleet.ns])
+        .args(["--aws-endpoint-url", &endpoint, "--aws-region", "us-east-1"])
+        .args(["--metrics-bind-address", &format!("127.0.0.1:{port}"), "--leader-elect", "false"])
+        .args(["--drain-interval", "1s", "--drain-timeout", &format!("{DRAIN_TIMEOUT_SECS}s"), "--log-format", "json"])
+        .args(["--instance-groups", "false"])
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start spots-booster");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric(&scrape(port).await, "spots_booster_synced") < 1.0 {
+        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited early");
+        assert!(Instant::now() < deadline, "spots-booster never synced");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    fleet.nth_rebalance(&stubborn, &stubborn_id).await;
+    fleet.nth_rebalance(&normal, &normal_id).await;
+    let signalled = Instant::now();
+
+    // Boosted at once, though only the two signalled nodes were ever looked up one by one.
+    let deadline = signalled + Duration::from_secs(15);
+    while fleet.desired().await == GROUP_SIZE {
+        assert!(Instant::now() < deadline, "a {GROUP_SIZE}-node group was never boosted");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let boosted_after = signalled.elapsed();
+
+    // The normal node drains and is terminated while the stubborn one is still blocked.
+    let deadline = signalled + Duration::from_secs(90);
+    let normal_gone = loop {
+        fleet.play_cluster().await;
+        if !fleet.live_instances().await.iter().any(|(id, _)| *id == normal_id) {
+            break signalled.elapsed();
+        }
+        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited");
+        assert!(Instant::now() < deadline, "the normal at-risk node was never terminated");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert!(fleet.live_instances().await.iter().any(|(id, _)| *id == stubborn_id), "the stubborn node stays");
+    let reasons = fleet.reasons(&stubborn).await;
+    assert!(reasons.iter().any(|r| r == "DrainBlockedByPDB"), "{reasons:?}");
+
+    // The stubborn drain times out on time and its node stays, cordoned.
+    let deadline = signalled + Duration::from_secs(DRAIN_TIMEOUT_SECS + 60);
+    while !fleet.reasons(&stubborn).await.iter().any(|r| r == "DrainTimedOut") {
+        fleet.play_cluster().await;
+        assert!(Instant::now() < deadline, "--drain-timeout {DRAIN_TIMEOUT_SECS}s never fired");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let timed_out = signalled.elapsed();
+    assert!(fleet.live_instances().await.iter().any(|(id, _)| *id == stubborn_id), "never terminated");
+    assert_eq!(fleet.ready_on("singleton", &stubborn).await, 1, "the budget was honoured");
+    let text = scrape(port).await;
+    let group = &fleet.group;
+    assert_eq!(
+        metric(&text, &format!("spots_booster_drains_total{{group=\"{group}\",outcome=\"timed-out\"}}")),
+        1.0,
+        "{text}"
+    );
+    eprintln!(
+        "e2e fleet: boosted {:.2}s after the Events; normal node terminated at {:.1}s; stubborn drain timed out at {:.1}s",
+        boosted_after.as_secs_f64(),
+        normal_gone.as_secs_f64(),
+        timed_out.as_secs_f64()
+    );
+
+    let _ = booster.start_kill();
+    let _ = booster.wait().await;
+    let nodes: Api<Node> = Api::all(fleet.kube.clone());
+    for n in nodes.list(&ListParams::default().labels(&format!("spots-booster-e2e={suffix}"))).await.unwrap().items {
+        let _ = nodes.delete(&n.metadata.name.unwrap(), &DeleteParams::default()).await;
+    }
+    let _ = aws_sdk_autoscaling::Client::new(&fleet.aws)
+        .delete_auto_scaling_group()
+        .auto_scaling_group_name(&fleet.group)
+        .force_delete(true)
+        .send()
+        .await;
+    let _ = namespaces.delete(&fleet.ns, &DeleteParams::default()).await;
+}
