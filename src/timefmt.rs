@@ -72,7 +72,7 @@ pub fn parse_imds_time(text: &str) -> Result<Timestamp, ParseTimeError> {
     let month = MONTHS.iter().position(|m| m == month).ok_or_else(err)? as u32 + 1;
     let day: u32 = day.parse().map_err(|_| err())?;
     let year: i64 = year.parse().map_err(|_| err())?;
-    if !(1..=31).contains(&day) {
+    if !(1..=31).contains(&day) || !YEARS.contains(&year) {
         return Err(err());
     }
     let millis_of_day = parse_clock(clock).ok_or_else(err)?;
@@ -93,9 +93,13 @@ pub fn format_rfc3339(ts: Timestamp) -> String {
     }
 }
 
+/// Years Kubernetes and Go can write (Go's RFC 3339 marshalling refuses any other): bounding them
+/// keeps every later step of the arithmetic far from overflow.
+const YEARS: std::ops::RangeInclusive<i64> = 0..=9999;
+
 fn parse_date(date: &str) -> Option<(i64, u32, u32)> {
     let mut it = date.split('-');
-    let year: i64 = it.next()?.parse().ok()?;
+    let year: i64 = it.next()?.parse().ok().filter(|y| YEARS.contains(y))?;
     let month: u32 = it.next()?.parse().ok()?;
     let day: u32 = it.next()?.parse().ok()?;
     if it.next().is_some() || !(1..=12).contains(&month) || !(1..=31).contains(&day) {
@@ -225,5 +229,15 @@ mod tests {
         {
             assert_eq!(format_rfc3339(parse_rfc3339(text).unwrap()), text);
         }
+    }
+
+    #[test]
+    fn years_beyond_what_kubernetes_writes_are_refused_not_overflowed() {
+        for text in ["300000000-01-01T00:00:00Z", "-9223372036854775808-01-01T00:00:00Z", "10000-01-01T00:00:00Z"] {
+            assert!(parse_rfc3339(text).is_err(), "{text}");
+        }
+        assert!(parse_go_time("300000000-01-01 00:00:00 +0000 UTC").is_err());
+        assert!(parse_imds_time("1 Jan 300000000 00:00:00 GMT").is_err());
+        assert!(parse_rfc3339("9999-12-31T23:59:59Z").is_ok());
     }
 }

@@ -17,7 +17,13 @@ pub enum ParseUnitError {
     /// The duration is not a sequence of number+unit pairs.
     #[error("invalid duration {0:?}: expected number+unit pairs like \"90s\", \"5m\", \"1h30m\", \"250ms\"")]
     Duration(String),
+    /// The duration is longer than any setting of the booster can mean.
+    #[error("duration {0:?} is longer than the longest accepted, 365d")]
+    DurationTooLong(String),
 }
+
+/// The longest duration accepted anywhere (flags, environment, scenarios).
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 86_400);
 
 /// Parses a CPU quantity into millicores, rounding fractions of a millicore up (as Kubernetes does).
 pub fn parse_cpu_millis(text: &str) -> Result<u64, ParseUnitError> {
@@ -119,6 +125,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, ParseUnitError> {
         total += value * seconds;
         rest = &rest[unit_len..];
     }
+    // Checked before `from_secs_f64`, which panics past u64 seconds.
+    if !total.is_finite() || total > MAX_DURATION.as_secs_f64() {
+        return Err(ParseUnitError::DurationTooLong(text.to_string()));
+    }
     Ok(Duration::from_secs_f64(total))
 }
 
@@ -187,5 +197,14 @@ mod tests {
         assert_eq!(format_duration(Duration::from_secs(90)), "1m30s");
         assert_eq!(format_duration(Duration::from_secs(3600)), "1h");
         assert_eq!(format_duration(Duration::from_millis(250)), "250ms");
+    }
+
+    #[test]
+    fn durations_past_a_year_are_refused_not_overflowed() {
+        for text in ["99999999999999999999999h", "1e400s", "366d"] {
+            assert!(parse_duration(text).is_err(), "{text}");
+        }
+        assert!(matches!(parse_duration("99999999999999999999999h"), Err(ParseUnitError::DurationTooLong(_))));
+        assert_eq!(parse_duration("365d").unwrap(), MAX_DURATION);
     }
 }

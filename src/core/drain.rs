@@ -240,7 +240,7 @@ pub fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> Dr
     let mut promised = vec![0u32; snapshot.ledger.records.len()];
     for d in state.in_progress.values().filter(|d| d.decrement) {
         if let Some(&k) = records.get(&d.instance) {
-            promised[k] += 1;
+            promised[k] = promised[k].saturating_add(1);
         }
     }
     let mut plan = DrainPlan::default();
@@ -317,8 +317,8 @@ pub fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> Dr
             .map(|r| {
                 let k = records[&r.instance];
                 let record = &snapshot.ledger.records[k];
-                let decrement = record.returned + promised[k] < record.added;
-                promised[k] += u32::from(decrement);
+                let decrement = record.returned.saturating_add(promised[k]) < record.added;
+                promised[k] = promised[k].saturating_add(u32::from(decrement));
                 DrainTarget {
                     node: r.node.clone(),
                     instance: r.instance.clone(),
@@ -509,6 +509,20 @@ mod tests {
         let p = plan(&s, &DrainState::default(), &Policy::default());
         assert_eq!(p.batches[0].nodes.len(), 1);
         assert_eq!(p.batches[0].nodes[0].node.as_str(), "n1");
+    }
+
+    #[test]
+    fn a_hand_edited_ledger_with_huge_counts_plans_without_overflow() {
+        let mut s = boosted(1).with_node(Node::test("new1", "a").created_at(20_000));
+        s.ledger.records[0].added = u32::MAX;
+        s.ledger.records[0].returned = u32::MAX - 1;
+        let mut state = DrainState::default();
+        state.in_progress.insert(
+            "n3".into(),
+            DrainStarted { group: "a".into(), instance: "i-n1".into(), started_at: NOW, decrement: true },
+        );
+        let p = plan(&s, &state, &Policy::default());
+        assert!(p.waiting.iter().any(|w| matches!(w.reason, DrainWait::ReplacementNotReady { .. })), "{p:?}");
     }
 
     #[test]

@@ -162,7 +162,7 @@ impl LeaderElector {
         }
         if !ours {
             spec.acquire_time = Some(Self::now());
-            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
         }
         spec.holder_identity = Some(self.identity.clone());
         spec.lease_duration_seconds = Some(self.lease_seconds());

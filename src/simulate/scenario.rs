@@ -161,6 +161,9 @@ pub struct GroupSpec {
     pub boot: Duration,
 }
 
+/// Most pods one workload may have: every pod is simulated, every second.
+const MAX_REPLICAS: u32 = 100_000;
+
 /// A PodDisruptionBudget, resolved against the workload's replicas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pdb {
@@ -290,6 +293,12 @@ pub fn parse_scenario(text: &str) -> Result<Scenario, ScenarioError> {
                     return Err(field_error(format!("workloads[{i}].groups[{k}]"), format!("unknown group {g:?}")));
                 }
             }
+            if w.replicas > MAX_REPLICAS {
+                return Err(field_error(
+                    f("replicas"),
+                    format!("{} is more than a simulation holds ({MAX_REPLICAS})", w.replicas),
+                ));
+            }
             let requests = resources(&f("requests"), &w.requests)?;
             if requests == Resources::default() {
                 return Err(field_error(f("requests"), "a pod that requests nothing cannot displace anything"));
@@ -371,15 +380,16 @@ fn resources(field: &str, raw: &RawResources) -> Result<Resources, ScenarioError
 /// minAvailable round up too, as the disruption controller does).
 fn int_or_percent(field: &str, value: &serde_yaml::Value, replicas: u32) -> Result<u32, ScenarioError> {
     match value {
-        serde_yaml::Value::Number(n) => {
-            n.as_u64().map(|v| v as u32).ok_or_else(|| field_error(field, "must be a whole number"))
-        }
+        serde_yaml::Value::Number(n) => n
+            .as_u64()
+            .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
+            .ok_or_else(|| field_error(field, "must be a whole number")),
         serde_yaml::Value::String(s) => {
             let pct: u32 =
                 s.strip_suffix('%').and_then(|p| p.parse().ok()).filter(|p| *p <= 100).ok_or_else(|| {
                     field_error(field, format!("{s:?} is neither a count nor a percentage like \"25%\""))
                 })?;
-            Ok((replicas * pct).div_ceil(100))
+            Ok(u32::try_from((u64::from(replicas) * u64::from(pct)).div_ceil(100)).unwrap_or(u32::MAX))
         }
         _ => Err(field_error(field, "must be a count or a percentage")),
     }
@@ -442,6 +452,15 @@ events:
             let err = parse_scenario(&text).unwrap_err().to_string();
             assert!(err.contains(field), "expected {field} in: {err}");
         }
+    }
+
+    #[test]
+    fn huge_replicas_are_refused_naming_the_field() {
+        let text = MINIMAL
+            .replace("replicas: 16", "replicas: 500000000")
+            .replace("maxUnavailable: 1", "maxUnavailable: \"10%\"");
+        let err = parse_scenario(&text).unwrap_err().to_string();
+        assert!(err.contains("workloads[0].replicas"), "{err}");
     }
 
     #[test]
