@@ -55,10 +55,21 @@ pub fn route(method: &Method, path: &str, metrics: &Metrics, ready: &Readiness) 
 
 /// Binds `address` and serves until the runtime stops; returns the bound address (port 0 picks one).
 pub async fn serve(address: &str, metrics: Arc<Metrics>, ready: Readiness) -> Result<SocketAddr, BindError> {
+    let (bound, server) = bind(address, metrics, ready).await?;
+    tokio::spawn(server);
+    Ok(bound)
+}
+
+/// Binds `address`; returns the bound address and the server, for the daemon's supervisor to run.
+pub async fn bind(
+    address: &str,
+    metrics: Arc<Metrics>,
+    ready: Readiness,
+) -> Result<(SocketAddr, impl std::future::Future<Output = ()> + Send + 'static), BindError> {
     let listener =
         TcpListener::bind(address).await.map_err(|source| BindError { address: address.to_string(), source })?;
     let bound = listener.local_addr().map_err(|source| BindError { address: address.to_string(), source })?;
-    tokio::spawn(async move {
+    let server = async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else { continue };
             let (metrics, ready) = (metrics.clone(), ready.clone());
@@ -72,8 +83,8 @@ pub async fn serve(address: &str, metrics: Arc<Metrics>, ready: Readiness) -> Re
                 }
             });
         }
-    });
-    Ok(bound)
+    };
+    Ok((bound, server))
 }
 
 #[cfg(test)]

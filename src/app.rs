@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use thiserror::Error;
 use tokio::sync::{watch, Notify};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::aws::nodegroups::AwsNodeGroups;
 use crate::aws::{load_sdk_config, AwsPorts};
@@ -24,6 +24,7 @@ use crate::k8s::writes::KubeWrites;
 use crate::metrics::{AwsCounts, Metrics};
 use crate::ports::{AwsError, Leadership, LedgerError};
 use crate::simulate::{simulate_file, SimulateError};
+use crate::supervise::{Lifetime, Supervisor, TaskEnded};
 use crate::workers::drainer::{Drainer, DrainerSettings};
 use crate::workers::groups::GroupBook;
 use crate::workers::instancegroups::InstanceGroupReconciler;
@@ -64,6 +65,9 @@ pub enum AppError {
     /// Checking for the InstanceGroup CRD failed.
     #[error("checking for the InstanceGroup CRD failed")]
     CrdCheck(#[source] kube::Error),
+    /// A watch, worker, the elector or the admin server ended or panicked while running.
+    #[error(transparent)]
+    TaskEnded(#[from] TaskEnded),
 }
 
 /// Runs a one-shot command; returns what it prints. (`run` goes through [`run_daemon`].)
@@ -208,14 +212,16 @@ pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
         clock,
     });
 
+    let mut tasks = Supervisor::default();
     let ready_cluster = cluster.clone();
-    let bound =
-        crate::admin::serve(&args.metrics_bind_address, metrics.clone(), Arc::new(move || ready_cluster.is_synced()))
+    let (bound, admin) =
+        crate::admin::bind(&args.metrics_bind_address, metrics.clone(), Arc::new(move || ready_cluster.is_synced()))
             .await?;
+    tasks.spawn("admin-server", Lifetime::Forever, admin);
     info!(address = %bound, "serving /metrics, /livez and /readyz");
 
     let (stop, shutdown) = watch::channel(false);
-    let elector = leader_elect.then(|| {
+    if leader_elect {
         let elector = LeaderElector::new(
             client.clone(),
             &args.state_namespace,
@@ -225,10 +231,12 @@ pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
             leadership.clone(),
             metrics.clone(),
         );
-        tokio::spawn(elector.run(shutdown.clone()))
-    });
+        tasks.spawn("leader-elector", Lifetime::UntilShutdown, elector.run(shutdown.clone()));
+    }
 
-    cluster.spawn_watches(&client);
+    for (name, watch) in cluster.watches(&client) {
+        tasks.spawn(name, Lifetime::Forever, watch);
+    }
     let mut scaler =
         Scaler::new(ctx.clone(), ScalerSettings { resync: args.resync_interval, ..ScalerSettings::default() })
             .woken_by(wake);
@@ -237,18 +245,16 @@ pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
         Err(ScalerError::Describe(e)) => return Err(AppError::Aws(e)),
         Err(e) => warn!(error = %e, "could not describe the tagged groups yet"),
     }
-    let workers = tokio::select! {
+    let failed = tokio::select! {
         _ = cluster.wait_synced() => {
             let drainer = Drainer::new(ctx.clone(), DrainerSettings { tick: args.drain_interval, ..DrainerSettings::default() });
             let (scaler_stop, drainer_stop) = (shutdown.clone(), shutdown.clone());
-            let mut tasks = vec![
-                tokio::spawn(async move {
-                    scaler.run(scaler_stop).await;
-                }),
-                tokio::spawn(async move {
-                    drainer.run(drainer_stop).await;
-                }),
-            ];
+            tasks.spawn("worker:scaler", Lifetime::UntilShutdown, async move {
+                scaler.run(scaler_stop).await;
+            });
+            tasks.spawn("worker:drainer", Lifetime::UntilShutdown, async move {
+                drainer.run(drainer_stop).await;
+            });
             if instance_groups {
                 let reconciler = InstanceGroupReconciler {
                     cloud: AwsNodeGroups::new(&sdk, aws.stats.clone()),
@@ -258,23 +264,27 @@ pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
                     leadership: leadership.clone(),
                     metrics: metrics.clone(),
                 };
-                tasks.push(tokio::spawn(reconciler.run(shutdown.clone())));
+                tasks.spawn("worker:instancegroups", Lifetime::UntilShutdown, reconciler.run(shutdown.clone()));
             }
             info!(instance_groups, "running");
-            Some(tasks)
+            tokio::select! {
+                ended = tasks.first_end() => Some(ended),
+                _ = terminated() => None,
+            }
         }
+        ended = tasks.first_end() => Some(ended),
         _ = terminated() => None,
     };
-    if workers.is_some() {
-        terminated().await;
+    if let Some(ended) = failed {
+        // Whatever ended, the daemon no longer does its whole job: exit so Kubernetes restarts it.
+        error!(task = ended.task, how = %ended.how, "a task of the daemon ended; exiting");
+        let _ = stop.send(true);
+        return Err(AppError::TaskEnded(ended));
     }
     info!("terminating: stopping the workers, then releasing the lease");
     let _ = stop.send(true);
-    for task in workers.into_iter().flatten() {
-        let _ = task.await;
-    }
-    if let Some(elector) = elector {
-        let _ = elector.await;
+    for ended in tasks.shut_down().await {
+        error!(task = ended.task, how = %ended.how, "a task failed while stopping");
     }
     Ok(())
 }

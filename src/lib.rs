@@ -19,6 +19,7 @@ pub mod k8s;
 pub mod metrics;
 pub mod ports;
 pub mod simulate;
+pub mod supervise;
 pub mod telemetry;
 pub mod timefmt;
 pub mod units;

@@ -32,15 +32,40 @@ pub fn parse_cpu_millis(text: &str) -> Result<u64, ParseUnitError> {
     if let Some(m) = t.strip_suffix('m') {
         return m.parse::<u64>().map_err(|_| err());
     }
-    let (number, scale) = split_decimal_suffix(t).ok_or_else(err)?;
-    if scale.is_some() {
+    // The API server canonicalises large quantities with a suffix (`10000000000000000` → `10P`).
+    let (number, suffix) = split_decimal_suffix(t).ok_or_else(err)?;
+    if suffix.is_some_and(|s| s.ends_with('i')) {
+        // Binary suffixes are for bytes; a CPU request written that way is a mistake to report.
         return Err(err());
     }
+    let multiplier = suffix.map_or(Some(1.0), multiplier).ok_or_else(err)?;
     let value: f64 = number.parse().map_err(|_| err())?;
     if !value.is_finite() || value < 0.0 {
         return Err(err());
     }
-    Ok((value * 1000.0).ceil() as u64)
+    // Float-to-int casts saturate: an absurd request becomes u64::MAX millicores, never a panic.
+    Ok((value * multiplier * 1000.0).ceil() as u64)
+}
+
+/// What a quantity suffix multiplies by: binary `Ki`…`Ei`, decimal `k`…`E`, milli `m`.
+fn multiplier(suffix: &str) -> Option<f64> {
+    Some(match suffix {
+        "Ki" => 1024f64,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        // Milli-bytes exist in the quantity grammar (kubectl shows them after rounding errors).
+        "m" => 1e-3,
+        _ => return None,
+    })
 }
 
 /// Parses a memory quantity (binary `Ki`…`Ei`, decimal `k`…`E`, exponent `e`, or plain bytes) into bytes.
@@ -48,24 +73,7 @@ pub fn parse_memory_bytes(text: &str) -> Result<u64, ParseUnitError> {
     let err = || ParseUnitError::Memory(text.to_string());
     let t = text.trim();
     let (number, suffix) = split_decimal_suffix(t).ok_or_else(err)?;
-    let multiplier: f64 = match suffix {
-        None => 1.0,
-        Some("Ki") => 1024f64,
-        Some("Mi") => 1024f64.powi(2),
-        Some("Gi") => 1024f64.powi(3),
-        Some("Ti") => 1024f64.powi(4),
-        Some("Pi") => 1024f64.powi(5),
-        Some("Ei") => 1024f64.powi(6),
-        Some("k") => 1e3,
-        Some("M") => 1e6,
-        Some("G") => 1e9,
-        Some("T") => 1e12,
-        Some("P") => 1e15,
-        Some("E") => 1e18,
-        // Milli-bytes exist in the quantity grammar (kubectl shows them after rounding errors).
-        Some("m") => 1e-3,
-        Some(_) => return Err(err()),
-    };
+    let multiplier = suffix.map_or(Some(1.0), multiplier).ok_or_else(err)?;
     let value: f64 = number.parse().map_err(|_| err())?;
     if !value.is_finite() || value < 0.0 {
         return Err(err());
@@ -206,5 +214,14 @@ mod tests {
         }
         assert!(matches!(parse_duration("99999999999999999999999h"), Err(ParseUnitError::DurationTooLong(_))));
         assert_eq!(parse_duration("365d").unwrap(), MAX_DURATION);
+    }
+
+    #[test]
+    fn cpu_as_the_api_server_canonicalises_it() {
+        assert_eq!(parse_cpu_millis("10P").unwrap(), 10_000_000_000_000_000_000);
+        assert_eq!(parse_cpu_millis("2k").unwrap(), 2_000_000);
+        assert_eq!(parse_cpu_millis("10E").unwrap(), u64::MAX, "saturates, never panics");
+        assert_eq!(parse_cpu_millis("100m").unwrap(), 100);
+        assert!(parse_cpu_millis("3X").is_err());
     }
 }

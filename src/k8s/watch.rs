@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Debug;
 use std::sync::{Arc, RwLock};
 
+use futures::future::{BoxFuture, FutureExt};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Event as KubeEvent, Node as KubeNode, Pod as KubePod};
 use kube::runtime::watcher::{self, watcher};
@@ -191,6 +192,14 @@ impl KubeCluster {
 
     /// Spawns the four watches on `client`; they run until the runtime stops.
     pub fn spawn_watches(&self, client: &Client) {
+        for (_, watch) in self.watches(client) {
+            tokio::spawn(watch);
+        }
+    }
+
+    /// The four watches as named futures, for the daemon's supervisor to run (each runs until
+    /// the process stops).
+    pub fn watches(&self, client: &Client) -> Vec<(&'static str, BoxFuture<'static, ()>)> {
         let s = &self.settings;
         let nodes: Api<KubeNode> = Api::all(client.clone());
         // Unscheduled and finished pods matter to neither sizing nor draining.
@@ -200,26 +209,41 @@ impl KubeCluster {
         let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &s.ca_status_namespace);
         let ca_filter = format!("metadata.name={}", s.ca_status_name);
 
-        let this = self.clone();
-        tokio::spawn(async move {
-            let stream = watcher(nodes, watcher::Config::default().page_size(LIST_PAGE));
-            this.drive(Watched::Nodes, stream, |n| this.convert_node(n), |s, c| this.apply_nodes(s, c)).await;
-        });
-        let this = self.clone();
-        tokio::spawn(async move {
-            let stream = watcher(pods, watcher::Config::default().fields(pod_filter).page_size(LIST_PAGE));
-            this.drive(Watched::Pods, stream, |p| this.convert_pod(p), Self::apply_pods).await;
-        });
-        let this = self.clone();
-        tokio::spawn(async move {
-            let stream = watcher(events, watcher::Config::default().fields("involvedObject.kind=Node"));
-            this.drive(Watched::Events, stream, |e| this.convert_event(e), |s, c| this.apply_events(s, c)).await;
-        });
-        let this = self.clone();
-        tokio::spawn(async move {
-            let stream = watcher(config_maps, watcher::Config::default().fields(&ca_filter));
-            this.drive(Watched::CaStatus, stream, Some, |s, c| this.apply_ca(s, c)).await;
-        });
+        let (n, p, e, c) = (self.clone(), self.clone(), self.clone(), self.clone());
+        vec![
+            (
+                "watch:nodes",
+                async move {
+                    let stream = watcher(nodes, watcher::Config::default().page_size(LIST_PAGE));
+                    n.drive(Watched::Nodes, stream, |x| n.convert_node(x), |s, c| n.apply_nodes(s, c)).await;
+                }
+                .boxed(),
+            ),
+            (
+                "watch:pods",
+                async move {
+                    let stream = watcher(pods, watcher::Config::default().fields(pod_filter).page_size(LIST_PAGE));
+                    p.drive(Watched::Pods, stream, |x| p.convert_pod(x), Self::apply_pods).await;
+                }
+                .boxed(),
+            ),
+            (
+                "watch:events",
+                async move {
+                    let stream = watcher(events, watcher::Config::default().fields("involvedObject.kind=Node"));
+                    e.drive(Watched::Events, stream, |x| e.convert_event(x), |s, c| e.apply_events(s, c)).await;
+                }
+                .boxed(),
+            ),
+            (
+                "watch:ca-status",
+                async move {
+                    let stream = watcher(config_maps, watcher::Config::default().fields(&ca_filter));
+                    c.drive(Watched::CaStatus, stream, Some, |s, x| c.apply_ca(s, x)).await;
+                }
+                .boxed(),
+            ),
+        ]
     }
 
     /// Feeds one watch into the store: prunes every object as it arrives, buffers the initial
