@@ -101,6 +101,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                 at: Timestamp::from_millis(100_000),
                 before: 0,
                 settled: Default::default(),
+                kept: Default::default(),
             });
             for r in 0..added as usize {
                 let node = NodeName(format!("ip-10-{g}-new{r}.eu-central-1.compute.internal"));

@@ -252,6 +252,7 @@ fn ledger() -> BoostLedger {
         at: Timestamp::from_millis(1_000),
         before: 0,
         settled: Default::default(),
+        kept: Default::default(),
     });
     l
 }

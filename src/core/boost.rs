@@ -259,6 +259,7 @@ fn plan_group(
             at: now,
             before: group.desired,
             settled: BTreeSet::new(),
+            kept: Default::default(),
         },
     });
 }
@@ -461,6 +462,7 @@ mod tests {
             at: Timestamp::EPOCH,
             before: 0,
             settled: Default::default(),
+            kept: Default::default(),
         });
         assert_eq!(plan(&s, &policy).held[0].reason, HoldReason::BoostBudgetSpent);
     }

@@ -272,7 +272,7 @@ pub fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> Dr
             .filter(|r| {
                 !state.in_progress.contains_key(&r.node)
                     && !state.finished.contains_key(&r.instance)
-                    && records.contains_key(&r.instance)
+                    && records.get(&r.instance).is_some_and(|&k| !snapshot.ledger.records[k].kept.contains(&r.instance))
             })
             .collect();
         if candidates.is_empty() {
@@ -401,6 +401,7 @@ mod tests {
             at: Timestamp::from_millis(10_000),
             before: 4,
             settled: BTreeSet::new(),
+            kept: Default::default(),
         });
         s
     }

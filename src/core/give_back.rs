@@ -98,6 +98,7 @@ mod tests {
             at: Timestamp::EPOCH,
             before,
             settled: BTreeSet::new(),
+            kept: Default::default(),
         }
     }
 

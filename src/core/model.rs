@@ -324,6 +324,10 @@ pub struct BoostRecord {
     /// group without being settled was reclaimed by AWS and the ASG replaces it.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub settled: BTreeSet<InstanceId>,
+    /// Instances an operator uncordoned while they drained: the operator wins, so they are never
+    /// drained again for this boost (their boost stays open until the instance goes).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub kept: BTreeSet<InstanceId>,
 }
 
 /// Every boost still relevant: the shell persists it in the cluster so that a restart or a new
@@ -372,6 +376,13 @@ impl BoostLedger {
     pub fn note_settled(&mut self, instance: &InstanceId) {
         if let Some(r) = self.records.iter_mut().find(|r| r.instances.contains(instance)) {
             r.settled.insert(instance.clone());
+        }
+    }
+
+    /// Notes that an operator uncordoned `instance` during its drain: it is never drained again.
+    pub fn note_kept(&mut self, instance: &InstanceId) {
+        if let Some(r) = self.records.iter_mut().find(|r| r.instances.contains(instance)) {
+            r.kept.insert(instance.clone());
         }
     }
 

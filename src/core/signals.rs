@@ -182,6 +182,7 @@ mod tests {
             at: Timestamp::EPOCH,
             before: 0,
             settled: Default::default(),
+            kept: Default::default(),
         });
         let set = fold_signals(&s, &policy, Timestamp::from_millis(61_000));
         assert_eq!(set.dropped, vec![Dropped { instance: "i-n1".into(), reason: DropReason::Expired }]);

@@ -330,13 +330,15 @@ where
         let draining: Vec<(NodeName, DrainStarted)> =
             self.drains.in_progress.iter().map(|(n, d)| (n.clone(), d.clone())).collect();
         let mut rounds: Vec<Round> = Vec::new();
+        let mut kept = Vec::new();
         for (name, drain) in draining {
             let node = snapshot.nodes.get(&name).filter(|n| n.instance.as_ref() == Some(&drain.instance));
             if node.is_some_and(|n| !n.cordoned) {
                 // Someone uncordoned it mid-drain: stop, and never terminate what they want kept.
-                warn!(node = %name, "node uncordoned during its drain; drain stopped, instance kept");
+                warn!(node = %name, "node uncordoned during its drain; drain stopped for good, instance kept");
                 self.drains.in_progress.remove(&name);
                 self.progress.remove(&name);
+                kept.push(drain.instance.clone());
                 continue;
             }
             let left = node.map_or(0, |n| eviction_order(n).len());
@@ -357,6 +359,12 @@ where
                     name,
                     PendingTermination { group: drain.group, instance: drain.instance, decrement: drain.decrement },
                 );
+            }
+        }
+        if !kept.is_empty() {
+            // Remembered in the ledger: no later plan, nor a restart, cordons and drains it again.
+            if let Err(e) = self.ctx.ledger.update(|l| kept.iter().for_each(|i| l.note_kept(i))).await {
+                warn!(error = %e, "could not record an operator's uncordon; the next plan may drain again");
             }
         }
         if rounds.is_empty() || !self.ctx.leadership.is_leader() {
@@ -803,6 +811,15 @@ mod tests {
         let report = restarted.tick().await.unwrap();
         assert!(report.drained.is_empty() && report.terminated.is_empty(), "{report:?}");
         assert!(terminations(&rig.aws).is_empty(), "an uncordoned node is never terminated");
+
+        // The operator wins for good: no later plan, nor a restart, cordons and drains it again.
+        for _ in 0..3 {
+            tokio::time::advance(Duration::from_secs(30)).await;
+            assert!(restarted.tick().await.unwrap().started.is_empty());
+        }
+        let mut again = Drainer::new(ctx.clone(), DrainerSettings::default());
+        assert!(again.tick().await.unwrap().started.is_empty(), "a restart remembers it");
+        assert!(!rig.cluster.edit(|s| s.nodes[&NodeName::from("n1")].cordoned).unwrap(), "never cordoned again");
     }
 
     /// Group `a` with n1..n4 (listed by Auto Scaling, no node naming its group); n1 and n2 are

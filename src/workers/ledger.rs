@@ -75,6 +75,7 @@ mod tests {
             at: Timestamp::EPOCH,
             before: 0,
             settled: Default::default(),
+            kept: Default::default(),
         }
     }
 

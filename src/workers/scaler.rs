@@ -208,18 +208,12 @@ where
         let new_records: Vec<BoostRecord> = plan.boosts.iter().map(|b| b.record.clone()).collect();
         ctx.ledger
             .update(|held| {
-                // The drainer may have noted returns and settlements since `closed` was computed:
-                // keep them.
-                let current: HashMap<_, (u32, &BTreeSet<InstanceId>)> =
-                    held.records.iter().map(|r| (record_key(r), (r.returned, &r.settled))).collect();
+                // Closing only drops records; the drainer may have noted returns, settlements or
+                // an operator's uncordon on the ones kept since `closed` was computed, so the
+                // held version of each kept record is the one to keep.
                 let mut next = closed.clone();
-                for r in &mut next.records {
-                    let Some((returned, settled)) = current.get(&record_key(r)).map(|(n, s)| (*n, (*s).clone())) else {
-                        continue;
-                    };
-                    r.returned = r.returned.max(returned);
-                    r.settled.extend(settled);
-                }
+                let kept: BTreeSet<_> = closed.records.iter().map(record_key).collect();
+                next.records = held.records.iter().filter(|r| kept.contains(&record_key(r))).cloned().collect();
                 next.records.extend(new_records.iter().cloned());
                 *held = next;
             })
