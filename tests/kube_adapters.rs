@@ -307,6 +307,15 @@ async fn the_ledger_configmap_is_created_then_replaced_with_its_resource_version
     let err = load.await.unwrap().unwrap_err();
     let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
     assert!(chain.contains("data.ledger.json is not a ledger"), "{chain}");
+
+    // Deleted after it existed: an error, never an empty ledger (every instance would be boosted
+    // again).
+    let s = store.clone();
+    let load = tokio::spawn(async move { s.load().await });
+    answer(&mut server, |_| reply(404, status(404, "NotFound"))).await;
+    let err = load.await.unwrap().unwrap_err();
+    let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+    assert!(chain.contains("ConfigMap spots/spots-booster-ledger was deleted"), "{chain}");
 }
 
 #[tokio::test]

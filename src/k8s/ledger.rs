@@ -4,6 +4,7 @@
 //! and the shared ledger re-reads before trying again.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ObjectMeta, PostParams};
@@ -22,6 +23,9 @@ pub struct ConfigMapLedger {
     name: String,
     /// The resourceVersion last read or written; `None`: the ConfigMap does not exist yet.
     version: Mutex<Option<String>>,
+    /// This process has seen the ConfigMap exist: from then on, a missing one was deleted and is
+    /// an error, never an empty ledger (that would boost every covered instance again).
+    existed: std::sync::atomic::AtomicBool,
     /// `--dry-run`: boosts that were never sent must not be persisted (a later real run would
     /// take their instances as covered), so saves stay in memory.
     dry_run: Option<Mutex<Option<BoostLedger>>>,
@@ -40,6 +44,7 @@ impl ConfigMapLedger {
             api: Api::namespaced(client, namespace),
             name: name.to_string(),
             version: Mutex::new(None),
+            existed: std::sync::atomic::AtomicBool::new(false),
             dry_run: None,
         }
     }
@@ -60,9 +65,21 @@ impl LedgerStore for ConfigMapLedger {
         }
         let mut version = self.version.lock().await;
         let Some(cm) = self.api.get_opt(&self.name).await.map_err(|e| LedgerError::Load(e.into()))? else {
+            if self.existed.load(Ordering::SeqCst) {
+                return Err(LedgerError::Load(
+                    format!(
+                        "ConfigMap {}/{} was deleted while the daemon ran: refusing to plan from an empty ledger \
+                         (restore it, or delete it and restart the daemon to start afresh)",
+                        self.api.namespace().unwrap_or_default(),
+                        self.name
+                    )
+                    .into(),
+                ));
+            }
             *version = None;
             return Ok(BoostLedger::default());
         };
+        self.existed.store(true, Ordering::SeqCst);
         *version = cm.metadata.resource_version.clone();
         match cm.data.as_ref().and_then(|d| d.get(LEDGER_KEY)) {
             None => Ok(BoostLedger::default()),
@@ -100,6 +117,7 @@ impl LedgerStore for ConfigMapLedger {
         match written {
             Ok(cm) => {
                 *version = cm.metadata.resource_version;
+                self.existed.store(true, Ordering::SeqCst);
                 Ok(())
             }
             Err(e) => Err(LedgerError::Save(e.into())),
