@@ -8,7 +8,10 @@ pub mod ec2;
 pub mod errors;
 pub mod nodegroups;
 
+use std::time::Duration;
+
 use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use clap::{ArgAction, Args};
 
@@ -80,6 +83,13 @@ pub struct AwsArgs {
     /// Most attempts per AWS call (adaptive retry with client-side rate limiting).
     #[arg(long, env = "SPOTS_BOOSTER_AWS_MAX_ATTEMPTS", default_value_t = 5)]
     pub aws_max_attempts: u32,
+    /// Longest one AWS operation may take, retries included: a stalled answer never freezes a
+    /// worker.
+    #[arg(long, env = "SPOTS_BOOSTER_AWS_OPERATION_TIMEOUT", default_value = "30s", value_parser = duration)]
+    pub aws_operation_timeout: Duration,
+    /// Longest one attempt of an AWS operation may take before it is retried.
+    #[arg(long, env = "SPOTS_BOOSTER_AWS_ATTEMPT_TIMEOUT", default_value = "10s", value_parser = duration)]
+    pub aws_attempt_timeout: Duration,
     /// Discover groups by tag: KEY or KEY=VALUE, repeatable (all must match).
     #[arg(long, env = "SPOTS_BOOSTER_ASG_TAG_FILTER", value_delimiter = ',')]
     pub asg_tag_filter: Vec<TagFilter>,
@@ -89,10 +99,19 @@ pub struct AwsArgs {
     pub dry_run: bool,
 }
 
-/// Loads the shared SDK configuration with adaptive retries.
+fn duration(s: &str) -> Result<Duration, String> {
+    crate::units::parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// Loads the shared SDK configuration with adaptive retries and operation and attempt timeouts.
 pub async fn load_sdk_config(args: &AwsArgs) -> SdkConfig {
+    let timeouts = TimeoutConfig::builder()
+        .operation_timeout(args.aws_operation_timeout)
+        .operation_attempt_timeout(args.aws_attempt_timeout)
+        .build();
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
-        .retry_config(RetryConfig::adaptive().with_max_attempts(args.aws_max_attempts.max(1)));
+        .retry_config(RetryConfig::adaptive().with_max_attempts(args.aws_max_attempts.max(1)))
+        .timeout_config(timeouts);
     if let Some(region) = &args.aws_region {
         loader = loader.region(Region::new(region.clone()));
     }
@@ -143,6 +162,8 @@ mod tests {
             aws_region: Some("eu-central-1".into()),
             aws_endpoint_url: Some("http://127.0.0.1:1".into()),
             aws_max_attempts: 7,
+            aws_operation_timeout: Duration::from_secs(3),
+            aws_attempt_timeout: Duration::from_secs(1),
             asg_tag_filter: Vec::new(),
             dry_run: false,
         };
@@ -151,5 +172,42 @@ mod tests {
         assert_eq!((retry.mode(), retry.max_attempts()), (RetryMode::Adaptive, 7));
         assert_eq!(config.region().map(|r| r.as_ref()), Some("eu-central-1"));
         assert_eq!(config.endpoint_url(), Some("http://127.0.0.1:1"));
+        let timeouts = config.timeout_config().expect("a timeout config");
+        assert_eq!(timeouts.operation_timeout(), Some(Duration::from_secs(3)));
+        assert_eq!(timeouts.operation_attempt_timeout(), Some(Duration::from_secs(1)));
+    }
+
+    #[tokio::test]
+    async fn a_stalled_aws_answer_ends_at_the_operation_timeout() {
+        use crate::ports::AutoScaling;
+        // A loopback server that accepts and never answers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let args = AwsArgs {
+            aws_region: Some("us-east-1".into()),
+            aws_endpoint_url: Some(url),
+            aws_max_attempts: 2,
+            aws_operation_timeout: Duration::from_millis(600),
+            aws_attempt_timeout: Duration::from_millis(200),
+            asg_tag_filter: Vec::new(),
+            dry_run: false,
+        };
+        let credentials = aws_sdk_autoscaling::config::Credentials::new("test", "test", None, None, "test");
+        let config = load_sdk_config(&args)
+            .await
+            .into_builder()
+            .credentials_provider(aws_sdk_autoscaling::config::SharedCredentialsProvider::new(credentials))
+            .build();
+        let ports = AwsPorts::new(&config, false);
+        let started = std::time::Instant::now();
+        let answer = ports.autoscaling.describe_groups(&["g".into()]).await;
+        assert!(answer.is_err(), "{answer:?}");
+        assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
     }
 }
