@@ -10,9 +10,10 @@ use hyper::body::{Bytes, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use thiserror::Error;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tracing::debug;
 
 use crate::metrics::Metrics;
@@ -53,32 +54,67 @@ pub fn route(method: &Method, path: &str, metrics: &Metrics, ready: &Readiness) 
     }
 }
 
+/// What one scraper or prober may cost the daemon.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// A connection whose request headers have not arrived by then is closed.
+    pub header_read: std::time::Duration,
+    /// Open connections at most; past it new ones are closed at once.
+    pub connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { header_read: std::time::Duration::from_secs(5), connections: 256 }
+    }
+}
+
 /// Binds `address` and serves until the runtime stops; returns the bound address (port 0 picks one).
 pub async fn serve(address: &str, metrics: Arc<Metrics>, ready: Readiness) -> Result<SocketAddr, BindError> {
-    let (bound, server) = bind(address, metrics, ready).await?;
+    let (bound, server) = bind(address, metrics, ready, Limits::default()).await?;
     tokio::spawn(server);
     Ok(bound)
 }
 
 /// Binds `address`; returns the bound address and the server, for the daemon's supervisor to run.
+/// Half-open connections are closed after `limits.header_read`, at most `limits.connections` are
+/// served at once, and a failing accept (descriptors exhausted) backs off instead of spinning.
 pub async fn bind(
     address: &str,
     metrics: Arc<Metrics>,
     ready: Readiness,
+    limits: Limits,
 ) -> Result<(SocketAddr, impl std::future::Future<Output = ()> + Send + 'static), BindError> {
     let listener =
         TcpListener::bind(address).await.map_err(|source| BindError { address: address.to_string(), source })?;
     let bound = listener.local_addr().map_err(|source| BindError { address: address.to_string(), source })?;
+    let slots = Arc::new(Semaphore::new(limits.connections));
     let server = async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    debug!(error = %e, "admin accept failed; backing off");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                debug!("admin connection refused: too many open");
+                continue;
+            };
             let (metrics, ready) = (metrics.clone(), ready.clone());
             tokio::spawn(async move {
+                let _slot = slot;
                 let service = service_fn(move |req: Request<Incoming>| {
                     let response = route(req.method(), req.uri().path(), &metrics, &ready);
                     async move { Ok::<_, Infallible>(response) }
                 });
-                if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
+                let connection = http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(limits.header_read)
+                    .serve_connection(TokioIo::new(stream), service);
+                if let Err(e) = connection.await {
                     debug!(error = %e, "admin connection ended");
                 }
             });
@@ -102,6 +138,29 @@ mod tests {
         let m = route(&Method::GET, "/metrics", &metrics, &ready);
         assert!(m.headers()[hyper::header::CONTENT_TYPE].to_str().unwrap().starts_with("text/plain; version=0.0.4"));
         assert_eq!(route(&Method::POST, "/metrics", &metrics, &ready).status(), StatusCode::METHOD_NOT_ALLOWED);
+    }
+
+    #[tokio::test]
+    async fn half_open_connections_are_closed_and_never_starve_the_probes() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let limits = Limits { header_read: std::time::Duration::from_millis(300), connections: 8 };
+        let (addr, server) = bind("127.0.0.1:0", Arc::new(Metrics::new()), Arc::new(|| true), limits).await.unwrap();
+        tokio::spawn(server);
+        let mut idle = Vec::new();
+        for _ in 0..20 {
+            idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        // Every one is closed: past the cap at once, the others once their headers are late.
+        for s in &mut idle {
+            let mut buf = [0u8; 64];
+            let read = tokio::time::timeout(std::time::Duration::from_secs(3), s.read(&mut buf)).await;
+            assert!(matches!(read, Ok(Ok(_)) | Ok(Err(_))), "a half-open connection stayed open");
+        }
+        let mut probe = tokio::net::TcpStream::connect(addr).await.unwrap();
+        probe.write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+        let mut body = String::new();
+        probe.read_to_string(&mut body).await.unwrap();
+        assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
     }
 
     #[tokio::test]

@@ -214,9 +214,13 @@ pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
 
     let mut tasks = Supervisor::default();
     let ready_cluster = cluster.clone();
-    let (bound, admin) =
-        crate::admin::bind(&args.metrics_bind_address, metrics.clone(), Arc::new(move || ready_cluster.is_synced()))
-            .await?;
+    let (bound, admin) = crate::admin::bind(
+        &args.metrics_bind_address,
+        metrics.clone(),
+        Arc::new(move || ready_cluster.is_synced()),
+        crate::admin::Limits::default(),
+    )
+    .await?;
     tasks.spawn("admin-server", Lifetime::Forever, admin);
     info!(address = %bound, "serving /metrics, /livez and /readyz");
 
