@@ -275,6 +275,7 @@ struct FakeAsgState {
     calls: Vec<AsgCall>,
     throttle_next: u32,
     fail_terminations: u32,
+    apply_then_fail: u32,
 }
 
 /// Auto Scaling in memory, with the same guards as the real adapter.
@@ -333,6 +334,11 @@ impl FakeAutoScaling {
         lock(&self.0).groups.get_mut(&GroupName::from(name)).expect("known group").desired = desired;
     }
 
+    /// Makes the next `n` writes apply and then answer a server error (the answer was lost).
+    pub fn apply_then_fail_next(&self, n: u32) {
+        lock(&self.0).apply_then_fail = n;
+    }
+
     /// Makes the next `n` calls fail as throttled.
     pub fn throttle_next(&self, n: u32) {
         lock(&self.0).throttle_next = n;
@@ -378,12 +384,28 @@ impl FakeAutoScaling {
                     Guard::Settled(outcome) => outcome,
                     Guard::Send { from } => {
                         s.groups.get_mut(&w.group).expect("known group").desired = w.to;
+                        if s.apply_then_fail > 0 {
+                            s.apply_then_fail -= 1;
+                            return (w.group.clone(), Err(Self::lost_answer(&w.group)));
+                        }
                         Ok(WriteOutcome::Written { from, to: w.to })
                     }
                 };
                 (w.group.clone(), outcome)
             })
             .collect())
+    }
+
+    fn lost_answer(group: &GroupName) -> AwsError {
+        AwsError::SetDesiredCapacity {
+            group: group.clone(),
+            failure: AwsFailure {
+                code: Some("InternalFailure".into()),
+                message: Some("injected: applied, answer lost".into()),
+                kind: FailureKind::Unavailable,
+                source: "injected".into(),
+            },
+        }
     }
 
     fn throttled(state: &mut FakeAsgState) -> Option<AwsFailure> {

@@ -119,6 +119,13 @@ impl AwsError {
         }
     }
 
+    /// Whether the write may have gone through though its answer was an error (a 5xx, a lost
+    /// connection, a timeout): the caller re-reads before re-planning.
+    pub fn may_have_applied(&self) -> bool {
+        matches!(self, AwsError::SetDesiredCapacity { failure, .. }
+            if matches!(failure.kind, FailureKind::Unavailable | FailureKind::Other))
+    }
+
     /// Whether waiting and retrying may help.
     pub fn is_transient(&self) -> bool {
         matches!(self.category(), "throttled" | "unavailable")

@@ -252,6 +252,13 @@ where
 
         let mut undone = Vec::new();
         for ((boost, _), (group, outcome)) in writes.iter().zip(outcomes) {
+            let outcome = match outcome {
+                Err(e) if e.may_have_applied() && self.applied_anyway(&group, boost.to).await => {
+                    warn!(%group, error = %e, "SetDesiredCapacity failed but the group shows it applied; kept as written");
+                    Ok(WriteOutcome::Written { from: boost.from, to: boost.to })
+                }
+                other => other,
+            };
             match outcome {
                 Ok(WriteOutcome::Written { from, to } | WriteOutcome::DryRun { from, to }) => {
                     info!(%group, from, to, instances = boost.record.instances.len(), reason = %boost.reason, "boosted");
@@ -287,6 +294,18 @@ where
         }
         self.take_back(undone.into_iter()).await?;
         Ok(report)
+    }
+
+    /// Re-reads the group after an ambiguous failure: whether its desired capacity is `to`, i.e.
+    /// the write went through though its answer was lost. Re-planning from the raised value would
+    /// boost the same instances twice.
+    async fn applied_anyway(&self, group: &GroupName, to: u32) -> bool {
+        self.ctx.groups.invalidate(group).await;
+        match self.ctx.aws.describe_groups(std::slice::from_ref(group)).await {
+            Ok(live) => live.first().is_some_and(|g| g.desired == to),
+            // Unknown: take the boost back; the guard of the next write re-reads anyway.
+            Err(_) => false,
+        }
     }
 
     /// Gives back boosted nodes whose at-risk instance AWS took first: the ledger notes the
@@ -753,6 +772,20 @@ mod tests {
         assert_eq!(rig.aws.desired("a"), 4);
         s.tick().await.unwrap();
         assert_eq!(rig.aws.desired("a"), 4, "boosted once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_applied_but_answered_an_error_is_not_boosted_again() {
+        let rig = FakeRig::new(FakeAutoScaling::default().with_group("a", 3, 50));
+        let mut s = scaler(&rig).await;
+        rebalance(&rig.cluster, "n1", "a");
+        rig.aws.apply_then_fail_next(1);
+        let report = s.tick().await.unwrap();
+        assert_eq!(report.raised, vec![(GroupName::from("a"), 3, 4)], "kept as written: {report:?}");
+        assert_eq!(rig.aws.desired("a"), 4);
+        assert_eq!(rig.ledger.saved().records.len(), 1, "the boost stays in the ledger");
+        s.tick().await.unwrap();
+        assert_eq!(rig.aws.desired("a"), 4, "never boosted twice");
     }
 
     #[tokio::test(start_paused = true)]
