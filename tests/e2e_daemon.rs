@@ -17,12 +17,15 @@ use std::time::{Duration, Instant};
 use aws_config::SdkConfig;
 use aws_sdk_autoscaling::types::LaunchTemplateSpecification;
 use aws_sdk_ec2::types::{InstanceType, RequestLaunchTemplateData};
-use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Namespace, Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::events::v1::Event as NewEvent;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
-use support::e2e::{aws, env, free_port, kube_client, metric, register_node, scrape, AWS_ENDPOINT, KUBECONFIG};
+use support::e2e::{
+    aws, bind_pod, create_namespace, env, free_port, kube_client, metric, nth_rebalance_event, pod_ready,
+    register_node, report_pod_ready, run_suffix, scrape, AWS_ENDPOINT, KUBECONFIG,
+};
 
 mod support;
 
@@ -134,27 +137,15 @@ impl Run {
         for pod in &all.items {
             let name = pod.metadata.name.clone().unwrap();
             let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-            let is_ready = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
             match node {
                 None => {
                     // The scheduler: the newest schedulable node.
                     if let Some(target) = schedulable.last() {
-                        let binding = json!({"apiVersion": "v1", "kind": "Binding",
-                            "metadata": {"name": name}, "target": {"apiVersion": "v1", "kind": "Node", "name": target}});
-                        let _: Result<Value, _> =
-                            pods.create_subresource("binding", &name, &PostParams::default(), &binding).await;
+                        bind_pod(&pods, &name, target).await;
                     }
                 }
-                Some(node) if !is_ready => {
-                    let now = jiff::Timestamp::now().to_string();
-                    let status = json!({"status": {"phase": "Running", "podIP": "10.0.0.1", "conditions": [
-                        {"type": "Ready", "status": "True", "lastTransitionTime": now},
-                        {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}]}});
-                    let _ = pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await;
+                Some(node) if !pod_ready(pod) => {
+                    report_pod_ready(&pods, &name).await;
                     if node == at_risk {
                         on_at_risk += 1;
                     }
@@ -219,8 +210,7 @@ async fn a_rebalance_recommendation_is_boosted_drained_and_given_back() {
         eprintln!("e2e skipped: set {KUBECONFIG} and {AWS_ENDPOINT} to run it (see README, \"End-to-end suite\")");
         return;
     };
-    let suffix =
-        format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis());
+    let suffix = run_suffix();
     let run = Arc::new(Run {
         ns: format!("sb-e2e-{suffix}"),
         group: format!("sb-e2e-{suffix}"),
@@ -229,16 +219,8 @@ async fn a_rebalance_recommendation_is_boosted_drained_and_given_back() {
         aws: aws(&endpoint).await,
     });
 
-    // The namespace, and its default ServiceAccount in case no controller creates it.
+    create_namespace(&run.kube, &run.ns).await;
     let namespaces: Api<Namespace> = Api::all(run.kube.clone());
-    namespaces
-        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": run.ns}})).unwrap())
-        .await
-        .expect("create the namespace");
-    let sas: Api<ServiceAccount> = Api::namespaced(run.kube.clone(), &run.ns);
-    let _ = sas
-        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "default"}})).unwrap())
-        .await;
 
     // The group: 2 instances of 10.
     let ec2 = aws_sdk_ec2::Client::new(&run.aws);
@@ -391,27 +373,7 @@ async fn a_rebalance_recommendation_is_boosted_drained_and_given_back() {
         .patch(&at_risk, &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": true}})))
         .await
         .unwrap();
-    let now = jiff::Timestamp::now();
-    let events: Api<CoreEvent> = Api::namespaced(run.kube.clone(), &run.ns);
-    events
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": format!("{at_risk}.rebalance"), "namespace": run.ns,
-                             "annotations": {"instance-id": at_risk_instance}},
-                "involvedObject": {"kind": "Node", "name": at_risk, "namespace": run.ns},
-                "reason": "RebalanceRecommendation",
-                "message": format!("Rebalance recommendation received. Instance will be cordoned at {} \n", now.strftime("%Y-%m-%dT%H:%M:%SZ")),
-                "type": "Normal", "count": 1,
-                "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-                "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-                "source": {"component": "aws-node-termination-handler"},
-                "reportingComponent": "aws-node-termination-handler"
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    nth_rebalance_event(&run.kube, &run.ns, &at_risk, &at_risk_instance).await;
     let signalled = Instant::now();
     observed.lock().unwrap().watching = true;
 

@@ -17,13 +17,16 @@ use std::time::{Duration, Instant};
 use aws_config::SdkConfig;
 use aws_sdk_autoscaling::types::LaunchTemplateSpecification;
 use aws_sdk_ec2::types::{InstanceType, RequestLaunchTemplateData};
-use k8s_openapi::api::core::v1::{Event as CoreEvent, Namespace, Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::events::v1::Event as NewEvent;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
-use support::e2e::{aws, env, free_port, kube_client, metric, register_node, scrape, AWS_ENDPOINT, KUBECONFIG};
+use support::e2e::{
+    aws, bind_pod, create_namespace, env, free_port, kube_client, metric, nth_rebalance_event, pod_ready,
+    register_node, report_pod_ready, run_suffix, scrape, AWS_ENDPOINT, KUBECONFIG,
+};
 
 mod support;
 
@@ -104,27 +107,13 @@ impl Fleet {
             if pod.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            let ready = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
             match pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
                 None => {
                     if let Some((_, target)) = schedulable.last() {
-                        let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
-                            "target": {"apiVersion": "v1", "kind": "Node", "name": target}});
-                        let _: Result<Value, _> =
-                            pods.create_subresource("binding", &name, &PostParams::default(), &binding).await;
+                        bind_pod(&pods, &name, target).await;
                     }
                 }
-                Some(_) if !ready => {
-                    let now = jiff::Timestamp::now().to_string();
-                    let status = json!({"status": {"phase": "Running", "podIP": "10.0.0.1", "conditions": [
-                        {"type": "Ready", "status": "True", "lastTransitionTime": now},
-                        {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}]}});
-                    let _ = pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await;
-                }
+                Some(_) if !pod_ready(&pod) => report_pod_ready(&pods, &name).await,
                 Some(_) => {}
             }
         }
@@ -137,12 +126,7 @@ impl Fleet {
         list.items
             .iter()
             .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
-            .filter(|p| {
-                p.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
+            .filter(|p| pod_ready(p))
             .count()
     }
 
@@ -209,18 +193,7 @@ impl Fleet {
 
     async fn nth_rebalance(&self, node: &str, instance: &str) {
         self.cordon(node, true).await;
-        let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
-        let events: Api<CoreEvent> = Api::namespaced(self.kube.clone(), &self.ns);
-        let event = json!({
-            "metadata": {"name": format!("{node}.rebalance"), "namespace": self.ns,
-                         "annotations": {"instance-id": instance}},
-            "involvedObject": {"kind": "Node", "name": node, "namespace": self.ns},
-            "reason": "RebalanceRecommendation",
-            "message": format!("Rebalance recommendation received. Instance will be cordoned at {now} \n"),
-            "type": "Normal", "count": 1, "firstTimestamp": now, "lastTimestamp": now,
-            "source": {"component": "aws-node-termination-handler"},
-            "reportingComponent": "aws-node-termination-handler"});
-        events.create(&PostParams::default(), &serde_json::from_value(event).unwrap()).await.unwrap();
+        nth_rebalance_event(&self.kube, &self.ns, node, instance).await;
     }
 
     /// Reasons of the booster's Events about `node`.
@@ -240,8 +213,7 @@ async fn a_large_group_boosts_and_a_stubborn_budget_holds_back_only_its_own_node
         eprintln!("e2e skipped: set {KUBECONFIG} and {AWS_ENDPOINT} to run it (see README, \"End-to-end suite\")");
         return;
     };
-    let suffix =
-        format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis());
+    let suffix = run_suffix();
     let fleet = Fleet {
         ns: format!("sb-fleet-{suffix}"),
         group: format!("sb-fleet-{suffix}"),
@@ -249,12 +221,8 @@ async fn a_large_group_boosts_and_a_stubborn_budget_holds_back_only_its_own_node
         kube: kube_client(&kubeconfig).await,
         aws: aws(&endpoint).await,
     };
+    create_namespace(&fleet.kube, &fleet.ns).await;
     let namespaces: Api<Namespace> = Api::all(fleet.kube.clone());
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": fleet.ns}})).unwrap();
-    namespaces.create(&PostParams::default(), &ns).await.expect("create the namespace");
-    let sas: Api<ServiceAccount> = Api::namespaced(fleet.kube.clone(), &fleet.ns);
-    let sa = serde_json::from_value(json!({"metadata": {"name": "default"}})).unwrap();
-    let _ = sas.create(&PostParams::default(), &sa).await;
 
     let ec2 = aws_sdk_ec2::Client::new(&fleet.aws);
     let image =

@@ -37,8 +37,7 @@ async fn an_instance_group_becomes_an_asg_shows_its_columns_and_is_deleted_clean
         eprintln!("e2e skipped: set {KUBECONFIG} and {AWS_ENDPOINT} to run it (see README, \"End-to-end suite\")");
         return;
     };
-    let suffix =
-        format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis());
+    let suffix = support::e2e::run_suffix();
     let kube = kube_client(&kubeconfig).await;
     let aws = aws(&endpoint).await;
     let ns = format!("sb-e2e-ig-{suffix}");

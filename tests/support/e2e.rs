@@ -83,3 +83,58 @@ pub async fn register_node(kube: &Client, name: &str, zone: &str, instance: &str
                         "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
     let _ = nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await;
 }
+
+/// A per-run suffix (milliseconds since the epoch, hex), for names that never collide.
+pub fn run_suffix() -> String {
+    format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis())
+}
+
+/// Creates namespace `ns` and its `default` ServiceAccount (in case no controller does).
+pub async fn create_namespace(kube: &Client, ns: &str) {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(kube.clone());
+    let namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    namespaces.create(&PostParams::default(), &namespace).await.expect("create the namespace");
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(kube.clone(), ns);
+    let sa = serde_json::from_value(json!({"metadata": {"name": "default"}})).unwrap();
+    let _ = sas.create(&PostParams::default(), &sa).await;
+}
+
+/// Whether the pod reports Ready.
+pub fn pod_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Plays the scheduler for one pod: binds it to `node`.
+pub async fn bind_pod(pods: &Api<k8s_openapi::api::core::v1::Pod>, name: &str, node: &str) {
+    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
+    let _: Result<serde_json::Value, _> =
+        pods.create_subresource("binding", name, &PostParams::default(), &binding).await;
+}
+
+/// Plays the kubelet for one bound pod: reports it Running and Ready.
+pub async fn report_pod_ready(pods: &Api<k8s_openapi::api::core::v1::Pod>, name: &str) {
+    let now = jiff::Timestamp::now().to_string();
+    let status = json!({"status": {"phase": "Running", "podIP": "10.0.0.1", "conditions": [
+        {"type": "Ready", "status": "True", "lastTransitionTime": now},
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}]}});
+    let _ = pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await;
+}
+
+/// Plays NTH in IMDS mode: an NTH-shaped `RebalanceRecommendation` Event for `node` in `ns`.
+pub async fn nth_rebalance_event(kube: &Client, ns: &str, node: &str, instance: &str) {
+    let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(kube.clone(), ns);
+    let event = json!({
+        "metadata": {"name": format!("{node}.rebalance"), "namespace": ns, "annotations": {"instance-id": instance}},
+        "involvedObject": {"kind": "Node", "name": node, "namespace": ns},
+        "reason": "RebalanceRecommendation",
+        "message": format!("Rebalance recommendation received. Instance will be cordoned at {now} \n"),
+        "type": "Normal", "count": 1, "firstTimestamp": now, "lastTimestamp": now,
+        "source": {"component": "aws-node-termination-handler"},
+        "reportingComponent": "aws-node-termination-handler"});
+    events.create(&PostParams::default(), &serde_json::from_value(event).unwrap()).await.expect("create the Event");
+}
