@@ -195,6 +195,7 @@ fn main() {
             ca_status_namespace: "kube-system".into(),
             ca_status_name: "cluster-autoscaler-status".into(),
             nth_taints: false,
+            signal_grace: spots_booster::k8s::watch::SIGNAL_GRACE,
         };
         let cluster = KubeCluster::new(settings, Arc::new(Notify::new()), Arc::new(Metrics::new()));
         let started = Instant::now();

@@ -8,8 +8,8 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use spots_booster::core::{
-    plan, BoostRecord, DrainStarted, DrainState, Group, GroupName, InstanceId, Node, NodeName, Pod, PodClass, Policy,
-    Resources, Signal, SignalKind, Snapshot, Timestamp,
+    plan, BoostRecord, DrainStarted, DrainState, Evidence, Group, GroupName, InstanceId, Node, NodeName, Pod, PodClass,
+    Policy, Resources, Signal, SignalKind, Snapshot, Timestamp,
 };
 
 const GROUPS: usize = 500;
@@ -48,6 +48,8 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                     name: format!("web-{g}-{n}-{p}"),
                     requests: Resources::new(100 + 30 * p as u64, (1 + p as u64 % 3) * GI / 2),
                     class: if p == 0 { PodClass::DaemonSet } else { PodClass::Ordinary },
+                    opt_out: None,
+                    bare: false,
                 })
                 .collect();
             let k = g * NODES_PER_GROUP + n;
@@ -73,6 +75,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                         node: node.clone(),
                         kind,
                         observed_at: Timestamp::from_millis(at),
+                        evidence: Evidence::NodeTaint,
                     });
                 }
                 if g % 2 == 0 {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use spots_booster::aws::AwsPorts;
 use spots_booster::core::{
-    GroupName, InstanceId, Node, NodeName, Policy, Resources, Signal, SignalKind, SizingMode, Timestamp,
+    Evidence, GroupName, InstanceId, Node, NodeName, Policy, Resources, Signal, SignalKind, SizingMode, Timestamp,
 };
 use spots_booster::fakes::{FakeAutoScaling, FakeRig};
 use spots_booster::metrics::Metrics;
@@ -67,6 +67,7 @@ async fn main() {
             node: at_risk.name.clone(),
             kind: SignalKind::Rebalance,
             observed_at: system_clock()(),
+            evidence: Evidence::NodeTaint,
         };
         cluster.put_node(at_risk);
         let entered = Instant::now();
@@ -145,6 +146,7 @@ async fn burst(moto: &moto::Moto) {
                     node: name,
                     kind: SignalKind::Rebalance,
                     observed_at: system_clock()(),
+                    evidence: Evidence::NodeTaint,
                 });
                 wake.notify_one();
             }

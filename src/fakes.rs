@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::core::{BoostLedger, GroupName, InstanceId, Node, NodeName, Signal};
+use crate::core::{BoostLedger, GroupName, InstanceId, InstanceLifecycle, Node, NodeName, Signal};
 use crate::ports::{
     AutoScaling, AwsError, AwsFailure, ClusterState, ClusterView, ClusterWriteError, ClusterWrites, DesiredWrite,
     EventSink, EvictOutcome, FailureKind, GroupDescription, GroupInstance, Guard, LedgerError, LedgerStore, NodeEvent,
@@ -276,6 +276,8 @@ struct FakeAsgState {
     throttle_next: u32,
     fail_terminations: u32,
     apply_then_fail: u32,
+    on_demand: BTreeSet<InstanceId>,
+    lifecycle_lookups: usize,
 }
 
 /// Auto Scaling in memory, with the same guards as the real adapter.
@@ -342,6 +344,16 @@ impl FakeAutoScaling {
     /// Makes the next `n` calls fail as throttled.
     pub fn throttle_next(&self, n: u32) {
         lock(&self.0).throttle_next = n;
+    }
+
+    /// `instance` is on-demand; every other instance in a group is spot.
+    pub fn on_demand(&self, instance: &str) {
+        lock(&self.0).on_demand.insert(instance.into());
+    }
+
+    /// How many instances were looked up through `lifecycles`.
+    pub fn lifecycle_lookups(&self) -> usize {
+        lock(&self.0).lifecycle_lookups
     }
 
     /// AWS takes `instance` (a spot interruption) and the group replaces it with `replacement`.
@@ -479,6 +491,21 @@ impl AutoScaling for FakeAutoScaling {
                     .values()
                     .find(|g| g.instances.iter().any(|i| &i.id == id))
                     .map(|g| (id.clone(), g.name.clone()))
+            })
+            .collect())
+    }
+
+    async fn lifecycles(&self, instances: &[InstanceId]) -> Result<BTreeMap<InstanceId, InstanceLifecycle>, AwsError> {
+        let mut s = lock(&self.0);
+        s.lifecycle_lookups += instances.len();
+        let known = |id: &InstanceId| s.groups.values().any(|g| g.instances.iter().any(|i| &i.id == id));
+        Ok(instances
+            .iter()
+            .filter(|id| known(id))
+            .map(|id| {
+                let lifecycle =
+                    if s.on_demand.contains(id) { InstanceLifecycle::OnDemand } else { InstanceLifecycle::Spot };
+                (id.clone(), lifecycle)
             })
             .collect())
     }

@@ -180,6 +180,9 @@ pub struct InspectedEvent {
     /// The classification.
     #[serde(flatten)]
     pub classification: Classification,
+    /// For a signal, what must also hold before the daemon acts on it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acted_on_when: Option<String>,
 }
 
 /// Accepts one Event, several YAML documents, or a List (`kubectl get events -o yaml|json`).
@@ -220,10 +223,12 @@ pub fn inspect_nth_events(input: &str, provider_id: Option<&str>) -> Result<Vec<
             let text = serde_yaml::to_string(&item).expect("a parsed value serializes");
             let event: Event = serde_yaml::from_str(&text)
                 .map_err(|e| InspectError::NotAnEvent { index: i + 1, message: e.to_string() })?;
-            Ok(InspectedEvent {
-                event: event.metadata.name.clone().unwrap_or_default(),
-                classification: classify_event(&event, provider_id),
-            })
+            let classification = classify_event(&event, provider_id);
+            let acted_on_when = match &classification {
+                Classification::Signal(s) => Some(s.trust_rule()),
+                Classification::Ignored { .. } => None,
+            };
+            Ok(InspectedEvent { event: event.metadata.name.clone().unwrap_or_default(), classification, acted_on_when })
         })
         .collect()
 }
@@ -233,7 +238,8 @@ pub fn render_nth_events(events: &[InspectedEvent], output: OutputFormat) -> Str
     if output == OutputFormat::Json {
         return serde_json::to_string_pretty(events).expect("events serialize") + "\n";
     }
-    let header = ["EVENT", "RESULT", "KIND", "MODE", "NODE", "INSTANCE", "NOTICE", "OBSERVED", "DETAIL"];
+    let header =
+        ["EVENT", "RESULT", "KIND", "MODE", "NODE", "INSTANCE", "NOTICE", "OBSERVED", "DETAIL", "ACTED ON WHEN"];
     let rows = events
         .iter()
         .map(|e| match &e.classification {
@@ -253,6 +259,7 @@ pub fn render_nth_events(events: &[InspectedEvent], output: OutputFormat) -> Str
                 s.notice_time.map_or("-".into(), format_rfc3339),
                 s.observed_at.map_or("-".into(), format_rfc3339),
                 s.detail.clone().unwrap_or("-".into()),
+                e.acted_on_when.clone().unwrap_or_default(),
             ],
             Classification::Ignored { because } => {
                 vec![
@@ -265,6 +272,7 @@ pub fn render_nth_events(events: &[InspectedEvent], output: OutputFormat) -> Str
                     "-".into(),
                     "-".into(),
                     because.to_string(),
+                    "never".into(),
                 ]
             }
         })
@@ -346,6 +354,11 @@ mod tests {
         assert_eq!(events.len(), 2);
         assert!(matches!(events[0].classification, Classification::Signal(_)));
         assert!(matches!(events[1].classification, Classification::Ignored { .. }));
+        assert_eq!(
+            events[0].acted_on_when.as_deref(),
+            Some("node ip-10-0-12-34.eu-central-1.compute.internal cordoned or NTH-tainted, and EC2 says i-0a1b2c3d4e5f67890 is spot")
+        );
+        assert_eq!(events[1].acted_on_when, None);
 
         let list = serde_json::json!({
             "apiVersion": "v1", "kind": "List",

@@ -31,6 +31,12 @@ pub struct Metrics {
     registry: Registry,
     /// NTH signals first seen, by group and kind.
     pub signals: IntCounterVec,
+    /// Boost ledger loads and saves that failed, by operation: nothing is planned from a ledger
+    /// that cannot be read, so a rise here means boosting has stopped.
+    pub ledger_errors: IntCounterVec,
+    /// Interruption notices not acted on because nothing vouches for them, by reason
+    /// (`not-from-nth`, `not-cordoned`, `not-spot`, `lifecycle-unknown`); each counted once.
+    pub signals_untrusted: IntCounterVec,
     /// Boost decisions by group and outcome (`written`, `dry-run`, `raced`, `failed`, `held`,
     /// `no-node-needed`, `not-leader`).
     pub boosts: IntCounterVec,
@@ -147,6 +153,18 @@ impl Metrics {
         r.register(Box::new(ca_status_age.clone())).expect("unique metric");
         Metrics {
             signals: counter(&r, "signals_total", "NTH signals first seen, by group and kind.", &["group", "kind"]),
+            ledger_errors: counter(
+                &r,
+                "ledger_errors_total",
+                "Boost ledger loads and saves that failed, by operation.",
+                &["operation"],
+            ),
+            signals_untrusted: counter(
+                &r,
+                "signals_untrusted_total",
+                "Interruption notices not acted on because nothing vouches for them, by reason.",
+                &["reason"],
+            ),
             boosts: counter(&r, "boosts_total", "Boost decisions by group and outcome.", &["group", "outcome"]),
             boosted_nodes_in_flight: gauge_vec(
                 &r,
@@ -268,8 +286,10 @@ impl Metrics {
 
     /// Names of every metric family exported (with the prefix), whether or not it has a value yet.
     pub fn names(&self) -> Vec<String> {
-        let collectors: [&dyn Collector; 25] = [
+        let collectors: [&dyn Collector; 27] = [
             &self.signals,
+            &self.signals_untrusted,
+            &self.ledger_errors,
             &self.boosts,
             &self.boosted_nodes_in_flight,
             &self.asg_desired,
@@ -347,7 +367,7 @@ mod tests {
         for name in ["spots_booster_evictions_total", "spots_booster_reaction_seconds", "spots_booster_leader"] {
             assert!(m.names().contains(&name.to_string()), "{name}");
         }
-        assert_eq!(m.names().len(), 25);
+        assert_eq!(m.names().len(), 27);
     }
 
     #[test]

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::core::{BoostLedger, CaGroupView, Group, GroupName, InstanceId, Node, NodeName, Resources, Signal};
+use crate::core::{
+    BoostLedger, CaGroupView, Group, GroupName, InstanceId, InstanceLifecycle, Node, NodeName, Resources, Signal,
+};
 
 /// Any error from below a port, without its SDK type.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -337,16 +339,6 @@ pub enum TerminateOutcome {
     DryRun,
 }
 
-/// Spot or on-demand.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Lifecycle {
-    /// A spot instance.
-    Spot,
-    /// On-demand (EC2 omits the lifecycle for these).
-    OnDemand,
-}
-
 /// Each guarded write's group and how it ended.
 pub type WriteOutcomes = Vec<(GroupName, Result<WriteOutcome, AwsError>)>;
 
@@ -388,6 +380,13 @@ pub trait AutoScaling: Send + Sync {
         &self,
         instances: &[InstanceId],
     ) -> impl Future<Output = Result<BTreeMap<InstanceId, GroupName>, AwsError>> + Send;
+
+    /// Spot or on-demand, for each instance that exists (EC2 `DescribeInstances`: the Auto
+    /// Scaling API does not say). Unknown ids are simply absent.
+    fn lifecycles(
+        &self,
+        instances: &[InstanceId],
+    ) -> impl Future<Output = Result<BTreeMap<InstanceId, InstanceLifecycle>, AwsError>> + Send;
 }
 
 /// The cluster as the watches see it.
@@ -423,6 +422,16 @@ pub enum LedgerError {
     /// Writing it failed.
     #[error("saving the boost ledger failed")]
     Save(#[source] BoxError),
+}
+
+impl LedgerError {
+    /// `load` or `save`, for metric labels.
+    pub fn operation(&self) -> &'static str {
+        match self {
+            LedgerError::Load(_) => "load",
+            LedgerError::Save(_) => "save",
+        }
+    }
 }
 
 /// Where the boost ledger lives (the cluster, so restarts and new leaders see it).
@@ -578,15 +587,6 @@ impl Leadership {
     pub fn set(&self, leading: bool) -> bool {
         self.0.swap(leading, Ordering::SeqCst)
     }
-}
-
-/// EC2 instance facts the Auto Scaling API does not give.
-pub trait Instances: Send + Sync {
-    /// Spot or on-demand, for each instance that exists.
-    fn lifecycles(
-        &self,
-        instances: &[InstanceId],
-    ) -> impl Future<Output = Result<BTreeMap<InstanceId, Lifecycle>, AwsError>> + Send;
 }
 
 #[cfg(test)]

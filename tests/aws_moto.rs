@@ -11,10 +11,8 @@ use aws_sdk_autoscaling::types::{
 };
 use aws_sdk_ec2::types::{InstanceMarketOptionsRequest, InstanceType, MarketType};
 use spots_booster::aws::AwsPorts;
-use spots_booster::core::{GroupName, InstanceId};
-use spots_booster::ports::{
-    AutoScaling, AwsError, DesiredWrite, Instances, Lifecycle, TagFilter, TerminateOutcome, WriteOutcome,
-};
+use spots_booster::core::{GroupName, InstanceId, InstanceLifecycle};
+use spots_booster::ports::{AutoScaling, AwsError, DesiredWrite, TagFilter, TerminateOutcome, WriteOutcome};
 use spots_booster::workers::groups::InstanceGroupCache;
 use support::moto::{create_group, group_tag, launch_template, moto, nodes_template};
 
@@ -239,9 +237,9 @@ async fn ec2_tells_spot_from_on_demand() {
     let on_demand = aws.autoscaling.describe_groups(&names(&["plain"])).await.unwrap()[0].instances[0].id.clone();
     let unknown = InstanceId::from("i-0000000000000cafe");
 
-    let lifecycles = aws.instances.lifecycles(&[spot_id.clone(), on_demand.clone(), unknown.clone()]).await.unwrap();
-    assert_eq!(lifecycles.get(&spot_id), Some(&Lifecycle::Spot));
-    assert_eq!(lifecycles.get(&on_demand), Some(&Lifecycle::OnDemand));
+    let lifecycles = aws.autoscaling.lifecycles(&[spot_id.clone(), on_demand.clone(), unknown.clone()]).await.unwrap();
+    assert_eq!(lifecycles.get(&spot_id), Some(&InstanceLifecycle::Spot));
+    assert_eq!(lifecycles.get(&on_demand), Some(&InstanceLifecycle::OnDemand));
     assert_eq!(lifecycles.get(&unknown), None, "an unknown id is absent, and does not fail the call");
 }
 

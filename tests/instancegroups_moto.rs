@@ -11,7 +11,7 @@ use std::time::Duration;
 use aws_config::SdkConfig;
 use spots_booster::aws::nodegroups::AwsNodeGroups;
 use spots_booster::aws::CallStats;
-use spots_booster::core::{InstanceId, Node, NodeName, Resources, Signal, SignalKind, Timestamp};
+use spots_booster::core::{Evidence, InstanceId, Node, NodeName, Resources, Signal, SignalKind, Timestamp};
 use spots_booster::fakes::{FakeInstanceGroupStore, InMemoryCluster};
 use spots_booster::instancegroup::api::FINALIZER;
 use spots_booster::instancegroup::InstanceGroup;
@@ -274,6 +274,7 @@ async fn create_ready_image_change_rotation_resize_and_delete() {
         node: NodeName(rotations[0].clone()),
         kind: SignalKind::Rotation,
         observed_at: Timestamp::EPOCH,
+        evidence: Evidence::Rotation,
     });
     reconcile(&r, &store).await;
     assert_eq!(store.state().rotations.len(), 1, "the batch is full");

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use spots_booster::aws::AwsPorts;
 use spots_booster::core::{
-    InstanceId, Node, NodeName, Pod, PodClass, Policy, Resources, Signal, SignalKind, Timestamp,
+    Evidence, InstanceId, Node, NodeName, Pod, PodClass, Policy, Resources, Signal, SignalKind, Timestamp,
 };
 use spots_booster::fakes::{FakeAutoScaling, FakeRig};
 use spots_booster::metrics::Metrics;
@@ -53,10 +53,21 @@ fn at_risk(group: usize, k: usize) -> (Node, Signal) {
             name: format!("web-{group}-{k}"),
             requests: Resources::new(500, 1 << 30),
             class: PodClass::Ordinary,
+            opt_out: None,
+            bare: false,
         }],
     };
     let now = system_clock()();
-    (node, Signal { instance, node: NodeName(name), kind: SignalKind::Rebalance, observed_at: now })
+    (
+        node,
+        Signal {
+            instance,
+            node: NodeName(name),
+            kind: SignalKind::Rebalance,
+            observed_at: now,
+            evidence: Evidence::NodeTaint,
+        },
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

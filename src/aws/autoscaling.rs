@@ -8,8 +8,9 @@ use futures::stream::{self, StreamExt};
 use tracing::{info, warn};
 
 use super::calls::CallStats;
+use super::ec2::AwsInstances;
 use super::errors::failure;
-use crate::core::{GroupName, InstanceId};
+use crate::core::{GroupName, InstanceId, InstanceLifecycle};
 use crate::ports::{
     AutoScaling, AwsError, AwsFailure, DesiredWrite, FailureKind, GroupDescription, GroupInstance, Guard,
     MixedInstancesSummary, TagFilter, TerminateOutcome, WriteOutcome, WriteOutcomes,
@@ -27,14 +28,15 @@ pub const WRITES_IN_FLIGHT: usize = 32;
 #[derive(Debug, Clone)]
 pub struct AwsAutoScaling {
     client: Client,
+    ec2: AwsInstances,
     stats: CallStats,
     dry_run: bool,
 }
 
 impl AwsAutoScaling {
-    /// Wraps a client whose interceptors feed `stats`.
-    pub fn new(client: Client, stats: CallStats, dry_run: bool) -> Self {
-        AwsAutoScaling { client, stats, dry_run }
+    /// Wraps a client whose interceptors feed `stats`, and EC2 for what Auto Scaling does not say.
+    pub fn new(client: Client, ec2: AwsInstances, stats: CallStats, dry_run: bool) -> Self {
+        AwsAutoScaling { client, ec2, stats, dry_run }
     }
 
     fn failed(&self, operation: &str, f: AwsFailure) -> AwsFailure {
@@ -156,6 +158,10 @@ fn describe_group(g: &AutoScalingGroup) -> GroupDescription {
 }
 
 impl AutoScaling for AwsAutoScaling {
+    async fn lifecycles(&self, instances: &[InstanceId]) -> Result<BTreeMap<InstanceId, InstanceLifecycle>, AwsError> {
+        self.ec2.lifecycles(instances).await
+    }
+
     async fn describe_groups(&self, names: &[GroupName]) -> Result<Vec<GroupDescription>, AwsError> {
         let mut groups = Vec::new();
         for chunk in names.chunks(GROUPS_PER_CALL) {

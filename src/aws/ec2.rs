@@ -1,4 +1,4 @@
-//! [`Instances`] on `aws-sdk-ec2`.
+//! Instance facts the Auto Scaling API does not give, from `aws-sdk-ec2`.
 
 use std::collections::BTreeMap;
 
@@ -7,8 +7,8 @@ use aws_sdk_ec2::Client;
 
 use super::calls::CallStats;
 use super::errors::failure;
-use crate::core::InstanceId;
-use crate::ports::{AwsError, Instances, Lifecycle};
+use crate::core::{InstanceId, InstanceLifecycle as Lifecycle};
+use crate::ports::AwsError;
 
 /// Ids per `DescribeInstances` filter value list.
 const IDS_PER_CALL: usize = 200;
@@ -27,8 +27,9 @@ impl AwsInstances {
     }
 }
 
-impl Instances for AwsInstances {
-    async fn lifecycles(&self, instances: &[InstanceId]) -> Result<BTreeMap<InstanceId, Lifecycle>, AwsError> {
+impl AwsInstances {
+    /// Spot or on-demand, for each instance that exists.
+    pub async fn lifecycles(&self, instances: &[InstanceId]) -> Result<BTreeMap<InstanceId, Lifecycle>, AwsError> {
         let mut map = BTreeMap::new();
         for chunk in instances.chunks(IDS_PER_CALL) {
             // A filter, not InstanceIds: one unknown id would fail the whole call otherwise.

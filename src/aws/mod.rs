@@ -124,10 +124,8 @@ pub async fn load_sdk_config(args: &AwsArgs) -> SdkConfig {
 /// The AWS ports, sharing one set of call statistics.
 #[derive(Debug, Clone)]
 pub struct AwsPorts {
-    /// Auto Scaling.
+    /// Auto Scaling, with the EC2 lookups the booster needs beside it.
     pub autoscaling: AwsAutoScaling,
-    /// EC2.
-    pub instances: AwsInstances,
     /// Calls, attempts, errors and throttles per operation.
     pub stats: CallStats,
 }
@@ -143,8 +141,12 @@ impl AwsPorts {
             aws_sdk_ec2::config::Builder::from(config).interceptor(stats.interceptor()).build(),
         );
         AwsPorts {
-            autoscaling: AwsAutoScaling::new(autoscaling, stats.clone(), dry_run),
-            instances: AwsInstances::new(ec2, stats.clone()),
+            autoscaling: AwsAutoScaling::new(
+                autoscaling,
+                AwsInstances::new(ec2, stats.clone()),
+                stats.clone(),
+                dry_run,
+            ),
             stats,
         }
     }

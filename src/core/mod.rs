@@ -16,11 +16,11 @@ pub use drain::{
 };
 pub use give_back::{plan_give_backs, GiveBack};
 pub use model::{
-    BoostLedger, BoostRecord, CaGroupView, Group, GroupName, InstanceId, Node, NodeName, Pod, PodClass, Resources,
-    Signal, SignalKind, Snapshot, Timestamp,
+    BoostLedger, BoostRecord, CaGroupView, Evidence, Group, GroupName, InstanceId, InstanceLifecycle, Node, NodeName,
+    OptOut, Pod, PodClass, Resources, Signal, SignalKind, Snapshot, Timestamp,
 };
 pub use policy::{Policy, SizingMode};
-pub use signals::{fold_signals, AtRisk, AtRiskSet, DropReason, Dropped};
+pub use signals::{fold_signals, lifecycles_needed, AtRisk, AtRiskSet, Distrust, DropReason, Dropped};
 
 use serde::{Deserialize, Serialize};
 

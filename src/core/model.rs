@@ -205,6 +205,33 @@ pub struct Pod {
     pub requests: Resources,
     /// How a drain treats it.
     pub class: PodClass,
+    /// Its owner asked voluntary disruptions to leave it alone.
+    #[serde(default)]
+    pub opt_out: Option<OptOut>,
+    /// No controller owns it: evicted, it is gone for good.
+    #[serde(default)]
+    pub bare: bool,
+}
+
+/// How a pod's owner asked voluntary disruptions (rebalance recommendations, rotations) to leave
+/// it alone. A confirmed interruption overrides it: the instance goes whatever the pod wants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OptOut {
+    /// `karpenter.sh/do-not-disrupt: "true"`.
+    DoNotDisrupt,
+    /// `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`.
+    NotSafeToEvict,
+}
+
+impl OptOut {
+    /// The annotation that said so.
+    pub fn annotation(self) -> &'static str {
+        match self {
+            OptOut::DoNotDisrupt => "karpenter.sh/do-not-disrupt=true",
+            OptOut::NotSafeToEvict => "cluster-autoscaler.kubernetes.io/safe-to-evict=false",
+        }
+    }
 }
 
 /// A Node, with the pods bound to it.
@@ -271,6 +298,12 @@ impl SignalKind {
         matches!(self, SignalKind::SpotInterruption | SignalKind::Scheduled)
     }
 
+    /// Whether EC2 sends this kind for spot instances only: an Event announcing it for an
+    /// on-demand instance is not NTH's.
+    pub fn spot_only(self) -> bool {
+        matches!(self, SignalKind::Rebalance | SignalKind::SpotInterruption)
+    }
+
     /// The kebab-case name used in reports and metric labels.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -296,6 +329,36 @@ pub struct Signal {
     pub kind: SignalKind,
     /// When the booster first saw it (the Event's first timestamp).
     pub observed_at: Timestamp,
+    /// What vouches for it.
+    #[serde(default)]
+    pub evidence: Evidence,
+}
+
+/// What vouches for a signal. Every kubelet may create Events, so an Event alone proves nothing:
+/// it counts once the Node agrees (NTH cordons every node it acts on) and, for kinds EC2 sends to
+/// spot instances only, once AWS says the instance is spot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Evidence {
+    /// An Event claiming to be NTH's.
+    #[default]
+    Event,
+    /// NTH's taint on the Node, written by someone allowed to patch Nodes.
+    NodeTaint,
+    /// The rotation mark the InstanceGroup reconciler put on the Node.
+    Rotation,
+    /// A boost the ledger remembers: it was trusted when it was made.
+    Ledger,
+}
+
+/// How an EC2 instance is bought.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InstanceLifecycle {
+    /// A spot instance.
+    Spot,
+    /// On-demand (EC2 omits the lifecycle for these).
+    OnDemand,
 }
 
 /// One boost the ledger remembers: the instances it covered and what it added.
@@ -410,6 +473,9 @@ pub struct Snapshot {
     pub signals: Vec<Signal>,
     /// Boosts already made.
     pub ledger: BoostLedger,
+    /// What AWS says of the instances whose signals need it (spot-only kinds from Events).
+    #[serde(default)]
+    pub lifecycles: BTreeMap<InstanceId, InstanceLifecycle>,
 }
 
 #[cfg(test)]
@@ -507,6 +573,8 @@ pub(crate) mod builders {
                 name: name.into(),
                 requests: Resources::new(cpu_millis, memory_bytes),
                 class: PodClass::Ordinary,
+                opt_out: None,
+                bare: false,
             }
         }
         /// Sets its class.
@@ -524,6 +592,7 @@ pub(crate) mod builders {
                 node: node.into(),
                 kind: SignalKind::Rebalance,
                 observed_at: Timestamp::from_millis(at),
+                evidence: Evidence::NodeTaint,
             }
         }
     }

@@ -43,6 +43,8 @@ fn node_strategy(group: usize, index: usize) -> impl Strategy<Value = Node> {
                     name: format!("p-{group}-{index}-{k}"),
                     requests: Resources::new(cpu, mem * GI / 2),
                     class: if k % 5 == 4 { PodClass::DaemonSet } else { PodClass::Ordinary },
+                    opt_out: None,
+                    bare: false,
                 })
                 .collect(),
         })
@@ -107,6 +109,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
                         node: node.name.clone(),
                         kind: kinds[kind as usize],
                         observed_at: Timestamp::from_millis(at),
+                        evidence: Evidence::NodeTaint,
                     });
                 }
             }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::model::{GroupName, InstanceId, NodeName, SignalKind, Snapshot, Timestamp};
+use super::model::{Evidence, GroupName, InstanceId, InstanceLifecycle, NodeName, SignalKind, Snapshot, Timestamp};
 use super::policy::Policy;
 
 /// One instance known to be at risk.
@@ -20,6 +20,8 @@ pub struct AtRisk {
     pub kinds: BTreeSet<SignalKind>,
     /// The earliest observation.
     pub first_seen: Timestamp,
+    /// What vouched for the signals.
+    pub evidence: BTreeSet<Evidence>,
 }
 
 /// Why a signal does not make its instance at risk.
@@ -38,6 +40,46 @@ pub enum DropReason {
     NoReplacementCalledFor,
     /// Cluster Autoscaler is already deleting the node.
     DeletingByCa,
+    /// Only Events vouch for it, and the Node or AWS does not agree.
+    Untrusted(Distrust),
+}
+
+impl DropReason {
+    /// The kebab-case name used in reports and metric labels.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            DropReason::NodeGone => "node-gone",
+            DropReason::NoGroup => "no-group",
+            DropReason::IgnoredGroup => "ignored-group",
+            DropReason::Expired => "expired",
+            DropReason::NoReplacementCalledFor => "no-replacement-called-for",
+            DropReason::DeletingByCa => "deleting-by-ca",
+            DropReason::Untrusted(d) => d.as_str(),
+        }
+    }
+}
+
+/// Why an Event's word is not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Distrust {
+    /// The Node is neither cordoned nor tainted, which NTH always does to a node it acts on.
+    NotCordoned,
+    /// A kind EC2 sends only to spot instances, about an instance AWS says is on-demand.
+    NotSpot,
+    /// A spot-only kind, and AWS has not (yet) said how the instance is bought.
+    LifecycleUnknown,
+}
+
+impl Distrust {
+    /// The kebab-case name used in reports and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Distrust::NotCordoned => "not-cordoned",
+            Distrust::NotSpot => "not-spot",
+            Distrust::LifecycleUnknown => "lifecycle-unknown",
+        }
+    }
 }
 
 /// A signal's instance that is not at risk, and why.
@@ -79,8 +121,10 @@ pub fn fold_signals(snapshot: &Snapshot, policy: &Policy, now: Timestamp) -> AtR
             node: s.node.clone(),
             kinds: BTreeSet::new(),
             first_seen: s.observed_at,
+            evidence: BTreeSet::new(),
         });
         entry.kinds.insert(s.kind);
+        entry.evidence.insert(s.evidence);
         if s.observed_at < entry.first_seen {
             entry.first_seen = s.observed_at;
         }
@@ -115,6 +159,9 @@ fn admit<'s>(
         .get(&risk.node)
         .filter(|n| n.instance.as_ref() == Some(&risk.instance))
         .ok_or(DropReason::NodeGone)?;
+    if !boosted {
+        trusted(snapshot, risk, node.cordoned).map_err(DropReason::Untrusted)?;
+    }
     let group = node.group.as_ref().filter(|g| snapshot.groups.contains_key(*g)).ok_or(DropReason::NoGroup)?;
     if policy.ignored_groups.contains(group) {
         return Err(DropReason::IgnoredGroup);
@@ -129,6 +176,47 @@ fn admit<'s>(
         return Err(DropReason::Expired);
     }
     Ok(group)
+}
+
+/// An at-risk instance only Events speak for counts once its node is cordoned (NTH's first act)
+/// and, for spot-only kinds, once AWS says it is spot. Taints, rotations and the ledger vouch by
+/// themselves: only those allowed to patch Nodes or write the ledger could have made them.
+fn trusted(snapshot: &Snapshot, risk: &AtRisk, cordoned: bool) -> Result<(), Distrust> {
+    if risk.evidence.iter().any(|e| *e != Evidence::Event) {
+        return Ok(());
+    }
+    if !cordoned {
+        return Err(Distrust::NotCordoned);
+    }
+    if risk.kinds.iter().any(|k| k.spot_only()) {
+        match snapshot.lifecycles.get(&risk.instance) {
+            Some(InstanceLifecycle::Spot) => {}
+            Some(InstanceLifecycle::OnDemand) => return Err(Distrust::NotSpot),
+            None => return Err(Distrust::LifecycleUnknown),
+        }
+    }
+    Ok(())
+}
+
+/// The instances whose trust waits on AWS saying how they are bought: spot-only kinds vouched
+/// for by Events alone, on cordoned nodes, not boosted already.
+pub fn lifecycles_needed(snapshot: &Snapshot) -> BTreeSet<InstanceId> {
+    let boosted = snapshot.ledger.index();
+    let mut vouched: BTreeSet<&InstanceId> = BTreeSet::new();
+    let mut needed = BTreeSet::new();
+    for s in &snapshot.signals {
+        if s.evidence != Evidence::Event {
+            vouched.insert(&s.instance);
+        } else if s.kind.spot_only()
+            && !boosted.contains_key(&s.instance)
+            && !snapshot.lifecycles.contains_key(&s.instance)
+            && snapshot.nodes.get(&s.node).is_some_and(|n| n.cordoned && n.instance.as_ref() == Some(&s.instance))
+        {
+            needed.insert(s.instance.clone());
+        }
+    }
+    needed.retain(|i| !vouched.contains(i));
+    needed
 }
 
 #[cfg(test)]
@@ -187,6 +275,43 @@ mod tests {
         let set = fold_signals(&s, &policy, Timestamp::from_millis(61_000));
         assert_eq!(set.dropped, vec![Dropped { instance: "i-n1".into(), reason: DropReason::Expired }]);
         assert!(set.by_group[&GroupName::from("spot-a")].contains_key(&InstanceId::from("i-n2")));
+    }
+
+    fn event(node: &str, kind: SignalKind) -> Signal {
+        Signal { kind, evidence: Evidence::Event, ..Signal::rebalance(node, 0) }
+    }
+
+    #[test]
+    fn an_event_alone_counts_once_the_node_is_cordoned_and_aws_says_spot() {
+        let mut s = snapshot().with_signal(event("n1", SignalKind::SpotInterruption));
+        let why = |s: &Snapshot| {
+            fold_signals(s, &Policy::default(), Timestamp::EPOCH).dropped.first().map(|d| d.reason.clone())
+        };
+        assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::NotCordoned)));
+        assert!(lifecycles_needed(&s).is_empty(), "nothing is asked of AWS for an uncordoned node");
+
+        s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = true;
+        assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::LifecycleUnknown)));
+        assert_eq!(lifecycles_needed(&s), BTreeSet::from([InstanceId::from("i-n1")]));
+
+        s.lifecycles.insert("i-n1".into(), InstanceLifecycle::OnDemand);
+        assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::NotSpot)));
+        s.lifecycles.insert("i-n1".into(), InstanceLifecycle::Spot);
+        assert_eq!(why(&s), None);
+        assert_eq!(fold_signals(&s, &Policy::default(), Timestamp::EPOCH).len(), 1);
+    }
+
+    #[test]
+    fn a_scheduled_event_needs_the_cordon_but_not_spot_and_a_taint_vouches_alone() {
+        let mut s = snapshot().with_signal(event("n1", SignalKind::Scheduled));
+        s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = true;
+        assert_eq!(fold_signals(&s, &Policy::default(), Timestamp::EPOCH).len(), 1);
+        assert!(lifecycles_needed(&s).is_empty());
+
+        let s =
+            snapshot().with_signal(event("n2", SignalKind::SpotInterruption)).with_signal(Signal::rebalance("n2", 0));
+        assert_eq!(fold_signals(&s, &Policy::default(), Timestamp::EPOCH).len(), 1);
+        assert!(lifecycles_needed(&s).is_empty());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Event;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use crate::core::{InstanceId, NodeName, Signal, SignalKind, Timestamp};
+use crate::core::{Evidence, InstanceId, NodeName, Signal, SignalKind, Timestamp};
 use crate::timefmt::{parse_go_time, parse_imds_time, parse_rfc3339};
 
 /// NTH's `source.component` / `reportingComponent`.
@@ -71,7 +71,24 @@ impl NthSignal {
             node: self.node.clone(),
             kind: self.kind,
             observed_at: self.observed_at.unwrap_or(fallback_now),
+            evidence: Evidence::Event,
         })
+    }
+}
+
+impl NthSignal {
+    /// What must also hold before the daemon acts on this Event, since anyone who may create
+    /// Events could have written it: NTH's cordon (or taint) on the node and, for kinds EC2
+    /// sends only to spot instances, AWS saying the instance is spot.
+    pub fn trust_rule(&self) -> String {
+        let node = format!("node {} cordoned or NTH-tainted", self.node);
+        if !self.kind.spot_only() {
+            return node;
+        }
+        match &self.instance {
+            Some(i) => format!("{node}, and EC2 says {i} is spot"),
+            None => format!("{node}, and EC2 says its instance is spot"),
+        }
     }
 }
 
@@ -79,8 +96,8 @@ impl NthSignal {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "kind", content = "detail")]
 pub enum Ignored {
-    /// Neither `source.component` nor `reportingComponent` is NTH's, and the reason is not one
-    /// only NTH emits.
+    /// Neither `source.component` nor `reportingComponent` is NTH's (NTH's recorder always sets
+    /// `source.component`).
     NotFromNth(String),
     /// The Event is about a Pod, not a Node (e.g. NTH's `PodEviction`).
     NotAboutANode(String),
@@ -145,8 +162,22 @@ const ACTION_REASONS: &[&str] = &[
     "PodEviction",
 ];
 
-/// Reasons no other component is known to emit.
-const NTH_ONLY_REASONS: &[&str] = &["SQSTermination", "RebalanceRecommendation", "SpotInterruption", "ASGLifecycle"];
+/// Reasons NTH gives its interruption notices: an Event with one of these from anyone else is
+/// an impostor, counted as such.
+const NOTICE_REASONS: &[&str] = &[
+    "SQSTermination",
+    "RebalanceRecommendation",
+    "SpotInterruption",
+    "ScheduledEvent",
+    "ASGLifecycle",
+    "StateChange",
+    "UnknownInterruption",
+];
+
+/// Whether `reason` is one NTH gives an interruption notice.
+pub fn is_notice_reason(reason: &str) -> bool {
+    NOTICE_REASONS.contains(&reason)
+}
 
 /// The instance id at the end of an AWS providerID (`aws:///eu-central-1a/i-042377dc1ee1257a1`).
 pub fn instance_from_provider_id(provider_id: &str) -> Option<InstanceId> {
@@ -162,8 +193,7 @@ pub fn classify_event(event: &Event, provider_id: Option<&str>) -> Classificatio
     let component = event.source.as_ref().and_then(|s| s.component.clone()).filter(|c| !c.is_empty());
     let reporting = event.reporting_component.clone().filter(|c| !c.is_empty());
     let from_nth = component.as_deref() == Some(NTH_COMPONENT) || reporting.as_deref() == Some(NTH_COMPONENT);
-    let unsigned_nth_reason = component.is_none() && reporting.is_none() && NTH_ONLY_REASONS.contains(&reason.as_str());
-    if !(from_nth || unsigned_nth_reason) {
+    if !from_nth {
         return ignored(Ignored::NotFromNth(component.or(reporting).unwrap_or_default()));
     }
     let object_kind = event.involved_object.kind.clone().unwrap_or_default();
@@ -452,11 +482,20 @@ mod tests {
     }
 
     #[test]
-    fn old_nth_builds_without_reporting_fields_still_count() {
+    fn an_unsigned_notice_is_not_nths() {
+        // The six-line forgery: a notice reason, no source, any node.
+        let forged: Event = serde_yaml::from_str(
+            "involvedObject: {kind: Node, name: ip-10-0-1-1}\nreason: SpotInterruption\nmetadata: {name: x, namespace: default}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            classify_event(&forged, None),
+            Classification::Ignored { because: Ignored::NotFromNth(String::new()) }
+        );
+        assert!(is_notice_reason("SpotInterruption") && !is_notice_reason("NodeReady"));
         let mut e = fixture("imds-rebalance.yaml");
         e.source = None;
-        e.reporting_component = None;
-        assert!(matches!(classify_event(&e, None), Classification::Signal(_)));
+        assert!(matches!(classify_event(&e, None), Classification::Signal(_)), "reportingComponent alone is enough");
     }
 
     #[test]

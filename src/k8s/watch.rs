@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Debug;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt};
 use futures::{Stream, StreamExt};
@@ -22,7 +23,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::core::{CaGroupView, GroupName, NodeName, Pod, Signal, Timestamp};
+use crate::core::{CaGroupView, Evidence, GroupName, NodeName, Pod, Signal, SignalKind, Timestamp};
 use crate::k8s::ca_status::parse_ca_status;
 use crate::k8s::convert::{node_from_kube, pod_from_kube, WatchedNode};
 use crate::k8s::nth::{classify_event, Classification, Ignored, NthSignal};
@@ -44,7 +45,17 @@ pub struct WatchSettings {
     pub ca_status_name: String,
     /// Also treat NTH's taints (`taintNode: true`) as signals.
     pub nth_taints: bool,
+    /// How long a signal outlives its last Event (kube-apiserver's `--event-ttl` deletes it):
+    /// long enough for NTH to write the next one, short enough that deleted Events free memory.
+    /// A boost the ledger remembers keeps its instance at risk on its own.
+    pub signal_grace: Duration,
 }
+
+/// The default [`WatchSettings::signal_grace`].
+pub const SIGNAL_GRACE: Duration = Duration::from_secs(600);
+
+/// Event keys remembered per signal: enough to follow NTH's repeats, bounded against a flood.
+const EVENTS_PER_SIGNAL: usize = 16;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Watched {
@@ -67,11 +78,21 @@ impl Watched {
     }
 }
 
-/// A signal Event, kept with when the watch first saw it.
+/// One node's signal of one kind, however many Events repeat it, kept with when the watch first
+/// saw it and the Events that still stand for it.
 #[derive(Debug, Clone)]
 struct SeenSignal {
     signal: NthSignal,
     seen: Instant,
+    events: BTreeSet<String>,
+    /// When its last Event was deleted.
+    gone: Option<Instant>,
+}
+
+type SignalKey = (NodeName, SignalKind);
+
+fn signal_key(s: &NthSignal) -> SignalKey {
+    (s.node.clone(), s.kind)
 }
 
 #[derive(Debug, Default)]
@@ -81,8 +102,8 @@ struct Store {
     pods: HashMap<String, (NodeName, Pod)>,
     /// Pod UIDs by node.
     pods_by_node: HashMap<NodeName, HashSet<String>>,
-    /// Signal Events by UID (or namespace/name).
-    signals: HashMap<String, SeenSignal>,
+    /// Signals by node and kind.
+    signals: HashMap<SignalKey, SeenSignal>,
     /// When each tainted node's taint was first seen (monotonic, and wall time for the signal).
     taint_seen: HashMap<NodeName, (Instant, Timestamp)>,
     ca: BTreeMap<GroupName, CaGroupView>,
@@ -132,6 +153,9 @@ pub struct KubeCluster {
     settings: Arc<WatchSettings>,
     synced: Arc<Notify>,
 }
+
+/// A CA status ConfigMap, parsed.
+struct ParsedCa(Result<crate::k8s::ca_status::CaStatus, crate::k8s::ca_status::ParseCaStatusError>);
 
 /// One change a watch reports, already pruned.
 enum Change<V> {
@@ -239,7 +263,7 @@ impl KubeCluster {
                 "watch:ca-status",
                 async move {
                     let stream = watcher(config_maps, watcher::Config::default().fields(&ca_filter));
-                    c.drive(Watched::CaStatus, stream, Some, |s, x| c.apply_ca(s, x)).await;
+                    c.drive(Watched::CaStatus, stream, |x| Some(Self::parse_ca(x)), |s, x| c.apply_ca(s, x)).await;
                 }
                 .boxed(),
             ),
@@ -355,6 +379,13 @@ impl KubeCluster {
                 warn!(event = %key, reason = %because, "NTH Event not understood; ignored");
                 Some((key, None))
             }
+            Classification::Ignored { because: because @ Ignored::NotFromNth(_) }
+                if crate::k8s::nth::is_notice_reason(event.reason.as_deref().unwrap_or_default()) =>
+            {
+                self.metrics.signals_untrusted.with_label_values(&["not-from-nth"]).inc();
+                warn!(event = %key, reason = %because, "an interruption notice not written by NTH; ignored");
+                Some((key, None))
+            }
             Classification::Ignored { because } => {
                 debug!(event = %key, reason = %because, "not a signal");
                 Some((key, None))
@@ -422,44 +453,87 @@ impl KubeCluster {
 
     fn apply_events(&self, store: &mut Store, change: Change<(String, Option<NthSignal>)>) -> bool {
         let now = Instant::now();
+        let nodes_listed = store.synced.contains(&Watched::Nodes);
         let mut new = false;
         let mut keep = |store: &mut Store, key: String, signal: Option<NthSignal>| match signal {
+            // News about a node that does not exist is nobody's: not kept, so a flood of them
+            // costs nothing (a node listed later brings its NTH Events back on the next relist).
+            Some(signal) if nodes_listed && !store.nodes.contains_key(&signal.node) => {}
             Some(signal) => {
-                let seen = store.signals.get(&key).map_or(now, |s| s.seen);
-                new |= !store.signals.contains_key(&key);
-                store.signals.insert(key, SeenSignal { signal, seen });
+                let entry = store.signals.entry(signal_key(&signal));
+                let seen = match entry {
+                    std::collections::hash_map::Entry::Occupied(o) => {
+                        let s = o.into_mut();
+                        if s.signal.instance != signal.instance && signal.instance.is_some() {
+                            // Another instance under the same name: the old news is not about it.
+                            *s = SeenSignal { signal, seen: now, events: BTreeSet::new(), gone: None };
+                            new = true;
+                        }
+                        s
+                    }
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        new = true;
+                        v.insert(SeenSignal { signal, seen: now, events: BTreeSet::new(), gone: None })
+                    }
+                };
+                if seen.events.len() < EVENTS_PER_SIGNAL {
+                    seen.events.insert(key);
+                }
+                seen.gone = None;
             }
             None => {
-                store.signals.remove(&key);
+                // An Event that no longer reads as a notice: it stands for nothing now.
+                for s in store.signals.values_mut() {
+                    if s.events.remove(&key) && s.events.is_empty() {
+                        s.gone.get_or_insert(now);
+                    }
+                }
             }
         };
         match change {
-            // Events expire (kube-apiserver's --event-ttl, 1 h by default) while their news stays
-            // true: a signal is kept until its node leaves or gets another instance, never dropped
-            // because its Event did, or a drain waiting on a PDB would lose its node.
             Change::Reset(events) => {
+                for s in store.signals.values_mut() {
+                    s.events.clear();
+                }
                 for (key, signal) in events {
                     keep(store, key, signal);
                 }
+                for s in store.signals.values_mut().filter(|s| s.events.is_empty()) {
+                    s.gone.get_or_insert(now);
+                }
             }
             Change::Upsert((key, signal)) => keep(store, key, signal),
-            Change::Remove((key, _)) => {
-                // Only news about a node that is gone anyway is forgotten with its Event.
-                if store.signals.get(&key).is_some_and(|s| !store.nodes.contains_key(&s.signal.node)) {
-                    store.signals.remove(&key);
+            Change::Remove((key, signal)) => {
+                // Events expire (kube-apiserver's --event-ttl, 1 h by default); the news is
+                // forgotten a grace after its last one. A boosted instance stays at risk through
+                // the ledger, so its drain and give-back do not depend on the Event.
+                let found = signal.as_ref().map(signal_key).and_then(|k| store.signals.get_mut(&k));
+                if let Some(s) = found {
+                    if s.events.remove(&key) && s.events.is_empty() {
+                        s.gone.get_or_insert(now);
+                    }
                 }
             }
         }
+        let grace = self.settings.signal_grace;
+        store.signals.retain(|_, s| s.gone.is_none_or(|g| now.saturating_duration_since(g) < grace));
         new
     }
 
-    fn apply_ca(&self, store: &mut Store, change: Change<ConfigMap>) -> bool {
+    /// Parses CA's status as it arrives, outside the store's lock: a hostile status costs this
+    /// watch its time, never the readers'.
+    fn parse_ca(cm: ConfigMap) -> ParsedCa {
+        let text = cm.data.as_ref().and_then(|d| d.get("status")).map(String::as_str).unwrap_or_default();
+        ParsedCa(parse_ca_status(text))
+    }
+
+    fn apply_ca(&self, store: &mut Store, change: Change<ParsedCa>) -> bool {
         let cm = match change {
             Change::Reset(mut all) => all.pop(),
             Change::Upsert(cm) => Some(cm),
             Change::Remove(_) => None,
         };
-        let Some(cm) = cm else {
+        let Some(ParsedCa(parsed)) = cm else {
             if store.ca_found || !store.synced.contains(&Watched::CaStatus) {
                 warn!(
                     namespace = %self.settings.ca_status_namespace,
@@ -472,8 +546,7 @@ impl KubeCluster {
             self.metrics.ca_status_found.set(0);
             return false;
         };
-        let text = cm.data.as_ref().and_then(|d| d.get("status")).map(String::as_str).unwrap_or_default();
-        match parse_ca_status(text) {
+        match parsed {
             Ok(status) => {
                 store.ca = status.node_groups.iter().map(|g| (GroupName(g.name.clone()), g.core_view())).collect();
                 store.ca_time = status.time;
@@ -502,7 +575,12 @@ impl ClusterView for KubeCluster {
         }
         let mut state = ClusterState { ca: store.ca.clone(), ..ClusterState::default() };
         let fallback = wall_now();
+        let now = Instant::now();
+        let grace = self.settings.signal_grace;
         for seen in store.signals.values() {
+            if seen.gone.is_some_and(|g| now.saturating_duration_since(g) >= grace) {
+                continue;
+            }
             let mut signal = seen.signal.clone();
             if signal.instance.is_none() {
                 signal.instance = store.nodes.get(&signal.node).and_then(|n| n.node.instance.clone());
@@ -517,7 +595,14 @@ impl ClusterView for KubeCluster {
             let Some(w) = store.nodes.get(name) else { continue };
             let (Some((kind, added)), Some(instance)) = (w.node_signal(), w.node.instance.clone()) else { continue };
             state.first_seen.entry(instance.clone()).or_insert(*seen);
-            state.signals.push(Signal { instance, node: name.clone(), kind, observed_at: added.unwrap_or(*seen_wall) });
+            let evidence = if kind == SignalKind::Rotation { Evidence::Rotation } else { Evidence::NodeTaint };
+            state.signals.push(Signal {
+                instance,
+                node: name.clone(),
+                kind,
+                observed_at: added.unwrap_or(*seen_wall),
+                evidence,
+            });
         }
         // Deterministic order for the core, whatever the hash maps did.
         state.signals.sort_by(|a, b| (a.observed_at, &a.instance, a.kind).cmp(&(b.observed_at, &b.instance, b.kind)));
@@ -543,7 +628,8 @@ impl ClusterView for KubeCluster {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::SignalKind;
+
+    const GRACE: Duration = Duration::from_millis(40);
 
     fn cluster(nth_taints: bool) -> KubeCluster {
         let settings = WatchSettings {
@@ -551,6 +637,7 @@ mod tests {
             ca_status_namespace: "kube-system".into(),
             ca_status_name: "cluster-autoscaler-status".into(),
             nth_taints,
+            signal_grace: GRACE,
         };
         KubeCluster::new(settings, Arc::new(Notify::new()), Arc::new(Metrics::new()))
     }
@@ -614,22 +701,47 @@ mod tests {
         assert_eq!((signals[0].instance.as_str(), signals[0].kind), ("i-n1", SignalKind::Rotation));
     }
 
+    fn nth_event(node: &str, uid: &str) -> k8s_openapi::api::core::v1::Event {
+        let mut event: k8s_openapi::api::core::v1::Event =
+            serde_yaml::from_str(include_str!("../../tests/fixtures/nth/imds-rebalance.yaml")).unwrap();
+        event.involved_object.name = Some(node.into());
+        event.metadata.uid = Some(uid.into());
+        event
+    }
+
     #[test]
-    fn a_signal_outlives_its_expired_event_while_its_node_lives() {
+    fn a_signal_is_forgotten_a_grace_after_its_last_event() {
         let c = cluster(false);
         synced(&c, vec![node("n1", None)], Vec::new());
-        let event: k8s_openapi::api::core::v1::Event =
-            serde_yaml::from_str(include_str!("../../tests/fixtures/nth/imds-rebalance.yaml")).unwrap();
-        let mut event = event;
-        event.involved_object.name = Some("n1".into());
-        let (key, signal) = c.convert_event(event).unwrap();
-        c.apply_events(&mut c.write(), Change::Upsert((key.clone(), signal.clone())));
-        assert_eq!(c.current().unwrap().signals.len(), 1);
-        c.apply_events(&mut c.write(), Change::Remove((key.clone(), signal.clone())));
-        assert_eq!(c.current().unwrap().signals.len(), 1, "the Event expired; the news did not");
-        c.apply_nodes(&mut c.write(), Change::Remove(node("n1", None)));
-        assert!(c.current().unwrap().signals.is_empty());
-        assert!(c.read().signals.is_empty(), "forgotten with its node");
+        let (k1, s1) = c.convert_event(nth_event("n1", "e1")).unwrap();
+        let (k2, s2) = c.convert_event(nth_event("n1", "e2")).unwrap();
+        c.apply_events(&mut c.write(), Change::Upsert((k1.clone(), s1.clone())));
+        c.apply_events(&mut c.write(), Change::Upsert((k2.clone(), s2.clone())));
+        assert_eq!(c.current().unwrap().signals.len(), 1, "one node, one kind: one signal");
+        c.apply_events(&mut c.write(), Change::Remove((k1, s1)));
+        std::thread::sleep(GRACE * 2);
+        assert_eq!(c.current().unwrap().signals.len(), 1, "another Event still stands for it");
+        c.apply_events(&mut c.write(), Change::Remove((k2, s2)));
+        assert_eq!(c.current().unwrap().signals.len(), 1, "within the grace");
+        std::thread::sleep(GRACE * 2);
+        assert!(c.current().unwrap().signals.is_empty(), "the grace is over");
+        c.apply_events(&mut c.write(), Change::Reset(Vec::new()));
+        assert!(c.read().signals.is_empty(), "and its memory freed");
+    }
+
+    #[test]
+    fn a_flood_of_events_costs_one_entry_per_node_and_kind() {
+        let c = cluster(false);
+        synced(&c, vec![node("n1", None)], Vec::new());
+        for i in 0..10_000 {
+            let (k, s) = c.convert_event(nth_event("n1", &format!("e{i}"))).unwrap();
+            c.apply_events(&mut c.write(), Change::Upsert((k, s)));
+            let (k, s) = c.convert_event(nth_event(&format!("nobody-{i}"), &format!("x{i}"))).unwrap();
+            c.apply_events(&mut c.write(), Change::Upsert((k, s)));
+        }
+        let store = c.read();
+        assert_eq!(store.signals.len(), 1, "Events about unknown nodes are not kept");
+        assert_eq!(store.signals.values().next().unwrap().events.len(), EVENTS_PER_SIGNAL);
     }
 
     #[test]
@@ -658,13 +770,13 @@ mod tests {
                 "data": {"status": text}}))
             .unwrap()
         };
-        c.apply_ca(&mut c.write(), Change::Upsert(cm(good)));
+        c.apply_ca(&mut c.write(), Change::Upsert(KubeCluster::parse_ca(cm(good))));
         let before = c.current().unwrap().ca;
         assert!(!before.is_empty());
-        c.apply_ca(&mut c.write(), Change::Upsert(cm("nodeGroups: [garbage")));
+        c.apply_ca(&mut c.write(), Change::Upsert(KubeCluster::parse_ca(cm("nodeGroups: [garbage"))));
         assert_eq!(c.current().unwrap().ca, before);
         assert!(c.metrics.encode().contains("spots_booster_parse_errors_total{source=\"ca-status\"} 1"));
-        c.apply_ca(&mut c.write(), Change::Remove(cm(good)));
+        c.apply_ca(&mut c.write(), Change::Remove(KubeCluster::parse_ca(cm(good))));
         assert!(c.current().unwrap().ca.is_empty(), "a deleted status is gone");
         assert!(c.ca_status_age(Timestamp::EPOCH).is_none());
     }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::scenario::{SpotEvent, SpotEventKind, Targets};
 use super::world::{Eviction, World};
-use crate::core::{Policy, Resources, Signal, SignalKind, SizingMode, Timestamp};
+use crate::core::{Evidence, Policy, Resources, Signal, SignalKind, SizingMode, Timestamp};
 
 /// NTH: on a rebalance recommendation it emits the Event and cordons (and, as NTH's queue mode
 /// or `enableRebalanceDraining` do, drains when `drain_on_rebalance`); on a spot interruption
@@ -57,6 +57,7 @@ impl Nth {
                 node: node.as_str().into(),
                 kind,
                 observed_at: world.now,
+                evidence: Evidence::Event,
             });
             world.log("nth", format!("{} Event", kind.as_str()), &node, instance.clone());
             world.cordon(&node);

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::world::{Eviction, World};
-use crate::core::{BoostLedger, CaGroupView, GroupName, InstanceId, NodeName};
+use crate::core::{BoostLedger, CaGroupView, GroupName, InstanceId, InstanceLifecycle, NodeName};
 use crate::ports::{
     AutoScaling, AwsError, ClusterState, ClusterView, ClusterWriteError, ClusterWrites, DesiredWrite, EventSink,
     EvictOutcome, GroupDescription, GroupInstance, Guard, NodeEvent, PodRef, TagFilter, TerminateOutcome, WriteOutcome,
@@ -151,6 +151,16 @@ impl AutoScaling for SimWorld {
         Ok(instances
             .iter()
             .filter_map(|i| world.instances.get(i.as_str()).map(|x| (i.clone(), GroupName::from(x.group.as_str()))))
+            .collect())
+    }
+
+    async fn lifecycles(&self, instances: &[InstanceId]) -> Result<BTreeMap<InstanceId, InstanceLifecycle>, AwsError> {
+        // Every simulated group runs on spot.
+        let world = self.lock();
+        Ok(instances
+            .iter()
+            .filter(|i| world.instances.contains_key(i.as_str()))
+            .map(|i| (i.clone(), InstanceLifecycle::Spot))
             .collect())
     }
 }

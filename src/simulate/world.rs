@@ -474,6 +474,8 @@ impl World {
             name: pod.name.clone(),
             requests: w.requests,
             class: if w.critical { PodClass::Critical } else { PodClass::Ordinary },
+            opt_out: None,
+            bare: false,
         }
     }
 

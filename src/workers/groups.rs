@@ -13,11 +13,19 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use tokio::sync::Mutex;
-use tokio::time::Instant;
+use std::sync::{Mutex, MutexGuard};
 
-use crate::core::{BoostLedger, Group, GroupName, InstanceId};
+use tokio::time::Instant;
+use tracing::warn;
+
+use crate::core::{lifecycles_needed, BoostLedger, Group, GroupName, InstanceId, InstanceLifecycle, Snapshot};
 use crate::ports::{AutoScaling, AwsError, ClusterState, GroupDescription, TagFilter};
+
+/// The caches are only touched between calls, never across one, so a poisoned lock holds data
+/// as good as it was.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Every instance a described group lists is its member, so every node of the group is known,
 /// not only the signalled ones and recent joiners: the group's Ready count (CA's unready
@@ -52,15 +60,17 @@ impl InstanceGroupCache {
         instances: &[InstanceId],
     ) -> Result<HashMap<InstanceId, Option<GroupName>>, AwsError> {
         let now = Instant::now();
-        let mut entries = self.entries.lock().await;
-        entries.retain(|_, (_, at)| now.duration_since(*at) < self.ttl);
-        let missing: Vec<InstanceId> = instances.iter().filter(|i| !entries.contains_key(*i)).cloned().collect();
-        if !missing.is_empty() {
-            let mut found = aws.groups_of(&missing).await?;
-            for id in missing {
-                let group = found.remove(&id);
-                entries.insert(id, (group, now));
-            }
+        let missing: Vec<InstanceId> = {
+            let mut entries = lock(&self.entries);
+            entries.retain(|_, (_, at)| now.duration_since(*at) < self.ttl);
+            instances.iter().filter(|i| !entries.contains_key(*i)).cloned().collect()
+        };
+        // No lock across the call: a slow answer must not stall the other worker's reads.
+        let mut found = if missing.is_empty() { BTreeMap::new() } else { aws.groups_of(&missing).await? };
+        let mut entries = lock(&self.entries);
+        for id in missing {
+            let group = found.remove(&id);
+            entries.insert(id, (group, now));
         }
         Ok(instances.iter().map(|i| (i.clone(), entries.get(i).and_then(|(g, _)| g.clone()))).collect())
     }
@@ -72,13 +82,20 @@ pub struct GroupBook {
     refresh: Duration,
     described: Mutex<BTreeMap<GroupName, (GroupDescription, Instant)>>,
     instances: InstanceGroupCache,
+    /// How each looked-up instance is bought: fixed for an instance's life.
+    lifecycles: Mutex<HashMap<InstanceId, InstanceLifecycle>>,
 }
 
 impl GroupBook {
     /// A book that re-describes a group once its description is `refresh` old and remembers an
     /// instance's group for `instance_ttl`.
     pub fn new(refresh: Duration, instance_ttl: Duration) -> Self {
-        GroupBook { refresh, described: Mutex::new(BTreeMap::new()), instances: InstanceGroupCache::new(instance_ttl) }
+        GroupBook {
+            refresh,
+            described: Mutex::new(BTreeMap::new()),
+            instances: InstanceGroupCache::new(instance_ttl),
+            lifecycles: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Describes every group whose tags match all `filters` (none: nothing to do).
@@ -88,7 +105,7 @@ impl GroupBook {
         }
         let found = aws.discover_groups(filters).await?;
         let now = Instant::now();
-        let mut described = self.described.lock().await;
+        let mut described = lock(&self.described);
         for g in &found {
             described.insert(g.name.clone(), (g.clone(), now));
         }
@@ -105,7 +122,7 @@ impl GroupBook {
         ledger: &BoostLedger,
     ) -> Result<BTreeMap<GroupName, Group>, AwsError> {
         // Instances a described group already lists need no lookup.
-        set_groups_from_members(&*self.described.lock().await, state);
+        set_groups_from_members(&lock(&self.described), state);
         let signalled: BTreeSet<_> = state.signals.iter().map(|s| s.node.clone()).collect();
         let since = ledger.records.iter().map(|r| r.at).min();
         let unresolved: Vec<InstanceId> = state
@@ -129,17 +146,19 @@ impl GroupBook {
             .filter_map(|n| state.nodes.get(n).and_then(|n| n.group.clone()))
             .chain(ledger.records.iter().map(|r| r.group.clone()))
             .collect();
-        let mut described = self.described.lock().await;
         let now = Instant::now();
-        let stale: Vec<GroupName> = wanted
-            .iter()
-            .filter(|g| described.get(*g).is_none_or(|(_, at)| now.duration_since(*at) >= self.refresh))
-            .cloned()
-            .collect();
-        if !stale.is_empty() {
-            for g in aws.describe_groups(&stale).await? {
-                described.insert(g.name.clone(), (g, now));
-            }
+        let stale: Vec<GroupName> = {
+            let described = lock(&self.described);
+            wanted
+                .iter()
+                .filter(|g| described.get(*g).is_none_or(|(_, at)| now.duration_since(*at) >= self.refresh))
+                .cloned()
+                .collect()
+        };
+        let fresh = if stale.is_empty() { Vec::new() } else { aws.describe_groups(&stale).await? };
+        let mut described = lock(&self.described);
+        for g in fresh {
+            described.insert(g.name.clone(), (g, now));
         }
         set_groups_from_members(&described, state);
         Ok(described.values().map(|(g, _)| (g.name.clone(), g.to_core(None, state.ca.get(&g.name).cloned()))).collect())
@@ -147,13 +166,36 @@ impl GroupBook {
 
     /// Notes a desired capacity the workers wrote or saw, without a describe.
     pub async fn note_desired(&self, group: &GroupName, desired: u32) {
-        if let Some((g, _)) = self.described.lock().await.get_mut(group) {
+        if let Some((g, _)) = lock(&self.described).get_mut(group) {
             g.desired = desired;
         }
     }
 
     /// Forgets a group's description, so the next plan describes it again.
     pub async fn invalidate(&self, group: &GroupName) {
-        self.described.lock().await.remove(group);
+        lock(&self.described).remove(group);
+    }
+
+    /// Fills `snapshot.lifecycles` for the instances whose trust waits on it, asking EC2 only
+    /// for those never looked up. A failed lookup leaves them unknown (so untrusted) until the
+    /// next pass: an Event is never believed because AWS could not be asked.
+    pub async fn fill_lifecycles<A: AutoScaling>(&self, aws: &A, snapshot: &mut Snapshot) {
+        let needed = lifecycles_needed(snapshot);
+        let missing: Vec<InstanceId> = {
+            let mut cache = lock(&self.lifecycles);
+            let live: BTreeSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
+            cache.retain(|i, _| live.contains(i));
+            needed.iter().filter(|i| !cache.contains_key(*i)).cloned().collect()
+        };
+        if !missing.is_empty() {
+            match aws.lifecycles(&missing).await {
+                Ok(found) => lock(&self.lifecycles).extend(found),
+                Err(e) => {
+                    warn!(error = %e, instances = missing.len(), "instance lifecycles not read; their Events stay untrusted")
+                }
+            }
+        }
+        let cache = lock(&self.lifecycles);
+        snapshot.lifecycles = needed.into_iter().filter_map(|i| cache.get(&i).map(|l| (i, *l))).collect();
     }
 }

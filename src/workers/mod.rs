@@ -13,7 +13,7 @@ pub mod scaler;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::core::{BoostLedger, InstanceId, NodeName, Policy, Signal, SignalKind, Snapshot, Timestamp};
+use crate::core::{BoostLedger, Evidence, InstanceId, NodeName, Policy, Signal, SignalKind, Snapshot, Timestamp};
 use crate::metrics::Metrics;
 use crate::ports::{AutoScaling, AwsError, ClusterState, ClusterView, Leadership, LedgerStore};
 use groups::GroupBook;
@@ -68,6 +68,7 @@ pub fn remember_boosted(state: &mut ClusterState, ledger: &BoostLedger) {
                 node: node.name.clone(),
                 kind: SignalKind::Rebalance,
                 observed_at: record.at,
+                evidence: Evidence::Ledger,
             });
         }
     }
@@ -92,10 +93,9 @@ impl<A: AutoScaling, C: ClusterView, L: LedgerStore, W, E> WorkerContext<A, C, L
         let ledger = self.ledger.current().await;
         remember_boosted(&mut state, &ledger);
         let groups = self.groups.resolve(&self.aws, &mut state, &ledger).await?;
-        Ok(Some(Observation {
-            snapshot: Snapshot { groups, nodes: state.nodes, signals: state.signals, ledger },
-            protected: state.protected,
-            first_seen: state.first_seen,
-        }))
+        let mut snapshot =
+            Snapshot { groups, nodes: state.nodes, signals: state.signals, ledger, lifecycles: BTreeMap::new() };
+        self.groups.fill_lifecycles(&self.aws, &mut snapshot).await;
+        Ok(Some(Observation { snapshot, protected: state.protected, first_seen: state.first_seen }))
     }
 }

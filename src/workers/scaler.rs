@@ -19,13 +19,14 @@ use tracing::{info, warn};
 pub use super::{system_clock, Clock};
 use super::{Observation, WorkerContext};
 use crate::core::{
-    close_finished_boosts, fold_signals, plan_boosts, plan_give_backs, Boost, BoostLedger, BoostRecord, GiveBack,
-    GroupName, InstanceId, Snapshot, Timestamp,
+    close_finished_boosts, fold_signals, plan_boosts, plan_give_backs, Boost, BoostLedger, BoostRecord, DropReason,
+    GiveBack, GroupName, InstanceId, Snapshot, Timestamp,
 };
 use crate::ports::{
     AutoScaling, AwsError, ClusterView, ClusterWrites, DesiredWrite, EventSeverity, EventSink, LedgerError,
     LedgerStore, NodeEvent, TagFilter, WriteOutcome,
 };
+use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
 
 /// How the scaler paces itself.
 #[derive(Debug, Clone)]
@@ -87,9 +88,12 @@ pub struct Scaler<A, C, L, W, E> {
     wake: Arc<Notify>,
     /// Signals already counted in the metrics, by instance.
     counted: BTreeSet<(InstanceId, &'static str)>,
+    /// Instances whose Events are not believed, with why, already counted.
+    untrusted: BTreeSet<(InstanceId, &'static str)>,
     /// The last hold reason published per instance, so a held boost is told once, not per plan.
     told_held: HashMap<InstanceId, String>,
     was_leader: bool,
+    heartbeat: Option<Heartbeat>,
 }
 
 fn record_key(r: &BoostRecord) -> (&GroupName, &BTreeSet<InstanceId>, Timestamp) {
@@ -111,9 +115,20 @@ where
             settings,
             wake: Arc::new(Notify::new()),
             counted: BTreeSet::new(),
+            untrusted: BTreeSet::new(),
             told_held: HashMap::new(),
             was_leader: false,
+            heartbeat: None,
         }
+    }
+
+    /// Registers with `beats` as `worker:scaler` and beats at every pass, for `/livez`. It counts as
+    /// wedged once a pass is later than its longest wait plus [`WORKER_SILENCE_LIMIT`].
+    pub fn beating(mut self, beats: &Heartbeats) -> Self {
+        self.heartbeat = Some(
+            beats.register("worker:scaler", self.settings.resync + self.settings.coalesce_max + WORKER_SILENCE_LIMIT),
+        );
+        self
     }
 
     /// Makes `wake` the scaler's waker (the watches are built before the scaler).
@@ -136,6 +151,9 @@ where
     /// Runs until `shutdown` turns true.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Self {
         loop {
+            if let Some(h) = &self.heartbeat {
+                h.beat();
+            }
             tokio::select! {
                 _ = self.wake.notified() => self.settle().await,
                 _ = tokio::time::sleep(self.settings.resync) => {}
@@ -148,7 +166,12 @@ where
                 Ok(report) if !report.raced.is_empty() => self.wake.notify_one(),
                 Ok(_) => {}
                 Err(ScalerError::NotSynced) => {}
-                Err(e) => warn!(error = %e, "scaler tick failed; retrying at the next wake-up or resync"),
+                Err(e) => {
+                    if let ScalerError::Ledger(l) = &e {
+                        self.ctx.metrics.ledger_errors.with_label_values(&[l.operation()]).inc();
+                    }
+                    warn!(error = %e, "scaler tick failed; retrying at the next wake-up or resync");
+                }
             }
         }
     }
@@ -180,6 +203,7 @@ where
         self.count_signals(&snapshot);
 
         let at_risk = fold_signals(&snapshot, &ctx.policy, now);
+        self.count_untrusted(&at_risk);
         let give_backs = plan_give_backs(&snapshot);
         if !give_backs.is_empty() {
             self.give_back(&give_backs, leading).await?;
@@ -438,6 +462,20 @@ where
         self.counted.retain(|k| live.contains(k));
     }
 
+    /// Counts each instance whose Events are not believed once per reason, and says why.
+    fn count_untrusted(&mut self, at_risk: &crate::core::AtRiskSet) {
+        let mut live = BTreeSet::new();
+        for d in &at_risk.dropped {
+            let DropReason::Untrusted(why) = d.reason else { continue };
+            live.insert((d.instance.clone(), why.as_str()));
+            if self.untrusted.insert((d.instance.clone(), why.as_str())) {
+                self.ctx.metrics.signals_untrusted.with_label_values(&[why.as_str()]).inc();
+                info!(instance = %d.instance, reason = why.as_str(), "an Event's interruption notice is not believed yet");
+            }
+        }
+        self.untrusted.retain(|k| live.contains(k));
+    }
+
     fn nodes_of<'s>(snapshot: &'s Snapshot, instances: &[&InstanceId]) -> Vec<&'s crate::core::Node> {
         snapshot.nodes.values().filter(|n| n.instance.as_ref().is_some_and(|i| instances.contains(&i))).collect()
     }
@@ -497,7 +535,7 @@ mod tests {
     use std::sync::atomic::{AtomicI64, Ordering};
 
     use super::*;
-    use crate::core::{InstanceId, Node, NodeName, Policy, Signal, SignalKind};
+    use crate::core::{Evidence, InstanceId, Node, NodeName, Policy, Signal, SignalKind};
     use crate::fakes::{AsgCall, FakeAutoScaling, FakeContext, FakeRig, InMemoryCluster};
     use crate::metrics::Metrics;
     use crate::ports::Leadership;
@@ -514,6 +552,7 @@ mod tests {
             node: name.into(),
             kind: SignalKind::Rebalance,
             observed_at: Timestamp::from_millis(1_000),
+            evidence: Evidence::NodeTaint,
         });
     }
 
@@ -595,14 +634,46 @@ mod tests {
         rig
     }
 
+    /// NTH's Event about `name`, which NTH has cordoned.
     fn signal(rig: &FakeRig, name: &str) {
         rig.cluster.edit(|s| s.nodes.get_mut(&NodeName::from(name)).unwrap().cordoned = true);
+        event(rig, name, SignalKind::Rebalance);
+    }
+
+    fn event(rig: &FakeRig, name: &str, kind: SignalKind) {
         rig.cluster.signal(Signal {
             instance: InstanceId(format!("i-{name}")),
             node: name.into(),
-            kind: SignalKind::Rebalance,
+            kind,
             observed_at: Timestamp::from_millis(1_000),
+            evidence: Evidence::Event,
         });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_forged_event_moves_nothing_until_the_node_and_aws_agree() {
+        let rig = fleet(10, 10, 100);
+        rig.aws.on_demand("i-n2");
+        let metrics = Arc::new(Metrics::new());
+        let mut s =
+            Scaler::new(rig.context(count_policy(), fixed_clock(), metrics.clone()).await, ScalerSettings::default());
+        // Anyone may write an Event: about an uncordoned node it is not believed, and AWS is not asked.
+        event(&rig, "n1", SignalKind::SpotInterruption);
+        event(&rig, "n2", SignalKind::SpotInterruption);
+        assert!(s.tick().await.unwrap().raised.is_empty());
+        assert_eq!(rig.aws.lifecycle_lookups(), 0);
+        // Cordoned, but on-demand: EC2 sends no interruption notice to on-demand instances.
+        rig.cluster.edit(|s| s.nodes.get_mut(&NodeName::from("n2")).unwrap().cordoned = true);
+        assert!(s.tick().await.unwrap().raised.is_empty());
+        assert!(s.tick().await.unwrap().raised.is_empty());
+        assert_eq!(rig.aws.lifecycle_lookups(), 1, "an instance is looked up once");
+        let text = metrics.encode();
+        assert!(text.contains("spots_booster_signals_untrusted_total{reason=\"not-cordoned\"} 2"), "{text}");
+        assert!(text.contains("spots_booster_signals_untrusted_total{reason=\"not-spot\"} 1"), "{text}");
+        assert!(raises(&rig.aws).is_empty());
+        // NTH's cordon on the spot node: now it is believed.
+        rig.cluster.edit(|s| s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = true);
+        assert_eq!(s.tick().await.unwrap().raised, vec![(GroupName::from("a"), 10, 11)]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -671,6 +742,7 @@ mod tests {
             node: "n1".into(),
             kind: SignalKind::Rotation,
             observed_at: Timestamp::from_millis(1_000),
+            evidence: Evidence::NodeTaint,
         });
         let mut s = scaler(&rig).await;
         s.start(&[]).await.unwrap();
