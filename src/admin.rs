@@ -1,5 +1,5 @@
-//! The admin HTTP server: `/metrics` (Prometheus text), `/livez` (the process answers) and
-//! `/readyz` (every watch has synced).
+//! The admin HTTP server: `/metrics` (Prometheus text), `/livez` (every worker has beaten
+//! recently) and `/readyz` (every watch has synced).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -21,6 +21,18 @@ use crate::metrics::Metrics;
 /// Whether the daemon is ready.
 pub type Readiness = Arc<dyn Fn() -> bool + Send + Sync>;
 
+/// Whether the daemon is alive; the error names what is stuck.
+pub type Liveness = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// What the probes ask.
+#[derive(Clone)]
+pub struct Probes {
+    /// `/readyz`.
+    pub ready: Readiness,
+    /// `/livez`.
+    pub live: Liveness,
+}
+
 /// The server could not start.
 #[derive(Debug, Error)]
 #[error("cannot listen on --metrics-bind-address {address}")]
@@ -40,15 +52,18 @@ fn respond(status: StatusCode, content_type: &'static str, body: String) -> Resp
 }
 
 /// Answers one request.
-pub fn route(method: &Method, path: &str, metrics: &Metrics, ready: &Readiness) -> Response<Full<Bytes>> {
+pub fn route(method: &Method, path: &str, metrics: &Metrics, probes: &Probes) -> Response<Full<Bytes>> {
     const TEXT: &str = "text/plain; charset=utf-8";
     if method != Method::GET && method != Method::HEAD {
         return respond(StatusCode::METHOD_NOT_ALLOWED, TEXT, "GET only\n".into());
     }
     match path {
         "/metrics" => respond(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", metrics.encode()),
-        "/livez" | "/healthz" => respond(StatusCode::OK, TEXT, "ok".into()),
-        "/readyz" if ready() => respond(StatusCode::OK, TEXT, "ok".into()),
+        "/livez" | "/healthz" => match (probes.live)() {
+            Ok(()) => respond(StatusCode::OK, TEXT, "ok".into()),
+            Err(stuck) => respond(StatusCode::SERVICE_UNAVAILABLE, TEXT, format!("{stuck}\n")),
+        },
+        "/readyz" if (probes.ready)() => respond(StatusCode::OK, TEXT, "ok".into()),
         "/readyz" => respond(StatusCode::SERVICE_UNAVAILABLE, TEXT, "watches not synced\n".into()),
         _ => respond(StatusCode::NOT_FOUND, TEXT, "not found\n".into()),
     }
@@ -70,8 +85,8 @@ impl Default for Limits {
 }
 
 /// Binds `address` and serves until the runtime stops; returns the bound address (port 0 picks one).
-pub async fn serve(address: &str, metrics: Arc<Metrics>, ready: Readiness) -> Result<SocketAddr, BindError> {
-    let (bound, server) = bind(address, metrics, ready, Limits::default()).await?;
+pub async fn serve(address: &str, metrics: Arc<Metrics>, probes: Probes) -> Result<SocketAddr, BindError> {
+    let (bound, server) = bind(address, metrics, probes, Limits::default()).await?;
     tokio::spawn(server);
     Ok(bound)
 }
@@ -82,7 +97,7 @@ pub async fn serve(address: &str, metrics: Arc<Metrics>, ready: Readiness) -> Re
 pub async fn bind(
     address: &str,
     metrics: Arc<Metrics>,
-    ready: Readiness,
+    probes: Probes,
     limits: Limits,
 ) -> Result<(SocketAddr, impl std::future::Future<Output = ()> + Send + 'static), BindError> {
     let listener =
@@ -103,11 +118,11 @@ pub async fn bind(
                 debug!("admin connection refused: too many open");
                 continue;
             };
-            let (metrics, ready) = (metrics.clone(), ready.clone());
+            let (metrics, probes) = (metrics.clone(), probes.clone());
             tokio::spawn(async move {
                 let _slot = slot;
                 let service = service_fn(move |req: Request<Incoming>| {
-                    let response = route(req.method(), req.uri().path(), &metrics, &ready);
+                    let response = route(req.method(), req.uri().path(), &metrics, &probes);
                     async move { Ok::<_, Infallible>(response) }
                 });
                 let connection = http1::Builder::new()
@@ -127,14 +142,21 @@ pub async fn bind(
 mod tests {
     use super::*;
 
+    fn probes(ready: bool) -> Probes {
+        Probes { ready: Arc::new(move || ready), live: Arc::new(|| Ok(())) }
+    }
+
     #[test]
     fn readyz_follows_readiness_and_metrics_are_prometheus_text() {
         let metrics = Metrics::new();
-        let not_ready: Readiness = Arc::new(|| false);
-        let ready: Readiness = Arc::new(|| true);
+        let not_ready = probes(false);
+        let ready = probes(true);
         assert_eq!(route(&Method::GET, "/readyz", &metrics, &not_ready).status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(route(&Method::GET, "/readyz", &metrics, &ready).status(), StatusCode::OK);
         assert_eq!(route(&Method::GET, "/livez", &metrics, &not_ready).status(), StatusCode::OK);
+        let stuck = Probes { live: Arc::new(|| Err("worker:drainer silent for 301s".into())), ..ready.clone() };
+        let livez = route(&Method::GET, "/livez", &metrics, &stuck);
+        assert_eq!(livez.status(), StatusCode::SERVICE_UNAVAILABLE);
         let m = route(&Method::GET, "/metrics", &metrics, &ready);
         assert!(m.headers()[hyper::header::CONTENT_TYPE].to_str().unwrap().starts_with("text/plain; version=0.0.4"));
         assert_eq!(route(&Method::POST, "/metrics", &metrics, &ready).status(), StatusCode::METHOD_NOT_ALLOWED);
@@ -144,7 +166,7 @@ mod tests {
     async fn half_open_connections_are_closed_and_never_starve_the_probes() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let limits = Limits { header_read: std::time::Duration::from_millis(300), connections: 8 };
-        let (addr, server) = bind("127.0.0.1:0", Arc::new(Metrics::new()), Arc::new(|| true), limits).await.unwrap();
+        let (addr, server) = bind("127.0.0.1:0", Arc::new(Metrics::new()), probes(true), limits).await.unwrap();
         tokio::spawn(server);
         let mut idle = Vec::new();
         for _ in 0..20 {
@@ -167,7 +189,7 @@ mod tests {
     async fn the_server_answers_over_tcp() {
         let metrics = Arc::new(Metrics::new());
         metrics.leader.set(1);
-        let addr = serve("127.0.0.1:0", metrics, Arc::new(|| true)).await.unwrap();
+        let addr = serve("127.0.0.1:0", metrics, probes(true)).await.unwrap();
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();

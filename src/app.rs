@@ -19,12 +19,12 @@ use crate::k8s::events::KubeEvents;
 use crate::k8s::instancegroups::KubeInstanceGroups;
 use crate::k8s::leader::{LeaderElector, LeaseTiming};
 use crate::k8s::ledger::ConfigMapLedger;
-use crate::k8s::watch::{KubeCluster, WatchSettings};
+use crate::k8s::watch::{KubeCluster, WatchSettings, SIGNAL_GRACE};
 use crate::k8s::writes::KubeWrites;
 use crate::metrics::{AwsCounts, Metrics};
 use crate::ports::{AwsError, Leadership, LedgerError};
 use crate::simulate::{simulate_file, SimulateError};
-use crate::supervise::{Lifetime, Supervisor, TaskEnded};
+use crate::supervise::{Heartbeats, Lifetime, Supervisor, TaskEnded};
 use crate::workers::drainer::{Drainer, DrainerSettings};
 use crate::workers::groups::GroupBook;
 use crate::workers::instancegroups::InstanceGroupReconciler;
@@ -184,6 +184,7 @@ pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
             ca_status_namespace: args.ca_status_namespace.clone(),
             ca_status_name: args.ca_status_name.clone(),
             nth_taints: args.nth_taint_signals,
+            signal_grace: SIGNAL_GRACE,
         },
         wake.clone(),
         metrics.clone(),
@@ -214,13 +215,15 @@ pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
 
     let mut tasks = Supervisor::default();
     let ready_cluster = cluster.clone();
-    let (bound, admin) = crate::admin::bind(
-        &args.metrics_bind_address,
-        metrics.clone(),
-        Arc::new(move || ready_cluster.is_synced()),
-        crate::admin::Limits::default(),
-    )
-    .await?;
+    let heartbeats = Heartbeats::default();
+    let live = heartbeats.clone();
+    let probes = crate::admin::Probes {
+        ready: Arc::new(move || ready_cluster.is_synced()),
+        live: Arc::new(move || live.check()),
+    };
+    let (bound, admin) =
+        crate::admin::bind(&args.metrics_bind_address, metrics.clone(), probes, crate::admin::Limits::default())
+            .await?;
     tasks.spawn("admin-server", Lifetime::Forever, admin);
     info!(address = %bound, "serving /metrics, /livez and /readyz");
 
@@ -252,6 +255,7 @@ pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
     let failed = tokio::select! {
         _ = cluster.wait_synced() => {
             let drainer = Drainer::new(ctx.clone(), DrainerSettings { tick: args.drain_interval, ..DrainerSettings::default() });
+            let (drainer, scaler) = (drainer.beating(&heartbeats), scaler.beating(&heartbeats));
             let (scaler_stop, drainer_stop) = (shutdown.clone(), shutdown.clone());
             tasks.spawn("worker:scaler", Lifetime::UntilShutdown, async move {
                 scaler.run(scaler_stop).await;

@@ -3,11 +3,67 @@
 //! while it may still look healthy: the supervisor reports it by name, and `run` exits non-zero so
 //! Kubernetes restarts the pod.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use thiserror::Error;
 use tokio::task::{Id, JoinSet};
+use tokio::time::Instant;
+
+/// How long a worker may go without a beat before `/livez` fails: longer than any pass takes
+/// with every AWS and Kubernetes call at its deadline, so only a wedged worker exceeds it.
+pub const WORKER_SILENCE_LIMIT: Duration = Duration::from_secs(300);
+
+/// When each worker last showed progress. A task that is alive but stuck (a lock never released,
+/// a call that never returns) is not caught by the supervisor; its silence is, through `/livez`.
+#[derive(Debug, Clone, Default)]
+pub struct Heartbeats(Arc<Mutex<BTreeMap<&'static str, (Instant, Duration)>>>);
+
+impl Heartbeats {
+    /// Starts watching `name`, which must beat at least every `limit`.
+    pub fn register(&self, name: &'static str, limit: Duration) -> Heartbeat {
+        self.lock().insert(name, (Instant::now(), limit));
+        Heartbeat { beats: self.clone(), name }
+    }
+
+    /// The workers silent past their limit, with how long, as one line; `Ok` when none is.
+    pub fn check(&self) -> Result<(), String> {
+        let now = Instant::now();
+        let silent: Vec<String> = self
+            .lock()
+            .iter()
+            .filter(|(_, (last, limit))| now.saturating_duration_since(*last) > *limit)
+            .map(|(name, (last, _))| format!("{name} silent for {}s", now.saturating_duration_since(*last).as_secs()))
+            .collect();
+        if silent.is_empty() {
+            Ok(())
+        } else {
+            Err(silent.join(", "))
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<&'static str, (Instant, Duration)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One worker's beat.
+#[derive(Debug, Clone)]
+pub struct Heartbeat {
+    beats: Heartbeats,
+    name: &'static str,
+}
+
+impl Heartbeat {
+    /// Notes progress now.
+    pub fn beat(&self) {
+        if let Some((last, _)) = self.beats.lock().get_mut(self.name) {
+            *last = Instant::now();
+        }
+    }
+}
 
 /// Whether a task is expected to end once shutdown is asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +142,18 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_worker_fails_the_liveness_check_by_name() {
+        let beats = Heartbeats::default();
+        let scaler = beats.register("worker:scaler", Duration::from_secs(60));
+        let _drainer = beats.register("worker:drainer", Duration::from_secs(60));
+        tokio::time::sleep(Duration::from_secs(45)).await;
+        scaler.beat();
+        assert_eq!(beats.check(), Ok(()));
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(beats.check(), Err("worker:drainer silent for 75s".to_string()));
+    }
 
     #[tokio::test]
     async fn a_panic_or_an_early_return_is_reported_by_name() {

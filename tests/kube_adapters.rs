@@ -282,6 +282,7 @@ async fn the_ledger_configmap_is_created_then_replaced_with_its_resource_version
     assert_eq!((seen.method.as_str(), seen.path.as_str()), ("POST", "/api/v1/namespaces/spots/configmaps"));
     let saved: BoostLedger = serde_json::from_str(seen.body["data"]["ledger.json"].as_str().unwrap()).unwrap();
     assert_eq!(saved, ledger());
+    assert_eq!(seen.body["metadata"]["finalizers"], json!(["spots-booster.io/ledger"]), "fails closed across restarts");
     save.await.unwrap().unwrap();
 
     let s = store.clone();
@@ -316,6 +317,25 @@ async fn the_ledger_configmap_is_created_then_replaced_with_its_resource_version
     let err = load.await.unwrap().unwrap_err();
     let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
     assert!(chain.contains("ConfigMap spots/spots-booster-ledger was deleted"), "{chain}");
+
+    // A fresh process: the finalizer kept the deleted ConfigMap, so the deletion is seen and
+    // refused though this process never saw it exist.
+    let (client, mut server) = mocked().await;
+    let fresh = ConfigMapLedger::new(client, "spots", "spots-booster-ledger");
+    let load = tokio::spawn(async move { fresh.load().await });
+    answer(&mut server, |_| {
+        reply(
+            200,
+            json!({"metadata": {"name": "spots-booster-ledger", "resourceVersion": "11",
+                                "deletionTimestamp": "2026-11-23T10:00:00Z",
+                                "finalizers": ["spots-booster.io/ledger"]},
+                   "data": {"ledger.json": serde_json::to_string(&ledger()).unwrap()}}),
+        )
+    })
+    .await;
+    let err = load.await.unwrap().unwrap_err();
+    let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+    assert!(chain.contains("is being deleted") && chain.contains("remove its finalizer"), "{chain}");
 }
 
 #[tokio::test]
@@ -394,6 +414,7 @@ fn settings() -> WatchSettings {
         ca_status_namespace: "kube-system".into(),
         ca_status_name: "cluster-autoscaler-status".into(),
         nth_taints: false,
+        signal_grace: spots_booster::k8s::watch::SIGNAL_GRACE,
     }
 }
 

@@ -14,10 +14,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::model::{
-    BoostLedger, BoostRecord, GroupName, InstanceId, Node, NodeName, Pod, PodClass, Snapshot, Timestamp,
+    BoostLedger, BoostRecord, GroupName, InstanceId, Node, NodeName, OptOut, Pod, PodClass, Snapshot, Timestamp,
 };
 use super::policy::Policy;
-use super::signals::AtRiskSet;
+use super::signals::{AtRisk, AtRiskSet};
 
 /// A drain the worker has started.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,6 +124,16 @@ pub enum DrainWait {
         /// Replacements the boost added.
         needed: u32,
     },
+    /// A pod on the node opted out of voluntary disruption, and the node's trouble is voluntary
+    /// (a rebalance recommendation, a rotation): it waits for a confirmed interruption.
+    OptedOut {
+        /// The node.
+        node: NodeName,
+        /// `namespace/name` of the first pod that opted out.
+        pod: String,
+        /// How it opted out.
+        how: OptOut,
+    },
 }
 
 impl std::fmt::Display for DrainWait {
@@ -135,6 +145,11 @@ impl std::fmt::Display for DrainWait {
                 let names: Vec<&str> = instances.iter().map(InstanceId::as_str).collect();
                 write!(f, "{ready} of {needed} replacement(s) Ready for {}", names.join(", "))
             }
+            DrainWait::OptedOut { node, pod, how } => write!(
+                f,
+                "{node} is not drained for a voluntary disruption: pod {pod} has {}; a confirmed interruption overrides it",
+                how.annotation()
+            ),
         }
     }
 }
@@ -275,6 +290,13 @@ pub fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> Dr
                     && records.get(&r.instance).is_some_and(|&k| !snapshot.ledger.records[k].kept.contains(&r.instance))
             })
             .collect();
+        candidates.retain(|r| match opted_out(snapshot, r) {
+            Some(reason) => {
+                plan.waiting.push(Waiting { group: group.clone(), reason });
+                false
+            }
+            None => true,
+        });
         if candidates.is_empty() {
             continue;
         }
@@ -331,6 +353,21 @@ pub fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> Dr
     }
     plan.claims = claims;
     plan
+}
+
+/// Why a voluntary drain leaves `risk`'s node alone: a pod on it that opted out. A spot
+/// interruption or a scheduled event takes the instance anyway, so those drain regardless.
+fn opted_out(snapshot: &Snapshot, risk: &AtRisk) -> Option<DrainWait> {
+    if risk.kinds.iter().any(|k| k.drained_by_nth()) {
+        return None;
+    }
+    let node = snapshot.nodes.get(&risk.node)?;
+    let pod = node.pods.iter().find(|p| p.class.is_evictable() && p.opt_out.is_some())?;
+    Some(DrainWait::OptedOut {
+        node: node.name.clone(),
+        pod: format!("{}/{}", pod.namespace, pod.name),
+        how: pod.opt_out?,
+    })
 }
 
 /// The ledger once closed boosts are dropped: a record closes when none of its instances has a

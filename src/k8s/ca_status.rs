@@ -18,6 +18,21 @@ pub enum ParseCaStatusError {
     /// The status is empty.
     #[error("the status is empty")]
     Empty,
+    /// Larger than any status CA writes (a ConfigMap holds at most 1 MiB).
+    #[error("the status is {bytes} bytes, more than the {limit} a ConfigMap can hold")]
+    TooLarge {
+        /// Its size.
+        bytes: usize,
+        /// [`MAX_STATUS_BYTES`].
+        limit: usize,
+    },
+    /// Brackets nested deeper than CA's flat layout ever needs: refused before the YAML parser,
+    /// which spends quadratic time on deep flow nesting.
+    #[error("brackets nested more than {limit} deep")]
+    TooDeep {
+        /// [`MAX_FLOW_DEPTH`].
+        limit: usize,
+    },
     /// A line of the legacy text is not part of the grammar.
     #[error("line {line}: {problem}: {text:?}")]
     Text {
@@ -199,11 +214,41 @@ pub fn parse_ca_status(text: &str) -> Result<CaStatus, ParseCaStatusError> {
     if trimmed.is_empty() {
         return Err(ParseCaStatusError::Empty);
     }
+    if text.len() > MAX_STATUS_BYTES {
+        return Err(ParseCaStatusError::TooLarge { bytes: text.len(), limit: MAX_STATUS_BYTES });
+    }
+    if flow_depth(text) > MAX_FLOW_DEPTH {
+        return Err(ParseCaStatusError::TooDeep { limit: MAX_FLOW_DEPTH });
+    }
     if trimmed.starts_with(LEGACY_PREFIX) {
         parse_legacy(text)
     } else {
         parse_yaml(text)
     }
+}
+
+/// The largest status accepted: a ConfigMap's limit.
+pub const MAX_STATUS_BYTES: usize = 1 << 20;
+/// The deepest `[`/`{` nesting accepted; CA's YAML uses two levels at most.
+pub const MAX_FLOW_DEPTH: usize = 16;
+
+/// The deepest bracket nesting outside quotes, in one pass.
+fn flow_depth(text: &str) -> usize {
+    let (mut depth, mut deepest, mut quote) = (0usize, 0usize, None);
+    for c in text.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '"' | '\'') => quote = Some(c),
+            (None, '[' | '{') => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            (None, ']' | '}') => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -687,5 +732,14 @@ mod tests {
         assert!(matches!(parse_ca_status("just some words"), Err(ParseCaStatusError::Yaml { .. })));
         assert!(matches!(parse_ca_status("time: yesterday\n"), Err(ParseCaStatusError::Time { field: "time", .. })));
         assert_eq!(parse_ca_status("  \n"), Err(ParseCaStatusError::Empty));
+    }
+
+    #[test]
+    fn hostile_sizes_and_nesting_are_refused_before_the_yaml_parser() {
+        let deep = format!("nodeGroups: {}", "[".repeat(200_000));
+        assert_eq!(parse_ca_status(&deep), Err(ParseCaStatusError::TooDeep { limit: MAX_FLOW_DEPTH }));
+        let big = format!("time: x\n#{}", "a".repeat(MAX_STATUS_BYTES));
+        assert!(matches!(parse_ca_status(&big), Err(ParseCaStatusError::TooLarge { .. })));
+        assert_eq!(flow_depth("a: \"[[[\"\nb: [{c: [1]}]"), 3, "quoted brackets do not count");
     }
 }

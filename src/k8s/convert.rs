@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::{Container, Node as KubeNode, Pod as KubePod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use thiserror::Error;
 
-use crate::core::{Node, NodeName, Pod, PodClass, Resources, SignalKind, Timestamp};
+use crate::core::{Node, NodeName, OptOut, Pod, PodClass, Resources, SignalKind, Timestamp};
 use crate::k8s::nth::instance_from_provider_id;
 use crate::units::{parse_cpu_millis, parse_memory_bytes};
 
@@ -22,6 +22,10 @@ pub const CA_DELETION_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// Pods at or above this priority are system-critical (`system-cluster-critical` is 2·10⁹).
 pub const CRITICAL_PRIORITY: i32 = 2_000_000_000;
+/// Karpenter's per-pod opt-out of voluntary disruption.
+pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+/// Cluster Autoscaler's per-pod opt-out of scale-down.
+pub const SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
 
 /// A watched object that cannot be used.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -214,9 +218,18 @@ pub fn pod_from_kube(pod: &KubePod) -> Result<(Option<NodeName>, Pod), ConvertEr
     } else {
         PodClass::Ordinary
     };
+    let annotation = |key: &str| pod.metadata.annotations.as_ref().and_then(|a| a.get(key)).map(String::as_str);
+    let opt_out = if annotation(DO_NOT_DISRUPT) == Some("true") {
+        Some(OptOut::DoNotDisrupt)
+    } else if annotation(SAFE_TO_EVICT) == Some("false") {
+        Some(OptOut::NotSafeToEvict)
+    } else {
+        None
+    };
+    let bare = pod.metadata.owner_references.as_ref().is_none_or(Vec::is_empty);
     Ok((
         spec.and_then(|s| s.node_name.clone()).map(NodeName),
-        Pod { uid: pod.metadata.uid.clone().unwrap_or_default(), namespace, name, requests, class },
+        Pod { uid: pod.metadata.uid.clone().unwrap_or_default(), namespace, name, requests, class, opt_out, bare },
     ))
 }
 
@@ -294,6 +307,18 @@ mod tests {
         assert_eq!(node, Some(NodeName::from("n1")));
         assert_eq!(p.requests, Resources::new(1010, 256 << 20));
         assert_eq!((p.class, p.uid.as_str(), p.namespace.as_str()), (PodClass::Ordinary, "u1", "shop"));
+        assert_eq!((p.opt_out, p.bare), (None, true), "no owner: a bare pod");
+
+        let opted = |annotations: serde_json::Value| {
+            let p = pod(serde_json::json!({"metadata": {"name": "o", "annotations": annotations, "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "x", "uid": "1", "controller": true}]}}));
+            let p = pod_from_kube(&p).unwrap().1;
+            assert!(!p.bare);
+            p.opt_out
+        };
+        assert_eq!(opted(serde_json::json!({DO_NOT_DISRUPT: "true"})), Some(OptOut::DoNotDisrupt));
+        assert_eq!(opted(serde_json::json!({SAFE_TO_EVICT: "false"})), Some(OptOut::NotSafeToEvict));
+        assert_eq!(opted(serde_json::json!({SAFE_TO_EVICT: "true", DO_NOT_DISRUPT: "false"})), None);
 
         let class = |json| pod_from_kube(&pod(json)).unwrap().1.class;
         let ds = serde_json::json!({"metadata": {"name": "d", "ownerReferences": [

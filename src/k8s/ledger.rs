@@ -2,6 +2,11 @@
 //! concurrency: a save carries the resourceVersion last read, so two writers (a split brain
 //! during a lease hand-over) cannot silently overwrite each other; the loser's save fails (409)
 //! and the shared ledger re-reads before trying again.
+//!
+//! The ConfigMap carries a finalizer, so it fails closed across restarts too: a `kubectl delete`
+//! only marks it, the daemon refuses to plan from it (an error and
+//! `spots_booster_ledger_errors_total`), and its records stay readable. Starting afresh is an
+//! explicit act: remove the finalizer, then the daemon starts from an empty ledger.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -16,6 +21,9 @@ use crate::ports::{LedgerError, LedgerStore};
 
 /// The data key the ledger is stored under.
 pub const LEDGER_KEY: &str = "ledger.json";
+
+/// Keeps a deleted ledger readable until someone removes it on purpose.
+pub const LEDGER_FINALIZER: &str = "spots-booster.io/ledger";
 
 /// A ledger in `namespace/name`.
 pub struct ConfigMapLedger {
@@ -81,6 +89,17 @@ impl LedgerStore for ConfigMapLedger {
         };
         self.existed.store(true, Ordering::SeqCst);
         *version = cm.metadata.resource_version.clone();
+        if cm.metadata.deletion_timestamp.is_some() {
+            return Err(LedgerError::Load(
+                format!(
+                    "ConfigMap {}/{} is being deleted: refusing to plan from a ledger that is going away \
+                     (to start afresh, remove its finalizer {LEDGER_FINALIZER})",
+                    self.api.namespace().unwrap_or_default(),
+                    self.name
+                )
+                .into(),
+            ));
+        }
         match cm.data.as_ref().and_then(|d| d.get(LEDGER_KEY)) {
             None => Ok(BoostLedger::default()),
             // A ledger that does not parse is an error, never an empty ledger: that would boost
@@ -103,6 +122,7 @@ impl LedgerStore for ConfigMapLedger {
                 name: Some(self.name.clone()),
                 resource_version: version.clone(),
                 labels: Some(BTreeMap::from([("app.kubernetes.io/name".to_string(), "spots-booster".to_string())])),
+                finalizers: Some(vec![LEDGER_FINALIZER.to_string()]),
                 ..ObjectMeta::default()
             },
             data: Some(BTreeMap::from([(LEDGER_KEY.to_string(), text)])),

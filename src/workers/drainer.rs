@@ -25,12 +25,13 @@ use tracing::{info, warn};
 use super::{Observation, WorkerContext};
 use crate::core::{
     eviction_backoff, eviction_order, fold_signals, next_batches, DrainEnd, DrainPlan, DrainStarted, DrainState,
-    DrainView, GroupName, InstanceId, Node, NodeName, PodClass, Snapshot, Timestamp,
+    DrainView, DrainWait, GroupName, InstanceId, Node, NodeName, Pod, PodClass, Snapshot, Timestamp,
 };
 use crate::ports::{
     AutoScaling, AwsError, ClusterView, ClusterWrites, EventSeverity, EventSink, EvictOutcome, LedgerError,
     LedgerStore, NodeEvent, PodRef, TerminateOutcome,
 };
+use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
 
 /// How the drainer paces itself.
 #[derive(Debug, Clone)]
@@ -149,6 +150,9 @@ pub struct Drainer<A, C, L, W, E> {
     drains: DrainState,
     progress: HashMap<NodeName, NodeProgress>,
     to_terminate: BTreeMap<NodeName, PendingTermination>,
+    heartbeat: Option<Heartbeat>,
+    /// Nodes whose opt-out wait was told, so it is told once.
+    told_opted_out: HashSet<NodeName>,
 }
 
 impl<A, C, L, W, E> Drainer<A, C, L, W, E>
@@ -168,7 +172,16 @@ where
             drains: DrainState::default(),
             progress: HashMap::new(),
             to_terminate: BTreeMap::new(),
+            heartbeat: None,
+            told_opted_out: HashSet::new(),
         }
+    }
+
+    /// Registers with `beats` as `worker:drainer` and beats at every pass, for `/livez`. It counts as
+    /// wedged once a pass is later than its longest wait plus [`WORKER_SILENCE_LIMIT`].
+    pub fn beating(mut self, beats: &Heartbeats) -> Self {
+        self.heartbeat = Some(beats.register("worker:drainer", self.settings.tick + WORKER_SILENCE_LIMIT));
+        self
     }
 
     /// Notifying this makes the drainer tick now.
@@ -184,6 +197,9 @@ where
     /// Runs until `shutdown` turns true.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Self {
         loop {
+            if let Some(h) = &self.heartbeat {
+                h.beat();
+            }
             tokio::select! {
                 _ = self.wake.notified() => {}
                 _ = tokio::time::sleep(self.settings.tick) => {}
@@ -194,7 +210,12 @@ where
             }
             match self.tick().await {
                 Ok(_) | Err(DrainerError::NotSynced) => {}
-                Err(e) => warn!(error = %e, "drainer tick failed; retrying at the next tick"),
+                Err(e) => {
+                    if let DrainerError::Ledger(l) = &e {
+                        self.ctx.metrics.ledger_errors.with_label_values(&[l.operation()]).inc();
+                    }
+                    warn!(error = %e, "drainer tick failed; retrying at the next tick");
+                }
             }
         }
     }
@@ -224,6 +245,7 @@ where
             return Ok(report);
         }
 
+        self.tell_opted_out(&plan).await;
         self.protect_replacements(&plan, &protected).await;
         self.end_timed_out(&plan, &snapshot, &mut report).await;
         self.start_batches(&plan, &snapshot, now, &mut report).await;
@@ -234,6 +256,38 @@ where
         self.drains.finished.retain(|i, _| alive.contains(i));
         self.export_progress();
         Ok(report)
+    }
+
+    /// Tells once per node that a pod's opt-out holds its voluntary drain back.
+    async fn tell_opted_out(&mut self, plan: &DrainPlan) {
+        let mut waiting = HashSet::new();
+        for w in &plan.waiting {
+            let DrainWait::OptedOut { node, .. } = &w.reason else { continue };
+            waiting.insert(node.clone());
+            if self.told_opted_out.insert(node.clone()) {
+                info!(%node, group = %w.group, reason = %w.reason, "drain deferred");
+                self.tell(node, "DrainDeferred", "Drain", EventSeverity::Normal, w.reason.to_string()).await;
+            }
+        }
+        self.told_opted_out.retain(|n| waiting.contains(n));
+    }
+
+    /// Before the first eviction: says which opt-outs a confirmed interruption overrides and
+    /// which pods nothing will recreate.
+    async fn tell_before_evicting(&self, node: &Node) {
+        let named =
+            |pods: Vec<&Pod>| pods.iter().map(|p| format!("{}/{}", p.namespace, p.name)).collect::<Vec<_>>().join(", ");
+        let evictable: Vec<&Pod> = node.pods.iter().filter(|p| p.class.is_evictable()).collect();
+        let opted: Vec<&Pod> = evictable.iter().copied().filter(|p| p.opt_out.is_some()).collect();
+        if !opted.is_empty() {
+            let note = format!("the instance is being interrupted; evicting pods that opted out: {}", named(opted));
+            self.tell(&node.name, "OptOutOverridden", "Drain", EventSeverity::Warning, note).await;
+        }
+        let bare: Vec<&Pod> = evictable.iter().copied().filter(|p| p.bare).collect();
+        if !bare.is_empty() {
+            let note = format!("evicting pods no controller will recreate: {}", named(bare));
+            self.tell(&node.name, "BarePodsEvicted", "Drain", EventSeverity::Warning, note).await;
+        }
     }
 
     /// Replacement nodes keep Cluster Autoscaler's scale-down protection while their boost is open.
@@ -295,6 +349,9 @@ where
                 }
                 let pods = snapshot.nodes.get(&target.node).map_or(0, |n| eviction_order(n).len());
                 info!(node = %target.node, group = %batch.group, pods, "drain started");
+                if let Some(node) = snapshot.nodes.get(&target.node) {
+                    self.tell_before_evicting(node).await;
+                }
                 self.tell(
                     &target.node,
                     "DrainStarted",
@@ -586,7 +643,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::{Policy, Signal, SignalKind, SizingMode};
+    use crate::core::{Evidence, Policy, Signal, SignalKind, SizingMode};
     use crate::fakes::{AsgCall, ClusterCall, FakeAutoScaling, FakeContext, FakeRig};
     use crate::metrics::Metrics;
     use crate::ports::Leadership;
@@ -651,6 +708,8 @@ mod tests {
             node: "n1".into(),
             kind: SignalKind::Rebalance,
             observed_at: (ctx.clock)(),
+            // NTH's Event, believed because NTH cordoned n1 and its instance is spot.
+            evidence: Evidence::Event,
         });
         let scaler = Scaler::new(ctx.clone(), ScalerSettings::default());
         let drainer = Drainer::new(ctx.clone(), DrainerSettings::default());
@@ -703,6 +762,39 @@ mod tests {
         drainer.tick().await.unwrap();
         assert!(rig.cluster.protected().is_empty());
         assert_eq!(terminations(&rig.aws).len(), 1, "terminated once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_opt_out_defers_a_voluntary_drain_until_a_confirmed_interruption_overrides_it() {
+        let (rig, ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
+        rig.cluster.edit(|s| {
+            let pods = &mut s.nodes.get_mut(&NodeName::from("n1")).unwrap().pods;
+            pods[0].opt_out = Some(crate::core::OptOut::DoNotDisrupt);
+            pods[1].bare = true;
+        });
+        scaler.tick().await.unwrap();
+        join(&rig, &ctx, "r1");
+        for _ in 0..3 {
+            let report = drainer.tick().await.unwrap();
+            assert!(report.started.is_empty(), "a rebalance leaves an opted-out pod alone: {report:?}");
+        }
+        assert!(rig.writes.evicted().is_empty());
+        assert_eq!(rig.events.reasons_for("n1"), vec!["BoostRequested", "DrainDeferred"], "told once");
+
+        rig.cluster.signal(Signal {
+            instance: "i-n1".into(),
+            node: "n1".into(),
+            kind: SignalKind::SpotInterruption,
+            observed_at: (ctx.clock)(),
+            evidence: Evidence::Event,
+        });
+        let report = drainer.tick().await.unwrap();
+        assert_eq!(report.started, vec![NodeName::from("n1")], "the interruption takes the instance anyway");
+        assert_eq!(report.evicted, 3);
+        assert_eq!(
+            rig.events.reasons_for("n1"),
+            vec!["BoostRequested", "DrainDeferred", "OptOutOverridden", "BarePodsEvicted", "DrainStarted"]
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -844,6 +936,7 @@ mod tests {
                 node: name.into(),
                 kind: SignalKind::Rebalance,
                 observed_at: (ctx.clock)(),
+                evidence: Evidence::NodeTaint,
             });
         }
         let mut scaler = Scaler::new(ctx.clone(), ScalerSettings::default());
