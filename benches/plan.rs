@@ -105,6 +105,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                 before: 0,
                 settled: Default::default(),
                 kept: Default::default(),
+                expired: None,
             });
             for r in 0..added as usize {
                 let node = NodeName(format!("ip-10-{g}-new{r}.eu-central-1.compute.internal"));

@@ -223,6 +223,13 @@ pub struct PolicyArgs {
     /// A drain still evicting after this is abandoned and reported; the node stays cordoned.
     #[arg(long, env = "SPOTS_BOOSTER_DRAIN_TIMEOUT", default_value = "10m", value_parser = duration)]
     pub drain_timeout: Duration,
+    /// A boost whose replacements are not all Ready by then stops waiting: their scale-down
+    /// protection is lifted, the group's budget freed, and its at-risk nodes stay as NTH left them.
+    #[arg(long, env = "SPOTS_BOOSTER_REPLACEMENT_TIMEOUT", default_value = "15m", value_parser = duration)]
+    pub replacement_timeout: Duration,
+    /// No boost stays open longer than this, whatever it waits on.
+    #[arg(long, env = "SPOTS_BOOSTER_MAX_BOOST_AGE", default_value = "6h", value_parser = duration)]
+    pub max_boost_age: Duration,
     /// Terminate the instance even when its drain timed out (pods still on it are killed).
     #[arg(long, env = "SPOTS_BOOSTER_TERMINATE_AFTER_DRAIN_TIMEOUT", action = ArgAction::Set, num_args = 0..=1,
           default_value_t = false, default_missing_value = "true")]
@@ -287,6 +294,12 @@ impl PolicyArgs {
         if self.drain_timeout.is_zero() {
             return fail("drain-timeout", "must be longer than zero");
         }
+        if self.replacement_timeout.is_zero() {
+            return fail("replacement-timeout", "must be longer than zero");
+        }
+        if self.max_boost_age < self.replacement_timeout {
+            return fail("max-boost-age", "must not be shorter than --replacement-timeout");
+        }
         if self.signal_max_age.is_zero() {
             return fail("signal-max-age", "must be longer than zero, or every signal expires at once");
         }
@@ -314,6 +327,8 @@ impl PolicyArgs {
             max_concurrent_drains: self.max_concurrent_drains,
             time_between_drains: self.time_between_drains,
             drain_timeout: self.drain_timeout,
+            replacement_timeout: self.replacement_timeout,
+            max_boost_age: self.max_boost_age,
             terminate_after_drain_timeout: self.terminate_after_drain_timeout,
             eviction_backoff_initial: self.eviction_backoff_initial,
             eviction_backoff_max: self.eviction_backoff_max,

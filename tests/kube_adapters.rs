@@ -253,6 +253,7 @@ fn ledger() -> BoostLedger {
         before: 0,
         settled: Default::default(),
         kept: Default::default(),
+        expired: None,
     });
     l
 }

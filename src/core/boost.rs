@@ -149,7 +149,7 @@ pub fn plan_boosts(snapshot: &Snapshot, at_risk: &AtRiskSet, policy: &Policy, no
             f.ready = f.ready.saturating_add(1);
         }
     }
-    for record in &snapshot.ledger.records {
+    for record in snapshot.ledger.records.iter().filter(|r| r.expired.is_none()) {
         let f = facts.entry(&record.group).or_default();
         f.in_flight = f.in_flight.saturating_add(record.added);
     }
@@ -260,6 +260,7 @@ fn plan_group(
             before: group.desired,
             settled: BTreeSet::new(),
             kept: Default::default(),
+            expired: None,
         },
     });
 }
@@ -463,6 +464,7 @@ mod tests {
             before: 0,
             settled: Default::default(),
             kept: Default::default(),
+            expired: None,
         });
         assert_eq!(plan(&s, &policy).held[0].reason, HoldReason::BoostBudgetSpent);
     }

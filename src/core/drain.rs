@@ -223,8 +223,10 @@ pub fn claim_replacements(snapshot: &Snapshot, at_risk: &AtRiskSet) -> Vec<Claim
     records
         .into_iter()
         .map(|record| {
+            // An expired boost waits on nothing: it claims (and protects) no node.
             let nodes = by_group
                 .get(&record.group)
+                .filter(|_| record.expired.is_none())
                 .into_iter()
                 .flatten()
                 // creationTimestamp has whole seconds: a node that joined in the boost's own
@@ -287,7 +289,10 @@ pub fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> Dr
             .filter(|r| {
                 !state.in_progress.contains_key(&r.node)
                     && !state.finished.contains_key(&r.instance)
-                    && records.get(&r.instance).is_some_and(|&k| !snapshot.ledger.records[k].kept.contains(&r.instance))
+                    && records.get(&r.instance).is_some_and(|&k| {
+                        let record = &snapshot.ledger.records[k];
+                        !record.kept.contains(&r.instance) && record.expired.is_none()
+                    })
             })
             .collect();
         candidates.retain(|r| match opted_out(snapshot, r) {
@@ -439,6 +444,7 @@ mod tests {
             before: 4,
             settled: BTreeSet::new(),
             kept: Default::default(),
+            expired: None,
         });
         s
     }

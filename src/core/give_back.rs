@@ -99,6 +99,7 @@ mod tests {
             before,
             settled: BTreeSet::new(),
             kept: Default::default(),
+            expired: None,
         }
     }
 

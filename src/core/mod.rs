@@ -3,6 +3,7 @@
 
 pub mod boost;
 pub mod drain;
+pub mod expiry;
 pub mod give_back;
 pub mod model;
 pub mod policy;
@@ -14,10 +15,11 @@ pub use drain::{
     close_finished_boosts, eviction_backoff, eviction_order, next_batches, Claim, DrainBatch, DrainEnd, DrainPlan,
     DrainStarted, DrainState, DrainTarget, DrainView, DrainWait, TimedOutDrain,
 };
+pub use expiry::{expire_boosts, Expired};
 pub use give_back::{plan_give_backs, GiveBack};
 pub use model::{
-    BoostLedger, BoostRecord, CaGroupView, Evidence, Group, GroupName, InstanceId, InstanceLifecycle, Node, NodeName,
-    OptOut, Pod, PodClass, Resources, Signal, SignalKind, Snapshot, Timestamp,
+    BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, Group, GroupName, InstanceId, InstanceLifecycle,
+    Node, NodeName, OptOut, Pod, PodClass, Resources, Signal, SignalKind, Snapshot, Timestamp,
 };
 pub use policy::{Policy, SizingMode};
 pub use signals::{fold_signals, lifecycles_needed, AtRisk, AtRiskSet, Distrust, DropReason, Dropped};

@@ -391,6 +391,31 @@ pub struct BoostRecord {
     /// drained again for this boost (their boost stays open until the instance goes).
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub kept: BTreeSet<InstanceId>,
+    /// Set once the boost stopped waiting (see [`super::expiry`]): it no longer claims
+    /// replacements or spends the group's budget, and its instances are not drained; it stays
+    /// until they leave, so they are never boosted again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expired: Option<BoostExpiry>,
+}
+
+/// Why an open boost stopped waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BoostExpiry {
+    /// Its replacements were not all Ready within `--replacement-timeout`.
+    ReplacementTimeout,
+    /// It was open longer than `--max-boost-age`.
+    MaxAge,
+}
+
+impl BoostExpiry {
+    /// The kebab-case name used in reports and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BoostExpiry::ReplacementTimeout => "replacement-timeout",
+            BoostExpiry::MaxAge => "max-age",
+        }
+    }
 }
 
 /// Every boost still relevant: the shell persists it in the cluster so that a restart or a new

@@ -45,6 +45,11 @@ pub struct Policy {
     /// A drain still evicting after this is abandoned and reported. Default: 10m (PDB-bound
     /// workloads move one pod at a time).
     pub drain_timeout: Duration,
+    /// A boost whose replacements are not all Ready by then stops waiting: it no longer protects
+    /// or claims nodes, and its at-risk nodes are left as NTH left them (cordoned).
+    pub replacement_timeout: Duration,
+    /// No boost stays open longer than this, whatever it waits on.
+    pub max_boost_age: Duration,
     /// Terminate the instance even when its drain timed out. Default: false (the node stays
     /// cordoned and its remaining pods keep running until the instance goes).
     pub terminate_after_drain_timeout: bool,
@@ -73,6 +78,8 @@ impl Default for Policy {
             max_concurrent_drains: 2,
             time_between_drains: Duration::from_secs(15),
             drain_timeout: Duration::from_secs(600),
+            replacement_timeout: Duration::from_secs(900),
+            max_boost_age: Duration::from_secs(6 * 3600),
             terminate_after_drain_timeout: false,
             eviction_backoff_initial: Duration::from_secs(1),
             eviction_backoff_max: Duration::from_secs(10),

@@ -271,6 +271,7 @@ mod tests {
             before: 0,
             settled: Default::default(),
             kept: Default::default(),
+            expired: None,
         });
         let set = fold_signals(&s, &policy, Timestamp::from_millis(61_000));
         assert_eq!(set.dropped, vec![Dropped { instance: "i-n1".into(), reason: DropReason::Expired }]);

@@ -76,6 +76,7 @@ mod tests {
             before: 0,
             settled: Default::default(),
             kept: Default::default(),
+            expired: None,
         }
     }
 

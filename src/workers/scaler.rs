@@ -19,8 +19,8 @@ use tracing::{info, warn};
 pub use super::{system_clock, Clock};
 use super::{Observation, WorkerContext};
 use crate::core::{
-    close_finished_boosts, fold_signals, plan_boosts, plan_give_backs, Boost, BoostLedger, BoostRecord, DropReason,
-    GiveBack, GroupName, InstanceId, Snapshot, Timestamp,
+    close_finished_boosts, expire_boosts, fold_signals, plan_boosts, plan_give_backs, Boost, BoostExpiry, BoostLedger,
+    BoostRecord, DropReason, Expired, GiveBack, GroupName, InstanceId, Snapshot, Timestamp,
 };
 use crate::ports::{
     AutoScaling, AwsError, ClusterView, ClusterWrites, DesiredWrite, EventSeverity, EventSink, LedgerError,
@@ -209,6 +209,13 @@ where
             self.give_back(&give_backs, leading).await?;
             // Settled instances let their records close in this same pass.
             snapshot.ledger = ctx.ledger.current().await;
+        }
+        if leading {
+            let expired = expire_boosts(&snapshot, &at_risk, &ctx.policy, now);
+            if !expired.is_empty() {
+                self.expire(&snapshot, &expired).await?;
+                snapshot.ledger = ctx.ledger.current().await;
+            }
         }
         let closed = close_finished_boosts(&snapshot, &at_risk);
         snapshot.ledger = closed.clone();
@@ -431,7 +438,7 @@ where
     fn export_sizes(&self, groups: &BTreeMap<GroupName, crate::core::Group>, ledger: &BoostLedger) {
         let m = &self.ctx.metrics;
         let mut in_flight: BTreeMap<&str, i64> = groups.keys().map(|g| (g.as_str(), 0)).collect();
-        for r in &ledger.records {
+        for r in ledger.records.iter().filter(|r| r.expired.is_none()) {
             *in_flight.entry(r.group.as_str()).or_default() += i64::from(r.added.saturating_sub(r.returned));
         }
         for (name, g) in groups {
@@ -460,6 +467,51 @@ where
             self.counted.insert((s.instance.clone(), s.kind.as_str()));
         }
         self.counted.retain(|k| live.contains(k));
+    }
+
+    /// Marks boosts that stopped waiting in the ledger, then tells each of their nodes why and
+    /// what is left as it was.
+    async fn expire(&self, snapshot: &Snapshot, expired: &[Expired]) -> Result<(), ScalerError> {
+        self.ctx
+            .ledger
+            .update(|held| {
+                for record in &mut held.records {
+                    if let Some(e) = expired.iter().find(|e| (&e.group, &e.instances, e.at) == record_key(record)) {
+                        record.expired.get_or_insert(e.why);
+                    }
+                }
+            })
+            .await?;
+        for e in expired {
+            self.ctx.metrics.boost(e.group.as_str(), &format!("expired-{}", e.why.as_str()));
+            let waited = match e.why {
+                BoostExpiry::ReplacementTimeout => {
+                    format!("{} of {} replacement(s) Ready after --replacement-timeout", e.ready, e.added)
+                }
+                BoostExpiry::MaxAge => "open longer than --max-boost-age".to_string(),
+            };
+            warn!(group = %e.group, instances = e.instances.len(), reason = e.why.as_str(), "boost expired");
+            let ids: Vec<&InstanceId> = e.instances.iter().collect();
+            for node in Self::nodes_of(snapshot, &ids) {
+                let note = format!(
+                    "{waited}: the boost of {} stops waiting, scale-down protection is lifted and the budget \
+                     freed; this node is not drained for it and stays as NTH left it (uncordon it, or let the \
+                     interruption take it)",
+                    e.group
+                );
+                self.ctx
+                    .events
+                    .publish(NodeEvent {
+                        node: node.name.clone(),
+                        reason: "BoostExpired",
+                        action: "Boost",
+                        severity: EventSeverity::Warning,
+                        note,
+                    })
+                    .await;
+            }
+        }
+        Ok(())
     }
 
     /// Counts each instance whose Events are not believed once per reason, and says why.
@@ -648,6 +700,34 @@ mod tests {
             observed_at: Timestamp::from_millis(1_000),
             evidence: Evidence::Event,
         });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_replacement_that_never_registers_expires_its_boost_once_and_says_so() {
+        let rig = fleet(10, 10, 100);
+        signal(&rig, "n1");
+        let now = Arc::new(AtomicI64::new(10_000));
+        let clock: Clock = {
+            let now = now.clone();
+            Arc::new(move || Timestamp::from_millis(now.load(Ordering::Relaxed)))
+        };
+        let metrics = Arc::new(Metrics::new());
+        let ctx = rig.context(count_policy(), clock, metrics.clone()).await;
+        let mut s = Scaler::new(ctx.clone(), ScalerSettings::default());
+        assert_eq!(s.tick().await.unwrap().raised.len(), 1);
+
+        let timeout = i64::try_from(ctx.policy.replacement_timeout.as_millis()).unwrap();
+        now.fetch_add(timeout, Ordering::Relaxed);
+        for _ in 0..3 {
+            assert!(s.tick().await.unwrap().raised.is_empty(), "its instance is never boosted twice");
+        }
+        let saved = rig.ledger.saved();
+        assert_eq!(saved.records.len(), 1, "kept until the instance leaves");
+        assert_eq!(saved.records[0].expired, Some(crate::core::BoostExpiry::ReplacementTimeout));
+        assert_eq!(rig.events.reasons_for("n1"), vec!["BoostRequested", "BoostExpired"], "told once");
+        let text = metrics.encode();
+        assert!(text.contains("outcome=\"expired-replacement-timeout\"} 1"), "{text}");
+        assert!(text.contains("spots_booster_boosted_nodes_in_flight{group=\"a\"} 0"), "{text}");
     }
 
     #[tokio::test(start_paused = true)]

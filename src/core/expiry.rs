@@ -1,0 +1,120 @@
+//! Every boost ends. A replacement that never registers (bootstrap broken, capacity gone) would
+//! otherwise keep its boost, the scale-down protection of whatever it claimed and its share of
+//! `--max-boost-per-group` forever. A boost whose replacements are not all Ready within
+//! `--replacement-timeout`, or that is older than `--max-boost-age`, is marked expired: it stops
+//! claiming and protecting nodes and spending the group's budget, its at-risk nodes are not
+//! drained for it, and it stays in the ledger until they leave, so none is boosted twice.
+
+use serde::{Deserialize, Serialize};
+
+use super::drain::claim_replacements;
+use super::model::{BoostExpiry, GroupName, InstanceId, Snapshot, Timestamp};
+use super::policy::Policy;
+use super::signals::AtRiskSet;
+use std::collections::BTreeSet;
+
+/// A boost that stops waiting now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Expired {
+    /// Its group.
+    pub group: GroupName,
+    /// Its at-risk instances.
+    pub instances: BTreeSet<InstanceId>,
+    /// When it was decided: with the group and instances, it names the ledger record.
+    pub at: Timestamp,
+    /// Why.
+    pub why: BoostExpiry,
+    /// Ready replacements it had claimed, and how many it added.
+    pub ready: u32,
+    /// Replacements it added.
+    pub added: u32,
+}
+
+/// The open boosts that expire at `now`.
+pub fn expire_boosts(snapshot: &Snapshot, at_risk: &AtRiskSet, policy: &Policy, now: Timestamp) -> Vec<Expired> {
+    let claims = claim_replacements(snapshot, at_risk);
+    snapshot
+        .ledger
+        .records
+        .iter()
+        .zip(&claims)
+        .filter(|(record, _)| record.expired.is_none())
+        .filter_map(|(record, claim)| {
+            let age = now.since(record.at);
+            let why = if age >= policy.max_boost_age {
+                BoostExpiry::MaxAge
+            } else if age >= policy.replacement_timeout && !claim.complete() {
+                BoostExpiry::ReplacementTimeout
+            } else {
+                return None;
+            };
+            Some(Expired {
+                group: record.group.clone(),
+                instances: record.instances.clone(),
+                at: record.at,
+                why,
+                ready: u32::try_from(claim.nodes.len()).unwrap_or(u32::MAX),
+                added: record.added,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::core::model::{BoostRecord, Group, Node};
+    use crate::core::{fold_signals, plan_boosts, Signal};
+
+    fn boosted() -> Snapshot {
+        let mut s = Snapshot::default()
+            .with_group(Group::test("a"))
+            .with_node(Node::test("n1", "a").cordoned())
+            .with_signal(Signal::rebalance("n1", 0));
+        s.ledger.record(BoostRecord {
+            group: "a".into(),
+            instances: BTreeSet::from([InstanceId::from("i-n1")]),
+            added: 1,
+            returned: 0,
+            at: Timestamp::EPOCH,
+            before: 0,
+            settled: Default::default(),
+            kept: Default::default(),
+            expired: None,
+        });
+        s
+    }
+
+    #[test]
+    fn a_replacement_that_never_registers_expires_the_boost_once_and_nothing_is_boosted_twice() {
+        let policy = Policy::default();
+        let mut s = boosted();
+        let at_risk = fold_signals(&s, &policy, Timestamp::EPOCH);
+        let before = Timestamp::EPOCH.plus(policy.replacement_timeout - Duration::from_secs(1));
+        assert!(expire_boosts(&s, &at_risk, &policy, before).is_empty());
+        let at = Timestamp::EPOCH.plus(policy.replacement_timeout);
+        let expired = expire_boosts(&s, &at_risk, &policy, at);
+        assert_eq!(expired.len(), 1);
+        assert_eq!((expired[0].why, expired[0].ready, expired[0].added), (BoostExpiry::ReplacementTimeout, 0, 1));
+
+        s.ledger.records[0].expired = Some(BoostExpiry::ReplacementTimeout);
+        assert!(expire_boosts(&s, &at_risk, &policy, at).is_empty(), "told once");
+        let at_risk = fold_signals(&s, &policy, at);
+        assert!(plan_boosts(&s, &at_risk, &policy, at).boosts.is_empty(), "its instance stays covered");
+    }
+
+    #[test]
+    fn a_boost_with_its_replacement_ready_expires_only_at_the_maximum_age() {
+        let policy = Policy::default();
+        let mut s = boosted();
+        let mut r = Node::test("r1", "a");
+        r.created = Timestamp::EPOCH;
+        s = s.with_node(r);
+        let at_risk = fold_signals(&s, &policy, Timestamp::EPOCH);
+        assert!(expire_boosts(&s, &at_risk, &policy, Timestamp::EPOCH.plus(policy.replacement_timeout)).is_empty());
+        let expired = expire_boosts(&s, &at_risk, &policy, Timestamp::EPOCH.plus(policy.max_boost_age));
+        assert_eq!((expired[0].why, expired[0].ready), (BoostExpiry::MaxAge, 1));
+    }
+}
