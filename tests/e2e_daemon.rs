@@ -23,8 +23,8 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 use support::e2e::{
-    aws, bind_pod, create_namespace, env, free_port, kube_client, metric, nth_rebalance_event, pod_ready,
-    register_node, report_pod_ready, run_suffix, scrape, AWS_ENDPOINT, KUBECONFIG,
+    aws, bind_pod, create_namespace, env, free_port, kube_client, metric, nth_cordon_and_taint, nth_rebalance_event,
+    pod_ready, register_node, report_pod_ready, run_suffix, scrape, AWS_ENDPOINT, KUBECONFIG,
 };
 
 mod support;
@@ -349,7 +349,7 @@ async fn a_rebalance_recommendation_is_boosted_drained_and_given_back() {
         .args(["--metrics-bind-address", &format!("127.0.0.1:{port}"), "--leader-elect", "true"])
         .args(["--leader-elect-retry-period", "1s", "--drain-interval", "1s", "--log-format", "json"])
         // tests/e2e_instancegroups.rs covers the reconciler; this run needs no CRD.
-        .args(["--instance-groups", "false"])
+        .args(["--instance-groups", "false", "--nth-taint-signals", "true"])
         .env("AWS_ACCESS_KEY_ID", "test")
         .env("AWS_SECRET_ACCESS_KEY", "test")
         .stdout(Stdio::null())
@@ -368,11 +368,8 @@ async fn a_rebalance_recommendation_is_boosted_drained_and_given_back() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 
-    // NTH: cordon, then the RebalanceRecommendation Event.
-    nodes
-        .patch(&at_risk, &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": true}})))
-        .await
-        .unwrap();
+    // NTH: cordon and taint, then the RebalanceRecommendation Event.
+    nth_cordon_and_taint(&run.kube, &at_risk).await;
     nth_rebalance_event(&run.kube, &run.ns, &at_risk, &at_risk_instance).await;
     let signalled = Instant::now();
     observed.lock().unwrap().watching = true;

@@ -24,8 +24,8 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 use support::e2e::{
-    aws, bind_pod, create_namespace, env, free_port, kube_client, metric, nth_rebalance_event, pod_ready,
-    register_node, report_pod_ready, run_suffix, scrape, AWS_ENDPOINT, KUBECONFIG,
+    aws, bind_pod, create_namespace, env, free_port, kube_client, metric, nth_cordon_and_taint, nth_rebalance_event,
+    pod_ready, register_node, report_pod_ready, run_suffix, scrape, AWS_ENDPOINT, KUBECONFIG,
 };
 
 mod support;
@@ -192,7 +192,7 @@ impl Fleet {
     }
 
     async fn nth_rebalance(&self, node: &str, instance: &str) {
-        self.cordon(node, true).await;
+        nth_cordon_and_taint(&self.kube, node).await;
         nth_rebalance_event(&self.kube, &self.ns, node, instance).await;
     }
 
@@ -276,7 +276,7 @@ async fn a_large_group_boosts_and_a_stubborn_budget_holds_back_only_its_own_node
         .args(["--aws-endpoint-url", &endpoint, "--aws-region", "us-east-1"])
         .args(["--metrics-bind-address", &format!("127.0.0.1:{port}"), "--leader-elect", "false"])
         .args(["--drain-interval", "1s", "--drain-timeout", &format!("{DRAIN_TIMEOUT_SECS}s"), "--log-format", "json"])
-        .args(["--instance-groups", "false"])
+        .args(["--instance-groups", "false", "--nth-taint-signals", "true"])
         .env("AWS_ACCESS_KEY_ID", "test")
         .env("AWS_SECRET_ACCESS_KEY", "test")
         .stdout(Stdio::null())

@@ -124,6 +124,17 @@ pub async fn report_pod_ready(pods: &Api<k8s_openapi::api::core::v1::Pod>, name:
     let _ = pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await;
 }
 
+/// Plays NTH with `taintNode: true`: cordons `node` and taints it
+/// `aws-node-termination-handler/rebalance-recommendation`. moto launches every ASG instance
+/// on-demand, so the Event alone is rightly not believed for a rebalance (EC2 sends those to spot
+/// instances only); NTH's taint vouches by itself (the daemon runs with `--nth-taint-signals`).
+pub async fn nth_cordon_and_taint(kube: &Client, node: &str) {
+    let nodes: Api<Node> = Api::all(kube.clone());
+    let patch = json!({"spec": {"unschedulable": true, "taints": [
+        {"key": "aws-node-termination-handler/rebalance-recommendation", "effect": "NoSchedule"}]}});
+    nodes.patch(node, &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+}
+
 /// Plays NTH in IMDS mode: an NTH-shaped `RebalanceRecommendation` Event for `node` in `ns`.
 pub async fn nth_rebalance_event(kube: &Client, ns: &str, node: &str, instance: &str) {
     let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
