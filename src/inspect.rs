@@ -10,7 +10,9 @@ use thiserror::Error;
 
 use crate::config::OutputFormat;
 use crate::core::Timestamp;
-use crate::k8s::ca_status::{parse_ca_status, CaStatus, CaStatusFormat, ParseCaStatusError};
+use crate::k8s::ca_status::{
+    check_size_and_depth, flow_depth, parse_ca_status, CaStatus, CaStatusFormat, ParseCaStatusError, MAX_FLOW_DEPTH,
+};
 use crate::k8s::nth::{classify_event, Classification};
 use crate::timefmt::{format_rfc3339, parse_go_time};
 
@@ -73,6 +75,7 @@ pub struct InspectedCaStatus {
 pub fn inspect_ca_status(input: &str) -> Result<InspectedCaStatus, InspectError> {
     let mut last_updated = None;
     let mut text = input.to_string();
+    check_size_and_depth(input).map_err(InspectError::CaStatus)?;
     if let Ok(serde_yaml::Value::Mapping(map)) = serde_yaml::from_str::<serde_yaml::Value>(input) {
         let is_config_map = map.get("kind").and_then(|k| k.as_str()) == Some("ConfigMap") || map.contains_key("data");
         if is_config_map {
@@ -188,6 +191,13 @@ pub struct InspectedEvent {
 /// Accepts one Event, several YAML documents, or a List (`kubectl get events -o yaml|json`).
 pub fn inspect_nth_events(input: &str, provider_id: Option<&str>) -> Result<Vec<InspectedEvent>, InspectError> {
     let mut values = Vec::new();
+    // Event lists nest a few levels; deeper is hostile, and the YAML parser is quadratic on it.
+    if flow_depth(input) > MAX_FLOW_DEPTH {
+        return Err(InspectError::NotAnEvent {
+            index: 1,
+            message: format!("brackets nested more than {MAX_FLOW_DEPTH} deep"),
+        });
+    }
     if input.trim_start().starts_with(['{', '[']) {
         let value: serde_json::Value =
             serde_json::from_str(input).map_err(|e| InspectError::NotAnEvent { index: 1, message: e.to_string() })?;
@@ -343,6 +353,15 @@ mod tests {
     #[test]
     fn a_config_map_without_status_is_an_error() {
         assert!(matches!(inspect_ca_status("kind: ConfigMap\ndata: {other: x}\n"), Err(InspectError::NoStatusKey)));
+    }
+
+    #[test]
+    fn hostile_nesting_is_refused_before_any_yaml_parser() {
+        let deep = format!("nodeGroups: {}", "[".repeat(200_000));
+        let started = std::time::Instant::now();
+        assert!(matches!(inspect_ca_status(&deep), Err(InspectError::CaStatus(ParseCaStatusError::TooDeep { .. }))));
+        assert!(matches!(inspect_nth_events(&deep, None), Err(InspectError::NotAnEvent { index: 1, .. })));
+        assert!(started.elapsed() < std::time::Duration::from_secs(1), "linear, not quadratic");
     }
 
     #[test]

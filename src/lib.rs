@@ -24,3 +24,4 @@ pub mod telemetry;
 pub mod timefmt;
 pub mod units;
 pub mod workers;
+pub mod yaml_guard;

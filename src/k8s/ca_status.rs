@@ -214,12 +214,7 @@ pub fn parse_ca_status(text: &str) -> Result<CaStatus, ParseCaStatusError> {
     if trimmed.is_empty() {
         return Err(ParseCaStatusError::Empty);
     }
-    if text.len() > MAX_STATUS_BYTES {
-        return Err(ParseCaStatusError::TooLarge { bytes: text.len(), limit: MAX_STATUS_BYTES });
-    }
-    if flow_depth(text) > MAX_FLOW_DEPTH {
-        return Err(ParseCaStatusError::TooDeep { limit: MAX_FLOW_DEPTH });
-    }
+    check_size_and_depth(text)?;
     if trimmed.starts_with(LEGACY_PREFIX) {
         parse_legacy(text)
     } else {
@@ -229,26 +224,19 @@ pub fn parse_ca_status(text: &str) -> Result<CaStatus, ParseCaStatusError> {
 
 /// The largest status accepted: a ConfigMap's limit.
 pub const MAX_STATUS_BYTES: usize = 1 << 20;
-/// The deepest `[`/`{` nesting accepted; CA's YAML uses two levels at most.
-pub const MAX_FLOW_DEPTH: usize = 16;
+pub use crate::yaml_guard::{flow_depth, MAX_FLOW_DEPTH};
 
-/// The deepest bracket nesting outside quotes, in one pass.
-fn flow_depth(text: &str) -> usize {
-    let (mut depth, mut deepest, mut quote) = (0usize, 0usize, None);
-    for c in text.chars() {
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), _) => {}
-            (None, '"' | '\'') => quote = Some(c),
-            (None, '[' | '{') => {
-                depth += 1;
-                deepest = deepest.max(depth);
-            }
-            (None, ']' | '}') => depth = depth.saturating_sub(1),
-            _ => {}
-        }
+/// Refuses, in one linear pass, text larger than a ConfigMap holds or nested deeper than CA ever
+/// writes: serde_yaml spends quadratic time on deep flow nesting, so this runs before any YAML
+/// parser sees outside text.
+pub fn check_size_and_depth(text: &str) -> Result<(), ParseCaStatusError> {
+    if text.len() > MAX_STATUS_BYTES {
+        return Err(ParseCaStatusError::TooLarge { bytes: text.len(), limit: MAX_STATUS_BYTES });
     }
-    deepest
+    if flow_depth(text) > MAX_FLOW_DEPTH {
+        return Err(ParseCaStatusError::TooDeep { limit: MAX_FLOW_DEPTH });
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -740,6 +728,5 @@ mod tests {
         assert_eq!(parse_ca_status(&deep), Err(ParseCaStatusError::TooDeep { limit: MAX_FLOW_DEPTH }));
         let big = format!("time: x\n#{}", "a".repeat(MAX_STATUS_BYTES));
         assert!(matches!(parse_ca_status(&big), Err(ParseCaStatusError::TooLarge { .. })));
-        assert_eq!(flow_depth("a: \"[[[\"\nb: [{c: [1]}]"), 3, "quoted brackets do not count");
     }
 }

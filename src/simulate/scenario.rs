@@ -1,6 +1,7 @@
 //! The scenario file of `spots-booster simulate`: groups, workloads, and the spot events that hit
 //! them. Parsed strictly (unknown keys are errors) and validated with errors that name the field.
 
+use crate::yaml_guard::{flow_depth, MAX_FLOW_DEPTH};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -221,6 +222,9 @@ pub struct SpotEvent {
 
 /// Parses and validates a scenario.
 pub fn parse_scenario(text: &str) -> Result<Scenario, ScenarioError> {
+    if flow_depth(text) > MAX_FLOW_DEPTH {
+        return Err(ScenarioError::Shape(format!("brackets nested more than {MAX_FLOW_DEPTH} deep")));
+    }
     let raw: RawScenario = serde_yaml::from_str(text).map_err(|e| ScenarioError::Shape(e.to_string()))?;
     let duration = duration_field("duration", &raw.duration)?;
     if duration.is_zero() || duration > Duration::from_secs(7 * 86_400) {
