@@ -1,0 +1,166 @@
+//! End-to-end: who may make the daemon act. The real binary, a real API server and moto. Runs
+//! only when `SPOTS_BOOSTER_E2E_KUBECONFIG` and `SPOTS_BOOSTER_E2E_AWS_ENDPOINT` are set.
+//!
+//! Three notices that must move nothing, then one that must: a forged Event (no source) on a
+//! cordoned node; NTH's signed Event on a node NTH never cordoned; NTH's signed Event on a cordoned
+//! node whose instance is on-demand (moto launches ASG instances on-demand, and EC2 sends
+//! rebalance recommendations to spot instances only). Then a spot instance attached to the group,
+//! cordoned and announced: boosted, the instance's lifecycle read through `DescribeInstances`.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use aws_sdk_autoscaling::types::LaunchTemplateSpecification;
+use aws_sdk_ec2::types::{InstanceMarketOptionsRequest, InstanceType, MarketType, RequestLaunchTemplateData};
+use k8s_openapi::api::core::v1::{Event, Node};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use support::e2e::{
+    aws, create_namespace, env, free_port, kube_client, metric, nth_rebalance_event, register_node, run_suffix, scrape,
+    AWS_ENDPOINT, KUBECONFIG,
+};
+
+mod support;
+
+async fn cordon(kube: &Client, node: &str) {
+    let nodes: Api<Node> = Api::all(kube.clone());
+    nodes.patch(node, &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": true}}))).await.unwrap();
+}
+
+/// Six lines anyone who may create Events can write.
+async fn forged_interruption(kube: &Client, ns: &str, node: &str) {
+    let events: Api<Event> = Api::namespaced(kube.clone(), ns);
+    let event = json!({"metadata": {"name": format!("{node}.forged")},
+        "involvedObject": {"kind": "Node", "name": node, "namespace": ns}, "reason": "SpotInterruption"});
+    events.create(&PostParams::default(), &serde_json::from_value(event).unwrap()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_unconfirmed_and_on_demand_notices_move_nothing_and_a_spot_one_is_boosted() {
+    let Some((kubeconfig, endpoint)) = env() else {
+        eprintln!("e2e skipped: set {KUBECONFIG} and {AWS_ENDPOINT} to run it (see README, \"End-to-end suite\")");
+        return;
+    };
+    let suffix = run_suffix();
+    let (ns, group) = (format!("sb-trust-{suffix}"), format!("sb-trust-{suffix}"));
+    let kube = kube_client(&kubeconfig).await;
+    let sdk = aws(&endpoint).await;
+    create_namespace(&kube, &ns).await;
+
+    let ec2 = aws_sdk_ec2::Client::new(&sdk);
+    let asg = aws_sdk_autoscaling::Client::new(&sdk);
+    let image =
+        ec2.describe_images().owners("amazon").send().await.unwrap().images()[0].image_id().unwrap().to_string();
+    ec2.create_launch_template()
+        .launch_template_name(&group)
+        .launch_template_data(
+            RequestLaunchTemplateData::builder().image_id(&image).instance_type(InstanceType::M5Large).build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    asg.create_auto_scaling_group()
+        .auto_scaling_group_name(&group)
+        .launch_template(LaunchTemplateSpecification::builder().launch_template_name(&group).version("$Latest").build())
+        .min_size(0)
+        .max_size(10)
+        .desired_capacity(3)
+        .availability_zones("us-east-1a")
+        .send()
+        .await
+        .unwrap();
+    let desired = || async {
+        let out = asg.describe_auto_scaling_groups().auto_scaling_group_names(&group).send().await.unwrap();
+        out.auto_scaling_groups()[0].desired_capacity().unwrap()
+    };
+    let described = asg.describe_auto_scaling_groups().auto_scaling_group_names(&group).send().await.unwrap();
+    let ids: Vec<String> =
+        described.auto_scaling_groups()[0].instances().iter().map(|i| i.instance_id().unwrap().to_string()).collect();
+    assert_eq!(ids.len(), 3);
+    let name = |id: &str| format!("{id}.{suffix}.e2e.internal");
+    for id in &ids {
+        register_node(&kube, &name(id), "us-east-1a", id, &suffix).await;
+    }
+
+    let port = free_port();
+    let mut booster = tokio::process::Command::new(env!("CARGO_BIN_EXE_spots-booster"))
+        .args(["run", "--connection-mode", "kubectl", "--kubeconfig", &kubeconfig])
+        .args(["--events-namespace", &ns, "--ca-status-namespace", &ns, "--state-namespace", &ns])
+        .args(["--aws-endpoint-url", &endpoint, "--aws-region", "us-east-1"])
+        .args(["--metrics-bind-address", &format!("127.0.0.1:{port}"), "--leader-elect", "false"])
+        // One replacement per at-risk node: these nodes hold no pods, which `pods` sizing would
+        // rightly replace with none.
+        .args(["--instance-groups", "false", "--log-format", "json", "--sizing", "count"])
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start spots-booster");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric(&scrape(port).await, "spots_booster_synced") < 1.0 {
+        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited early");
+        assert!(Instant::now() < deadline, "spots-booster never synced");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // 1. A forged interruption on a cordoned node. 2. NTH's Event, no cordon. 3. NTH's Event and
+    // cordon, on-demand instance.
+    cordon(&kube, &name(&ids[0])).await;
+    forged_interruption(&kube, &ns, &name(&ids[0])).await;
+    nth_rebalance_event(&kube, &ns, &name(&ids[1]), &ids[1]).await;
+    cordon(&kube, &name(&ids[2])).await;
+    nth_rebalance_event(&kube, &ns, &name(&ids[2]), &ids[2]).await;
+
+    let untrusted = |text: &str, reason: &str| {
+        metric(text, &format!("spots_booster_signals_untrusted_total{{reason=\"{reason}\"}}"))
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = scrape(port).await;
+        let seen = [untrusted(&text, "not-from-nth"), untrusted(&text, "not-cordoned"), untrusted(&text, "not-spot")];
+        if seen == [1.0, 1.0, 1.0] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "each notice should be refused once with its reason: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // Give the scaler every chance to act on them anyway.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(desired().await, 3, "nothing is boosted for a notice nothing vouches for");
+    assert_eq!(metric(&scrape(port).await, "spots_booster_aws_calls_total{operation=\"SetDesiredCapacity\"}"), 0.0);
+
+    // A spot instance in the group, cordoned by NTH and announced: believed and boosted.
+    let spot = ec2
+        .run_instances()
+        .image_id(&image)
+        .instance_type(InstanceType::M5Large)
+        .min_count(1)
+        .max_count(1)
+        .instance_market_options(InstanceMarketOptionsRequest::builder().market_type(MarketType::Spot).build())
+        .send()
+        .await
+        .unwrap();
+    let spot = spot.instances()[0].instance_id().unwrap().to_string();
+    asg.attach_instances().auto_scaling_group_name(&group).instance_ids(&spot).send().await.unwrap();
+    let before = desired().await;
+    register_node(&kube, &name(&spot), "us-east-1a", &spot, &suffix).await;
+    cordon(&kube, &name(&spot)).await;
+    let announced = Instant::now();
+    nth_rebalance_event(&kube, &ns, &name(&spot), &spot).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while desired().await == before {
+        assert!(Instant::now() < deadline, "the spot instance's notice was never boosted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(desired().await, before + 1);
+    eprintln!("e2e trust: three notices refused by reason; the spot one boosted {:.2}s after its Event", {
+        announced.elapsed().as_secs_f64()
+    });
+    let text = scrape(port).await;
+    assert!(metric(&text, "spots_booster_aws_calls_total{operation=\"DescribeInstances\"}") >= 2.0, "{text}");
+    assert!(booster.try_wait().unwrap().is_none(), "still running");
+    booster.kill().await.unwrap();
+}
