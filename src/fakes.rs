@@ -682,12 +682,20 @@ impl crate::instancegroup::store::InstanceGroupStore for FakeInstanceGroupStore 
         &self,
         namespace: &str,
         name: &str,
-        _resource_version: Option<&str>,
+        from: &[String],
         finalizers: &[String],
     ) -> Result<(), crate::instancegroup::store::StoreError> {
         let mut state = lock(&self.0);
         let key = (namespace.to_string(), name.to_string());
         if let Some(group) = state.groups.get_mut(&key) {
+            if group.metadata.finalizers.as_deref().unwrap_or_default() != from {
+                return Err(crate::instancegroup::store::StoreError::Api {
+                    operation: "set finalizers of",
+                    object: format!("{namespace}/{name}"),
+                    message: "the finalizers changed since they were read".into(),
+                    conflict: true,
+                });
+            }
             group.metadata.finalizers = Some(finalizers.to_vec());
             if finalizers.is_empty() && group.metadata.deletion_timestamp.is_some() {
                 state.groups.remove(&key);

@@ -292,6 +292,13 @@ async fn create_ready_image_change_rotation_resize_and_delete() {
     assert!(iam.get_role().role_name(ASG).send().await.is_err(), "role deleted");
     assert!(iam.get_instance_profile().instance_profile_name(ASG).send().await.is_err(), "profile deleted");
     assert!(!store.state().aws_auth.as_ref().unwrap()["mapRoles"].contains(ASG), "aws-auth entry removed");
+
+    // Every delete step again, on what is already gone: done, whatever moto answers for a
+    // missing object (`DeleteLaunchTemplate` of a missing name is `MissingParameter`).
+    use spots_booster::instancegroup::cloud::NodeGroupCloud;
+    r.cloud.delete_scaling_group(ASG).await.unwrap();
+    r.cloud.delete_launch_template(ASG).await.unwrap();
+    r.cloud.delete_role(ASG).await.unwrap();
 }
 
 #[tokio::test]

@@ -626,15 +626,38 @@ async fn instancegroup_status_goes_to_the_subresource_and_finalizers_carry_the_r
     patch.await.unwrap().unwrap();
 
     let s = store.clone();
-    let finalize = tokio::spawn(async move { s.set_finalizers("t", "a", Some("42"), &["f".to_string()]).await });
-    let seen = answer(&mut server, |_| reply(409, status(409, "Conflict"))).await;
+    let finalize = tokio::spawn(async move {
+        s.set_finalizers("t", "a", &["other".to_string(), "f".to_string()], &["other".to_string()]).await
+    });
+    let seen = answer(&mut server, |_| reply(422, status(422, "Invalid"))).await;
     assert_eq!(
-        (seen.method.as_str(), seen.path.as_str()),
-        ("PATCH", "/apis/instancemgr.keikoproj.io/v1alpha1/namespaces/t/instancegroups/a")
+        (seen.method.as_str(), seen.path.as_str(), seen.content_type.as_str()),
+        (
+            "PATCH",
+            "/apis/instancemgr.keikoproj.io/v1alpha1/namespaces/t/instancegroups/a",
+            "application/json-patch+json"
+        )
     );
-    assert_eq!(seen.body, json!({"metadata": {"finalizers": ["f"], "resourceVersion": "42"}}));
-    let err = finalize.await.unwrap().unwrap_err();
-    assert!(matches!(err, spots_booster::instancegroup::store::StoreError::Api { conflict: true, .. }), "{err}");
+    assert_eq!(
+        seen.body,
+        json!([{"op": "test", "path": "/metadata/finalizers", "value": ["other", "f"]},
+               {"op": "replace", "path": "/metadata/finalizers", "value": ["other"]}]),
+        "guarded by the list as read, not by a resourceVersion the daemon's own status write has bumped"
+    );
+    assert!(finalize.await.unwrap().is_err(), "a list changed by someone else is not overwritten");
+
+    let s = store.clone();
+    let finalize = tokio::spawn(async move { s.set_finalizers("t", "a", &[], &["f".to_string()]).await });
+    let seen = answer(&mut server, |_| {
+        reply(
+            200,
+            json!({"apiVersion": "instancemgr.keikoproj.io/v1alpha1", "kind": "InstanceGroup",
+                          "metadata": {"name": "a", "finalizers": ["f"]}, "spec": {}}),
+        )
+    })
+    .await;
+    assert_eq!(seen.body, json!([{"op": "add", "path": "/metadata/finalizers", "value": ["f"]}]));
+    finalize.await.unwrap().unwrap();
 }
 
 #[tokio::test]

@@ -618,6 +618,17 @@ fn launch_spec(design: &AsgDesign) -> asg::LaunchTemplateSpecification {
     asg::LaunchTemplateSpecification::builder().launch_template_name(&design.template_name).version("$Latest").build()
 }
 
+impl AwsNodeGroups {
+    /// The id of the launch template named `name`, `None` when there is none.
+    async fn launch_template_id(&self, name: &str) -> Result<Option<String>, CloudError> {
+        match self.ec2.describe_launch_templates().launch_template_names(name).send().await {
+            Ok(out) => Ok(out.launch_templates().first().and_then(|t| t.launch_template_id()).map(String::from)),
+            Err(e) if not_found(&e) => Ok(None),
+            Err(e) => Err(self.call("ec2:DescribeLaunchTemplates", name, e)),
+        }
+    }
+}
+
 fn not_found(e: &impl ProvideErrorMetadata) -> bool {
     e.code().is_some_and(|c| c.contains("NotFound") || c == "NoSuchEntity")
         || e.message().is_some_and(|m| m.contains("not found") || m.contains("does not exist"))
@@ -778,10 +789,13 @@ impl NodeGroupCloud for AwsNodeGroups {
         Ok(out.launch_template_version().and_then(|v| v.version_number()).map(|v| v.to_string()).unwrap_or_default())
     }
 
+    /// Idempotent: a template already gone is done, whatever the service answers for a missing
+    /// name (moto answers `MissingParameter`), so its existence is read before and after.
     async fn delete_launch_template(&self, name: &str) -> Result<(), CloudError> {
-        match self.ec2.delete_launch_template().launch_template_name(name).send().await {
+        let Some(id) = self.launch_template_id(name).await? else { return Ok(()) };
+        match self.ec2.delete_launch_template().launch_template_id(&id).send().await {
             Ok(_) => Ok(()),
-            Err(e) if not_found(&e) => Ok(()),
+            Err(_) if self.launch_template_id(name).await?.is_none() => Ok(()),
             Err(e) => Err(self.call("ec2:DeleteLaunchTemplate", name, e)),
         }
     }
@@ -891,11 +905,13 @@ impl NodeGroupCloud for AwsNodeGroups {
         self.apply_group_settings(design, changes).await
     }
 
+    /// Idempotent: a group already gone is done, whatever the error said.
     async fn delete_scaling_group(&self, name: &str) -> Result<(), CloudError> {
         match self.autoscaling.delete_auto_scaling_group().auto_scaling_group_name(name).force_delete(true).send().await
         {
             Ok(_) => Ok(()),
             Err(e) if not_found(&e) => Ok(()),
+            Err(_) if self.scaling_group(name).await?.is_none() => Ok(()),
             Err(e) => Err(self.call("autoscaling:DeleteAutoScalingGroup", name, e)),
         }
     }

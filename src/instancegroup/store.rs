@@ -54,13 +54,15 @@ pub trait InstanceGroupStore: Send + Sync {
         name: &str,
         status: &InstanceGroupStatus,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Sets `metadata.finalizers`, guarded by `resource_version`.
+    /// Changes `metadata.finalizers` from `from` (as last read) to `to`, guarded by the list
+    /// itself rather than the resourceVersion: the daemon's own status write bumps the version
+    /// between its read and this write, and must not make the finalizer impossible to remove.
     fn set_finalizers(
         &self,
         namespace: &str,
         name: &str,
-        resource_version: Option<&str>,
-        finalizers: &[String],
+        from: &[String],
+        to: &[String],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// The `instance-manager` ConfigMap's data, if it exists.
     fn config_map(&self) -> impl Future<Output = Result<Option<BTreeMap<String, String>>, StoreError>> + Send;

@@ -150,15 +150,27 @@ impl InstanceGroupStore for KubeInstanceGroups {
         &self,
         namespace: &str,
         name: &str,
-        resource_version: Option<&str>,
-        finalizers: &[String],
+        from: &[String],
+        to: &[String],
     ) -> Result<(), StoreError> {
         let api: Api<InstanceGroup> = Api::namespaced(self.client.clone(), namespace);
-        let mut patch = json!({ "metadata": { "finalizers": finalizers } });
-        if let Some(version) = resource_version {
-            patch["metadata"]["resourceVersion"] = json!(version);
-        }
-        api.patch(name, &params(), &Patch::Merge(&patch))
+        // A JSON patch that tests the list as read: another controller's finalizer added since
+        // fails the test (422) instead of being dropped; an unrelated write does not get in the way.
+        let ops = if from.is_empty() {
+            json!([{ "op": "add", "path": "/metadata/finalizers", "value": to }])
+        } else {
+            json!([
+                { "op": "test", "path": "/metadata/finalizers", "value": from },
+                { "op": "replace", "path": "/metadata/finalizers", "value": to },
+            ])
+        };
+        let patch: json_patch::Patch = serde_json::from_value(ops).map_err(|e| StoreError::Api {
+            operation: "set finalizers of",
+            object: format!("{namespace}/{name}"),
+            message: e.to_string(),
+            conflict: false,
+        })?;
+        api.patch(name, &params(), &Patch::<()>::Json(patch))
             .await
             .map(|_| ())
             .map_err(|e| api_error("set finalizers of", format!("{namespace}/{name}"), e))

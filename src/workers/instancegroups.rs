@@ -238,9 +238,9 @@ where
         let (namespace, name) = key(ig);
         let finalizers = ig.metadata.finalizers.clone().unwrap_or_default();
         if !finalizers.iter().any(|f| f == FINALIZER) {
-            let mut with = finalizers;
+            let mut with = finalizers.clone();
             with.push(FINALIZER.to_string());
-            self.store.set_finalizers(&namespace, &name, ig.metadata.resource_version.as_deref(), &with).await?;
+            self.store.set_finalizers(&namespace, &name, &finalizers, &with).await?;
         }
         let (spec, md5) = Self::effective_spec(ig, config);
         status.config_md5 = md5;
@@ -563,8 +563,8 @@ where
         }
         status.current_state = state::DELETED.into();
         self.store.patch_status(&namespace, &name, status).await?;
-        let remaining: Vec<String> = finalizers.into_iter().filter(|f| f != FINALIZER).collect();
-        self.store.set_finalizers(&namespace, &name, ig.metadata.resource_version.as_deref(), &remaining).await?;
+        let remaining: Vec<String> = finalizers.iter().filter(|f| *f != FINALIZER).cloned().collect();
+        self.store.set_finalizers(&namespace, &name, &finalizers, &remaining).await?;
         self.event(
             ig,
             "InstanceGroupDeleted",
