@@ -271,6 +271,11 @@ pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
                     clock: ctx.clock.clone(),
                     leadership: leadership.clone(),
                     metrics: metrics.clone(),
+                    iam: crate::instancegroup::validate::IamRules::new(
+                        &args.instancegroup_allowed_policies,
+                        args.instancegroup_existing_roles,
+                        args.instancegroup_permissions_boundary.clone(),
+                    ),
                 };
                 tasks.spawn("worker:instancegroups", Lifetime::UntilShutdown, reconciler.run(shutdown.clone()));
             }

@@ -81,6 +81,18 @@ pub struct RunArgs {
     /// Name of the InstanceGroup boundaries ConfigMap.
     #[arg(long, env = "SPOTS_BOOSTER_INSTANCE_MANAGER_CONFIGMAP", default_value = "instance-manager")]
     pub instance_manager_configmap: String,
+    /// Policies (ARNs, or AWS managed policy names) an InstanceGroup's `managedPolicies` may attach
+    /// beyond the node defaults. Whoever writes an InstanceGroup holds its node role's rights.
+    #[arg(long, env = "SPOTS_BOOSTER_INSTANCEGROUP_ALLOWED_POLICIES", value_delimiter = ',')]
+    pub instancegroup_allowed_policies: Vec<String>,
+    /// Let an InstanceGroup's `roleName` / `instanceProfileName` name an existing role or profile
+    /// (any role could be named, a more privileged one included).
+    #[arg(long, env = "SPOTS_BOOSTER_INSTANCEGROUP_EXISTING_ROLES", action = ArgAction::Set, num_args = 0..=1,
+          default_value_t = false, default_missing_value = "true")]
+    pub instancegroup_existing_roles: bool,
+    /// Permissions boundary (a policy ARN) set on every node role the daemon creates.
+    #[arg(long, env = "SPOTS_BOOSTER_INSTANCEGROUP_PERMISSIONS_BOUNDARY")]
+    pub instancegroup_permissions_boundary: Option<String>,
     /// Also take NTH's node taints (`taintNode: true`) as signals.
     #[arg(long, env = "SPOTS_BOOSTER_NTH_TAINT_SIGNALS", action = ArgAction::Set, num_args = 0..=1,
           default_value_t = false, default_missing_value = "true")]

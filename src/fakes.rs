@@ -593,6 +593,8 @@ pub struct InstanceGroupStoreState {
     pub excluded: BTreeSet<String>,
     /// `kube-system/aws-auth` data; `None` until first written.
     pub aws_auth: Option<BTreeMap<String, String>>,
+    /// The roles the daemon mapped in aws-auth (its ownership annotation).
+    pub aws_auth_owned: BTreeSet<String>,
     /// Nodes marked for rotation, in order.
     pub rotations: Vec<String>,
     /// Events as `(object name, reason, message, warning)`.
@@ -713,15 +715,18 @@ impl crate::instancegroup::store::InstanceGroupStore for FakeInstanceGroupStore 
     }
 
     async fn upsert_aws_auth(&self, role_arn: &str) -> Result<(), crate::instancegroup::store::StoreError> {
-        let mut state = lock(&self.0);
+        let mut guard = lock(&self.0);
+        let state = &mut *guard;
         let data = state.aws_auth.get_or_insert_with(BTreeMap::new);
-        crate::instancegroup::aws_auth::upsert_node_role(data, role_arn)?;
+        crate::instancegroup::aws_auth::upsert_node_role(data, &mut state.aws_auth_owned, role_arn)?;
         Ok(())
     }
 
     async fn remove_aws_auth(&self, role_arn: &str) -> Result<(), crate::instancegroup::store::StoreError> {
-        if let Some(data) = lock(&self.0).aws_auth.as_mut() {
-            crate::instancegroup::aws_auth::remove_role(data, role_arn)?;
+        let mut guard = lock(&self.0);
+        let state = &mut *guard;
+        if let Some(data) = state.aws_auth.as_mut() {
+            crate::instancegroup::aws_auth::remove_role(data, &mut state.aws_auth_owned, role_arn)?;
         }
         Ok(())
     }

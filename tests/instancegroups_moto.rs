@@ -14,6 +14,7 @@ use spots_booster::aws::CallStats;
 use spots_booster::core::{Evidence, InstanceId, Node, NodeName, Resources, Signal, SignalKind, Timestamp};
 use spots_booster::fakes::{FakeInstanceGroupStore, InMemoryCluster};
 use spots_booster::instancegroup::api::FINALIZER;
+use spots_booster::instancegroup::validate::IamRules;
 use spots_booster::instancegroup::InstanceGroup;
 use spots_booster::ports::Leadership;
 use spots_booster::workers::instancegroups::{state, InstanceGroupReconciler, Requeue};
@@ -116,6 +117,7 @@ fn reconciler(config: &SdkConfig, stats: CallStats) -> (Reconciler, FakeInstance
         clock,
         leadership: Leadership::always(),
         metrics: Arc::new(spots_booster::metrics::Metrics::new()),
+        iam: IamRules::default(),
     };
     (reconciler, store, view)
 }
@@ -344,7 +346,9 @@ async fn a_missing_subnet_name_is_an_error_and_a_bring_your_own_role_is_left_alo
         .send()
         .await
         .unwrap();
-    let (r, store, view) = reconciler(&config, CallStats::default());
+    let (mut r, store, view) = reconciler(&config, CallStats::default());
+    // The operator allows groups to bring their own role here.
+    r.iam.existing_roles = true;
 
     let mut missing = group(&world, &world.image, 6);
     missing.spec.eks.as_mut().unwrap().configuration.subnets.push("no-such-subnet".into());

@@ -695,7 +695,25 @@ async fn aws_auth_is_created_when_missing_and_replaced_with_its_resource_version
     let roles = seen.body["data"]["mapRoles"].as_str().unwrap();
     assert!(roles.contains("role/admin") && roles.contains(arn), "{roles}");
     assert_eq!(seen.body["data"]["mapUsers"], "[]");
+    assert_eq!(
+        seen.body["metadata"]["annotations"]["spots-booster.io/owned-roles"],
+        json!(format!("[\"{arn}\"]")),
+        "the daemon marks the entries it made"
+    );
     upsert.await.unwrap().unwrap();
+
+    // The admin role is someone else's: refused, nothing written.
+    let before = server.hits();
+    let s = store.clone();
+    let upsert = tokio::spawn(async move { s.upsert_aws_auth("arn:aws:iam::1:role/admin").await });
+    answer(&mut server, |_| reply(200, existing.clone())).await;
+    let err = upsert.await.unwrap().unwrap_err();
+    assert!(err.to_string().contains("already mapped in kube-system/aws-auth"), "{err}");
+    let s = store.clone();
+    let remove = tokio::spawn(async move { s.remove_aws_auth("arn:aws:iam::1:role/admin").await });
+    answer(&mut server, |_| reply(200, existing.clone())).await;
+    remove.await.unwrap().unwrap();
+    assert_eq!(server.hits(), before + 2, "two reads, no write: the admin entry is neither rewritten nor removed");
 
     let s = store.clone();
     let remove = tokio::spawn(async move { s.remove_aws_auth(arn).await });

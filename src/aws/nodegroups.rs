@@ -141,6 +141,7 @@ impl AwsNodeGroups {
         &self,
         name: &str,
         policies: &BTreeSet<String>,
+        boundary: Option<&str>,
         cluster: &str,
     ) -> Result<RoleFacts, CloudError> {
         let owner = aws_sdk_iam::types::Tag::builder()
@@ -158,6 +159,7 @@ impl AwsNodeGroups {
                     .role_name(name)
                     .assume_role_policy_document(EC2_TRUST_POLICY)
                     .description("Node role created by spots-booster for an InstanceGroup")
+                    .set_permissions_boundary(boundary.map(String::from))
                     .tags(owner.clone())
                     .send()
                     .await
@@ -670,7 +672,9 @@ impl NodeGroupCloud for AwsNodeGroups {
 
     async fn ensure_role(&self, role: &RoleChoice, cluster: &str) -> Result<RoleFacts, CloudError> {
         match role {
-            RoleChoice::Managed { name, policies } => self.ensure_managed_role(name, policies, cluster).await,
+            RoleChoice::Managed { name, policies, boundary } => {
+                self.ensure_managed_role(name, policies, boundary.as_deref(), cluster).await
+            }
             RoleChoice::Existing { role_name, profile_name } => {
                 let (profile_arn, roles) = self.profile_arn_with_role(profile_name).await?.ok_or_else(|| {
                     CloudError::NotFound { what: "instance profile", name: profile_name.clone(), scope: None }

@@ -1,8 +1,12 @@
 //! `kube-system/aws-auth` `mapRoles` edits: upsert a node role, remove it. Everything else in the
 //! ConfigMap (other roles, `mapUsers`, `mapAccounts`, unknown keys of an entry) is kept as it was,
 //! so a node group we do not manage never loses its mapping.
+//!
+//! The daemon only ever edits entries it created, listed in the ConfigMap's annotation
+//! [`OWNED_ANNOTATION`]: a role someone else mapped (the admin role in `system:masters`, a node
+//! group of another tool) is never rewritten or removed, and an InstanceGroup naming it is refused.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_yaml::{Mapping, Value};
 
@@ -14,19 +18,52 @@ const MAP_ROLES: &str = "mapRoles";
 const NODE_USERNAME: &str = "system:node:{{EC2PrivateDNSName}}";
 const NODE_GROUPS: &[&str] = &["system:bootstrappers", "system:nodes"];
 
-/// `mapRoles` is not a YAML list of mappings.
+/// The annotation on aws-auth listing (as a JSON array) the role ARNs the daemon mapped.
+pub const OWNED_ANNOTATION: &str = "spots-booster.io/owned-roles";
+
+/// aws-auth could not be edited safely.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("kube-system/aws-auth data.mapRoles is not a YAML list of role mappings: {0}")]
-pub struct EditAwsAuthError(String);
+pub enum EditAwsAuthError {
+    /// `mapRoles` is not a YAML list of mappings.
+    #[error("kube-system/aws-auth data.mapRoles is not a YAML list of role mappings: {0}")]
+    NotAList(String),
+    /// The role is already mapped, and not by the daemon.
+    #[error(
+        "role {role_arn} is already mapped in kube-system/aws-auth (username {username:?}) by someone else: \
+         its entry is left alone; use a role of its own for this InstanceGroup, or hand the entry over by \
+         adding the ARN to the ConfigMap's {OWNED_ANNOTATION} annotation"
+    )]
+    MappedBySomeoneElse {
+        /// The role.
+        role_arn: String,
+        /// The entry's username.
+        username: String,
+    },
+}
+
+/// The roles the daemon mapped, from aws-auth's annotations.
+pub fn owned_roles(annotations: Option<&BTreeMap<String, String>>) -> BTreeSet<String> {
+    annotations
+        .and_then(|a| a.get(OWNED_ANNOTATION))
+        .and_then(|v| serde_json::from_str::<BTreeSet<String>>(v).ok())
+        .unwrap_or_default()
+}
+
+/// The annotation value for `owned`.
+pub fn owned_annotation(owned: &BTreeSet<String>) -> String {
+    serde_json::to_string(owned).expect("strings serialise")
+}
 
 fn roles(data: &BTreeMap<String, String>) -> Result<Vec<Value>, EditAwsAuthError> {
     match data.get(MAP_ROLES).filter(|s| !s.trim().is_empty()) {
         None => Ok(Vec::new()),
-        Some(text) => match serde_yaml::from_str::<Value>(text).map_err(|e| EditAwsAuthError(e.to_string()))? {
-            Value::Sequence(items) if items.iter().all(Value::is_mapping) => Ok(items),
-            Value::Null => Ok(Vec::new()),
-            _ => Err(EditAwsAuthError("expected a list of mappings".into())),
-        },
+        Some(text) => {
+            match serde_yaml::from_str::<Value>(text).map_err(|e| EditAwsAuthError::NotAList(e.to_string()))? {
+                Value::Sequence(items) if items.iter().all(Value::is_mapping) => Ok(items),
+                Value::Null => Ok(Vec::new()),
+                _ => Err(EditAwsAuthError::NotAList("expected a list of mappings".into())),
+            }
+        }
     }
 }
 
@@ -39,11 +76,23 @@ fn is_role(entry: &Value, arn: &str) -> bool {
     entry.get("rolearn").and_then(Value::as_str) == Some(arn)
 }
 
-/// Maps `role_arn` as a node role. Returns whether the data changed.
-pub fn upsert_node_role(data: &mut BTreeMap<String, String>, role_arn: &str) -> Result<bool, EditAwsAuthError> {
+/// Maps `role_arn` as a node role, noting it in `owned`. Refuses a role someone else mapped.
+/// Returns whether anything changed.
+pub fn upsert_node_role(
+    data: &mut BTreeMap<String, String>,
+    owned: &mut BTreeSet<String>,
+    role_arn: &str,
+) -> Result<bool, EditAwsAuthError> {
     let mut roles = roles(data)?;
     let groups = Value::Sequence(NODE_GROUPS.iter().map(|g| Value::String(g.to_string())).collect());
-    let mut changed = false;
+    let mut changed = owned.insert(role_arn.to_string());
+    if changed {
+        if let Some(entry) = roles.iter().find(|e| is_role(e, role_arn)) {
+            owned.remove(role_arn);
+            let username = entry.get("username").and_then(Value::as_str).unwrap_or_default().to_string();
+            return Err(EditAwsAuthError::MappedBySomeoneElse { role_arn: role_arn.to_string(), username });
+        }
+    }
     match roles.iter_mut().find(|e| is_role(e, role_arn)) {
         Some(Value::Mapping(entry)) => {
             for (key, value) in [("username", Value::String(NODE_USERNAME.into())), ("groups", groups)] {
@@ -68,15 +117,22 @@ pub fn upsert_node_role(data: &mut BTreeMap<String, String>, role_arn: &str) -> 
     Ok(changed)
 }
 
-/// Unmaps `role_arn`. Returns whether the data changed.
-pub fn remove_role(data: &mut BTreeMap<String, String>, role_arn: &str) -> Result<bool, EditAwsAuthError> {
+/// Unmaps `role_arn` when the daemon mapped it (it is in `owned`); anyone else's entry stays.
+/// Returns whether anything changed.
+pub fn remove_role(
+    data: &mut BTreeMap<String, String>,
+    owned: &mut BTreeSet<String>,
+    role_arn: &str,
+) -> Result<bool, EditAwsAuthError> {
+    if !owned.remove(role_arn) {
+        return Ok(false);
+    }
     let mut roles = roles(data)?;
     let before = roles.len();
     roles.retain(|e| !is_role(e, role_arn));
-    if roles.len() == before {
-        return Ok(false);
+    if roles.len() != before {
+        write(data, roles);
     }
-    write(data, roles);
     Ok(true)
 }
 
@@ -92,26 +148,52 @@ mod tests {
             (MAP_ROLES.to_string(), EXISTING.to_string()),
             ("mapUsers".to_string(), "- userarn: arn:aws:iam::1:user/ops\n  username: ops\n".to_string()),
         ]);
-        assert!(upsert_node_role(&mut data, "arn:aws:iam::1:role/nodes").unwrap());
-        assert!(!upsert_node_role(&mut data, "arn:aws:iam::1:role/nodes").unwrap(), "idempotent");
+        let mut owned = BTreeSet::new();
+        assert!(upsert_node_role(&mut data, &mut owned, "arn:aws:iam::1:role/nodes").unwrap());
+        assert!(!upsert_node_role(&mut data, &mut owned, "arn:aws:iam::1:role/nodes").unwrap(), "idempotent");
+        assert_eq!(owned, BTreeSet::from(["arn:aws:iam::1:role/nodes".to_string()]));
         let roles = roles(&data).unwrap();
         assert_eq!(roles.len(), 3);
         assert_eq!(roles[1]["username"], "admin", "other roles untouched");
         assert_eq!(roles[2]["groups"][1], "system:nodes");
         assert!(data["mapUsers"].contains("userarn"), "mapUsers untouched");
+        assert_eq!(
+            owned_roles(Some(&BTreeMap::from([(OWNED_ANNOTATION.to_string(), owned_annotation(&owned))]))),
+            owned
+        );
     }
 
     #[test]
-    fn upsert_repairs_an_edited_entry_and_remove_takes_only_ours() {
+    fn a_role_someone_else_mapped_is_refused_and_never_rewritten_or_removed() {
+        let mut data = BTreeMap::from([(MAP_ROLES.to_string(), EXISTING.to_string())]);
+        let mut owned = BTreeSet::new();
+        let err = upsert_node_role(&mut data, &mut owned, "arn:aws:iam::1:role/admin").unwrap_err();
+        assert_eq!(
+            err,
+            EditAwsAuthError::MappedBySomeoneElse {
+                role_arn: "arn:aws:iam::1:role/admin".into(),
+                username: "admin".into()
+            }
+        );
+        assert!(owned.is_empty());
+        assert_eq!(data[MAP_ROLES], EXISTING, "the admin mapping is left as it was");
+        assert!(!remove_role(&mut data, &mut owned, "arn:aws:iam::1:role/admin").unwrap(), "not ours: kept");
+        assert_eq!(roles(&data).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn upsert_repairs_our_edited_entry_and_remove_takes_only_ours() {
         let mut data = BTreeMap::from([(
             MAP_ROLES.to_string(),
             "- rolearn: arn:aws:iam::1:role/nodes\n  username: someone\n  groups: []\n".to_string(),
         )]);
-        assert!(upsert_node_role(&mut data, "arn:aws:iam::1:role/nodes").unwrap());
+        let mut owned = BTreeSet::from(["arn:aws:iam::1:role/nodes".to_string()]);
+        assert!(upsert_node_role(&mut data, &mut owned, "arn:aws:iam::1:role/nodes").unwrap());
         assert_eq!(roles(&data).unwrap()[0]["username"], NODE_USERNAME);
         let mut both = BTreeMap::from([(MAP_ROLES.to_string(), EXISTING.to_string())]);
-        assert!(remove_role(&mut both, "arn:aws:iam::1:role/other").unwrap());
-        assert!(!remove_role(&mut both, "arn:aws:iam::1:role/other").unwrap());
+        let mut ours = BTreeSet::from(["arn:aws:iam::1:role/other".to_string()]);
+        assert!(remove_role(&mut both, &mut ours, "arn:aws:iam::1:role/other").unwrap());
+        assert!(!remove_role(&mut both, &mut ours, "arn:aws:iam::1:role/other").unwrap());
         let left = roles(&both).unwrap();
         assert_eq!(left.len(), 1);
         assert_eq!(left[0]["rolearn"], "arn:aws:iam::1:role/admin");
@@ -120,10 +202,10 @@ mod tests {
     #[test]
     fn a_broken_map_roles_is_an_error_not_an_overwrite() {
         let mut data = BTreeMap::from([(MAP_ROLES.to_string(), "rolearn: not-a-list".to_string())]);
-        let err = upsert_node_role(&mut data, "arn:aws:iam::1:role/nodes").unwrap_err();
+        let err = upsert_node_role(&mut data, &mut BTreeSet::new(), "arn:aws:iam::1:role/nodes").unwrap_err();
         assert!(err.to_string().contains("kube-system/aws-auth data.mapRoles"));
         assert_eq!(data[MAP_ROLES], "rolearn: not-a-list", "left as it was");
         let mut empty = BTreeMap::new();
-        assert!(upsert_node_role(&mut empty, "arn:aws:iam::1:role/nodes").unwrap(), "a missing key starts a list");
+        assert!(upsert_node_role(&mut empty, &mut BTreeSet::new(), "arn:aws:iam::1:role/nodes").unwrap());
     }
 }

@@ -152,6 +152,8 @@ pub enum RoleChoice {
         name: String,
         /// Managed policy ARNs to attach.
         policies: BTreeSet<String>,
+        /// The permissions boundary the operator set (`--instancegroup-permissions-boundary`).
+        boundary: Option<String>,
     },
 }
 

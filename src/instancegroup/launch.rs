@@ -338,7 +338,7 @@ mod tests {
             name: "batch-spot",
             annotations: ig.metadata.annotations.as_ref(),
         };
-        validate(&info, &ig.spec).expect("valid")
+        validate(&info, &ig.spec, &crate::instancegroup::validate::IamRules::default()).expect("valid")
     }
 
     fn resolved() -> Resolved {

@@ -104,6 +104,48 @@ impl ValidateError {
     }
 }
 
+/// What an InstanceGroup may ask of IAM. The operator decides, never whoever writes the object:
+/// its userdata runs with the node role, so a policy it could attach is a policy it holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IamRules {
+    /// Policy ARNs an InstanceGroup may attach beyond the node defaults (worker node, ECR
+    /// read-only, CNI).
+    pub allowed_policies: BTreeSet<String>,
+    /// Whether `roleName` / `instanceProfileName` may name an existing role or profile.
+    pub existing_roles: bool,
+    /// Set as the permissions boundary of every role the daemon creates.
+    pub permissions_boundary: Option<String>,
+}
+
+impl IamRules {
+    /// Rules allowing `policies` (ARNs, or names of AWS managed policies).
+    pub fn new(policies: &[String], existing_roles: bool, permissions_boundary: Option<String>) -> Self {
+        IamRules {
+            allowed_policies: policies.iter().filter(|p| !p.trim().is_empty()).map(|p| policy_arn(p.trim())).collect(),
+            existing_roles,
+            permissions_boundary: permissions_boundary.filter(|b| !b.is_empty()),
+        }
+    }
+}
+
+/// An ARN as given, or the AWS managed policy of that name.
+fn policy_arn(policy: &str) -> String {
+    if policy.starts_with("arn:") {
+        policy.to_string()
+    } else {
+        format!("{AWS_MANAGED_POLICY_PREFIX}{policy}")
+    }
+}
+
+/// The policies every created node role gets.
+pub fn default_node_policies(irsa: bool) -> BTreeSet<String> {
+    let mut names = vec!["AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly"];
+    if !irsa {
+        names.push("AmazonEKS_CNI_Policy");
+    }
+    names.into_iter().map(policy_arn).collect()
+}
+
 /// What validation needs to know about the object besides its spec.
 #[derive(Debug, Clone, Default)]
 pub struct ObjectInfo<'a> {
@@ -147,7 +189,7 @@ impl Errors {
 const CONF: &str = "spec.eks.configuration";
 
 /// Validates and normalises an InstanceGroup.
-pub fn validate(info: &ObjectInfo<'_>, spec: &InstanceGroupSpec) -> Result<GroupDesign, ValidateError> {
+pub fn validate(info: &ObjectInfo<'_>, spec: &InstanceGroupSpec, iam: &IamRules) -> Result<GroupDesign, ValidateError> {
     let mut errors = Errors(Vec::new());
     let fail = |errors: Errors| ValidateError {
         namespace: info.namespace.to_string(),
@@ -232,8 +274,8 @@ pub fn validate(info: &ObjectInfo<'_>, spec: &InstanceGroupSpec) -> Result<Group
         tag_specifications.entry(resource).or_insert_with(BTreeMap::new).extend(tags);
     }
     let irsa_enabled = flag(ANNOTATION_IRSA);
-    let role =
-        role(&mut errors, &format!("{}-{}-{}", config.cluster_name, info.namespace, info.name), config, irsa_enabled);
+    let prefix = format!("{}-{}-{}", config.cluster_name, info.namespace, info.name);
+    let role = role(&mut errors, &prefix, config, irsa_enabled, iam);
     let lifecycle_hooks = lifecycle_hooks(&mut errors, config);
     for (i, licence) in config.license_specifications.iter().enumerate() {
         if !licence.starts_with("arn:") {
@@ -630,10 +672,18 @@ pub fn managed_role_name(prefix: &str) -> String {
     }
 }
 
-fn role(errors: &mut Errors, prefix: &str, config: &EksConfiguration, irsa: bool) -> RoleChoice {
+fn role(errors: &mut Errors, prefix: &str, config: &EksConfiguration, irsa: bool, iam: &IamRules) -> RoleChoice {
     let role_name = config.role_name.clone().filter(|r| !r.is_empty());
     let profile = config.instance_profile_name.clone().filter(|p| !p.is_empty());
     if role_name.is_some() || profile.is_some() {
+        if !iam.existing_roles {
+            let field = if role_name.is_some() { "roleName" } else { "instanceProfileName" };
+            errors.invalid(
+                format!("{CONF}.{field}"),
+                "naming an existing role or instance profile is not allowed here: any role could be named, \
+                 a more privileged one included (the operator allows it with --instancegroup-existing-roles)",
+            );
+        }
         if !config.managed_policies.is_empty() {
             errors.invalid(
                 format!("{CONF}.managedPolicies"),
@@ -643,21 +693,23 @@ fn role(errors: &mut Errors, prefix: &str, config: &EksConfiguration, irsa: bool
         let profile_name = profile.or_else(|| role_name.clone()).unwrap_or_default();
         return RoleChoice::Existing { role_name, profile_name };
     }
-    let mut policies: BTreeSet<String> = ["AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly"]
-        .iter()
-        .map(|p| format!("{AWS_MANAGED_POLICY_PREFIX}{p}"))
-        .collect();
-    if !irsa {
-        policies.insert(format!("{AWS_MANAGED_POLICY_PREFIX}AmazonEKS_CNI_Policy"));
-    }
-    for policy in &config.managed_policies {
-        if policy.starts_with("arn:") {
-            policies.insert(policy.clone());
-        } else if !policy.is_empty() {
-            policies.insert(format!("{AWS_MANAGED_POLICY_PREFIX}{policy}"));
+    let defaults = default_node_policies(false);
+    let mut policies = default_node_policies(irsa);
+    for (i, policy) in config.managed_policies.iter().enumerate().filter(|(_, p)| !p.trim().is_empty()) {
+        let arn = policy_arn(policy.trim());
+        if defaults.contains(&arn) || iam.allowed_policies.contains(&arn) {
+            policies.insert(arn);
+        } else {
+            errors.invalid(
+                format!("{CONF}.managedPolicies[{i}]"),
+                format!(
+                    "{policy} is not in the operator's allow-list: the node role's policies are the \
+                     InstanceGroup author's, through the userdata (--instancegroup-allowed-policies)"
+                ),
+            );
         }
     }
-    RoleChoice::Managed { name: managed_role_name(prefix), policies }
+    RoleChoice::Managed { name: managed_role_name(prefix), policies, boundary: iam.permissions_boundary.clone() }
 }
 
 fn lifecycle_hooks(errors: &mut Errors, config: &EksConfiguration) -> BTreeMap<String, LifecycleHook> {
@@ -822,7 +874,48 @@ mod tests {
             name: ig.metadata.name.as_deref().unwrap_or(""),
             annotations: ig.metadata.annotations.as_ref(),
         };
-        validate(&info, &ig.spec)
+        validate(&info, &ig.spec, &IamRules::default())
+    }
+
+    fn run_with(ig: &InstanceGroup, iam: &IamRules) -> Result<GroupDesign, ValidateError> {
+        let info = ObjectInfo { namespace: "t", name: "a", annotations: ig.metadata.annotations.as_ref() };
+        validate(&info, &ig.spec, iam)
+    }
+
+    #[test]
+    fn an_instancegroup_cannot_hand_its_node_role_more_than_the_operator_allows() {
+        let mut ig = example();
+        config(&mut ig).managed_policies =
+            vec!["AdministratorAccess".into(), "arn:aws:iam::1:policy/tenant".into(), "AmazonEKS_CNI_Policy".into()];
+        let err = run(&ig).unwrap_err();
+        let fields: Vec<&str> = err.errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            vec!["spec.eks.configuration.managedPolicies[0]", "spec.eks.configuration.managedPolicies[1]"],
+            "the defaults stay allowed; anything else needs the operator"
+        );
+        assert!(err.to_string().contains("AdministratorAccess is not in the operator's allow-list"), "{err}");
+
+        let iam =
+            IamRules::new(&["arn:aws:iam::1:policy/tenant".into()], false, Some("arn:aws:iam::1:policy/b".into()));
+        config(&mut ig).managed_policies = vec!["arn:aws:iam::1:policy/tenant".into()];
+        let RoleChoice::Managed { policies, boundary, .. } = run_with(&ig, &iam).unwrap().role else { panic!() };
+        assert!(policies.contains("arn:aws:iam::1:policy/tenant"));
+        assert_eq!(boundary.as_deref(), Some("arn:aws:iam::1:policy/b"), "created roles carry the boundary");
+    }
+
+    #[test]
+    fn an_existing_role_or_profile_needs_the_operators_consent() {
+        let mut ig = example();
+        config(&mut ig).role_name = Some("cluster-admin".into());
+        let err = run(&ig).unwrap_err();
+        assert_eq!(err.errors[0].field, "spec.eks.configuration.roleName");
+        assert!(err.to_string().contains("--instancegroup-existing-roles"), "{err}");
+        let mut ig = example();
+        config(&mut ig).instance_profile_name = Some("admin-profile".into());
+        assert_eq!(run(&ig).unwrap_err().errors[0].field, "spec.eks.configuration.instanceProfileName");
+        let allowed = IamRules { existing_roles: true, ..IamRules::default() };
+        assert!(matches!(run_with(&ig, &allowed).unwrap().role, RoleChoice::Existing { .. }));
     }
 
     fn errors_of(edit: impl FnOnce(&mut InstanceGroup)) -> Vec<(String, FieldErrorKind)> {
@@ -849,7 +942,7 @@ mod tests {
         assert_eq!(mixed.overrides.len(), 5);
         assert!(design.irsa_enabled && design.cluster_autoscaler_tags);
         match design.role {
-            RoleChoice::Managed { name, policies } => {
+            RoleChoice::Managed { name, policies, .. } => {
                 assert_eq!(name, "prod-euw1-instance-manager-batch-spot");
                 assert!(
                     !policies.iter().any(|p| p.ends_with("AmazonEKS_CNI_Policy")),

@@ -2,7 +2,7 @@
 //! subresource only), the `instance-manager` ConfigMap, namespace opt-outs, `kube-system/aws-auth`
 //! (optimistic concurrency on its resourceVersion), rotation marks on Nodes and Events.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node as KubeNode, ObjectReference};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -81,7 +81,7 @@ impl KubeInstanceGroups {
     async fn edit_aws_auth(
         &self,
         create: bool,
-        edit: impl Fn(&mut BTreeMap<String, String>) -> Result<bool, EditAwsAuthError>,
+        edit: impl Fn(&mut BTreeMap<String, String>, &mut BTreeSet<String>) -> Result<bool, EditAwsAuthError>,
     ) -> Result<(), StoreError> {
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), aws_auth::NAMESPACE);
         let object = format!("{}/{}", aws_auth::NAMESPACE, aws_auth::NAME);
@@ -91,11 +91,16 @@ impl KubeInstanceGroups {
                 None if !create => return Ok(()),
                 None => {
                     let mut data = BTreeMap::new();
-                    edit(&mut data)?;
+                    let mut owned = BTreeSet::new();
+                    edit(&mut data, &mut owned)?;
                     let cm = ConfigMap {
                         metadata: ObjectMeta {
                             name: Some(aws_auth::NAME.into()),
                             namespace: Some(aws_auth::NAMESPACE.into()),
+                            annotations: Some(BTreeMap::from([(
+                                aws_auth::OWNED_ANNOTATION.to_string(),
+                                aws_auth::owned_annotation(&owned),
+                            )])),
                             ..ObjectMeta::default()
                         },
                         data: Some(data),
@@ -105,10 +110,15 @@ impl KubeInstanceGroups {
                 }
                 Some(mut cm) => {
                     let mut data = cm.data.take().unwrap_or_default();
-                    if !edit(&mut data)? {
+                    let mut owned = aws_auth::owned_roles(cm.metadata.annotations.as_ref());
+                    if !edit(&mut data, &mut owned)? {
                         return Ok(());
                     }
                     cm.data = Some(data);
+                    cm.metadata
+                        .annotations
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert(aws_auth::OWNED_ANNOTATION.to_string(), aws_auth::owned_annotation(&owned));
                     api.replace(aws_auth::NAME, &PostParams::default(), &cm).await.map(|_| ())
                 }
             };
@@ -195,11 +205,11 @@ impl InstanceGroupStore for KubeInstanceGroups {
     }
 
     async fn upsert_aws_auth(&self, role_arn: &str) -> Result<(), StoreError> {
-        self.edit_aws_auth(true, |data| aws_auth::upsert_node_role(data, role_arn)).await
+        self.edit_aws_auth(true, |data, owned| aws_auth::upsert_node_role(data, owned, role_arn)).await
     }
 
     async fn remove_aws_auth(&self, role_arn: &str) -> Result<(), StoreError> {
-        self.edit_aws_auth(false, |data| aws_auth::remove_role(data, role_arn)).await
+        self.edit_aws_auth(false, |data, owned| aws_auth::remove_role(data, owned, role_arn)).await
     }
 
     async fn mark_for_rotation(&self, node: &str, at: &str) -> Result<(), StoreError> {

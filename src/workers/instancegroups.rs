@@ -19,7 +19,7 @@ use crate::instancegroup::launch::{asg_changes, asg_design, drift, launch_templa
 use crate::instancegroup::rolling::{self, NodeFacts, RollingInput, RollingStep};
 use crate::instancegroup::store::{InstanceGroupStore, StoreError};
 use crate::instancegroup::validate::{
-    managed_role_name, validate, FieldError, FieldErrorKind, ObjectInfo, ValidateError,
+    managed_role_name, validate, FieldError, FieldErrorKind, IamRules, ObjectInfo, ValidateError,
 };
 use crate::metrics::Metrics;
 use crate::ports::{ClusterView, Leadership};
@@ -66,6 +66,8 @@ impl ReconcileError {
     fn transient(&self) -> bool {
         match self {
             ReconcileError::Cloud(e) => e.is_transient(),
+            // Refused, not failed: retrying changes nothing until someone acts.
+            ReconcileError::Store(StoreError::AwsAuth(_)) => false,
             ReconcileError::Store(_) => true,
         }
     }
@@ -96,6 +98,8 @@ pub struct InstanceGroupReconciler<C, S, V> {
     pub leadership: Leadership,
     /// Reconcile results and states.
     pub metrics: Arc<Metrics>,
+    /// What an InstanceGroup may ask of IAM.
+    pub iam: IamRules,
 }
 
 fn rfc3339(at: Timestamp) -> String {
@@ -247,7 +251,7 @@ where
         status.provisioner =
             spec.as_ref().map_or(ig.spec.provisioner.to_ascii_lowercase(), |s| s.provisioner.to_ascii_lowercase());
         let info = ObjectInfo { namespace: &namespace, name: &name, annotations: ig.metadata.annotations.as_ref() };
-        let design = match spec.and_then(|spec| validate(&info, &spec)) {
+        let design = match spec.and_then(|spec| validate(&info, &spec, &self.iam)) {
             Ok(design) => design,
             Err(invalid) => {
                 let message = invalid.to_string();
