@@ -6,6 +6,9 @@
 //! instances the group gets, and checks the `kubectl get ig` columns (the Table the API server
 //! renders from the CRD's printer columns), the status, aws-auth, and a deletion that removes the
 //! group, its finalizer and its aws-auth entry.
+//!
+//! moto must run with `MOTO_IAM_LOAD_MANAGED_POLICIES=true`: the node role gets AWS managed
+//! policies, which moto only knows then. The suite checks this first and says so.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -40,6 +43,12 @@ async fn an_instance_group_becomes_an_asg_shows_its_columns_and_is_deleted_clean
     let suffix = support::e2e::run_suffix();
     let kube = kube_client(&kubeconfig).await;
     let aws = aws(&endpoint).await;
+    let worker_policy = "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy";
+    if aws_sdk_iam::Client::new(&aws).get_policy().policy_arn(worker_policy).send().await.is_err() {
+        panic!(
+            "moto at {endpoint} does not know AWS managed policies: start it with MOTO_IAM_LOAD_MANAGED_POLICIES=true"
+        );
+    }
     let ns = format!("sb-e2e-ig-{suffix}");
     let cluster = format!("e2e{suffix}");
     let asg_name = format!("{cluster}-{ns}-batch");
@@ -170,8 +179,8 @@ async fn an_instance_group_becomes_an_asg_shows_its_columns_and_is_deleted_clean
 
     let configmaps: Api<ConfigMap> = Api::namespaced(kube.clone(), "kube-system");
     let aws_auth = configmaps.get("aws-auth").await.expect("aws-auth exists");
-    let role = status.nodes_instance_role_arn.clone();
-    assert!(!role.is_empty());
+    let role = spots_booster::instancegroup::aws_auth::mapped_arn(&status.nodes_instance_role_arn);
+    assert!(status.nodes_instance_role_arn.contains(":role/spots-booster/"), "{}", status.nodes_instance_role_arn);
     assert!(aws_auth.data.unwrap_or_default()["mapRoles"].contains(&role), "the node role is mapped");
 
     // Delete: the finalizer holds the object until the ASG, template, role and mapping are gone.

@@ -200,8 +200,10 @@ async fn create_ready_image_change_rotation_resize_and_delete() {
     let profile = iam.get_instance_profile().instance_profile_name(ASG).send().await.unwrap();
     assert_eq!(profile.instance_profile().unwrap().roles()[0].role_name(), ASG);
     let status = store.get(NS, NAME).unwrap().status.unwrap();
-    assert!(status.nodes_instance_role_arn.ends_with(&format!("role/{ASG}")));
-    assert!(store.state().aws_auth.as_ref().unwrap()["mapRoles"].contains(&status.nodes_instance_role_arn));
+    assert!(status.nodes_instance_role_arn.ends_with(&format!("role/spots-booster/{ASG}")), "under the PassRole path");
+    let mapped = spots_booster::instancegroup::aws_auth::mapped_arn(&status.nodes_instance_role_arn);
+    assert!(mapped.ends_with(&format!(":role/{ASG}")), "aws-auth names roles without their path");
+    assert!(store.state().aws_auth.as_ref().unwrap()["mapRoles"].contains(&format!("rolearn: {mapped}\n")));
     assert_eq!(store.get(NS, NAME).unwrap().metadata.finalizers, Some(vec![FINALIZER.to_string()]));
 
     let ec2 = aws_sdk_ec2::Client::new(&config);
@@ -459,7 +461,7 @@ async fn the_crd_strategy_submits_follows_retries_and_finishes() {
             rolling_update: None,
             crd: Some(CrdStrategy {
                 crd_name: "rollingupgrades".into(),
-                spec: "apiVersion: upgrademgr.keikoproj.io/v1alpha1\nkind: RollingUpgrade\nmetadata: {generateName: batch, namespace: upgrades}\nspec: {asgName: '{{ .InstanceGroup.Status.ActiveScalingGroupName }}'}\n".into(),
+                spec: "apiVersion: upgrademgr.keikoproj.io/v1alpha1\nkind: RollingUpgrade\nmetadata: {generateName: batch}\nspec: {asgName: '{{ .InstanceGroup.Status.ActiveScalingGroupName }}'}\n".into(),
                 status_json_path: ".status.currentStatus".into(),
                 status_success_string: "completed".into(),
                 status_failure_string: "error".into(),
@@ -488,12 +490,12 @@ async fn the_crd_strategy_submits_follows_retries_and_finishes() {
     let status = store.get(NS, NAME).unwrap().status.unwrap();
     assert_eq!(
         (status.strategy_resource_name.as_str(), status.strategy_resource_namespace.as_str()),
-        (name.as_str(), "upgrades")
+        (name.as_str(), NS)
     );
 
     let set_status = |s: &str| {
         let mut state = store.state();
-        let key = ("rollingupgrades".to_string(), "upgrades".to_string(), name.clone());
+        let key = ("rollingupgrades".to_string(), NS.to_string(), name.clone());
         state.custom.get_mut(&key).unwrap()["status"] = serde_json::json!({"currentStatus": s});
     };
     set_status("running");
@@ -514,11 +516,11 @@ async fn the_crd_strategy_submits_follows_retries_and_finishes() {
     reconcile(&r, &store).await;
     let latest =
         store.state().custom.keys().map(|k| k.2.clone()).find(|n| n.ends_with("-3")).expect("a run for version 3");
-    store.state().custom.get_mut(&("rollingupgrades".into(), "upgrades".into(), latest.clone())).unwrap()["status"] =
+    store.state().custom.get_mut(&("rollingupgrades".into(), NS.into(), latest.clone())).unwrap()["status"] =
         serde_json::json!({"currentStatus": "error"});
     reconcile(&r, &store).await;
     reconcile(&r, &store).await;
-    let key = ("rollingupgrades".to_string(), "upgrades".to_string(), latest);
+    let key = ("rollingupgrades".to_string(), NS.to_string(), latest);
     store.state().custom.get_mut(&key).unwrap()["status"] = serde_json::json!({"currentStatus": "error"});
     let (requeue, current) = reconcile(&r, &store).await;
     assert_eq!((requeue, current.as_str()), (Requeue::OnChange, state::ERROR), "maxRetries 1 used up");

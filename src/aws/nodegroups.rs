@@ -19,6 +19,10 @@ use crate::instancegroup::launch::{
 use crate::instancegroup::userdata::ClusterInfo;
 
 /// Trust policy of a created node role.
+/// The IAM path of every role and instance profile the daemon creates: `iam:PassRole` is granted
+/// on this path only, so no other role can be handed to an instance.
+pub const NODE_ROLE_PATH: &str = "/spots-booster/";
+
 const EC2_TRUST_POLICY: &str = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#;
 
 /// The SDK clients the reconciler uses.
@@ -157,6 +161,7 @@ impl AwsNodeGroups {
                     .iam
                     .create_role()
                     .role_name(name)
+                    .path(NODE_ROLE_PATH)
                     .assume_role_policy_document(EC2_TRUST_POLICY)
                     .description("Node role created by spots-booster for an InstanceGroup")
                     .set_permissions_boundary(boundary.map(String::from))
@@ -202,6 +207,7 @@ impl AwsNodeGroups {
                 self.iam
                     .create_instance_profile()
                     .instance_profile_name(name)
+                    .path(NODE_ROLE_PATH)
                     .tags(owner.clone())
                     .send()
                     .await

@@ -73,7 +73,18 @@ fn write(data: &mut BTreeMap<String, String>, roles: Vec<Value>) {
 }
 
 fn is_role(entry: &Value, arn: &str) -> bool {
-    entry.get("rolearn").and_then(Value::as_str) == Some(arn)
+    entry.get("rolearn").and_then(Value::as_str).map(mapped_arn) == Some(mapped_arn(arn))
+}
+
+/// The ARN as aws-auth must name it: without the role's path (`role/spots-booster/x` is mapped
+/// as `role/x`; the authenticator matches the path-less ARN it sees in the token).
+pub fn mapped_arn(arn: &str) -> String {
+    match arn.split_once(":role/") {
+        Some((account, path_and_name)) => {
+            format!("{account}:role/{}", path_and_name.rsplit('/').next().unwrap_or(path_and_name))
+        }
+        None => arn.to_string(),
+    }
 }
 
 /// Maps `role_arn` as a node role, noting it in `owned`. Refuses a role someone else mapped.
@@ -83,6 +94,8 @@ pub fn upsert_node_role(
     owned: &mut BTreeSet<String>,
     role_arn: &str,
 ) -> Result<bool, EditAwsAuthError> {
+    let role_arn = mapped_arn(role_arn);
+    let role_arn = role_arn.as_str();
     let mut roles = roles(data)?;
     let groups = Value::Sequence(NODE_GROUPS.iter().map(|g| Value::String(g.to_string())).collect());
     let mut changed = owned.insert(role_arn.to_string());
@@ -124,6 +137,8 @@ pub fn remove_role(
     owned: &mut BTreeSet<String>,
     role_arn: &str,
 ) -> Result<bool, EditAwsAuthError> {
+    let role_arn = mapped_arn(role_arn);
+    let role_arn = role_arn.as_str();
     if !owned.remove(role_arn) {
         return Ok(false);
     }
@@ -197,6 +212,17 @@ mod tests {
         let left = roles(&both).unwrap();
         assert_eq!(left.len(), 1);
         assert_eq!(left[0]["rolearn"], "arn:aws:iam::1:role/admin");
+    }
+
+    #[test]
+    fn a_role_path_is_dropped_from_the_mapping() {
+        assert_eq!(mapped_arn("arn:aws:iam::1:role/spots-booster/nodes"), "arn:aws:iam::1:role/nodes");
+        assert_eq!(mapped_arn("arn:aws:iam::1:role/nodes"), "arn:aws:iam::1:role/nodes");
+        let (mut data, mut owned) = (BTreeMap::new(), BTreeSet::new());
+        upsert_node_role(&mut data, &mut owned, "arn:aws:iam::1:role/spots-booster/nodes").unwrap();
+        assert_eq!(roles(&data).unwrap()[0]["rolearn"], "arn:aws:iam::1:role/nodes");
+        assert!(remove_role(&mut data, &mut owned, "arn:aws:iam::1:role/spots-booster/nodes").unwrap());
+        assert!(roles(&data).unwrap().is_empty());
     }
 
     #[test]

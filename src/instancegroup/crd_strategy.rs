@@ -31,6 +31,18 @@ pub enum RenderError {
     /// The rendered text is not a YAML object with apiVersion and kind.
     #[error("spec.strategy.crd.spec: the rendered resource is not valid: {0}")]
     NotAResource(String),
+    /// The resource names a namespace other than the InstanceGroup's: the daemon would create
+    /// and delete objects there with its own rights, on behalf of someone who may have none.
+    #[error(
+        "spec.strategy.crd.spec: metadata.namespace {namespace:?} is not the InstanceGroup's namespace {own:?}; \
+         the resource is created in the InstanceGroup's own namespace only"
+    )]
+    OtherNamespace {
+        /// The namespace the template names.
+        namespace: String,
+        /// The InstanceGroup's.
+        own: String,
+    },
 }
 
 fn find<'a>(object: &'a Value, segment: &str) -> Option<&'a Value> {
@@ -80,7 +92,8 @@ pub fn render(template: &str, ig: &InstanceGroup) -> Result<String, RenderError>
 }
 
 /// The resource to submit: rendered, named `<name>-<launch id>` (or `instancemgr-<launch id>`
-/// past 63 characters), annotated, in `default` unless it names a namespace.
+/// past 63 characters), annotated, in the InstanceGroup's namespace (upstream defaults to
+/// `default` and lets the template name any namespace; here another namespace is refused).
 pub fn resource(plan: &CrdPlan, ig: &InstanceGroup, asg: &str, launch_id: &str) -> Result<Value, RenderError> {
     let text = render(&plan.template, ig)?;
     let mut value: Value = serde_yaml::from_str(&text).map_err(|e| RenderError::NotAResource(e.to_string()))?;
@@ -100,8 +113,14 @@ pub fn resource(plan: &CrdPlan, ig: &InstanceGroup, asg: &str, launch_id: &str) 
     let object = metadata.as_object_mut().expect("made an object above");
     object.remove("generateName");
     object.insert("name".into(), Value::String(name.to_ascii_lowercase()));
-    if !object.get("namespace").is_some_and(Value::is_string) {
-        object.insert("namespace".into(), Value::String("default".into()));
+    let own = ig.metadata.namespace.as_deref().unwrap_or("default");
+    match object.get("namespace").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+        Some(named) if named != own => {
+            return Err(RenderError::OtherNamespace { namespace: named.to_string(), own: own.to_string() })
+        }
+        _ => {
+            object.insert("namespace".into(), Value::String(own.to_string()));
+        }
     }
     let annotations = object.entry("annotations").or_insert_with(|| Value::Object(Default::default()));
     if let Some(annotations) = annotations.as_object_mut() {
@@ -244,6 +263,16 @@ mod tests {
         assert!(r["metadata"].get("generateName").is_none());
         assert_eq!(r["metadata"]["annotations"][UPGRADE_SCOPE], "asg-1");
         assert_eq!(r["metadata"]["annotations"][MANAGED_BY.0], "instance-manager");
+        let mut elsewhere = ig();
+        elsewhere.metadata.namespace = Some("tenant-a".into());
+        assert_eq!(
+            resource(&plan(Concurrency::Forbid, Some(3)), &elsewhere, "asg-1", "1"),
+            Err(RenderError::OtherNamespace { namespace: "instance-manager".into(), own: "tenant-a".into() }),
+            "a template never reaches into another namespace"
+        );
+        let mut unnamed = plan(Concurrency::Forbid, Some(3));
+        unnamed.template = unnamed.template.replace("  namespace: instance-manager\n", "");
+        assert_eq!(resource(&unnamed, &elsewhere, "asg-1", "1").unwrap()["metadata"]["namespace"], "tenant-a");
         let long = "x".repeat(60);
         let r = resource(&plan(Concurrency::Forbid, Some(3)), &ig(), "asg-1", &long).unwrap();
         assert_eq!(r["metadata"]["name"], format!("instancemgr-{long}"));
