@@ -277,7 +277,21 @@ pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
                         args.instancegroup_permissions_boundary.clone(),
                     ),
                 };
-                tasks.spawn("worker:instancegroups", Lifetime::UntilShutdown, reconciler.run(shutdown.clone()));
+                let mut stopping = shutdown.clone();
+                let stopped = async move {
+                    let _ = stopping.wait_for(|stop| *stop).await;
+                };
+                tasks.spawn(
+                    "worker:instancegroups",
+                    Lifetime::UntilShutdown,
+                    crate::instancegroup_controller::run(
+                        reconciler,
+                        client.clone(),
+                        args.instance_manager_namespace.clone(),
+                        args.instance_manager_configmap.clone(),
+                        stopped,
+                    ),
+                );
             }
             info!(instance_groups, "running");
             tokio::select! {

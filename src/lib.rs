@@ -15,6 +15,7 @@ pub mod core;
 pub mod fakes;
 pub mod inspect;
 pub mod instancegroup;
+pub mod instancegroup_controller;
 pub mod k8s;
 pub mod metrics;
 pub mod ports;

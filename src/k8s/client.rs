@@ -194,7 +194,8 @@ pub const PERMISSIONS: &[Permission] = &[
     p("coordination.k8s.io", "leases", "create", Scope::Own, None),
     p("authorization.k8s.io", "selfsubjectaccessreviews", "create", Scope::Cluster, None),
     p("instancemgr.keikoproj.io", "instancegroups", "list", Scope::Cluster, None),
-    // Finalizers are set with a merge patch on the object.
+    p("instancemgr.keikoproj.io", "instancegroups", "watch", Scope::Cluster, None),
+    // Finalizers are set with a JSON patch on the object.
     p("instancemgr.keikoproj.io", "instancegroups", "patch", Scope::Cluster, None),
     p("instancemgr.keikoproj.io", "instancegroups/status", "patch", Scope::Cluster, None),
     // Clusters enforcing owner-reference permissions check finalizer writes against this.
@@ -204,6 +205,9 @@ pub const PERMISSIONS: &[Permission] = &[
     p("apiextensions.k8s.io", "customresourcedefinitions", "get", Scope::Cluster, None),
     p("apiextensions.k8s.io", "customresourcedefinitions", "list", Scope::Cluster, None),
     p("", "configmaps", "get", Scope::InstanceManager, Some(Named::InstanceManagerConfig)),
+    // Its changes reconcile every group.
+    p("", "configmaps", "list", Scope::InstanceManager, Some(Named::InstanceManagerConfig)),
+    p("", "configmaps", "watch", Scope::InstanceManager, Some(Named::InstanceManagerConfig)),
     p("", "configmaps", "get", Scope::KubeSystem, Some(Named::AwsAuth)),
     p("", "configmaps", "update", Scope::KubeSystem, Some(Named::AwsAuth)),
     p("", "configmaps", "create", Scope::KubeSystem, None),

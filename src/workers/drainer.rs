@@ -140,6 +140,9 @@ struct NodeProgress {
     /// Whether the PDB block was told (once per drain).
     told_blocked: bool,
     started: Option<Instant>,
+    /// The watch has shown the node cordoned since the drain started. Until then an uncordoned
+    /// node is our own cordon not seen yet, not an operator's uncordon.
+    seen_cordoned: bool,
 }
 
 /// The drain worker.
@@ -372,7 +375,11 @@ where
                 );
                 self.progress.insert(
                     target.node.clone(),
-                    NodeProgress { started: Some(Instant::now()), ..NodeProgress::default() },
+                    NodeProgress {
+                        started: Some(Instant::now()),
+                        seen_cordoned: !target.cordon,
+                        ..NodeProgress::default()
+                    },
                 );
                 report.started.push(target.node.clone());
             }
@@ -390,7 +397,9 @@ where
         let mut kept = Vec::new();
         for (name, drain) in draining {
             let node = snapshot.nodes.get(&name).filter(|n| n.instance.as_ref() == Some(&drain.instance));
-            if node.is_some_and(|n| !n.cordoned) {
+            let progress = self.progress.entry(name.clone()).or_default();
+            progress.seen_cordoned |= node.is_some_and(|n| n.cordoned);
+            if progress.seen_cordoned && node.is_some_and(|n| !n.cordoned) {
                 // Someone uncordoned it mid-drain: stop, and never terminate what they want kept.
                 warn!(node = %name, "node uncordoned during its drain; drain stopped for good, instance kept");
                 self.drains.in_progress.remove(&name);
@@ -912,6 +921,28 @@ mod tests {
         let mut again = Drainer::new(ctx.clone(), DrainerSettings::default());
         assert!(again.tick().await.unwrap().started.is_empty(), "a restart remembers it");
         assert!(!rig.cluster.edit(|s| s.nodes[&NodeName::from("n1")].cordoned).unwrap(), "never cordoned again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn our_own_cordon_not_yet_seen_by_the_watch_is_not_an_operators_uncordon() {
+        let (rig, ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
+        // NTH's taint, no cordon (a rotation looks the same): the drainer cordons it itself.
+        rig.cluster.edit(|s| {
+            s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = false;
+            for signal in &mut s.signals {
+                signal.evidence = Evidence::NodeTaint;
+            }
+        });
+        scaler.tick().await.unwrap();
+        join(&rig, &ctx, "r1");
+        // The snapshot of this tick predates the cordon the drainer writes in it.
+        let report = drainer.tick().await.unwrap();
+        assert_eq!(report.started, vec![NodeName::from("n1")]);
+        assert!(rig.writes.calls().contains(&ClusterCall::Cordon("n1".into())));
+        assert_eq!(report.evicted, 3, "the drain goes on: {report:?}");
+        let report = drainer.tick().await.unwrap();
+        assert_eq!(report.drained, vec![NodeName::from("n1")]);
+        assert_eq!(terminations(&rig.aws), vec![("i-n1".into(), true)]);
     }
 
     /// Group `a` with n1..n4 (listed by Auto Scaling, no node naming its group); n1 and n2 are

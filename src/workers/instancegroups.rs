@@ -579,26 +579,40 @@ where
         Ok(Requeue::OnChange)
     }
 
-    /// Reconciles every due InstanceGroup as leader only, until `shutdown` turns true.
-    pub async fn run(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-        let mut schedule = Schedule::default();
-        while !*shutdown.borrow() {
-            if self.leadership.is_leader() {
-                self.pass(&mut schedule).await;
-            } else {
-                // A new leader looks at everything afresh; only the leader reports states.
-                schedule = Schedule::default();
-                self.metrics.instancegroups.reset();
-            }
-            tokio::select! {
-                _ = shutdown.changed() => {}
-                _ = tokio::time::sleep(PASS_INTERVAL) => {}
+    /// The boundaries ConfigMap as it is now: `None` when there is none, `last` (the last good
+    /// one stays in force) when it cannot be read or parsed.
+    pub async fn boundaries(&self, last: Option<InstanceManagerConfig>) -> Option<InstanceManagerConfig> {
+        match self.store.config_map().await {
+            Ok(None) => None,
+            Ok(Some(data)) => match InstanceManagerConfig::parse(&data) {
+                Ok(config) => Some(config),
+                Err(e) => {
+                    warn!(error = %e, "instance-manager ConfigMap ignored; keeping the last good one");
+                    last
+                }
+            },
+            Err(e) => {
+                warn!(error = %e, "reading the instance-manager ConfigMap failed");
+                last
             }
         }
     }
 
-    /// One pass: reconciles the InstanceGroups that changed (generation, the ConfigMap, their
-    /// namespace's opt-out) or whose time came. Returns how many were reconciled.
+    /// Reports how many InstanceGroups are in each state (`status.currentState`, `Init` before
+    /// the first).
+    pub fn report_states<'g>(&self, groups: impl Iterator<Item = &'g InstanceGroup>) {
+        self.metrics.instancegroups.reset();
+        for ig in groups {
+            let state =
+                ig.status.as_ref().map(|s| s.current_state.as_str()).filter(|s| !s.is_empty()).unwrap_or("Init");
+            self.metrics.instancegroups.with_label_values(&[state]).inc();
+        }
+    }
+
+    /// One pass over a listing: reconciles the InstanceGroups that changed (generation, the
+    /// ConfigMap, their namespace's opt-out) or whose time came. Returns how many were reconciled.
+    /// The daemon is watch-driven (`instancegroup_controller`); this drives the reconciler where
+    /// there is no watch (the in-memory store of the tests).
     pub async fn pass(&self, schedule: &mut Schedule) -> usize {
         let groups = match self.store.list().await {
             Ok(groups) => groups,
@@ -607,15 +621,7 @@ where
                 return 0;
             }
         };
-        match self.store.config_map().await {
-            Ok(None) => schedule.config = None,
-            Ok(Some(data)) => match InstanceManagerConfig::parse(&data) {
-                Ok(config) => schedule.config = Some(config),
-                // Keep applying the last good configuration rather than none at all.
-                Err(e) => warn!(error = %e, "instance-manager ConfigMap ignored; keeping the last good one"),
-            },
-            Err(e) => warn!(error = %e, "reading the instance-manager ConfigMap failed"),
-        }
+        schedule.config = self.boundaries(schedule.config.take()).await;
         let md5 = schedule.config.as_ref().map(|c| c.md5.clone()).unwrap_or_default();
         // One opt-out lookup per namespace and pass; `None` when it failed (those groups wait).
         let mut excluded: HashMap<String, Option<bool>> = HashMap::new();
@@ -691,9 +697,6 @@ where
         reconciled
     }
 }
-
-/// How often the reconciler looks for changes.
-pub const PASS_INTERVAL: Duration = Duration::from_secs(5);
 
 /// What the reconciler last did with one InstanceGroup.
 #[derive(Debug, Clone)]
