@@ -306,6 +306,58 @@ async fn create_ready_image_change_rotation_resize_and_delete() {
 }
 
 #[tokio::test]
+async fn tenant_escalations_are_refused_with_a_status_and_an_event() {
+    let (moto, _guard) = moto().await;
+    let config = moto.sdk_config().await;
+    let world = seed(&config).await;
+    let (r, store, _) = reconciler(&config, CallStats::default());
+    let refused = |reason: &str| {
+        let status = store.get(NS, NAME).unwrap().status.unwrap();
+        let condition = status.conditions.iter().find(|c| c.condition_type == "Reconciled").unwrap().clone();
+        let told = store.state().events.iter().any(|(_, r, _, warning)| r == reason && *warning);
+        (status.current_state, condition.message, told)
+    };
+
+    // A policy the operator did not allow: refused before any AWS call.
+    let mut admin = group(&world, &world.image, 6);
+    admin.spec.eks.as_mut().unwrap().configuration.managed_policies = vec!["AdministratorAccess".into()];
+    store.apply(admin);
+    reconcile(&r, &store).await;
+    let (current, message, told) = refused("InvalidSpec");
+    assert_eq!(current, state::ERROR);
+    assert!(
+        message.contains("managedPolicies[0]: AdministratorAccess is not in the operator's allow-list"),
+        "{message}"
+    );
+    assert!(told);
+
+    // Someone else's role: refused, nothing written.
+    let mut borrowed = group(&world, &world.image, 6);
+    borrowed.spec.eks.as_mut().unwrap().configuration.role_name = Some("cluster-admin".into());
+    store.apply(borrowed);
+    reconcile(&r, &store).await;
+    let (current, message, _) = refused("InvalidSpec");
+    assert_eq!(current, state::ERROR);
+    assert!(message.contains("roleName: naming an existing role"), "{message}");
+
+    // A role already mapped by someone else in aws-auth (the admin's): refused, the entry kept.
+    let iam = aws_sdk_iam::Client::new(&config);
+    let account_role = format!("arn:aws:iam::123456789012:role/{ASG}");
+    let admin_entry = format!("- rolearn: {account_role}\n  username: admin\n  groups: [system:masters]\n");
+    store.state().aws_auth = Some(std::collections::BTreeMap::from([("mapRoles".to_string(), admin_entry.clone())]));
+    store.apply(group(&world, &world.image, 6));
+    for _ in 0..2 {
+        reconcile(&r, &store).await;
+    }
+    let (current, message, told) = refused("ReconcileFailed");
+    assert_eq!(current, state::ERROR);
+    assert!(message.contains("already mapped in kube-system/aws-auth"), "{message}");
+    assert!(told, "a Warning Event says so");
+    assert_eq!(store.state().aws_auth.as_ref().unwrap()["mapRoles"], admin_entry, "the admin mapping is untouched");
+    assert!(iam.get_role().role_name(ASG).send().await.is_ok());
+}
+
+#[tokio::test]
 async fn an_invalid_spec_is_an_error_naming_the_field_and_makes_no_aws_call() {
     let (moto, _guard) = moto().await;
     let config = moto.sdk_config().await;
