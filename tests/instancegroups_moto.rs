@@ -17,7 +17,7 @@ use spots_booster::instancegroup::api::FINALIZER;
 use spots_booster::instancegroup::validate::IamRules;
 use spots_booster::instancegroup::InstanceGroup;
 use spots_booster::ports::Leadership;
-use spots_booster::workers::instancegroups::{state, InstanceGroupReconciler, Requeue};
+use spots_booster::workers::instancegroups::{InstanceGroupReconciler, Requeue, State};
 use support::moto::moto;
 
 const NS: &str = "teams";
@@ -172,7 +172,7 @@ async fn create_ready_image_change_rotation_resize_and_delete() {
 
     // Create.
     let (requeue, current) = reconcile(&r, &store).await;
-    assert_eq!((requeue, current.as_str()), (Requeue::After(Duration::from_secs(10)), state::INIT_CREATE));
+    assert_eq!((requeue, current.as_str()), (Requeue::After(Duration::from_secs(10)), State::InitCreate.as_str()));
     let created = asg(&config).await.expect("the ASG exists");
     assert_eq!((created.min_size(), created.max_size(), created.desired_capacity()), (Some(2), Some(6), Some(2)));
     let mixed = created.mixed_instances_policy().expect("spot through a mixed-instances policy");
@@ -224,10 +224,10 @@ async fn create_ready_image_change_rotation_resize_and_delete() {
     let names = join_nodes(&view, &created);
     assert_eq!(names.len(), 2);
     let (requeue, current) = reconcile(&r, &store).await;
-    assert_eq!((requeue, current.as_str()), (Requeue::OnChange, state::READY));
+    assert_eq!((requeue, current.as_str()), (Requeue::OnChange, State::Ready.as_str()));
     let writes = store.state().status_writes;
     let (_, current) = reconcile(&r, &store).await;
-    assert_eq!(current, state::READY);
+    assert_eq!(current, State::Ready);
     assert_eq!(store.state().status_writes, writes, "a steady group is not written again");
     let templates = ec2.describe_launch_templates().launch_template_names(ASG).send().await.unwrap();
     assert_eq!(templates.launch_templates()[0].latest_version_number(), Some(1), "no drift from our own template");
@@ -255,7 +255,7 @@ async fn create_ready_image_change_rotation_resize_and_delete() {
     // A new image: version 2 and one node (maxUnavailable 1) handed to the booster.
     store.apply(group(&world, &world.other_image, 9));
     let (requeue, current) = reconcile(&r, &store).await;
-    assert_eq!((requeue, current.as_str()), (Requeue::After(Duration::from_secs(10)), state::INIT_UPGRADE));
+    assert_eq!((requeue, current.as_str()), (Requeue::After(Duration::from_secs(10)), State::InitUpgrade.as_str()));
     let version =
         ec2.describe_launch_template_versions().launch_template_name(ASG).versions("$Latest").send().await.unwrap();
     let latest = &version.launch_template_versions()[0];
@@ -286,7 +286,7 @@ async fn create_ready_image_change_rotation_resize_and_delete() {
     // Delete: the ASG is force-deleted, then the template, role, profile and aws-auth entry go.
     store.delete(NS, NAME);
     let (_, current) = reconcile(&r, &store).await;
-    assert_eq!(current, state::DELETING);
+    assert_eq!(current, State::Deleting);
     assert!(asg(&config).await.is_none(), "force-deleted");
     let (requeue, _) = reconcile(&r, &store).await;
     assert!(store.get(NS, NAME).is_none(), "Deleted removes the finalizer and the object goes");
@@ -324,7 +324,7 @@ async fn tenant_escalations_are_refused_with_a_status_and_an_event() {
     store.apply(admin);
     reconcile(&r, &store).await;
     let (current, message, told) = refused("InvalidSpec");
-    assert_eq!(current, state::ERROR);
+    assert_eq!(current, State::Error);
     assert!(
         message.contains("managedPolicies[0]: AdministratorAccess is not in the operator's allow-list"),
         "{message}"
@@ -337,7 +337,7 @@ async fn tenant_escalations_are_refused_with_a_status_and_an_event() {
     store.apply(borrowed);
     reconcile(&r, &store).await;
     let (current, message, _) = refused("InvalidSpec");
-    assert_eq!(current, state::ERROR);
+    assert_eq!(current, State::Error);
     assert!(message.contains("roleName: naming an existing role"), "{message}");
 
     // A role already mapped by someone else in aws-auth (the admin's): refused, the entry kept.
@@ -350,7 +350,7 @@ async fn tenant_escalations_are_refused_with_a_status_and_an_event() {
         reconcile(&r, &store).await;
     }
     let (current, message, told) = refused("ReconcileFailed");
-    assert_eq!(current, state::ERROR);
+    assert_eq!(current, State::Error);
     assert!(message.contains("already mapped in kube-system/aws-auth"), "{message}");
     assert!(told, "a Warning Event says so");
     assert_eq!(store.state().aws_auth.as_ref().unwrap()["mapRoles"], admin_entry, "the admin mapping is untouched");
@@ -369,7 +369,7 @@ async fn an_invalid_spec_is_an_error_naming_the_field_and_makes_no_aws_call() {
     bad.spec.eks.as_mut().unwrap().scaling_configuration = Some("LaunchConfiguration".into());
     store.apply(bad);
     let (requeue, current) = reconcile(&r, &store).await;
-    assert_eq!((requeue, current.as_str()), (Requeue::OnChange, state::ERROR));
+    assert_eq!((requeue, current.as_str()), (Requeue::OnChange, State::Error.as_str()));
     let status = store.get(NS, NAME).unwrap().status.unwrap();
     let condition = status.conditions.iter().find(|c| c.condition_type == "Reconciled").unwrap();
     assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("False", "InvalidSpec"));
@@ -408,7 +408,7 @@ async fn a_missing_subnet_name_is_an_error_and_a_bring_your_own_role_is_left_alo
     missing.spec.eks.as_mut().unwrap().configuration.subnets.push("no-such-subnet".into());
     store.apply(missing);
     let (requeue, current) = reconcile(&r, &store).await;
-    assert_eq!((requeue, current.as_str()), (Requeue::Retry, state::ERROR));
+    assert_eq!((requeue, current.as_str()), (Requeue::Retry, State::Error.as_str()));
     let message = store.get(NS, NAME).unwrap().status.unwrap().conditions[0].message.clone();
     // moto's DescribeCluster carries no vpcId, so the lookup is not scoped to a VPC here.
     assert!(message.contains("subnet \"no-such-subnet\" not found"), "{message}");
@@ -419,7 +419,7 @@ async fn a_missing_subnet_name_is_an_error_and_a_bring_your_own_role_is_left_alo
     reconcile(&r, &store).await;
     join_nodes(&view, &asg(&config).await.unwrap());
     let (_, current) = reconcile(&r, &store).await;
-    assert_eq!(current, state::READY);
+    assert_eq!(current, State::Ready);
     store.delete(NS, NAME);
     reconcile(&r, &store).await;
     reconcile(&r, &store).await;
@@ -462,7 +462,11 @@ async fn the_boundaries_configmap_is_applied_and_its_changes_and_the_namespace_o
 
     assert_eq!(r.pass(&mut schedule).await, 1);
     assert_eq!(latest_image(&config).await, (1, world.other_image.clone()), "restricted: the platform's image wins");
-    assert_eq!(r.metrics.instancegroups.with_label_values(&[state::INIT_CREATE]).get(), 1, "states are exported");
+    assert_eq!(
+        r.metrics.instancegroups.with_label_values(&[State::InitCreate.as_str()]).get(),
+        1,
+        "states are exported"
+    );
     assert_eq!(r.metrics.instancegroup_reconciles.with_label_values(&["ok"]).get(), 1);
     let md5 = store.get(NS, NAME).unwrap().status.unwrap().config_md5;
     assert_eq!(md5.len(), 32);
@@ -527,11 +531,11 @@ async fn the_crd_strategy_submits_follows_retries_and_finishes() {
     reconcile(&r, &store).await;
     join_nodes(&view, &asg(&config).await.unwrap());
     let (_, current) = reconcile(&r, &store).await;
-    assert_eq!(current, state::READY);
+    assert_eq!(current, State::Ready);
 
     store.apply(with_crd(&world.other_image));
     let (_, current) = reconcile(&r, &store).await;
-    assert_eq!(current, state::INIT_UPGRADE);
+    assert_eq!(current, State::InitUpgrade);
     let submitted: Vec<_> = store.state().custom.values().cloned().collect();
     assert_eq!(submitted.len(), 1);
     let resource = &submitted[0];
@@ -552,7 +556,7 @@ async fn the_crd_strategy_submits_follows_retries_and_finishes() {
     };
     set_status("running");
     let (_, current) = reconcile(&r, &store).await;
-    assert_eq!((current.as_str(), store.state().custom.len()), (state::INIT_UPGRADE, 1), "running: wait");
+    assert_eq!((current.as_str(), store.state().custom.len()), (State::InitUpgrade.as_str(), 1), "running: wait");
     set_status("error");
     reconcile(&r, &store).await;
     assert!(store.state().custom.is_empty(), "a failed run is deleted for a retry");
@@ -561,7 +565,7 @@ async fn the_crd_strategy_submits_follows_retries_and_finishes() {
     assert_eq!(store.state().custom.len(), 1, "resubmitted");
     set_status("completed");
     let (_, current) = reconcile(&r, &store).await;
-    assert_eq!(current, state::READY, "the upgrade finished and every node is Ready");
+    assert_eq!(current, State::Ready, "the upgrade finished and every node is Ready");
     assert_eq!(store.get(NS, NAME).unwrap().status.unwrap().strategy_retry_count, Some(0));
 
     store.apply(with_crd(&world.image));
@@ -575,6 +579,6 @@ async fn the_crd_strategy_submits_follows_retries_and_finishes() {
     let key = ("rollingupgrades".to_string(), NS.to_string(), latest);
     store.state().custom.get_mut(&key).unwrap()["status"] = serde_json::json!({"currentStatus": "error"});
     let (requeue, current) = reconcile(&r, &store).await;
-    assert_eq!((requeue, current.as_str()), (Requeue::OnChange, state::ERROR), "maxRetries 1 used up");
+    assert_eq!((requeue, current.as_str()), (Requeue::OnChange, State::Error.as_str()), "maxRetries 1 used up");
     assert!(store.state().events.iter().any(|(_, reason, _, _)| reason == "InstanceGroupUpgradeFailed"));
 }

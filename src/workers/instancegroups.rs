@@ -32,23 +32,69 @@ pub const RESYNC: Duration = Duration::from_secs(600);
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 /// The states upstream writes to `status.currentState`.
-pub mod state {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum State {
     /// Being created.
-    pub const INIT_CREATE: &str = "InitCreate";
+    InitCreate,
     /// AWS resources being changed.
-    pub const MODIFYING: &str = "ReconcileModifying";
+    ReconcileModifying,
     /// Nodes being rotated.
-    pub const INIT_UPGRADE: &str = "InitUpgrade";
+    InitUpgrade,
     /// Everything matches and every node is Ready.
-    pub const READY: &str = "Ready";
+    Ready,
     /// Invalid spec or a failed step.
-    pub const ERROR: &str = "Error";
+    Error,
     /// A rotation is needed but upgrades are locked.
-    pub const LOCKED: &str = "Locked";
+    Locked,
     /// The ASG is being deleted.
-    pub const DELETING: &str = "Deleting";
+    Deleting,
     /// Everything is gone; the finalizer is removed.
-    pub const DELETED: &str = "Deleted";
+    Deleted,
+}
+
+impl State {
+    /// Every state.
+    pub const ALL: [State; 8] = [
+        State::InitCreate,
+        State::ReconcileModifying,
+        State::InitUpgrade,
+        State::Ready,
+        State::Error,
+        State::Locked,
+        State::Deleting,
+        State::Deleted,
+    ];
+
+    /// The name upstream writes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::InitCreate => "InitCreate",
+            State::ReconcileModifying => "ReconcileModifying",
+            State::InitUpgrade => "InitUpgrade",
+            State::Ready => "Ready",
+            State::Error => "Error",
+            State::Locked => "Locked",
+            State::Deleting => "Deleting",
+            State::Deleted => "Deleted",
+        }
+    }
+
+    /// The state a status names, `None` for one no version writes.
+    pub fn parse(text: &str) -> Option<State> {
+        State::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+}
+
+impl From<State> for String {
+    fn from(state: State) -> String {
+        state.as_str().to_string()
+    }
+}
+
+impl PartialEq<State> for String {
+    fn eq(&self, state: &State) -> bool {
+        self == state.as_str()
+    }
 }
 
 /// Reconciling one InstanceGroup failed.
@@ -197,7 +243,7 @@ where
         };
         let requeue = match outcome {
             Ok(requeue) => {
-                let result = if status.current_state == state::ERROR { "invalid" } else { "ok" };
+                let result = if status.current_state == State::Error { "invalid" } else { "ok" };
                 self.metrics.instancegroup_reconciles.with_label_values(&[result]).inc();
                 requeue
             }
@@ -208,7 +254,7 @@ where
                 let message = error_chain(&err);
                 warn!(namespace = ?ig.metadata.namespace, name = ?ig.metadata.name, error = %message, "InstanceGroup reconcile failed");
                 if !transient {
-                    status.current_state = state::ERROR.into();
+                    status.current_state = State::Error.into();
                 }
                 let reason = if transient { "TransientError" } else { "ReconcileFailed" };
                 set_condition(&mut status, "Reconciled", false, reason, message.clone(), &self.now());
@@ -217,7 +263,7 @@ where
             }
         };
         // `Deleted` was written before the finalizer went; the object may be gone now.
-        if status != before && status.current_state != state::DELETED {
+        if status != before && status.current_state != State::Deleted {
             let (namespace, name) = key(ig);
             if let Err(e) = self.store.patch_status(&namespace, &name, &status).await {
                 warn!(%namespace, %name, error = %e, "InstanceGroup status not written");
@@ -255,7 +301,7 @@ where
             Ok(design) => design,
             Err(invalid) => {
                 let message = invalid.to_string();
-                status.current_state = state::ERROR.into();
+                status.current_state = State::Error.into();
                 set_condition(status, "Reconciled", false, invalid.reason(), message.clone(), &self.now());
                 if ig
                     .status
@@ -318,7 +364,7 @@ where
                 if let Some(arn) = &role.role_arn {
                     self.store.upsert_aws_auth(arn).await?;
                 }
-                status.current_state = state::INIT_CREATE.into();
+                status.current_state = State::InitCreate.into();
                 set_condition(
                     status,
                     "Reconciled",
@@ -395,7 +441,7 @@ where
             &self.now(),
         );
         let converged = |status: &mut InstanceGroupStatus| {
-            status.current_state = if all_ready { state::READY } else { state::MODIFYING }.into();
+            status.current_state = if all_ready { State::Ready } else { State::ReconcileModifying }.into();
             Ok(if all_ready { Requeue::OnChange } else { Requeue::After(REQUEUE) })
         };
         let drifted = rolling::drifted_instances(&facts.instances, &design.prefix, version);
@@ -403,16 +449,16 @@ where
             return converged(status);
         }
         if design.lock_upgrades {
-            status.current_state = state::LOCKED.into();
+            status.current_state = State::Locked.into();
             return Ok(Requeue::OnChange);
         }
-        status.current_state = state::INIT_UPGRADE.into();
+        status.current_state = State::InitUpgrade.into();
         let max_unavailable = match &design.strategy {
             Strategy::RollingUpdate { max_unavailable } => *max_unavailable,
             Strategy::Crd(plan) => {
                 return match self.crd_step(ig, design, plan, launch_id, status).await? {
                     true => converged(status),
-                    false => Ok(if status.current_state == state::ERROR {
+                    false => Ok(if status.current_state == State::Error {
                         Requeue::OnChange
                     } else {
                         Requeue::After(REQUEUE)
@@ -462,7 +508,7 @@ where
         let wanted = match crd_strategy::resource(plan, ig, &design.prefix, launch_id) {
             Ok(wanted) => wanted,
             Err(e) => {
-                status.current_state = state::ERROR.into();
+                status.current_state = State::Error.into();
                 set_condition(status, "Reconciled", false, "InvalidSpec", e.to_string(), &self.now());
                 self.event(ig, "InvalidSpec", &e.to_string(), true).await;
                 return Ok(false);
@@ -502,7 +548,7 @@ where
                 self.event(ig, "UpgradeRetried", &format!("{failed} failed; retry {}", retries + 1), true).await;
             }
             CrdStep::Failed(message) => {
-                status.current_state = state::ERROR.into();
+                status.current_state = State::Error.into();
                 set_condition(status, "Reconciled", false, "UpgradeFailed", message.clone(), &self.now());
                 self.event(ig, "InstanceGroupUpgradeFailed", &message, true).await;
             }
@@ -540,7 +586,7 @@ where
                     )
                     .await;
                 }
-                status.current_state = state::DELETING.into();
+                status.current_state = State::Deleting.into();
                 return Ok(Requeue::After(REQUEUE));
             }
             let template = if status.active_launch_template_name.is_empty() {
@@ -565,7 +611,7 @@ where
                 self.cloud.delete_role(&managed_role_name(&prefix)).await?;
             }
         }
-        status.current_state = state::DELETED.into();
+        status.current_state = State::Deleted.into();
         self.store.patch_status(&namespace, &name, status).await?;
         let remaining: Vec<String> = finalizers.iter().filter(|f| *f != FINALIZER).cloned().collect();
         self.store.set_finalizers(&namespace, &name, &finalizers, &remaining).await?;
