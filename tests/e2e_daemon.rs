@@ -10,21 +10,19 @@
 //! Nodes carry a per-run suffix, so the suite also passes on a shared kind or k3d cluster.
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_config::SdkConfig;
-use aws_sdk_autoscaling::types::LaunchTemplateSpecification;
-use aws_sdk_ec2::types::{InstanceType, RequestLaunchTemplateData};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::events::v1::Event as NewEvent;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 use support::e2e::{
-    aws, bind_pod, create_namespace, env, free_port, kube_client, metric, nth_cordon_and_taint, nth_rebalance_event,
-    pod_ready, register_node, report_pod_ready, run_suffix, scrape, AWS_ENDPOINT, KUBECONFIG,
+    aws, bind_pod, create_group, create_namespace, env, free_port, kube_client, metric, nth_cordon_and_taint,
+    nth_rebalance_event, pod_ready, register_node, report_pod_ready, run_suffix, scrape, start_booster, AWS_ENDPOINT,
+    KUBECONFIG,
 };
 
 mod support;
@@ -223,31 +221,7 @@ async fn a_rebalance_recommendation_is_boosted_drained_and_given_back() {
     let namespaces: Api<Namespace> = Api::all(run.kube.clone());
 
     // The group: 2 instances of 10.
-    let ec2 = aws_sdk_ec2::Client::new(&run.aws);
-    let image =
-        ec2.describe_images().owners("amazon").send().await.unwrap().images()[0].image_id().unwrap().to_string();
-    let template = format!("sb-e2e-{suffix}");
-    ec2.create_launch_template()
-        .launch_template_name(&template)
-        .launch_template_data(
-            RequestLaunchTemplateData::builder().image_id(image).instance_type(InstanceType::M5Large).build(),
-        )
-        .send()
-        .await
-        .unwrap();
-    aws_sdk_autoscaling::Client::new(&run.aws)
-        .create_auto_scaling_group()
-        .auto_scaling_group_name(&run.group)
-        .launch_template(
-            LaunchTemplateSpecification::builder().launch_template_name(&template).version("$Latest").build(),
-        )
-        .min_size(1)
-        .max_size(10)
-        .desired_capacity(2)
-        .availability_zones("us-east-1a")
-        .send()
-        .await
-        .unwrap();
+    create_group(&run.aws, &run.group, 2, 10).await;
     let instances = run.instances().await;
     assert_eq!(instances.len(), 2);
     for (id, zone, _) in &instances {
@@ -342,21 +316,25 @@ async fn a_rebalance_recommendation_is_boosted_drained_and_given_back() {
 
     // The booster.
     let port = free_port();
-    let mut booster = tokio::process::Command::new(env!("CARGO_BIN_EXE_spots-booster"))
-        .args(["run", "--connection-mode", "kubectl", "--kubeconfig", &kubeconfig])
-        .args(["--events-namespace", &run.ns, "--ca-status-namespace", &run.ns, "--state-namespace", &run.ns])
-        .args(["--aws-endpoint-url", &endpoint, "--aws-region", "us-east-1"])
-        .args(["--metrics-bind-address", &format!("127.0.0.1:{port}"), "--leader-elect", "true"])
-        .args(["--leader-elect-retry-period", "1s", "--drain-interval", "1s", "--log-format", "json"])
-        // tests/e2e_instancegroups.rs covers the reconciler; this run needs no CRD.
-        .args(["--instance-groups", "false", "--nth-taint-signals", "true"])
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start spots-booster");
+    // tests/e2e_instancegroups.rs covers the reconciler; this run needs no CRD.
+    let mut booster = start_booster(
+        &kubeconfig,
+        &endpoint,
+        &run.ns,
+        port,
+        &[
+            "--leader-elect",
+            "true",
+            "--leader-elect-retry-period",
+            "1s",
+            "--drain-interval",
+            "1s",
+            "--instance-groups",
+            "false",
+            "--nth-taint-signals",
+            "true",
+        ],
+    );
 
     // Wait until it is ready and leading.
     let deadline = Instant::now() + Duration::from_secs(60);

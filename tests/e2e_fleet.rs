@@ -11,12 +11,9 @@
 //! - the normal node is drained and terminated while the stubborn one is still blocked;
 //! - `DrainBlockedByPDB` is written for the stubborn node, and `--drain-timeout` fires on time.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use aws_config::SdkConfig;
-use aws_sdk_autoscaling::types::LaunchTemplateSpecification;
-use aws_sdk_ec2::types::{InstanceType, RequestLaunchTemplateData};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::events::v1::Event as NewEvent;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -24,8 +21,9 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 use support::e2e::{
-    aws, bind_pod, create_namespace, env, free_port, kube_client, metric, nth_cordon_and_taint, nth_rebalance_event,
-    pod_ready, register_node, report_pod_ready, run_suffix, scrape, AWS_ENDPOINT, KUBECONFIG,
+    aws, bind_pod, create_group, create_namespace, env, free_port, kube_client, metric, nth_cordon_and_taint,
+    nth_rebalance_event, pod_ready, register_node, report_pod_ready, run_suffix, scrape, start_booster, AWS_ENDPOINT,
+    KUBECONFIG,
 };
 
 mod support;
@@ -224,25 +222,7 @@ async fn a_large_group_boosts_and_a_stubborn_budget_holds_back_only_its_own_node
     create_namespace(&fleet.kube, &fleet.ns).await;
     let namespaces: Api<Namespace> = Api::all(fleet.kube.clone());
 
-    let ec2 = aws_sdk_ec2::Client::new(&fleet.aws);
-    let image =
-        ec2.describe_images().owners("amazon").send().await.unwrap().images()[0].image_id().unwrap().to_string();
-    let template = format!("sb-fleet-{suffix}");
-    let data = RequestLaunchTemplateData::builder().image_id(image).instance_type(InstanceType::M5Large).build();
-    ec2.create_launch_template().launch_template_name(&template).launch_template_data(data).send().await.unwrap();
-    aws_sdk_autoscaling::Client::new(&fleet.aws)
-        .create_auto_scaling_group()
-        .auto_scaling_group_name(&fleet.group)
-        .launch_template(
-            LaunchTemplateSpecification::builder().launch_template_name(&template).version("$Latest").build(),
-        )
-        .min_size(1)
-        .max_size(GROUP_SIZE + 10)
-        .desired_capacity(GROUP_SIZE)
-        .availability_zones("us-east-1a")
-        .send()
-        .await
-        .unwrap();
+    create_group(&fleet.aws, &fleet.group, GROUP_SIZE, GROUP_SIZE + 10).await;
     fleet.play_cluster().await;
     let instances = fleet.live_instances().await;
     assert_eq!(instances.len(), GROUP_SIZE as usize);
@@ -270,20 +250,25 @@ async fn a_large_group_boosts_and_a_stubborn_budget_holds_back_only_its_own_node
     fleet.budget_computed("web").await;
 
     let port = free_port();
-    let mut booster = tokio::process::Command::new(env!("CARGO_BIN_EXE_spots-booster"))
-        .args(["run", "--connection-mode", "kubectl", "--kubeconfig", &kubeconfig])
-        .args(["--events-namespace", &fleet.ns, "--ca-status-namespace", &fleet.ns, "--state-namespace", &fleet.ns])
-        .args(["--aws-endpoint-url", &endpoint, "--aws-region", "us-east-1"])
-        .args(["--metrics-bind-address", &format!("127.0.0.1:{port}"), "--leader-elect", "false"])
-        .args(["--drain-interval", "1s", "--drain-timeout", &format!("{DRAIN_TIMEOUT_SECS}s"), "--log-format", "json"])
-        .args(["--instance-groups", "false", "--nth-taint-signals", "true"])
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start spots-booster");
+    let drain_timeout = format!("{DRAIN_TIMEOUT_SECS}s");
+    let mut booster = start_booster(
+        &kubeconfig,
+        &endpoint,
+        &fleet.ns,
+        port,
+        &[
+            "--leader-elect",
+            "false",
+            "--drain-interval",
+            "1s",
+            "--drain-timeout",
+            &drain_timeout,
+            "--instance-groups",
+            "false",
+            "--nth-taint-signals",
+            "true",
+        ],
+    );
     let deadline = Instant::now() + Duration::from_secs(60);
     while metric(&scrape(port).await, "spots_booster_synced") < 1.0 {
         assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited early");

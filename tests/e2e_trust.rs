@@ -7,18 +7,16 @@
 //! rebalance recommendations to spot instances only). Then a spot instance attached to the group,
 //! cordoned and announced: boosted, the instance's lifecycle read through `DescribeInstances`.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use aws_sdk_autoscaling::types::LaunchTemplateSpecification;
-use aws_sdk_ec2::types::{InstanceMarketOptionsRequest, InstanceType, MarketType, RequestLaunchTemplateData};
+use aws_sdk_ec2::types::{InstanceMarketOptionsRequest, InstanceType, MarketType};
 use k8s_openapi::api::core::v1::{Event, Node};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use support::e2e::{
-    aws, create_namespace, env, free_port, kube_client, metric, nth_rebalance_event, register_node, run_suffix, scrape,
-    AWS_ENDPOINT, KUBECONFIG,
+    aws, create_group, create_namespace, env, free_port, kube_client, metric, nth_rebalance_event, register_node,
+    run_suffix, scrape, start_booster, AWS_ENDPOINT, KUBECONFIG,
 };
 
 mod support;
@@ -50,26 +48,7 @@ async fn forged_unconfirmed_and_on_demand_notices_move_nothing_and_a_spot_one_is
 
     let ec2 = aws_sdk_ec2::Client::new(&sdk);
     let asg = aws_sdk_autoscaling::Client::new(&sdk);
-    let image =
-        ec2.describe_images().owners("amazon").send().await.unwrap().images()[0].image_id().unwrap().to_string();
-    ec2.create_launch_template()
-        .launch_template_name(&group)
-        .launch_template_data(
-            RequestLaunchTemplateData::builder().image_id(&image).instance_type(InstanceType::M5Large).build(),
-        )
-        .send()
-        .await
-        .unwrap();
-    asg.create_auto_scaling_group()
-        .auto_scaling_group_name(&group)
-        .launch_template(LaunchTemplateSpecification::builder().launch_template_name(&group).version("$Latest").build())
-        .min_size(0)
-        .max_size(10)
-        .desired_capacity(3)
-        .availability_zones("us-east-1a")
-        .send()
-        .await
-        .unwrap();
+    let image = create_group(&sdk, &group, 3, 10).await;
     let desired = || async {
         let out = asg.describe_auto_scaling_groups().auto_scaling_group_names(&group).send().await.unwrap();
         out.auto_scaling_groups()[0].desired_capacity().unwrap()
@@ -84,21 +63,15 @@ async fn forged_unconfirmed_and_on_demand_notices_move_nothing_and_a_spot_one_is
     }
 
     let port = free_port();
-    let mut booster = tokio::process::Command::new(env!("CARGO_BIN_EXE_spots-booster"))
-        .args(["run", "--connection-mode", "kubectl", "--kubeconfig", &kubeconfig])
-        .args(["--events-namespace", &ns, "--ca-status-namespace", &ns, "--state-namespace", &ns])
-        .args(["--aws-endpoint-url", &endpoint, "--aws-region", "us-east-1"])
-        .args(["--metrics-bind-address", &format!("127.0.0.1:{port}"), "--leader-elect", "false"])
-        // One replacement per at-risk node: these nodes hold no pods, which `pods` sizing would
-        // rightly replace with none.
-        .args(["--instance-groups", "false", "--log-format", "json", "--sizing", "count"])
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start spots-booster");
+    // One replacement per at-risk node: these nodes hold no pods, which `pods` sizing would
+    // rightly replace with none.
+    let mut booster = start_booster(
+        &kubeconfig,
+        &endpoint,
+        &ns,
+        port,
+        &["--leader-elect", "false", "--instance-groups", "false", "--sizing", "count"],
+    );
     let deadline = Instant::now() + Duration::from_secs(60);
     while metric(&scrape(port).await, "spots_booster_synced") < 1.0 {
         assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited early");

@@ -149,3 +149,45 @@ pub async fn nth_rebalance_event(kube: &Client, ns: &str, node: &str, instance: 
         "reportingComponent": "aws-node-termination-handler"});
     events.create(&PostParams::default(), &serde_json::from_value(event).unwrap()).await.expect("create the Event");
 }
+
+/// Creates, in moto, a launch template and an ASG `name` of `desired` instances (min 1, max `max`)
+/// in us-east-1a, and returns the image the template launches.
+pub async fn create_group(aws: &SdkConfig, name: &str, desired: i32, max: i32) -> String {
+    use aws_sdk_autoscaling::types::LaunchTemplateSpecification;
+    use aws_sdk_ec2::types::{InstanceType, RequestLaunchTemplateData};
+    let ec2 = aws_sdk_ec2::Client::new(aws);
+    let image =
+        ec2.describe_images().owners("amazon").send().await.unwrap().images()[0].image_id().unwrap().to_string();
+    let data = RequestLaunchTemplateData::builder().image_id(&image).instance_type(InstanceType::M5Large).build();
+    ec2.create_launch_template().launch_template_name(name).launch_template_data(data).send().await.unwrap();
+    aws_sdk_autoscaling::Client::new(aws)
+        .create_auto_scaling_group()
+        .auto_scaling_group_name(name)
+        .launch_template(LaunchTemplateSpecification::builder().launch_template_name(name).version("$Latest").build())
+        .min_size(1)
+        .max_size(max)
+        .desired_capacity(desired)
+        .availability_zones("us-east-1a")
+        .send()
+        .await
+        .unwrap();
+    image
+}
+
+/// Starts `spots-booster run` against the e2e cluster and moto, with its Events, CA status and
+/// state in `ns`, metrics on `port`, JSON logs to stderr, and `extra` flags.
+pub fn start_booster(kubeconfig: &str, endpoint: &str, ns: &str, port: u16, extra: &[&str]) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_spots-booster"))
+        .args(["run", "--connection-mode", "kubectl", "--kubeconfig", kubeconfig])
+        .args(["--events-namespace", ns, "--ca-status-namespace", ns, "--state-namespace", ns])
+        .args(["--aws-endpoint-url", endpoint, "--aws-region", "us-east-1"])
+        .args(["--metrics-bind-address", &format!("127.0.0.1:{port}"), "--log-format", "json"])
+        .args(extra)
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start spots-booster")
+}
