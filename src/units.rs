@@ -26,80 +26,79 @@ pub enum ParseUnitError {
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 86_400);
 
 /// Parses a CPU quantity into millicores, rounding fractions of a millicore up (as Kubernetes does).
+/// Every form the API accepts is read exactly: `500m`, `0.5`, `100u`, `1e3`, `2k`, `10P`.
 pub fn parse_cpu_millis(text: &str) -> Result<u64, ParseUnitError> {
-    let err = || ParseUnitError::Cpu(text.to_string());
-    let t = text.trim();
-    if let Some(m) = t.strip_suffix('m') {
-        return m.parse::<u64>().map_err(|_| err());
-    }
-    // The API server canonicalises large quantities with a suffix (`10000000000000000` → `10P`).
-    let (number, suffix) = split_decimal_suffix(t).ok_or_else(err)?;
-    if suffix.is_some_and(|s| s.ends_with('i')) {
-        // Binary suffixes are for bytes; a CPU request written that way is a mistake to report.
-        return Err(err());
-    }
-    let multiplier = suffix.map_or(Some(1.0), multiplier).ok_or_else(err)?;
-    let value: f64 = number.parse().map_err(|_| err())?;
-    if !value.is_finite() || value < 0.0 {
-        return Err(err());
-    }
-    // Float-to-int casts saturate: an absurd request becomes u64::MAX millicores, never a panic.
-    Ok((value * multiplier * 1000.0).ceil() as u64)
+    parse_quantity(text, 3).ok_or_else(|| ParseUnitError::Cpu(text.to_string()))
 }
 
-/// What a quantity suffix multiplies by: binary `Ki`…`Ei`, decimal `k`…`E`, milli `m`.
-fn multiplier(suffix: &str) -> Option<f64> {
-    Some(match suffix {
-        "Ki" => 1024f64,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        // Milli-bytes exist in the quantity grammar (kubectl shows them after rounding errors).
-        "m" => 1e-3,
-        _ => return None,
-    })
-}
-
-/// Parses a memory quantity (binary `Ki`…`Ei`, decimal `k`…`E`, exponent `e`, or plain bytes) into bytes.
+/// Parses a memory quantity (binary `Ki`…`Ei`, decimal `n`…`E`, exponent `e`, or plain bytes)
+/// into bytes, rounding fractions up.
 pub fn parse_memory_bytes(text: &str) -> Result<u64, ParseUnitError> {
-    let err = || ParseUnitError::Memory(text.to_string());
+    parse_quantity(text, 0).ok_or_else(|| ParseUnitError::Memory(text.to_string()))
+}
+
+/// A Kubernetes quantity (`<number><suffix>`, the API's grammar) times `10^scale`, rounded up,
+/// in exact integer arithmetic: no float ever rounds `1.1` cores to 1,101 millicores. Values past
+/// `u64::MAX` saturate; negative ones are refused (no request is negative).
+fn parse_quantity(text: &str, scale: u32) -> Option<u64> {
     let t = text.trim();
-    let (number, suffix) = split_decimal_suffix(t).ok_or_else(err)?;
-    let multiplier = suffix.map_or(Some(1.0), multiplier).ok_or_else(err)?;
-    let value: f64 = number.parse().map_err(|_| err())?;
-    if !value.is_finite() || value < 0.0 {
-        return Err(err());
-    }
-    Ok((value * multiplier).ceil() as u64)
-}
-
-/// Splits `"16Gi"` into `("16", Some("Gi"))`; `"1e3"` stays a plain number.
-fn split_decimal_suffix(t: &str) -> Option<(&str, Option<&str>)> {
-    if t.is_empty() {
+    let t = t.strip_prefix('+').unwrap_or(t);
+    let digits_end = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (number, suffix) = t.split_at(digits_end);
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
         return None;
     }
-    let end = t
-        .char_indices()
-        .find(|(i, c)| !(c.is_ascii_digit() || *c == '.' || ((*c == 'e' || *c == 'E') && is_exponent(t, *i))))
-        .map(|(i, _)| i)
-        .unwrap_or(t.len());
-    if end == 0 {
-        return None;
+    // value = mantissa × 10^exp10 × 2^exp2
+    let mut exp10 = i64::from(scale) - i64::try_from(fraction.len()).ok()?;
+    let mut exp2 = 0u32;
+    match suffix {
+        "" => {}
+        "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" => {
+            exp2 = 10 * (1 + "KMGTPE".find(suffix.chars().next()?)? as u32);
+        }
+        "n" => exp10 -= 9,
+        "u" => exp10 -= 6,
+        "m" => exp10 -= 3,
+        "k" => exp10 += 3,
+        "M" => exp10 += 6,
+        "G" => exp10 += 9,
+        "T" => exp10 += 12,
+        "P" => exp10 += 15,
+        "E" => exp10 += 18,
+        _ => {
+            let exponent = suffix.strip_prefix(['e', 'E'])?;
+            let digits = exponent.strip_prefix(['+', '-']).unwrap_or(exponent);
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            // Far beyond any u64 either way: clamp so the arithmetic below stays bounded.
+            exp10 +=
+                exponent.parse::<i64>().unwrap_or(if exponent.starts_with('-') { -100 } else { 100 }).clamp(-100, 100);
+        }
     }
-    let (number, suffix) = t.split_at(end);
-    Some((number, (!suffix.is_empty()).then_some(suffix)))
-}
-
-fn is_exponent(t: &str, i: usize) -> bool {
-    i > 0 && t[i + 1..].chars().next().is_some_and(|c| c.is_ascii_digit() || c == '-' || c == '+')
+    let mut mantissa: u128 = 0;
+    for b in whole.bytes().chain(fraction.bytes()) {
+        // Past 37 digits only the magnitude still matters: later digits are dropped into the
+        // exponent (by less than one part in 10^36).
+        if mantissa > u128::MAX / 100 {
+            exp10 += 1;
+            continue;
+        }
+        mantissa = mantissa * 10 + u128::from(b - b'0');
+    }
+    let mut value = mantissa.checked_shl(exp2).filter(|v| v >> exp2 == mantissa).unwrap_or(u128::MAX);
+    if exp10 >= 0 {
+        for _ in 0..exp10 {
+            value = value.saturating_mul(10);
+        }
+    } else {
+        for _ in 0..(-exp10) {
+            // Ceiling division keeps any fraction of the unit as one whole unit.
+            value = value.div_ceil(10);
+        }
+    }
+    Some(u64::try_from(value).unwrap_or(u64::MAX))
 }
 
 /// Parses a Go-style duration (`90s`, `5m`, `1h30m`, `250ms`, `1.5h`). A bare `0` is zero.
@@ -171,7 +170,7 @@ mod tests {
         assert_eq!(parse_cpu_millis("2"), Ok(2000));
         assert_eq!(parse_cpu_millis("0.5"), Ok(500));
         assert_eq!(parse_cpu_millis("0.0001"), Ok(1));
-        assert!(parse_cpu_millis("2Gi").is_err());
+        assert_eq!(parse_cpu_millis("1Ki"), Ok(1_024_000), "the API accepts binary suffixes on CPU too");
         assert!(parse_cpu_millis("").is_err());
         assert!(parse_cpu_millis("abc").is_err());
     }
@@ -186,6 +185,37 @@ mod tests {
         assert_eq!(parse_memory_bytes("1.5Gi"), Ok(1536 << 20));
         assert!(parse_memory_bytes("16GB").is_err());
         assert!(parse_memory_bytes("Gi").is_err());
+    }
+
+    #[test]
+    fn every_form_the_api_accepts_is_read_exactly() {
+        // Floats would make 1.1 cores 1,101 millicores and drop `100u` altogether.
+        for (text, millis) in [
+            ("100u", 1),
+            ("1500u", 2),
+            ("250000n", 1),
+            ("1e3", 1_000_000),
+            ("1E3", 1_000_000),
+            ("1e-3", 1),
+            ("0.1", 100),
+            ("1.1", 1_100),
+            ("2.675", 2_675),
+            ("+2", 2_000),
+            (".5", 500),
+            ("5.", 5_000),
+        ] {
+            assert_eq!(parse_cpu_millis(text), Ok(millis), "{text}");
+        }
+        for (text, bytes) in [("1.5Gi", 1_610_612_736), ("0.1Ki", 103), ("1e3", 1_000), ("1.2e2", 120), ("3m", 1)] {
+            assert_eq!(parse_memory_bytes(text), Ok(bytes), "{text}");
+        }
+        assert_eq!(parse_memory_bytes("8Ei"), Ok(1 << 63));
+        assert_eq!(parse_memory_bytes("16Ei"), Ok(u64::MAX), "saturates, never wraps");
+        assert_eq!(parse_memory_bytes(&"9".repeat(60)), Ok(u64::MAX));
+        assert_eq!(parse_cpu_millis("1e-200"), Ok(1), "any positive amount is at least one unit");
+        for bad in ["-1", "1..2", ".", "1e", "1e+", "1ee3", "1Ki2", "1 Gi", "1.5.5"] {
+            assert!(parse_memory_bytes(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -309,6 +309,17 @@ mod tests {
         assert_eq!((p.class, p.uid.as_str(), p.namespace.as_str()), (PodClass::Ordinary, "u1", "shop"));
         assert_eq!((p.opt_out, p.bare), (None, true), "no owner: a bare pod");
 
+        // Forms the API server stores as written were once dropped from the view.
+        let tiny = pod(serde_json::json!({
+            "metadata": {"name": "tiny", "namespace": "shop", "uid": "u2"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "a", "resources": {"requests": {"cpu": "100u", "memory": "1e3"}}}]}
+        }));
+        assert_eq!(
+            pod_from_kube(&tiny).unwrap().1.requests,
+            Resources::new(1, 1_000),
+            "100u is kept, as one millicore"
+        );
+
         let opted = |annotations: serde_json::Value| {
             let p = pod(serde_json::json!({"metadata": {"name": "o", "annotations": annotations, "ownerReferences": [
                 {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "x", "uid": "1", "controller": true}]}}));
