@@ -191,7 +191,7 @@ pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
     );
     let clock = system_clock();
     let (ca_cluster, ca_clock) = (cluster.clone(), clock.clone());
-    metrics.on_scrape(Box::new(move |m| m.ca_status_age.set(ca_cluster.ca_status_age(ca_clock()).unwrap_or(-1.0))));
+    metrics.on_scrape(Box::new(move |m| m.set_ca_status_age(ca_cluster.ca_status_age(ca_clock()))));
 
     let leadership = if leader_elect { Leadership::follower() } else { Leadership::always() };
     metrics.leader.set(i64::from(leadership.is_leader()));

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use prometheus::core::Collector;
 use prometheus::{
-    Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
 
@@ -77,8 +77,9 @@ pub struct Metrics {
     pub leader: IntGauge,
     /// Times this replica gained or lost the lease.
     pub leader_transitions: IntCounterVec,
-    /// Seconds since Cluster Autoscaler last updated its status (-1 when the ConfigMap is missing).
-    pub ca_status_age: Gauge,
+    /// Seconds since Cluster Autoscaler last updated its status; no sample at all while the
+    /// ConfigMap is missing (a `-1` would read as a fresh status to `max()` and `> 600` alike).
+    ca_status_age: GaugeVec,
     /// 1 when the CA status ConfigMap exists and parses.
     pub ca_status_found: IntGauge,
     /// Inputs that could not be understood, by source (`ca-status`, `nth-event`, `node`, `pod`).
@@ -142,12 +143,13 @@ impl Metrics {
         )
         .expect("valid histogram");
         r.register(Box::new(drain_duration.clone())).expect("unique metric");
-        let ca_status_age = Gauge::with_opts(
+        let ca_status_age = GaugeVec::new(
             Opts::new(
                 "ca_status_age_seconds",
-                "Seconds since Cluster Autoscaler last updated its status; -1 when missing.",
+                "Seconds since Cluster Autoscaler last updated its status; absent while it is missing.",
             )
             .namespace(PREFIX),
+            &[],
         )
         .expect("valid gauge");
         r.register(Box::new(ca_status_age.clone())).expect("unique metric");
@@ -250,6 +252,14 @@ impl Metrics {
             self.aws_errors.with_label_values(&labels).inc_by(now.errors.saturating_sub(before.errors));
             self.aws_throttles.with_label_values(&labels).inc_by(now.throttles.saturating_sub(before.throttles));
             seen.insert(operation.clone(), *now);
+        }
+    }
+
+    /// Sets the CA status age, or removes the sample while there is no status.
+    pub fn set_ca_status_age(&self, age: Option<f64>) {
+        match age {
+            Some(seconds) => self.ca_status_age.with_label_values(&[] as &[&str]).set(seconds),
+            None => self.ca_status_age.reset(),
         }
     }
 
@@ -373,7 +383,10 @@ mod tests {
     #[test]
     fn scrape_hooks_run_before_encoding() {
         let m = Metrics::new();
-        m.on_scrape(Box::new(|m| m.ca_status_age.set(42.0)));
+        m.on_scrape(Box::new(|m| m.set_ca_status_age(Some(42.0))));
         assert!(m.encode().contains("spots_booster_ca_status_age_seconds 42"));
+        let missing = Metrics::new();
+        missing.on_scrape(Box::new(|m| m.set_ca_status_age(None)));
+        assert!(!missing.encode().contains("spots_booster_ca_status_age_seconds "), "absent, not -1");
     }
 }
