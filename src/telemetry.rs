@@ -16,7 +16,9 @@ pub enum LogFormat {
 /// (`info`, `spots_booster=debug,kube=warn`, …).
 pub fn init(format: LogFormat, filter: &str) -> Result<(), String> {
     let filter = EnvFilter::try_new(filter).map_err(|e| format!("--log-level {filter:?}: {e}"))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colour codes only for a person at a terminal: in a pod's log or a file they are noise.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     let result = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).try_init(),

@@ -125,6 +125,12 @@ fn run_fails_fast_and_names_what_is_wrong() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("the API server at http://127.0.0.1:1/ is unreachable"), "{stderr}");
 
+    // Logs into a pipe (a pod's log, a file) carry no colour codes.
+    let out = booster(&["run", "--connection-mode", "kubectl", "--kubeconfig", k, "--log-level", "debug"], None);
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains(" DEBUG "), "text log lines were written: {stderr}");
+    assert!(!stderr.contains('\x1b'), "no ANSI escapes off a terminal: {stderr:?}");
+
     // Bad flags are caught before any connection.
     let out = booster(
         &["run", "--connection-mode", "kubectl", "--kubeconfig", k, "--leader-elect-renew-deadline", "20s"],
