@@ -64,8 +64,9 @@ pub struct RunArgs {
     /// Namespace NTH writes its Events to.
     #[arg(long, env = "SPOTS_BOOSTER_EVENTS_NAMESPACE", default_value = "default")]
     pub events_namespace: String,
-    /// Namespace of the booster's own state: the leader Lease and the ledger ConfigMap.
-    #[arg(long, env = "SPOTS_BOOSTER_STATE_NAMESPACE", default_value = "kube-system")]
+    /// Namespace of the booster's own state: the leader Lease and the ledger ConfigMap. Defaults
+    /// to the pod's own namespace (`POD_NAMESPACE`, from the downward API), else `kube-system`.
+    #[arg(long, env = "SPOTS_BOOSTER_STATE_NAMESPACE", default_value_t = default_state_namespace())]
     pub state_namespace: String,
     /// Name of the ConfigMap that persists the boost ledger.
     #[arg(long, env = "SPOTS_BOOSTER_LEDGER_CONFIGMAP", default_value = "spots-booster-ledger")]
@@ -348,6 +349,10 @@ impl PolicyArgs {
             boost_capacity_rebalance_groups: self.boost_capacity_rebalance_groups,
         })
     }
+}
+/// The pod's own namespace when the downward API gives it (`POD_NAMESPACE`), else `kube-system`.
+fn default_state_namespace() -> String {
+    std::env::var("POD_NAMESPACE").ok().filter(|ns| !ns.trim().is_empty()).unwrap_or_else(|| "kube-system".into())
 }
 
 /// Parses policy flags given as `(long name, value)` pairs, e.g. a scenario's `policy:` map, with

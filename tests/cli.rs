@@ -169,3 +169,20 @@ fn every_flag_of_run_is_documented_in_the_readme() {
     }
     assert!(checked > 30, "{checked} flags");
 }
+
+#[test]
+fn the_state_namespace_defaults_to_the_pods_own() {
+    let help = |pod_namespace: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_spots-booster"));
+        command.args(["run", "--help"]).env_remove("POD_NAMESPACE").env_remove("SPOTS_BOOSTER_STATE_NAMESPACE");
+        if let Some(ns) = pod_namespace {
+            command.env("POD_NAMESPACE", ns);
+        }
+        let out = command.output().expect("the binary runs");
+        let help = text(&out.stdout);
+        let start = help.find("--state-namespace <").expect("the flag is listed");
+        help[start..].split("\n      --").next().unwrap_or_default().to_string()
+    };
+    assert!(help(Some("team-a")).contains("[default: team-a]"), "{}", help(Some("team-a")));
+    assert!(help(None).contains("[default: kube-system]"), "{}", help(None));
+}
