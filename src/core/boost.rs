@@ -52,11 +52,17 @@ pub enum BoostReason {
     ReplaceAtRisk {
         /// Replacement nodes sized for them.
         needed: u32,
+        /// The at-risk nodes they replace.
+        #[serde(default)]
+        at_risk: u32,
     },
     /// Only some instances fit; the rest are held for `limit`.
     Partial {
         /// Replacement nodes sized for the covered instances.
         needed: u32,
+        /// The at-risk nodes covered (the oldest signalled).
+        #[serde(default)]
+        at_risk: u32,
         /// What stopped it.
         limit: HoldReason,
     },
@@ -82,11 +88,25 @@ pub enum HoldReason {
 impl std::fmt::Display for BoostReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            BoostReason::ReplaceAtRisk { needed } => write!(f, "{needed} replacement(s) for every at-risk node"),
-            BoostReason::Partial { needed, limit } => {
-                write!(f, "{needed} replacement(s) for the oldest at-risk nodes; the rest wait: {limit}")
+            BoostReason::ReplaceAtRisk { needed, at_risk } => {
+                write!(f, "{} for {}", count(*needed, "new node"), count(*at_risk, "at-risk node"))
             }
+            BoostReason::Partial { needed, at_risk, limit } => write!(
+                f,
+                "{} for the {} signalled first; the rest wait: {limit}",
+                count(*needed, "new node"),
+                count(*at_risk, "at-risk node")
+            ),
         }
+    }
+}
+
+/// `1 new node`, `2 new nodes`.
+fn count(n: u32, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
     }
 }
 
@@ -240,10 +260,10 @@ fn plan_group(
     }
     let added = needed.saturating_add(policy.extra_nodes.min(room.saturating_sub(needed)));
     let reason = if covered == pending.len() {
-        BoostReason::ReplaceAtRisk { needed }
+        BoostReason::ReplaceAtRisk { needed, at_risk: u32::try_from(covered).unwrap_or(u32::MAX) }
     } else {
         hold(plan, covered, binding.clone());
-        BoostReason::Partial { needed, limit: binding }
+        BoostReason::Partial { needed, at_risk: u32::try_from(covered).unwrap_or(u32::MAX), limit: binding }
     };
     let to = if added > 0 { base.saturating_add(added) } else { group.desired };
     plan.boosts.push(Boost {
@@ -322,7 +342,8 @@ mod tests {
         let p = plan(&s, &count_mode());
         assert_eq!(p.boosts.len(), 1);
         assert_eq!((p.boosts[0].from, p.boosts[0].to), (4, 6));
-        assert_eq!(p.boosts[0].reason, BoostReason::ReplaceAtRisk { needed: 2 });
+        assert_eq!(p.boosts[0].reason, BoostReason::ReplaceAtRisk { needed: 2, at_risk: 2 });
+        assert_eq!(p.boosts[0].reason.to_string(), "2 new nodes for 2 at-risk nodes");
         assert_eq!(p.boosts[0].record.instances.len(), 2);
     }
 
@@ -408,7 +429,11 @@ mod tests {
         let p = plan(&s, &count_mode());
         assert_eq!(p.boosts[0].to, 5);
         assert_eq!(p.boosts[0].record.instances, BTreeSet::from(["i-n1".into()]));
-        assert_eq!(p.boosts[0].reason, BoostReason::Partial { needed: 1, limit: HoldReason::AtMaxSize });
+        assert_eq!(p.boosts[0].reason, BoostReason::Partial { needed: 1, at_risk: 1, limit: HoldReason::AtMaxSize });
+        assert_eq!(
+            p.boosts[0].reason.to_string(),
+            "1 new node for the 1 at-risk node signalled first; the rest wait: the group is at MaxSize"
+        );
         assert_eq!(p.held[0].instances, vec![InstanceId::from("i-n2")]);
     }
 
