@@ -34,6 +34,9 @@ pub enum InspectError {
     /// A ConfigMap without `data.status`.
     #[error("the ConfigMap has no data.status: is it the cluster-autoscaler-status ConfigMap?")]
     NoStatusKey,
+    /// Another kind of object (an Event, say) where a CA status was expected.
+    #[error("the input is a {0}, not the cluster-autoscaler-status ConfigMap or its status (for an NTH Event: inspect nth-event)")]
+    NotACaStatus(String),
     /// The status did not parse.
     #[error("invalid Cluster Autoscaler status")]
     CaStatus(#[source] ParseCaStatusError),
@@ -77,6 +80,9 @@ pub fn inspect_ca_status(input: &str) -> Result<InspectedCaStatus, InspectError>
     let mut text = input.to_string();
     check_size_and_depth(input).map_err(InspectError::CaStatus)?;
     if let Ok(serde_yaml::Value::Mapping(map)) = serde_yaml::from_str::<serde_yaml::Value>(input) {
+        if let Some(kind) = map.get("kind").and_then(|k| k.as_str()).filter(|k| *k != "ConfigMap") {
+            return Err(InspectError::NotACaStatus(kind.to_string()));
+        }
         let is_config_map = map.get("kind").and_then(|k| k.as_str()) == Some("ConfigMap") || map.contains_key("data");
         if is_config_map {
             text = map
@@ -353,6 +359,14 @@ mod tests {
     #[test]
     fn a_config_map_without_status_is_an_error() {
         assert!(matches!(inspect_ca_status("kind: ConfigMap\ndata: {other: x}\n"), Err(InspectError::NoStatusKey)));
+    }
+
+    #[test]
+    fn an_nth_event_is_not_read_as_a_running_status() {
+        let event = fixture("nth/imds-rebalance.yaml");
+        let err = inspect_ca_status(&event).unwrap_err();
+        assert!(matches!(&err, InspectError::NotACaStatus(kind) if kind == "Event"), "{err}");
+        assert!(err.to_string().contains("inspect nth-event"), "{err}");
     }
 
     #[test]
