@@ -241,6 +241,8 @@ where
             self.drains = DrainState::default();
             self.progress.clear();
             self.to_terminate.clear();
+            // The new leader reports the drains it runs; a follower reports none.
+            ctx.metrics.drains_in_progress.reset();
             report.not_leader = plan.batches.len();
             for _ in &plan.batches {
                 ctx.metrics.not_leader("drain");

@@ -199,8 +199,17 @@ where
         let now = (ctx.clock)();
         let Observation { mut snapshot, first_seen, .. } =
             ctx.observe().await.map_err(ScalerError::Describe)?.ok_or(ScalerError::NotSynced)?;
-        self.export_sizes(&snapshot.groups, &snapshot.ledger);
-        self.count_signals(&snapshot);
+        if leading {
+            self.export_sizes(&snapshot.groups, &snapshot.ledger);
+            self.count_signals(&snapshot);
+        } else {
+            // Only the leader reports what it acts on: with two replicas, sums and rates of the
+            // followers' copies would double every group's numbers.
+            let m = &ctx.metrics;
+            for family in [&m.asg_desired, &m.asg_max, &m.boosted_nodes_in_flight] {
+                family.reset();
+            }
+        }
 
         let at_risk = fold_signals(&snapshot, &ctx.policy, now);
         self.count_untrusted(&at_risk);
@@ -874,6 +883,34 @@ mod tests {
         let report = follower.tick().await.unwrap();
         assert_eq!(report.raised, vec![(GroupName::from("a"), 4, 5)], "only n2: n1 is in the saved ledger");
         assert_eq!(rig.aws.desired("a"), 5);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_the_leader_reports_group_sizes_and_signals() {
+        let rig = FakeRig::new(FakeAutoScaling::default().with_group("a", 3, 50));
+        let follower_rig = FakeRig { leadership: Leadership::follower(), ..rig.clone() };
+        let (leader_metrics, follower_metrics) = (Arc::new(Metrics::new()), Arc::new(Metrics::new()));
+        let mut leader = Scaler::new(
+            rig.context(count_policy(), fixed_clock(), leader_metrics.clone()).await,
+            ScalerSettings::default(),
+        );
+        let mut follower = Scaler::new(
+            follower_rig.context(count_policy(), fixed_clock(), follower_metrics.clone()).await,
+            ScalerSettings::default(),
+        );
+        rebalance(&rig.cluster, "n1", "a");
+        leader.tick().await.unwrap();
+        follower.tick().await.unwrap();
+        let (led, followed) = (leader_metrics.encode(), follower_metrics.encode());
+        assert!(led.contains("spots_booster_asg_desired_capacity{group=\"a\"} 4"), "{led}");
+        assert!(led.contains("spots_booster_signals_total{group=\"a\",kind=\"rebalance\"} 1"), "{led}");
+        assert!(!followed.contains("asg_desired_capacity{"), "{followed}");
+        assert!(!followed.contains("signals_total{"), "two replicas never double a group's numbers: {followed}");
+
+        // The leader loses the lease: its gauges go with it.
+        rig.leadership.set(false);
+        leader.tick().await.unwrap();
+        assert!(!leader_metrics.encode().contains("asg_desired_capacity{"));
     }
 
     #[tokio::test(start_paused = true)]
