@@ -480,17 +480,7 @@ mod tests {
     fn the_budget_counts_boosts_in_flight() {
         let policy = Policy { max_boost_per_group: 2, ..count_mode() };
         let mut s = cluster(Group::test("a").desired(6), 6, 0).with_signal(Signal::rebalance("n3", 0));
-        s.ledger.record(BoostRecord {
-            group: "a".into(),
-            instances: BTreeSet::from(["i-n1".into()]),
-            added: 2,
-            returned: 0,
-            at: Timestamp::EPOCH,
-            before: 0,
-            settled: Default::default(),
-            kept: Default::default(),
-            expired: None,
-        });
+        s.ledger.record(BoostRecord::test("a", &["i-n1"], 2, 0));
         assert_eq!(plan(&s, &policy).held[0].reason, HoldReason::BoostBudgetSpent);
     }
 }

@@ -435,17 +435,7 @@ mod tests {
         }
         s = s.with_signal(Signal::rebalance("n1", 1_000)).with_signal(Signal::rebalance("n2", 2_000));
         s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = true;
-        s.ledger.record(BoostRecord {
-            group: "a".into(),
-            instances: BTreeSet::from(["i-n1".into(), "i-n2".into()]),
-            added,
-            returned: 0,
-            at: Timestamp::from_millis(10_000),
-            before: 4,
-            settled: BTreeSet::new(),
-            kept: Default::default(),
-            expired: None,
-        });
+        s.ledger.record(BoostRecord { before: 4, ..BoostRecord::test("a", &["i-n1", "i-n2"], added, 10_000) });
         s
     }
 

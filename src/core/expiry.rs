@@ -73,17 +73,7 @@ mod tests {
             .with_group(Group::test("a"))
             .with_node(Node::test("n1", "a").cordoned())
             .with_signal(Signal::rebalance("n1", 0));
-        s.ledger.record(BoostRecord {
-            group: "a".into(),
-            instances: BTreeSet::from([InstanceId::from("i-n1")]),
-            added: 1,
-            returned: 0,
-            at: Timestamp::EPOCH,
-            before: 0,
-            settled: Default::default(),
-            kept: Default::default(),
-            expired: None,
-        });
+        s.ledger.record(BoostRecord::test("a", &["i-n1"], 1, 0));
         s
     }
 

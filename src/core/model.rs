@@ -609,6 +609,23 @@ pub(crate) mod builders {
         }
     }
 
+    impl BoostRecord {
+        /// A fresh boost of `group` adding `added` nodes for `instances`, decided at `at` ms.
+        pub fn test(group: &str, instances: &[&str], added: u32, at: i64) -> BoostRecord {
+            BoostRecord {
+                group: group.into(),
+                instances: instances.iter().map(|i| InstanceId::from(*i)).collect(),
+                added,
+                returned: 0,
+                at: Timestamp::from_millis(at),
+                before: 0,
+                settled: BTreeSet::new(),
+                kept: BTreeSet::new(),
+                expired: None,
+            }
+        }
+    }
+
     impl Signal {
         /// A rebalance recommendation for node `node` (instance `i-<node>`) observed at `at` ms.
         pub fn rebalance(node: &str, at: i64) -> Signal {

@@ -262,17 +262,7 @@ mod tests {
     fn stale_signals_expire_unless_already_boosted() {
         let policy = Policy { signal_max_age: Duration::from_secs(60), ..Policy::default() };
         let mut s = snapshot().with_signal(Signal::rebalance("n1", 0)).with_signal(Signal::rebalance("n2", 0));
-        s.ledger.record(BoostRecord {
-            group: "spot-a".into(),
-            instances: BTreeSet::from([InstanceId::from("i-n2")]),
-            added: 1,
-            returned: 0,
-            at: Timestamp::EPOCH,
-            before: 0,
-            settled: Default::default(),
-            kept: Default::default(),
-            expired: None,
-        });
+        s.ledger.record(BoostRecord::test("spot-a", &["i-n2"], 1, 0));
         let set = fold_signals(&s, &policy, Timestamp::from_millis(61_000));
         assert_eq!(set.dropped, vec![Dropped { instance: "i-n1".into(), reason: DropReason::Expired }]);
         assert!(set.by_group[&GroupName::from("spot-a")].contains_key(&InstanceId::from("i-n2")));

@@ -94,8 +94,7 @@ pub fn upsert_node_role(
     owned: &mut BTreeSet<String>,
     role_arn: &str,
 ) -> Result<bool, EditAwsAuthError> {
-    let role_arn = mapped_arn(role_arn);
-    let role_arn = role_arn.as_str();
+    let role_arn = &mapped_arn(role_arn);
     let mut roles = roles(data)?;
     let groups = Value::Sequence(NODE_GROUPS.iter().map(|g| Value::String(g.to_string())).collect());
     let mut changed = owned.insert(role_arn.to_string());
@@ -137,8 +136,7 @@ pub fn remove_role(
     owned: &mut BTreeSet<String>,
     role_arn: &str,
 ) -> Result<bool, EditAwsAuthError> {
-    let role_arn = mapped_arn(role_arn);
-    let role_arn = role_arn.as_str();
+    let role_arn = &mapped_arn(role_arn);
     if !owned.remove(role_arn) {
         return Ok(false);
     }

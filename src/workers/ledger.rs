@@ -60,24 +60,12 @@ impl<L: LedgerStore> SharedLedger<L> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
-
     use super::*;
-    use crate::core::{BoostRecord, Timestamp};
+    use crate::core::BoostRecord;
     use crate::fakes::MemoryLedger;
 
     fn record(instance: &str) -> BoostRecord {
-        BoostRecord {
-            group: "g".into(),
-            instances: BTreeSet::from([instance.into()]),
-            added: 1,
-            returned: 0,
-            at: Timestamp::EPOCH,
-            before: 0,
-            settled: Default::default(),
-            kept: Default::default(),
-            expired: None,
-        }
+        BoostRecord::test("g", &[instance], 1, 0)
     }
 
     #[tokio::test]
