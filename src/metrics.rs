@@ -88,6 +88,11 @@ pub struct Metrics {
     pub instancegroup_reconciles: IntCounterVec,
     /// InstanceGroups by `status.currentState`.
     pub instancegroups: IntGaugeVec,
+    /// Age of the oldest open boost per group, in seconds (leader only): a boost that waits this
+    /// long for Ready replacements, or for its drains, is holding capacity the group pays for.
+    pub oldest_boost_age: IntGaugeVec,
+    /// Always 1; its labels say which build runs.
+    build_info: IntGaugeVec,
     aws_seen: Mutex<BTreeMap<String, AwsCounts>>,
     hooks: Mutex<Vec<ScrapeHook>>,
 }
@@ -116,6 +121,15 @@ fn int_gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
     let g = IntGauge::with_opts(Opts::new(name, help).namespace(PREFIX)).expect("valid gauge");
     registry.register(Box::new(g.clone())).expect("unique metric");
     g
+}
+
+/// The standard `process_*` families (CPU seconds, resident memory, open file descriptors, start
+/// time), where the platform has them.
+fn register_process_metrics(registry: &Registry) {
+    #[cfg(target_os = "linux")]
+    registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self())).expect("unique metric");
+    #[cfg(not(target_os = "linux"))]
+    let _ = registry;
 }
 
 impl Default for Metrics {
@@ -153,6 +167,9 @@ impl Metrics {
         )
         .expect("valid gauge");
         r.register(Box::new(ca_status_age.clone())).expect("unique metric");
+        let build_info = gauge_vec(&r, "build_info", "Always 1; labels name the running build.", &["version"]);
+        build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        register_process_metrics(&r);
         Metrics {
             signals: counter(&r, "signals_total", "NTH signals first seen, by group and kind.", &["group", "kind"]),
             ledger_errors: counter(
@@ -231,6 +248,13 @@ impl Metrics {
                 &["result"],
             ),
             instancegroups: gauge_vec(&r, "instancegroups", "InstanceGroups by state.", &["state"]),
+            oldest_boost_age: gauge_vec(
+                &r,
+                "oldest_boost_age_seconds",
+                "Age of the oldest open boost per group (leader only).",
+                &["group"],
+            ),
+            build_info,
             registry: r,
             aws_seen: Mutex::new(BTreeMap::new()),
             hooks: Mutex::new(Vec::new()),
@@ -296,7 +320,7 @@ impl Metrics {
 
     /// Names of every metric family exported (with the prefix), whether or not it has a value yet.
     pub fn names(&self) -> Vec<String> {
-        let collectors: [&dyn Collector; 27] = [
+        let collectors: [&dyn Collector; 29] = [
             &self.signals,
             &self.signals_untrusted,
             &self.ledger_errors,
@@ -324,6 +348,8 @@ impl Metrics {
             &self.parse_errors,
             &self.instancegroup_reconciles,
             &self.instancegroups,
+            &self.oldest_boost_age,
+            &self.build_info,
         ];
         let mut names: Vec<String> =
             collectors.iter().flat_map(|c| c.desc().into_iter().map(|d| d.fq_name.clone())).collect();
@@ -377,7 +403,18 @@ mod tests {
         for name in ["spots_booster_evictions_total", "spots_booster_reaction_seconds", "spots_booster_leader"] {
             assert!(m.names().contains(&name.to_string()), "{name}");
         }
-        assert_eq!(m.names().len(), 27);
+        assert_eq!(m.names().len(), 29);
+    }
+
+    #[test]
+    fn build_info_and_process_metrics_are_exported() {
+        let text = Metrics::new().encode();
+        let version = env!("CARGO_PKG_VERSION");
+        assert!(text.contains(&format!("spots_booster_build_info{{version=\"{version}\"}} 1")), "{text}");
+        #[cfg(target_os = "linux")]
+        for family in ["process_resident_memory_bytes", "process_cpu_seconds_total", "process_start_time_seconds"] {
+            assert!(text.contains(&format!("\n{family} ")), "{family} missing from {text}");
+        }
     }
 
     #[test]

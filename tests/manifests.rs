@@ -48,7 +48,7 @@ fn every_manifest_parses_and_the_kustomization_lists_them() {
     let listed = strs(&kustomization["resources"]);
     for entry in std::fs::read_dir(MANIFESTS).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
-        let optional = ["kustomization.yaml", "servicemonitor.yaml", "iam-policy.json"];
+        let optional = ["kustomization.yaml", "servicemonitor.yaml", "prometheusrule.yaml", "iam-policy.json"];
         if !optional.contains(&name.as_str()) {
             assert!(listed.contains(&name), "{name} is not in kustomization.yaml");
         }
@@ -167,6 +167,7 @@ fn the_deployment_is_locked_down_and_elects_a_leader() {
     let pdb = objects.iter().find(|o| o["kind"] == "PodDisruptionBudget").unwrap();
     assert_eq!(pdb["spec"]["selector"], d["spec"]["selector"]);
     assert!(objects.iter().any(|o| o["kind"] == "ServiceMonitor"));
+    assert!(objects.iter().any(|o| o["kind"] == "PrometheusRule"));
 }
 
 #[test]
@@ -225,6 +226,8 @@ fn every_dashboard_query_uses_metrics_the_binary_exports() {
     let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let exported: BTreeSet<String> = Metrics::new().names().into_iter().collect();
     let metric = regex::Regex::new(r"spots_booster_[a-z_]+").unwrap();
+    let process_metric = regex::Regex::new(r"process_[a-z_]+").unwrap();
+    let scrape = Metrics::new().encode();
     let mut queries = 0;
     for panel in dashboard["panels"].as_array().unwrap() {
         for target in panel["targets"].as_array().unwrap() {
@@ -237,6 +240,15 @@ fn every_dashboard_query_uses_metrics_the_binary_exports() {
                     .find_map(|s| name.strip_suffix(s).filter(|b| exported.contains(*b)))
                     .unwrap_or(name);
                 assert!(exported.contains(base), "panel {:?} queries {name}, which is not exported", panel["title"]);
+            }
+            for m in process_metric.find_iter(expr) {
+                let family = format!("\n# TYPE {} ", m.as_str());
+                assert!(
+                    scrape.contains(&family),
+                    "panel {:?} queries {}, which is not exported",
+                    panel["title"],
+                    m.as_str()
+                );
             }
         }
     }

@@ -200,13 +200,13 @@ where
         let Observation { mut snapshot, first_seen, .. } =
             ctx.observe().await.map_err(ScalerError::Describe)?.ok_or(ScalerError::NotSynced)?;
         if leading {
-            self.export_sizes(&snapshot.groups, &snapshot.ledger);
+            self.export_sizes(&snapshot.groups, &snapshot.ledger, now);
             self.count_signals(&snapshot);
         } else {
             // Only the leader reports what it acts on: with two replicas, sums and rates of the
             // followers' copies would double every group's numbers.
             let m = &ctx.metrics;
-            for family in [&m.asg_desired, &m.asg_max, &m.boosted_nodes_in_flight] {
+            for family in [&m.asg_desired, &m.asg_max, &m.boosted_nodes_in_flight, &m.oldest_boost_age] {
                 family.reset();
             }
         }
@@ -444,11 +444,18 @@ where
         Ok(())
     }
 
-    fn export_sizes(&self, groups: &BTreeMap<GroupName, crate::core::Group>, ledger: &BoostLedger) {
+    fn export_sizes(&self, groups: &BTreeMap<GroupName, crate::core::Group>, ledger: &BoostLedger, now: Timestamp) {
         let m = &self.ctx.metrics;
         let mut in_flight: BTreeMap<&str, i64> = groups.keys().map(|g| (g.as_str(), 0)).collect();
+        let mut oldest: BTreeMap<&str, i64> = groups.keys().map(|g| (g.as_str(), 0)).collect();
         for r in ledger.records.iter().filter(|r| r.expired.is_none()) {
             *in_flight.entry(r.group.as_str()).or_default() += i64::from(r.added.saturating_sub(r.returned));
+            let age = i64::try_from(now.since(r.at).as_secs()).unwrap_or(i64::MAX);
+            let entry = oldest.entry(r.group.as_str()).or_default();
+            *entry = (*entry).max(age);
+        }
+        for (group, age) in oldest {
+            m.oldest_boost_age.with_label_values(&[group]).set(age);
         }
         for (name, g) in groups {
             m.asg_desired.with_label_values(&[name.as_str()]).set(i64::from(g.desired));
@@ -724,9 +731,13 @@ mod tests {
         let ctx = rig.context(count_policy(), clock, metrics.clone()).await;
         let mut s = Scaler::new(ctx.clone(), ScalerSettings::default());
         assert_eq!(s.tick().await.unwrap().raised.len(), 1);
+        now.fetch_add(60_000, Ordering::Relaxed);
+        assert!(s.tick().await.unwrap().raised.is_empty());
+        let text = metrics.encode();
+        assert!(text.contains("spots_booster_oldest_boost_age_seconds{group=\"a\"} 60\n"), "{text}");
 
         let timeout = i64::try_from(ctx.policy.replacement_timeout.as_millis()).unwrap();
-        now.fetch_add(timeout, Ordering::Relaxed);
+        now.fetch_add(timeout - 60_000, Ordering::Relaxed);
         for _ in 0..3 {
             assert!(s.tick().await.unwrap().raised.is_empty(), "its instance is never boosted twice");
         }
@@ -737,6 +748,7 @@ mod tests {
         let text = metrics.encode();
         assert!(text.contains("outcome=\"expired-replacement-timeout\"} 1"), "{text}");
         assert!(text.contains("spots_booster_boosted_nodes_in_flight{group=\"a\"} 0"), "{text}");
+        assert!(text.contains("spots_booster_oldest_boost_age_seconds{group=\"a\"} 0\n"), "expired: {text}");
     }
 
     #[tokio::test(start_paused = true)]
