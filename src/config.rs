@@ -134,7 +134,7 @@ pub struct InspectArgs {
     #[arg(long, env = "SPOTS_BOOSTER_INSPECT_FILE", default_value = "-")]
     pub file: PathBuf,
     /// Output format.
-    #[arg(long, env = "SPOTS_BOOSTER_OUTPUT", value_enum, default_value_t = OutputFormat::Table)]
+    #[arg(short = 'o', long, env = "SPOTS_BOOSTER_OUTPUT", value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
 }
 
@@ -152,10 +152,14 @@ pub struct InspectEventArgs {
 /// How `inspect` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
-    /// A readable table.
+    /// The main columns, fitted to 120 characters.
     Table,
+    /// Every column, nothing cut.
+    Wide,
     /// JSON.
     Json,
+    /// YAML.
+    Yaml,
 }
 
 /// `simulate` arguments.
@@ -168,7 +172,7 @@ pub struct SimulateArgs {
     #[arg(long, env = "SPOTS_BOOSTER_BASELINE", value_enum)]
     pub baseline: Option<Baseline>,
     /// Report format.
-    #[arg(long, env = "SPOTS_BOOSTER_SIMULATE_OUTPUT", value_enum, default_value_t = ReportFormat::Text)]
+    #[arg(short = 'o', long, env = "SPOTS_BOOSTER_SIMULATE_OUTPUT", value_enum, default_value_t = ReportFormat::Table)]
     pub output: ReportFormat,
 }
 
@@ -182,10 +186,17 @@ pub enum Baseline {
 /// How `simulate` reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ReportFormat {
-    /// Timeline and summary tables.
-    Text,
+    /// Timeline and summary tables, fitted to 120 characters.
+    #[value(alias = "text")]
+    Table,
+    /// The same tables with every cell whole.
+    Wide,
     /// One JSON document.
     Json,
+    /// One YAML document.
+    Yaml,
+    /// One self-contained HTML page plotting both runs side by side.
+    Html,
 }
 
 /// Replacement sizing, as a flag value.

@@ -9,11 +9,12 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::config::OutputFormat;
-use crate::core::Timestamp;
+use crate::core::{SignalKind, Timestamp};
 use crate::k8s::ca_status::{
     check_size_and_depth, flow_depth, parse_ca_status, CaStatus, CaStatusFormat, ParseCaStatusError, MAX_FLOW_DEPTH,
 };
 use crate::k8s::nth::{classify_event, Classification};
+use crate::output::{structured, table, Width, TABLE_WIDTH};
 use crate::timefmt::{format_rfc3339, parse_go_time};
 
 /// CA's annotation with the time of the last status write.
@@ -105,9 +106,11 @@ pub fn inspect_ca_status(input: &str) -> Result<InspectedCaStatus, InspectError>
 
 /// Renders an inspected status.
 pub fn render_ca_status(inspected: &InspectedCaStatus, output: OutputFormat) -> String {
-    if output == OutputFormat::Json {
-        return serde_json::to_string_pretty(inspected).expect("status serializes") + "\n";
-    }
+    let width = match output {
+        OutputFormat::Json | OutputFormat::Yaml => return structured(inspected, output == OutputFormat::Yaml),
+        OutputFormat::Table => Width::Fit(TABLE_WIDTH),
+        OutputFormat::Wide => Width::Unbounded,
+    };
     let s = &inspected.status;
     let format = match s.format {
         CaStatusFormat::LegacyText => "legacy text (CA <= 1.29)",
@@ -121,13 +124,16 @@ pub fn render_ca_status(inspected: &InspectedCaStatus, output: OutputFormat) -> 
     if let Some(cw) = &s.cluster_wide {
         let c = &cw.counts;
         out += &format!(
-            "cluster-wide: health={} ready={} registered={} notStarted={} unready={} unregistered={} scaleUp={} scaleDown={}\n",
+            "cluster-wide: health={} ready={} registered={} notStarted={} unready={} unregistered={}\n",
             cw.health.as_deref().unwrap_or("-"),
             c.ready,
             c.registered,
             c.not_started,
             c.unready,
             c.unregistered,
+        );
+        out += &format!(
+            "              scaleUp={} scaleDown={}\n",
             cw.scale_up.as_deref().unwrap_or("-"),
             cw.scale_down.as_deref().unwrap_or("-"),
         );
@@ -136,28 +142,31 @@ pub fn render_ca_status(inspected: &InspectedCaStatus, output: OutputFormat) -> 
         out += "node groups:  none reported\n";
         return out;
     }
-    let header = [
-        "GROUP",
-        "HEALTH",
-        "READY",
-        "REG",
-        "NOT-STARTED",
-        "UNREADY",
-        "DELETING",
-        "UNREG",
-        "LONG-UNREG",
-        "TARGET",
-        "MIN",
-        "MAX",
-        "SCALE-UP",
-        "BACKOFF",
+    let wide = output == OutputFormat::Wide;
+    let columns: &[(&str, bool)] = &[
+        ("GROUP", true),
+        ("HEALTH", true),
+        ("READY", true),
+        ("REG", false),
+        ("NOT-STARTED", false),
+        ("UNREADY", true),
+        ("DELETING", false),
+        ("UNREG", false),
+        ("LONG-UNREG", false),
+        ("TARGET", true),
+        ("MIN", true),
+        ("MAX", true),
+        ("SCALE-UP", true),
+        ("BACKOFF", true),
     ];
+    let shown = |i: usize| wide || columns[i].1;
+    let header: Vec<&str> = columns.iter().enumerate().filter(|(i, _)| shown(*i)).map(|(_, c)| c.0).collect();
     let rows = s
         .node_groups
         .iter()
         .map(|g| {
             let c = &g.counts;
-            vec![
+            let cells = [
                 g.name.clone(),
                 g.health.clone().unwrap_or("-".into()),
                 c.ready.to_string(),
@@ -175,10 +184,11 @@ pub fn render_ca_status(inspected: &InspectedCaStatus, output: OutputFormat) -> 
                     let code = b.code.clone().unwrap_or("backoff".into());
                     b.message.as_ref().map_or(code.clone(), |m| format!("{code}: {m}"))
                 }),
-            ]
+            ];
+            cells.into_iter().enumerate().filter(|(i, _)| shown(*i)).map(|(_, c)| c).collect()
         })
         .collect::<Vec<_>>();
-    out + "\n" + &table(&header, &rows)
+    out + "\n" + &table(&header, &rows, width)
 }
 
 /// One classified Event.
@@ -189,9 +199,41 @@ pub struct InspectedEvent {
     /// The classification.
     #[serde(flatten)]
     pub classification: Classification,
-    /// For a signal, what must also hold before the daemon acts on it.
+    /// For a signal the booster acts on, what must also hold before it does.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub acted_on_when: Option<String>,
+    /// For a notice NTH understands but the booster leaves alone, why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ignored_because: Option<String>,
+    /// Whether the booster acts on this Event (once the trust rule holds). `result` says what
+    /// the Event is; a `signal` of a kind the booster leaves alone is not acted on.
+    pub acted_on: bool,
+}
+
+impl InspectedEvent {
+    /// `signal` when the booster acts on it (once trusted), else `ignored`.
+    pub fn result(&self) -> &'static str {
+        match (&self.classification, &self.ignored_because) {
+            (Classification::Signal(_), None) => "signal",
+            _ => "ignored",
+        }
+    }
+}
+
+/// Why the booster leaves a notice of this kind alone, when it does.
+fn not_acted_on(kind: SignalKind) -> Option<&'static str> {
+    if kind.calls_for_replacement() {
+        return None;
+    }
+    Some(match kind {
+        SignalKind::AsgLifecycle => {
+            "an ASG lifecycle termination: the group removes the instance itself, nothing to boost"
+        }
+        SignalKind::StateChange => {
+            "an EC2 state change: the instance was stopped or terminated on purpose, nothing to boost"
+        }
+        _ => "a notice NTH could not name: nothing to boost",
+    })
 }
 
 /// Accepts one Event, several YAML documents, or a List (`kubectl get events -o yaml|json`).
@@ -240,19 +282,51 @@ pub fn inspect_nth_events(input: &str, provider_id: Option<&str>) -> Result<Vec<
             let event: Event = serde_yaml::from_str(&text)
                 .map_err(|e| InspectError::NotAnEvent { index: i + 1, message: e.to_string() })?;
             let classification = classify_event(&event, provider_id);
-            let acted_on_when = match &classification {
-                Classification::Signal(s) => Some(s.trust_rule()),
-                Classification::Ignored { .. } => None,
+            let (acted_on_when, ignored_because) = match &classification {
+                Classification::Signal(s) => match not_acted_on(s.kind) {
+                    Some(why) => (None, Some(why.to_string())),
+                    None => (Some(s.trust_rule()), None),
+                },
+                Classification::Ignored { .. } => (None, None),
             };
-            Ok(InspectedEvent { event: event.metadata.name.clone().unwrap_or_default(), classification, acted_on_when })
+            Ok(InspectedEvent {
+                event: event.metadata.name.clone().unwrap_or_default(),
+                acted_on: acted_on_when.is_some(),
+                classification,
+                acted_on_when,
+                ignored_because,
+            })
         })
         .collect()
 }
 
 /// Renders classified Events.
 pub fn render_nth_events(events: &[InspectedEvent], output: OutputFormat) -> String {
-    if output == OutputFormat::Json {
-        return serde_json::to_string_pretty(events).expect("events serialize") + "\n";
+    let width = match output {
+        OutputFormat::Json | OutputFormat::Yaml => return structured(&events, output == OutputFormat::Yaml),
+        OutputFormat::Table => Width::Fit(TABLE_WIDTH),
+        OutputFormat::Wide => Width::Unbounded,
+    };
+    let text = |v: serde_json::Value| v.as_str().map(String::from).unwrap_or_default();
+    if output == OutputFormat::Table {
+        // The Event's name (the node's plus a hash) is in `wide`: the node names it here.
+        let header = ["RESULT", "KIND", "NODE", "INSTANCE", "ACTED ON WHEN / IGNORED BECAUSE"];
+        let rows = events
+            .iter()
+            .map(|e| match &e.classification {
+                Classification::Signal(s) => vec![
+                    e.result().into(),
+                    format!("{} ({})", s.kind.as_str(), serde_json::to_value(s.mode).map(text).unwrap_or_default()),
+                    s.node.to_string(),
+                    s.instance.as_ref().map_or("unknown: pass --provider-id".into(), ToString::to_string),
+                    e.ignored_because.clone().or(e.acted_on_when.clone()).unwrap_or_default(),
+                ],
+                Classification::Ignored { because } => {
+                    vec![e.result().into(), "-".into(), "-".into(), "-".into(), because.to_string()]
+                }
+            })
+            .collect::<Vec<_>>();
+        return table(&header, &rows, width);
     }
     let header =
         ["EVENT", "RESULT", "KIND", "MODE", "NODE", "INSTANCE", "NOTICE", "OBSERVED", "DETAIL", "ACTED ON WHEN"];
@@ -261,65 +335,30 @@ pub fn render_nth_events(events: &[InspectedEvent], output: OutputFormat) -> Str
         .map(|e| match &e.classification {
             Classification::Signal(s) => vec![
                 e.event.clone(),
-                "signal".into(),
+                e.result().into(),
                 s.kind.as_str().into(),
-                serde_json::to_value(s.mode).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
+                serde_json::to_value(s.mode).map(text).unwrap_or_default(),
                 s.node.to_string(),
                 match (&s.instance, s.instance_source) {
-                    (Some(i), Some(src)) => format!(
-                        "{i} (from {})",
-                        serde_json::to_value(src).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
-                    ),
+                    (Some(i), Some(src)) => {
+                        format!("{i} (from {})", serde_json::to_value(src).map(text).unwrap_or_default())
+                    }
                     _ => "unknown: pass --provider-id".into(),
                 },
                 s.notice_time.map_or("-".into(), format_rfc3339),
                 s.observed_at.map_or("-".into(), format_rfc3339),
-                s.detail.clone().unwrap_or("-".into()),
-                e.acted_on_when.clone().unwrap_or_default(),
+                e.ignored_because.clone().or(s.detail.clone()).unwrap_or("-".into()),
+                e.acted_on_when.clone().unwrap_or("never".into()),
             ],
             Classification::Ignored { because } => {
-                vec![
-                    e.event.clone(),
-                    "ignored".into(),
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
-                    because.to_string(),
-                    "never".into(),
-                ]
+                let mut row = vec![e.event.clone(), e.result().into()];
+                row.extend(std::iter::repeat_n("-".to_string(), 6));
+                row.extend([because.to_string(), "never".into()]);
+                row
             }
         })
         .collect::<Vec<_>>();
-    table(&header, &rows)
-}
-
-/// Left-aligned columns separated by two spaces.
-pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let mut s = String::new();
-        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
-            if i + 1 == cells.len() {
-                s.push_str(cell);
-            } else {
-                s.push_str(&format!("{cell:<w$}  "));
-            }
-        }
-        s.trim_end().to_string() + "\n"
-    };
-    let mut out = line(header.to_vec());
-    for row in rows {
-        out += &line(row.iter().map(String::as_str).collect());
-    }
-    out
+    table(&header, &rows, width)
 }
 
 #[cfg(test)]
@@ -399,11 +438,69 @@ mod tests {
         });
         let events = inspect_nth_events(&list.to_string(), None).unwrap();
         assert_eq!(events.len(), 1);
-        let rendered = render_nth_events(&events, OutputFormat::Table);
+        let rendered = render_nth_events(&events, OutputFormat::Wide);
         assert!(
             rendered.contains("rebalance") && rendered.contains("i-0a1b2c3d4e5f67890 (from annotation)"),
             "{rendered}"
         );
+    }
+
+    fn fixtures(dir: &str) -> Vec<String> {
+        let root = format!("{}/tests/fixtures/{dir}", env!("CARGO_MANIFEST_DIR"));
+        let mut names: Vec<String> =
+            std::fs::read_dir(root).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        names.into_iter().map(|n| fixture(&format!("{dir}/{n}"))).collect()
+    }
+
+    #[test]
+    fn tables_fit_120_columns_and_wide_cuts_nothing() {
+        let statuses: Vec<_> = fixtures("ca-status").iter().filter_map(|f| inspect_ca_status(f).ok()).collect();
+        assert!(statuses.len() >= 8);
+        for status in &statuses {
+            let out = render_ca_status(status, OutputFormat::Table);
+            assert!(out.lines().all(|l| l.chars().count() <= 120), "{out}");
+            assert!(!render_ca_status(status, OutputFormat::Wide).contains('…'));
+        }
+        let events: Vec<_> = fixtures("nth")
+            .iter()
+            .flat_map(|f| inspect_nth_events(f, Some("aws:///eu-west-1a/i-0123")).unwrap())
+            .collect();
+        let out = render_nth_events(&events, OutputFormat::Table);
+        assert!(out.lines().all(|l| l.chars().count() <= 120), "{out}");
+        let wide = render_nth_events(&events, OutputFormat::Wide);
+        assert!(wide.lines().any(|l| l.chars().count() > 120) && !wide.contains('…'), "{wide}");
+    }
+
+    #[test]
+    fn json_and_yaml_say_the_same() {
+        let events = inspect_nth_events(&fixture("nth/imds-rebalance.yaml"), None).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&render_nth_events(&events, OutputFormat::Json)).unwrap();
+        let yaml: serde_json::Value = serde_yaml::from_str(&render_nth_events(&events, OutputFormat::Yaml)).unwrap();
+        assert_eq!(json, yaml);
+        let status = inspect_ca_status(&fixture("ca-status/yaml-1.36.yaml")).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&render_ca_status(&status, OutputFormat::Json)).unwrap();
+        let yaml: serde_json::Value = serde_yaml::from_str(&render_ca_status(&status, OutputFormat::Yaml)).unwrap();
+        assert_eq!(json, yaml);
+    }
+
+    #[test]
+    fn notices_the_booster_leaves_alone_say_ignored_and_why() {
+        for (name, words) in [
+            ("nth/imds-asg-lifecycle.yaml", "ASG lifecycle termination"),
+            ("nth/queue-v1-state-change.yaml", "EC2 state change"),
+            ("nth/queue-v2-unknown.yaml", "could not name"),
+        ] {
+            let events = inspect_nth_events(&fixture(name), Some("aws:///eu-west-1a/i-0123")).unwrap();
+            assert_eq!(events[0].result(), "ignored", "{name}");
+            assert_eq!(events[0].acted_on_when, None, "{name}");
+            let out = render_nth_events(&events, OutputFormat::Table);
+            assert!(out.contains("ignored") && out.contains(words), "{name}: {out}");
+            let json = render_nth_events(&events, OutputFormat::Json);
+            assert!(json.contains("\"ignored_because\"") && json.contains("\"acted_on\": false"), "{json}");
+        }
+        let events = inspect_nth_events(&fixture("nth/imds-spot-itn.yaml"), None).unwrap();
+        assert_eq!(events[0].result(), "signal");
     }
 
     #[test]

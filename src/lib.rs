@@ -18,6 +18,7 @@ pub mod instancegroup;
 pub mod instancegroup_controller;
 pub mod k8s;
 pub mod metrics;
+pub mod output;
 pub mod ports;
 pub mod simulate;
 pub mod supervise;

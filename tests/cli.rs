@@ -66,6 +66,34 @@ fn inspect_nth_event_classifies_and_explains() {
 }
 
 #[test]
+fn every_output_format_of_inspect_and_simulate() {
+    let event = "tests/fixtures/nth/queue-v2-asg-lifecycle.yaml";
+    let out = booster(&["inspect", "nth-event", "--file", event, "-o", "yaml"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let yaml: serde_yaml::Value = serde_yaml::from_slice(&out.stdout).unwrap();
+    assert_eq!(yaml[0]["acted_on"], serde_yaml::Value::Bool(false), "{}", text(&out.stdout));
+    let out = booster(&["inspect", "nth-event", "--file", event], None);
+    assert!(text(&out.stdout).contains("ignored"), "{}", text(&out.stdout));
+    let out = booster(&["inspect", "nth-event", "--file", event, "-o", "wide"], None);
+    assert!(text(&out.stdout).contains("ACTED ON WHEN"), "{}", text(&out.stdout));
+
+    let scenario = "examples/scenarios/rebalance-wave.yaml";
+    let table = booster(&["simulate", "--scenario", scenario, "--baseline", "nth-ca"], None);
+    assert!(table.status.success(), "{}", text(&table.stderr));
+    let table = text(&table.stdout);
+    assert!(table.lines().all(|l| l.chars().count() <= 120), "{table}");
+    let alias = booster(&["simulate", "--scenario", scenario, "--baseline", "nth-ca", "--output", "text"], None);
+    assert_eq!(text(&alias.stdout), table, "`text` is the old name of `table`");
+    let wide = text(&booster(&["simulate", "--scenario", scenario, "-o", "wide"], None).stdout);
+    assert!(!wide.contains('…') && wide.lines().any(|l| l.chars().count() > 120), "{wide}");
+    let json = booster(&["simulate", "--scenario", scenario, "-o", "json"], None);
+    let yaml = booster(&["simulate", "--scenario", scenario, "-o", "yaml"], None);
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let yaml: serde_json::Value = serde_yaml::from_slice(&yaml.stdout).unwrap();
+    assert_eq!(json, yaml);
+}
+
+#[test]
 fn inspect_nth_event_rejects_what_is_not_an_event() {
     let out = booster(&["inspect", "nth-event"], Some("kind: Pod\nmetadata: {name: x}\n"));
     assert!(!out.status.success());

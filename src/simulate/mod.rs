@@ -7,6 +7,7 @@
 //! Pending; the scheduler places them.
 
 pub mod actors;
+mod html;
 pub mod ports;
 pub mod scenario;
 pub mod world;
@@ -22,8 +23,8 @@ use thiserror::Error;
 use crate::config::{Baseline, ReportFormat};
 use crate::core::{GroupName, InstanceId, Policy, Timestamp};
 use crate::fakes::MemoryLedger;
-use crate::inspect::table;
 use crate::metrics::Metrics;
+use crate::output::{structured, table, Width, TABLE_WIDTH};
 use crate::ports::Leadership;
 use crate::units::format_duration;
 use crate::workers::drainer::{Drainer, DrainerSettings};
@@ -34,7 +35,7 @@ use crate::workers::WorkerContext;
 use actors::{ClusterAutoscaler, Nth};
 use ports::SimWorld;
 pub use scenario::{parse_scenario, Scenario, ScenarioError};
-use world::{TimelineEntry, World};
+use world::{Sample, TimelineEntry, World};
 
 /// Why a simulation could not run.
 #[derive(Debug, Error)]
@@ -104,6 +105,9 @@ pub struct RunReport {
     pub groups: Vec<GroupReport>,
     /// What happened, in order.
     pub timeline: Vec<TimelineEntry>,
+    /// The plotted values over time (HTML only: they would multiply the JSON's size).
+    #[serde(skip)]
+    pub samples: Vec<Sample>,
 }
 
 /// The booster's run, and the baseline's when asked for.
@@ -187,18 +191,60 @@ impl Workers {
     }
 }
 
+/// Progress of a long simulation on a terminal: one line, rewritten at most five times a second.
+struct Progress {
+    last: Option<std::time::Instant>,
+}
+
+impl Progress {
+    const EVERY: Duration = Duration::from_millis(200);
+
+    fn on_terminal() -> Option<Progress> {
+        use std::io::IsTerminal;
+        std::io::stderr().is_terminal().then_some(Progress { last: None })
+    }
+
+    fn tick(&mut self, mode: Mode, elapsed: Duration, total: Duration) {
+        let now = std::time::Instant::now();
+        if self.last.is_some_and(|last| now.duration_since(last) < Self::EVERY) {
+            return;
+        }
+        self.last = Some(now);
+        eprint!("\r{}", progress_line(mode, elapsed, total));
+    }
+
+    fn done(&self) {
+        if self.last.is_some() {
+            eprint!("\r\x1b[K");
+        }
+    }
+}
+
+fn progress_line(mode: Mode, elapsed: Duration, total: Duration) -> String {
+    let who = match mode {
+        Mode::Booster => "with spots-booster",
+        Mode::NthCa => "NTH + Cluster Autoscaler",
+    };
+    let percent = elapsed.as_secs() * 100 / total.as_secs().max(1);
+    format!("simulating {who}: {} of {} ({percent}%)", clock(elapsed.as_secs()), clock(total.as_secs()))
+}
+
 /// Runs one scenario in one mode, in virtual time: tokio's clock is paused and advanced one tick
 /// per simulated second, so the workers' own timers see the same time as the world.
 pub fn run_scenario(scenario: &Scenario, mode: Mode) -> RunReport {
+    run_scenario_with(scenario, mode, None)
+}
+
+fn run_scenario_with(scenario: &Scenario, mode: Mode, progress: Option<&mut Progress>) -> RunReport {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .expect("a current-thread runtime builds");
-    runtime.block_on(run_scenario_async(scenario, mode))
+    runtime.block_on(run_scenario_async(scenario, mode, progress))
 }
 
-async fn run_scenario_async(scenario: &Scenario, mode: Mode) -> RunReport {
+async fn run_scenario_async(scenario: &Scenario, mode: Mode, mut progress: Option<&mut Progress>) -> RunReport {
     let sim = SimWorld::new(World::new(scenario));
     let mut nth = Nth::new(mode == Mode::NthCa);
     let mut ca = ClusterAutoscaler::default();
@@ -225,11 +271,19 @@ async fn run_scenario_async(scenario: &Scenario, mode: Mode) -> RunReport {
             ca.step(&mut world);
             // Counted before scheduling: an evicted pod spends at least one scheduling cycle Pending.
             world.account(TICK);
+            world.sample(false);
             world.schedule();
             world.now = world.now.plus(TICK);
+            if let Some(p) = progress.as_deref_mut() {
+                p.tick(mode, world.elapsed(), scenario.duration);
+            }
         }
         tokio::time::advance(TICK).await;
     }
+    if let Some(p) = progress {
+        p.done();
+    }
+    sim.lock().sample(true);
     let world = sim.lock().clone();
     let c = &world.counters;
     let boosted = workers.as_ref().map(|w| &w.boosted);
@@ -256,15 +310,24 @@ async fn run_scenario_async(scenario: &Scenario, mode: Mode) -> RunReport {
             })
             .collect(),
         timeline: world.timeline,
+        samples: world.samples,
     }
 }
 
 /// Runs a scenario, with the baseline when asked for.
 pub fn simulate(scenario: &Scenario, baseline: Option<Baseline>) -> Report {
+    simulate_showing_progress(scenario, baseline, None)
+}
+
+fn simulate_showing_progress(
+    scenario: &Scenario,
+    baseline: Option<Baseline>,
+    mut progress: Option<Progress>,
+) -> Report {
     Report {
         simulated_seconds: scenario.duration.as_secs(),
-        booster: run_scenario(scenario, Mode::Booster),
-        baseline: baseline.map(|Baseline::NthCa| run_scenario(scenario, Mode::NthCa)),
+        booster: run_scenario_with(scenario, Mode::Booster, progress.as_mut()),
+        baseline: baseline.map(|Baseline::NthCa| run_scenario_with(scenario, Mode::NthCa, progress.as_mut())),
     }
 }
 
@@ -275,10 +338,12 @@ pub fn simulate_file(path: &Path, baseline: Option<Baseline>, output: ReportForm
         std::fs::read_to_string(path).map_err(|source| SimulateError::ReadScenario { path: shown.clone(), source })?;
     let scenario =
         parse_scenario(&text).map_err(|source| SimulateError::InvalidScenario { path: shown.clone(), source })?;
-    let report = simulate(&scenario, baseline);
+    let report = simulate_showing_progress(&scenario, baseline, Progress::on_terminal());
     Ok(match output {
-        ReportFormat::Json => serde_json::to_string_pretty(&report).expect("report serializes") + "\n",
-        ReportFormat::Text => render_text(&shown, &report),
+        ReportFormat::Json | ReportFormat::Yaml => structured(&report, output == ReportFormat::Yaml),
+        ReportFormat::Table => render_text(&shown, &report, Width::Fit(TABLE_WIDTH)),
+        ReportFormat::Wide => render_text(&shown, &report, Width::Unbounded),
+        ReportFormat::Html => html::render(&shown, &report),
     })
 }
 
@@ -286,25 +351,25 @@ fn clock(seconds: u64) -> String {
     format!("{:02}:{:02}", seconds / 60, seconds % 60)
 }
 
-fn timeline_table(entries: &[TimelineEntry]) -> String {
+fn timeline_table(entries: &[TimelineEntry], width: Width) -> String {
     let rows: Vec<Vec<String>> = entries
         .iter()
         .map(|e| vec![clock(e.at_seconds), e.actor.to_string(), e.action.clone(), e.target.clone(), e.detail.clone()])
         .collect();
-    table(&["TIME", "ACTOR", "ACTION", "TARGET", "DETAIL"], &rows)
+    table(&["TIME", "ACTOR", "ACTION", "TARGET", "DETAIL"], &rows, width)
 }
 
 /// The text report: timelines, then the summary side by side.
-pub fn render_text(name: &str, report: &Report) -> String {
+pub fn render_text(name: &str, report: &Report, width: Width) -> String {
     let mut out = format!(
         "spots-booster simulate {name}: {} simulated\n\n",
         format_duration(Duration::from_secs(report.simulated_seconds))
     );
     out += "== with spots-booster ==\n";
-    out += &timeline_table(&report.booster.timeline);
+    out += &timeline_table(&report.booster.timeline, width);
     if let Some(baseline) = &report.baseline {
         out += "\n== baseline: NTH drains on the recommendation, Cluster Autoscaler reacts to Pending pods ==\n";
-        out += &timeline_table(&baseline.timeline);
+        out += &timeline_table(&baseline.timeline, width);
     }
     out += "\n== summary ==\n";
     let b = &report.booster.summary;
@@ -334,7 +399,7 @@ pub fn render_text(name: &str, report: &Report) -> String {
         .collect();
     let header: &[&str] =
         if report.baseline.is_some() { &["METRIC", "BOOSTER", "NTH+CA", "RATIO"] } else { &["METRIC", "BOOSTER"] };
-    out += &table(header, &rows);
+    out += &table(header, &rows, width);
     out += "\n";
     let rows: Vec<Vec<String>> = report
         .booster
@@ -356,5 +421,5 @@ pub fn render_text(name: &str, report: &Report) -> String {
     } else {
         &["GROUP", "MAX", "PEAK", "FINAL"]
     };
-    out + &table(header, &rows)
+    out + &table(header, &rows, width)
 }

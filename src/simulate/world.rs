@@ -44,6 +44,19 @@ pub struct Counters {
     pub peak_pending_pods: u32,
 }
 
+/// The plotted values at one moment; a new one is taken only when a value changes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Sample {
+    /// Seconds since the start.
+    pub at_seconds: u64,
+    /// Pods without a node, before the scheduler's pass (as the capacity gap counts them).
+    pub pending_pods: u32,
+    /// Ready, schedulable (uncordoned) nodes per group, in group-name order.
+    pub ready_nodes: Vec<u32>,
+    /// Desired capacity per group, in group-name order.
+    pub desired: Vec<u32>,
+}
+
 /// An Auto Scaling Group's live state.
 #[derive(Debug, Clone)]
 pub struct Asg {
@@ -136,6 +149,8 @@ pub struct World {
     pub timeline: Vec<TimelineEntry>,
     /// Counters.
     pub counters: Counters,
+    /// What `simulate --output html` plots.
+    pub samples: Vec<Sample>,
     next_pod: u64,
 }
 
@@ -156,6 +171,7 @@ impl World {
             signals: Vec::new(),
             timeline: Vec::new(),
             counters: Counters::default(),
+            samples: Vec::new(),
             next_pod: 0,
         };
         for spec in &scenario.groups {
@@ -420,6 +436,31 @@ impl World {
         let displaced = self.pods.values().filter(|p| p.node.is_none() && p.displaced).count() as u64;
         self.counters.capacity_gap_pod_seconds += displaced * dt.as_secs();
         self.counters.peak_pending_pods = self.counters.peak_pending_pods.max(pending);
+    }
+
+    /// Records the plotted values when one changed since the last sample, or when `force`d (the
+    /// last moment of a run, so every line reaches the end).
+    pub fn sample(&mut self, force: bool) {
+        let index: BTreeMap<&str, usize> = self.groups.keys().enumerate().map(|(i, g)| (g.as_str(), i)).collect();
+        let mut ready_nodes = vec![0u32; index.len()];
+        for node in self.nodes.values().filter(|n| !n.cordoned) {
+            if let Some(i) = index.get(node.group.as_str()) {
+                ready_nodes[*i] += 1;
+            }
+        }
+        let sample = Sample {
+            at_seconds: self.elapsed().as_secs(),
+            pending_pods: self.pods.values().filter(|p| p.node.is_none()).count() as u32,
+            ready_nodes,
+            desired: self.groups.values().map(|g| g.desired).collect(),
+        };
+        let changed = self.samples.last().is_none_or(|last| {
+            (last.pending_pods, &last.ready_nodes, &last.desired)
+                != (sample.pending_pods, &sample.ready_nodes, &sample.desired)
+        });
+        if changed || force {
+            self.samples.push(sample);
+        }
     }
 
     /// The core's view of this cluster.
