@@ -760,3 +760,44 @@ async fn a_rotation_is_a_node_annotation_and_the_boundaries_come_from_their_conf
     answer(&mut server, |_| reply(404, status(404, "NotFound"))).await;
     assert!(!installed.await.unwrap().unwrap(), "a 404 on the list means the CRD is not installed");
 }
+
+#[tokio::test]
+async fn a_missing_permission_is_named_with_its_object_namespace_and_flag() {
+    use spots_booster::k8s::client::{check_permissions, ConnectError, Namespaces};
+    let (client, mut server) = mocked().await;
+    let namespaces = Namespaces {
+        events: "default".into(),
+        ca_status: "kube-system".into(),
+        own: "spots-booster".into(),
+        ca_status_name: "cluster-autoscaler-status".into(),
+        ledger_name: "spots-booster-ledger".into(),
+        lease_name: "spots-booster".into(),
+        instance_manager: "instance-manager".into(),
+        instance_manager_name: "instance-manager".into(),
+    };
+    let check = tokio::spawn(async move { check_permissions(&client, &namespaces, |_| false).await });
+    let mut reviews = 0;
+    while !check.is_finished() {
+        let Ok(Some((request, send))) = tokio::time::timeout(Duration::from_millis(500), server.next_request()).await
+        else {
+            continue;
+        };
+        reviews += 1;
+        assert_eq!(request.uri().path(), "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews");
+        let mut review: Value = serde_json::from_slice(request.body()).unwrap();
+        let a = review["spec"]["resourceAttributes"].clone();
+        let refused = (a["resource"] == "configmaps" && a["name"] == "spots-booster-ledger" && a["verb"] == "update")
+            || (a["resource"] == "nodes" && a["verb"] == "patch");
+        review["status"] = json!({"allowed": !refused});
+        send.send_response(apiserver::reply(201, review));
+    }
+    let err = check.await.unwrap().unwrap_err();
+    assert!(matches!(err, ConnectError::Forbidden(ref missing) if missing.len() == 2), "{err}");
+    assert!(reviews > 20, "every permission is asked for: {reviews}");
+    let message = err.to_string();
+    assert!(
+        message.contains("update configmaps \"spots-booster-ledger\" (--ledger-configmap) in namespace spots-booster"),
+        "{message}"
+    );
+    assert!(message.contains("patch nodes cluster-wide"), "{message}");
+}

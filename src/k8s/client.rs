@@ -71,7 +71,7 @@ pub enum ConnectError {
     #[error("cannot check permissions (SelfSubjectAccessReview)")]
     AccessReview(#[source] kube::Error),
     /// Some permission the booster needs is missing.
-    #[error("missing RBAC permissions: {}", .0.join("; "))]
+    #[error("missing RBAC permissions (see manifests/rbac.yaml):\n  {}", .0.join("\n  "))]
     Forbidden(Vec<String>),
 }
 
@@ -254,6 +254,33 @@ pub struct Namespaces {
     pub instance_manager_name: String,
 }
 
+/// One missing permission as an operator greps for it in RBAC: verb, `resource.group`, the object
+/// and the flag that names it, and the namespace (`get configmaps "spots-booster-ledger"
+/// (--ledger-configmap) in namespace spots-booster`).
+fn describe(p: &Permission, namespace: Option<&str>, name: Option<&str>) -> String {
+    let resource = if p.group.is_empty() { p.resource.to_string() } else { format!("{}.{}", p.resource, p.group) };
+    let object = match (name, p.name) {
+        (Some(name), Some(named)) => format!(" \"{name}\" ({})", named.flag()),
+        (Some(name), None) => format!(" \"{name}\""),
+        _ => String::new(),
+    };
+    let place = namespace.map_or_else(|| "cluster-wide".to_string(), |ns| format!("in namespace {ns}"));
+    format!("{} {resource}{object} {place}", p.verb)
+}
+
+impl Named {
+    /// The flag that names the object.
+    fn flag(self) -> &'static str {
+        match self {
+            Named::CaStatus => "--ca-status-name",
+            Named::Ledger => "--ledger-configmap",
+            Named::Lease => "--leader-elect-lease-name",
+            Named::AwsAuth => "EKS node mapping",
+            Named::InstanceManagerConfig => "--instance-manager-configmap",
+        }
+    }
+}
+
 /// Asks the API server, for every permission, whether this identity has it; names every one that
 /// is missing. `skip` leaves out what this run does not use (leases without leader election).
 pub async fn check_permissions(
@@ -297,11 +324,10 @@ pub async fn check_permissions(
             },
             ..SelfSubjectAccessReview::default()
         };
+        let name = review.spec.resource_attributes.as_ref().and_then(|a| a.name.clone());
         let answer = reviews.create(&PostParams::default(), &review).await.map_err(ConnectError::AccessReview)?;
         if !answer.status.is_some_and(|s| s.allowed) {
-            let group = if p.group.is_empty() { "core" } else { p.group };
-            let place = namespace.map_or_else(|| "cluster-wide".to_string(), |ns| format!("in namespace {ns}"));
-            missing.push(format!("{} {group}/{} {place}", p.verb, p.resource));
+            missing.push(describe(p, namespace.as_deref(), name.as_deref()));
         }
     }
     if missing.is_empty() {

@@ -423,3 +423,16 @@ pub fn render_text(name: &str, report: &Report, width: Width) -> String {
     };
     out + &table(header, &rows, width)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_says_which_run_and_how_far() {
+        let line = progress_line(Mode::NthCa, Duration::from_secs(15 * 60), Duration::from_secs(45 * 60));
+        assert_eq!(line, "simulating NTH + Cluster Autoscaler: 15:00 of 45:00 (33%)");
+        let line = progress_line(Mode::Booster, Duration::ZERO, Duration::ZERO);
+        assert_eq!(line, "simulating with spots-booster: 00:00 of 00:00 (0%)");
+    }
+}
