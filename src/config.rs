@@ -165,7 +165,7 @@ pub enum OutputFormat {
 /// `simulate` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct SimulateArgs {
-    /// The scenario YAML (see README: "Scenario format").
+    /// The scenario YAML (see docs/simulate.md, "Scenario format").
     #[arg(long, env = "SPOTS_BOOSTER_SCENARIO")]
     pub scenario: PathBuf,
     /// Also run the scenario without the booster and compare.

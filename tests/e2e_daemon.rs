@@ -2,7 +2,7 @@
 //! server and moto. Runs only when `SPOTS_BOOSTER_E2E_KUBECONFIG` and
 //! `SPOTS_BOOSTER_E2E_AWS_ENDPOINT` are set; otherwise it prints that it skipped.
 //!
-//! The API server may have no kubelet and no scheduler (see README, "End-to-end suite"), so the
+//! The API server may have no kubelet and no scheduler (see docs/development.md, "End-to-end suite"), so the
 //! test plays both: it registers a Node per moto instance (providerID `aws:///<az>/<id>`, Ready
 //! through `nodes/status`, heartbeats renewed), binds the Deployment's pods through the binding
 //! subresource (they name a scheduler nobody runs, so kind's or k3d's own scheduler leaves them
@@ -205,7 +205,7 @@ fn the_e2e_ca_status_parses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebalance_recommendation_is_boosted_drained_and_given_back() {
     let Some((kubeconfig, endpoint)) = env() else {
-        eprintln!("e2e skipped: set {KUBECONFIG} and {AWS_ENDPOINT} to run it (see README, \"End-to-end suite\")");
+        eprintln!("e2e skipped: set {KUBECONFIG} and {AWS_ENDPOINT} to run it (see docs/development.md, \"End-to-end suite\")");
         return;
     };
     let suffix = run_suffix();

@@ -208,7 +208,7 @@ impl Fleet {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_group_boosts_and_a_stubborn_budget_holds_back_only_its_own_node() {
     let Some((kubeconfig, endpoint)) = env() else {
-        eprintln!("e2e skipped: set {KUBECONFIG} and {AWS_ENDPOINT} to run it (see README, \"End-to-end suite\")");
+        eprintln!("e2e skipped: set {KUBECONFIG} and {AWS_ENDPOINT} to run it (see docs/development.md, \"End-to-end suite\")");
         return;
     };
     let suffix = run_suffix();

@@ -37,7 +37,7 @@ async fn wait_for<T>(what: &str, limit: Duration, mut probe: impl AsyncFnMut() -
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_group_becomes_an_asg_shows_its_columns_and_is_deleted_cleanly() {
     let Some((kubeconfig, endpoint)) = env() else {
-        eprintln!("e2e skipped: set {KUBECONFIG} and {AWS_ENDPOINT} to run it (see README, \"End-to-end suite\")");
+        eprintln!("e2e skipped: set {KUBECONFIG} and {AWS_ENDPOINT} to run it (see docs/development.md, \"End-to-end suite\")");
         return;
     };
     let suffix = support::e2e::run_suffix();

@@ -37,7 +37,7 @@ async fn forged_interruption(kube: &Client, ns: &str, node: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_unconfirmed_and_on_demand_notices_move_nothing_and_a_spot_one_is_boosted() {
     let Some((kubeconfig, endpoint)) = env() else {
-        eprintln!("e2e skipped: set {KUBECONFIG} and {AWS_ENDPOINT} to run it (see README, \"End-to-end suite\")");
+        eprintln!("e2e skipped: set {KUBECONFIG} and {AWS_ENDPOINT} to run it (see docs/development.md, \"End-to-end suite\")");
         return;
     };
     let suffix = run_suffix();
