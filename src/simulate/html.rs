@@ -175,13 +175,13 @@ fn svg(lines: &[Line], x_max: u64, y_max: u32, timeline: &[TimelineEntry]) -> St
     let mut out =
         format!("<svg viewBox=\"0 0 {WIDTH} {HEIGHT}\" width=\"{WIDTH}\" height=\"{HEIGHT}\" role=\"img\">\n");
     // Whole-number ticks: the maxima are 1, 2 or 5 times a power of ten.
-    let ticks = [4, 5, 2].into_iter().find(|n| y_max % n == 0).unwrap_or(1);
+    let ticks = [4, 5, 2].into_iter().find(|n| y_max.is_multiple_of(*n)).unwrap_or(1);
     for k in 0..=ticks {
         let label = u64::from(y_max) * u64::from(k) / u64::from(ticks);
         let at = TOP + plot_h - plot_h * f64::from(k) / f64::from(ticks);
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "<line class=\"grid\" x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{at:.1}\" y2=\"{at:.1}\"/><text class=\"tick\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{label}</text>\n",
+            "<line class=\"grid\" x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{at:.1}\" y2=\"{at:.1}\"/><text class=\"tick\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{label}</text>",
             WIDTH - RIGHT,
             LEFT - 4.0,
             at + 4.0
@@ -194,9 +194,9 @@ fn svg(lines: &[Line], x_max: u64, y_max: u32, timeline: &[TimelineEntry]) -> St
             6 => "end",
             _ => "middle",
         };
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "<text class=\"tick\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\">{}</text>\n",
+            "<text class=\"tick\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\">{}</text>",
             x(t),
             HEIGHT - 6.0,
             clock(t)
@@ -211,9 +211,9 @@ fn svg(lines: &[Line], x_max: u64, y_max: u32, timeline: &[TimelineEntry]) -> St
     for ((at, mark), what) in &marks {
         let shown: Vec<&str> = what.iter().take(5).map(String::as_str).collect();
         let more = if what.len() > 5 { format!(" and {} more", what.len() - 5) } else { String::new() };
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "<line class=\"mark\" stroke=\"{}\" x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{TOP}\" y2=\"{:.1}\"><title>{} {}: {}{more}</title></line>\n",
+            "<line class=\"mark\" stroke=\"{}\" x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{TOP}\" y2=\"{:.1}\"><title>{} {}: {}{more}</title></line>",
             mark.color(),
             TOP + plot_h,
             clock(*at),
@@ -228,9 +228,9 @@ fn svg(lines: &[Line], x_max: u64, y_max: u32, timeline: &[TimelineEntry]) -> St
         for &(t, v) in &line.points[1..] {
             let _ = write!(d, "H{:.1}V{:.1}", x(t), y(v));
         }
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "<path class=\"series\" stroke=\"{}\" d=\"{d}\"><title>{}</title></path>\n",
+            "<path class=\"series\" stroke=\"{}\" d=\"{d}\"><title>{}</title></path>",
             line.color,
             escape(&line.label)
         );
