@@ -63,7 +63,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                     ready: true,
                     cordoned: at_risk,
                     deleting_by_ca: false,
-                    created: Timestamp::from_millis(k as i64),
+                    created: Timestamp::from_millis(i64::try_from(k).expect("a small index")),
                     allocatable: Resources::new(4000, 16 * GI),
                     pods,
                 },

@@ -43,6 +43,7 @@ async fn main() {
     }
 
     let aws = AwsPorts::new(&config, false);
+    aws.stats.keep_send_times(4096);
     let rig = FakeRig::new(FakeAutoScaling::default());
     let cluster = rig.cluster.clone();
     // Healthy Ready nodes so Cluster Autoscaler's unready tolerance never holds a boost back.
@@ -109,6 +110,7 @@ async fn burst(moto: &moto::Moto) {
         moto::create_group(&config, &format!("wave-{g:02}"), (0, 1000, GROUP_SIZE), "us-east-1a", &[]).await;
     }
     let aws = AwsPorts::new(&config, false);
+    aws.stats.keep_send_times(4096);
     let rig = FakeRig::new(FakeAutoScaling::default());
     let cluster = rig.cluster.clone();
     let mut members: Vec<Vec<InstanceId>> = Vec::new();

@@ -4,11 +4,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::core::{BoostLedger, GroupName, InstanceId, InstanceLifecycle, Node, NodeName, Signal};
+use crate::core::{GroupName, InstanceId, InstanceLifecycle, Node, NodeName, Signal};
 use crate::ports::{
     AutoScaling, AwsError, AwsFailure, ClusterState, ClusterView, ClusterWriteError, ClusterWrites, DesiredWrite,
-    EventSink, EvictOutcome, FailureKind, GroupDescription, GroupInstance, Guard, LedgerError, LedgerStore, NodeEvent,
-    PodRef, TagFilter, TerminateOutcome, WriteOutcome, WriteOutcomes,
+    EventSink, EvictOutcome, FailureKind, GroupDescription, GroupInstance, Guard, NodeEvent, PodRef, TagFilter,
+    TerminateOutcome, WriteOutcome, WriteOutcomes,
 };
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -64,45 +64,8 @@ impl ClusterView for InMemoryCluster {
     }
 }
 
-/// A ledger kept in memory, counting saves; `fail_saves` makes every save fail.
-#[derive(Debug, Clone, Default)]
-pub struct MemoryLedger {
-    saved: Arc<Mutex<BoostLedger>>,
-    saves: Arc<Mutex<u32>>,
-    fail_saves: Arc<Mutex<bool>>,
-}
-
-impl MemoryLedger {
-    /// The ledger as saved.
-    pub fn saved(&self) -> BoostLedger {
-        lock(&self.saved).clone()
-    }
-
-    /// How many saves succeeded.
-    pub fn saves(&self) -> u32 {
-        *lock(&self.saves)
-    }
-
-    /// Makes saves fail (or succeed again).
-    pub fn fail_saves(&self, fail: bool) {
-        *lock(&self.fail_saves) = fail;
-    }
-}
-
-impl LedgerStore for MemoryLedger {
-    async fn load(&self) -> Result<BoostLedger, LedgerError> {
-        Ok(self.saved())
-    }
-
-    async fn save(&self, ledger: &BoostLedger) -> Result<(), LedgerError> {
-        if *lock(&self.fail_saves) {
-            return Err(LedgerError::Save("injected failure".into()));
-        }
-        *lock(&self.saved) = ledger.clone();
-        *lock(&self.saves) += 1;
-        Ok(())
-    }
-}
+/// The in-memory ledger `simulate` keeps its boosts in; tests inject save failures through it.
+pub use crate::simulate::ledger::MemoryLedger;
 
 /// One recorded write to [`FakeClusterWrites`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -296,8 +259,6 @@ impl FakeAutoScaling {
                 desired,
                 instances: Vec::new(),
                 capacity_rebalance: false,
-                mixed_instances: None,
-                tags: BTreeMap::new(),
             },
         );
         self
@@ -305,14 +266,12 @@ impl FakeAutoScaling {
 
     /// Adds an instance to a group (in service, healthy).
     pub fn with_instance(self, group: &str, instance: &str) -> Self {
-        lock(&self.0).groups.get_mut(&GroupName::from(group)).expect("known group").instances.push(GroupInstance {
-            id: instance.into(),
-            availability_zone: "eu-west-1a".into(),
-            lifecycle_state: "InService".into(),
-            health: "Healthy".into(),
-            launch_template: None,
-            protected: false,
-        });
+        lock(&self.0)
+            .groups
+            .get_mut(&GroupName::from(group))
+            .expect("known group")
+            .instances
+            .push(GroupInstance { id: instance.into(), lifecycle_state: "InService".into() });
         self
     }
 

@@ -4,14 +4,17 @@
 //!
 //! The crate is a library plus a thin binary. [`core`] is the pure scaling core; [`k8s`] holds the
 //! parsers for what the cluster says; [`ports`] are the traits workers act through, implemented on
-//! AWS in [`aws`] and in memory in [`fakes`]; [`workers`] run the core's decisions; [`inspect`] and
-//! [`simulate`] are commands that need no cluster.
+//! AWS in [`aws`] (and, for tests, in memory in `fakes`, behind the `test-kit` feature);
+//! [`workers`] run the core's decisions; [`inspect`] and [`simulate`] are commands that need no
+//! cluster.
 
 pub mod admin;
 pub mod app;
 pub mod aws;
 pub mod config;
 pub mod core;
+/// In-memory ports that record calls and inject faults: the test kit, not part of the product.
+#[cfg(any(test, feature = "test-kit"))]
 pub mod fakes;
 pub mod inspect;
 pub mod instancegroup;

@@ -127,11 +127,6 @@ impl AwsError {
         matches!(self, AwsError::SetDesiredCapacity { failure, .. }
             if matches!(failure.kind, FailureKind::Unavailable | FailureKind::Other))
     }
-
-    /// Whether waiting and retrying may help.
-    pub fn is_transient(&self) -> bool {
-        matches!(self.category(), "throttled" | "unavailable")
-    }
 }
 
 /// An instance as its group reports it.
@@ -139,29 +134,9 @@ impl AwsError {
 pub struct GroupInstance {
     /// Its id.
     pub id: InstanceId,
-    /// Availability Zone.
-    pub availability_zone: String,
-    /// `Pending`, `InService`, `Terminating`, …
+    /// `Pending`, `InService`, `Terminating`, …: a terminating or detaching instance is no longer
+    /// a member.
     pub lifecycle_state: String,
-    /// `Healthy` or `Unhealthy`.
-    pub health: String,
-    /// `name:version` of its launch template, when it has one.
-    pub launch_template: Option<String>,
-    /// Protected from scale-in.
-    pub protected: bool,
-}
-
-/// The parts of a MixedInstancesPolicy the booster reports.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct MixedInstancesSummary {
-    /// `OnDemandBaseCapacity`.
-    pub on_demand_base: u32,
-    /// `OnDemandPercentageAboveBaseCapacity`.
-    pub on_demand_percentage_above_base: u32,
-    /// `SpotAllocationStrategy`.
-    pub spot_allocation_strategy: Option<String>,
-    /// Instance types of its overrides.
-    pub instance_types: Vec<String>,
 }
 
 /// An Auto Scaling Group as described.
@@ -179,10 +154,6 @@ pub struct GroupDescription {
     pub instances: Vec<GroupInstance>,
     /// Capacity Rebalance is on: the ASG replaces rebalance-recommended instances itself.
     pub capacity_rebalance: bool,
-    /// Its mixed-instances policy, when it has one.
-    pub mixed_instances: Option<MixedInstancesSummary>,
-    /// Its tags.
-    pub tags: BTreeMap<String, String>,
 }
 
 impl GroupDescription {
@@ -501,17 +472,6 @@ pub enum ClusterWriteError {
         #[source]
         source: BoxError,
     },
-}
-
-impl ClusterWriteError {
-    /// A short, fixed name for metric labels and Event reasons.
-    pub fn category(&self) -> &'static str {
-        match self {
-            ClusterWriteError::Cordon { .. } => "cordon",
-            ClusterWriteError::Evict { .. } => "evict",
-            ClusterWriteError::Protect { .. } => "protect",
-        }
-    }
 }
 
 /// The writes the booster makes to the cluster.

@@ -72,7 +72,7 @@ fn names(list: &[&str]) -> Vec<GroupName> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn describe_maps_every_field_and_discovery_filters_by_tag() {
+async fn describe_maps_what_the_booster_reads_and_discovery_filters_by_tag() {
     let (moto, _guard) = moto().await;
     let config = moto.sdk_config().await;
     world(&config).await;
@@ -82,21 +82,12 @@ async fn describe_maps_every_field_and_discovery_filters_by_tag() {
     assert_eq!(groups.len(), 2, "unknown names are absent, not errors");
     let plain = groups.iter().find(|g| g.name.as_str() == "plain").unwrap();
     assert_eq!((plain.min, plain.max, plain.desired, plain.instances.len()), (1, 10, 2, 2));
-    assert!(!plain.capacity_rebalance && plain.mixed_instances.is_none());
-    assert_eq!(plain.tags.get("team").map(String::as_str), Some("web"));
-    let i = &plain.instances[0];
-    assert_eq!(
-        (i.availability_zone.as_str(), i.lifecycle_state.as_str(), i.health.as_str()),
-        ("us-east-1a", "InService", "Healthy")
-    );
-    assert!(i.launch_template.as_deref().unwrap().starts_with("nodes:"), "{:?}", i.launch_template);
+    assert!(!plain.capacity_rebalance);
+    assert_eq!(plain.instances[0].lifecycle_state, "InService");
+    assert_eq!(plain.members().count(), 2);
 
     let mixed = groups.iter().find(|g| g.name.as_str() == "mixed").unwrap();
     assert!(mixed.capacity_rebalance);
-    let mip = mixed.mixed_instances.as_ref().unwrap();
-    assert_eq!((mip.on_demand_base, mip.on_demand_percentage_above_base), (0, 0));
-    assert_eq!(mip.spot_allocation_strategy.as_deref(), Some("price-capacity-optimized"));
-    assert_eq!(mip.instance_types, vec!["m5.large", "m5a.large"]);
 
     let by = |f: &str| f.parse::<TagFilter>().unwrap();
     let found = aws.autoscaling.discover_groups(&[by("k8s.io/cluster-autoscaler/enabled=true")]).await.unwrap();

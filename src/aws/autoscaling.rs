@@ -12,8 +12,8 @@ use super::ec2::AwsInstances;
 use super::errors::failure;
 use crate::core::{GroupName, InstanceId, InstanceLifecycle};
 use crate::ports::{
-    AutoScaling, AwsError, AwsFailure, DesiredWrite, FailureKind, GroupDescription, GroupInstance, Guard,
-    MixedInstancesSummary, TagFilter, TerminateOutcome, WriteOutcome, WriteOutcomes,
+    AutoScaling, AwsError, AwsFailure, DesiredWrite, FailureKind, GroupDescription, GroupInstance, Guard, TagFilter,
+    TerminateOutcome, WriteOutcome, WriteOutcomes,
 };
 
 /// Names per `DescribeAutoScalingGroups` call.
@@ -116,34 +116,8 @@ fn describe_group(g: &AutoScalingGroup) -> GroupDescription {
         .iter()
         .map(|i| GroupInstance {
             id: InstanceId::from(i.instance_id().unwrap_or_default()),
-            availability_zone: i.availability_zone().unwrap_or_default().to_string(),
             lifecycle_state: i.lifecycle_state().map(|s| s.as_str().to_string()).unwrap_or_default(),
-            health: i.health_status().unwrap_or_default().to_string(),
-            launch_template: i.launch_template().map(|lt| {
-                let name = lt.launch_template_name().or(lt.launch_template_id()).unwrap_or_default();
-                format!("{name}:{}", lt.version().unwrap_or("$Default"))
-            }),
-            protected: i.protected_from_scale_in().unwrap_or(false),
         })
-        .collect();
-    let mixed_instances = g.mixed_instances_policy().map(|p| {
-        let d = p.instances_distribution();
-        MixedInstancesSummary {
-            on_demand_base: count(d.and_then(|d| d.on_demand_base_capacity())),
-            on_demand_percentage_above_base: d
-                .and_then(|d| d.on_demand_percentage_above_base_capacity())
-                .map_or(100, |v| count(Some(v))),
-            spot_allocation_strategy: d.and_then(|d| d.spot_allocation_strategy()).map(str::to_string),
-            instance_types: p
-                .launch_template()
-                .map(|lt| lt.overrides().iter().filter_map(|o| o.instance_type().map(str::to_string)).collect())
-                .unwrap_or_default(),
-        }
-    });
-    let tags = g
-        .tags()
-        .iter()
-        .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
         .collect();
     GroupDescription {
         name: GroupName::from(g.auto_scaling_group_name().unwrap_or_default()),
@@ -152,8 +126,6 @@ fn describe_group(g: &AutoScalingGroup) -> GroupDescription {
         desired: count(g.desired_capacity()),
         instances,
         capacity_rebalance: g.capacity_rebalance().unwrap_or(false),
-        mixed_instances,
-        tags,
     }
 }
 

@@ -28,14 +28,12 @@ pub struct OperationStats {
     pub dry_run_skips: u64,
 }
 
-/// Send times kept for reaction-time measurements: the most recent only, so a long-running daemon
-/// does not grow.
-const SENT_KEPT: usize = 4096;
-
 #[derive(Debug, Default)]
 struct Inner {
     by_operation: BTreeMap<String, OperationStats>,
+    /// Send times of the most recent attempts, kept only when a measurement asks for them.
     sent: VecDeque<(String, Instant)>,
+    sent_kept: usize,
 }
 
 /// Shared statistics, keyed by operation name (`SetDesiredCapacity`, …).
@@ -58,8 +56,13 @@ impl CallStats {
         self.lock().by_operation.get(name).map_or(0, |s| s.calls)
     }
 
-    /// When each recent attempt of `name` left, oldest first (the last 4,096 attempts of all
-    /// operations are kept).
+    /// Keeps the send times of the last `attempts` attempts of all operations, for reaction-time
+    /// measurements (`benches/reaction.rs`); the daemon keeps none.
+    pub fn keep_send_times(&self, attempts: usize) {
+        self.lock().sent_kept = attempts;
+    }
+
+    /// When each recent attempt of `name` left, oldest first (see [`CallStats::keep_send_times`]).
     pub fn sent_at(&self, name: &str) -> Vec<Instant> {
         self.lock().sent.iter().filter(|(n, _)| n == name).map(|(_, t)| *t).collect()
     }
@@ -120,10 +123,12 @@ impl Intercept for CountingInterceptor {
         let name = operation(cfg);
         let mut inner = self.0.lock();
         inner.by_operation.entry(name.clone()).or_default().attempts += 1;
-        if inner.sent.len() == SENT_KEPT {
-            inner.sent.pop_front();
+        if inner.sent_kept > 0 {
+            if inner.sent.len() >= inner.sent_kept {
+                inner.sent.pop_front();
+            }
+            inner.sent.push_back((name, Instant::now()));
         }
-        inner.sent.push_back((name, Instant::now()));
         Ok(())
     }
 }

@@ -129,7 +129,8 @@ fn case_strategy() -> impl Strategy<Value = Case> {
                     let node = snapshot.nodes.values().find(|n| n.instance.as_ref() == Some(instance)).unwrap();
                     match (seed >> ((k + j) % 60)) & 3 {
                         0 => {
-                            let started = Timestamp::from_millis(NOW.as_millis() - ((seed % 600) as i64) * 1000);
+                            let started =
+                                Timestamp::from_millis(NOW.as_millis() - i64::try_from(seed % 600).unwrap() * 1000);
                             drains.in_progress.insert(
                                 node.name.clone(),
                                 DrainStarted {

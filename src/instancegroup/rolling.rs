@@ -137,7 +137,7 @@ mod tests {
             template_name: "lt",
             latest_version: "2",
             max_unavailable: max,
-            desired: instances.len() as i32,
+            desired: i32::try_from(instances.len()).unwrap(),
             nodes,
         })
     }

@@ -683,7 +683,7 @@ mod tests {
         assert_eq!((first.signals[0].instance.as_str(), first.signals[0].kind), ("i-n1", SignalKind::Rebalance));
         assert_eq!(first.nodes[&NodeName::from("n1")].pods.len(), 1, "pods of signalled nodes");
         assert!(first.nodes[&NodeName::from("n2")].pods.is_empty(), "not of the others");
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(5));
         assert_eq!(c.current().unwrap().signals[0].observed_at, first.signals[0].observed_at, "no drift");
     }
 

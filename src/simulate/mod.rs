@@ -8,6 +8,7 @@
 
 pub mod actors;
 mod html;
+pub mod ledger;
 pub mod ports;
 pub mod scenario;
 pub mod world;
@@ -22,7 +23,6 @@ use thiserror::Error;
 
 use crate::config::{Baseline, ReportFormat};
 use crate::core::{GroupName, InstanceId, Policy, Timestamp};
-use crate::fakes::MemoryLedger;
 use crate::metrics::Metrics;
 use crate::output::{structured, table, Width, TABLE_WIDTH};
 use crate::ports::Leadership;
@@ -33,6 +33,7 @@ use crate::workers::ledger::SharedLedger;
 use crate::workers::scaler::{Scaler, ScalerSettings};
 use crate::workers::WorkerContext;
 use actors::{ClusterAutoscaler, Nth};
+use ledger::MemoryLedger;
 use ports::SimWorld;
 pub use scenario::{parse_scenario, Scenario, ScenarioError};
 use world::{Sample, TimelineEntry, World};

@@ -41,18 +41,9 @@ impl SimWorld {
                 .instances
                 .iter()
                 .filter(|(_, i)| i.group == name)
-                .map(|(id, _)| GroupInstance {
-                    id: id.as_str().into(),
-                    availability_zone: "sim-1a".into(),
-                    lifecycle_state: "InService".into(),
-                    health: "Healthy".into(),
-                    launch_template: None,
-                    protected: false,
-                })
+                .map(|(id, _)| GroupInstance { id: id.as_str().into(), lifecycle_state: "InService".into() })
                 .collect(),
             capacity_rebalance: false,
-            mixed_instances: None,
-            tags: BTreeMap::new(),
         })
     }
 }

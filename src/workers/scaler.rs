@@ -649,7 +649,7 @@ mod tests {
         Scaler::new(context(rig).await, ScalerSettings::default())
     }
 
-    fn raises(aws: &FakeAutoScaling) -> Vec<Vec<crate::ports::DesiredWrite>> {
+    fn raises(aws: &FakeAutoScaling) -> Vec<Vec<DesiredWrite>> {
         aws.calls().into_iter().filter_map(|c| if let AsgCall::Raise(w) = c { Some(w) } else { None }).collect()
     }
 
@@ -743,7 +743,7 @@ mod tests {
         }
         let saved = rig.ledger.saved();
         assert_eq!(saved.records.len(), 1, "kept until the instance leaves");
-        assert_eq!(saved.records[0].expired, Some(crate::core::BoostExpiry::ReplacementTimeout));
+        assert_eq!(saved.records[0].expired, Some(BoostExpiry::ReplacementTimeout));
         assert_eq!(rig.events.reasons_for("n1"), vec!["BoostRequested", "BoostExpired"], "told once");
         let text = metrics.encode();
         assert!(text.contains("outcome=\"expired-replacement-timeout\"} 1"), "{text}");
