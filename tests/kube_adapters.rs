@@ -787,17 +787,21 @@ async fn a_missing_permission_is_named_with_its_object_namespace_and_flag() {
         let mut review: Value = serde_json::from_slice(request.body()).unwrap();
         let a = review["spec"]["resourceAttributes"].clone();
         let refused = (a["resource"] == "configmaps" && a["name"] == "spots-booster-ledger" && a["verb"] == "update")
-            || (a["resource"] == "nodes" && a["verb"] == "patch");
+            || (a["resource"] == "nodes" && a["verb"] == "patch")
+            || (a["resource"] == "pods" && a["subresource"] == "eviction")
+            || (a["resource"] == "instancegroups" && a["subresource"] == "status");
         review["status"] = json!({"allowed": !refused});
         send.send_response(reply(201, review));
     }
     let err = check.await.unwrap().unwrap_err();
-    assert!(matches!(err, ConnectError::Forbidden(ref missing) if missing.len() == 2), "{err}");
+    assert!(matches!(err, ConnectError::Forbidden(ref missing) if missing.len() == 4), "{err}");
     assert!(reviews > 20, "every permission is asked for: {reviews}");
     let message = err.to_string();
     assert!(
         message.contains("update configmaps \"spots-booster-ledger\" (--ledger-configmap) in namespace spots-booster"),
         "{message}"
     );
-    assert!(message.contains("patch nodes cluster-wide"), "{message}");
+    assert!(message.contains("\n  patch nodes cluster-wide\n"), "one per line: {message}");
+    assert!(message.contains("create pods/eviction cluster-wide"), "{message}");
+    assert!(message.contains("patch instancegroups.instancemgr.keikoproj.io/status cluster-wide"), "{message}");
 }

@@ -258,7 +258,12 @@ pub struct Namespaces {
 /// and the flag that names it, and the namespace (`get configmaps "spots-booster-ledger"
 /// (--ledger-configmap) in namespace spots-booster`).
 fn describe(p: &Permission, namespace: Option<&str>, name: Option<&str>) -> String {
-    let resource = if p.group.is_empty() { p.resource.to_string() } else { format!("{}.{}", p.resource, p.group) };
+    let (plural, subresource) = match p.resource.split_once('/') {
+        Some((plural, sub)) => (plural, format!("/{sub}")),
+        None => (p.resource, String::new()),
+    };
+    let resource =
+        if p.group.is_empty() { p.resource.to_string() } else { format!("{plural}.{}{subresource}", p.group) };
     let object = match (name, p.name) {
         (Some(name), Some(named)) => format!(" \"{name}\" ({})", named.flag()),
         (Some(name), None) => format!(" \"{name}\""),
