@@ -561,7 +561,7 @@ pub struct InstanceGroupStoreState {
     /// Status patches made.
     pub status_writes: usize,
     /// CustomResourceDefinitions by name (`<plural>.<group>`).
-    pub crds: BTreeMap<String, crate::instancegroup::store::CustomKind>,
+    pub crds: BTreeMap<String, crate::ports::instancegroups::CustomKind>,
     /// Custom resources by `(plural, namespace, name)`.
     pub custom: BTreeMap<(String, String, String), serde_json::Value>,
 }
@@ -614,8 +614,8 @@ impl FakeInstanceGroupStore {
     }
 }
 
-impl crate::instancegroup::store::InstanceGroupStore for FakeInstanceGroupStore {
-    async fn list(&self) -> Result<Vec<crate::instancegroup::InstanceGroup>, crate::instancegroup::store::StoreError> {
+impl crate::ports::instancegroups::InstanceGroupStore for FakeInstanceGroupStore {
+    async fn list(&self) -> Result<Vec<crate::instancegroup::InstanceGroup>, crate::ports::instancegroups::StoreError> {
         Ok(lock(&self.0).groups.values().cloned().collect())
     }
 
@@ -624,10 +624,10 @@ impl crate::instancegroup::store::InstanceGroupStore for FakeInstanceGroupStore 
         namespace: &str,
         name: &str,
         status: &crate::instancegroup::InstanceGroupStatus,
-    ) -> Result<(), crate::instancegroup::store::StoreError> {
+    ) -> Result<(), crate::ports::instancegroups::StoreError> {
         let mut state = lock(&self.0);
         let Some(group) = state.groups.get_mut(&(namespace.to_string(), name.to_string())) else {
-            return Err(crate::instancegroup::store::StoreError::Api {
+            return Err(crate::ports::instancegroups::StoreError::Api {
                 operation: "patch status of",
                 object: format!("{namespace}/{name}"),
                 message: "404 NotFound".into(),
@@ -645,12 +645,12 @@ impl crate::instancegroup::store::InstanceGroupStore for FakeInstanceGroupStore 
         name: &str,
         from: &[String],
         finalizers: &[String],
-    ) -> Result<(), crate::instancegroup::store::StoreError> {
+    ) -> Result<(), crate::ports::instancegroups::StoreError> {
         let mut state = lock(&self.0);
         let key = (namespace.to_string(), name.to_string());
         if let Some(group) = state.groups.get_mut(&key) {
             if group.metadata.finalizers.as_deref().unwrap_or_default() != from {
-                return Err(crate::instancegroup::store::StoreError::Api {
+                return Err(crate::ports::instancegroups::StoreError::Api {
                     operation: "set finalizers of",
                     object: format!("{namespace}/{name}"),
                     message: "the finalizers changed since they were read".into(),
@@ -665,15 +665,15 @@ impl crate::instancegroup::store::InstanceGroupStore for FakeInstanceGroupStore 
         Ok(())
     }
 
-    async fn config_map(&self) -> Result<Option<BTreeMap<String, String>>, crate::instancegroup::store::StoreError> {
+    async fn config_map(&self) -> Result<Option<BTreeMap<String, String>>, crate::ports::instancegroups::StoreError> {
         Ok(lock(&self.0).config.clone())
     }
 
-    async fn namespace_excluded(&self, namespace: &str) -> Result<bool, crate::instancegroup::store::StoreError> {
+    async fn namespace_excluded(&self, namespace: &str) -> Result<bool, crate::ports::instancegroups::StoreError> {
         Ok(lock(&self.0).excluded.contains(namespace))
     }
 
-    async fn upsert_aws_auth(&self, role_arn: &str) -> Result<(), crate::instancegroup::store::StoreError> {
+    async fn upsert_aws_auth(&self, role_arn: &str) -> Result<(), crate::ports::instancegroups::StoreError> {
         let mut guard = lock(&self.0);
         let state = &mut *guard;
         let data = state.aws_auth.get_or_insert_with(BTreeMap::new);
@@ -681,7 +681,7 @@ impl crate::instancegroup::store::InstanceGroupStore for FakeInstanceGroupStore 
         Ok(())
     }
 
-    async fn remove_aws_auth(&self, role_arn: &str) -> Result<(), crate::instancegroup::store::StoreError> {
+    async fn remove_aws_auth(&self, role_arn: &str) -> Result<(), crate::ports::instancegroups::StoreError> {
         let mut guard = lock(&self.0);
         let state = &mut *guard;
         if let Some(data) = state.aws_auth.as_mut() {
@@ -690,7 +690,7 @@ impl crate::instancegroup::store::InstanceGroupStore for FakeInstanceGroupStore 
         Ok(())
     }
 
-    async fn mark_for_rotation(&self, node: &str, _at: &str) -> Result<(), crate::instancegroup::store::StoreError> {
+    async fn mark_for_rotation(&self, node: &str, _at: &str) -> Result<(), crate::ports::instancegroups::StoreError> {
         lock(&self.0).rotations.push(node.to_string());
         Ok(())
     }
@@ -698,21 +698,21 @@ impl crate::instancegroup::store::InstanceGroupStore for FakeInstanceGroupStore 
     async fn custom_kind(
         &self,
         crd_name: &str,
-    ) -> Result<crate::instancegroup::store::CustomKind, crate::instancegroup::store::StoreError> {
+    ) -> Result<crate::ports::instancegroups::CustomKind, crate::ports::instancegroups::StoreError> {
         let state = lock(&self.0);
         state
             .crds
             .iter()
             .find(|(name, kind)| *name == crd_name || kind.plural == crd_name)
             .map(|(_, kind)| kind.clone())
-            .ok_or_else(|| crate::instancegroup::store::StoreError::NoSuchCrd(crd_name.to_string()))
+            .ok_or_else(|| crate::ports::instancegroups::StoreError::NoSuchCrd(crd_name.to_string()))
     }
 
     async fn list_custom(
         &self,
-        kind: &crate::instancegroup::store::CustomKind,
+        kind: &crate::ports::instancegroups::CustomKind,
         namespace: &str,
-    ) -> Result<Vec<serde_json::Value>, crate::instancegroup::store::StoreError> {
+    ) -> Result<Vec<serde_json::Value>, crate::ports::instancegroups::StoreError> {
         let state = lock(&self.0);
         Ok(state
             .custom
@@ -724,9 +724,9 @@ impl crate::instancegroup::store::InstanceGroupStore for FakeInstanceGroupStore 
 
     async fn create_custom(
         &self,
-        kind: &crate::instancegroup::store::CustomKind,
+        kind: &crate::ports::instancegroups::CustomKind,
         object: &serde_json::Value,
-    ) -> Result<(), crate::instancegroup::store::StoreError> {
+    ) -> Result<(), crate::ports::instancegroups::StoreError> {
         let namespace = object["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
         let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
         lock(&self.0).custom.entry((kind.plural.clone(), namespace, name)).or_insert_with(|| object.clone());
@@ -735,10 +735,10 @@ impl crate::instancegroup::store::InstanceGroupStore for FakeInstanceGroupStore 
 
     async fn delete_custom(
         &self,
-        kind: &crate::instancegroup::store::CustomKind,
+        kind: &crate::ports::instancegroups::CustomKind,
         namespace: &str,
         name: &str,
-    ) -> Result<(), crate::instancegroup::store::StoreError> {
+    ) -> Result<(), crate::ports::instancegroups::StoreError> {
         lock(&self.0).custom.remove(&(kind.plural.clone(), namespace.to_string(), name.to_string()));
         Ok(())
     }
@@ -749,7 +749,7 @@ impl crate::instancegroup::store::InstanceGroupStore for FakeInstanceGroupStore 
         reason: &str,
         message: &str,
         warning: bool,
-    ) -> Result<(), crate::instancegroup::store::StoreError> {
+    ) -> Result<(), crate::ports::instancegroups::StoreError> {
         let name = group.metadata.name.clone().unwrap_or_default();
         lock(&self.0).events.push((name, reason.to_string(), message.to_string(), warning));
         Ok(())

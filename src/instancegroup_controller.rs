@@ -18,9 +18,9 @@ use thiserror::Error;
 use tracing::{debug, info, warn};
 
 use crate::instancegroup::boundaries::InstanceManagerConfig;
-use crate::instancegroup::cloud::NodeGroupCloud;
-use crate::instancegroup::store::InstanceGroupStore;
 use crate::instancegroup::InstanceGroup;
+use crate::ports::instancegroups::InstanceGroupStore;
+use crate::ports::nodegroups::NodeGroupCloud;
 use crate::ports::ClusterView;
 use crate::workers::instancegroups::{InstanceGroupReconciler, Requeue, REQUEUE, RESYNC};
 

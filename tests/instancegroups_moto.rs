@@ -299,7 +299,7 @@ async fn create_ready_image_change_rotation_resize_and_delete() {
 
     // Every delete step again, on what is already gone: done, whatever moto answers for a
     // missing object (`DeleteLaunchTemplate` of a missing name is `MissingParameter`).
-    use spots_booster::instancegroup::cloud::NodeGroupCloud;
+    use spots_booster::ports::nodegroups::NodeGroupCloud;
     r.cloud.delete_scaling_group(ASG).await.unwrap();
     r.cloud.delete_launch_template(ASG).await.unwrap();
     r.cloud.delete_role(ASG).await.unwrap();
@@ -498,7 +498,7 @@ async fn the_boundaries_configmap_is_applied_and_its_changes_and_the_namespace_o
 #[tokio::test]
 async fn the_crd_strategy_submits_follows_retries_and_finishes() {
     use spots_booster::instancegroup::api::{CrdStrategy, UpgradeStrategy};
-    use spots_booster::instancegroup::store::CustomKind;
+    use spots_booster::ports::instancegroups::CustomKind;
     let (moto, _guard) = moto().await;
     let config = moto.sdk_config().await;
     let world = seed(&config).await;

@@ -581,8 +581,8 @@ fn instance_groups(client: Client) -> Arc<spots_booster::k8s::instancegroups::Ku
 
 #[tokio::test]
 async fn instancegroup_status_goes_to_the_subresource_and_finalizers_carry_the_resource_version() {
-    use spots_booster::instancegroup::store::InstanceGroupStore;
     use spots_booster::instancegroup::InstanceGroupStatus;
+    use spots_booster::ports::instancegroups::InstanceGroupStore;
     let (client, mut server) = mocked().await;
     let store = instance_groups(client);
 
@@ -662,7 +662,7 @@ async fn instancegroup_status_goes_to_the_subresource_and_finalizers_carry_the_r
 
 #[tokio::test]
 async fn aws_auth_is_created_when_missing_and_replaced_with_its_resource_version_after_a_conflict() {
-    use spots_booster::instancegroup::store::InstanceGroupStore;
+    use spots_booster::ports::instancegroups::InstanceGroupStore;
     let (client, mut server) = mocked().await;
     let store = instance_groups(client);
     let arn = "arn:aws:iam::1:role/nodes";
@@ -723,7 +723,7 @@ async fn aws_auth_is_created_when_missing_and_replaced_with_its_resource_version
 
 #[tokio::test]
 async fn a_rotation_is_a_node_annotation_and_the_boundaries_come_from_their_configmap() {
-    use spots_booster::instancegroup::store::InstanceGroupStore;
+    use spots_booster::ports::instancegroups::InstanceGroupStore;
     let (client, mut server) = mocked().await;
     let store = instance_groups(client);
 

@@ -11,12 +11,12 @@ use tracing::info;
 
 use super::calls::CallStats;
 use super::errors::failure;
-use crate::instancegroup::cloud::{CloudError, NodeGroupCloud, RoleFacts, TemplateFacts};
 use crate::instancegroup::design::{LifecycleHook, Metadata, MixedInstances, Placement, RoleChoice, WarmPool};
 use crate::instancegroup::launch::{
     AsgChanges, AsgDesign, AsgFacts, BlockDevice, GroupInstance, LaunchTemplateData, TAG_CLUSTER_NAME,
 };
 use crate::instancegroup::userdata::ClusterInfo;
+use crate::ports::nodegroups::{CloudError, NodeGroupCloud, RoleFacts, TemplateFacts};
 
 /// Trust policy of a created node role.
 /// The IAM path of every role and instance profile the daemon creates: `iam:PassRole` is granted

@@ -2,17 +2,16 @@
 //! compatible). [`api`] is the custom resource. The rest is pure: [`boundaries`] applies the
 //! `instance-manager` ConfigMap, [`validate`] turns the object into a [`design::GroupDesign`],
 //! [`launch`] and [`userdata`] say what AWS should hold and diff it against what it holds, and
-//! [`rolling`] plans node replacement. `workers::instancegroups` acts on them.
+//! [`rolling`] plans node replacement. `workers::instancegroups` acts on them, through the ports
+//! `ports::nodegroups` (AWS) and `ports::instancegroups` (Kubernetes).
 
 pub mod api;
 pub mod aws_auth;
 pub mod boundaries;
-pub mod cloud;
 pub mod crd_strategy;
 pub mod design;
 pub mod launch;
 pub mod rolling;
-pub mod store;
 pub mod userdata;
 pub mod validate;
 

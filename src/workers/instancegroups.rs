@@ -12,16 +12,16 @@ use tracing::{info, warn};
 use crate::core::{InstanceId, SignalKind, Timestamp};
 use crate::instancegroup::api::{Condition, InstanceGroup, InstanceGroupSpec, InstanceGroupStatus, FINALIZER};
 use crate::instancegroup::boundaries::InstanceManagerConfig;
-use crate::instancegroup::cloud::{CloudError, NodeGroupCloud};
 use crate::instancegroup::crd_strategy::{self, CrdStep};
 use crate::instancegroup::design::{CrdPlan, GroupDesign, Strategy};
 use crate::instancegroup::launch::{asg_changes, asg_design, drift, launch_template_data, AsgFacts, Resolved};
 use crate::instancegroup::rolling::{self, NodeFacts, RollingInput, RollingStep};
-use crate::instancegroup::store::{InstanceGroupStore, StoreError};
 use crate::instancegroup::validate::{
     managed_role_name, validate, FieldError, FieldErrorKind, IamRules, ObjectInfo, ValidateError,
 };
 use crate::metrics::Metrics;
+use crate::ports::instancegroups::{InstanceGroupStore, StoreError};
+use crate::ports::nodegroups::{CloudError, NodeGroupCloud};
 use crate::ports::{ClusterView, Leadership};
 use crate::workers::Clock;
 

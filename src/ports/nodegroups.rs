@@ -3,10 +3,10 @@
 
 use std::future::Future;
 
-use super::design::RoleChoice;
-use super::launch::{AsgChanges, AsgDesign, AsgFacts, LaunchTemplateData};
-use super::userdata::ClusterInfo;
-use crate::ports::{AwsFailure, FailureKind};
+use super::{AwsFailure, FailureKind};
+use crate::instancegroup::design::RoleChoice;
+use crate::instancegroup::launch::{AsgChanges, AsgDesign, AsgFacts, LaunchTemplateData};
+use crate::instancegroup::userdata::ClusterInfo;
 
 /// A launch template as AWS holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 
-use super::api::{InstanceGroup, InstanceGroupStatus};
+use crate::instancegroup::api::{InstanceGroup, InstanceGroupStatus};
 
 /// A Kubernetes call made for an InstanceGroup failed.
 #[derive(Debug, thiserror::Error)]
@@ -27,7 +27,7 @@ pub enum StoreError {
     NoSuchCrd(String),
     /// `kube-system/aws-auth` could not be edited safely.
     #[error(transparent)]
-    AwsAuth(#[from] super::aws_auth::EditAwsAuthError),
+    AwsAuth(#[from] crate::instancegroup::aws_auth::EditAwsAuthError),
 }
 
 /// A custom resource kind the `crd` strategy submits, resolved from its CRD.

@@ -1,0 +1,111 @@
+//! The cluster as the workers see it (the pruned, synced view) and the writes they make to it:
+//! cordons, evictions, scale-down protection. Implemented on kube in `k8s/`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+
+use thiserror::Error;
+
+use super::BoxError;
+use crate::core::{CaGroupView, GroupName, InstanceId, Node, NodeName, Signal};
+
+/// The cluster as the watches see it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClusterState {
+    /// Nodes, each with its group when known. Pods are attached at least to nodes that have a
+    /// signal or are cordoned (the only ones sizing and draining look at).
+    pub nodes: BTreeMap<NodeName, Node>,
+    /// NTH signals.
+    pub signals: Vec<Signal>,
+    /// Cluster Autoscaler's view per group, from its status ConfigMap.
+    pub ca: BTreeMap<GroupName, CaGroupView>,
+    /// Nodes carrying the booster's scale-down protection (see [`ClusterWrites::protect_from_scale_down`]).
+    pub protected: BTreeSet<NodeName>,
+    /// When the watch first saw each signalled instance (monotonic): the start of the reaction
+    /// time measured up to the AWS write.
+    pub first_seen: BTreeMap<InstanceId, tokio::time::Instant>,
+}
+
+/// Where the workers read the cluster from.
+pub trait ClusterView: Send + Sync {
+    /// The cluster now, or `None` while some watch has not synced: nothing is decided on a
+    /// partial view.
+    fn current(&self) -> Option<ClusterState>;
+}
+
+/// A pod to evict: its eviction is conditioned on the UID, so a pod recreated under the same name
+/// is never evicted by mistake.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PodRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+}
+
+impl std::fmt::Display for PodRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// How an eviction ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvictOutcome {
+    /// Accepted (201).
+    Evicted,
+    /// The pod is gone or is another pod now (404, 409 on the UID precondition): done.
+    Gone,
+    /// A PodDisruptionBudget allows no disruption now (429): back off and retry.
+    Blocked,
+}
+
+/// A write to the cluster that failed.
+#[derive(Debug, Error)]
+pub enum ClusterWriteError {
+    /// Setting `spec.unschedulable`.
+    #[error("cordoning node {node} failed")]
+    Cordon {
+        /// The node.
+        node: NodeName,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
+    /// The Eviction API answered something other than success, 404, 409 or 429.
+    #[error("evicting pod {pod} failed")]
+    Evict {
+        /// The pod.
+        pod: PodRef,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
+    /// Adding or removing the scale-down protection annotations.
+    #[error("changing the scale-down protection of node {node} failed")]
+    Protect {
+        /// The node.
+        node: NodeName,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
+}
+
+/// The writes the booster makes to the cluster.
+pub trait ClusterWrites: Send + Sync {
+    /// Marks the node unschedulable (a no-op when it already is).
+    fn cordon(&self, node: &NodeName) -> impl Future<Output = Result<(), ClusterWriteError>> + Send;
+    /// Evicts the pod through the Eviction API with its UID as precondition.
+    fn evict(&self, pod: &PodRef) -> impl Future<Output = Result<EvictOutcome, ClusterWriteError>> + Send;
+    /// Adds (or removes) `cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"` together
+    /// with the booster's own marker, so Cluster Autoscaler keeps a replacement node until the
+    /// drain it serves has finished. Only annotations carrying the marker are ever removed.
+    fn protect_from_scale_down(
+        &self,
+        node: &NodeName,
+        protect: bool,
+    ) -> impl Future<Output = Result<(), ClusterWriteError>> + Send;
+}

@@ -1,0 +1,20 @@
+//! The small traits workers call to act on the world, with the domain values they exchange, one
+//! file per concern. No SDK or kube type crosses them: `aws/` and `k8s/` implement them, `simulate`
+//! implements them over its world, and the `test-kit` feature's `fakes` in memory.
+
+mod aws;
+mod cluster;
+mod events;
+pub mod instancegroups;
+mod leadership;
+mod ledger;
+pub mod nodegroups;
+
+pub use aws::*;
+pub use cluster::*;
+pub use events::*;
+pub use leadership::*;
+pub use ledger::*;
+
+/// Any error from below a port, without its SDK type.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
