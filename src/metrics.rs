@@ -26,6 +26,155 @@ pub struct AwsCounts {
     pub throttles: u64,
 }
 
+/// Declares a label enum: its values, each with the one string it exports as.
+macro_rules! labels {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum $name {
+            $($(#[$vdoc])* $variant),+
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The label value.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+        }
+    };
+}
+
+labels!(
+    /// `boosts_total{outcome}`.
+    BoostOutcome {
+        /// Desired capacity raised.
+        Written => "written",
+        /// `--dry-run` kept the write back.
+        DryRun => "dry-run",
+        /// Desired changed since the plan; re-planned.
+        Raced => "raced",
+        /// The write failed.
+        Failed => "failed",
+        /// The group could not grow (MaxSize, backoff, budget).
+        Held => "held",
+        /// The at-risk pods fit elsewhere.
+        NoNodeNeeded => "no-node-needed",
+        /// A follower left it to the leader.
+        NotLeader => "not-leader",
+        /// Replacements not Ready within `--replacement-timeout`.
+        ExpiredReplacementTimeout => "expired-replacement-timeout",
+        /// Open longer than `--max-boost-age`.
+        ExpiredMaxAge => "expired-max-age",
+    }
+);
+
+labels!(
+    /// `give_backs_total{outcome}`.
+    GiveBackOutcome {
+        /// Desired capacity lowered.
+        Written => "written",
+        /// Desired changed since the plan.
+        Raced => "raced",
+        /// The write failed.
+        Failed => "failed",
+        /// The group is at its floor already.
+        AtFloor => "at-floor",
+        /// A follower left it to the leader.
+        NotLeader => "not-leader",
+    }
+);
+
+labels!(
+    /// `skipped_not_leader_total{action}`.
+    SkippedAction {
+        /// Raising or lowering desired capacity.
+        SetDesiredCapacity => "set-desired-capacity",
+        /// Cordoning and evicting.
+        Drain => "drain",
+        /// Terminating a drained instance.
+        Terminate => "terminate",
+    }
+);
+
+labels!(
+    /// `parse_errors_total{source}`.
+    ParseSource {
+        /// Cluster Autoscaler's status ConfigMap.
+        CaStatus => "ca-status",
+        /// An Event about a Node.
+        NthEvent => "nth-event",
+        /// A Node object.
+        Node => "node",
+        /// A Pod object.
+        Pod => "pod",
+    }
+);
+
+labels!(
+    /// `drains_total{outcome}` and `drain_duration_seconds{outcome}`.
+    DrainOutcome {
+        /// A batch started on the node.
+        Started => "started",
+        /// Every evictable pod left.
+        Drained => "drained",
+        /// `--drain-timeout` passed first.
+        TimedOut => "timed-out",
+    }
+);
+
+labels!(
+    /// `evictions_total{outcome}`.
+    EvictionOutcome {
+        /// The pod is evicted.
+        Evicted => "evicted",
+        /// The pod was already gone (404 or another UID).
+        Gone => "gone",
+        /// A PodDisruptionBudget refused (429).
+        BlockedByPdb => "blocked-by-pdb",
+        /// Any other error; retried next round.
+        Failed => "failed",
+    }
+);
+
+labels!(
+    /// `signals_untrusted_total{reason}`.
+    UntrustedReason {
+        /// The Event's source is not NTH.
+        NotFromNth => "not-from-nth",
+        /// Its Node is neither cordoned nor NTH-tainted.
+        NotCordoned => "not-cordoned",
+        /// AWS says the instance is on-demand.
+        NotSpot => "not-spot",
+        /// AWS has not said how the instance is bought.
+        LifecycleUnknown => "lifecycle-unknown",
+    }
+);
+
+impl From<crate::core::Distrust> for UntrustedReason {
+    fn from(why: crate::core::Distrust) -> Self {
+        match why {
+            crate::core::Distrust::NotCordoned => UntrustedReason::NotCordoned,
+            crate::core::Distrust::NotSpot => UntrustedReason::NotSpot,
+            crate::core::Distrust::LifecycleUnknown => UntrustedReason::LifecycleUnknown,
+        }
+    }
+}
+
+labels!(
+    /// `leader_transitions_total{change}`.
+    LeaseChange {
+        /// This replica took the lease.
+        Acquired => "acquired",
+        /// This replica lost or released it.
+        Lost => "lost",
+    }
+);
+
 /// The daemon's metrics.
 pub struct Metrics {
     registry: Registry,
@@ -293,18 +442,46 @@ impl Metrics {
     }
 
     /// Counts one boost outcome.
-    pub fn boost(&self, group: &str, outcome: &str) {
-        self.boosts.with_label_values(&[group, outcome]).inc();
+    pub fn boost(&self, group: &str, outcome: BoostOutcome) {
+        self.boosts.with_label_values(&[group, outcome.as_str()]).inc();
+    }
+
+    /// Counts one notice not acted on because nothing vouches for it.
+    pub fn untrusted(&self, reason: UntrustedReason) {
+        self.signals_untrusted.with_label_values(&[reason.as_str()]).inc();
+    }
+
+    /// Counts one gain or loss of the lease.
+    pub fn lease_change(&self, change: LeaseChange) {
+        self.leader_transitions.with_label_values(&[change.as_str()]).inc();
+    }
+
+    /// Counts one give-back outcome.
+    pub fn give_back(&self, group: &str, outcome: GiveBackOutcome) {
+        self.give_backs.with_label_values(&[group, outcome.as_str()]).inc();
     }
 
     /// Counts one write left to the leader.
-    pub fn not_leader(&self, action: &str) {
-        self.skipped_not_leader.with_label_values(&[action]).inc();
+    pub fn not_leader(&self, action: SkippedAction) {
+        self.skipped_not_leader.with_label_values(&[action.as_str()]).inc();
     }
 
-    /// A counter that counts one thing, for callers that want a handle.
-    pub fn parse_error(&self, source: &str) -> IntCounter {
-        self.parse_errors.with_label_values(&[source])
+    /// The parse-error counter of one source.
+    pub fn parse_error(&self, source: ParseSource) -> IntCounter {
+        self.parse_errors.with_label_values(&[source.as_str()])
+    }
+
+    /// Counts one eviction outcome.
+    pub fn eviction(&self, group: &str, outcome: EvictionOutcome) {
+        self.evictions.with_label_values(&[group, outcome.as_str()]).inc();
+    }
+
+    /// Counts one drain outcome, and how long an ended drain took.
+    pub fn drain(&self, group: &str, outcome: DrainOutcome, took: Option<Duration>) {
+        self.drains.with_label_values(&[group, outcome.as_str()]).inc();
+        if let Some(took) = took {
+            self.drain_duration.with_label_values(&[outcome.as_str()]).observe(took.as_secs_f64());
+        }
     }
 
     /// The Prometheus text exposition of every metric, after running the scrape hooks.
@@ -380,7 +557,7 @@ mod tests {
     #[test]
     fn every_name_has_the_prefix_and_counters_end_in_total() {
         let m = Metrics::new();
-        m.boost("g", "written");
+        m.boost("g", BoostOutcome::Written);
         m.signals.with_label_values(&["g", "rebalance"]).inc();
         m.drains.with_label_values(&["g", "started"]).inc();
         m.evictions.with_label_values(&["g", "evicted"]).inc();

@@ -51,3 +51,26 @@ fn links_stay_in_the_repository_and_resolve() {
     }
     assert!(links >= 10, "{links} links");
 }
+
+#[test]
+fn every_metric_label_value_is_documented() {
+    use spots_booster::metrics::{
+        BoostOutcome, DrainOutcome, EvictionOutcome, GiveBackOutcome, LeaseChange, ParseSource, SkippedAction,
+        UntrustedReason,
+    };
+    let operations = std::fs::read_to_string(Path::new(ROOT).join("docs/operations.md")).unwrap();
+    let values: Vec<&str> = [
+        BoostOutcome::ALL.iter().map(|v| v.as_str()).collect::<Vec<_>>(),
+        GiveBackOutcome::ALL.iter().map(|v| v.as_str()).collect(),
+        DrainOutcome::ALL.iter().map(|v| v.as_str()).collect(),
+        EvictionOutcome::ALL.iter().map(|v| v.as_str()).collect(),
+        ParseSource::ALL.iter().map(|v| v.as_str()).collect(),
+        UntrustedReason::ALL.iter().map(|v| v.as_str()).collect(),
+        SkippedAction::ALL.iter().map(|v| v.as_str()).collect(),
+        LeaseChange::ALL.iter().map(|v| v.as_str()).collect(),
+    ]
+    .concat();
+    for value in values {
+        assert!(operations.contains(&format!("`{value}`")), "label value {value} is not in docs/operations.md");
+    }
+}

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::metrics::Metrics;
+use crate::metrics::{LeaseChange, Metrics};
 use crate::ports::Leadership;
 
 /// Leader election flags.
@@ -179,7 +179,7 @@ impl LeaderElector {
         let was = self.leadership.set(leading);
         self.metrics.leader.set(i64::from(leading));
         if was != leading {
-            self.metrics.leader_transitions.with_label_values(&[if leading { "acquired" } else { "lost" }]).inc();
+            self.metrics.lease_change(if leading { LeaseChange::Acquired } else { LeaseChange::Lost });
             if leading {
                 info!(identity = %self.identity, lease = %self.name, "became the leader");
             } else {

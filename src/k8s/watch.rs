@@ -28,6 +28,7 @@ use crate::k8s::ca_status::parse_ca_status;
 use crate::k8s::convert::{node_from_kube, pod_from_kube, WatchedNode};
 use crate::k8s::nth::{classify_event, Classification, Ignored, NthSignal};
 use crate::metrics::Metrics;
+use crate::metrics::{ParseSource, UntrustedReason};
 use crate::ports::{ClusterState, ClusterView};
 
 /// Objects per list page. Smaller than kube's 500: a page of 500 Nodes (each with its kubelet's
@@ -344,7 +345,7 @@ impl KubeCluster {
         match node_from_kube(&node) {
             Ok(w) => Some(Self::strip_disabled(&self.settings, w)),
             Err(e) => {
-                self.metrics.parse_error("node").inc();
+                self.metrics.parse_error(ParseSource::Node).inc();
                 warn!(error = %e, "node skipped");
                 None
             }
@@ -355,7 +356,7 @@ impl KubeCluster {
         match pod_from_kube(&pod) {
             Ok((node, p)) => Some((p.uid.clone(), node, p)),
             Err(e) => {
-                self.metrics.parse_error("pod").inc();
+                self.metrics.parse_error(ParseSource::Pod).inc();
                 warn!(error = %e, "pod skipped");
                 None
             }
@@ -375,14 +376,14 @@ impl KubeCluster {
         match classify_event(&event, None) {
             Classification::Signal(s) => Some((key, Some(s))),
             Classification::Ignored { because: because @ Ignored::UnrecognisedQueueMessage(_) } => {
-                self.metrics.parse_error("nth-event").inc();
+                self.metrics.parse_error(ParseSource::NthEvent).inc();
                 warn!(event = %key, reason = %because, "NTH Event not understood; ignored");
                 Some((key, None))
             }
             Classification::Ignored { because: because @ Ignored::NotFromNth(_) }
                 if crate::k8s::nth::is_notice_reason(event.reason.as_deref().unwrap_or_default()) =>
             {
-                self.metrics.signals_untrusted.with_label_values(&["not-from-nth"]).inc();
+                self.metrics.untrusted(UntrustedReason::NotFromNth);
                 warn!(event = %key, reason = %because, "an interruption notice not written by NTH; ignored");
                 Some((key, None))
             }
@@ -555,7 +556,7 @@ impl KubeCluster {
             }
             Err(e) => {
                 // Keep the last good view: a bad write by CA must not make groups look unknown.
-                self.metrics.parse_error("ca-status").inc();
+                self.metrics.parse_error(ParseSource::CaStatus).inc();
                 warn!(
                     configmap = %format!("{}/{}", self.settings.ca_status_namespace, self.settings.ca_status_name),
                     error = %e,

@@ -27,6 +27,7 @@ use crate::core::{
     eviction_backoff, eviction_order, fold_signals, next_batches, DrainEnd, DrainPlan, DrainStarted, DrainState,
     DrainView, DrainWait, GroupName, InstanceId, Node, NodeName, Pod, PodClass, Snapshot, Timestamp,
 };
+use crate::metrics::{DrainOutcome, EvictionOutcome, SkippedAction};
 use crate::ports::{
     AutoScaling, AwsError, ClusterView, ClusterWrites, EventSeverity, EventSink, EvictOutcome, LedgerError,
     LedgerStore, NodeEvent, PodRef, TerminateOutcome,
@@ -245,7 +246,7 @@ where
             ctx.metrics.drains_in_progress.reset();
             report.not_leader = plan.batches.len();
             for _ in &plan.batches {
-                ctx.metrics.not_leader("drain");
+                ctx.metrics.not_leader(SkippedAction::Drain);
             }
             return Ok(report);
         }
@@ -318,7 +319,7 @@ where
             self.drains.in_progress.remove(&t.node);
             self.drains.finished.insert(t.instance.clone(), DrainEnd::TimedOut);
             let progress = self.progress.remove(&t.node).unwrap_or_default();
-            self.observe_end(&t.group, "timed-out", &progress);
+            self.observe_end(&t.group, DrainOutcome::TimedOut, &progress);
             let left = snapshot.nodes.get(&t.node).map_or(0, |n| eviction_order(n).len());
             let then = if t.terminate {
                 "terminating it anyway (--terminate-after-drain-timeout)"
@@ -343,7 +344,7 @@ where
             self.drains.last_batch_at.insert(batch.group.clone(), now);
             for target in &batch.nodes {
                 if !self.ctx.leadership.is_leader() {
-                    self.ctx.metrics.not_leader("drain");
+                    self.ctx.metrics.not_leader(SkippedAction::Drain);
                     return;
                 }
                 if target.cordon {
@@ -365,7 +366,7 @@ where
                     format!("replacement capacity in {} is Ready; evicting {pods} pod(s)", batch.group),
                 )
                 .await;
-                self.ctx.metrics.drains.with_label_values(&[batch.group.as_str(), "started"]).inc();
+                self.ctx.metrics.drain(batch.group.as_str(), DrainOutcome::Started, None);
                 self.drains.in_progress.insert(
                     target.node.clone(),
                     DrainStarted {
@@ -419,7 +420,7 @@ where
             self.drains.in_progress.remove(&name);
             self.drains.finished.insert(drain.instance.clone(), DrainEnd::Drained);
             let progress = self.progress.remove(&name).unwrap_or_default();
-            self.observe_end(&drain.group, "drained", &progress);
+            self.observe_end(&drain.group, DrainOutcome::Drained, &progress);
             if node.is_some() {
                 report.drained.push(name.clone());
                 info!(node = %name, "drained");
@@ -493,15 +494,15 @@ where
         let mut blocked = Vec::new();
         for (pod, outcome) in &results {
             let label = match outcome {
-                Ok(EvictOutcome::Evicted) => "evicted",
-                Ok(EvictOutcome::Gone) => "gone",
-                Ok(EvictOutcome::Blocked) => "blocked-by-pdb",
+                Ok(EvictOutcome::Evicted) => EvictionOutcome::Evicted,
+                Ok(EvictOutcome::Gone) => EvictionOutcome::Gone,
+                Ok(EvictOutcome::Blocked) => EvictionOutcome::BlockedByPdb,
                 Err(e) => {
                     warn!(pod = %pod, error = %e, "eviction failed; retried next round");
-                    "failed"
+                    EvictionOutcome::Failed
                 }
             };
-            self.ctx.metrics.evictions.with_label_values(&[round.group.as_str(), label]).inc();
+            self.ctx.metrics.eviction(round.group.as_str(), label);
             match outcome {
                 Ok(EvictOutcome::Evicted | EvictOutcome::Gone) => {
                     progress.evicted.insert(pod.uid.clone());
@@ -550,7 +551,7 @@ where
             return Ok(());
         }
         if !self.ctx.leadership.is_leader() {
-            self.ctx.metrics.not_leader("terminate");
+            self.ctx.metrics.not_leader(SkippedAction::Terminate);
             return Ok(());
         }
         let pending: Vec<(NodeName, PendingTermination)> =
@@ -621,11 +622,8 @@ where
         Ok(())
     }
 
-    fn observe_end(&self, group: &GroupName, outcome: &str, progress: &NodeProgress) {
-        self.ctx.metrics.drains.with_label_values(&[group.as_str(), outcome]).inc();
-        if let Some(started) = progress.started {
-            self.ctx.metrics.drain_duration.with_label_values(&[outcome]).observe(started.elapsed().as_secs_f64());
-        }
+    fn observe_end(&self, group: &GroupName, outcome: DrainOutcome, progress: &NodeProgress) {
+        self.ctx.metrics.drain(group.as_str(), outcome, progress.started.map(|started| started.elapsed()));
     }
 
     fn export_progress(&self) {

@@ -22,6 +22,7 @@ use crate::core::{
     close_finished_boosts, expire_boosts, fold_signals, plan_boosts, plan_give_backs, Boost, BoostExpiry, BoostLedger,
     BoostRecord, DropReason, Expired, GiveBack, GroupName, InstanceId, Snapshot, Timestamp,
 };
+use crate::metrics::{BoostOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
     AutoScaling, AwsError, ClusterView, ClusterWrites, DesiredWrite, EventSeverity, EventSink, LedgerError,
     LedgerStore, NodeEvent, TagFilter, WriteOutcome,
@@ -238,8 +239,8 @@ where
 
         if !leading {
             for boost in &plan.boosts {
-                ctx.metrics.boost(boost.group.as_str(), "not-leader");
-                ctx.metrics.not_leader("set-desired-capacity");
+                ctx.metrics.boost(boost.group.as_str(), BoostOutcome::NotLeader);
+                ctx.metrics.not_leader(SkippedAction::SetDesiredCapacity);
             }
             report.not_leader = plan.boosts.len();
             return Ok(report);
@@ -259,7 +260,7 @@ where
             })
             .await?;
         for boost in plan.boosts.iter().filter(|b| !b.writes()) {
-            ctx.metrics.boost(boost.group.as_str(), "no-node-needed");
+            ctx.metrics.boost(boost.group.as_str(), BoostOutcome::NoNodeNeeded);
         }
         let writes: Vec<(&Boost, DesiredWrite)> = plan
             .boosts
@@ -275,14 +276,14 @@ where
             // Lost the lease while planning: the new leader re-plans from the saved ledger.
             self.take_back(writes.iter().map(|(b, _)| *b)).await?;
             report.not_leader = writes.len();
-            ctx.metrics.not_leader("set-desired-capacity");
+            ctx.metrics.not_leader(SkippedAction::SetDesiredCapacity);
             return Ok(report);
         }
         let outcomes = match ctx.aws.raise_desired(&requests).await {
             Ok(outcomes) => outcomes,
             Err(e) => {
                 for (b, _) in &writes {
-                    ctx.metrics.boost(b.group.as_str(), "failed");
+                    ctx.metrics.boost(b.group.as_str(), BoostOutcome::Failed);
                 }
                 self.take_back(writes.iter().map(|(b, _)| *b)).await?;
                 return Err(ScalerError::Raise(e));
@@ -305,7 +306,7 @@ where
                     ctx.groups.note_desired(&group, to).await;
                     ctx.metrics.asg_desired.with_label_values(&[group.as_str()]).set(i64::from(to));
                     let dry = matches!(outcome, Ok(WriteOutcome::DryRun { .. }));
-                    ctx.metrics.boost(group.as_str(), if dry { "dry-run" } else { "written" });
+                    ctx.metrics.boost(group.as_str(), if dry { BoostOutcome::DryRun } else { BoostOutcome::Written });
                     for instance in &boost.record.instances {
                         if let Some(seen) = first_seen.get(instance) {
                             ctx.metrics.observe_reaction(issued.saturating_duration_since(*seen));
@@ -317,13 +318,13 @@ where
                 Ok(WriteOutcome::Raced { live }) => {
                     info!(%group, planned_from = boost.from, live, "desired capacity changed since the plan; re-planning");
                     ctx.groups.note_desired(&group, live).await;
-                    ctx.metrics.boost(group.as_str(), "raced");
+                    ctx.metrics.boost(group.as_str(), BoostOutcome::Raced);
                     report.raced.push(group);
                     undone.push(*boost);
                 }
                 Err(e) => {
                     warn!(%group, error = %e, category = e.category(), "boost not written");
-                    ctx.metrics.boost(group.as_str(), "failed");
+                    ctx.metrics.boost(group.as_str(), BoostOutcome::Failed);
                     if matches!(e, AwsError::UnknownGroup(_)) {
                         ctx.groups.invalidate(&group).await;
                     }
@@ -355,7 +356,7 @@ where
         let ctx = &self.ctx;
         if !leading {
             for g in plan.iter().filter(|g| g.writes()) {
-                ctx.metrics.give_backs.with_label_values(&[g.group.as_str(), "not-leader"]).inc();
+                ctx.metrics.give_back(g.group.as_str(), GiveBackOutcome::NotLeader);
             }
             return Ok(());
         }
@@ -369,7 +370,7 @@ where
             .await?;
         for g in plan.iter().filter(|g| !g.writes()) {
             info!(group = %g.group, instances = g.settled.len(), "reclaimed instances settled; the group is at its pre-boost size");
-            ctx.metrics.give_backs.with_label_values(&[g.group.as_str(), "at-floor"]).inc();
+            ctx.metrics.give_back(g.group.as_str(), GiveBackOutcome::AtFloor);
         }
         let writes: Vec<DesiredWrite> = plan
             .iter()
@@ -384,7 +385,7 @@ where
             Err(e) => {
                 warn!(error = %e, "giving back reclaimed instances' nodes failed; retrying at the next plan");
                 for w in &writes {
-                    ctx.metrics.give_backs.with_label_values(&[w.group.as_str(), "failed"]).inc();
+                    ctx.metrics.give_back(w.group.as_str(), GiveBackOutcome::Failed);
                 }
                 self.undo_give_backs(plan.iter().filter(|g| g.writes())).await?;
                 return Ok(());
@@ -397,16 +398,16 @@ where
                 Ok(WriteOutcome::Written { from, to } | WriteOutcome::DryRun { from, to }) => {
                     info!(%group, from, to, reclaimed = ?g.returned, "AWS took boosted at-risk instances first; their nodes are given back");
                     ctx.groups.note_desired(&group, to).await;
-                    ctx.metrics.give_backs.with_label_values(&[group.as_str(), "written"]).inc();
+                    ctx.metrics.give_back(group.as_str(), GiveBackOutcome::Written);
                 }
                 Ok(WriteOutcome::Raced { live }) => {
                     ctx.groups.note_desired(&group, live).await;
-                    ctx.metrics.give_backs.with_label_values(&[group.as_str(), "raced"]).inc();
+                    ctx.metrics.give_back(group.as_str(), GiveBackOutcome::Raced);
                     undone.push(g);
                 }
                 Err(e) => {
                     warn!(%group, error = %e, "giving back a reclaimed instance's node failed");
-                    ctx.metrics.give_backs.with_label_values(&[group.as_str(), "failed"]).inc();
+                    ctx.metrics.give_back(group.as_str(), GiveBackOutcome::Failed);
                     undone.push(g);
                 }
             }
@@ -499,7 +500,13 @@ where
             })
             .await?;
         for e in expired {
-            self.ctx.metrics.boost(e.group.as_str(), &format!("expired-{}", e.why.as_str()));
+            self.ctx.metrics.boost(
+                e.group.as_str(),
+                match e.why {
+                    BoostExpiry::ReplacementTimeout => BoostOutcome::ExpiredReplacementTimeout,
+                    BoostExpiry::MaxAge => BoostOutcome::ExpiredMaxAge,
+                },
+            );
             let waited = match e.why {
                 BoostExpiry::ReplacementTimeout => {
                     format!("{} of {} replacement(s) Ready after --replacement-timeout", e.ready, e.added)
@@ -537,7 +544,7 @@ where
             let DropReason::Untrusted(why) = d.reason else { continue };
             live.insert((d.instance.clone(), why.as_str()));
             if self.untrusted.insert((d.instance.clone(), why.as_str())) {
-                self.ctx.metrics.signals_untrusted.with_label_values(&[why.as_str()]).inc();
+                self.ctx.metrics.untrusted(why.into());
                 info!(instance = %d.instance, reason = why.as_str(), "an Event's interruption notice is not believed yet");
             }
         }
@@ -579,7 +586,7 @@ where
                 if self.told_held.get(&instance) == Some(&note) {
                     continue;
                 }
-                self.ctx.metrics.boost(h.group.as_str(), "held");
+                self.ctx.metrics.boost(h.group.as_str(), BoostOutcome::Held);
                 self.ctx
                     .events
                     .publish(NodeEvent {
