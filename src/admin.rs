@@ -84,13 +84,6 @@ impl Default for Limits {
     }
 }
 
-/// Binds `address` and serves until the runtime stops; returns the bound address (port 0 picks one).
-pub async fn serve(address: &str, metrics: Arc<Metrics>, probes: Probes) -> Result<SocketAddr, BindError> {
-    let (bound, server) = bind(address, metrics, probes, Limits::default()).await?;
-    tokio::spawn(server);
-    Ok(bound)
-}
-
 /// Binds `address`; returns the bound address and the server, for the daemon's supervisor to run.
 /// Half-open connections are closed after `limits.header_read`, at most `limits.connections` are
 /// served at once, and a failing accept (descriptors exhausted) backs off instead of spinning.
@@ -141,6 +134,13 @@ pub async fn bind(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Binds `address` and serves until the runtime stops; returns the bound address.
+    async fn serve(address: &str, metrics: Arc<Metrics>, probes: Probes) -> Result<SocketAddr, BindError> {
+        let (bound, server) = bind(address, metrics, probes, Limits::default()).await?;
+        tokio::spawn(server);
+        Ok(bound)
+    }
 
     fn probes(ready: bool) -> Probes {
         Probes { ready: Arc::new(move || ready), live: Arc::new(|| Ok(())) }

@@ -8,7 +8,7 @@
 //! [`workers`] run the core's decisions; [`inspect`] and [`simulate`] are commands that need no
 //! cluster.
 
-pub mod admin;
+pub(crate) mod admin;
 pub mod app;
 pub mod aws;
 pub mod config;
@@ -16,17 +16,17 @@ pub mod core;
 /// In-memory ports that record calls and inject faults: the test kit, not part of the product.
 #[cfg(any(test, feature = "test-kit"))]
 pub mod fakes;
-pub mod inspect;
+pub(crate) mod inspect;
 pub mod instancegroup;
-pub mod instancegroup_controller;
+pub(crate) mod instancegroup_controller;
 pub mod k8s;
 pub mod metrics;
-pub mod output;
+pub(crate) mod output;
 pub mod ports;
 pub mod simulate;
-pub mod supervise;
-pub mod telemetry;
+pub(crate) mod supervise;
+pub(crate) mod telemetry;
 pub mod timefmt;
 pub mod units;
 pub mod workers;
-pub mod yaml_guard;
+pub(crate) mod yaml_guard;

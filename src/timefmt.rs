@@ -1,6 +1,7 @@
 //! The time formats spots-booster reads: Go's `Time.String()` (CA status, NTH queue messages),
 //! RFC 3339 (Kubernetes, CA ≥ 1.30 YAML, NTH IMDS messages) and the IMDS scheduled-event format
-//! (`21 Jan 2019 09:00:43 GMT`). Parsed without a calendar crate so the core's `Timestamp` stays plain.
+//! (`21 Jan 2019 09:00:43 GMT`). The layouts are taken apart here; the calendar is jiff's, and the
+//! core's `Timestamp` stays plain milliseconds.
 
 use thiserror::Error;
 
@@ -38,7 +39,7 @@ pub fn parse_go_time(text: &str) -> Result<Option<Timestamp>, ParseTimeError> {
     }
     let millis_of_day = parse_clock(clock).ok_or_else(err)?;
     let offset_minutes = parse_numeric_offset(offset).ok_or_else(err)?;
-    Ok(Some(assemble(year, month, day, millis_of_day, offset_minutes)))
+    assemble(year, month, day, millis_of_day, offset_minutes).map(Some).ok_or_else(err)
 }
 
 /// Parses RFC 3339 (`2024-09-03T14:05:12.431095283Z`, `2024-05-14T09:12:29+02:00`).
@@ -55,7 +56,7 @@ pub fn parse_rfc3339(text: &str) -> Result<Timestamp, ParseTimeError> {
         (clock, parse_colon_offset(offset).ok_or_else(err)?)
     };
     let millis_of_day = parse_clock(clock).ok_or_else(err)?;
-    Ok(assemble(year, month, day, millis_of_day, offset_minutes))
+    assemble(year, month, day, millis_of_day, offset_minutes).ok_or_else(err)
 }
 
 /// Parses the IMDS scheduled-event layout `21 Jan 2019 09:00:43 GMT` (always UTC).
@@ -76,21 +77,19 @@ pub fn parse_imds_time(text: &str) -> Result<Timestamp, ParseTimeError> {
         return Err(err());
     }
     let millis_of_day = parse_clock(clock).ok_or_else(err)?;
-    Ok(assemble(year, month, day, millis_of_day, 0))
+    assemble(year, month, day, millis_of_day, 0).ok_or_else(err)
 }
 
-/// Formats a timestamp as RFC 3339 in UTC with millisecond precision when it has any.
+/// Formats a timestamp as RFC 3339 in UTC with millisecond precision when it has any. Times beyond
+/// what the calendar holds (±9999 years; nothing parsed here is) print as milliseconds since 1970.
 pub fn format_rfc3339(ts: Timestamp) -> String {
     let millis = ts.as_millis();
-    let days = millis.div_euclid(86_400_000);
-    let of_day = millis.rem_euclid(86_400_000);
-    let (y, m, d) = civil_from_days(days);
-    let (h, min, s, ms) = (of_day / 3_600_000, (of_day / 60_000) % 60, (of_day / 1000) % 60, of_day % 1000);
-    if ms == 0 {
-        format!("{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{s:02}Z")
-    } else {
-        format!("{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{s:02}.{ms:03}Z")
-    }
+    let epoch = jiff::civil::DateTime::constant(1970, 1, 1, 0, 0, 0, 0);
+    let Ok(t) = epoch.checked_add(jiff::SignedDuration::from_millis(millis)) else {
+        return format!("{millis}ms since 1970-01-01T00:00:00Z");
+    };
+    let layout = if millis.rem_euclid(1000) == 0 { "%Y-%m-%dT%H:%M:%SZ" } else { "%Y-%m-%dT%H:%M:%S%.3fZ" };
+    t.strftime(layout).to_string()
 }
 
 /// Years Kubernetes and Go can write (Go's RFC 3339 marshalling refuses any other): bounding them
@@ -154,33 +153,14 @@ fn parse_colon_offset(offset: &str) -> Option<i64> {
     parse_numeric_offset(&compact)
 }
 
-fn assemble(year: i64, month: u32, day: u32, millis_of_day: i64, offset_minutes: i64) -> Timestamp {
-    let days = days_from_civil(year, month, day);
-    Timestamp::from_millis(days * 86_400_000 + millis_of_day - offset_minutes * 60_000)
-}
-
-/// Days since 1970-01-01 for a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (i64::from(month) + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + i64::from(day) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+/// The instant of a calendar date, a time of day and an offset, or `None` for a date the calendar
+/// does not have (30 February).
+fn assemble(year: i64, month: u32, day: u32, millis_of_day: i64, offset_minutes: i64) -> Option<Timestamp> {
+    let date =
+        jiff::civil::Date::new(i16::try_from(year).ok()?, i8::try_from(month).ok()?, i8::try_from(day).ok()?).ok()?;
+    // Days rather than jiff's `Timestamp`, whose range stops a day short of 9999-12-31.
+    let days = date.duration_since(jiff::civil::date(1970, 1, 1)).as_secs() / 86_400;
+    Some(Timestamp::from_millis(days * 86_400_000 + millis_of_day - offset_minutes * 60_000))
 }
 
 #[cfg(test)]
@@ -232,12 +212,25 @@ mod tests {
     }
 
     #[test]
+    fn dates_the_calendar_does_not_have_are_refused() {
+        assert!(parse_rfc3339("2023-02-29T00:00:00Z").is_err());
+        assert!(parse_rfc3339("2024-02-29T00:00:00Z").is_ok());
+        assert!(parse_go_time("2024-04-31 00:00:00 +0000 UTC").is_err());
+        assert!(parse_imds_time("30 Feb 2019 09:00:43 GMT").is_err());
+    }
+
+    #[test]
     fn years_beyond_what_kubernetes_writes_are_refused_not_overflowed() {
         for text in ["300000000-01-01T00:00:00Z", "-9223372036854775808-01-01T00:00:00Z", "10000-01-01T00:00:00Z"] {
             assert!(parse_rfc3339(text).is_err(), "{text}");
         }
         assert!(parse_go_time("300000000-01-01 00:00:00 +0000 UTC").is_err());
         assert!(parse_imds_time("1 Jan 300000000 00:00:00 GMT").is_err());
-        assert!(parse_rfc3339("9999-12-31T23:59:59Z").is_ok());
+        let last = parse_rfc3339("9999-12-31T23:59:59.999Z").unwrap();
+        assert_eq!(format_rfc3339(last), "9999-12-31T23:59:59.999Z");
+        assert_eq!(
+            format_rfc3339(Timestamp::from_millis(i64::MAX)),
+            format!("{}ms since 1970-01-01T00:00:00Z", i64::MAX)
+        );
     }
 }
