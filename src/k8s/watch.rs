@@ -27,8 +27,7 @@ use crate::core::{CaGroupView, Evidence, GroupName, NodeName, Pod, Signal, Signa
 use crate::k8s::ca_status::parse_ca_status;
 use crate::k8s::convert::{node_from_kube, pod_from_kube, WatchedNode};
 use crate::k8s::nth::{classify_event, Classification, Ignored, NthSignal};
-use crate::metrics::Metrics;
-use crate::metrics::{ParseSource, UntrustedReason};
+use crate::metrics::{Metrics, ParseSource, UntrustedReason};
 use crate::ports::{ClusterState, ClusterView};
 
 /// Objects per list page. Smaller than kube's 500: a page of 500 Nodes (each with its kubelet's
