@@ -300,7 +300,7 @@ async fn create_ready_image_change_rotation_resize_and_delete() {
     // Every delete step again, on what is already gone: done, whatever moto answers for a
     // missing object (`DeleteLaunchTemplate` of a missing name is `MissingParameter`).
     use spots_booster::ports::nodegroups::NodeGroupCloud;
-    r.cloud.delete_scaling_group(ASG).await.unwrap();
+    r.cloud.delete_scaling_group(&ASG.into()).await.unwrap();
     r.cloud.delete_launch_template(ASG).await.unwrap();
     r.cloud.delete_role(ASG).await.unwrap();
 }

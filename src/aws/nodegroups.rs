@@ -11,6 +11,7 @@ use tracing::info;
 
 use super::calls::CallStats;
 use super::errors::failure;
+use crate::core::{GroupName, InstanceId};
 use crate::instancegroup::design::{LifecycleHook, Metadata, MixedInstances, Placement, RoleChoice, WarmPool};
 use crate::instancegroup::launch::{
     AsgChanges, AsgDesign, AsgFacts, BlockDevice, GroupInstance, LaunchTemplateData, TAG_CLUSTER_NAME,
@@ -810,14 +811,14 @@ impl NodeGroupCloud for AwsNodeGroups {
         }
     }
 
-    async fn scaling_group(&self, name: &str) -> Result<Option<AsgFacts>, CloudError> {
+    async fn scaling_group(&self, name: &GroupName) -> Result<Option<AsgFacts>, CloudError> {
         let out = self
             .autoscaling
             .describe_auto_scaling_groups()
-            .auto_scaling_group_names(name)
+            .auto_scaling_group_names(name.as_str())
             .send()
             .await
-            .map_err(|e| self.call("autoscaling:DescribeAutoScalingGroups", name, e))?;
+            .map_err(|e| self.call("autoscaling:DescribeAutoScalingGroups", name.as_str(), e))?;
         let Some(group) = out.auto_scaling_groups().first() else { return Ok(None) };
         let (mixed_template, mixed_instances) = match group.mixed_instances_policy().map(mixed_from_sdk) {
             Some((template, mixed)) => (template, Some(mixed)),
@@ -834,7 +835,7 @@ impl NodeGroupCloud for AwsNodeGroups {
         subnet_ids.sort();
         let deleting = group.status().is_some_and(|s| s.contains("Delete"));
         Ok(Some(AsgFacts {
-            name: name.to_string(),
+            name: name.clone(),
             min_size: group.min_size().unwrap_or(0),
             max_size: group.max_size().unwrap_or(0),
             desired: group.desired_capacity().unwrap_or(0),
@@ -853,13 +854,13 @@ impl NodeGroupCloud for AwsNodeGroups {
                 .filter_map(|p| p.process_name().map(String::from))
                 .collect(),
             metrics: group.enabled_metrics().iter().filter_map(|m| m.metric().map(String::from)).collect(),
-            lifecycle_hooks: if deleting { BTreeMap::new() } else { self.hooks(name).await? },
-            warm_pool: if deleting { None } else { self.warm_pool(name).await? },
+            lifecycle_hooks: if deleting { BTreeMap::new() } else { self.hooks(name.as_str()).await? },
+            warm_pool: if deleting { None } else { self.warm_pool(name.as_str()).await? },
             instances: group
                 .instances()
                 .iter()
                 .map(|i| GroupInstance {
-                    id: i.instance_id().unwrap_or_default().to_string(),
+                    id: InstanceId::from(i.instance_id().unwrap_or_default()),
                     template_name: i.launch_template().and_then(|t| t.launch_template_name()).map(String::from),
                     template_version: i.launch_template().and_then(|t| t.version()).map(String::from),
                     instance_type: i.instance_type().map(String::from),
@@ -916,13 +917,13 @@ impl NodeGroupCloud for AwsNodeGroups {
     }
 
     /// Idempotent: a group already gone is done, whatever the error said.
-    async fn delete_scaling_group(&self, name: &str) -> Result<(), CloudError> {
-        match self.autoscaling.delete_auto_scaling_group().auto_scaling_group_name(name).force_delete(true).send().await
-        {
+    async fn delete_scaling_group(&self, name: &GroupName) -> Result<(), CloudError> {
+        let request = self.autoscaling.delete_auto_scaling_group().auto_scaling_group_name(name.as_str());
+        match request.force_delete(true).send().await {
             Ok(_) => Ok(()),
             Err(e) if not_found(&e) => Ok(()),
             Err(_) if self.scaling_group(name).await?.is_none() => Ok(()),
-            Err(e) => Err(self.call("autoscaling:DeleteAutoScalingGroup", name, e)),
+            Err(e) => Err(self.call("autoscaling:DeleteAutoScalingGroup", name.as_str(), e)),
         }
     }
 }

@@ -9,6 +9,7 @@ use base64::Engine;
 pub use super::design::BlockDevice;
 use super::design::{GroupDesign, LifecycleHook, Metadata, MixedInstances, Placement, WarmPool};
 use super::userdata::{self, ClusterInfo};
+use crate::core::{GroupName, InstanceId};
 
 /// ASG tag holding the cluster name (upstream's ownership tag).
 pub const TAG_CLUSTER_NAME: &str = "instancegroups.keikoproj.io/ClusterName";
@@ -188,7 +189,7 @@ pub fn asg_design(design: &GroupDesign, resolved: &Resolved, running_types: &BTr
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupInstance {
     /// Instance id.
-    pub id: String,
+    pub id: InstanceId,
     /// Launch template name it came from (None for a launch configuration).
     pub template_name: Option<String>,
     /// Template version it came from.
@@ -203,7 +204,7 @@ pub struct GroupInstance {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AsgFacts {
     /// Name.
-    pub name: String,
+    pub name: GroupName,
     /// MinSize.
     pub min_size: i32,
     /// MaxSize.
@@ -352,7 +353,7 @@ mod tests {
 
     fn facts_for(asg: &AsgDesign) -> AsgFacts {
         AsgFacts {
-            name: asg.name.clone(),
+            name: GroupName::from(asg.name.as_str()),
             min_size: asg.min_size,
             max_size: asg.max_size,
             desired: 5,

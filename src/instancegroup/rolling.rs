@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use super::design::MaxUnavailable;
 use super::launch::GroupInstance;
+use crate::core::InstanceId;
 
 /// What the cluster says about one instance's node.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -33,14 +34,14 @@ pub struct RollingInput<'a> {
     /// DesiredCapacity now (caps the batch, as upstream).
     pub desired: i32,
     /// Node facts by instance id; an instance without a node has not joined yet.
-    pub nodes: &'a BTreeMap<String, NodeFacts>,
+    pub nodes: &'a BTreeMap<InstanceId, NodeFacts>,
 }
 
 /// Why a step does nothing yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wait {
     /// Instances that have not become Ready nodes.
-    NotReady(Vec<String>),
+    NotReady(Vec<InstanceId>),
     /// The batch is full of rotations and drains in flight.
     BatchFull {
         /// Nodes in flight.
@@ -58,7 +59,7 @@ pub enum RollingStep {
     /// Nothing to do now; look again later.
     Wait(Wait),
     /// Mark these instances' nodes for rotation.
-    Rotate(Vec<String>),
+    Rotate(Vec<InstanceId>),
 }
 
 /// Instances that run another template or version than the latest (launch configurations too).
@@ -88,13 +89,13 @@ pub fn next_step(input: &RollingInput<'_>) -> RollingStep {
     }
     let live: Vec<&GroupInstance> =
         input.instances.iter().filter(|i| !i.lifecycle_state.starts_with("Terminating")).collect();
-    let facts = |id: &str| input.nodes.get(id).copied();
+    let facts = |id: &InstanceId| input.nodes.get(id).copied();
     let in_flight = live.iter().filter(|i| facts(&i.id).is_some_and(|f| f.rotating || f.busy)).count();
     let max = batch_size(input.max_unavailable, live.len(), input.desired);
     if in_flight >= max {
         return RollingStep::Wait(Wait::BatchFull { in_flight, max });
     }
-    let not_ready: Vec<String> = live
+    let not_ready: Vec<InstanceId> = live
         .iter()
         .filter(|i| !facts(&i.id).is_some_and(|f| f.ready || f.rotating || f.busy))
         .map(|i| i.id.clone())
@@ -102,7 +103,7 @@ pub fn next_step(input: &RollingInput<'_>) -> RollingStep {
     if !not_ready.is_empty() {
         return RollingStep::Wait(Wait::NotReady(not_ready));
     }
-    let mut candidates: Vec<String> =
+    let mut candidates: Vec<InstanceId> =
         drifted.iter().filter(|i| !facts(&i.id).is_some_and(|f| f.rotating || f.busy)).map(|i| i.id.clone()).collect();
     candidates.sort();
     candidates.truncate(max - in_flight);
@@ -132,13 +133,15 @@ mod tests {
     }
 
     fn step(instances: &[GroupInstance], max: MaxUnavailable, nodes: &BTreeMap<String, NodeFacts>) -> RollingStep {
+        let nodes: BTreeMap<InstanceId, NodeFacts> =
+            nodes.iter().map(|(id, facts)| (InstanceId::from(id.as_str()), *facts)).collect();
         next_step(&RollingInput {
             instances,
             template_name: "lt",
             latest_version: "2",
             max_unavailable: max,
             desired: i32::try_from(instances.len()).unwrap(),
-            nodes,
+            nodes: &nodes,
         })
     }
 

@@ -4,6 +4,7 @@
 use std::future::Future;
 
 use super::{AwsFailure, FailureKind};
+use crate::core::GroupName;
 use crate::instancegroup::design::RoleChoice;
 use crate::instancegroup::launch::{AsgChanges, AsgDesign, AsgFacts, LaunchTemplateData};
 use crate::instancegroup::userdata::ClusterInfo;
@@ -119,7 +120,7 @@ pub trait NodeGroupCloud: Send + Sync {
     /// Deletes the template. Gone already is fine.
     fn delete_launch_template(&self, name: &str) -> impl Future<Output = Result<(), CloudError>> + Send;
     /// The group, its instances, hooks and warm pool, if it exists.
-    fn scaling_group(&self, name: &str) -> impl Future<Output = Result<Option<AsgFacts>, CloudError>> + Send;
+    fn scaling_group(&self, name: &GroupName) -> impl Future<Output = Result<Option<AsgFacts>, CloudError>> + Send;
     /// Creates the group with DesiredCapacity = MinSize, then its processes, metrics, hooks and
     /// warm pool.
     fn create_scaling_group(&self, design: &AsgDesign) -> impl Future<Output = Result<(), CloudError>> + Send;
@@ -130,5 +131,5 @@ pub trait NodeGroupCloud: Send + Sync {
         changes: &AsgChanges,
     ) -> impl Future<Output = Result<(), CloudError>> + Send;
     /// Force-deletes the group (its instances go with it). Gone already is fine.
-    fn delete_scaling_group(&self, name: &str) -> impl Future<Output = Result<(), CloudError>> + Send;
+    fn delete_scaling_group(&self, name: &GroupName) -> impl Future<Output = Result<(), CloudError>> + Send;
 }

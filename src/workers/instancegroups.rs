@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use crate::core::{InstanceId, SignalKind, Timestamp};
+use crate::core::{GroupName, InstanceId, NodeName, SignalKind, Timestamp};
 use crate::instancegroup::api::{Condition, InstanceGroup, InstanceGroupSpec, InstanceGroupStatus, FINALIZER};
 use crate::instancegroup::boundaries::InstanceManagerConfig;
 use crate::instancegroup::crd_strategy::{self, CrdStep};
@@ -351,7 +351,7 @@ where
         status.latest_template_version = version.clone();
         status.nodes_instance_role_arn = role.role_arn.clone().unwrap_or_default();
 
-        let facts = self.cloud.scaling_group(&design.prefix).await?;
+        let facts = self.cloud.scaling_group(&GroupName::from(design.prefix.as_str())).await?;
         let running = facts.iter().flat_map(|f| &f.instances).filter_map(|i| i.instance_type.clone()).collect();
         let wanted = asg_design(&design, &resolved, &running);
         status.current_min = Some(design.min_size.into());
@@ -408,19 +408,19 @@ where
         status: &mut InstanceGroupStatus,
     ) -> Result<Requeue, ReconcileError> {
         let view = self.view.current();
-        let mut nodes: BTreeMap<String, NodeFacts> = BTreeMap::new();
-        let mut node_names: HashMap<String, String> = HashMap::new();
+        let mut nodes: BTreeMap<InstanceId, NodeFacts> = BTreeMap::new();
+        let mut node_names: HashMap<InstanceId, NodeName> = HashMap::new();
         if let Some(view) = &view {
             for node in view.nodes.values() {
                 let Some(instance) = &node.instance else { continue };
-                node_names.insert(instance.as_str().to_string(), node.name.as_str().to_string());
+                node_names.insert(instance.clone(), node.name.clone());
                 nodes.insert(
-                    instance.as_str().to_string(),
+                    instance.clone(),
                     NodeFacts { ready: node.ready, rotating: false, busy: node.cordoned || node.deleting_by_ca },
                 );
             }
             for signal in &view.signals {
-                if let Some(facts) = nodes.get_mut(signal.instance.as_str()) {
+                if let Some(facts) = nodes.get_mut(&signal.instance) {
                     if signal.kind == SignalKind::Rotation {
                         facts.rotating = true;
                     } else {
@@ -481,14 +481,14 @@ where
             let at = self.now();
             for id in &ids {
                 if let Some(node) = node_names.get(id) {
-                    self.store.mark_for_rotation(node, &at).await?;
+                    self.store.mark_for_rotation(node.as_str(), &at).await?;
                 }
             }
             let message = format!(
                 "rotating {} of {} drifted instances: {}",
                 ids.len(),
                 drifted.len(),
-                ids.iter().map(|i| InstanceId::from(i.as_str()).to_string()).collect::<Vec<_>>().join(", ")
+                ids.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
             );
             info!(namespace = ?ig.metadata.namespace, name = ?ig.metadata.name, %message);
             self.event(ig, "RotatingNodes", &message, false).await;
@@ -575,9 +575,10 @@ where
             _ => String::new(),
         };
         if !prefix.is_empty() {
-            if let Some(facts) = self.cloud.scaling_group(&prefix).await? {
+            let group = GroupName::from(prefix.as_str());
+            if let Some(facts) = self.cloud.scaling_group(&group).await? {
                 if facts.status.is_none() {
-                    self.cloud.delete_scaling_group(&prefix).await?;
+                    self.cloud.delete_scaling_group(&group).await?;
                     self.event(
                         ig,
                         "InstanceGroupDeleting",
