@@ -26,7 +26,14 @@ fn chromium(page: &Path, dir: &Path, args: &[&str]) -> Output {
     let browser = tools::apt_tool("chromium", "chromium");
     let (stdout, stderr) = (dir.join("chromium.out"), dir.join("chromium.err"));
     let mut child = Command::new(browser)
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars"])
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--hide-scrollbars",
+        ])
         .arg(format!("--user-data-dir={}", dir.join("profile").display()))
         .args(args)
         .arg(format!("file://{}", page.display()))
