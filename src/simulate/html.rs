@@ -256,7 +256,8 @@ fn summary_table(report: &Report) -> String {
         ("PDB violations", u64::from(b.pdb_violations), base.map(|s| u64::from(s.pdb_violations))),
         ("Pods killed with their node", u64::from(b.pods_killed), base.map(|s| u64::from(s.pods_killed))),
         ("Drained nodes", u64::from(b.drained_nodes), base.map(|s| u64::from(s.drained_nodes))),
-        ("Double boosts", u64::from(b.double_boosts), base.map(|_| 0)),
+        // The baseline boosts nothing: its cell says so rather than a zero.
+        ("Double boosts", u64::from(b.double_boosts), None),
     ];
     let mut out = String::from("<table class=\"summary\">\n<tr><th></th><th>with spots-booster</th>");
     if base.is_some() {
@@ -265,8 +266,8 @@ fn summary_table(report: &Report) -> String {
     out += "</tr>\n";
     for (label, mine, theirs) in rows {
         let _ = write!(out, "<tr><td>{label}</td><td>{mine}</td>");
-        if let Some(theirs) = theirs {
-            let _ = write!(out, "<td>{theirs}</td>");
+        if base.is_some() {
+            let _ = write!(out, "<td>{}</td>", theirs.map_or("-".to_string(), |t| t.to_string()));
         }
         out += "</tr>\n";
     }
@@ -311,6 +312,18 @@ document.body.dataset.rendered=String(Array.from(document.querySelectorAll('path
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_summary_row_has_a_cell_per_run() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/scenarios/single-rebalance.yaml");
+        let scenario = super::super::parse_scenario(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let report = super::super::simulate(&scenario, Some(crate::config::Baseline::NthCa));
+        let table = summary_table(&report);
+        let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("<tr><td>")).collect();
+        assert_eq!(rows.len(), 6);
+        assert!(rows.iter().all(|r| r.matches("<td>").count() == 3), "{table}");
+        assert!(table.contains("<tr><td>Double boosts</td><td>0</td><td>-</td></tr>"), "{table}");
+    }
 
     #[test]
     fn axis_maxima_are_round() {
