@@ -10,6 +10,8 @@
 
 #[path = "../tests/support/moto.rs"]
 mod moto;
+#[path = "../tests/support/tools.rs"]
+mod tools;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

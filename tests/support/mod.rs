@@ -1,2 +1,3 @@
 pub mod e2e;
 pub mod moto;
+pub mod tools;

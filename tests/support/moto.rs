@@ -4,7 +4,6 @@
 
 #![allow(dead_code)]
 
-use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -44,18 +43,7 @@ pub async fn moto() -> (&'static Moto, MutexGuard<'static, ()>) {
 }
 
 fn install() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
-    std::fs::create_dir_all(&target).expect("target dir");
-    // Several test binaries may install at once: one does, the others wait.
-    let lock = File::create(target.join("moto-venv.lock")).expect("lock file");
-    lock.lock().expect("lock the moto install");
-    let out = Command::new(root.join("scripts/install-moto.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run install-moto.sh");
-    assert!(out.status.success(), "installing moto failed");
-    PathBuf::from(String::from_utf8(out.stdout).expect("utf-8 path").trim())
+    super::tools::install("install-moto.sh", &[], "moto-venv.lock")
 }
 
 impl Moto {

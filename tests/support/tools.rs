@@ -1,25 +1,34 @@
-//! Command-line tools the tests drive (promtool, Chromium), installed on first use by
-//! `scripts/install-apt-tool.sh`, so a fresh machine runs these tests instead of skipping them.
+//! Command-line tools the tests drive (moto, promtool, Chromium), installed on first use by the
+//! scripts under `scripts/`, so a fresh machine runs these tests instead of skipping them.
+
+#![allow(dead_code)]
 
 use std::fs::File;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-/// The path of `command`, installing the Debian `package` that ships it when it is missing.
-pub fn apt_tool(command: &str, package: &str) -> PathBuf {
+/// Runs `scripts/<script> <args>` once at a time across test binaries (under `<target>/<lock>`)
+/// and returns the path it prints: the installed tool.
+pub fn install(script: &str, args: &[&str], lock: &str) -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
     std::fs::create_dir_all(&target).expect("target dir");
-    // apt takes one install at a time: test binaries that need tools wait for each other.
-    let lock = File::create(target.join("apt-tools.lock")).expect("lock file");
-    lock.lock().expect("lock the tool install");
-    let out = Command::new(root.join("scripts/install-apt-tool.sh"))
-        .args([command, package])
+    // Several test binaries may install at once: one does, the others wait.
+    let lock = File::create(target.join(lock)).expect("lock file");
+    lock.lock().expect("lock the install");
+    let out = Command::new(root.join("scripts").join(script))
+        .args(args)
         .stderr(Stdio::inherit())
         .output()
-        .expect("run install-apt-tool.sh");
-    assert!(out.status.success(), "{command} is needed and could not be installed");
+        .unwrap_or_else(|e| panic!("run {script}: {e}"));
+    assert!(out.status.success(), "{script} {args:?} failed: the tool is needed and could not be installed");
     PathBuf::from(String::from_utf8(out.stdout).expect("utf-8 path").trim())
+}
+
+/// The path of `command`, installing the Debian `package` that ships it when it is missing.
+pub fn apt_tool(command: &str, package: &str) -> PathBuf {
+    // apt takes one install at a time.
+    install("install-apt-tool.sh", &[command, package], "apt-tools.lock")
 }
 
 /// A fresh, empty directory under the system's temporary directory for this test.
