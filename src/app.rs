@@ -178,6 +178,7 @@ pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
     }));
 
     let wake = Arc::new(Notify::new());
+    let clock = system_clock();
     let cluster = KubeCluster::new(
         WatchSettings {
             events_namespace: args.events_namespace.clone(),
@@ -188,8 +189,8 @@ pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
         },
         wake.clone(),
         metrics.clone(),
-    );
-    let clock = system_clock();
+    )
+    .with_clock(clock.clone());
     let (ca_cluster, ca_clock) = (cluster.clone(), clock.clone());
     metrics.on_scrape(Box::new(move |m| m.set_ca_status_age(ca_cluster.ca_status_age(ca_clock()))));
 
@@ -206,7 +207,11 @@ pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
         writes: KubeWrites::new(client.clone(), args.aws.dry_run),
         events: KubeEvents::new(client.clone(), Some(identity.clone()), cluster.clone()),
         ledger,
-        groups: Arc::new(GroupBook::new(std::time::Duration::from_secs(60), std::time::Duration::from_secs(3600))),
+        groups: Arc::new(GroupBook::new(
+            std::time::Duration::from_secs(60),
+            std::time::Duration::from_secs(3600),
+            clock.clone(),
+        )),
         leadership: leadership.clone(),
         metrics: metrics.clone(),
         policy,

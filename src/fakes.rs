@@ -39,10 +39,10 @@ impl InMemoryCluster {
         }
     }
 
-    /// Adds a signal, first seen now.
+    /// Adds a signal, first seen when it was observed.
     pub fn signal(&self, signal: Signal) {
         if let Some(state) = lock(&self.0).as_mut() {
-            state.first_seen.entry(signal.instance.clone()).or_insert_with(tokio::time::Instant::now);
+            state.first_seen.entry(signal.instance.clone()).or_insert(signal.observed_at);
             state.signals.push(signal);
         }
     }
@@ -532,6 +532,7 @@ impl FakeRig {
             groups: Arc::new(crate::workers::groups::GroupBook::new(
                 std::time::Duration::from_secs(60),
                 std::time::Duration::from_secs(3600),
+                clock.clone(),
             )),
             leadership: self.leadership.clone(),
             metrics,

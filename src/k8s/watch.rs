@@ -20,7 +20,6 @@ use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
-use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::core::{CaGroupView, Evidence, GroupName, NodeName, Pod, Signal, SignalKind, Timestamp};
@@ -28,7 +27,7 @@ use crate::k8s::ca_status::parse_ca_status;
 use crate::k8s::convert::{node_from_kube, pod_from_kube, WatchedNode};
 use crate::k8s::nth::{classify_event, Classification, Ignored, NthSignal};
 use crate::metrics::{Metrics, ParseSource, UntrustedReason};
-use crate::ports::{ClusterState, ClusterView};
+use crate::ports::{system_clock, Clock, ClusterState, ClusterView};
 
 /// Objects per list page. Smaller than kube's 500: a page of 500 Nodes (each with its kubelet's
 /// image list) is tens of MiB while it is parsed, and that peak stays in the allocator.
@@ -83,10 +82,10 @@ impl Watched {
 #[derive(Debug, Clone)]
 struct SeenSignal {
     signal: NthSignal,
-    seen: Instant,
+    seen: Timestamp,
     events: BTreeSet<String>,
     /// When its last Event was deleted.
-    gone: Option<Instant>,
+    gone: Option<Timestamp>,
 }
 
 type SignalKey = (NodeName, SignalKind);
@@ -104,8 +103,8 @@ struct Store {
     pods_by_node: HashMap<NodeName, HashSet<String>>,
     /// Signals by node and kind.
     signals: HashMap<SignalKey, SeenSignal>,
-    /// When each tainted node's taint was first seen (monotonic, and wall time for the signal).
-    taint_seen: HashMap<NodeName, (Instant, Timestamp)>,
+    /// When each tainted node's taint was first seen.
+    taint_seen: HashMap<NodeName, Timestamp>,
     ca: BTreeMap<GroupName, CaGroupView>,
     ca_time: Option<Timestamp>,
     ca_found: bool,
@@ -140,18 +139,21 @@ impl Store {
     }
 }
 
-fn wall_now() -> Timestamp {
-    Timestamp::from_millis(jiff::Timestamp::now().as_millisecond())
-}
-
 /// The watched cluster. Cheap to clone; every clone shares the store.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct KubeCluster {
     store: Arc<RwLock<Store>>,
     wake: Arc<Notify>,
     metrics: Arc<Metrics>,
     settings: Arc<WatchSettings>,
     synced: Arc<Notify>,
+    clock: Clock,
+}
+
+impl Debug for KubeCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeCluster").field("settings", &self.settings).finish_non_exhaustive()
+    }
 }
 
 /// A CA status ConfigMap, parsed.
@@ -168,7 +170,8 @@ enum Change<V> {
 }
 
 impl KubeCluster {
-    /// An empty, unsynced store. `wake` is notified for every new signal (the scaler's waker).
+    /// An empty, unsynced store on the system clock. `wake` is notified for every new signal (the
+    /// scaler's waker).
     pub fn new(settings: WatchSettings, wake: Arc<Notify>, metrics: Arc<Metrics>) -> Self {
         KubeCluster {
             store: Arc::default(),
@@ -176,7 +179,15 @@ impl KubeCluster {
             metrics,
             settings: Arc::new(settings),
             synced: Arc::new(Notify::new()),
+            clock: system_clock(),
         }
+    }
+
+    /// The same store reading `clock`: when a signal was first seen, and how long ago its last
+    /// Event went, are told on the workers' clock.
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Store> {
@@ -400,7 +411,7 @@ impl KubeCluster {
                 store.nodes = nodes.into_iter().map(|n| (n.node.name.clone(), n)).collect();
                 let Store { signals, nodes, .. } = &mut *store;
                 signals.retain(|_, s| nodes.contains_key(&s.signal.node));
-                let now = (Instant::now(), wall_now());
+                let now = (self.clock)();
                 let names: Vec<NodeName> =
                     store.nodes.values().filter(|n| n.node_signal().is_some()).map(|n| n.node.name.clone()).collect();
                 store.taint_seen.retain(|n, _| names.contains(n));
@@ -417,7 +428,7 @@ impl KubeCluster {
                 }
                 if n.node_signal().is_some() {
                     tainted = !store.taint_seen.contains_key(&name);
-                    store.taint_seen.entry(name.clone()).or_insert_with(|| (Instant::now(), wall_now()));
+                    store.taint_seen.entry(name.clone()).or_insert_with(|| (self.clock)());
                 } else {
                     store.taint_seen.remove(&name);
                 }
@@ -452,7 +463,7 @@ impl KubeCluster {
     }
 
     fn apply_events(&self, store: &mut Store, change: Change<(String, Option<NthSignal>)>) -> bool {
-        let now = Instant::now();
+        let now = (self.clock)();
         let nodes_listed = store.synced.contains(&Watched::Nodes);
         let mut new = false;
         let mut keep = |store: &mut Store, key: String, signal: Option<NthSignal>| match signal {
@@ -516,7 +527,7 @@ impl KubeCluster {
             }
         }
         let grace = self.settings.signal_grace;
-        store.signals.retain(|_, s| s.gone.is_none_or(|g| now.saturating_duration_since(g) < grace));
+        store.signals.retain(|_, s| s.gone.is_none_or(|g| now.since(g) < grace));
         new
     }
 
@@ -574,24 +585,23 @@ impl ClusterView for KubeCluster {
             return None;
         }
         let mut state = ClusterState { ca: store.ca.clone(), ..ClusterState::default() };
-        let fallback = wall_now();
-        let now = Instant::now();
+        let now = (self.clock)();
         let grace = self.settings.signal_grace;
         for seen in store.signals.values() {
-            if seen.gone.is_some_and(|g| now.saturating_duration_since(g) >= grace) {
+            if seen.gone.is_some_and(|g| now.since(g) >= grace) {
                 continue;
             }
             let mut signal = seen.signal.clone();
             if signal.instance.is_none() {
                 signal.instance = store.nodes.get(&signal.node).and_then(|n| n.node.instance.clone());
             }
-            if let Some(core) = signal.to_core(fallback) {
+            if let Some(core) = signal.to_core(now) {
                 let first = state.first_seen.entry(core.instance.clone()).or_insert(seen.seen);
                 *first = (*first).min(seen.seen);
                 state.signals.push(core);
             }
         }
-        for (name, (seen, seen_wall)) in &store.taint_seen {
+        for (name, seen) in &store.taint_seen {
             let Some(w) = store.nodes.get(name) else { continue };
             let (Some((kind, added)), Some(instance)) = (w.node_signal(), w.node.instance.clone()) else { continue };
             state.first_seen.entry(instance.clone()).or_insert(*seen);
@@ -600,7 +610,7 @@ impl ClusterView for KubeCluster {
                 instance,
                 node: name.clone(),
                 kind,
-                observed_at: added.unwrap_or(*seen_wall),
+                observed_at: added.unwrap_or(*seen),
                 evidence,
             });
         }

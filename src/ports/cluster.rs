@@ -7,7 +7,7 @@ use std::future::Future;
 use thiserror::Error;
 
 use super::BoxError;
-use crate::core::{CaGroupView, GroupName, InstanceId, Node, NodeName, Signal};
+use crate::core::{CaGroupView, GroupName, InstanceId, Node, NodeName, Signal, Timestamp};
 
 /// The cluster as the watches see it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -21,9 +21,9 @@ pub struct ClusterState {
     pub ca: BTreeMap<GroupName, CaGroupView>,
     /// Nodes carrying the booster's scale-down protection (see [`ClusterWrites::protect_from_scale_down`]).
     pub protected: BTreeSet<NodeName>,
-    /// When the watch first saw each signalled instance (monotonic): the start of the reaction
-    /// time measured up to the AWS write.
-    pub first_seen: BTreeMap<InstanceId, tokio::time::Instant>,
+    /// When the watch first saw each signalled instance, on the injected [`super::Clock`]: the
+    /// start of the reaction time measured up to the AWS write.
+    pub first_seen: BTreeMap<InstanceId, Timestamp>,
 }
 
 /// Where the workers read the cluster from.

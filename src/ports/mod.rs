@@ -3,6 +3,7 @@
 //! implements them over its world, and the `test-kit` feature's `fakes` in memory.
 
 mod aws;
+mod clock;
 mod cluster;
 mod events;
 pub mod instancegroups;
@@ -11,6 +12,7 @@ mod ledger;
 pub mod nodegroups;
 
 pub use aws::*;
+pub use clock::*;
 pub use cluster::*;
 pub use events::*;
 pub use leadership::*;

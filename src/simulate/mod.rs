@@ -25,7 +25,7 @@ use crate::config::{Baseline, ReportFormat};
 use crate::core::{GroupName, InstanceId, Policy, Timestamp};
 use crate::metrics::Metrics;
 use crate::output::{structured, table, Width, TABLE_WIDTH};
-use crate::ports::Leadership;
+use crate::ports::{Clock, Leadership};
 use crate::units::format_duration;
 use crate::workers::drainer::{Drainer, DrainerSettings};
 use crate::workers::groups::GroupBook;
@@ -149,17 +149,18 @@ impl Workers {
     async fn new(sim: &SimWorld, policy: Policy) -> Workers {
         let ledger = MemoryLedger::default();
         let clock_world = sim.clone();
+        let clock: Clock = Arc::new(move || clock_world.lock().now);
         let ctx = Arc::new(WorkerContext {
             aws: sim.clone(),
             cluster: sim.clone(),
             writes: sim.clone(),
             events: sim.clone(),
             ledger: SharedLedger::load(ledger.clone()).await.expect("an in-memory ledger loads"),
-            groups: Arc::new(GroupBook::new(Duration::from_secs(60), Duration::from_secs(3600))),
+            groups: Arc::new(GroupBook::new(Duration::from_secs(60), Duration::from_secs(3600), clock.clone())),
             leadership: Leadership::always(),
             metrics: Arc::new(Metrics::new()),
             policy,
-            clock: Arc::new(move || clock_world.lock().now),
+            clock,
         });
         Workers {
             scaler: Scaler::new(ctx.clone(), ScalerSettings::default()),
@@ -230,18 +231,15 @@ fn progress_line(mode: Mode, elapsed: Duration, total: Duration) -> String {
     format!("simulating {who}: {} of {} ({percent}%)", clock(elapsed.as_secs()), clock(total.as_secs()))
 }
 
-/// Runs one scenario in one mode, in virtual time: tokio's clock is paused and advanced one tick
-/// per simulated second, so the workers' own timers see the same time as the world.
+/// Runs one scenario in one mode, in virtual time: the workers' clock is the world's, advanced one
+/// tick per simulated second, and the workers are ticked in step rather than left to their timers.
 pub fn run_scenario(scenario: &Scenario, mode: Mode) -> RunReport {
     run_scenario_with(scenario, mode, None)
 }
 
 fn run_scenario_with(scenario: &Scenario, mode: Mode, progress: Option<&mut Progress>) -> RunReport {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("a current-thread runtime builds");
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_time().build().expect("a current-thread runtime builds");
     runtime.block_on(run_scenario_async(scenario, mode, progress))
 }
 
@@ -279,7 +277,6 @@ async fn run_scenario_async(scenario: &Scenario, mode: Mode, mut progress: Optio
                 p.tick(mode, world.elapsed(), scenario.duration);
             }
         }
-        tokio::time::advance(TICK).await;
     }
     if let Some(p) = progress {
         p.done();

@@ -15,11 +15,12 @@ use std::time::Duration;
 
 use std::sync::{Mutex, MutexGuard};
 
-use tokio::time::Instant;
 use tracing::warn;
 
-use crate::core::{lifecycles_needed, BoostLedger, Group, GroupName, InstanceId, InstanceLifecycle, Snapshot};
-use crate::ports::{AutoScaling, AwsError, ClusterState, GroupDescription, TagFilter};
+use crate::core::{
+    lifecycles_needed, BoostLedger, Group, GroupName, InstanceId, InstanceLifecycle, Snapshot, Timestamp,
+};
+use crate::ports::{system_clock, AutoScaling, AwsError, Clock, ClusterState, GroupDescription, TagFilter};
 
 /// The caches are only touched between calls, never across one, so a poisoned lock holds data
 /// as good as it was.
@@ -30,7 +31,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Every instance a described group lists is its member, so every node of the group is known,
 /// not only the signalled ones and recent joiners: the group's Ready count (CA's unready
 /// tolerance) and sizing see the whole group.
-fn set_groups_from_members(described: &BTreeMap<GroupName, (GroupDescription, Instant)>, state: &mut ClusterState) {
+fn set_groups_from_members(described: &BTreeMap<GroupName, (GroupDescription, Timestamp)>, state: &mut ClusterState) {
     let membership: HashMap<&InstanceId, &GroupName> =
         described.values().flat_map(|(g, _)| g.members().map(move |i| (i, &g.name))).collect();
     for node in state.nodes.values_mut().filter(|n| n.group.is_none()) {
@@ -41,16 +42,27 @@ fn set_groups_from_members(described: &BTreeMap<GroupName, (GroupDescription, In
 }
 
 /// A TTL cache in front of [`AutoScaling::groups_of`].
-#[derive(Debug)]
 pub struct InstanceGroupCache {
     ttl: Duration,
-    entries: Mutex<HashMap<InstanceId, (Option<GroupName>, Instant)>>,
+    entries: Mutex<HashMap<InstanceId, (Option<GroupName>, Timestamp)>>,
+    clock: Clock,
+}
+
+impl std::fmt::Debug for InstanceGroupCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InstanceGroupCache").field("ttl", &self.ttl).finish_non_exhaustive()
+    }
 }
 
 impl InstanceGroupCache {
-    /// A cache whose answers live `ttl`.
+    /// A cache whose answers live `ttl` on the system clock.
     pub fn new(ttl: Duration) -> Self {
-        InstanceGroupCache { ttl, entries: Mutex::new(HashMap::new()) }
+        Self::on(ttl, system_clock())
+    }
+
+    /// A cache whose answers live `ttl` on `clock`.
+    pub fn on(ttl: Duration, clock: Clock) -> Self {
+        InstanceGroupCache { ttl, entries: Mutex::new(HashMap::new()), clock }
     }
 
     /// The group of each instance (absent: in no group), asking AWS only for what is not cached.
@@ -59,10 +71,10 @@ impl InstanceGroupCache {
         aws: &A,
         instances: &[InstanceId],
     ) -> Result<HashMap<InstanceId, Option<GroupName>>, AwsError> {
-        let now = Instant::now();
+        let now = (self.clock)();
         let missing: Vec<InstanceId> = {
             let mut entries = lock(&self.entries);
-            entries.retain(|_, (_, at)| now.duration_since(*at) < self.ttl);
+            entries.retain(|_, (_, at)| now.since(*at) < self.ttl);
             instances.iter().filter(|i| !entries.contains_key(*i)).cloned().collect()
         };
         // No lock across the call: a slow answer must not stall the other worker's reads.
@@ -80,7 +92,7 @@ impl InstanceGroupCache {
 #[derive(Debug)]
 pub struct GroupBook {
     refresh: Duration,
-    described: Mutex<BTreeMap<GroupName, (GroupDescription, Instant)>>,
+    described: Mutex<BTreeMap<GroupName, (GroupDescription, Timestamp)>>,
     instances: InstanceGroupCache,
     /// How each looked-up instance is bought: fixed for an instance's life.
     lifecycles: Mutex<HashMap<InstanceId, InstanceLifecycle>>,
@@ -88,12 +100,12 @@ pub struct GroupBook {
 
 impl GroupBook {
     /// A book that re-describes a group once its description is `refresh` old and remembers an
-    /// instance's group for `instance_ttl`.
-    pub fn new(refresh: Duration, instance_ttl: Duration) -> Self {
+    /// instance's group for `instance_ttl`, both aged on `clock`.
+    pub fn new(refresh: Duration, instance_ttl: Duration, clock: Clock) -> Self {
         GroupBook {
             refresh,
             described: Mutex::new(BTreeMap::new()),
-            instances: InstanceGroupCache::new(instance_ttl),
+            instances: InstanceGroupCache::on(instance_ttl, clock),
             lifecycles: Mutex::new(HashMap::new()),
         }
     }
@@ -104,7 +116,7 @@ impl GroupBook {
             return Ok(0);
         }
         let found = aws.discover_groups(filters).await?;
-        let now = Instant::now();
+        let now = (self.instances.clock)();
         let mut described = lock(&self.described);
         for g in &found {
             described.insert(g.name.clone(), (g.clone(), now));
@@ -146,12 +158,12 @@ impl GroupBook {
             .filter_map(|n| state.nodes.get(n).and_then(|n| n.group.clone()))
             .chain(ledger.records.iter().map(|r| r.group.clone()))
             .collect();
-        let now = Instant::now();
+        let now = (self.instances.clock)();
         let stale: Vec<GroupName> = {
             let described = lock(&self.described);
             wanted
                 .iter()
-                .filter(|g| described.get(*g).is_none_or(|(_, at)| now.duration_since(*at) >= self.refresh))
+                .filter(|g| described.get(*g).is_none_or(|(_, at)| now.since(*at) >= self.refresh))
                 .cloned()
                 .collect()
         };

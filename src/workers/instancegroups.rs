@@ -683,7 +683,7 @@ where
                 }
             }
         }
-        let now = tokio::time::Instant::now();
+        let now = (self.clock)();
         schedule.due.retain(|k, _| groups.iter().any(|g| &key(g) == k));
         schedule.states.retain(|k, _| groups.iter().any(|g| &key(g) == k));
         for ig in &groups {
@@ -731,9 +731,10 @@ where
                 }
             };
             let deleting = ig.metadata.deletion_timestamp.is_some();
-            schedule
-                .due
-                .insert(k, Seen { generation: ig.metadata.generation, deleting, config_md5: applied, at: now + wait });
+            schedule.due.insert(
+                k,
+                Seen { generation: ig.metadata.generation, deleting, config_md5: applied, at: now.plus(wait) },
+            );
         }
         self.metrics.instancegroups.reset();
         for ig in &groups {
@@ -751,7 +752,7 @@ struct Seen {
     generation: Option<i64>,
     deleting: bool,
     config_md5: String,
-    at: tokio::time::Instant,
+    at: Timestamp,
 }
 
 /// What the reconciler remembers between passes (in memory: a restart reconciles everything once).

@@ -19,16 +19,7 @@ use crate::ports::{AutoScaling, AwsError, ClusterState, ClusterView, Leadership,
 use groups::GroupBook;
 use ledger::SharedLedger;
 
-/// Wall-clock `now` for the core; injected so tests control it.
-pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
-
-/// The system clock.
-pub fn system_clock() -> Clock {
-    Arc::new(|| {
-        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        Timestamp::from_millis(i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
-    })
-}
+pub use crate::ports::{system_clock, Clock};
 
 /// Everything the workers share. `A`: Auto Scaling; `C`: the cluster view; `L`: the ledger
 /// store; `W`: cluster writes; `E`: the Event sink.
@@ -82,7 +73,7 @@ pub struct Observation {
     /// Nodes carrying the scale-down protection.
     pub protected: BTreeSet<NodeName>,
     /// When the watch first saw each signalled instance.
-    pub first_seen: BTreeMap<InstanceId, tokio::time::Instant>,
+    pub first_seen: BTreeMap<InstanceId, Timestamp>,
 }
 
 impl<A: AutoScaling, C: ClusterView, L: LedgerStore, W, E> WorkerContext<A, C, L, W, E> {

@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use thiserror::Error;
 use tokio::sync::{watch, Notify};
-use tokio::time::Instant;
 use tracing::{info, warn};
 
 pub use super::{system_clock, Clock};
@@ -177,13 +176,19 @@ where
         }
     }
 
-    /// Waits for a burst of wake-ups to end.
+    /// Waits for a burst of wake-ups to end: until no wake-up came for `coalesce_quiet`, or
+    /// `coalesce_max` passed. Timers only: the scaler reads the time from its clock alone.
     async fn settle(&self) {
-        let deadline = Instant::now() + self.settings.coalesce_max;
-        while Instant::now() < deadline {
-            let quiet = self.settings.coalesce_quiet.min(deadline - Instant::now());
-            if tokio::time::timeout(quiet, self.wake.notified()).await.is_err() {
-                return;
+        let longest = tokio::time::sleep(self.settings.coalesce_max);
+        tokio::pin!(longest);
+        loop {
+            tokio::select! {
+                _ = &mut longest => return,
+                woken = tokio::time::timeout(self.settings.coalesce_quiet, self.wake.notified()) => {
+                    if woken.is_err() {
+                        return;
+                    }
+                }
             }
         }
     }
@@ -289,7 +294,7 @@ where
                 return Err(ScalerError::Raise(e));
             }
         };
-        let issued = Instant::now();
+        let issued = (ctx.clock)();
 
         let mut undone = Vec::new();
         for ((boost, _), (group, outcome)) in writes.iter().zip(outcomes) {
@@ -309,7 +314,7 @@ where
                     ctx.metrics.boost(group.as_str(), if dry { BoostOutcome::DryRun } else { BoostOutcome::Written });
                     for instance in &boost.record.instances {
                         if let Some(seen) = first_seen.get(instance) {
-                            ctx.metrics.observe_reaction(issued.saturating_duration_since(*seen));
+                            ctx.metrics.observe_reaction(issued.since(*seen));
                         }
                     }
                     self.tell_boost(&snapshot, boost, from, to, dry).await;
@@ -635,9 +640,10 @@ mod tests {
         Policy { sizing: crate::core::SizingMode::Count, max_boost_per_group: 100, ..Policy::default() }
     }
 
-    fn fixed_clock() -> Clock {
-        let now = Arc::new(AtomicI64::new(10_000));
-        Arc::new(move || Timestamp::from_millis(now.load(Ordering::Relaxed)))
+    /// `now` follows tokio's (paused) clock from 10 s: the time the tests move is the workers' only one.
+    fn paused_clock() -> Clock {
+        let start = tokio::time::Instant::now();
+        Arc::new(move || Timestamp::from_millis(10_000 + i64::try_from(start.elapsed().as_millis()).unwrap()))
     }
 
     type TestScaler = Scaler<
@@ -649,7 +655,7 @@ mod tests {
     >;
 
     async fn context(rig: &FakeRig) -> Arc<FakeContext> {
-        rig.context(count_policy(), fixed_clock(), Arc::new(Metrics::new())).await
+        rig.context(count_policy(), paused_clock(), Arc::new(Metrics::new())).await
     }
 
     async fn scaler(rig: &FakeRig) -> TestScaler {
@@ -664,7 +670,7 @@ mod tests {
     async fn a_burst_of_signals_becomes_one_write_per_group() {
         let rig = FakeRig::new(FakeAutoScaling::default().with_group("a", 3, 50).with_group("b", 3, 50));
         let metrics = Arc::new(Metrics::new());
-        let ctx = rig.context(count_policy(), fixed_clock(), metrics.clone()).await;
+        let ctx = rig.context(count_policy(), paused_clock(), metrics.clone()).await;
         let s = Scaler::new(ctx.clone(), ScalerSettings::default());
         let wake = s.waker();
         let (stop, shutdown) = watch::channel(false);
@@ -764,7 +770,7 @@ mod tests {
         rig.aws.on_demand("i-n2");
         let metrics = Arc::new(Metrics::new());
         let mut s =
-            Scaler::new(rig.context(count_policy(), fixed_clock(), metrics.clone()).await, ScalerSettings::default());
+            Scaler::new(rig.context(count_policy(), paused_clock(), metrics.clone()).await, ScalerSettings::default());
         // Anyone may write an Event: about an uncordoned node it is not believed, and AWS is not asked.
         event(&rig, "n1", SignalKind::SpotInterruption);
         event(&rig, "n2", SignalKind::SpotInterruption);
@@ -910,11 +916,11 @@ mod tests {
         let follower_rig = FakeRig { leadership: Leadership::follower(), ..rig.clone() };
         let (leader_metrics, follower_metrics) = (Arc::new(Metrics::new()), Arc::new(Metrics::new()));
         let mut leader = Scaler::new(
-            rig.context(count_policy(), fixed_clock(), leader_metrics.clone()).await,
+            rig.context(count_policy(), paused_clock(), leader_metrics.clone()).await,
             ScalerSettings::default(),
         );
         let mut follower = Scaler::new(
-            follower_rig.context(count_policy(), fixed_clock(), follower_metrics.clone()).await,
+            follower_rig.context(count_policy(), paused_clock(), follower_metrics.clone()).await,
             ScalerSettings::default(),
         );
         rebalance(&rig.cluster, "n1", "a");
