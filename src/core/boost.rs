@@ -160,7 +160,7 @@ struct GroupFacts {
 }
 
 /// Plans the boosts for every group with at-risk instances no boost covers yet.
-pub fn plan_boosts(snapshot: &Snapshot, at_risk: &AtRiskSet, policy: &Policy, now: Timestamp) -> BoostPlan {
+pub(crate) fn plan_boosts(snapshot: &Snapshot, at_risk: &AtRiskSet, policy: &Policy, now: Timestamp) -> BoostPlan {
     let covered = snapshot.ledger.index();
     let mut facts: HashMap<&GroupName, GroupFacts> = HashMap::new();
     for node in snapshot.nodes.values() {

@@ -52,6 +52,9 @@ pub struct DrainState {
     pub finished: BTreeMap<InstanceId, DrainEnd>,
     /// When each group's last batch started.
     pub last_batch_at: BTreeMap<GroupName, Timestamp>,
+    /// Eviction progress per draining node.
+    #[serde(default)]
+    pub evictions: BTreeMap<NodeName, super::draining::NodeEvictions>,
 }
 
 /// Everything drain planning looks at.
@@ -197,7 +200,7 @@ pub struct DrainPlan {
 }
 
 /// Claims Ready replacement nodes for every ledger record, oldest record first, oldest node first.
-pub fn claim_replacements(snapshot: &Snapshot, at_risk: &AtRiskSet) -> Vec<Claim> {
+pub(crate) fn claim_replacements(snapshot: &Snapshot, at_risk: &AtRiskSet) -> Vec<Claim> {
     let boosted = snapshot.ledger.index();
     let risky: HashSet<&InstanceId> = at_risk.by_group.values().flat_map(|m| m.keys()).collect();
     let mut by_group: HashMap<&GroupName, Vec<&Node>> = HashMap::new();
@@ -247,7 +250,7 @@ pub fn claim_replacements(snapshot: &Snapshot, at_risk: &AtRiskSet) -> Vec<Claim
 }
 
 /// Plans the next drain batches, timeouts and waits.
-pub fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> DrainPlan {
+pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> DrainPlan {
     let DrainView { snapshot, at_risk, state } = *view;
     let claims = claim_replacements(snapshot, at_risk);
     let claim_of: HashMap<&InstanceId, usize> =
@@ -380,7 +383,7 @@ fn opted_out(snapshot: &Snapshot, risk: &AtRisk) -> Option<DrainWait> {
 /// its group with nothing left to give back; see [`super::give_back`]); its claimed replacements
 /// become spent. Spent names of nodes that are gone are forgotten, so the ledger stays as small as
 /// the cluster.
-pub fn close_finished_boosts(snapshot: &Snapshot, at_risk: &AtRiskSet) -> BoostLedger {
+pub(crate) fn close_finished_boosts(snapshot: &Snapshot, at_risk: &AtRiskSet) -> BoostLedger {
     let alive: BTreeSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
     let claims = claim_replacements(snapshot, at_risk);
     let mut ledger = BoostLedger { records: Vec::new(), spent: snapshot.ledger.spent.clone() };
@@ -414,7 +417,7 @@ pub fn eviction_order(node: &Node) -> Vec<&Pod> {
 /// How long to wait before retrying an eviction a PodDisruptionBudget refused `refusals` times
 /// in a row: doubling from `--eviction-backoff-initial`, capped at `--eviction-backoff-max`.
 /// Callers reset the count when an eviction on the same node succeeds: the budget is moving.
-pub fn eviction_backoff(refusals: u32, policy: &Policy) -> Duration {
+pub(crate) fn eviction_backoff(refusals: u32, policy: &Policy) -> Duration {
     let factor = 1u32.checked_shl(refusals.saturating_sub(1)).unwrap_or(u32::MAX);
     policy.eviction_backoff_initial.saturating_mul(factor).min(policy.eviction_backoff_max)
 }

@@ -31,7 +31,7 @@ pub struct Expired {
 }
 
 /// The open boosts that expire at `now`.
-pub fn expire_boosts(snapshot: &Snapshot, at_risk: &AtRiskSet, policy: &Policy, now: Timestamp) -> Vec<Expired> {
+pub(crate) fn expire_boosts(snapshot: &Snapshot, at_risk: &AtRiskSet, policy: &Policy, now: Timestamp) -> Vec<Expired> {
     let claims = claim_replacements(snapshot, at_risk);
     snapshot
         .ledger
@@ -65,8 +65,10 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::core::boost::plan_boosts;
     use crate::core::model::{BoostRecord, Group, Node};
-    use crate::core::{fold_signals, plan_boosts, Signal};
+    use crate::core::signals::fold_signals;
+    use crate::core::Signal;
 
     fn boosted() -> Snapshot {
         let mut s = Snapshot::default()

@@ -40,7 +40,7 @@ impl GiveBack {
 
 /// Instances of `record`-style boosts that left their group without the booster, grouped per
 /// group, with what may be given back for them.
-pub fn plan_give_backs(snapshot: &Snapshot) -> Vec<GiveBack> {
+pub(crate) fn plan_give_backs(snapshot: &Snapshot) -> Vec<GiveBack> {
     // An instance whose node is still Ready is running, whatever the list says: never taken.
     let running: BTreeSet<&InstanceId> =
         snapshot.nodes.values().filter(|n| n.ready).filter_map(|n| n.instance.as_ref()).collect();

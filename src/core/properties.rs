@@ -17,6 +17,21 @@ struct Case {
     policy: Policy,
 }
 
+/// One pass of both workers' entry points, exactly as the workers call them.
+#[derive(Debug, PartialEq)]
+struct Pass {
+    scaling: ScalingPlan,
+    draining: DrainingPlan,
+}
+
+fn plan(snapshot: &Snapshot, drains: &DrainState, policy: &Policy, now: Timestamp) -> Pass {
+    let protected = BTreeSet::new();
+    Pass {
+        scaling: plan_scaling(snapshot, policy, now, Acting::Leader),
+        draining: plan_draining(snapshot, &protected, drains, policy, now),
+    }
+}
+
 fn node_strategy(group: usize, index: usize) -> impl Strategy<Value = Node> {
     (
         any::<bool>(),
@@ -115,7 +130,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
             }
             // A ledger from an earlier pass over part of the signals, and some drain progress.
             let earlier = plan(&snapshot, &DrainState::default(), &policy, Timestamp::from_millis(1_800_000));
-            for (k, boost) in earlier.boosts.boosts.into_iter().enumerate() {
+            for (k, boost) in earlier.scaling.boosts.boosts.into_iter().enumerate() {
                 if (seed >> (k % 64)) & 1 == 1 {
                     let mut record = boost.record;
                     // Some of what it added may already have been given back.
@@ -139,6 +154,14 @@ fn case_strategy() -> impl Strategy<Value = Case> {
                                     started_at: started,
                                     decrement: k % 2 == 0,
                                 },
+                            );
+                            // Some pods already evicted, a backoff running, our cordon seen or not.
+                            let bits = seed >> ((k + j + 3) % 60);
+                            let evicted = node.pods.iter().take((bits % 3) as usize).map(|p| p.uid.clone()).collect();
+                            let retry_at = (bits & 4 != 0).then(|| NOW.plus(std::time::Duration::from_secs(10)));
+                            drains.evictions.insert(
+                                node.name.clone(),
+                                NodeEvictions { evicted, retry_at, seen_cordoned: bits & 8 != 0, ..Default::default() },
                             );
                         }
                         1 => {
@@ -174,7 +197,7 @@ proptest! {
     #[test]
     fn boosts_never_lower_desired_nor_exceed_max(case in case_strategy()) {
         let p = plan(&case.snapshot, &case.drains, &case.policy, NOW);
-        for b in &p.boosts.boosts {
+        for b in &p.scaling.boosts.boosts {
             let g = &case.snapshot.groups[&b.group];
             prop_assert!(b.to >= g.desired, "{b:?} lowers {g:?}");
             prop_assert!(!b.writes() || b.to <= g.max, "{b:?} exceeds max of {g:?}");
@@ -185,7 +208,7 @@ proptest! {
     fn no_instance_is_ever_boosted_twice(case in case_strategy()) {
         let p = plan(&case.snapshot, &case.drains, &case.policy, NOW);
         let mut seen = BTreeSet::new();
-        for b in &p.boosts.boosts {
+        for b in &p.scaling.boosts.boosts {
             for i in &b.record.instances {
                 prop_assert!(!case.snapshot.ledger.covers(i), "{i} was already boosted");
                 prop_assert!(seen.insert(i.clone()), "{i} boosted twice in one plan");
@@ -193,11 +216,11 @@ proptest! {
         }
         // Persisting the boosts and planning again boosts none of them.
         let mut next = case.snapshot.clone();
-        for b in p.boosts.boosts {
+        for b in p.scaling.boosts.boosts {
             next.ledger.record(b.record);
         }
         let again = plan(&next, &case.drains, &case.policy, NOW);
-        for b in &again.boosts.boosts {
+        for b in &again.scaling.boosts.boosts {
             prop_assert!(b.record.instances.iter().all(|i| !seen.contains(i)));
         }
     }
@@ -207,11 +230,11 @@ proptest! {
         let p = plan(&case.snapshot, &case.drains, &case.policy, NOW);
         let mut per_group: BTreeMap<&GroupName, u32> = BTreeMap::new();
         for (node, d) in &case.drains.in_progress {
-            if !p.drains.timed_out.iter().any(|t| &t.node == node) {
+            if !p.draining.drains.timed_out.iter().any(|t| &t.node == node) {
                 *per_group.entry(&d.group).or_default() += 1;
             }
         }
-        for batch in &p.drains.batches {
+        for batch in &p.draining.drains.batches {
             let total = per_group.get(&batch.group).copied().unwrap_or(0) + batch.nodes.len() as u32;
             prop_assert!(total <= case.policy.max_concurrent_drains, "{batch:?} over budget");
             prop_assert!(!batch.nodes.is_empty());
@@ -222,7 +245,7 @@ proptest! {
     fn no_node_drains_before_its_replacements_are_ready(case in case_strategy()) {
         let p = plan(&case.snapshot, &case.drains, &case.policy, NOW);
         let mut claimed = BTreeSet::new();
-        for claim in &p.drains.claims {
+        for claim in &p.draining.drains.claims {
             let record = case.snapshot.ledger.records.iter().find(|r| r.instances == claim.instances).unwrap();
             for name in &claim.nodes {
                 let n = &case.snapshot.nodes[name];
@@ -230,8 +253,8 @@ proptest! {
                 prop_assert!(claimed.insert(name.clone()), "{name} claimed twice");
             }
         }
-        for target in p.drains.batches.iter().flat_map(|b| &b.nodes) {
-            let claim = p.drains.claims.iter().find(|c| c.instances.contains(&target.instance)).unwrap();
+        for target in p.draining.drains.batches.iter().flat_map(|b| &b.nodes) {
+            let claim = p.draining.drains.claims.iter().find(|c| c.instances.contains(&target.instance)).unwrap();
             prop_assert!(claim.complete(), "{target:?} drains with {claim:?}");
             prop_assert!(!case.snapshot.nodes[&target.node].deleting_by_ca);
         }
@@ -248,6 +271,7 @@ proptest! {
                 .filter(|d| d.decrement && record.instances.contains(&d.instance))
                 .count() as u32;
             let planned = p
+                .draining
                 .drains
                 .batches
                 .iter()
@@ -267,5 +291,47 @@ proptest! {
         let mut reversed = case.snapshot.clone();
         reversed.signals.reverse();
         prop_assert_eq!(&a, &plan(&reversed, &case.drains, &case.policy, NOW));
+    }
+
+    #[test]
+    fn the_ledger_kept_closes_only_finished_boosts(case in case_strategy()) {
+        let p = plan(&case.snapshot, &case.drains, &case.policy, NOW);
+        let key = |r: &BoostRecord| (r.group.clone(), r.instances.clone(), r.at);
+        let before: BTreeSet<_> = case.snapshot.ledger.records.iter().map(key).collect();
+        let alive: BTreeSet<&InstanceId> = case.snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
+        for r in &p.scaling.ledger.records {
+            prop_assert!(before.contains(&key(r)), "{r:?} appeared from nowhere");
+        }
+        for r in &case.snapshot.ledger.records {
+            if r.instances.iter().any(|i| alive.contains(i)) {
+                prop_assert!(p.scaling.ledger.records.iter().any(|k| key(k) == key(r)), "{r:?} closed with a node left");
+            }
+        }
+        for spent in &p.scaling.ledger.spent {
+            prop_assert!(case.snapshot.nodes.contains_key(spent), "{spent} is spent but gone");
+        }
+        for g in &p.scaling.give_backs {
+            let group = &case.snapshot.groups[&g.group];
+            prop_assert!(g.to <= g.from && g.to >= group.min, "{g:?} in {group:?}");
+        }
+    }
+
+    #[test]
+    fn evictions_wait_out_backoffs_and_never_repeat_an_eviction(case in case_strategy()) {
+        let p = plan(&case.snapshot, &case.drains, &case.policy, NOW);
+        for round in &p.draining.evictions {
+            prop_assert!(p.draining.next.in_progress.contains_key(&round.node), "{round:?} without a drain");
+            let progress = case.drains.evictions.get(&round.node).cloned().unwrap_or_default();
+            prop_assert!(progress.retry_at.is_none_or(|at| at <= NOW), "{round:?} during its backoff");
+            let node = &case.snapshot.nodes[&round.node];
+            for pod in &round.pods {
+                prop_assert!(!progress.evicted.contains(&pod.uid), "{} evicted twice", pod.uid);
+                let class = node.pods.iter().find(|q| q.uid == pod.uid).map(|q| q.class);
+                prop_assert!(class.is_some_and(PodClass::is_evictable), "{pod:?} is not evictable");
+            }
+        }
+        for ended in &p.draining.ended {
+            prop_assert!(!p.draining.next.in_progress.contains_key(&ended.node), "{ended:?} still draining");
+        }
     }
 }

@@ -113,7 +113,7 @@ impl AtRiskSet {
 }
 
 /// Folds the snapshot's signals into at-risk sets.
-pub fn fold_signals(snapshot: &Snapshot, policy: &Policy, now: Timestamp) -> AtRiskSet {
+pub(crate) fn fold_signals(snapshot: &Snapshot, policy: &Policy, now: Timestamp) -> AtRiskSet {
     let mut merged: BTreeMap<&InstanceId, AtRisk> = BTreeMap::new();
     for s in &snapshot.signals {
         let entry = merged.entry(&s.instance).or_insert_with(|| AtRisk {

@@ -1,4 +1,6 @@
-//! The drainer: every tick (and whenever woken) it plans drains with the core and carries them out.
+//! The drainer: every tick (and whenever woken) it asks the core's `plan_draining` what to do and
+//! carries it out, folding what happened (starts that failed, eviction outcomes) back into the
+//! core's drain state. It decides nothing itself.
 //!
 //! For each batch the core starts: cordon if needed, then evict the node's pods through the
 //! Eviction API in the core's order (ordinary pods first, critical ones once no ordinary pod is
@@ -11,7 +13,7 @@
 //! Only the leader acts. A replica that loses the lease drops its drains at once; the new leader
 //! re-plans them (the nodes are still cordoned and at risk).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,13 +21,12 @@ use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 use thiserror::Error;
 use tokio::sync::{watch, Notify};
-use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::{Observation, WorkerContext};
 use crate::core::{
-    eviction_backoff, eviction_order, fold_signals, next_batches, DrainEnd, DrainPlan, DrainStarted, DrainState,
-    DrainView, DrainWait, GroupName, InstanceId, Node, NodeName, Pod, PodClass, Snapshot, Timestamp,
+    eviction_order, plan_draining, DrainEnding, DrainPlan, DrainState, DrainWait, DrainingPlan, EndedDrain,
+    EvictionResult, EvictionRound, GroupName, InstanceId, Node, NodeName, Pod, Snapshot, Timestamp,
 };
 use crate::metrics::{DrainOutcome, EvictionOutcome, SkippedAction};
 use crate::ports::{
@@ -98,13 +99,13 @@ struct PendingTermination {
 }
 
 /// One eviction with a deadline; `k` names the round it belongs to.
-async fn evict_within<'p, W: ClusterWrites>(
+async fn evict_within<W: ClusterWrites>(
     writes: &W,
     deadline: Duration,
     k: usize,
-    pod: &'p PodRef,
-) -> (usize, &'p PodRef, Result<EvictOutcome, String>) {
-    let outcome = match tokio::time::timeout(deadline, writes.evict(pod)).await {
+    pod: PodRef,
+) -> (usize, PodRef, Result<EvictOutcome, String>) {
+    let outcome = match tokio::time::timeout(deadline, writes.evict(&pod)).await {
         Ok(outcome) => outcome.map_err(|e| e.to_string()),
         Err(_) => Err(format!("no answer within {}s", deadline.as_secs())),
     };
@@ -122,37 +123,12 @@ async fn terminate<A: AutoScaling>(
     (node, p, outcome)
 }
 
-/// One node's evictions due in this round.
-#[derive(Debug)]
-struct Round {
-    node: NodeName,
-    group: GroupName,
-    due: Vec<PodRef>,
-}
-
-/// Eviction progress on one node.
-#[derive(Debug, Default)]
-struct NodeProgress {
-    /// PDB refusals in a row, and when to try again.
-    refusals: u32,
-    retry_at: Option<Timestamp>,
-    /// Pods already evicted (they may take their grace period to go).
-    evicted: HashSet<String>,
-    /// Whether the PDB block was told (once per drain).
-    told_blocked: bool,
-    started: Option<Instant>,
-    /// The watch has shown the node cordoned since the drain started. Until then an uncordoned
-    /// node is our own cordon not seen yet, not an operator's uncordon.
-    seen_cordoned: bool,
-}
-
 /// The drain worker.
 pub struct Drainer<A, C, L, W, E> {
     ctx: Arc<WorkerContext<A, C, L, W, E>>,
     settings: DrainerSettings,
     wake: Arc<Notify>,
     drains: DrainState,
-    progress: HashMap<NodeName, NodeProgress>,
     to_terminate: BTreeMap<NodeName, PendingTermination>,
     heartbeat: Option<Heartbeat>,
     /// Nodes whose opt-out wait was told, so it is told once.
@@ -174,7 +150,6 @@ where
             settings,
             wake: Arc::new(Notify::new()),
             drains: DrainState::default(),
-            progress: HashMap::new(),
             to_terminate: BTreeMap::new(),
             heartbeat: None,
             told_opted_out: HashSet::new(),
@@ -231,35 +206,33 @@ where
         let mut report = DrainReport::default();
         let Observation { snapshot, protected, .. } =
             ctx.observe().await.map_err(DrainerError::Describe)?.ok_or(DrainerError::NotSynced)?;
-        let at_risk = fold_signals(&snapshot, &ctx.policy, now);
-        let plan =
-            next_batches(&DrainView { snapshot: &snapshot, at_risk: &at_risk, state: &self.drains }, &ctx.policy, now);
+        let mut plan = plan_draining(&snapshot, &protected, &self.drains, &ctx.policy, now);
 
         if !ctx.leadership.is_leader() {
             if !self.drains.in_progress.is_empty() || !self.to_terminate.is_empty() {
                 warn!(drains = self.drains.in_progress.len(), "lost the lease: dropping drains for the new leader");
             }
             self.drains = DrainState::default();
-            self.progress.clear();
             self.to_terminate.clear();
             // The new leader reports the drains it runs; a follower reports none.
             ctx.metrics.drains_in_progress.reset();
-            report.not_leader = plan.batches.len();
-            for _ in &plan.batches {
+            report.not_leader = plan.drains.batches.len();
+            for _ in &plan.drains.batches {
                 ctx.metrics.not_leader(SkippedAction::Drain);
             }
             return Ok(report);
         }
 
-        self.tell_opted_out(&plan).await;
-        self.protect_replacements(&plan, &protected).await;
-        self.end_timed_out(&plan, &snapshot, &mut report).await;
-        self.start_batches(&plan, &snapshot, now, &mut report).await;
-        self.evict_what_may_go(&snapshot, now, &mut report).await;
+        self.tell_opted_out(&plan.drains).await;
+        self.protect_replacements(&plan).await;
+        self.end_timed_out(&plan.drains, &snapshot, now, &mut report).await;
+        for node in self.start_batches(&plan.drains, &snapshot, &mut report).await {
+            plan.withdraw(&node);
+        }
+        self.drains = plan.next;
+        self.end_drains(&plan.ended, now, &mut report).await;
+        self.evict(plan.evictions, now, &mut report).await;
         self.terminate_drained(&mut report).await?;
-        // Ended drains are remembered only while their instance is around.
-        let alive: HashSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
-        self.drains.finished.retain(|i, _| alive.contains(i));
         self.export_progress();
         Ok(report)
     }
@@ -297,29 +270,26 @@ where
     }
 
     /// Replacement nodes keep Cluster Autoscaler's scale-down protection while their boost is open.
-    async fn protect_replacements(&self, plan: &DrainPlan, protected: &BTreeSet<NodeName>) {
+    async fn protect_replacements(&self, plan: &DrainingPlan) {
         if !self.ctx.leadership.is_leader() {
             return;
         }
-        let claimed: BTreeSet<&NodeName> = plan.claims.iter().flat_map(|c| c.nodes.iter()).collect();
-        for node in claimed.iter().filter(|n| !protected.contains(**n)) {
+        for node in &plan.protect {
             if let Err(e) = self.ctx.writes.protect_from_scale_down(node, true).await {
                 warn!(%node, error = %e, "could not protect a replacement node from scale-down");
             }
         }
-        for node in protected.iter().filter(|n| !claimed.contains(n)) {
+        for node in &plan.unprotect {
             if let Err(e) = self.ctx.writes.protect_from_scale_down(node, false).await {
                 warn!(%node, error = %e, "could not lift the scale-down protection of a node");
             }
         }
     }
 
-    async fn end_timed_out(&mut self, plan: &DrainPlan, snapshot: &Snapshot, report: &mut DrainReport) {
+    async fn end_timed_out(&mut self, plan: &DrainPlan, snapshot: &Snapshot, now: Timestamp, report: &mut DrainReport) {
         for t in &plan.timed_out {
-            self.drains.in_progress.remove(&t.node);
-            self.drains.finished.insert(t.instance.clone(), DrainEnd::TimedOut);
-            let progress = self.progress.remove(&t.node).unwrap_or_default();
-            self.observe_end(&t.group, DrainOutcome::TimedOut, &progress);
+            let started_at = self.drains.in_progress.get(&t.node).map(|d| d.started_at);
+            self.observe_end(&t.group, DrainOutcome::TimedOut, started_at, now);
             let left = snapshot.nodes.get(&t.node).map_or(0, |n| eviction_order(n).len());
             let then = if t.terminate {
                 "terminating it anyway (--terminate-after-drain-timeout)"
@@ -339,17 +309,30 @@ where
         }
     }
 
-    async fn start_batches(&mut self, plan: &DrainPlan, snapshot: &Snapshot, now: Timestamp, report: &mut DrainReport) {
+    /// Starts the planned batches: cordons where needed and tells. Returns the targets it could
+    /// not start (their cordon failed, or the lease went first).
+    async fn start_batches(
+        &mut self,
+        plan: &DrainPlan,
+        snapshot: &Snapshot,
+        report: &mut DrainReport,
+    ) -> Vec<NodeName> {
+        let mut not_started = Vec::new();
+        let mut lost_lease = false;
         for batch in &plan.batches {
-            self.drains.last_batch_at.insert(batch.group.clone(), now);
             for target in &batch.nodes {
-                if !self.ctx.leadership.is_leader() {
+                if !lost_lease && !self.ctx.leadership.is_leader() {
                     self.ctx.metrics.not_leader(SkippedAction::Drain);
-                    return;
+                    lost_lease = true;
+                }
+                if lost_lease {
+                    not_started.push(target.node.clone());
+                    continue;
                 }
                 if target.cordon {
                     if let Err(e) = self.ctx.writes.cordon(&target.node).await {
                         warn!(node = %target.node, error = %e, "cordon failed; the drain waits for the next plan");
+                        not_started.push(target.node.clone());
                         continue;
                     }
                 }
@@ -367,67 +350,33 @@ where
                 )
                 .await;
                 self.ctx.metrics.drain(batch.group.as_str(), DrainOutcome::Started, None);
-                self.drains.in_progress.insert(
-                    target.node.clone(),
-                    DrainStarted {
-                        group: batch.group.clone(),
-                        instance: target.instance.clone(),
-                        started_at: now,
-                        decrement: target.decrement,
-                    },
-                );
-                self.progress.insert(
-                    target.node.clone(),
-                    NodeProgress {
-                        started: Some(Instant::now()),
-                        seen_cordoned: !target.cordon,
-                        ..NodeProgress::default()
-                    },
-                );
                 report.started.push(target.node.clone());
             }
         }
+        not_started
     }
 
-    /// Evicts what may go now on every draining node, all nodes at once; queues drained nodes
-    /// for termination. One node's refused or slow pod never holds another node back: every
-    /// eviction is one call with a deadline, and the calls of every node run concurrently (at
-    /// most `evictions_in_flight` at a time).
-    async fn evict_what_may_go(&mut self, snapshot: &Snapshot, now: Timestamp, report: &mut DrainReport) {
-        let draining: Vec<(NodeName, DrainStarted)> =
-            self.drains.in_progress.iter().map(|(n, d)| (n.clone(), d.clone())).collect();
-        let mut rounds: Vec<Round> = Vec::new();
+    /// Carries out the drains that end: drained nodes are queued for termination; a node an
+    /// operator uncordoned is remembered in the ledger as kept.
+    async fn end_drains(&mut self, ended: &[EndedDrain], now: Timestamp, report: &mut DrainReport) {
         let mut kept = Vec::new();
-        for (name, drain) in draining {
-            let node = snapshot.nodes.get(&name).filter(|n| n.instance.as_ref() == Some(&drain.instance));
-            let progress = self.progress.entry(name.clone()).or_default();
-            progress.seen_cordoned |= node.is_some_and(|n| n.cordoned);
-            if progress.seen_cordoned && node.is_some_and(|n| !n.cordoned) {
-                // Someone uncordoned it mid-drain: stop, and never terminate what they want kept.
-                warn!(node = %name, "node uncordoned during its drain; drain stopped for good, instance kept");
-                self.drains.in_progress.remove(&name);
-                self.progress.remove(&name);
-                kept.push(drain.instance.clone());
-                continue;
-            }
-            let left = node.map_or(0, |n| eviction_order(n).len());
-            if left > 0 {
-                if let Some(round) = node.and_then(|n| self.due(n, &drain.group, now)) {
-                    rounds.push(round);
+        for e in ended {
+            match e.ending {
+                DrainEnding::Uncordoned => {
+                    warn!(node = %e.node, "node uncordoned during its drain; drain stopped for good, instance kept");
+                    kept.push(e.instance.clone());
                 }
-                continue;
-            }
-            self.drains.in_progress.remove(&name);
-            self.drains.finished.insert(drain.instance.clone(), DrainEnd::Drained);
-            let progress = self.progress.remove(&name).unwrap_or_default();
-            self.observe_end(&drain.group, DrainOutcome::Drained, &progress);
-            if node.is_some() {
-                report.drained.push(name.clone());
-                info!(node = %name, "drained");
-                self.to_terminate.insert(
-                    name,
-                    PendingTermination { group: drain.group, instance: drain.instance, decrement: drain.decrement },
-                );
+                DrainEnding::Drained { terminate, decrement } => {
+                    self.observe_end(&e.group, DrainOutcome::Drained, Some(e.started_at), now);
+                    if terminate {
+                        report.drained.push(e.node.clone());
+                        info!(node = %e.node, "drained");
+                        self.to_terminate.insert(
+                            e.node.clone(),
+                            PendingTermination { group: e.group.clone(), instance: e.instance.clone(), decrement },
+                        );
+                    }
+                }
             }
         }
         if !kept.is_empty() {
@@ -436,103 +385,82 @@ where
                 warn!(error = %e, "could not record an operator's uncordon; the next plan may drain again");
             }
         }
+    }
+
+    /// Evicts what the plan says is due, all nodes at once. One node's refused or slow pod never
+    /// holds another node back: every eviction is one call with a deadline, and the calls of every
+    /// node run concurrently (at most `evictions_in_flight` at a time).
+    async fn evict(&mut self, rounds: Vec<EvictionRound>, now: Timestamp, report: &mut DrainReport) {
         if rounds.is_empty() || !self.ctx.leadership.is_leader() {
             return;
         }
-
         let writes = &self.ctx.writes;
         let deadline = self.settings.eviction_call_timeout;
         let calls: Vec<_> = rounds
             .iter()
             .enumerate()
-            .flat_map(|(k, round)| round.due.iter().map(move |pod| evict_within(writes, deadline, k, pod)))
+            .flat_map(|(k, round)| {
+                round.pods.iter().map(move |p| {
+                    let pod = PodRef { namespace: p.namespace.clone(), name: p.name.clone(), uid: p.uid.clone() };
+                    evict_within(writes, deadline, k, pod)
+                })
+            })
             .collect();
-        let outcomes: Vec<(usize, &PodRef, Result<EvictOutcome, String>)> =
+        let outcomes: Vec<(usize, PodRef, Result<EvictOutcome, String>)> =
             stream::iter(calls).buffer_unordered(self.settings.evictions_in_flight.max(1)).collect().await;
-        let mut results: Vec<Vec<(&PodRef, Result<EvictOutcome, String>)>> =
-            rounds.iter().map(|_| Vec::new()).collect();
+        let mut results: Vec<Vec<(PodRef, Result<EvictOutcome, String>)>> = rounds.iter().map(|_| Vec::new()).collect();
         for (k, pod, outcome) in outcomes {
             results[k].push((pod, outcome));
         }
         let mut tells = Vec::new();
         for (round, results) in rounds.iter().zip(results) {
-            if let Some(event) = self.settle_round(round, results, now, report) {
+            if let Some(event) = self.settle_round(round, &results, now, report) {
                 tells.push(event);
             }
         }
         join_all(tells.into_iter().map(|e| self.ctx.events.publish(e))).await;
     }
 
-    /// The pods of `node` that may be evicted now (none while its backoff runs): ordinary pods
-    /// first, critical ones once no ordinary pod is left, never one already evicted.
-    fn due(&mut self, node: &Node, group: &GroupName, now: Timestamp) -> Option<Round> {
-        let progress = self.progress.entry(node.name.clone()).or_default();
-        if progress.retry_at.is_some_and(|at| now < at) {
-            return None;
-        }
-        let order = eviction_order(node);
-        let ordinary_left = order.iter().any(|p| p.class == PodClass::Ordinary);
-        let due: Vec<PodRef> = order
-            .iter()
-            .filter(|p| !(p.class == PodClass::Critical && ordinary_left))
-            .filter(|p| !progress.evicted.contains(&p.uid))
-            .map(|p| PodRef { namespace: p.namespace.clone(), name: p.name.clone(), uid: p.uid.clone() })
-            .collect();
-        (!due.is_empty()).then(|| Round { node: node.name.clone(), group: group.clone(), due })
-    }
-
-    /// Books one node's eviction outcomes: progress, backoff after refusals, metrics. Returns the
-    /// `DrainBlockedByPDB` Event when this is the drain's first refusal.
+    /// Books one node's eviction outcomes: metrics, and the core's progress and backoff. Returns
+    /// the `DrainBlockedByPDB` Event when this is the drain's first refusal.
     fn settle_round(
         &mut self,
-        round: &Round,
-        results: Vec<(&PodRef, Result<EvictOutcome, String>)>,
+        round: &EvictionRound,
+        results: &[(PodRef, Result<EvictOutcome, String>)],
         now: Timestamp,
         report: &mut DrainReport,
     ) -> Option<NodeEvent> {
-        let progress = self.progress.entry(round.node.clone()).or_default();
         let mut blocked = Vec::new();
-        for (pod, outcome) in &results {
-            let label = match outcome {
-                Ok(EvictOutcome::Evicted) => EvictionOutcome::Evicted,
-                Ok(EvictOutcome::Gone) => EvictionOutcome::Gone,
-                Ok(EvictOutcome::Blocked) => EvictionOutcome::BlockedByPdb,
+        let mut folded = Vec::new();
+        for (pod, outcome) in results {
+            let (label, result) = match outcome {
+                Ok(EvictOutcome::Evicted) => (EvictionOutcome::Evicted, EvictionResult::Evicted),
+                Ok(EvictOutcome::Gone) => (EvictionOutcome::Gone, EvictionResult::Gone),
+                Ok(EvictOutcome::Blocked) => (EvictionOutcome::BlockedByPdb, EvictionResult::Blocked),
                 Err(e) => {
                     warn!(pod = %pod, error = %e, "eviction failed; retried next round");
-                    EvictionOutcome::Failed
+                    (EvictionOutcome::Failed, EvictionResult::Failed)
                 }
             };
             self.ctx.metrics.eviction(round.group.as_str(), label);
-            match outcome {
-                Ok(EvictOutcome::Evicted | EvictOutcome::Gone) => {
-                    progress.evicted.insert(pod.uid.clone());
-                    report.evicted = report.evicted.saturating_add(1);
-                }
-                Ok(EvictOutcome::Blocked) => blocked.push(pod.to_string()),
-                Err(_) => {}
+            match result {
+                EvictionResult::Evicted | EvictionResult::Gone => report.evicted = report.evicted.saturating_add(1),
+                EvictionResult::Blocked => blocked.push(pod.to_string()),
+                EvictionResult::Failed => {}
             }
+            folded.push((pod.uid.as_str(), result));
         }
-        if blocked.is_empty() {
-            progress.refusals = 0;
-            progress.retry_at = None;
-            return None;
-        }
+        let refusal = self.drains.record_round(&round.node, folded, &self.ctx.policy, now)?;
         report.blocked = report.blocked.saturating_add(u32::try_from(blocked.len()).unwrap_or(u32::MAX));
-        // Some went: the budget is moving, so retry after the initial delay; none went: double it.
-        let moved = results.len() > blocked.len();
-        progress.refusals = if moved { 1 } else { progress.refusals.saturating_add(1) };
-        let wait = eviction_backoff(progress.refusals, &self.ctx.policy);
-        progress.retry_at = Some(now.plus(wait));
-        if progress.told_blocked {
+        if !refusal.first {
             return None;
         }
-        progress.told_blocked = true;
         info!(node = %round.node, blocked = blocked.len(), "evictions blocked by PDB");
         let note = format!(
             "a PodDisruptionBudget allows no disruption of {} now; retrying in {}s{}",
             blocked.join(", "),
-            wait.as_secs(),
-            if moved { "" } else { ", doubling" }
+            refusal.wait.as_secs(),
+            if refusal.moved { "" } else { ", doubling" }
         );
         Some(NodeEvent {
             node: round.node.clone(),
@@ -622,8 +550,8 @@ where
         Ok(())
     }
 
-    fn observe_end(&self, group: &GroupName, outcome: DrainOutcome, progress: &NodeProgress) {
-        self.ctx.metrics.drain(group.as_str(), outcome, progress.started.map(|started| started.elapsed()));
+    fn observe_end(&self, group: &GroupName, outcome: DrainOutcome, started_at: Option<Timestamp>, now: Timestamp) {
+        self.ctx.metrics.drain(group.as_str(), outcome, started_at.map(|at| now.since(at)));
     }
 
     fn export_progress(&self) {
@@ -651,7 +579,10 @@ where
 
 #[cfg(test)]
 mod tests {
+    use tokio::time::Instant;
+
     use super::*;
+    use crate::core::DrainEnd;
     use crate::core::{Evidence, Policy, Signal, SignalKind, SizingMode};
     use crate::fakes::{AsgCall, ClusterCall, FakeAutoScaling, FakeContext, FakeRig};
     use crate::metrics::Metrics;

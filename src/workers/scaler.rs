@@ -1,6 +1,6 @@
-//! The scaler: wakes on a signal (or the resync tick), lets a burst of signals settle, plans boosts
-//! with the core, persists them in the ledger, then raises desired capacity with one guarded
-//! write per group.
+//! The scaler: wakes on a signal (or the resync tick), lets a burst of signals settle, asks the
+//! core's `plan_scaling` for give-backs, expiries, the ledger to keep and boosts, persists the
+//! boosts in the ledger, then raises desired capacity with one guarded write per group.
 //!
 //! The ledger is saved **before** the AWS write: a crash between the two misses a boost (the next
 //! plan sees the instance covered) but can never boost the same instance twice. Writes that lose
@@ -18,8 +18,8 @@ use tracing::{info, warn};
 pub use super::{system_clock, Clock};
 use super::{Observation, WorkerContext};
 use crate::core::{
-    close_finished_boosts, expire_boosts, fold_signals, plan_boosts, plan_give_backs, Boost, BoostExpiry, BoostLedger,
-    BoostRecord, DropReason, Expired, GiveBack, GroupName, InstanceId, Snapshot, Timestamp,
+    plan_scaling, Acting, Boost, BoostExpiry, BoostLedger, BoostRecord, DropReason, Expired, GiveBack, GroupName,
+    InstanceId, ScalingPlan, Snapshot, Timestamp,
 };
 use crate::metrics::{BoostOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
@@ -217,24 +217,18 @@ where
             }
         }
 
-        let at_risk = fold_signals(&snapshot, &ctx.policy, now);
-        self.count_untrusted(&at_risk);
-        let give_backs = plan_give_backs(&snapshot);
-        if !give_backs.is_empty() {
-            self.give_back(&give_backs, leading).await?;
-            // Settled instances let their records close in this same pass.
+        let acting = if leading { Acting::Leader } else { Acting::Follower };
+        let mut plan = plan_scaling(&snapshot, &ctx.policy, now, acting);
+        self.count_untrusted(&plan.at_risk);
+        if !plan.give_backs.is_empty() && !self.give_back(&plan.give_backs, leading).await? {
+            // Some were not made: the rest is planned on the ledger as the attempt left it.
             snapshot.ledger = ctx.ledger.current().await;
+            plan = plan_scaling(&snapshot, &ctx.policy, now, Acting::LeaderAfterGiveBacks);
         }
-        if leading {
-            let expired = expire_boosts(&snapshot, &at_risk, &ctx.policy, now);
-            if !expired.is_empty() {
-                self.expire(&snapshot, &expired).await?;
-                snapshot.ledger = ctx.ledger.current().await;
-            }
+        if !plan.expired.is_empty() {
+            self.expire(&snapshot, &plan.expired).await?;
         }
-        let closed = close_finished_boosts(&snapshot, &at_risk);
-        snapshot.ledger = closed.clone();
-        let plan = plan_boosts(&snapshot, &at_risk, &ctx.policy, now);
+        let ScalingPlan { ledger: closed, boosts: plan, .. } = plan;
         let mut report =
             TickReport { held: plan.held.iter().map(|h| h.instances.len()).sum(), ..TickReport::default() };
         if leading {
@@ -356,14 +350,15 @@ where
 
     /// Gives back boosted nodes whose at-risk instance AWS took first: the ledger notes the
     /// settlement (and the return) before the guarded write, and takes it back when the write is
-    /// not made, so the next plan tries again from what AWS then says.
-    async fn give_back(&self, plan: &[GiveBack], leading: bool) -> Result<(), ScalerError> {
+    /// not made, so the next plan tries again from what AWS then says. Returns whether every
+    /// give-back was made as planned.
+    async fn give_back(&self, plan: &[GiveBack], leading: bool) -> Result<bool, ScalerError> {
         let ctx = &self.ctx;
         if !leading {
             for g in plan.iter().filter(|g| g.writes()) {
                 ctx.metrics.give_back(g.group.as_str(), GiveBackOutcome::NotLeader);
             }
-            return Ok(());
+            return Ok(true);
         }
         ctx.ledger
             .update(|l| {
@@ -383,7 +378,7 @@ where
             .map(|g| DesiredWrite { group: g.group.clone(), expected: g.from, to: g.to })
             .collect();
         if writes.is_empty() {
-            return Ok(());
+            return Ok(true);
         }
         let outcomes = match ctx.aws.lower_desired(&writes).await {
             Ok(outcomes) => outcomes,
@@ -393,7 +388,7 @@ where
                     ctx.metrics.give_back(w.group.as_str(), GiveBackOutcome::Failed);
                 }
                 self.undo_give_backs(plan.iter().filter(|g| g.writes())).await?;
-                return Ok(());
+                return Ok(false);
             }
         };
         let mut undone = Vec::new();
@@ -417,7 +412,9 @@ where
                 }
             }
         }
-        self.undo_give_backs(undone.into_iter()).await
+        let all_made = undone.is_empty();
+        self.undo_give_backs(undone.into_iter()).await?;
+        Ok(all_made)
     }
 
     async fn undo_give_backs<'g>(&self, undone: impl Iterator<Item = &'g GiveBack>) -> Result<(), ScalerError> {
@@ -498,7 +495,7 @@ where
             .ledger
             .update(|held| {
                 for record in &mut held.records {
-                    if let Some(e) = expired.iter().find(|e| (&e.group, &e.instances, e.at) == record_key(record)) {
+                    if let Some(e) = expired.iter().find(|e| e.names(record)) {
                         record.expired.get_or_insert(e.why);
                     }
                 }

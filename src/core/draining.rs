@@ -1,0 +1,391 @@
+//! The drainer's one entry point: everything a draining pass decides, from one snapshot and the
+//! drains under way. Which drains time out and which batches start (`next_batches`), which
+//! replacement nodes gain or lose the scale-down protection, which drains end (drained, or stopped
+//! by an operator's uncordon), which pods are due for eviction on every draining node (none while
+//! its backoff runs), and the drain state once all that is carried out. The worker executes the
+//! plan and folds what happened back in with [`DrainingPlan::withdraw`] and
+//! [`DrainState::record_round`]; it decides nothing itself.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::drain::{
+    eviction_backoff, eviction_order, next_batches, DrainEnd, DrainPlan, DrainStarted, DrainState, DrainView,
+};
+use super::model::{GroupName, InstanceId, Node, NodeName, PodClass, Snapshot, Timestamp};
+use super::policy::Policy;
+use super::signals::fold_signals;
+
+/// Eviction progress on one draining node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeEvictions {
+    /// PodDisruptionBudget refusals in a row.
+    pub refusals: u32,
+    /// No eviction on the node before this (the backoff after a refusal).
+    pub retry_at: Option<Timestamp>,
+    /// UIDs of the pods already evicted: they may take their grace period to go.
+    pub evicted: BTreeSet<String>,
+    /// Whether this drain's first refusal was reported.
+    pub told_blocked: bool,
+    /// The watch has shown the node cordoned since the drain started. Until then an uncordoned
+    /// node is the drain's own cordon not seen yet, not an operator's uncordon.
+    pub seen_cordoned: bool,
+}
+
+/// One pod to evict, named as its eviction is: conditioned on the UID.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodToEvict {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+}
+
+/// The evictions due on one draining node in this pass: ordinary pods first, critical ones once
+/// no ordinary pod is left, never one already evicted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvictionRound {
+    /// The node.
+    pub node: NodeName,
+    /// Its group.
+    pub group: GroupName,
+    /// The pods, in eviction order.
+    pub pods: Vec<PodToEvict>,
+}
+
+/// How a drain ends in this pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "how")]
+pub enum DrainEnding {
+    /// No evictable pod is left.
+    Drained {
+        /// The node is still there, so its instance is terminated.
+        terminate: bool,
+        /// That termination gives a boosted node back.
+        decrement: bool,
+    },
+    /// An operator uncordoned the node mid-drain: the drain stops for good and the instance is
+    /// kept (noted in the ledger, so no later plan drains it again).
+    Uncordoned,
+}
+
+/// A drain that ends in this pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndedDrain {
+    /// The node.
+    pub node: NodeName,
+    /// Its group.
+    pub group: GroupName,
+    /// Its instance.
+    pub instance: InstanceId,
+    /// When the drain started.
+    pub started_at: Timestamp,
+    /// How it ends.
+    pub ending: DrainEnding,
+}
+
+/// Everything one draining pass decided.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainingPlan {
+    /// Batches to start, drains past their deadline, groups that wait, replacement claims.
+    pub drains: DrainPlan,
+    /// Claimed replacement nodes to protect from Cluster Autoscaler's scale-down.
+    pub protect: Vec<NodeName>,
+    /// Protected nodes no open boost claims any more: their protection is lifted.
+    pub unprotect: Vec<NodeName>,
+    /// Drains that end, in node order.
+    pub ended: Vec<EndedDrain>,
+    /// Evictions due now, in node order (the batches started in this pass included).
+    pub evictions: Vec<EvictionRound>,
+    /// The drain state once every decision above is carried out.
+    pub next: DrainState,
+}
+
+/// What one eviction call came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvictionResult {
+    /// Evicted.
+    Evicted,
+    /// Already gone (or replaced by another pod under the name).
+    Gone,
+    /// Refused by a PodDisruptionBudget.
+    Blocked,
+    /// Failed or unanswered: tried again next round, with no backoff.
+    Failed,
+}
+
+/// The backoff a round with refusals starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    /// How long until the node's pods are tried again.
+    pub wait: Duration,
+    /// Some pods went: the budget is moving, so the wait starts over instead of doubling.
+    pub moved: bool,
+    /// The drain's first refusal (the one worth telling).
+    pub first: bool,
+}
+
+/// Plans one draining pass. `protected`: the nodes that carry the scale-down protection now.
+pub fn plan_draining(
+    snapshot: &Snapshot,
+    protected: &BTreeSet<NodeName>,
+    state: &DrainState,
+    policy: &Policy,
+    now: Timestamp,
+) -> DrainingPlan {
+    let at_risk = fold_signals(snapshot, policy, now);
+    let drains = next_batches(&DrainView { snapshot, at_risk: &at_risk, state }, policy, now);
+
+    let claimed: BTreeSet<&NodeName> = drains.claims.iter().flat_map(|c| c.nodes.iter()).collect();
+    let protect = claimed.iter().filter(|n| !protected.contains(**n)).map(|n| (*n).clone()).collect();
+    let unprotect = protected.iter().filter(|n| !claimed.contains(n)).cloned().collect();
+
+    let mut next = state.clone();
+    for t in &drains.timed_out {
+        next.in_progress.remove(&t.node);
+        next.evictions.remove(&t.node);
+        next.finished.insert(t.instance.clone(), DrainEnd::TimedOut);
+    }
+    for batch in &drains.batches {
+        next.last_batch_at.insert(batch.group.clone(), now);
+        for target in &batch.nodes {
+            next.in_progress.insert(
+                target.node.clone(),
+                DrainStarted {
+                    group: batch.group.clone(),
+                    instance: target.instance.clone(),
+                    started_at: now,
+                    decrement: target.decrement,
+                },
+            );
+            let seen_cordoned = !target.cordon;
+            next.evictions.insert(target.node.clone(), NodeEvictions { seen_cordoned, ..NodeEvictions::default() });
+        }
+    }
+
+    let mut ended = Vec::new();
+    let mut evictions = Vec::new();
+    let draining: Vec<(NodeName, DrainStarted)> =
+        next.in_progress.iter().map(|(n, d)| (n.clone(), d.clone())).collect();
+    for (name, drain) in draining {
+        let node = snapshot.nodes.get(&name).filter(|n| n.instance.as_ref() == Some(&drain.instance));
+        let progress = next.evictions.entry(name.clone()).or_default();
+        progress.seen_cordoned |= node.is_some_and(|n| n.cordoned);
+        let end = |ending| EndedDrain {
+            node: name.clone(),
+            group: drain.group.clone(),
+            instance: drain.instance.clone(),
+            started_at: drain.started_at,
+            ending,
+        };
+        if progress.seen_cordoned && node.is_some_and(|n| !n.cordoned) {
+            ended.push(end(DrainEnding::Uncordoned));
+            next.in_progress.remove(&name);
+            next.evictions.remove(&name);
+            continue;
+        }
+        if let Some(node) = node.filter(|n| !eviction_order(n).is_empty()) {
+            if let Some(round) = due(node, &drain.group, progress, now) {
+                evictions.push(round);
+            }
+            continue;
+        }
+        ended.push(end(DrainEnding::Drained { terminate: node.is_some(), decrement: drain.decrement }));
+        next.in_progress.remove(&name);
+        next.evictions.remove(&name);
+        next.finished.insert(drain.instance.clone(), DrainEnd::Drained);
+    }
+    // Ended drains are remembered only while their instance is around.
+    let alive: BTreeSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
+    next.finished.retain(|i, _| alive.contains(i));
+
+    DrainingPlan { drains, protect, unprotect, ended, evictions, next }
+}
+
+/// The pods of `node` that may be evicted now (none while its backoff runs).
+fn due(node: &Node, group: &GroupName, progress: &NodeEvictions, now: Timestamp) -> Option<EvictionRound> {
+    if progress.retry_at.is_some_and(|at| now < at) {
+        return None;
+    }
+    let order = eviction_order(node);
+    let ordinary_left = order.iter().any(|p| p.class == PodClass::Ordinary);
+    let pods: Vec<PodToEvict> = order
+        .iter()
+        .filter(|p| !(p.class == PodClass::Critical && ordinary_left))
+        .filter(|p| !progress.evicted.contains(&p.uid))
+        .map(|p| PodToEvict { namespace: p.namespace.clone(), name: p.name.clone(), uid: p.uid.clone() })
+        .collect();
+    (!pods.is_empty()).then(|| EvictionRound { node: node.name.clone(), group: group.clone(), pods })
+}
+
+impl DrainingPlan {
+    /// Takes back a batch target the worker did not start (its cordon failed, or the lease went
+    /// first): no drain of it is under way, so nothing planned after its start happens either.
+    pub fn withdraw(&mut self, node: &NodeName) {
+        if let Some(d) = self.next.in_progress.remove(node) {
+            self.next.finished.remove(&d.instance);
+        }
+        if let Some(ended) = self.ended.iter().find(|e| &e.node == node) {
+            self.next.finished.remove(&ended.instance);
+        }
+        self.next.evictions.remove(node);
+        self.ended.retain(|e| &e.node != node);
+        self.evictions.retain(|r| &r.node != node);
+    }
+}
+
+impl DrainState {
+    /// Folds one node's eviction round into its progress: evicted (or gone) pods are not tried
+    /// again; refusals start a backoff that doubles while nothing goes and starts over when some
+    /// pod did (the budget is moving); a round without refusals clears it. Returns the backoff
+    /// started, if any.
+    pub fn record_round<'u>(
+        &mut self,
+        node: &NodeName,
+        results: impl IntoIterator<Item = (&'u str, EvictionResult)>,
+        policy: &Policy,
+        now: Timestamp,
+    ) -> Option<Refusal> {
+        let progress = self.evictions.entry(node.clone()).or_default();
+        let (mut tried, mut blocked) = (0usize, 0usize);
+        for (uid, result) in results {
+            tried += 1;
+            match result {
+                EvictionResult::Evicted | EvictionResult::Gone => {
+                    progress.evicted.insert(uid.to_string());
+                }
+                EvictionResult::Blocked => blocked += 1,
+                EvictionResult::Failed => {}
+            }
+        }
+        if blocked == 0 {
+            progress.refusals = 0;
+            progress.retry_at = None;
+            return None;
+        }
+        let moved = tried > blocked;
+        progress.refusals = if moved { 1 } else { progress.refusals.saturating_add(1) };
+        let wait = eviction_backoff(progress.refusals, policy);
+        progress.retry_at = Some(now.plus(wait));
+        let first = !progress.told_blocked;
+        progress.told_blocked = true;
+        Some(Refusal { wait, moved, first })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::{BoostRecord, Group, Pod, Signal};
+
+    const NOW: Timestamp = Timestamp::from_millis(600_000);
+
+    /// Group `a`: n1 at risk, cordoned, boosted by one node at 10 s, whose replacement r1 is Ready.
+    fn ready_to_drain() -> Snapshot {
+        let mut s = Snapshot::default()
+            .with_group(Group::test("a").desired(3))
+            .with_node(Node::test("n1", "a").cordoned().with_pods(2, 500, 1 << 30))
+            .with_node(Node::test("n2", "a"))
+            .with_node(Node::test("r1", "a").created_at(20_000))
+            .with_signal(Signal::rebalance("n1", 1_000));
+        s.ledger.record(BoostRecord { before: 2, ..BoostRecord::test("a", &["i-n1"], 1, 10_000) });
+        s
+    }
+
+    fn policy() -> Policy {
+        Policy {
+            eviction_backoff_initial: Duration::from_secs(5),
+            eviction_backoff_max: Duration::from_secs(60),
+            ..Policy::default()
+        }
+    }
+
+    fn n1() -> NodeName {
+        NodeName::from("n1")
+    }
+
+    #[test]
+    fn a_started_batch_is_evicted_in_the_same_pass_and_its_replacement_protected() {
+        let p = plan_draining(&ready_to_drain(), &BTreeSet::new(), &DrainState::default(), &policy(), NOW);
+        assert_eq!(p.drains.batches.len(), 1);
+        assert_eq!(p.protect, vec![NodeName::from("r1")]);
+        assert_eq!(p.evictions.len(), 1);
+        assert_eq!(p.evictions[0].pods.len(), 2);
+        assert_eq!(p.next.in_progress[&n1()].started_at, NOW);
+        assert!(p.next.evictions[&n1()].seen_cordoned, "NTH's cordon: nothing of ours to wait for");
+    }
+
+    #[test]
+    fn critical_pods_wait_for_the_ordinary_ones_and_evicted_pods_are_not_tried_again() {
+        let mut s = ready_to_drain();
+        let n = s.nodes.get_mut(&n1()).unwrap();
+        n.pods.push(Pod::test("dns", 100, 1 << 20).class(PodClass::Critical));
+        let first = plan_draining(&s, &BTreeSet::new(), &DrainState::default(), &policy(), NOW);
+        let uids: Vec<&str> = first.evictions[0].pods.iter().map(|p| p.uid.as_str()).collect();
+        assert_eq!(uids.len(), 2, "the critical pod waits: {uids:?}");
+        let mut state = first.next.clone();
+        state.record_round(&n1(), uids.iter().map(|u| (*u, EvictionResult::Evicted)), &policy(), NOW);
+        let again = plan_draining(&s, &BTreeSet::new(), &state, &policy(), NOW);
+        assert!(again.evictions.is_empty(), "evicted pods still terminating are not evicted twice");
+    }
+
+    #[test]
+    fn refusals_back_off_doubling_and_start_over_when_the_budget_moves() {
+        let s = ready_to_drain();
+        let mut state = plan_draining(&s, &BTreeSet::new(), &DrainState::default(), &policy(), NOW).next;
+        let r1 = state.record_round(&n1(), [("u", EvictionResult::Blocked)], &policy(), NOW).unwrap();
+        assert_eq!((r1.wait, r1.first), (Duration::from_secs(5), true));
+        assert!(plan_draining(&s, &BTreeSet::new(), &state, &policy(), NOW.plus(Duration::from_secs(4)))
+            .evictions
+            .is_empty());
+        let later = NOW.plus(Duration::from_secs(5));
+        assert_eq!(plan_draining(&s, &BTreeSet::new(), &state, &policy(), later).evictions.len(), 1);
+        let r2 = state.record_round(&n1(), [("u", EvictionResult::Blocked)], &policy(), later).unwrap();
+        assert_eq!((r2.wait, r2.first), (Duration::from_secs(10), false));
+        let r3 = state
+            .record_round(&n1(), [("u", EvictionResult::Blocked), ("v", EvictionResult::Evicted)], &policy(), later)
+            .unwrap();
+        assert_eq!((r3.wait, r3.moved), (Duration::from_secs(5), true));
+        assert_eq!(state.record_round(&n1(), [("u", EvictionResult::Evicted)], &policy(), later), None);
+        assert_eq!(state.evictions[&n1()].retry_at, None);
+    }
+
+    #[test]
+    fn an_operators_uncordon_stops_the_drain_but_our_own_unseen_cordon_does_not() {
+        let mut s = ready_to_drain();
+        s.nodes.get_mut(&n1()).unwrap().cordoned = false;
+        let started = plan_draining(&s, &BTreeSet::new(), &DrainState::default(), &policy(), NOW);
+        assert!(started.drains.batches[0].nodes[0].cordon, "the worker cordons it");
+        assert!(started.ended.is_empty(), "our cordon is not seen yet: {:?}", started.ended);
+        s.nodes.get_mut(&n1()).unwrap().cordoned = true;
+        let seen = plan_draining(&s, &BTreeSet::new(), &started.next, &policy(), NOW);
+        assert!(seen.ended.is_empty());
+        s.nodes.get_mut(&n1()).unwrap().cordoned = false;
+        let stopped = plan_draining(&s, &BTreeSet::new(), &seen.next, &policy(), NOW);
+        assert_eq!(stopped.ended[0].ending, DrainEnding::Uncordoned);
+        assert!(stopped.next.in_progress.is_empty() && stopped.evictions.is_empty());
+    }
+
+    #[test]
+    fn a_drained_node_ends_its_drain_and_is_terminated_with_decrement() {
+        let s = ready_to_drain();
+        let started = plan_draining(&s, &BTreeSet::new(), &DrainState::default(), &policy(), NOW);
+        let mut empty = s.clone();
+        empty.nodes.get_mut(&n1()).unwrap().pods.clear();
+        let p = plan_draining(&empty, &BTreeSet::new(), &started.next, &policy(), NOW);
+        assert_eq!(p.ended[0].ending, DrainEnding::Drained { terminate: true, decrement: true });
+        assert_eq!(p.next.finished.get(&InstanceId::from("i-n1")), Some(&DrainEnd::Drained));
+    }
+
+    #[test]
+    fn a_withdrawn_start_leaves_no_trace() {
+        let mut p = plan_draining(&ready_to_drain(), &BTreeSet::new(), &DrainState::default(), &policy(), NOW);
+        p.withdraw(&n1());
+        assert!(p.next.in_progress.is_empty() && p.next.evictions.is_empty() && p.evictions.is_empty());
+        assert!(p.next.finished.is_empty());
+    }
+}
