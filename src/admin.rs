@@ -19,14 +19,14 @@ use tracing::debug;
 use crate::metrics::Metrics;
 
 /// Whether the daemon is ready.
-pub type Readiness = Arc<dyn Fn() -> bool + Send + Sync>;
+pub(crate) type Readiness = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// Whether the daemon is alive; the error names what is stuck.
-pub type Liveness = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+pub(crate) type Liveness = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 /// What the probes ask.
 #[derive(Clone)]
-pub struct Probes {
+pub(crate) struct Probes {
     /// `/readyz`.
     pub ready: Readiness,
     /// `/livez`.
@@ -52,7 +52,7 @@ fn respond(status: StatusCode, content_type: &'static str, body: String) -> Resp
 }
 
 /// Answers one request.
-pub fn route(method: &Method, path: &str, metrics: &Metrics, probes: &Probes) -> Response<Full<Bytes>> {
+pub(crate) fn route(method: &Method, path: &str, metrics: &Metrics, probes: &Probes) -> Response<Full<Bytes>> {
     const TEXT: &str = "text/plain; charset=utf-8";
     if method != Method::GET && method != Method::HEAD {
         return respond(StatusCode::METHOD_NOT_ALLOWED, TEXT, "GET only\n".into());
@@ -71,9 +71,9 @@ pub fn route(method: &Method, path: &str, metrics: &Metrics, probes: &Probes) ->
 
 /// What one scraper or prober may cost the daemon.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// A connection whose request headers have not arrived by then is closed.
-    pub header_read: std::time::Duration,
+    pub(crate) header_read: std::time::Duration,
     /// Open connections at most; past it new ones are closed at once.
     pub connections: usize,
 }

@@ -122,7 +122,7 @@ async fn terminated() {
 }
 
 /// The daemon.
-pub async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
+pub(crate) async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
     crate::telemetry::init(args.log_format, &args.log_level).map_err(AppError::Flag)?;
     let policy = args.policy.to_policy()?;
     let timing = LeaseTiming {

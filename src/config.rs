@@ -67,10 +67,10 @@ pub struct RunArgs {
     /// Namespace of the booster's own state: the leader Lease and the ledger ConfigMap. Defaults
     /// to the pod's own namespace (`POD_NAMESPACE`, from the downward API), else `kube-system`.
     #[arg(long, env = "SPOTS_BOOSTER_STATE_NAMESPACE", default_value_t = default_state_namespace())]
-    pub state_namespace: String,
+    pub(crate) state_namespace: String,
     /// Name of the ConfigMap that persists the boost ledger.
     #[arg(long, env = "SPOTS_BOOSTER_LEDGER_CONFIGMAP", default_value = "spots-booster-ledger")]
-    pub ledger_configmap: String,
+    pub(crate) ledger_configmap: String,
     /// Reconcile InstanceGroups (`instancemgr.keikoproj.io`) into launch templates and Auto Scaling
     /// Groups; `--instance-groups=false` turns it off (and drops its permissions from the startup check).
     #[arg(long, env = "SPOTS_BOOSTER_INSTANCE_GROUPS", action = ArgAction::Set, num_args = 0..=1,
@@ -78,44 +78,44 @@ pub struct RunArgs {
     pub instance_groups: bool,
     /// Namespace of the InstanceGroup boundaries ConfigMap (`--config-namespace` upstream).
     #[arg(long, env = "SPOTS_BOOSTER_INSTANCE_MANAGER_NAMESPACE", default_value = "instance-manager")]
-    pub instance_manager_namespace: String,
+    pub(crate) instance_manager_namespace: String,
     /// Name of the InstanceGroup boundaries ConfigMap.
     #[arg(long, env = "SPOTS_BOOSTER_INSTANCE_MANAGER_CONFIGMAP", default_value = "instance-manager")]
-    pub instance_manager_configmap: String,
+    pub(crate) instance_manager_configmap: String,
     /// Policies (ARNs, or AWS managed policy names) an InstanceGroup's `managedPolicies` may attach
     /// beyond the node defaults. Whoever writes an InstanceGroup holds its node role's rights.
     #[arg(long, env = "SPOTS_BOOSTER_INSTANCEGROUP_ALLOWED_POLICIES", value_delimiter = ',')]
-    pub instancegroup_allowed_policies: Vec<String>,
+    pub(crate) instancegroup_allowed_policies: Vec<String>,
     /// Let an InstanceGroup's `roleName` / `instanceProfileName` name an existing role or profile
     /// (any role could be named, a more privileged one included).
     #[arg(long, env = "SPOTS_BOOSTER_INSTANCEGROUP_EXISTING_ROLES", action = ArgAction::Set, num_args = 0..=1,
           default_value_t = false, default_missing_value = "true")]
-    pub instancegroup_existing_roles: bool,
+    pub(crate) instancegroup_existing_roles: bool,
     /// Permissions boundary (a policy ARN) set on every node role the daemon creates.
     #[arg(long, env = "SPOTS_BOOSTER_INSTANCEGROUP_PERMISSIONS_BOUNDARY")]
-    pub instancegroup_permissions_boundary: Option<String>,
+    pub(crate) instancegroup_permissions_boundary: Option<String>,
     /// Also take NTH's node taints (`taintNode: true`) as signals.
     #[arg(long, env = "SPOTS_BOOSTER_NTH_TAINT_SIGNALS", action = ArgAction::Set, num_args = 0..=1,
           default_value_t = false, default_missing_value = "true")]
-    pub nth_taint_signals: bool,
+    pub(crate) nth_taint_signals: bool,
     /// Where `/metrics`, `/livez` and `/readyz` listen.
     #[arg(long, env = "SPOTS_BOOSTER_METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
-    pub metrics_bind_address: String,
+    pub(crate) metrics_bind_address: String,
     /// Plan at least this often even when no signal arrives.
     #[arg(long, env = "SPOTS_BOOSTER_RESYNC_INTERVAL", default_value = "30s", value_parser = duration)]
-    pub resync_interval: Duration,
+    pub(crate) resync_interval: Duration,
     /// How often drains make progress (evictions, termination).
     #[arg(long, env = "SPOTS_BOOSTER_DRAIN_INTERVAL", default_value = "2s", value_parser = duration)]
-    pub drain_interval: Duration,
+    pub(crate) drain_interval: Duration,
     /// This replica's name in the Lease and in Events (default: `$POD_NAME`, else the host name).
     #[arg(long, env = "SPOTS_BOOSTER_IDENTITY")]
-    pub identity: Option<String>,
+    pub(crate) identity: Option<String>,
     /// Log format.
     #[arg(long, env = "SPOTS_BOOSTER_LOG_FORMAT", value_enum, default_value_t = crate::telemetry::LogFormat::Text)]
-    pub log_format: crate::telemetry::LogFormat,
+    pub(crate) log_format: crate::telemetry::LogFormat,
     /// Log filter (`info`, `debug`, `spots_booster=debug,kube=warn`, …).
     #[arg(long, env = "SPOTS_BOOSTER_LOG_LEVEL", default_value = "info")]
-    pub log_level: String,
+    pub(crate) log_level: String,
 }
 
 /// `inspect` targets.
@@ -146,7 +146,7 @@ pub struct InspectEventArgs {
     pub io: InspectArgs,
     /// The Node's `spec.providerID`, for Events that carry no instance id.
     #[arg(long, env = "SPOTS_BOOSTER_INSPECT_PROVIDER_ID")]
-    pub provider_id: Option<String>,
+    pub(crate) provider_id: Option<String>,
 }
 
 /// How `inspect` prints.
@@ -216,62 +216,62 @@ pub struct PolicyArgs {
     pub sizing: SizingArg,
     /// Percent added to every pod's requests before packing.
     #[arg(long, env = "SPOTS_BOOSTER_OVER_SUBSCRIPTION_PERCENT", default_value_t = 10)]
-    pub over_subscription_percent: u32,
+    pub(crate) over_subscription_percent: u32,
     /// CPU held back on every new node for DaemonSets and system pods.
     #[arg(long, env = "SPOTS_BOOSTER_RESERVED_CPU", default_value = "100m", value_parser = cpu)]
-    pub reserved_cpu: u64,
+    pub(crate) reserved_cpu: u64,
     /// Memory held back on every new node for DaemonSets and system pods.
     #[arg(long, env = "SPOTS_BOOSTER_RESERVED_MEMORY", default_value = "256Mi", value_parser = memory)]
-    pub reserved_memory: u64,
+    pub(crate) reserved_memory: u64,
     /// Extra nodes added to every boost (once per boost, never per loop).
     #[arg(long, env = "SPOTS_BOOSTER_EXTRA_NODES", alias = "extra-nodes-over-calculation", default_value_t = 0)]
-    pub extra_nodes: u32,
+    pub(crate) extra_nodes: u32,
     /// Most replacement nodes in flight per group.
     #[arg(long, env = "SPOTS_BOOSTER_MAX_BOOST_PER_GROUP", default_value_t = 10)]
     pub max_boost_per_group: u32,
     /// Cluster Autoscaler's --ok-total-unready-count; boosts are stepped to stay within it.
     #[arg(long, env = "SPOTS_BOOSTER_CA_OK_TOTAL_UNREADY_COUNT", default_value_t = 3)]
-    pub ca_ok_total_unready_count: u32,
+    pub(crate) ca_ok_total_unready_count: u32,
     /// Cluster Autoscaler's --max-total-unready-percentage; boosts are stepped to stay within it.
     #[arg(long, env = "SPOTS_BOOSTER_CA_MAX_TOTAL_UNREADY_PERCENTAGE", default_value_t = 45)]
-    pub ca_max_total_unready_percentage: u32,
+    pub(crate) ca_max_total_unready_percentage: u32,
     /// A signal older than this that was never boosted is dropped.
     #[arg(long, env = "SPOTS_BOOSTER_SIGNAL_MAX_AGE", default_value = "2h", value_parser = duration)]
-    pub signal_max_age: Duration,
+    pub(crate) signal_max_age: Duration,
     /// Most nodes draining at once per group.
     #[arg(long, env = "SPOTS_BOOSTER_MAX_CONCURRENT_DRAINS", default_value_t = 2)]
-    pub max_concurrent_drains: u32,
+    pub(crate) max_concurrent_drains: u32,
     /// Least time between two drain batches of one group.
     #[arg(long, env = "SPOTS_BOOSTER_TIME_BETWEEN_DRAINS", default_value = "15s", value_parser = duration)]
-    pub time_between_drains: Duration,
+    pub(crate) time_between_drains: Duration,
     /// A drain still evicting after this is abandoned and reported; the node stays cordoned.
     #[arg(long, env = "SPOTS_BOOSTER_DRAIN_TIMEOUT", default_value = "10m", value_parser = duration)]
     pub drain_timeout: Duration,
     /// A boost whose replacements are not all Ready by then stops waiting: their scale-down
     /// protection is lifted, the group's budget freed, and its at-risk nodes stay as NTH left them.
     #[arg(long, env = "SPOTS_BOOSTER_REPLACEMENT_TIMEOUT", default_value = "15m", value_parser = duration)]
-    pub replacement_timeout: Duration,
+    pub(crate) replacement_timeout: Duration,
     /// No boost stays open longer than this, whatever it waits on.
     #[arg(long, env = "SPOTS_BOOSTER_MAX_BOOST_AGE", default_value = "6h", value_parser = duration)]
-    pub max_boost_age: Duration,
+    pub(crate) max_boost_age: Duration,
     /// Terminate the instance even when its drain timed out (pods still on it are killed).
     #[arg(long, env = "SPOTS_BOOSTER_TERMINATE_AFTER_DRAIN_TIMEOUT", action = ArgAction::Set, num_args = 0..=1,
           default_value_t = false, default_missing_value = "true")]
-    pub terminate_after_drain_timeout: bool,
+    pub(crate) terminate_after_drain_timeout: bool,
     /// First wait after an eviction refused by a PodDisruptionBudget; doubles per refusal, back to
     /// this once the budget lets a pod go (a budget moves as fast as replacement pods start).
     #[arg(long, env = "SPOTS_BOOSTER_EVICTION_BACKOFF_INITIAL", default_value = "1s", value_parser = duration)]
-    pub eviction_backoff_initial: Duration,
+    pub(crate) eviction_backoff_initial: Duration,
     /// Longest wait between eviction attempts.
     #[arg(long, env = "SPOTS_BOOSTER_EVICTION_BACKOFF_MAX", default_value = "10s", value_parser = duration)]
-    pub eviction_backoff_max: Duration,
+    pub(crate) eviction_backoff_max: Duration,
     /// Auto Scaling Groups never boosted nor drained (comma-separated or repeated).
     #[arg(long, env = "SPOTS_BOOSTER_IGNORED_AUTOSCALING_GROUPS", value_delimiter = ',')]
-    pub ignored_autoscaling_groups: Vec<String>,
+    pub(crate) ignored_autoscaling_groups: Vec<String>,
     /// Boost groups with Capacity Rebalance on too (by default they are skipped: the ASG already replaces their recommended instances, and boosting as well doubles the capacity).
     #[arg(long, env = "SPOTS_BOOSTER_BOOST_CAPACITY_REBALANCE_GROUPS", action = ArgAction::Set, num_args = 0..=1,
           default_value_t = false, default_missing_value = "true")]
-    pub boost_capacity_rebalance_groups: bool,
+    pub(crate) boost_capacity_rebalance_groups: bool,
 }
 
 fn cpu(s: &str) -> Result<u64, String> {
@@ -293,12 +293,12 @@ pub struct InvalidPolicy {
     /// The flag (without dashes).
     pub flag: &'static str,
     /// What is wrong.
-    pub why: String,
+    pub(crate) why: String,
 }
 
 impl PolicyArgs {
     /// Validates the flags into a policy.
-    pub fn to_policy(&self) -> Result<Policy, InvalidPolicy> {
+    pub(crate) fn to_policy(&self) -> Result<Policy, InvalidPolicy> {
         let fail = |flag, why: &str| Err(InvalidPolicy { flag, why: why.to_string() });
         if self.max_concurrent_drains == 0 {
             return fail("max-concurrent-drains", "must be at least 1, or nothing is ever drained");
@@ -368,7 +368,7 @@ fn default_state_namespace() -> String {
 
 /// Parses policy flags given as `(long name, value)` pairs, e.g. a scenario's `policy:` map, with
 /// exactly the validation the command line gets.
-pub fn policy_from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, String)>) -> Result<Policy, String> {
+pub(crate) fn policy_from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, String)>) -> Result<Policy, String> {
     #[derive(Parser)]
     #[command(name = "policy", no_binary_name = true)]
     struct Only {

@@ -18,7 +18,7 @@ use crate::output::{structured, table, Width, TABLE_WIDTH};
 use crate::timefmt::{format_rfc3339, parse_go_time};
 
 /// CA's annotation with the time of the last status write.
-pub const LAST_UPDATED_ANNOTATION: &str = "cluster-autoscaler.kubernetes.io/last-updated";
+pub(crate) const LAST_UPDATED_ANNOTATION: &str = "cluster-autoscaler.kubernetes.io/last-updated";
 
 /// Why `inspect` could not show anything.
 #[derive(Debug, Error)]
@@ -55,7 +55,7 @@ pub enum InspectError {
 }
 
 /// Reads a file, or standard input for `-`.
-pub fn read_input(path: &Path) -> Result<String, InspectError> {
+pub(crate) fn read_input(path: &Path) -> Result<String, InspectError> {
     let shown = path.display().to_string();
     if shown == "-" {
         let mut text = String::new();
@@ -68,15 +68,15 @@ pub fn read_input(path: &Path) -> Result<String, InspectError> {
 
 /// A parsed status with the ConfigMap's last-updated time when the input was a ConfigMap.
 #[derive(Debug, Serialize)]
-pub struct InspectedCaStatus {
+pub(crate) struct InspectedCaStatus {
     /// `cluster-autoscaler.kubernetes.io/last-updated`, when present.
-    pub last_updated: Option<Timestamp>,
+    pub(crate) last_updated: Option<Timestamp>,
     /// The status.
     pub status: CaStatus,
 }
 
 /// Accepts a ConfigMap (YAML or JSON) or the bare `data.status` text.
-pub fn inspect_ca_status(input: &str) -> Result<InspectedCaStatus, InspectError> {
+pub(crate) fn inspect_ca_status(input: &str) -> Result<InspectedCaStatus, InspectError> {
     let mut last_updated = None;
     let mut text = input.to_string();
     check_size_and_depth(input).map_err(InspectError::CaStatus)?;
@@ -105,7 +105,7 @@ pub fn inspect_ca_status(input: &str) -> Result<InspectedCaStatus, InspectError>
 }
 
 /// Renders an inspected status.
-pub fn render_ca_status(inspected: &InspectedCaStatus, output: OutputFormat) -> String {
+pub(crate) fn render_ca_status(inspected: &InspectedCaStatus, output: OutputFormat) -> String {
     let width = match output {
         OutputFormat::Json | OutputFormat::Yaml => return structured(inspected, output == OutputFormat::Yaml),
         OutputFormat::Table => Width::Fit(TABLE_WIDTH),
@@ -193,18 +193,18 @@ pub fn render_ca_status(inspected: &InspectedCaStatus, output: OutputFormat) -> 
 
 /// One classified Event.
 #[derive(Debug, Serialize)]
-pub struct InspectedEvent {
+pub(crate) struct InspectedEvent {
     /// `metadata.name`.
     pub event: String,
     /// The classification.
     #[serde(flatten)]
-    pub classification: Classification,
+    pub(crate) classification: Classification,
     /// For a signal the booster acts on, what must also hold before it does.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub acted_on_when: Option<String>,
+    pub(crate) acted_on_when: Option<String>,
     /// For a notice NTH understands but the booster leaves alone, why.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub ignored_because: Option<String>,
+    pub(crate) ignored_because: Option<String>,
     /// Whether the booster acts on this Event (once the trust rule holds). `result` says what
     /// the Event is; a `signal` of a kind the booster leaves alone is not acted on.
     pub acted_on: bool,
@@ -237,7 +237,7 @@ fn not_acted_on(kind: SignalKind) -> Option<&'static str> {
 }
 
 /// Accepts one Event, several YAML documents, or a List (`kubectl get events -o yaml|json`).
-pub fn inspect_nth_events(input: &str, provider_id: Option<&str>) -> Result<Vec<InspectedEvent>, InspectError> {
+pub(crate) fn inspect_nth_events(input: &str, provider_id: Option<&str>) -> Result<Vec<InspectedEvent>, InspectError> {
     let mut values = Vec::new();
     // Event lists nest a few levels; deeper is hostile, and the YAML parser is quadratic on it.
     if flow_depth(input) > MAX_FLOW_DEPTH {
@@ -301,7 +301,7 @@ pub fn inspect_nth_events(input: &str, provider_id: Option<&str>) -> Result<Vec<
 }
 
 /// Renders classified Events.
-pub fn render_nth_events(events: &[InspectedEvent], output: OutputFormat) -> String {
+pub(crate) fn render_nth_events(events: &[InspectedEvent], output: OutputFormat) -> String {
     let width = match output {
         OutputFormat::Json | OutputFormat::Yaml => return structured(&events, output == OutputFormat::Yaml),
         OutputFormat::Table => Width::Fit(TABLE_WIDTH),

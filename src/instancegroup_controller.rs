@@ -32,7 +32,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// A reconcile that failed a step; the runtime retries it with backoff.
 #[derive(Debug, Error)]
 #[error("InstanceGroup {0} did not reconcile; retrying with backoff")]
-pub struct RetryLater(String);
+pub(crate) struct RetryLater(String);
 
 struct Context<C, S, V> {
     reconciler: InstanceGroupReconciler<C, S, V>,

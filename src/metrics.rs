@@ -13,11 +13,11 @@ use prometheus::{
 
 /// A hook run just before every scrape, for values read from elsewhere (AWS call counts, the CA
 /// status age).
-pub type ScrapeHook = Box<dyn Fn(&Metrics) + Send + Sync>;
+pub(crate) type ScrapeHook = Box<dyn Fn(&Metrics) + Send + Sync>;
 
 /// Counters an AWS operation has reached so far, as the call counter reports them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct AwsCounts {
+pub(crate) struct AwsCounts {
     /// Operations made.
     pub calls: u64,
     /// Operations that failed.
@@ -182,64 +182,64 @@ pub struct Metrics {
     pub signals: IntCounterVec,
     /// Boost ledger loads and saves that failed, by operation: nothing is planned from a ledger
     /// that cannot be read, so a rise here means boosting has stopped.
-    pub ledger_errors: IntCounterVec,
+    pub(crate) ledger_errors: IntCounterVec,
     /// Interruption notices not acted on because nothing vouches for them, by reason
     /// (`not-from-nth`, `not-cordoned`, `not-spot`, `lifecycle-unknown`); each counted once.
-    pub signals_untrusted: IntCounterVec,
+    pub(crate) signals_untrusted: IntCounterVec,
     /// Boost decisions by group and outcome (`written`, `dry-run`, `raced`, `failed`, `held`,
     /// `no-node-needed`, `not-leader`).
     pub boosts: IntCounterVec,
     /// Replacement nodes added by open boosts and not given back yet.
-    pub boosted_nodes_in_flight: IntGaugeVec,
+    pub(crate) boosted_nodes_in_flight: IntGaugeVec,
     /// Desired capacity per group, as last described or written.
-    pub asg_desired: IntGaugeVec,
+    pub(crate) asg_desired: IntGaugeVec,
     /// MaxSize per group.
-    pub asg_max: IntGaugeVec,
+    pub(crate) asg_max: IntGaugeVec,
     /// Drains by group and outcome (`started`, `drained`, `timed-out`, `failed`).
     pub drains: IntCounterVec,
     /// Evictions by group and outcome (`evicted`, `gone`, `blocked-by-pdb`, `failed`).
     pub evictions: IntCounterVec,
     /// Nodes draining now, by group.
-    pub drains_in_progress: IntGaugeVec,
+    pub(crate) drains_in_progress: IntGaugeVec,
     /// How long drains took, by outcome.
-    pub drain_duration: HistogramVec,
+    pub(crate) drain_duration: HistogramVec,
     /// Signal first seen by the watch → the AWS write for it issued.
     pub reaction: Histogram,
     /// Instances terminated by group and whether desired capacity was decremented.
-    pub terminations: IntCounterVec,
+    pub(crate) terminations: IntCounterVec,
     /// Boosted nodes given back because AWS took their at-risk instance first, by group and
     /// outcome (`written`, `raced`, `failed`, `at-floor`, `not-leader`).
-    pub give_backs: IntCounterVec,
+    pub(crate) give_backs: IntCounterVec,
     /// Writes a follower left to the leader, by action.
-    pub skipped_not_leader: IntCounterVec,
+    pub(crate) skipped_not_leader: IntCounterVec,
     /// AWS operations by name.
-    pub aws_calls: IntCounterVec,
+    pub(crate) aws_calls: IntCounterVec,
     /// Failed AWS operations by name.
-    pub aws_errors: IntCounterVec,
+    pub(crate) aws_errors: IntCounterVec,
     /// Throttled AWS operations by name.
-    pub aws_throttles: IntCounterVec,
+    pub(crate) aws_throttles: IntCounterVec,
     /// Watch stream errors (each followed by a backed-off restart), by resource.
-    pub watch_restarts: IntCounterVec,
+    pub(crate) watch_restarts: IntCounterVec,
     /// 1 once every watch has synced.
     pub synced: IntGauge,
     /// 1 while this replica holds the lease.
     pub leader: IntGauge,
     /// Times this replica gained or lost the lease.
-    pub leader_transitions: IntCounterVec,
+    pub(crate) leader_transitions: IntCounterVec,
     /// Seconds since Cluster Autoscaler last updated its status; no sample at all while the
     /// ConfigMap is missing (a `-1` would read as a fresh status to `max()` and `> 600` alike).
     ca_status_age: GaugeVec,
     /// 1 when the CA status ConfigMap exists and parses.
-    pub ca_status_found: IntGauge,
+    pub(crate) ca_status_found: IntGauge,
     /// Inputs that could not be understood, by source (`ca-status`, `nth-event`, `node`, `pod`).
-    pub parse_errors: IntCounterVec,
+    pub(crate) parse_errors: IntCounterVec,
     /// InstanceGroup reconciles by result (`ok`, `invalid`, `failed`, `transient`).
     pub instancegroup_reconciles: IntCounterVec,
     /// InstanceGroups by `status.currentState`.
     pub instancegroups: IntGaugeVec,
     /// Age of the oldest open boost per group, in seconds (leader only): a boost that waits this
     /// long for Ready replacements, or for its drains, is holding capacity the group pays for.
-    pub oldest_boost_age: IntGaugeVec,
+    pub(crate) oldest_boost_age: IntGaugeVec,
     /// Always 1; its labels say which build runs.
     build_info: IntGaugeVec,
     aws_seen: Mutex<BTreeMap<String, AwsCounts>>,
@@ -411,12 +411,12 @@ impl Metrics {
     }
 
     /// Adds a hook run before every scrape.
-    pub fn on_scrape(&self, hook: ScrapeHook) {
+    pub(crate) fn on_scrape(&self, hook: ScrapeHook) {
         self.hooks.lock().unwrap_or_else(|p| p.into_inner()).push(hook);
     }
 
     /// Brings the AWS counters up to the call counter's totals.
-    pub fn sync_aws(&self, totals: &BTreeMap<String, AwsCounts>) {
+    pub(crate) fn sync_aws(&self, totals: &BTreeMap<String, AwsCounts>) {
         let mut seen = self.aws_seen.lock().unwrap_or_else(|p| p.into_inner());
         for (operation, now) in totals {
             let before = seen.get(operation).copied().unwrap_or_default();
@@ -429,7 +429,7 @@ impl Metrics {
     }
 
     /// Sets the CA status age, or removes the sample while there is no status.
-    pub fn set_ca_status_age(&self, age: Option<f64>) {
+    pub(crate) fn set_ca_status_age(&self, age: Option<f64>) {
         match age {
             Some(seconds) => self.ca_status_age.with_label_values(&[] as &[&str]).set(seconds),
             None => self.ca_status_age.reset(),
@@ -437,7 +437,7 @@ impl Metrics {
     }
 
     /// Records one reaction time.
-    pub fn observe_reaction(&self, d: Duration) {
+    pub(crate) fn observe_reaction(&self, d: Duration) {
         self.reaction.observe(d.as_secs_f64());
     }
 
@@ -452,22 +452,22 @@ impl Metrics {
     }
 
     /// Counts one gain or loss of the lease.
-    pub fn lease_change(&self, change: LeaseChange) {
+    pub(crate) fn lease_change(&self, change: LeaseChange) {
         self.leader_transitions.with_label_values(&[change.as_str()]).inc();
     }
 
     /// Counts one give-back outcome.
-    pub fn give_back(&self, group: &str, outcome: GiveBackOutcome) {
+    pub(crate) fn give_back(&self, group: &str, outcome: GiveBackOutcome) {
         self.give_backs.with_label_values(&[group, outcome.as_str()]).inc();
     }
 
     /// Counts one write left to the leader.
-    pub fn not_leader(&self, action: SkippedAction) {
+    pub(crate) fn not_leader(&self, action: SkippedAction) {
         self.skipped_not_leader.with_label_values(&[action.as_str()]).inc();
     }
 
     /// The parse-error counter of one source.
-    pub fn parse_error(&self, source: ParseSource) -> IntCounter {
+    pub(crate) fn parse_error(&self, source: ParseSource) -> IntCounter {
         self.parse_errors.with_label_values(&[source.as_str()])
     }
 

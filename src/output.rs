@@ -4,14 +4,14 @@
 use serde::Serialize;
 
 /// The width `table` and `inspect` tables fit in.
-pub const TABLE_WIDTH: usize = 120;
+pub(crate) const TABLE_WIDTH: usize = 120;
 
 /// No column is cut narrower than this (or its header).
 const MIN_COLUMN: usize = 6;
 
 /// How wide a table may be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Width {
+pub(crate) enum Width {
     /// Cut the widest cells (ending them with `…`) until every line fits this many characters.
     Fit(usize),
     /// Every cell whole.
@@ -74,7 +74,7 @@ fn cut(cell: &str, width: usize) -> String {
 }
 
 /// JSON (pretty) or YAML of a report.
-pub fn structured<T: Serialize>(value: &T, yaml: bool) -> String {
+pub(crate) fn structured<T: Serialize>(value: &T, yaml: bool) -> String {
     if yaml {
         serde_yaml::to_string(value).expect("reports serialize")
     } else {

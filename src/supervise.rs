@@ -14,12 +14,12 @@ use tokio::time::Instant;
 
 /// How long a worker may go without a beat before `/livez` fails: longer than any pass takes
 /// with every AWS and Kubernetes call at its deadline, so only a wedged worker exceeds it.
-pub const WORKER_SILENCE_LIMIT: Duration = Duration::from_secs(300);
+pub(crate) const WORKER_SILENCE_LIMIT: Duration = Duration::from_secs(300);
 
 /// When each worker last showed progress. A task that is alive but stuck (a lock never released,
 /// a call that never returns) is not caught by the supervisor; its silence is, through `/livez`.
 #[derive(Debug, Clone, Default)]
-pub struct Heartbeats(Arc<Mutex<BTreeMap<&'static str, (Instant, Duration)>>>);
+pub(crate) struct Heartbeats(Arc<Mutex<BTreeMap<&'static str, (Instant, Duration)>>>);
 
 impl Heartbeats {
     /// Starts watching `name`, which must beat at least every `limit`.
@@ -51,14 +51,14 @@ impl Heartbeats {
 
 /// One worker's beat.
 #[derive(Debug, Clone)]
-pub struct Heartbeat {
+pub(crate) struct Heartbeat {
     beats: Heartbeats,
     name: &'static str,
 }
 
 impl Heartbeat {
     /// Notes progress now.
-    pub fn beat(&self) {
+    pub(crate) fn beat(&self) {
         if let Some((last, _)) = self.beats.lock().get_mut(self.name) {
             *last = Instant::now();
         }
@@ -67,7 +67,7 @@ impl Heartbeat {
 
 /// Whether a task is expected to end once shutdown is asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lifetime {
+pub(crate) enum Lifetime {
     /// Runs until the process stops (watches, the admin server): ending is always a failure.
     Forever,
     /// Stops by itself on shutdown (workers, the elector): shutdown waits for it.
@@ -86,7 +86,7 @@ pub struct TaskEnded {
 
 /// The daemon's tasks, by name.
 #[derive(Debug, Default)]
-pub struct Supervisor {
+pub(crate) struct Supervisor {
     tasks: JoinSet<()>,
     names: HashMap<Id, (&'static str, Lifetime)>,
 }
@@ -100,7 +100,7 @@ impl Supervisor {
 
     /// Waits for the first task to end, and says which and how. Pending forever when there is
     /// no task.
-    pub async fn first_end(&mut self) -> TaskEnded {
+    pub(crate) async fn first_end(&mut self) -> TaskEnded {
         let Some(ended) = self.tasks.join_next_with_id().await else {
             return std::future::pending().await;
         };
@@ -124,7 +124,7 @@ impl Supervisor {
 
     /// After shutdown was asked for: waits until every [`Lifetime::UntilShutdown`] task has
     /// ended, then stops the rest. Returns the tasks that failed on the way (panicked).
-    pub async fn shut_down(mut self) -> Vec<TaskEnded> {
+    pub(crate) async fn shut_down(mut self) -> Vec<TaskEnded> {
         let mut failed = Vec::new();
         while self.names.values().any(|(_, lifetime)| *lifetime == Lifetime::UntilShutdown) {
             let ended = self.first_end().await;

@@ -5,7 +5,7 @@ use tracing_subscriber::EnvFilter;
 
 /// How log lines look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// Human-readable lines.
     Text,
     /// One JSON object per line (for log pipelines).
@@ -14,7 +14,7 @@ pub enum LogFormat {
 
 /// Installs the global subscriber, writing to stderr. `filter` is an `EnvFilter` directive
 /// (`info`, `spots_booster=debug,kube=warn`, …).
-pub fn init(format: LogFormat, filter: &str) -> Result<(), String> {
+pub(crate) fn init(format: LogFormat, filter: &str) -> Result<(), String> {
     let filter = EnvFilter::try_new(filter).map_err(|e| format!("--log-level {filter:?}: {e}"))?;
     // Colour codes only for a person at a terminal: in a pod's log or a file they are noise.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none();

@@ -12,7 +12,7 @@ use crate::core::Timestamp;
 #[error("invalid {layout} time {text:?}")]
 pub struct ParseTimeError {
     /// Which layout was expected.
-    pub layout: &'static str,
+    pub(crate) layout: &'static str,
     /// The text that did not match it.
     pub text: String,
 }
@@ -82,7 +82,7 @@ pub fn parse_imds_time(text: &str) -> Result<Timestamp, ParseTimeError> {
 
 /// Formats a timestamp as RFC 3339 in UTC with millisecond precision when it has any. Times beyond
 /// what the calendar holds (±9999 years; nothing parsed here is) print as milliseconds since 1970.
-pub fn format_rfc3339(ts: Timestamp) -> String {
+pub(crate) fn format_rfc3339(ts: Timestamp) -> String {
     let millis = ts.as_millis();
     let epoch = jiff::civil::DateTime::constant(1970, 1, 1, 0, 0, 0, 0);
     let Ok(t) = epoch.checked_add(jiff::SignedDuration::from_millis(millis)) else {

@@ -23,7 +23,7 @@ pub enum ParseUnitError {
 }
 
 /// The longest duration accepted anywhere (flags, environment, scenarios).
-pub const MAX_DURATION: Duration = Duration::from_secs(365 * 86_400);
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(365 * 86_400);
 
 /// Parses a CPU quantity into millicores, rounding fractions of a millicore up (as Kubernetes does).
 /// Every form the API accepts is read exactly: `500m`, `0.5`, `100u`, `1e3`, `2k`, `10P`.
@@ -140,7 +140,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, ParseUnitError> {
 }
 
 /// Formats a duration compactly for reports: `90s` → `1m30s`, `0.25s` → `250ms`.
-pub fn format_duration(d: Duration) -> String {
+pub(crate) fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms < 1000 {
         return format!("{ms}ms");

@@ -3,12 +3,12 @@
 //! refused past what any real input needs.
 
 /// The deepest `[`/`{` nesting accepted: CA's status uses two levels, Events and scenarios a few.
-pub const MAX_FLOW_DEPTH: usize = 16;
+pub(crate) const MAX_FLOW_DEPTH: usize = 16;
 
 /// The deepest bracket nesting, in one pass. Quotes are not honoured on purpose: a stray quote
 /// in a plain scalar would otherwise hide the brackets after it from the count but not from the
 /// parser. Real inputs never carry enough unbalanced brackets in strings to matter.
-pub fn flow_depth(text: &str) -> usize {
+pub(crate) fn flow_depth(text: &str) -> usize {
     let (mut depth, mut deepest) = (0usize, 0usize);
     for c in text.chars() {
         match c {

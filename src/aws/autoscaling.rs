@@ -17,12 +17,12 @@ use crate::ports::{
 };
 
 /// Names per `DescribeAutoScalingGroups` call.
-pub const GROUPS_PER_CALL: usize = 50;
+pub(crate) const GROUPS_PER_CALL: usize = 50;
 /// Instance ids per `DescribeAutoScalingInstances` call (the API's limit).
-pub const INSTANCES_PER_CALL: usize = 50;
+pub(crate) const INSTANCES_PER_CALL: usize = 50;
 /// `SetDesiredCapacity` calls in flight at once for one burst (Auto Scaling's mutating API rate
 /// allows this many without throttling).
-pub const WRITES_IN_FLIGHT: usize = 32;
+pub(crate) const WRITES_IN_FLIGHT: usize = 32;
 
 /// Auto Scaling through the SDK. With `dry_run`, reads happen and writes are logged and counted.
 #[derive(Debug, Clone)]

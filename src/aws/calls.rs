@@ -42,7 +42,7 @@ pub struct CallStats(Arc<Mutex<Inner>>);
 
 impl CallStats {
     /// The interceptor to install on every client.
-    pub fn interceptor(&self) -> CountingInterceptor {
+    pub(crate) fn interceptor(&self) -> CountingInterceptor {
         CountingInterceptor(self.clone())
     }
 
@@ -68,7 +68,7 @@ impl CallStats {
     }
 
     /// Records a failure the adapter saw.
-    pub fn record_failure(&self, operation: &str, kind: FailureKind) {
+    pub(crate) fn record_failure(&self, operation: &str, kind: FailureKind) {
         let mut inner = self.lock();
         let stats = inner.by_operation.entry(operation.to_string()).or_default();
         stats.errors += 1;
@@ -78,7 +78,7 @@ impl CallStats {
     }
 
     /// Records a write kept back by `--dry-run`.
-    pub fn record_dry_run(&self, operation: &str) {
+    pub(crate) fn record_dry_run(&self, operation: &str) {
         self.lock().by_operation.entry(operation.to_string()).or_default().dry_run_skips += 1;
     }
 
@@ -90,7 +90,7 @@ impl CallStats {
 
 /// Counts operations and attempts per operation name.
 #[derive(Debug)]
-pub struct CountingInterceptor(CallStats);
+pub(crate) struct CountingInterceptor(CallStats);
 
 fn operation(cfg: &ConfigBag) -> String {
     cfg.load::<Metadata>().map_or_else(|| "unknown".to_string(), |m| m.name().to_string())

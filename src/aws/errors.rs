@@ -31,7 +31,7 @@ where
 }
 
 /// The kind of a failure from its error code, or its HTTP status when it has no code.
-pub fn classify(code: Option<&str>, status: Option<u16>) -> FailureKind {
+pub(crate) fn classify(code: Option<&str>, status: Option<u16>) -> FailureKind {
     match code {
         Some(c) if THROTTLE_CODES.contains(&c) => FailureKind::Throttled,
         Some(c)

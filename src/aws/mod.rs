@@ -76,27 +76,27 @@ pub const IAM_ACTIONS: &[&str] = &[
 pub struct AwsArgs {
     /// AWS region; defaults to the standard chain (AWS_REGION, profile, instance metadata).
     #[arg(long, env = "SPOTS_BOOSTER_AWS_REGION")]
-    pub aws_region: Option<String>,
+    pub(crate) aws_region: Option<String>,
     /// Send AWS calls to this endpoint instead (an emulator such as moto, or a VPC endpoint).
     #[arg(long, env = "SPOTS_BOOSTER_AWS_ENDPOINT_URL")]
-    pub aws_endpoint_url: Option<String>,
+    pub(crate) aws_endpoint_url: Option<String>,
     /// Most attempts per AWS call (adaptive retry with client-side rate limiting).
     #[arg(long, env = "SPOTS_BOOSTER_AWS_MAX_ATTEMPTS", default_value_t = 5)]
-    pub aws_max_attempts: u32,
+    pub(crate) aws_max_attempts: u32,
     /// Longest one AWS operation may take, retries included: a stalled answer never freezes a
     /// worker.
     #[arg(long, env = "SPOTS_BOOSTER_AWS_OPERATION_TIMEOUT", default_value = "30s", value_parser = duration)]
-    pub aws_operation_timeout: Duration,
+    pub(crate) aws_operation_timeout: Duration,
     /// Longest one attempt of an AWS operation may take before it is retried.
     #[arg(long, env = "SPOTS_BOOSTER_AWS_ATTEMPT_TIMEOUT", default_value = "10s", value_parser = duration)]
-    pub aws_attempt_timeout: Duration,
+    pub(crate) aws_attempt_timeout: Duration,
     /// Discover groups by tag: KEY or KEY=VALUE, repeatable (all must match).
     #[arg(long, env = "SPOTS_BOOSTER_ASG_TAG_FILTER", value_delimiter = ',')]
-    pub asg_tag_filter: Vec<TagFilter>,
+    pub(crate) asg_tag_filter: Vec<TagFilter>,
     /// Read everything, write nothing: boosts and terminations are logged and counted, never sent.
     #[arg(long, env = "SPOTS_BOOSTER_DRY_RUN", action = ArgAction::Set, num_args = 0..=1,
           default_value_t = false, default_missing_value = "true")]
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
 }
 
 fn duration(s: &str) -> Result<Duration, String> {

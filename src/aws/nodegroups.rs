@@ -22,7 +22,7 @@ use crate::ports::nodegroups::{CloudError, NodeGroupCloud, RoleFacts, TemplateFa
 /// Trust policy of a created node role.
 /// The IAM path of every role and instance profile the daemon creates: `iam:PassRole` is granted
 /// on this path only, so no other role can be handed to an instance.
-pub const NODE_ROLE_PATH: &str = "/spots-booster/";
+pub(crate) const NODE_ROLE_PATH: &str = "/spots-booster/";
 
 const EC2_TRUST_POLICY: &str = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#;
 

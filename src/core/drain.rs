@@ -51,7 +51,7 @@ pub struct DrainState {
     /// Drains that ended, by instance (a node name may come back with a new instance).
     pub finished: BTreeMap<InstanceId, DrainEnd>,
     /// When each group's last batch started.
-    pub last_batch_at: BTreeMap<GroupName, Timestamp>,
+    pub(crate) last_batch_at: BTreeMap<GroupName, Timestamp>,
     /// Eviction progress per draining node.
     #[serde(default)]
     pub evictions: BTreeMap<NodeName, super::draining::NodeEvictions>,
@@ -181,7 +181,7 @@ pub struct Claim {
 
 impl Claim {
     /// Whether every planned replacement is Ready.
-    pub fn complete(&self) -> bool {
+    pub(crate) fn complete(&self) -> bool {
         self.nodes.len() as u32 >= self.needed
     }
 }
@@ -196,7 +196,7 @@ pub struct DrainPlan {
     /// Groups that wait, and why.
     pub waiting: Vec<Waiting>,
     /// Replacement claims per open boost (the shell keeps CA from scaling these nodes down).
-    pub claims: Vec<Claim>,
+    pub(crate) claims: Vec<Claim>,
 }
 
 /// Claims Ready replacement nodes for every ledger record, oldest record first, oldest node first.
@@ -404,7 +404,7 @@ pub(crate) fn close_finished_boosts(snapshot: &Snapshot, at_risk: &AtRiskSet) ->
 
 /// The pods a drain evicts, in order: ordinary pods first, critical ones last; DaemonSet, mirror
 /// and finished pods are left alone.
-pub fn eviction_order(node: &Node) -> Vec<&Pod> {
+pub(crate) fn eviction_order(node: &Node) -> Vec<&Pod> {
     let mut pods: Vec<&Pod> = node.pods.iter().filter(|p| p.class.is_evictable()).collect();
     pods.sort_by(|a, b| {
         (a.class == PodClass::Critical)

@@ -22,16 +22,16 @@ use super::signals::fold_signals;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeEvictions {
     /// PodDisruptionBudget refusals in a row.
-    pub refusals: u32,
+    pub(crate) refusals: u32,
     /// No eviction on the node before this (the backoff after a refusal).
-    pub retry_at: Option<Timestamp>,
+    pub(crate) retry_at: Option<Timestamp>,
     /// UIDs of the pods already evicted: they may take their grace period to go.
-    pub evicted: BTreeSet<String>,
+    pub(crate) evicted: BTreeSet<String>,
     /// Whether this drain's first refusal was reported.
-    pub told_blocked: bool,
+    pub(crate) told_blocked: bool,
     /// The watch has shown the node cordoned since the drain started. Until then an uncordoned
     /// node is the drain's own cordon not seen yet, not an operator's uncordon.
-    pub seen_cordoned: bool,
+    pub(crate) seen_cordoned: bool,
 }
 
 /// One pod to evict, named as its eviction is: conditioned on the UID.
@@ -85,7 +85,7 @@ pub struct EndedDrain {
     /// When the drain started.
     pub started_at: Timestamp,
     /// How it ends.
-    pub ending: DrainEnding,
+    pub(crate) ending: DrainEnding,
 }
 
 /// Everything one draining pass decided.
@@ -96,7 +96,7 @@ pub struct DrainingPlan {
     /// Claimed replacement nodes to protect from Cluster Autoscaler's scale-down.
     pub protect: Vec<NodeName>,
     /// Protected nodes no open boost claims any more: their protection is lifted.
-    pub unprotect: Vec<NodeName>,
+    pub(crate) unprotect: Vec<NodeName>,
     /// Drains that end, in node order.
     pub ended: Vec<EndedDrain>,
     /// Evictions due now, in node order (the batches started in this pass included).
@@ -124,7 +124,7 @@ pub struct Refusal {
     /// How long until the node's pods are tried again.
     pub wait: Duration,
     /// Some pods went: the budget is moving, so the wait starts over instead of doubling.
-    pub moved: bool,
+    pub(crate) moved: bool,
     /// The drain's first refusal (the one worth telling).
     pub first: bool,
 }
@@ -225,7 +225,7 @@ fn due(node: &Node, group: &GroupName, progress: &NodeEvictions, now: Timestamp)
 impl DrainingPlan {
     /// Takes back a batch target the worker did not start (its cordon failed, or the lease went
     /// first): no drain of it is under way, so nothing planned after its start happens either.
-    pub fn withdraw(&mut self, node: &NodeName) {
+    pub(crate) fn withdraw(&mut self, node: &NodeName) {
         if let Some(d) = self.next.in_progress.remove(node) {
             self.next.finished.remove(&d.instance);
         }
@@ -243,7 +243,7 @@ impl DrainState {
     /// again; refusals start a backoff that doubles while nothing goes and starts over when some
     /// pod did (the budget is moving); a round without refusals clears it. Returns the backoff
     /// started, if any.
-    pub fn record_round<'u>(
+    pub(crate) fn record_round<'u>(
         &mut self,
         node: &NodeName,
         results: impl IntoIterator<Item = (&'u str, EvictionResult)>,

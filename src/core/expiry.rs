@@ -23,7 +23,7 @@ pub struct Expired {
     /// When it was decided: with the group and instances, it names the ledger record.
     pub at: Timestamp,
     /// Why.
-    pub why: BoostExpiry,
+    pub(crate) why: BoostExpiry,
     /// Ready replacements it had claimed, and how many it added.
     pub ready: u32,
     /// Replacements it added.

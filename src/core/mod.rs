@@ -8,18 +8,18 @@
 pub mod boost;
 pub mod drain;
 pub mod draining;
-pub mod expiry;
-pub mod give_back;
-pub mod model;
+pub(crate) mod expiry;
+pub(crate) mod give_back;
+pub(crate) mod model;
 pub mod policy;
 pub mod scaling;
 pub mod signals;
 pub mod sizing;
 
 pub use boost::{Boost, BoostPlan, BoostReason, Held, HoldReason};
+pub(crate) use drain::eviction_order;
 pub use drain::{
-    eviction_order, Claim, DrainBatch, DrainEnd, DrainPlan, DrainStarted, DrainState, DrainTarget, DrainView,
-    DrainWait, TimedOutDrain,
+    Claim, DrainBatch, DrainEnd, DrainPlan, DrainStarted, DrainState, DrainTarget, DrainView, DrainWait, TimedOutDrain,
 };
 pub use draining::{
     plan_draining, DrainEnding, DrainingPlan, EndedDrain, EvictionResult, EvictionRound, NodeEvictions, PodToEvict,
@@ -33,7 +33,8 @@ pub use model::{
 };
 pub use policy::{Policy, SizingMode};
 pub use scaling::{plan_scaling, Acting, ScalingPlan};
-pub use signals::{lifecycles_needed, AtRisk, AtRiskSet, Distrust, DropReason, Dropped};
+pub(crate) use signals::lifecycles_needed;
+pub use signals::{AtRisk, AtRiskSet, Distrust, DropReason, Dropped};
 
 #[cfg(test)]
 mod properties;

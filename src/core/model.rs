@@ -96,7 +96,7 @@ pub struct Resources {
     /// CPU in millicores.
     pub cpu_millis: u64,
     /// Memory in bytes.
-    pub memory_bytes: u64,
+    pub(crate) memory_bytes: u64,
 }
 
 impl Resources {
@@ -122,7 +122,7 @@ impl Resources {
     }
 
     /// Whether both components fit inside `capacity`.
-    pub fn fits_in(self, capacity: Resources) -> bool {
+    pub(crate) fn fits_in(self, capacity: Resources) -> bool {
         self.cpu_millis <= capacity.cpu_millis && self.memory_bytes <= capacity.memory_bytes
     }
 }
@@ -187,7 +187,7 @@ pub enum PodClass {
 
 impl PodClass {
     /// Whether a drain evicts pods of this class.
-    pub fn is_evictable(self) -> bool {
+    pub(crate) fn is_evictable(self) -> bool {
         matches!(self, PodClass::Ordinary | PodClass::Critical)
     }
 }
@@ -284,7 +284,7 @@ impl SignalKind {
     /// Whether this kind means the instance will be lost while its group wants it, so a
     /// replacement is worth buying. ASG lifecycle terminations and state changes are the ASG's or
     /// the owner's own doing: the ASG either replaces the instance itself or does not want it.
-    pub fn calls_for_replacement(self) -> bool {
+    pub(crate) fn calls_for_replacement(self) -> bool {
         matches!(
             self,
             SignalKind::Rebalance | SignalKind::SpotInterruption | SignalKind::Scheduled | SignalKind::Rotation
@@ -294,13 +294,13 @@ impl SignalKind {
     /// Whether NTH cordons **and drains** on this kind whatever its rebalance settings: by the time
     /// the booster sizes the node its pods may already be Pending, so it counts as at least one
     /// replacement.
-    pub fn drained_by_nth(self) -> bool {
+    pub(crate) fn drained_by_nth(self) -> bool {
         matches!(self, SignalKind::SpotInterruption | SignalKind::Scheduled)
     }
 
     /// Whether EC2 sends this kind for spot instances only: an Event announcing it for an
     /// on-demand instance is not NTH's.
-    pub fn spot_only(self) -> bool {
+    pub(crate) fn spot_only(self) -> bool {
         matches!(self, SignalKind::Rebalance | SignalKind::SpotInterruption)
     }
 
@@ -427,7 +427,7 @@ pub struct BoostLedger {
     /// Nodes that served as replacements for boosts already closed: they are never claimed
     /// again, so a later boost waits for capacity of its own.
     #[serde(default)]
-    pub spent: BTreeSet<NodeName>,
+    pub(crate) spent: BTreeSet<NodeName>,
 }
 
 impl BoostLedger {
@@ -453,7 +453,7 @@ impl BoostLedger {
     }
 
     /// Notes that terminating `instance` gave one of its boost's nodes back.
-    pub fn note_returned(&mut self, instance: &InstanceId) {
+    pub(crate) fn note_returned(&mut self, instance: &InstanceId) {
         if let Some(r) = self.records.iter_mut().find(|r| r.instances.contains(instance)) {
             r.returned = r.returned.saturating_add(1).min(r.added);
         }
@@ -461,28 +461,28 @@ impl BoostLedger {
 
     /// Notes that the booster is about to terminate `instance`: its departure is ours, not a
     /// reclaim to give back.
-    pub fn note_settled(&mut self, instance: &InstanceId) {
+    pub(crate) fn note_settled(&mut self, instance: &InstanceId) {
         if let Some(r) = self.records.iter_mut().find(|r| r.instances.contains(instance)) {
             r.settled.insert(instance.clone());
         }
     }
 
     /// Notes that an operator uncordoned `instance` during its drain: it is never drained again.
-    pub fn note_kept(&mut self, instance: &InstanceId) {
+    pub(crate) fn note_kept(&mut self, instance: &InstanceId) {
         if let Some(r) = self.records.iter_mut().find(|r| r.instances.contains(instance)) {
             r.kept.insert(instance.clone());
         }
     }
 
     /// Takes back [`BoostLedger::note_settled`]: the instance left without the booster after all.
-    pub fn note_unsettled(&mut self, instance: &InstanceId) {
+    pub(crate) fn note_unsettled(&mut self, instance: &InstanceId) {
         if let Some(r) = self.records.iter_mut().find(|r| r.instances.contains(instance)) {
             r.settled.remove(instance);
         }
     }
 
     /// Whether terminating `instance` may still give one of its boost's nodes back.
-    pub fn may_return(&self, instance: &InstanceId) -> bool {
+    pub(crate) fn may_return(&self, instance: &InstanceId) -> bool {
         self.records.iter().find(|r| r.instances.contains(instance)).is_some_and(|r| r.returned < r.added)
     }
 }
@@ -533,7 +533,7 @@ pub(crate) mod builders {
             self
         }
         /// Sets CA's view.
-        pub fn ca_target(mut self, target: u32, backoff: Option<&str>) -> Group {
+        pub(crate) fn ca_target(mut self, target: u32, backoff: Option<&str>) -> Group {
             self.ca = Some(CaGroupView {
                 cloud_provider_target: target,
                 backoff: backoff.map(String::from),
@@ -570,17 +570,17 @@ pub(crate) mod builders {
             self
         }
         /// Sets its creation time in milliseconds.
-        pub fn created_at(mut self, millis: i64) -> Node {
+        pub(crate) fn created_at(mut self, millis: i64) -> Node {
             self.created = Timestamp::from_millis(millis);
             self
         }
         /// Marks it not Ready.
-        pub fn not_ready(mut self) -> Node {
+        pub(crate) fn not_ready(mut self) -> Node {
             self.ready = false;
             self
         }
         /// Adds `n` ordinary pods with the given requests.
-        pub fn with_pods(mut self, n: usize, cpu_millis: u64, memory_bytes: u64) -> Node {
+        pub(crate) fn with_pods(mut self, n: usize, cpu_millis: u64, memory_bytes: u64) -> Node {
             for _ in 0..n {
                 let k = self.pods.len();
                 self.pods.push(Pod::test(&format!("{}-p{k}", self.name), cpu_millis, memory_bytes));
@@ -641,17 +641,17 @@ pub(crate) mod builders {
 
     impl Snapshot {
         /// Adds a group.
-        pub fn with_group(mut self, g: Group) -> Snapshot {
+        pub(crate) fn with_group(mut self, g: Group) -> Snapshot {
             self.groups.insert(g.name.clone(), g);
             self
         }
         /// Adds a node.
-        pub fn with_node(mut self, n: Node) -> Snapshot {
+        pub(crate) fn with_node(mut self, n: Node) -> Snapshot {
             self.nodes.insert(n.name.clone(), n);
             self
         }
         /// Adds a signal.
-        pub fn with_signal(mut self, s: Signal) -> Snapshot {
+        pub(crate) fn with_signal(mut self, s: Signal) -> Snapshot {
             self.signals.push(s);
             self
         }

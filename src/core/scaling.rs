@@ -34,7 +34,7 @@ pub struct ScalingPlan {
     /// The at-risk instances the decisions are about (and the signals dropped, with why).
     pub at_risk: AtRiskSet,
     /// Nodes to give back for boosted instances AWS took first.
-    pub give_backs: Vec<GiveBack>,
+    pub(crate) give_backs: Vec<GiveBack>,
     /// Open boosts that stop waiting now.
     pub expired: Vec<Expired>,
     /// The ledger to keep: give-backs noted, expiries marked and finished boosts closed. The new

@@ -17,7 +17,7 @@ pub struct AtRisk {
     /// Its node.
     pub node: NodeName,
     /// Every kind reported for it.
-    pub kinds: BTreeSet<SignalKind>,
+    pub(crate) kinds: BTreeSet<SignalKind>,
     /// The earliest observation.
     pub first_seen: Timestamp,
     /// What vouched for the signals.
@@ -95,7 +95,7 @@ pub struct Dropped {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AtRiskSet {
     /// Per group, its at-risk instances.
-    pub by_group: BTreeMap<GroupName, BTreeMap<InstanceId, AtRisk>>,
+    pub(crate) by_group: BTreeMap<GroupName, BTreeMap<InstanceId, AtRisk>>,
     /// Signals that made no instance at risk, one entry per instance.
     pub dropped: Vec<Dropped>,
 }
@@ -200,7 +200,7 @@ fn trusted(snapshot: &Snapshot, risk: &AtRisk, cordoned: bool) -> Result<(), Dis
 
 /// The instances whose trust waits on AWS saying how they are bought: spot-only kinds vouched
 /// for by Events alone, on cordoned nodes, not boosted already.
-pub fn lifecycles_needed(snapshot: &Snapshot) -> BTreeSet<InstanceId> {
+pub(crate) fn lifecycles_needed(snapshot: &Snapshot) -> BTreeSet<InstanceId> {
     let boosted = snapshot.ledger.index();
     let mut vouched: BTreeSet<&InstanceId> = BTreeSet::new();
     let mut needed = BTreeSet::new();

@@ -15,7 +15,7 @@ fn demand(pod: &Pod, over_subscription_percent: u32) -> Resources {
 /// (DaemonSet, mirror and finished pods need no new home). A pod bigger than an empty node still
 /// gets a node of its own: CA would not place it either, but the count stays honest about
 /// what the workload asked for.
-pub fn nodes_for_pods<'p>(
+pub(crate) fn nodes_for_pods<'p>(
     pods: impl IntoIterator<Item = &'p Pod>,
     node_allocatable: Resources,
     policy: &Policy,

@@ -9,8 +9,6 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// The API group.
-pub const GROUP: &str = "instancemgr.keikoproj.io";
 /// Finalizer that holds deletion until the AWS resources are gone (upstream's name).
 pub const FINALIZER: &str = "finalizer.instancegroups.keikoproj.io";
 

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_yaml::{Mapping, Value};
 
 /// The ConfigMap's namespace.
-pub const NAMESPACE: &str = "kube-system";
+pub(crate) const NAMESPACE: &str = "kube-system";
 /// The ConfigMap's name.
 pub const NAME: &str = "aws-auth";
 const MAP_ROLES: &str = "mapRoles";
@@ -19,7 +19,7 @@ const NODE_USERNAME: &str = "system:node:{{EC2PrivateDNSName}}";
 const NODE_GROUPS: &[&str] = &["system:bootstrappers", "system:nodes"];
 
 /// The annotation on aws-auth listing (as a JSON array) the role ARNs the daemon mapped.
-pub const OWNED_ANNOTATION: &str = "spots-booster.io/owned-roles";
+pub(crate) const OWNED_ANNOTATION: &str = "spots-booster.io/owned-roles";
 
 /// aws-auth could not be edited safely.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,7 +42,7 @@ pub enum EditAwsAuthError {
 }
 
 /// The roles the daemon mapped, from aws-auth's annotations.
-pub fn owned_roles(annotations: Option<&BTreeMap<String, String>>) -> BTreeSet<String> {
+pub(crate) fn owned_roles(annotations: Option<&BTreeMap<String, String>>) -> BTreeSet<String> {
     annotations
         .and_then(|a| a.get(OWNED_ANNOTATION))
         .and_then(|v| serde_json::from_str::<BTreeSet<String>>(v).ok())
@@ -50,7 +50,7 @@ pub fn owned_roles(annotations: Option<&BTreeMap<String, String>>) -> BTreeSet<S
 }
 
 /// The annotation value for `owned`.
-pub fn owned_annotation(owned: &BTreeSet<String>) -> String {
+pub(crate) fn owned_annotation(owned: &BTreeSet<String>) -> String {
     serde_json::to_string(owned).expect("strings serialise")
 }
 
@@ -89,7 +89,7 @@ pub fn mapped_arn(arn: &str) -> String {
 
 /// Maps `role_arn` as a node role, noting it in `owned`. Refuses a role someone else mapped.
 /// Returns whether anything changed.
-pub fn upsert_node_role(
+pub(crate) fn upsert_node_role(
     data: &mut BTreeMap<String, String>,
     owned: &mut BTreeSet<String>,
     role_arn: &str,
@@ -131,7 +131,7 @@ pub fn upsert_node_role(
 
 /// Unmaps `role_arn` when the daemon mapped it (it is in `owned`); anyone else's entry stays.
 /// Returns whether anything changed.
-pub fn remove_role(
+pub(crate) fn remove_role(
     data: &mut BTreeMap<String, String>,
     owned: &mut BTreeSet<String>,
     role_arn: &str,

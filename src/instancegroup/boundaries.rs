@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 /// Namespace annotation that opts every InstanceGroup in it out of the ConfigMap.
-pub const ANNOTATION_CONFIG_EXCLUDED: &str = "instancemgr.keikoproj.io/config-excluded";
+pub(crate) const ANNOTATION_CONFIG_EXCLUDED: &str = "instancemgr.keikoproj.io/config-excluded";
 
 /// Reading the ConfigMap failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -54,7 +54,7 @@ pub struct Shared {
     pub merge: Vec<String>,
     /// Merged; the InstanceGroup wins collisions.
     #[serde(default)]
-    pub merge_override: Vec<String>,
+    pub(crate) merge_override: Vec<String>,
     /// The InstanceGroup's value replaces the default entirely.
     #[serde(default)]
     pub replace: Vec<String>,
@@ -73,7 +73,7 @@ enum Requirement {
 
 /// A label-selector expression evaluated against annotations.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Selector(Vec<Requirement>);
+pub(crate) struct Selector(Vec<Requirement>);
 
 impl Selector {
     /// Parses `k = v`, `k == v`, `k != v`, `k in (a, b)`, `k notin (a)`, `k`, `!k`, comma-separated.
@@ -156,7 +156,7 @@ impl Selector {
 
 /// A conditional default.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Conditional {
+pub(crate) struct Conditional {
     /// Which InstanceGroups it applies to, by annotation.
     pub selector: Selector,
     /// A partial InstanceGroup.
@@ -171,7 +171,7 @@ pub struct InstanceManagerConfig {
     /// Defaults (a partial InstanceGroup).
     pub defaults: Value,
     /// Conditional defaults, in order.
-    pub conditionals: Vec<Conditional>,
+    pub(crate) conditionals: Vec<Conditional>,
     /// MD5 of the data: `status.configMD5`.
     pub md5: String,
 }
@@ -265,7 +265,7 @@ impl InstanceManagerConfig {
 }
 
 /// MD5 of the ConfigMap data (keys in order), as hex.
-pub fn data_md5(data: &BTreeMap<String, String>) -> String {
+pub(crate) fn data_md5(data: &BTreeMap<String, String>) -> String {
     use md5::Digest;
     let mut hasher = md5::Md5::new();
     for (k, v) in data {

@@ -10,13 +10,13 @@ use super::design::{Concurrency, CrdPlan};
 
 /// Annotation marking resources the strategy submitted (upstream's value, so resources it left
 /// behind are recognised).
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "instance-manager");
+pub(crate) const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "instance-manager");
 /// Annotation naming the Auto Scaling Group a resource upgrades.
-pub const UPGRADE_SCOPE: &str = "instancemgr.keikoproj.io/upgrade-scope";
+pub(crate) const UPGRADE_SCOPE: &str = "instancemgr.keikoproj.io/upgrade-scope";
 
 /// The template could not become a resource.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RenderError {
+pub(crate) enum RenderError {
     /// A `{{ … }}` action we do not evaluate.
     #[error(
         "spec.strategy.crd.spec: template action {0:?} is not supported (only {{{{ .InstanceGroup.Field.Path }}}})"
@@ -73,7 +73,7 @@ fn evaluate(object: &Value, path: &str) -> Result<String, RenderError> {
 }
 
 /// Renders the template with the InstanceGroup in scope.
-pub fn render(template: &str, ig: &InstanceGroup) -> Result<String, RenderError> {
+pub(crate) fn render(template: &str, ig: &InstanceGroup) -> Result<String, RenderError> {
     let object = serde_json::to_value(ig).expect("an InstanceGroup always serialises");
     let mut out = String::new();
     let mut rest = template;
@@ -131,13 +131,13 @@ pub fn resource(plan: &CrdPlan, ig: &InstanceGroup, asg: &str, launch_id: &str) 
 }
 
 /// The status string at a dotted path (`.status.currentStatus`).
-pub fn status_at<'a>(object: &'a Value, path: &str) -> Option<&'a str> {
+pub(crate) fn status_at<'a>(object: &'a Value, path: &str) -> Option<&'a str> {
     path.trim_start_matches('.').split('.').filter(|s| !s.is_empty()).try_fold(object, |v, k| v.get(k))?.as_str()
 }
 
 /// What to do next.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CrdStep {
+pub(crate) enum CrdStep {
     /// Submit this resource.
     Submit(Value),
     /// Delete these resources (names), then wait.
@@ -154,7 +154,7 @@ pub enum CrdStep {
 
 /// Decides the next step. `existing` are the resources of that kind in the namespace, `retries`
 /// the retries used so far.
-pub fn next_step(
+pub(crate) fn next_step(
     plan: &CrdPlan,
     wanted: Value,
     asg: &str,

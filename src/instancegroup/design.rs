@@ -13,7 +13,7 @@ pub struct GroupDesign {
     /// The InstanceGroup's name.
     pub name: String,
     /// EKS cluster name.
-    pub cluster_name: String,
+    pub(crate) cluster_name: String,
     /// ASG MinSize (and DesiredCapacity at creation).
     pub min_size: i32,
     /// ASG MaxSize.
@@ -25,9 +25,9 @@ pub struct GroupDesign {
     /// Subnet ids or Name tags, deduplicated and sorted.
     pub subnets: Vec<String>,
     /// Security group ids or Name tags, deduplicated and sorted.
-    pub security_groups: Vec<String>,
+    pub(crate) security_groups: Vec<String>,
     /// EC2 key pair.
-    pub key_pair_name: Option<String>,
+    pub(crate) key_pair_name: Option<String>,
     /// Block devices, sorted by device name.
     pub volumes: Vec<BlockDevice>,
     /// Processes to keep suspended.
@@ -35,44 +35,44 @@ pub struct GroupDesign {
     /// Group metrics to collect.
     pub metrics: BTreeSet<String>,
     /// What the node's bootstrap needs.
-    pub bootstrap: Bootstrap,
+    pub(crate) bootstrap: Bootstrap,
     /// Spot market options for the launch template (from `spotPrice`).
-    pub spot_price: Option<String>,
+    pub(crate) spot_price: Option<String>,
     /// User tags for the ASG.
     pub tags: BTreeMap<String, String>,
     /// Launch-template tag specifications, by resource type.
-    pub tag_specifications: BTreeMap<String, BTreeMap<String, String>>,
+    pub(crate) tag_specifications: BTreeMap<String, BTreeMap<String, String>>,
     /// Node role and profile.
     pub role: RoleChoice,
     /// Lifecycle hooks, by name.
-    pub lifecycle_hooks: BTreeMap<String, LifecycleHook>,
+    pub(crate) lifecycle_hooks: BTreeMap<String, LifecycleHook>,
     /// Spot/on-demand mix.
-    pub mixed_instances: Option<MixedInstances>,
+    pub(crate) mixed_instances: Option<MixedInstances>,
     /// Licence ARNs.
-    pub licenses: Vec<String>,
+    pub(crate) licenses: Vec<String>,
     /// Placement.
-    pub placement: Placement,
+    pub(crate) placement: Placement,
     /// IMDS settings.
     pub metadata: Metadata,
     /// Warm pool.
-    pub warm_pool: Option<WarmPool>,
+    pub(crate) warm_pool: Option<WarmPool>,
     /// How drifted nodes are replaced.
     pub strategy: Strategy,
     /// `normal`, `spot` or `mixed`.
     pub lifecycle: Lifecycle,
     /// Add cluster-autoscaler discovery tags.
-    pub cluster_autoscaler_tags: bool,
+    pub(crate) cluster_autoscaler_tags: bool,
     /// Skip the CNI policy on a created role (IRSA runs the CNI).
-    pub irsa_enabled: bool,
+    pub(crate) irsa_enabled: bool,
     /// Refuse rotations: stop in `Locked` instead.
-    pub lock_upgrades: bool,
+    pub(crate) lock_upgrades: bool,
 }
 
 /// One EBS block device mapping (its mount options go to [`Bootstrap::mounts`]).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct BlockDevice {
     /// Device name.
-    pub device: String,
+    pub(crate) device: String,
     /// EBS volume type.
     pub volume_type: String,
     /// GiB.
@@ -82,27 +82,27 @@ pub struct BlockDevice {
     /// MiB/s.
     pub throughput: Option<i32>,
     /// Delete with the instance (default true).
-    pub delete_on_termination: bool,
+    pub(crate) delete_on_termination: bool,
     /// Encrypted.
-    pub encrypted: Option<bool>,
+    pub(crate) encrypted: Option<bool>,
     /// Snapshot to restore.
-    pub snapshot_id: Option<String>,
+    pub(crate) snapshot_id: Option<String>,
 }
 
 /// Format and mount a volume at boot.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct VolumeMount {
+pub(crate) struct VolumeMount {
     /// `xfs` or `ext4`.
-    pub file_system: String,
+    pub(crate) file_system: String,
     /// Mount point.
     pub path: String,
     /// Write an fstab entry.
-    pub persist: bool,
+    pub(crate) persist: bool,
 }
 
 /// The OS the image runs, which picks the userdata format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OsFamily {
+pub(crate) enum OsFamily {
     /// Amazon Linux 2: `/etc/eks/bootstrap.sh`.
     AmazonLinux2,
     /// Amazon Linux 2023: nodeadm NodeConfig.
@@ -113,27 +113,27 @@ pub enum OsFamily {
 
 /// What bootstrap is told.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Bootstrap {
+pub(crate) struct Bootstrap {
     /// OS family.
-    pub os_family: OsFamily,
+    pub(crate) os_family: OsFamily,
     /// Node labels, including the role, lifecycle and image labels.
     pub labels: BTreeMap<String, String>,
     /// `key=value:Effect` taints.
     pub taints: Vec<String>,
     /// Extra kubelet flags.
-    pub extra_args: Option<String>,
+    pub(crate) extra_args: Option<String>,
     /// kubelet max pods.
-    pub max_pods: Option<i64>,
+    pub(crate) max_pods: Option<i64>,
     /// Container runtime (AL2).
-    pub container_runtime: Option<String>,
+    pub(crate) container_runtime: Option<String>,
     /// Scripts run before bootstrap.
-    pub pre_bootstrap: Vec<String>,
+    pub(crate) pre_bootstrap: Vec<String>,
     /// Scripts run after bootstrap.
-    pub post_bootstrap: Vec<String>,
+    pub(crate) post_bootstrap: Vec<String>,
     /// User NodeConfig documents (AL2023).
-    pub node_config: Vec<String>,
+    pub(crate) node_config: Vec<String>,
     /// Volumes to format and mount.
-    pub mounts: Vec<(String, VolumeMount)>,
+    pub(crate) mounts: Vec<(String, VolumeMount)>,
 }
 
 /// Bring-your-own or a created node role.
@@ -159,15 +159,15 @@ pub enum RoleChoice {
 
 /// One lifecycle hook.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LifecycleHook {
+pub(crate) struct LifecycleHook {
     /// `autoscaling:EC2_INSTANCE_LAUNCHING` or `…TERMINATING`.
-    pub transition: String,
+    pub(crate) transition: String,
     /// `ABANDON` or `CONTINUE`.
-    pub default_result: String,
+    pub(crate) default_result: String,
     /// Seconds.
-    pub heartbeat_timeout: i32,
+    pub(crate) heartbeat_timeout: i32,
     /// Notification target.
-    pub notification_arn: Option<String>,
+    pub(crate) notification_arn: Option<String>,
     /// Role for the target.
     pub role_arn: Option<String>,
     /// Metadata.
@@ -176,48 +176,48 @@ pub struct LifecycleHook {
 
 /// The AWS MixedInstancesPolicy, in AWS's own terms.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MixedInstances {
+pub(crate) struct MixedInstances {
     /// `capacity-optimized` or `lowest-price`.
     pub spot_allocation_strategy: String,
     /// Spot pools (lowest-price only).
-    pub spot_pools: Option<i32>,
+    pub(crate) spot_pools: Option<i32>,
     /// On-demand base capacity.
-    pub on_demand_base: i32,
+    pub(crate) on_demand_base: i32,
     /// 100 − spotRatio.
-    pub on_demand_percent_above_base: i32,
+    pub(crate) on_demand_percent_above_base: i32,
     /// Overrides: (type, weight), primary first; running types are added by the reconciler.
     pub overrides: Vec<(String, i32)>,
 }
 
 /// EC2 placement.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Placement {
+pub(crate) struct Placement {
     /// Availability zone.
     pub availability_zone: Option<String>,
     /// Host resource group ARN.
-    pub host_resource_group_arn: Option<String>,
+    pub(crate) host_resource_group_arn: Option<String>,
     /// Tenancy.
-    pub tenancy: Option<String>,
+    pub(crate) tenancy: Option<String>,
 }
 
 /// IMDS settings; instance metadata tags are always disabled.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Metadata {
     /// `enabled` or `disabled`.
-    pub http_endpoint: Option<String>,
+    pub(crate) http_endpoint: Option<String>,
     /// `required` or `optional`.
-    pub http_tokens: Option<String>,
+    pub(crate) http_tokens: Option<String>,
     /// Hop limit.
-    pub http_put_hop_limit: Option<i32>,
+    pub(crate) http_put_hop_limit: Option<i32>,
 }
 
 /// Warm pool sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WarmPool {
+pub(crate) struct WarmPool {
     /// Minimum warm instances.
     pub min_size: i32,
     /// Maximum prepared capacity; `None` means the ASG's max.
-    pub max_prepared: Option<i32>,
+    pub(crate) max_prepared: Option<i32>,
 }
 
 /// How drifted nodes are replaced.
@@ -259,7 +259,7 @@ pub struct CrdPlan {
     /// The templated resource.
     pub template: String,
     /// Dotted path to the status string.
-    pub status_path: String,
+    pub(crate) status_path: String,
     /// Done when the status equals this.
     pub success: String,
     /// Failed when the status equals this.

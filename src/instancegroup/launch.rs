@@ -12,21 +12,21 @@ use super::userdata::{self, ClusterInfo};
 use crate::core::{GroupName, InstanceId};
 
 /// ASG tag holding the cluster name (upstream's ownership tag).
-pub const TAG_CLUSTER_NAME: &str = "instancegroups.keikoproj.io/ClusterName";
+pub(crate) const TAG_CLUSTER_NAME: &str = "instancegroups.keikoproj.io/ClusterName";
 /// ASG tag holding the InstanceGroup namespace.
-pub const TAG_NAMESPACE: &str = "instancegroups.keikoproj.io/Namespace";
+pub(crate) const TAG_NAMESPACE: &str = "instancegroups.keikoproj.io/Namespace";
 /// ASG tag holding the InstanceGroup name.
-pub const TAG_INSTANCE_GROUP: &str = "instancegroups.keikoproj.io/InstanceGroup";
+pub(crate) const TAG_INSTANCE_GROUP: &str = "instancegroups.keikoproj.io/InstanceGroup";
 
 /// Cloud facts the launch template is built from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Resolved {
     /// Subnet ids, sorted.
-    pub subnet_ids: Vec<String>,
+    pub(crate) subnet_ids: Vec<String>,
     /// Security group ids, sorted.
-    pub security_group_ids: Vec<String>,
+    pub(crate) security_group_ids: Vec<String>,
     /// Instance profile ARN.
-    pub instance_profile_arn: String,
+    pub(crate) instance_profile_arn: String,
     /// Cluster endpoint, CA and network.
     pub cluster: ClusterInfo,
 }
@@ -39,25 +39,25 @@ pub struct LaunchTemplateData {
     /// Instance type.
     pub instance_type: String,
     /// Instance profile ARN.
-    pub instance_profile_arn: String,
+    pub(crate) instance_profile_arn: String,
     /// Security group ids, sorted.
-    pub security_group_ids: Vec<String>,
+    pub(crate) security_group_ids: Vec<String>,
     /// Key pair.
-    pub key_name: Option<String>,
+    pub(crate) key_name: Option<String>,
     /// Base64 userdata.
     pub user_data: String,
     /// Block devices, sorted.
-    pub block_devices: Vec<BlockDevice>,
+    pub(crate) block_devices: Vec<BlockDevice>,
     /// IMDS options.
     pub metadata: Metadata,
     /// Tag specifications by resource type.
-    pub tag_specifications: BTreeMap<String, BTreeMap<String, String>>,
+    pub(crate) tag_specifications: BTreeMap<String, BTreeMap<String, String>>,
     /// Spot market max price: `spotPrice` turned into real spot requests.
-    pub spot_max_price: Option<String>,
+    pub(crate) spot_max_price: Option<String>,
     /// Placement.
-    pub placement: Placement,
+    pub(crate) placement: Placement,
     /// Licence ARNs, sorted.
-    pub licenses: Vec<String>,
+    pub(crate) licenses: Vec<String>,
 }
 
 /// Builds the launch template data for a design.
@@ -116,25 +116,25 @@ pub struct AsgDesign {
     /// MaxSize.
     pub max_size: i32,
     /// Subnet ids, sorted.
-    pub subnet_ids: Vec<String>,
+    pub(crate) subnet_ids: Vec<String>,
     /// Every tag, all propagated at launch.
     pub tags: BTreeMap<String, String>,
     /// Launch template name (used at `$Latest`).
-    pub template_name: String,
+    pub(crate) template_name: String,
     /// Spot/on-demand mix; `None` launches the template directly.
-    pub mixed_instances: Option<MixedInstances>,
+    pub(crate) mixed_instances: Option<MixedInstances>,
     /// Suspended processes.
     pub suspended_processes: BTreeSet<String>,
     /// Collected metrics.
     pub metrics: BTreeSet<String>,
     /// Lifecycle hooks by name.
-    pub lifecycle_hooks: BTreeMap<String, LifecycleHook>,
+    pub(crate) lifecycle_hooks: BTreeMap<String, LifecycleHook>,
     /// Warm pool.
-    pub warm_pool: Option<WarmPool>,
+    pub(crate) warm_pool: Option<WarmPool>,
 }
 
 /// The ASG tags for a design: ownership, cluster-autoscaler discovery (when annotated), user tags.
-pub fn asg_tags(design: &GroupDesign) -> BTreeMap<String, String> {
+pub(crate) fn asg_tags(design: &GroupDesign) -> BTreeMap<String, String> {
     let mut tags = BTreeMap::from([
         ("Name".to_string(), design.prefix.clone()),
         ("KubernetesCluster".to_string(), design.cluster_name.clone()),
@@ -161,7 +161,7 @@ pub fn asg_tags(design: &GroupDesign) -> BTreeMap<String, String> {
 
 /// The ASG design; `running_types` are the instance types in the group now, kept as overrides so
 /// a mixed policy change never strands running capacity.
-pub fn asg_design(design: &GroupDesign, resolved: &Resolved, running_types: &BTreeSet<String>) -> AsgDesign {
+pub(crate) fn asg_design(design: &GroupDesign, resolved: &Resolved, running_types: &BTreeSet<String>) -> AsgDesign {
     let mixed_instances = design.mixed_instances.clone().map(|mut mixed| {
         for running in running_types {
             if !mixed.overrides.iter().any(|(t, _)| t == running) {
@@ -191,9 +191,9 @@ pub struct GroupInstance {
     /// Instance id.
     pub id: InstanceId,
     /// Launch template name it came from (None for a launch configuration).
-    pub template_name: Option<String>,
+    pub(crate) template_name: Option<String>,
     /// Template version it came from.
-    pub template_version: Option<String>,
+    pub(crate) template_version: Option<String>,
     /// Instance type.
     pub instance_type: Option<String>,
     /// `InService`, `Pending`, `Terminating`…
@@ -212,23 +212,23 @@ pub struct AsgFacts {
     /// DesiredCapacity.
     pub desired: i32,
     /// Subnet ids, sorted.
-    pub subnet_ids: Vec<String>,
+    pub(crate) subnet_ids: Vec<String>,
     /// Tags.
     pub tags: BTreeMap<String, String>,
     /// Launch template name when launched directly.
-    pub template_name: Option<String>,
+    pub(crate) template_name: Option<String>,
     /// Mixed-instances policy (template name in `mixed_template`).
-    pub mixed_instances: Option<MixedInstances>,
+    pub(crate) mixed_instances: Option<MixedInstances>,
     /// Template name inside the mixed policy.
-    pub mixed_template: Option<String>,
+    pub(crate) mixed_template: Option<String>,
     /// Suspended processes.
     pub suspended_processes: BTreeSet<String>,
     /// Collected metrics.
     pub metrics: BTreeSet<String>,
     /// Lifecycle hooks by name.
-    pub lifecycle_hooks: BTreeMap<String, LifecycleHook>,
+    pub(crate) lifecycle_hooks: BTreeMap<String, LifecycleHook>,
     /// Warm pool.
-    pub warm_pool: Option<WarmPool>,
+    pub(crate) warm_pool: Option<WarmPool>,
     /// Instances.
     pub instances: Vec<GroupInstance>,
     /// `Delete in progress` while a delete runs.
@@ -241,25 +241,25 @@ pub struct AsgChanges {
     /// Call UpdateAutoScalingGroup (min, max, subnets, template or mixed policy).
     pub update: bool,
     /// Tags to create or overwrite.
-    pub set_tags: BTreeMap<String, String>,
+    pub(crate) set_tags: BTreeMap<String, String>,
     /// Tags to delete.
-    pub delete_tags: BTreeSet<String>,
+    pub(crate) delete_tags: BTreeSet<String>,
     /// Processes to suspend.
-    pub suspend: BTreeSet<String>,
+    pub(crate) suspend: BTreeSet<String>,
     /// Processes to resume.
-    pub resume: BTreeSet<String>,
+    pub(crate) resume: BTreeSet<String>,
     /// Metrics to enable.
-    pub enable_metrics: BTreeSet<String>,
+    pub(crate) enable_metrics: BTreeSet<String>,
     /// Metrics to disable.
-    pub disable_metrics: BTreeSet<String>,
+    pub(crate) disable_metrics: BTreeSet<String>,
     /// Hooks to put (new or changed).
-    pub put_hooks: BTreeMap<String, LifecycleHook>,
+    pub(crate) put_hooks: BTreeMap<String, LifecycleHook>,
     /// Hooks to delete.
-    pub delete_hooks: BTreeSet<String>,
+    pub(crate) delete_hooks: BTreeSet<String>,
     /// Put this warm pool.
-    pub put_warm_pool: Option<WarmPool>,
+    pub(crate) put_warm_pool: Option<WarmPool>,
     /// Delete the warm pool.
-    pub delete_warm_pool: bool,
+    pub(crate) delete_warm_pool: bool,
 }
 
 impl AsgChanges {
@@ -271,7 +271,7 @@ impl AsgChanges {
 
 /// The diff between an ASG and its design. Unknown tags are removed, as upstream does, except
 /// `aws:` tags, which AWS owns.
-pub fn asg_changes(facts: &AsgFacts, design: &AsgDesign) -> AsgChanges {
+pub(crate) fn asg_changes(facts: &AsgFacts, design: &AsgDesign) -> AsgChanges {
     let mixed_differs = match (&facts.mixed_instances, &design.mixed_instances) {
         (None, None) => facts.template_name.as_deref() != Some(design.template_name.as_str()),
         (Some(current), Some(wanted)) => {

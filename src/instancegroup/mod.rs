@@ -8,10 +8,10 @@
 pub mod api;
 pub mod aws_auth;
 pub mod boundaries;
-pub mod crd_strategy;
+pub(crate) mod crd_strategy;
 pub mod design;
 pub mod launch;
-pub mod rolling;
+pub(crate) mod rolling;
 pub mod userdata;
 pub mod validate;
 

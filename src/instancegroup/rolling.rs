@@ -11,26 +11,26 @@ use crate::core::InstanceId;
 
 /// What the cluster says about one instance's node.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct NodeFacts {
+pub(crate) struct NodeFacts {
     /// The node is Ready.
     pub ready: bool,
     /// Already marked for rotation by us.
-    pub rotating: bool,
+    pub(crate) rotating: bool,
     /// Already at risk or being drained for any other reason (NTH, cordoned).
-    pub busy: bool,
+    pub(crate) busy: bool,
 }
 
 /// One step's input.
 #[derive(Debug, Clone)]
-pub struct RollingInput<'a> {
+pub(crate) struct RollingInput<'a> {
     /// The group's instances.
     pub instances: &'a [GroupInstance],
     /// The launch template instances should come from.
-    pub template_name: &'a str,
+    pub(crate) template_name: &'a str,
     /// Its latest version.
-    pub latest_version: &'a str,
+    pub(crate) latest_version: &'a str,
     /// `maxUnavailable`.
-    pub max_unavailable: MaxUnavailable,
+    pub(crate) max_unavailable: MaxUnavailable,
     /// DesiredCapacity now (caps the batch, as upstream).
     pub desired: i32,
     /// Node facts by instance id; an instance without a node has not joined yet.
@@ -53,7 +53,7 @@ pub enum Wait {
 
 /// The next step.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RollingStep {
+pub(crate) enum RollingStep {
     /// No instance runs an older configuration.
     Done,
     /// Nothing to do now; look again later.
@@ -63,7 +63,11 @@ pub enum RollingStep {
 }
 
 /// Instances that run another template or version than the latest (launch configurations too).
-pub fn drifted_instances<'a>(instances: &'a [GroupInstance], template: &str, version: &str) -> Vec<&'a GroupInstance> {
+pub(crate) fn drifted_instances<'a>(
+    instances: &'a [GroupInstance],
+    template: &str,
+    version: &str,
+) -> Vec<&'a GroupInstance> {
     instances
         .iter()
         .filter(|i| !i.lifecycle_state.starts_with("Terminating"))
@@ -73,7 +77,7 @@ pub fn drifted_instances<'a>(instances: &'a [GroupInstance], template: &str, ver
 
 /// The batch size: a percentage of the instances rounded up, or a count; at least 1, at most the
 /// desired capacity.
-pub fn batch_size(max_unavailable: MaxUnavailable, instances: usize, desired: i32) -> usize {
+pub(crate) fn batch_size(max_unavailable: MaxUnavailable, instances: usize, desired: i32) -> usize {
     let size = match max_unavailable {
         MaxUnavailable::Count(n) => n as usize,
         MaxUnavailable::Percent(p) => (instances * p as usize).div_ceil(100),
@@ -82,7 +86,7 @@ pub fn batch_size(max_unavailable: MaxUnavailable, instances: usize, desired: i3
 }
 
 /// Plans the next rolling-update step.
-pub fn next_step(input: &RollingInput<'_>) -> RollingStep {
+pub(crate) fn next_step(input: &RollingInput<'_>) -> RollingStep {
     let drifted = drifted_instances(input.instances, input.template_name, input.latest_version);
     if drifted.is_empty() {
         return RollingStep::Done;

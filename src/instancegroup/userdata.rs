@@ -14,16 +14,16 @@ pub struct ClusterInfo {
     /// API server URL.
     pub endpoint: String,
     /// Base64 cluster CA.
-    pub certificate_authority: String,
+    pub(crate) certificate_authority: String,
     /// Service CIDR (IPv4), such as `10.100.0.0/16`.
-    pub service_cidr: Option<String>,
+    pub(crate) service_cidr: Option<String>,
     /// VPC the cluster runs in.
     pub vpc_id: Option<String>,
 }
 
 impl ClusterInfo {
     /// The cluster DNS IP: the service CIDR with its last octet set to 10, as EKS does.
-    pub fn dns_ip(&self) -> Option<String> {
+    pub(crate) fn dns_ip(&self) -> Option<String> {
         let network = self.service_cidr.as_deref()?.split('/').next()?;
         let octets: Vec<&str> = network.split('.').collect();
         (octets.len() == 4).then(|| format!("{}.{}.{}.10", octets[0], octets[1], octets[2]))
@@ -31,7 +31,7 @@ impl ClusterInfo {
 }
 
 /// Renders plain-text userdata (the launch template carries its base64).
-pub fn render(cluster: &ClusterInfo, bootstrap: &Bootstrap, warm_pool: bool) -> String {
+pub(crate) fn render(cluster: &ClusterInfo, bootstrap: &Bootstrap, warm_pool: bool) -> String {
     match bootstrap.os_family {
         OsFamily::AmazonLinux2 => amazon_linux_2(cluster, bootstrap, warm_pool),
         OsFamily::AmazonLinux2023 => amazon_linux_2023(cluster, bootstrap, warm_pool),

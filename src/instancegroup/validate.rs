@@ -10,18 +10,18 @@ use super::api::{EksConfiguration, InstanceGroupSpec, IntOrString, NodeVolume, U
 use super::design::*;
 
 /// Annotation: add cluster-autoscaler discovery tags.
-pub const ANNOTATION_CA_ENABLED: &str = "instancemgr.keikoproj.io/cluster-autoscaler-enabled";
+pub(crate) const ANNOTATION_CA_ENABLED: &str = "instancemgr.keikoproj.io/cluster-autoscaler-enabled";
 /// Annotation: IRSA runs the CNI, so the node role needs no CNI policy.
-pub const ANNOTATION_IRSA: &str = "instancemgr.keikoproj.io/irsa-enabled";
+pub(crate) const ANNOTATION_IRSA: &str = "instancemgr.keikoproj.io/irsa-enabled";
 /// Annotation: the image's OS family.
-pub const ANNOTATION_OS_FAMILY: &str = "instancemgr.keikoproj.io/os-family";
+pub(crate) const ANNOTATION_OS_FAMILY: &str = "instancemgr.keikoproj.io/os-family";
 /// Annotation: `k=v,k2=v2` replaces the default role labels.
-pub const ANNOTATION_DEFAULT_LABELS: &str = "instancemgr.keikoproj.io/default-labels";
+pub(crate) const ANNOTATION_DEFAULT_LABELS: &str = "instancemgr.keikoproj.io/default-labels";
 /// Annotation: stop in `Locked` instead of rotating nodes.
-pub const ANNOTATION_LOCK_UPGRADES: &str = "instancemgr.keikoproj.io/lock-upgrades";
+pub(crate) const ANNOTATION_LOCK_UPGRADES: &str = "instancemgr.keikoproj.io/lock-upgrades";
 
 /// Every process `suspendProcesses: [All]` stands for.
-pub const ALL_PROCESSES: &[&str] = &[
+pub(crate) const ALL_PROCESSES: &[&str] = &[
     "Launch",
     "Terminate",
     "AddToLoadBalancer",
@@ -34,7 +34,7 @@ pub const ALL_PROCESSES: &[&str] = &[
 ];
 
 /// Every group metric `metricsCollection: [all]` stands for.
-pub const ALL_METRICS: &[&str] = &[
+pub(crate) const ALL_METRICS: &[&str] = &[
     "GroupMinSize",
     "GroupMaxSize",
     "GroupDesiredCapacity",
@@ -110,11 +110,11 @@ impl ValidateError {
 pub struct IamRules {
     /// Policy ARNs an InstanceGroup may attach beyond the node defaults (worker node, ECR
     /// read-only, CNI).
-    pub allowed_policies: BTreeSet<String>,
+    pub(crate) allowed_policies: BTreeSet<String>,
     /// Whether `roleName` / `instanceProfileName` may name an existing role or profile.
     pub existing_roles: bool,
     /// Set as the permissions boundary of every role the daemon creates.
-    pub permissions_boundary: Option<String>,
+    pub(crate) permissions_boundary: Option<String>,
 }
 
 impl IamRules {
@@ -138,7 +138,7 @@ fn policy_arn(policy: &str) -> String {
 }
 
 /// The policies every created node role gets.
-pub fn default_node_policies(irsa: bool) -> BTreeSet<String> {
+pub(crate) fn default_node_policies(irsa: bool) -> BTreeSet<String> {
     let mut names = vec!["AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly"];
     if !irsa {
         names.push("AmazonEKS_CNI_Policy");
@@ -663,7 +663,7 @@ fn tag_list(errors: &mut Errors, field: &str, tags: &[BTreeMap<String, String>])
 }
 
 /// The name of a created role and profile: the prefix, or its MD5 when IAM would refuse it.
-pub fn managed_role_name(prefix: &str) -> String {
+pub(crate) fn managed_role_name(prefix: &str) -> String {
     use md5::Digest;
     if prefix.len() > 63 {
         md5::Md5::digest(prefix.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()

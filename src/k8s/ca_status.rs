@@ -88,27 +88,27 @@ pub enum CaStatusFormat {
 /// Node counts as CA reports them (absent counts are 0).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct NodeCounts {
+pub(crate) struct NodeCounts {
     /// Registered nodes (`registered.total`).
     pub registered: u32,
     /// Ready.
     pub ready: u32,
     /// Not yet started (registered less than 15 min ago, not Ready).
-    pub not_started: u32,
+    pub(crate) not_started: u32,
     /// Unready.
     pub unready: u32,
     /// Unready for a missing resource (GPU …).
-    pub resource_unready: u32,
+    pub(crate) resource_unready: u32,
     /// Being deleted by CA.
-    pub being_deleted: u32,
+    pub(crate) being_deleted: u32,
     /// Suspended (CA ≥ 1.36).
-    pub suspended: u32,
+    pub(crate) suspended: u32,
     /// Instances without a Node.
-    pub unregistered: u32,
+    pub(crate) unregistered: u32,
     /// Instances without a Node for longer than `max-node-provision-time`.
-    pub long_unregistered: u32,
+    pub(crate) long_unregistered: u32,
     /// CA ≤ 1.20 only (later always 0).
-    pub long_not_started: u32,
+    pub(crate) long_not_started: u32,
 }
 
 /// A scale-up backoff as CA reports it.
@@ -130,7 +130,7 @@ pub struct NodeGroupStatus {
     /// `Healthy` or `Unhealthy`.
     pub health: Option<String>,
     /// Its node counts.
-    pub counts: NodeCounts,
+    pub(crate) counts: NodeCounts,
     /// CA's cached desired capacity.
     pub cloud_provider_target: u32,
     /// MinSize.
@@ -138,11 +138,11 @@ pub struct NodeGroupStatus {
     /// MaxSize.
     pub max_size: u32,
     /// `InProgress`, `Unhealthy`, `Backoff` or `NoActivity`.
-    pub scale_up: Option<String>,
+    pub(crate) scale_up: Option<String>,
     /// Present when scale-up is in backoff.
     pub backoff: Option<Backoff>,
     /// `CandidatesPresent` or `NoCandidates`.
-    pub scale_down: Option<String>,
+    pub(crate) scale_down: Option<String>,
 }
 
 impl NodeGroupStatus {
@@ -160,21 +160,21 @@ impl NodeGroupStatus {
 /// Cluster-wide conditions.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ClusterWide {
+pub(crate) struct ClusterWide {
     /// `Healthy` or `Unhealthy`.
     pub health: Option<String>,
     /// Node counts over the whole cluster (including nodes of no autoscaled group).
-    pub counts: NodeCounts,
+    pub(crate) counts: NodeCounts,
     /// `InProgress` or `NoActivity`.
-    pub scale_up: Option<String>,
+    pub(crate) scale_up: Option<String>,
     /// `CandidatesPresent` or `NoCandidates`.
-    pub scale_down: Option<String>,
+    pub(crate) scale_down: Option<String>,
 }
 
 /// Whether CA has data yet.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum AutoscalerState {
+pub(crate) enum AutoscalerState {
     /// Normal operation.
     Running,
     /// CA is starting: no group data yet.
@@ -192,11 +192,11 @@ pub struct CaStatus {
     /// When CA wrote it.
     pub time: Option<Timestamp>,
     /// Running or Initializing.
-    pub autoscaler_status: AutoscalerState,
+    pub(crate) autoscaler_status: AutoscalerState,
     /// Cluster-wide conditions, when present.
-    pub cluster_wide: Option<ClusterWide>,
+    pub(crate) cluster_wide: Option<ClusterWide>,
     /// Node groups in the order CA listed them.
-    pub node_groups: Vec<NodeGroupStatus>,
+    pub(crate) node_groups: Vec<NodeGroupStatus>,
 }
 
 impl CaStatus {
@@ -223,13 +223,13 @@ pub fn parse_ca_status(text: &str) -> Result<CaStatus, ParseCaStatusError> {
 }
 
 /// The largest status accepted: a ConfigMap's limit.
-pub const MAX_STATUS_BYTES: usize = 1 << 20;
-pub use crate::yaml_guard::{flow_depth, MAX_FLOW_DEPTH};
+pub(crate) const MAX_STATUS_BYTES: usize = 1 << 20;
+pub(crate) use crate::yaml_guard::{flow_depth, MAX_FLOW_DEPTH};
 
 /// Refuses, in one linear pass, text larger than a ConfigMap holds or nested deeper than CA ever
 /// writes: serde_yaml spends quadratic time on deep flow nesting, so this runs before any YAML
 /// parser sees outside text.
-pub fn check_size_and_depth(text: &str) -> Result<(), ParseCaStatusError> {
+pub(crate) fn check_size_and_depth(text: &str) -> Result<(), ParseCaStatusError> {
     if text.len() > MAX_STATUS_BYTES {
         return Err(ParseCaStatusError::TooLarge { bytes: text.len(), limit: MAX_STATUS_BYTES });
     }

@@ -19,7 +19,7 @@ use thiserror::Error;
 
 /// How to reach the API server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ConnectionMode {
+pub(crate) enum ConnectionMode {
     /// The pod's service account (a Deployment in the cluster).
     Incluster,
     /// A kubeconfig file (a laptop, CI).
@@ -31,7 +31,7 @@ pub enum ConnectionMode {
 pub struct KubeArgs {
     /// `incluster` (service account) or `kubectl` (kubeconfig).
     #[arg(long, env = "SPOTS_BOOSTER_CONNECTION_MODE", value_enum, default_value_t = ConnectionMode::Incluster)]
-    pub connection_mode: ConnectionMode,
+    pub(crate) connection_mode: ConnectionMode,
     /// Kubeconfig for `--connection-mode kubectl` (default: `$KUBECONFIG`, then `~/.kube/config`).
     #[arg(long, env = "SPOTS_BOOSTER_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
@@ -215,7 +215,7 @@ pub const PERMISSIONS: &[Permission] = &[
 
 impl Permission {
     /// Only InstanceGroup reconciliation uses it (skipped with `--instance-groups=false`).
-    pub fn instance_groups_only(&self) -> bool {
+    pub(crate) fn instance_groups_only(&self) -> bool {
         self.group == "instancemgr.keikoproj.io"
             || self.resource == "namespaces"
             || self.resource == "customresourcedefinitions"

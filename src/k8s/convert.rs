@@ -10,22 +10,22 @@ use crate::k8s::nth::instance_from_provider_id;
 use crate::units::{parse_cpu_millis, parse_memory_bytes};
 
 /// Cluster Autoscaler's per-node opt-out of scale-down.
-pub const SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-down-disabled";
+pub(crate) const SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-down-disabled";
 /// Our marker next to it: only annotations we set are ever removed by us.
-pub const PROTECTED_BY_US: &str = "spots-booster.io/scale-down-protected";
+pub(crate) const PROTECTED_BY_US: &str = "spots-booster.io/scale-down-protected";
 /// Node annotation the InstanceGroup rolling update sets on a drifted node it retires; the value
 /// is when (RFC 3339). The node then counts as at risk with [`SignalKind::Rotation`].
-pub const ROTATE_ANNOTATION: &str = "spots-booster.io/rotate";
+pub(crate) const ROTATE_ANNOTATION: &str = "spots-booster.io/rotate";
 /// Cluster Autoscaler's taint on nodes it is deleting.
-pub const CA_DELETION_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
+pub(crate) const CA_DELETION_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 /// The kubelet's annotation on a static pod's mirror.
-pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+pub(crate) const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// Pods at or above this priority are system-critical (`system-cluster-critical` is 2·10⁹).
-pub const CRITICAL_PRIORITY: i32 = 2_000_000_000;
+pub(crate) const CRITICAL_PRIORITY: i32 = 2_000_000_000;
 /// Karpenter's per-pod opt-out of voluntary disruption.
-pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+pub(crate) const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
 /// Cluster Autoscaler's per-pod opt-out of scale-down.
-pub const SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
+pub(crate) const SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
 
 /// A watched object that cannot be used.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -60,7 +60,7 @@ pub struct WatchedNode {
     /// `metadata.uid`: Events about the node name it, so `kubectl describe node` finds them.
     pub uid: Option<String>,
     /// An NTH taint (`taintNode: true`): the kind it announces and when it was added.
-    pub nth_taint: Option<(SignalKind, Option<Timestamp>)>,
+    pub(crate) nth_taint: Option<(SignalKind, Option<Timestamp>)>,
     /// Our rotation annotation ([`ROTATE_ANNOTATION`]) and when it was set.
     pub rotation: Option<(SignalKind, Option<Timestamp>)>,
 }
@@ -68,13 +68,13 @@ pub struct WatchedNode {
 impl WatchedNode {
     /// The signal the node itself carries: an NTH taint first (it is the more urgent news), else
     /// a rotation.
-    pub fn node_signal(&self) -> Option<(SignalKind, Option<Timestamp>)> {
+    pub(crate) fn node_signal(&self) -> Option<(SignalKind, Option<Timestamp>)> {
         self.nth_taint.or(self.rotation)
     }
 }
 
 /// NTH's taints and the kind each announces.
-pub const NTH_TAINTS: &[(&str, SignalKind)] = &[
+pub(crate) const NTH_TAINTS: &[(&str, SignalKind)] = &[
     ("aws-node-termination-handler/rebalance-recommendation", SignalKind::Rebalance),
     ("aws-node-termination-handler/spot-itn", SignalKind::SpotInterruption),
     ("aws-node-termination-handler/scheduled-maintenance", SignalKind::Scheduled),

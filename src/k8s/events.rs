@@ -10,7 +10,7 @@ use crate::k8s::watch::KubeCluster;
 use crate::ports::{EventSeverity, EventSink, NodeEvent};
 
 /// The controller name Events carry.
-pub const REPORTING_CONTROLLER: &str = "spots-booster";
+pub(crate) const REPORTING_CONTROLLER: &str = "spots-booster";
 
 /// Events through the API server.
 #[derive(Clone)]
@@ -35,7 +35,7 @@ impl KubeEvents {
 
 /// The reference an Event about `node` carries: with the node's UID, `kubectl describe node`
 /// lists it.
-pub fn node_reference(node: &str, uid: Option<String>) -> ObjectReference {
+pub(crate) fn node_reference(node: &str, uid: Option<String>) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".to_string()),
         kind: Some("Node".to_string()),

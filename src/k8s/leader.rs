@@ -26,19 +26,19 @@ use crate::ports::Leadership;
 pub struct LeaderArgs {
     /// Elect a leader on a Lease so only one replica writes (default: on in-cluster, off with kubectl).
     #[arg(long, env = "SPOTS_BOOSTER_LEADER_ELECT")]
-    pub leader_elect: Option<bool>,
+    pub(crate) leader_elect: Option<bool>,
     /// The Lease's name (in `--state-namespace`).
     #[arg(long, env = "SPOTS_BOOSTER_LEADER_ELECT_LEASE_NAME", default_value = "spots-booster")]
-    pub leader_elect_lease_name: String,
+    pub(crate) leader_elect_lease_name: String,
     /// How long a lease lasts without renewal.
     #[arg(long, env = "SPOTS_BOOSTER_LEADER_ELECT_LEASE_DURATION", default_value = "15s", value_parser = crate::units::parse_duration)]
-    pub leader_elect_lease_duration: Duration,
+    pub(crate) leader_elect_lease_duration: Duration,
     /// The leader steps down when it could not renew for this long (less than the lease duration).
     #[arg(long, env = "SPOTS_BOOSTER_LEADER_ELECT_RENEW_DEADLINE", default_value = "10s", value_parser = crate::units::parse_duration)]
-    pub leader_elect_renew_deadline: Duration,
+    pub(crate) leader_elect_renew_deadline: Duration,
     /// How often to try to acquire or renew.
     #[arg(long, env = "SPOTS_BOOSTER_LEADER_ELECT_RETRY_PERIOD", default_value = "2s", value_parser = crate::units::parse_duration)]
-    pub leader_elect_retry_period: Duration,
+    pub(crate) leader_elect_retry_period: Duration,
 }
 
 /// Timing of the election.

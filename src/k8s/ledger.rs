@@ -20,10 +20,10 @@ use crate::core::BoostLedger;
 use crate::ports::{LedgerError, LedgerStore};
 
 /// The data key the ledger is stored under.
-pub const LEDGER_KEY: &str = "ledger.json";
+pub(crate) const LEDGER_KEY: &str = "ledger.json";
 
 /// Keeps a deleted ledger readable until someone removes it on purpose.
-pub const LEDGER_FINALIZER: &str = "spots-booster.io/ledger";
+pub(crate) const LEDGER_FINALIZER: &str = "spots-booster.io/ledger";
 
 /// A ledger in `namespace/name`.
 pub struct ConfigMapLedger {

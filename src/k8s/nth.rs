@@ -13,7 +13,7 @@ use crate::core::{Evidence, InstanceId, NodeName, Signal, SignalKind, Timestamp}
 use crate::timefmt::{parse_go_time, parse_imds_time, parse_rfc3339};
 
 /// NTH's `source.component` / `reportingComponent`.
-pub const NTH_COMPONENT: &str = "aws-node-termination-handler";
+pub(crate) const NTH_COMPONENT: &str = "aws-node-termination-handler";
 
 /// How NTH learnt of the interruption.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,7 +30,7 @@ pub enum NthMode {
 /// Where the instance id came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum InstanceSource {
+pub(crate) enum InstanceSource {
     /// The Event's `instance-id` annotation.
     Annotation,
     /// The Event's message.
@@ -53,9 +53,9 @@ pub struct NthSignal {
     /// The instance, when the Event, its message or the Node's providerID names it.
     pub instance: Option<InstanceId>,
     /// Where `instance` came from.
-    pub instance_source: Option<InstanceSource>,
+    pub(crate) instance_source: Option<InstanceSource>,
     /// The time the message announces (cordon, interruption, scheduled start, state change).
-    pub notice_time: Option<Timestamp>,
+    pub(crate) notice_time: Option<Timestamp>,
     /// When the Event was first recorded.
     pub observed_at: Option<Timestamp>,
     /// Extra words from the message: a state-change target state or a scheduled-event code.
@@ -65,7 +65,7 @@ pub struct NthSignal {
 impl NthSignal {
     /// The core's signal, once the instance is known. `fallback_now` stands in for an Event that
     /// carries no timestamp at all.
-    pub fn to_core(&self, fallback_now: Timestamp) -> Option<Signal> {
+    pub(crate) fn to_core(&self, fallback_now: Timestamp) -> Option<Signal> {
         Some(Signal {
             instance: self.instance.clone()?,
             node: self.node.clone(),
@@ -80,7 +80,7 @@ impl NthSignal {
     /// What must also hold before the daemon acts on this Event, since anyone who may create
     /// Events could have written it: NTH's cordon (or taint) on the node and, for kinds EC2
     /// sends only to spot instances, AWS saying the instance is spot.
-    pub fn trust_rule(&self) -> String {
+    pub(crate) fn trust_rule(&self) -> String {
         let node = format!("node {} cordoned or NTH-tainted", self.node);
         if !self.kind.spot_only() {
             return node;
@@ -175,12 +175,12 @@ const NOTICE_REASONS: &[&str] = &[
 ];
 
 /// Whether `reason` is one NTH gives an interruption notice.
-pub fn is_notice_reason(reason: &str) -> bool {
+pub(crate) fn is_notice_reason(reason: &str) -> bool {
     NOTICE_REASONS.contains(&reason)
 }
 
 /// The instance id at the end of an AWS providerID (`aws:///eu-central-1a/i-042377dc1ee1257a1`).
-pub fn instance_from_provider_id(provider_id: &str) -> Option<InstanceId> {
+pub(crate) fn instance_from_provider_id(provider_id: &str) -> Option<InstanceId> {
     let id = provider_id.strip_prefix("aws://")?.rsplit('/').next()?;
     id.starts_with("i-").then(|| InstanceId::from(id))
 }

@@ -27,7 +27,7 @@ const MAX_DELAY: Duration = Duration::from_secs(2);
 
 /// The retry policy of every request the daemon's client sends.
 #[derive(Debug, Clone, Default)]
-pub struct ApiRetry {
+pub(crate) struct ApiRetry {
     attempts: u32,
 }
 

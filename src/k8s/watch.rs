@@ -185,7 +185,7 @@ impl KubeCluster {
 
     /// The same store reading `clock`: when a signal was first seen, and how long ago its last
     /// Event went, are told on the workers' clock.
-    pub fn with_clock(mut self, clock: Clock) -> Self {
+    pub(crate) fn with_clock(mut self, clock: Clock) -> Self {
         self.clock = clock;
         self
     }
@@ -199,7 +199,7 @@ impl KubeCluster {
     }
 
     /// Whether every watch has listed once.
-    pub fn is_synced(&self) -> bool {
+    pub(crate) fn is_synced(&self) -> bool {
         self.read().synced.len() == Watched::ALL.len()
     }
 
@@ -220,7 +220,7 @@ impl KubeCluster {
     }
 
     /// Seconds since CA last wrote its status, or `None` when there is no status.
-    pub fn ca_status_age(&self, now: Timestamp) -> Option<f64> {
+    pub(crate) fn ca_status_age(&self, now: Timestamp) -> Option<f64> {
         let store = self.read();
         store.ca_found.then(|| store.ca_time.map_or(0.0, |t| now.since(t).as_secs_f64()))
     }

@@ -13,7 +13,7 @@ use crate::k8s::convert::{PROTECTED_BY_US, SCALE_DOWN_DISABLED};
 use crate::ports::{ClusterWriteError, ClusterWrites, EvictOutcome, PodRef};
 
 /// The field manager our patches are recorded under.
-pub const FIELD_MANAGER: &str = "spots-booster";
+pub(crate) const FIELD_MANAGER: &str = "spots-booster";
 
 /// Cluster writes through the API server.
 #[derive(Clone)]

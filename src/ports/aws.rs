@@ -117,7 +117,7 @@ impl AwsError {
 
     /// Whether the write may have gone through though its answer was an error (a 5xx, a lost
     /// connection, a timeout): the caller re-reads before re-planning.
-    pub fn may_have_applied(&self) -> bool {
+    pub(crate) fn may_have_applied(&self) -> bool {
         matches!(self, AwsError::SetDesiredCapacity { failure, .. }
             if matches!(failure.kind, FailureKind::Unavailable | FailureKind::Other))
     }
@@ -152,7 +152,7 @@ pub struct GroupDescription {
 
 impl GroupDescription {
     /// The core's view of this group.
-    pub fn to_core(&self, node_allocatable: Option<Resources>, ca: Option<CaGroupView>) -> Group {
+    pub(crate) fn to_core(&self, node_allocatable: Option<Resources>, ca: Option<CaGroupView>) -> Group {
         Group {
             name: self.name.clone(),
             min: self.min,
@@ -246,7 +246,7 @@ impl DesiredWrite {
 impl DesiredWrite {
     /// The guard every implementation of [`AutoScaling::lower_desired`] applies: the group is
     /// unchanged since the plan, and `to` is lower than its desired and not below MinSize.
-    pub fn guard_lower(&self, live: Option<&GroupDescription>) -> Guard {
+    pub(crate) fn guard_lower(&self, live: Option<&GroupDescription>) -> Guard {
         match live {
             None => Guard::Settled(Err(AwsError::UnknownGroup(self.group.clone()))),
             Some(g) if g.desired != self.expected || self.to >= g.desired => {
@@ -305,7 +305,7 @@ pub enum TerminateOutcome {
 }
 
 /// Each guarded write's group and how it ended.
-pub type WriteOutcomes = Vec<(GroupName, Result<WriteOutcome, AwsError>)>;
+pub(crate) type WriteOutcomes = Vec<(GroupName, Result<WriteOutcome, AwsError>)>;
 
 /// Auto Scaling: the only writes the booster makes to AWS.
 pub trait AutoScaling: Send + Sync {

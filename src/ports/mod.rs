@@ -19,4 +19,4 @@ pub use leadership::*;
 pub use ledger::*;
 
 /// Any error from below a port, without its SDK type.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

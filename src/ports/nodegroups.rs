@@ -15,7 +15,7 @@ pub struct TemplateFacts {
     /// Name.
     pub name: String,
     /// Latest version number.
-    pub latest_version: String,
+    pub(crate) latest_version: String,
     /// Data of the latest version.
     pub data: LaunchTemplateData,
     /// When the template was created (`YYYYMMDDhhmmss`, UTC): with the version, it names the
@@ -29,7 +29,7 @@ pub struct RoleFacts {
     /// Role ARN (what aws-auth maps), when a role is known.
     pub role_arn: Option<String>,
     /// Instance profile ARN (what the launch template names).
-    pub profile_arn: String,
+    pub(crate) profile_arn: String,
 }
 
 /// An AWS call made for an InstanceGroup failed.
@@ -63,7 +63,7 @@ pub enum CloudError {
 
 impl CloudError {
     /// Throttles and outages: retry later without calling the spec wrong.
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         match self {
             CloudError::Call { failure, .. } => {
                 matches!(failure.kind, FailureKind::Throttled | FailureKind::Unavailable)

@@ -11,7 +11,7 @@ use crate::core::{Evidence, Policy, Resources, Signal, SignalKind, SizingMode, T
 /// or `enableRebalanceDraining` do, drains when `drain_on_rebalance`); on a spot interruption
 /// notice it emits, cordons and drains, and the instance ends after the notice.
 #[derive(Debug)]
-pub struct Nth {
+pub(crate) struct Nth {
     drain_on_rebalance: bool,
     drains: BTreeMap<String, NthDrain>,
 }
@@ -30,7 +30,7 @@ impl Nth {
     }
 
     /// Applies a scenario event.
-    pub fn on_event(&mut self, world: &mut World, event: &SpotEvent) {
+    pub(crate) fn on_event(&mut self, world: &mut World, event: &SpotEvent) {
         let kind = match event.kind {
             SpotEventKind::Rebalance => SignalKind::Rebalance,
             SpotEventKind::Interrupt => SignalKind::SpotInterruption,
@@ -124,7 +124,7 @@ impl Nth {
 /// scale-up of the first of their groups with room, sized by bin packing and net of upcoming
 /// nodes (CA ≤ 1.35 counts them). Scale-down is not modelled: surplus shows in `peak_desired`.
 #[derive(Debug, Default)]
-pub struct ClusterAutoscaler {
+pub(crate) struct ClusterAutoscaler {
     next_scan: Option<Timestamp>,
 }
 

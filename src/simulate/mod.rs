@@ -6,7 +6,7 @@
 //! over ports that act on the simulated world; CA scans when due; the report counts displaced pods
 //! Pending; the scheduler places them.
 
-pub mod actors;
+pub(crate) mod actors;
 mod html;
 pub mod ledger;
 pub mod ports;
@@ -77,11 +77,11 @@ pub struct Summary {
     /// Successful evictions.
     pub evictions: u32,
     /// Evictions refused by a PodDisruptionBudget.
-    pub evictions_blocked: u32,
+    pub(crate) evictions_blocked: u32,
     /// Pods that died with their node instead of being evicted.
     pub pods_killed: u32,
     /// Most pods Pending at once.
-    pub peak_pending_pods: u32,
+    pub(crate) peak_pending_pods: u32,
 }
 
 /// One group's sizes over a run.
@@ -115,7 +115,7 @@ pub struct RunReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     /// Simulated seconds.
-    pub simulated_seconds: u64,
+    pub(crate) simulated_seconds: u64,
     /// With spots-booster.
     #[serde(flatten)]
     pub booster: RunReport,
@@ -126,7 +126,7 @@ pub struct Report {
 
 /// Who runs the cluster in a simulation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// spots-booster with NTH set up for it (cordon only on rebalance) and CA.
     Booster,
     /// NTH draining on the recommendation, and CA.
@@ -233,10 +233,6 @@ fn progress_line(mode: Mode, elapsed: Duration, total: Duration) -> String {
 
 /// Runs one scenario in one mode, in virtual time: the workers' clock is the world's, advanced one
 /// tick per simulated second, and the workers are ticked in step rather than left to their timers.
-pub fn run_scenario(scenario: &Scenario, mode: Mode) -> RunReport {
-    run_scenario_with(scenario, mode, None)
-}
-
 fn run_scenario_with(scenario: &Scenario, mode: Mode, progress: Option<&mut Progress>) -> RunReport {
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_time().build().expect("a current-thread runtime builds");
@@ -330,7 +326,11 @@ fn simulate_showing_progress(
 }
 
 /// Reads, validates and runs a scenario file; renders the report.
-pub fn simulate_file(path: &Path, baseline: Option<Baseline>, output: ReportFormat) -> Result<String, SimulateError> {
+pub(crate) fn simulate_file(
+    path: &Path,
+    baseline: Option<Baseline>,
+    output: ReportFormat,
+) -> Result<String, SimulateError> {
     let shown = path.display().to_string();
     let text =
         std::fs::read_to_string(path).map_err(|source| SimulateError::ReadScenario { path: shown.clone(), source })?;
@@ -358,7 +358,7 @@ fn timeline_table(entries: &[TimelineEntry], width: Width) -> String {
 }
 
 /// The text report: timelines, then the summary side by side.
-pub fn render_text(name: &str, report: &Report, width: Width) -> String {
+pub(crate) fn render_text(name: &str, report: &Report, width: Width) -> String {
     let mut out = format!(
         "spots-booster simulate {name}: {} simulated\n\n",
         format_duration(Duration::from_secs(report.simulated_seconds))

@@ -14,7 +14,7 @@ use crate::ports::{
 
 /// The world, shared by the simulation loop and the ports.
 #[derive(Debug, Clone)]
-pub struct SimWorld {
+pub(crate) struct SimWorld {
     world: Arc<Mutex<World>>,
     protected: Arc<Mutex<BTreeSet<NodeName>>>,
 }

@@ -123,7 +123,7 @@ pub struct Scenario {
     /// Auto Scaling Groups.
     pub groups: Vec<GroupSpec>,
     /// Workloads (ReplicaSet-like: an evicted pod comes back Pending at once).
-    pub workloads: Vec<Workload>,
+    pub(crate) workloads: Vec<Workload>,
     /// Spot events in time order.
     pub events: Vec<SpotEvent>,
     /// Timings of the simulated cluster.
@@ -134,15 +134,15 @@ pub struct Scenario {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClusterTimings {
     /// A bound pod turns Ready this long after binding. Default 10s.
-    pub pod_start: Duration,
+    pub(crate) pod_start: Duration,
     /// Time from a spot interruption notice to the instance's end. Default 2m.
-    pub interruption_notice: Duration,
+    pub(crate) interruption_notice: Duration,
     /// Cluster Autoscaler's `--scan-interval`. Default 10s.
-    pub ca_scan_interval: Duration,
+    pub(crate) ca_scan_interval: Duration,
     /// How long NTH keeps trying to drain a node. Default 2m (NTH's node termination grace period).
-    pub nth_drain_timeout: Duration,
+    pub(crate) nth_drain_timeout: Duration,
     /// How often NTH retries an eviction refused by a PDB. Default 5s.
-    pub nth_eviction_retry: Duration,
+    pub(crate) nth_eviction_retry: Duration,
 }
 
 /// One Auto Scaling Group.
@@ -167,14 +167,14 @@ const MAX_REPLICAS: u32 = 100_000;
 
 /// A PodDisruptionBudget, resolved against the workload's replicas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pdb {
+pub(crate) struct Pdb {
     /// Pods that must stay Ready.
-    pub min_healthy: u32,
+    pub(crate) min_healthy: u32,
 }
 
 /// A set of identical pods.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Workload {
+pub(crate) struct Workload {
     /// Name; pods are `<name>-<k>`.
     pub name: String,
     /// Pod count.

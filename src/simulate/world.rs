@@ -27,7 +27,7 @@ pub struct TimelineEntry {
 
 /// What happened to pods and nodes, counted over a run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Counters {
+pub(crate) struct Counters {
     /// Pod-seconds that evicted or displaced pods spent unschedulable (Pending without a node).
     pub capacity_gap_pod_seconds: u64,
     /// Ready pods removed while their PodDisruptionBudget allowed no disruption.
@@ -35,13 +35,13 @@ pub struct Counters {
     /// Successful evictions.
     pub evictions: u32,
     /// Evictions refused by a PodDisruptionBudget.
-    pub evictions_blocked: u32,
+    pub(crate) evictions_blocked: u32,
     /// Pods that died with their node instead of being evicted.
     pub pods_killed: u32,
     /// Nodes whose evictable pods all left through eviction.
     pub drained_nodes: u32,
     /// Most pods Pending at once.
-    pub peak_pending_pods: u32,
+    pub(crate) peak_pending_pods: u32,
 }
 
 /// The plotted values at one moment; a new one is taken only when a value changes.
@@ -50,9 +50,9 @@ pub struct Sample {
     /// Seconds since the start.
     pub at_seconds: u64,
     /// Pods without a node, before the scheduler's pass (as the capacity gap counts them).
-    pub pending_pods: u32,
+    pub(crate) pending_pods: u32,
     /// Ready, schedulable (uncordoned) nodes per group, in group-name order.
-    pub ready_nodes: Vec<u32>,
+    pub(crate) ready_nodes: Vec<u32>,
     /// Desired capacity per group, in group-name order.
     pub desired: Vec<u32>,
 }
@@ -79,7 +79,7 @@ pub struct Instance {
     /// When its Node joins Ready.
     pub ready_at: Timestamp,
     /// When a spot interruption ends it.
-    pub ends_at: Option<Timestamp>,
+    pub(crate) ends_at: Option<Timestamp>,
 }
 
 /// A Node (it exists from the moment it is Ready).
@@ -105,13 +105,13 @@ pub struct SimPod {
     /// Name.
     pub name: String,
     /// Index into the workloads.
-    pub workload: usize,
+    pub(crate) workload: usize,
     /// Bound node.
     pub node: Option<String>,
     /// When it was bound; while Pending, when it was created.
     pub since: Timestamp,
     /// Whether it replaces a pod that was evicted or lost with its node.
-    pub displaced: bool,
+    pub(crate) displaced: bool,
 }
 
 /// How an eviction went.
@@ -132,7 +132,7 @@ pub struct World {
     pub now: Timestamp,
     start: Timestamp,
     /// Cluster timings.
-    pub timings: ClusterTimings,
+    pub(crate) timings: ClusterTimings,
     /// Groups by name.
     pub groups: BTreeMap<String, Asg>,
     /// Live instances by id.
@@ -142,13 +142,13 @@ pub struct World {
     /// Pods by creation sequence.
     pub pods: BTreeMap<u64, SimPod>,
     /// Workloads.
-    pub workloads: Vec<Workload>,
+    pub(crate) workloads: Vec<Workload>,
     /// Signals NTH has emitted.
     pub signals: Vec<Signal>,
     /// Timeline.
     pub timeline: Vec<TimelineEntry>,
     /// Counters.
-    pub counters: Counters,
+    pub(crate) counters: Counters,
     /// What `simulate --output html` plots.
     pub samples: Vec<Sample>,
     next_pod: u64,
@@ -243,7 +243,7 @@ impl World {
 
     /// AWS's part of a tick: launch instances up to desired, register those whose boot is over,
     /// end those whose interruption notice ran out (the ASG replaces them on the next tick).
-    pub fn step_aws(&mut self) {
+    pub(crate) fn step_aws(&mut self) {
         let ending: Vec<String> = self
             .instances
             .iter()
@@ -279,7 +279,7 @@ impl World {
     }
 
     /// Sets a group's desired capacity, clamped to [min, max].
-    pub fn set_desired(&mut self, group: &str, desired: u32) -> u32 {
+    pub(crate) fn set_desired(&mut self, group: &str, desired: u32) -> u32 {
         let asg = self.groups.get_mut(group).expect("known group");
         asg.desired = desired.clamp(asg.spec.min, asg.spec.max);
         asg.peak_desired = asg.peak_desired.max(asg.desired);
@@ -328,7 +328,7 @@ impl World {
     }
 
     /// Marks an instance to end after the interruption notice.
-    pub fn interrupt(&mut self, id: &str) {
+    pub(crate) fn interrupt(&mut self, id: &str) {
         let notice = self.timings.interruption_notice;
         if let Some(inst) = self.instances.get_mut(id) {
             inst.ends_at.get_or_insert(self.now.plus(notice));
@@ -350,7 +350,7 @@ impl World {
     }
 
     /// Whether the pod is bound and past its start-up time.
-    pub fn is_ready(&self, pod: &SimPod) -> bool {
+    pub(crate) fn is_ready(&self, pod: &SimPod) -> bool {
         pod.node.is_some() && self.now >= pod.since.plus(self.timings.pod_start)
     }
 
@@ -378,12 +378,12 @@ impl World {
     }
 
     /// Pods bound to `node`, in creation order.
-    pub fn pods_on(&self, node: &str) -> Vec<&SimPod> {
+    pub(crate) fn pods_on(&self, node: &str) -> Vec<&SimPod> {
         self.pods.values().filter(|p| p.node.as_deref() == Some(node)).collect()
     }
 
     /// Pending pods that have waited at least `for_at_least`.
-    pub fn pending_since(&self, for_at_least: Duration) -> Vec<&SimPod> {
+    pub(crate) fn pending_since(&self, for_at_least: Duration) -> Vec<&SimPod> {
         self.pods.values().filter(|p| p.node.is_none() && self.now.since(p.since) >= for_at_least).collect()
     }
 
@@ -431,7 +431,7 @@ impl World {
     }
 
     /// Counts one tick of `dt` for every displaced pod still Pending.
-    pub fn account(&mut self, dt: Duration) {
+    pub(crate) fn account(&mut self, dt: Duration) {
         let pending = self.pods.values().filter(|p| p.node.is_none()).count() as u32;
         let displaced = self.pods.values().filter(|p| p.node.is_none() && p.displaced).count() as u64;
         self.counters.capacity_gap_pod_seconds += displaced * dt.as_secs();
@@ -507,7 +507,7 @@ impl World {
     }
 
     /// The core's view of a pod.
-    pub fn core_pod(&self, pod: &SimPod) -> core::Pod {
+    pub(crate) fn core_pod(&self, pod: &SimPod) -> core::Pod {
         let w = &self.workloads[pod.workload];
         core::Pod {
             uid: pod.uid.clone(),
@@ -521,7 +521,7 @@ impl World {
     }
 
     /// Live nodes of a group, oldest first.
-    pub fn nodes_of(&self, group: &str) -> Vec<String> {
+    pub(crate) fn nodes_of(&self, group: &str) -> Vec<String> {
         let mut nodes: Vec<(&Timestamp, &String)> =
             self.nodes.iter().filter(|(_, n)| n.group == group).map(|(name, n)| (&n.created, name)).collect();
         nodes.sort();
@@ -529,7 +529,7 @@ impl World {
     }
 
     /// Instances launched whose nodes have not joined yet, per group.
-    pub fn upcoming(&self, group: &str) -> u32 {
+    pub(crate) fn upcoming(&self, group: &str) -> u32 {
         let asg = &self.groups[group];
         let registered = self.nodes.values().filter(|n| n.group == group).count() as u32;
         asg.desired.saturating_sub(registered)

@@ -37,14 +37,14 @@ use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
 
 /// How the drainer paces itself.
 #[derive(Debug, Clone)]
-pub struct DrainerSettings {
+pub(crate) struct DrainerSettings {
     /// Plan and make progress at least this often (pods leaving are seen through the watch).
     pub tick: Duration,
     /// Eviction (and termination) calls in flight at once, across every draining node.
-    pub evictions_in_flight: usize,
+    pub(crate) evictions_in_flight: usize,
     /// One eviction call's deadline: past it the pod counts as not evicted this round, so a
     /// stalled API server never stalls the tick, the other nodes, or `--drain-timeout`.
-    pub eviction_call_timeout: Duration,
+    pub(crate) eviction_call_timeout: Duration,
 }
 
 impl Default for DrainerSettings {
@@ -59,7 +59,7 @@ impl Default for DrainerSettings {
 
 /// Why a tick did nothing useful.
 #[derive(Debug, Error)]
-pub enum DrainerError {
+pub(crate) enum DrainerError {
     /// Some watch has not synced.
     #[error("the cluster view is not synced yet")]
     NotSynced,
@@ -73,11 +73,11 @@ pub enum DrainerError {
 
 /// What one tick did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct DrainReport {
+pub(crate) struct DrainReport {
     /// Nodes whose drain started.
     pub started: Vec<NodeName>,
     /// Pods evicted (or found gone).
-    pub evicted: u32,
+    pub(crate) evicted: u32,
     /// Evictions refused by a PodDisruptionBudget.
     pub blocked: u32,
     /// Nodes fully drained (not those whose instance went first).
@@ -87,7 +87,7 @@ pub struct DrainReport {
     /// Instances terminated, with whether desired capacity was decremented.
     pub terminated: Vec<(InstanceId, bool)>,
     /// Batches a follower left to the leader.
-    pub not_leader: usize,
+    pub(crate) not_leader: usize,
 }
 
 /// A drained (or timed-out) instance still to terminate: kept until AWS confirms.
@@ -124,7 +124,7 @@ async fn terminate<A: AutoScaling>(
 }
 
 /// The drain worker.
-pub struct Drainer<A, C, L, W, E> {
+pub(crate) struct Drainer<A, C, L, W, E> {
     ctx: Arc<WorkerContext<A, C, L, W, E>>,
     settings: DrainerSettings,
     wake: Arc<Notify>,
@@ -158,18 +158,14 @@ where
 
     /// Registers with `beats` as `worker:drainer` and beats at every pass, for `/livez`. It counts as
     /// wedged once a pass is later than its longest wait plus [`WORKER_SILENCE_LIMIT`].
-    pub fn beating(mut self, beats: &Heartbeats) -> Self {
+    pub(crate) fn beating(mut self, beats: &Heartbeats) -> Self {
         self.heartbeat = Some(beats.register("worker:drainer", self.settings.tick + WORKER_SILENCE_LIMIT));
         self
     }
 
-    /// Notifying this makes the drainer tick now.
-    pub fn waker(&self) -> Arc<Notify> {
-        self.wake.clone()
-    }
-
     /// The drains as the worker tracks them.
-    pub fn state(&self) -> &DrainState {
+    #[cfg(test)]
+    pub(crate) fn state(&self) -> &DrainState {
         &self.drains
     }
 

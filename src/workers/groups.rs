@@ -111,7 +111,7 @@ impl GroupBook {
     }
 
     /// Describes every group whose tags match all `filters` (none: nothing to do).
-    pub async fn discover<A: AutoScaling>(&self, aws: &A, filters: &[TagFilter]) -> Result<usize, AwsError> {
+    pub(crate) async fn discover<A: AutoScaling>(&self, aws: &A, filters: &[TagFilter]) -> Result<usize, AwsError> {
         if filters.is_empty() {
             return Ok(0);
         }
@@ -127,7 +127,7 @@ impl GroupBook {
     /// Sets the group of every node that matters in `state`, then describes the groups those
     /// nodes and the ledger name that are unknown or stale. Returns the described groups as the
     /// core sees them, each with Cluster Autoscaler's view.
-    pub async fn resolve<A: AutoScaling>(
+    pub(crate) async fn resolve<A: AutoScaling>(
         &self,
         aws: &A,
         state: &mut ClusterState,
@@ -177,21 +177,21 @@ impl GroupBook {
     }
 
     /// Notes a desired capacity the workers wrote or saw, without a describe.
-    pub async fn note_desired(&self, group: &GroupName, desired: u32) {
+    pub(crate) async fn note_desired(&self, group: &GroupName, desired: u32) {
         if let Some((g, _)) = lock(&self.described).get_mut(group) {
             g.desired = desired;
         }
     }
 
     /// Forgets a group's description, so the next plan describes it again.
-    pub async fn invalidate(&self, group: &GroupName) {
+    pub(crate) async fn invalidate(&self, group: &GroupName) {
         lock(&self.described).remove(group);
     }
 
     /// Fills `snapshot.lifecycles` for the instances whose trust waits on it, asking EC2 only
     /// for those never looked up. A failed lookup leaves them unknown (so untrusted) until the
     /// next pass: an Event is never believed because AWS could not be asked.
-    pub async fn fill_lifecycles<A: AutoScaling>(&self, aws: &A, snapshot: &mut Snapshot) {
+    pub(crate) async fn fill_lifecycles<A: AutoScaling>(&self, aws: &A, snapshot: &mut Snapshot) {
         let needed = lifecycles_needed(snapshot);
         let missing: Vec<InstanceId> = {
             let mut cache = lock(&self.lifecycles);

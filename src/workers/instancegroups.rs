@@ -26,9 +26,9 @@ use crate::ports::{ClusterView, Leadership};
 use crate::workers::Clock;
 
 /// Non-terminal states are looked at again after this long (upstream's fixed requeue).
-pub const REQUEUE: Duration = Duration::from_secs(10);
+pub(crate) const REQUEUE: Duration = Duration::from_secs(10);
 /// Terminal states are re-checked this often, so out-of-band AWS edits are reverted.
-pub const RESYNC: Duration = Duration::from_secs(600);
+pub(crate) const RESYNC: Duration = Duration::from_secs(600);
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 /// The states upstream writes to `status.currentState`.
@@ -99,7 +99,7 @@ impl PartialEq<State> for String {
 
 /// Reconciling one InstanceGroup failed.
 #[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
+pub(crate) enum ReconcileError {
     /// An AWS call.
     #[error(transparent)]
     Cloud(#[from] CloudError),
@@ -647,7 +647,7 @@ where
 
     /// Reports how many InstanceGroups are in each state (`status.currentState`, `Init` before
     /// the first).
-    pub fn report_states<'g>(&self, groups: impl Iterator<Item = &'g InstanceGroup>) {
+    pub(crate) fn report_states<'g>(&self, groups: impl Iterator<Item = &'g InstanceGroup>) {
         self.metrics.instancegroups.reset();
         for ig in groups {
             let state =

@@ -51,7 +51,7 @@ impl<L: LedgerStore> SharedLedger<L> {
     }
 
     /// Re-reads the store: a new leader picks up what the previous one saved.
-    pub async fn reload(&self) -> Result<(), LedgerError> {
+    pub(crate) async fn reload(&self) -> Result<(), LedgerError> {
         let mut held = self.ledger.lock().await;
         *held = self.store.load().await?;
         Ok(())

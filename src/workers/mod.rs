@@ -49,7 +49,7 @@ pub struct WorkerContext<A, C, L, W, E> {
 /// Adds a signal for every boosted instance whose node is still there but whose signal is not
 /// (its Event expired, or a restart came after that): the ledger remembers it was at risk, so its
 /// drain still happens and its boost is still given back.
-pub fn remember_boosted(state: &mut ClusterState, ledger: &BoostLedger) {
+pub(crate) fn remember_boosted(state: &mut ClusterState, ledger: &BoostLedger) {
     let signalled: BTreeSet<_> = state.signals.iter().map(|s| s.instance.clone()).collect();
     for record in &ledger.records {
         for instance in record.instances.iter().filter(|i| !signalled.contains(*i)) {
@@ -67,7 +67,7 @@ pub fn remember_boosted(state: &mut ClusterState, ledger: &BoostLedger) {
 
 /// One consistent observation, ready for the core.
 #[derive(Debug)]
-pub struct Observation {
+pub(crate) struct Observation {
     /// Groups, nodes (with their groups), signals (with those the ledger remembers) and the ledger.
     pub snapshot: Snapshot,
     /// Nodes carrying the scale-down protection.
@@ -79,7 +79,7 @@ pub struct Observation {
 impl<A: AutoScaling, C: ClusterView, L: LedgerStore, W, E> WorkerContext<A, C, L, W, E> {
     /// The cluster, the ledger and the groups as one snapshot; `None` while a watch has not
     /// synced (nothing is decided on a partial view).
-    pub async fn observe(&self) -> Result<Option<Observation>, AwsError> {
+    pub(crate) async fn observe(&self) -> Result<Option<Observation>, AwsError> {
         let Some(mut state) = self.cluster.current() else { return Ok(None) };
         let ledger = self.ledger.current().await;
         remember_boosted(&mut state, &ledger);

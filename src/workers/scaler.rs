@@ -34,9 +34,9 @@ pub struct ScalerSettings {
     /// After a wake-up, wait until no new signal came for this long, so a burst becomes one plan.
     pub coalesce_quiet: Duration,
     /// …but never longer than this after the first one.
-    pub coalesce_max: Duration,
+    pub(crate) coalesce_max: Duration,
     /// Plan at least this often even without signals.
-    pub resync: Duration,
+    pub(crate) resync: Duration,
 }
 
 impl Default for ScalerSettings {
@@ -70,15 +70,15 @@ pub enum ScalerError {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct TickReport {
     /// Groups whose desired capacity was raised (or would have been, in dry run): `(group, from, to)`.
-    pub raised: Vec<(GroupName, u32, u32)>,
+    pub(crate) raised: Vec<(GroupName, u32, u32)>,
     /// Groups whose write lost a race; re-planned at once.
-    pub raced: Vec<GroupName>,
+    pub(crate) raced: Vec<GroupName>,
     /// Groups whose write failed, with the error category.
     pub failed: Vec<(GroupName, &'static str)>,
     /// At-risk instances held (at max, backoff, …).
     pub held: usize,
     /// Boosts a follower left to the leader.
-    pub not_leader: usize,
+    pub(crate) not_leader: usize,
 }
 
 /// The scaler worker.
@@ -124,7 +124,7 @@ where
 
     /// Registers with `beats` as `worker:scaler` and beats at every pass, for `/livez`. It counts as
     /// wedged once a pass is later than its longest wait plus [`WORKER_SILENCE_LIMIT`].
-    pub fn beating(mut self, beats: &Heartbeats) -> Self {
+    pub(crate) fn beating(mut self, beats: &Heartbeats) -> Self {
         self.heartbeat = Some(
             beats.register("worker:scaler", self.settings.resync + self.settings.coalesce_max + WORKER_SILENCE_LIMIT),
         );
@@ -132,7 +132,7 @@ where
     }
 
     /// Makes `wake` the scaler's waker (the watches are built before the scaler).
-    pub fn woken_by(mut self, wake: Arc<Notify>) -> Self {
+    pub(crate) fn woken_by(mut self, wake: Arc<Notify>) -> Self {
         self.wake = wake;
         self
     }
