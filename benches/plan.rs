@@ -160,6 +160,12 @@ fn bench_plan(c: &mut Criterion) {
             "the benchmark must exercise every stage"
         );
         c.bench_function(&format!("plan 5000 nodes / 500 groups / 50000 pods, {label}"), |b| b.iter(pass));
+        c.bench_function(&format!("plan_scaling alone, {label}"), |b| {
+            b.iter(|| plan_scaling(black_box(&snapshot), black_box(&policy), now, Acting::Leader))
+        });
+        c.bench_function(&format!("plan_draining alone, {label}"), |b| {
+            b.iter(|| plan_draining(black_box(&snapshot), &protected, black_box(&drains), black_box(&policy), now))
+        });
     }
 }
 

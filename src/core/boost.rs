@@ -17,7 +17,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use super::model::{BoostRecord, Group, GroupName, InstanceId, Node, Resources, Snapshot, Timestamp};
+use super::model::{BoostLedger, BoostRecord, Group, GroupName, InstanceId, Node, Resources, Snapshot, Timestamp};
 use super::policy::{Policy, SizingMode};
 use super::signals::{AtRisk, AtRiskSet};
 use super::sizing::nodes_for_pods;
@@ -159,9 +159,15 @@ struct GroupFacts {
     in_flight: u32,
 }
 
-/// Plans the boosts for every group with at-risk instances no boost covers yet.
-pub(crate) fn plan_boosts(snapshot: &Snapshot, at_risk: &AtRiskSet, policy: &Policy, now: Timestamp) -> BoostPlan {
-    let covered = snapshot.ledger.index();
+/// Plans the boosts for every group with at-risk instances no boost in `ledger` covers yet.
+pub(crate) fn plan_boosts(
+    snapshot: &Snapshot,
+    ledger: &BoostLedger,
+    at_risk: &AtRiskSet,
+    policy: &Policy,
+    now: Timestamp,
+) -> BoostPlan {
+    let covered = ledger.index();
     let mut facts: HashMap<&GroupName, GroupFacts> = HashMap::new();
     for node in snapshot.nodes.values() {
         if let (Some(group), true, false) = (&node.group, node.ready, node.deleting_by_ca) {
@@ -169,7 +175,7 @@ pub(crate) fn plan_boosts(snapshot: &Snapshot, at_risk: &AtRiskSet, policy: &Pol
             f.ready = f.ready.saturating_add(1);
         }
     }
-    for record in snapshot.ledger.records.iter().filter(|r| r.expired.is_none()) {
+    for record in ledger.records.iter().filter(|r| r.expired.is_none()) {
         let f = facts.entry(&record.group).or_default();
         f.in_flight = f.in_flight.saturating_add(record.added);
     }
@@ -318,7 +324,7 @@ mod tests {
     const NOW: Timestamp = Timestamp::from_millis(60_000);
 
     fn plan(s: &Snapshot, policy: &Policy) -> BoostPlan {
-        plan_boosts(s, &fold_signals(s, policy, NOW), policy, NOW)
+        plan_boosts(s, &s.ledger, &fold_signals(s, policy, NOW), policy, NOW)
     }
 
     /// A group of `size` Ready nodes n1..n<size>, each with `pods_each` 500m/1Gi pods.

@@ -200,8 +200,8 @@ pub struct DrainPlan {
 }
 
 /// Claims Ready replacement nodes for every ledger record, oldest record first, oldest node first.
-pub(crate) fn claim_replacements(snapshot: &Snapshot, at_risk: &AtRiskSet) -> Vec<Claim> {
-    let boosted = snapshot.ledger.index();
+pub(crate) fn claim_replacements(snapshot: &Snapshot, ledger: &BoostLedger, at_risk: &AtRiskSet) -> Vec<Claim> {
+    let boosted = ledger.index();
     let risky: HashSet<&InstanceId> = at_risk.by_group.values().flat_map(|m| m.keys()).collect();
     let mut by_group: HashMap<&GroupName, Vec<&Node>> = HashMap::new();
     for node in snapshot.nodes.values() {
@@ -212,7 +212,7 @@ pub(crate) fn claim_replacements(snapshot: &Snapshot, at_risk: &AtRiskSet) -> Ve
             continue;
         }
         let at_risk_or_boosted = node.instance.as_ref().is_some_and(|i| boosted.contains_key(i) || risky.contains(i));
-        if !at_risk_or_boosted && !snapshot.ledger.spent.contains(&node.name) {
+        if !at_risk_or_boosted && !ledger.spent.contains(&node.name) {
             by_group.entry(group).or_default().push(node);
         }
     }
@@ -220,7 +220,7 @@ pub(crate) fn claim_replacements(snapshot: &Snapshot, at_risk: &AtRiskSet) -> Ve
         nodes.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
     }
 
-    let mut records: Vec<&BoostRecord> = snapshot.ledger.records.iter().collect();
+    let mut records: Vec<&BoostRecord> = ledger.records.iter().collect();
     records.sort_by_key(|r| r.at);
     let mut taken: HashSet<&NodeName> = HashSet::new();
     records
@@ -252,7 +252,7 @@ pub(crate) fn claim_replacements(snapshot: &Snapshot, at_risk: &AtRiskSet) -> Ve
 /// Plans the next drain batches, timeouts and waits.
 pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> DrainPlan {
     let DrainView { snapshot, at_risk, state } = *view;
-    let claims = claim_replacements(snapshot, at_risk);
+    let claims = claim_replacements(snapshot, &snapshot.ledger, at_risk);
     let claim_of: HashMap<&InstanceId, usize> =
         claims.iter().enumerate().flat_map(|(k, c)| c.instances.iter().map(move |i| (i, k))).collect();
     let records = snapshot.ledger.index();
@@ -383,19 +383,32 @@ fn opted_out(snapshot: &Snapshot, risk: &AtRisk) -> Option<DrainWait> {
 /// its group with nothing left to give back; see [`super::give_back`]); its claimed replacements
 /// become spent. Spent names of nodes that are gone are forgotten, so the ledger stays as small as
 /// the cluster.
-pub(crate) fn close_finished_boosts(snapshot: &Snapshot, at_risk: &AtRiskSet) -> BoostLedger {
-    let alive: BTreeSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
-    let claims = claim_replacements(snapshot, at_risk);
-    let mut ledger = BoostLedger { records: Vec::new(), spent: snapshot.ledger.spent.clone() };
-    for record in &snapshot.ledger.records {
-        let members = snapshot.groups.get(&record.group).and_then(|g| g.members.as_ref());
-        let accounted = |i: &InstanceId| {
-            record.settled.contains(i) || members.is_none_or(|m| !m.contains(i) && record.returned >= record.added)
-        };
-        if record.instances.iter().any(|i| alive.contains(i) || !accounted(i)) {
-            ledger.records.push(record.clone());
-        } else if let Some(claim) = claims.iter().find(|c| c.instances == record.instances && c.group == record.group) {
-            ledger.spent.extend(claim.nodes.iter().cloned());
+pub(crate) fn close_finished_boosts(snapshot: &Snapshot, ledger: &BoostLedger, at_risk: &AtRiskSet) -> BoostLedger {
+    let open = ledger;
+    let mut ledger = BoostLedger { records: Vec::new(), spent: open.spent.clone() };
+    if !open.records.is_empty() {
+        let alive: HashSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
+        let mut closed = Vec::new();
+        for record in &open.records {
+            let members = snapshot.groups.get(&record.group).and_then(|g| g.members.as_ref());
+            let accounted = |i: &InstanceId| {
+                record.settled.contains(i) || members.is_none_or(|m| !m.contains(i) && record.returned >= record.added)
+            };
+            if record.instances.iter().any(|i| alive.contains(i) || !accounted(i)) {
+                ledger.records.push(record.clone());
+            } else {
+                closed.push(record);
+            }
+        }
+        // Claims cost a pass over every node: only worth it when some boost closes.
+        if !closed.is_empty() {
+            let claims = claim_replacements(snapshot, open, at_risk);
+            for record in closed {
+                if let Some(claim) = claims.iter().find(|c| c.instances == record.instances && c.group == record.group)
+                {
+                    ledger.spent.extend(claim.nodes.iter().cloned());
+                }
+            }
         }
     }
     ledger.spent.retain(|n| snapshot.nodes.contains_key(n));
@@ -454,7 +467,7 @@ mod tests {
         s.ledger.records[0].at = Timestamp::from_millis(10_400);
         s = s.with_node(Node::test("r1", "a").created_at(10_000));
         let at_risk = fold_signals(&s, &Policy::default(), NOW);
-        let claims = claim_replacements(&s, &at_risk);
+        let claims = claim_replacements(&s, &s.ledger, &at_risk);
         assert_eq!(claims[0].nodes, vec![NodeName::from("r1")]);
     }
 
@@ -568,7 +581,7 @@ mod tests {
         s.nodes.remove(&NodeName::from("n1"));
         s.nodes.remove(&NodeName::from("n2"));
         let at_risk = fold_signals(&s, &Policy::default(), NOW);
-        let ledger = close_finished_boosts(&s, &at_risk);
+        let ledger = close_finished_boosts(&s, &s.ledger, &at_risk);
         assert!(ledger.records.is_empty());
         assert_eq!(ledger.spent, BTreeSet::from(["new1".into()]));
     }

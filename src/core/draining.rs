@@ -6,7 +6,7 @@
 //! plan and folds what happened back in with [`DrainingPlan::withdraw`] and
 //! [`DrainState::record_round`]; it decides nothing itself.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -200,8 +200,10 @@ pub fn plan_draining(
         next.finished.insert(drain.instance.clone(), DrainEnd::Drained);
     }
     // Ended drains are remembered only while their instance is around.
-    let alive: BTreeSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
-    next.finished.retain(|i, _| alive.contains(i));
+    if !next.finished.is_empty() {
+        let alive: HashSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
+        next.finished.retain(|i, _| alive.contains(i));
+    }
 
     DrainingPlan { drains, protect, unprotect, ended, evictions, next }
 }

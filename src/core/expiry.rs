@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::drain::claim_replacements;
-use super::model::{BoostExpiry, GroupName, InstanceId, Snapshot, Timestamp};
+use super::model::{BoostExpiry, BoostLedger, BoostRecord, GroupName, InstanceId, Snapshot, Timestamp};
 use super::policy::Policy;
 use super::signals::AtRiskSet;
 use std::collections::BTreeSet;
@@ -31,10 +31,21 @@ pub struct Expired {
 }
 
 /// The open boosts that expire at `now`.
-pub(crate) fn expire_boosts(snapshot: &Snapshot, at_risk: &AtRiskSet, policy: &Policy, now: Timestamp) -> Vec<Expired> {
-    let claims = claim_replacements(snapshot, at_risk);
-    snapshot
-        .ledger
+pub(crate) fn expire_boosts(
+    snapshot: &Snapshot,
+    ledger: &BoostLedger,
+    at_risk: &AtRiskSet,
+    policy: &Policy,
+    now: Timestamp,
+) -> Vec<Expired> {
+    // Claims cost a pass over every node: only worth it once some open boost is old enough.
+    let youngest_expiry = policy.replacement_timeout.min(policy.max_boost_age);
+    let old_enough = |r: &BoostRecord| r.expired.is_none() && now.since(r.at) >= youngest_expiry;
+    if !ledger.records.iter().any(old_enough) {
+        return Vec::new();
+    }
+    let claims = claim_replacements(snapshot, ledger, at_risk);
+    ledger
         .records
         .iter()
         .zip(&claims)
@@ -85,16 +96,16 @@ mod tests {
         let mut s = boosted();
         let at_risk = fold_signals(&s, &policy, Timestamp::EPOCH);
         let before = Timestamp::EPOCH.plus(policy.replacement_timeout - Duration::from_secs(1));
-        assert!(expire_boosts(&s, &at_risk, &policy, before).is_empty());
+        assert!(expire_boosts(&s, &s.ledger, &at_risk, &policy, before).is_empty());
         let at = Timestamp::EPOCH.plus(policy.replacement_timeout);
-        let expired = expire_boosts(&s, &at_risk, &policy, at);
+        let expired = expire_boosts(&s, &s.ledger, &at_risk, &policy, at);
         assert_eq!(expired.len(), 1);
         assert_eq!((expired[0].why, expired[0].ready, expired[0].added), (BoostExpiry::ReplacementTimeout, 0, 1));
 
         s.ledger.records[0].expired = Some(BoostExpiry::ReplacementTimeout);
-        assert!(expire_boosts(&s, &at_risk, &policy, at).is_empty(), "told once");
+        assert!(expire_boosts(&s, &s.ledger, &at_risk, &policy, at).is_empty(), "told once");
         let at_risk = fold_signals(&s, &policy, at);
-        assert!(plan_boosts(&s, &at_risk, &policy, at).boosts.is_empty(), "its instance stays covered");
+        assert!(plan_boosts(&s, &s.ledger, &at_risk, &policy, at).boosts.is_empty(), "its instance stays covered");
     }
 
     #[test]
@@ -105,8 +116,9 @@ mod tests {
         r.created = Timestamp::EPOCH;
         s = s.with_node(r);
         let at_risk = fold_signals(&s, &policy, Timestamp::EPOCH);
-        assert!(expire_boosts(&s, &at_risk, &policy, Timestamp::EPOCH.plus(policy.replacement_timeout)).is_empty());
-        let expired = expire_boosts(&s, &at_risk, &policy, Timestamp::EPOCH.plus(policy.max_boost_age));
+        assert!(expire_boosts(&s, &s.ledger, &at_risk, &policy, Timestamp::EPOCH.plus(policy.replacement_timeout))
+            .is_empty());
+        let expired = expire_boosts(&s, &s.ledger, &at_risk, &policy, Timestamp::EPOCH.plus(policy.max_boost_age));
         assert_eq!((expired[0].why, expired[0].ready), (BoostExpiry::MaxAge, 1));
     }
 }

@@ -9,7 +9,8 @@
 //! group had before its oldest open boost, nor below MinSize, and not while Cluster Autoscaler's
 //! own scale-up is in flight (its target leads the live value).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::cell::OnceCell;
+use std::collections::{BTreeMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -42,8 +43,12 @@ impl GiveBack {
 /// group, with what may be given back for them.
 pub(crate) fn plan_give_backs(snapshot: &Snapshot) -> Vec<GiveBack> {
     // An instance whose node is still Ready is running, whatever the list says: never taken.
-    let running: BTreeSet<&InstanceId> =
-        snapshot.nodes.values().filter(|n| n.ready).filter_map(|n| n.instance.as_ref()).collect();
+    // Looked up only for instances missing from their group's list, so built only then.
+    let running: OnceCell<HashSet<&InstanceId>> = OnceCell::new();
+    let running = || {
+        running
+            .get_or_init(|| snapshot.nodes.values().filter(|n| n.ready).filter_map(|n| n.instance.as_ref()).collect())
+    };
     let mut per_group: BTreeMap<&GroupName, Vec<(&InstanceId, bool)>> = BTreeMap::new();
     let mut floors: BTreeMap<&GroupName, u32> = BTreeMap::new();
     for record in &snapshot.ledger.records {
@@ -51,7 +56,7 @@ pub(crate) fn plan_give_backs(snapshot: &Snapshot) -> Vec<GiveBack> {
         let floor = floors.entry(&record.group).or_insert(u32::MAX);
         *floor = (*floor).min(record.before);
         let mut left = record.added.saturating_sub(record.returned);
-        let taken = |i: &&InstanceId| !members.contains(*i) && !record.settled.contains(*i) && !running.contains(*i);
+        let taken = |i: &&InstanceId| !members.contains(*i) && !record.settled.contains(*i) && !running().contains(*i);
         for instance in record.instances.iter().filter(taken) {
             let returns = left > 0;
             left = left.saturating_sub(1);

@@ -47,29 +47,31 @@ pub struct ScalingPlan {
 /// Plans one scaling pass over `snapshot` at `now`.
 pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting: Acting) -> ScalingPlan {
     let at_risk = fold_signals(snapshot, policy, now);
-    let mut view = snapshot.clone();
+    // The later stages plan on the ledger as the earlier ones leave it; the rest of the snapshot
+    // (thousands of nodes and their pods) is never copied.
+    let mut ledger = snapshot.ledger.clone();
     let give_backs = match acting {
         Acting::LeaderAfterGiveBacks => Vec::new(),
         Acting::Leader | Acting::Follower => plan_give_backs(snapshot),
     };
     if acting == Acting::Leader {
         for g in &give_backs {
-            g.settled.iter().for_each(|i| view.ledger.note_settled(i));
-            g.returned.iter().for_each(|i| view.ledger.note_returned(i));
+            g.settled.iter().for_each(|i| ledger.note_settled(i));
+            g.returned.iter().for_each(|i| ledger.note_returned(i));
         }
     }
     let expired = match acting {
         Acting::Follower => Vec::new(),
-        Acting::Leader | Acting::LeaderAfterGiveBacks => expire_boosts(&view, &at_risk, policy, now),
+        Acting::Leader | Acting::LeaderAfterGiveBacks => expire_boosts(snapshot, &ledger, &at_risk, policy, now),
     };
-    for record in &mut view.ledger.records {
+    for record in &mut ledger.records {
         if let Some(e) = expired.iter().find(|e| e.names(record)) {
             record.expired.get_or_insert(e.why);
         }
     }
-    view.ledger = close_finished_boosts(&view, &at_risk);
-    let boosts = plan_boosts(&view, &at_risk, policy, now);
-    ScalingPlan { at_risk, give_backs, expired, ledger: view.ledger, boosts }
+    let ledger = close_finished_boosts(snapshot, &ledger, &at_risk);
+    let boosts = plan_boosts(snapshot, &ledger, &at_risk, policy, now);
+    ScalingPlan { at_risk, give_backs, expired, ledger, boosts }
 }
 
 impl Expired {
