@@ -155,6 +155,20 @@ labels!(
     }
 );
 
+labels!(
+    /// `instancegroup_reconciles_total{result}`.
+    ReconcileResult {
+        /// Reconciled (or waiting as planned).
+        Ok => "ok",
+        /// The spec is invalid; the status says why.
+        Invalid => "invalid",
+        /// Failed; retried with backoff.
+        Failed => "failed",
+        /// Failed on something that passes (throttling, a conflict); retried soon.
+        Transient => "transient",
+    }
+);
+
 impl From<crate::core::Distrust> for UntrustedReason {
     fn from(why: crate::core::Distrust) -> Self {
         match why {
@@ -439,6 +453,26 @@ impl Metrics {
     /// Records one reaction time.
     pub(crate) fn observe_reaction(&self, d: Duration) {
         self.reaction.observe(d.as_secs_f64());
+    }
+
+    /// Counts a signal the first time its group is known.
+    pub(crate) fn signal(&self, group: &str, kind: crate::core::SignalKind) {
+        self.signals.with_label_values(&[group, kind.as_str()]).inc();
+    }
+
+    /// Counts a ledger load or save that failed.
+    pub(crate) fn ledger_error(&self, error: &crate::ports::LedgerError) {
+        self.ledger_errors.with_label_values(&[error.operation()]).inc();
+    }
+
+    /// Counts one termination of a drained instance, and whether it gave a boosted node back.
+    pub(crate) fn terminated(&self, group: &str, decremented: bool) {
+        self.terminations.with_label_values(&[group, if decremented { "true" } else { "false" }]).inc();
+    }
+
+    /// Counts one InstanceGroup reconcile.
+    pub(crate) fn reconciled(&self, result: ReconcileResult) {
+        self.instancegroup_reconciles.with_label_values(&[result.as_str()]).inc();
     }
 
     /// Counts one boost outcome.

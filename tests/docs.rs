@@ -55,8 +55,8 @@ fn links_stay_in_the_repository_and_resolve() {
 #[test]
 fn every_metric_label_value_is_documented() {
     use spots_booster::metrics::{
-        BoostOutcome, DrainOutcome, EvictionOutcome, GiveBackOutcome, LeaseChange, ParseSource, SkippedAction,
-        UntrustedReason,
+        BoostOutcome, DrainOutcome, EvictionOutcome, GiveBackOutcome, LeaseChange, ParseSource, ReconcileResult,
+        SkippedAction, UntrustedReason,
     };
     let operations = std::fs::read_to_string(Path::new(ROOT).join("docs/operations.md")).unwrap();
     let values: Vec<&str> = [
@@ -68,6 +68,7 @@ fn every_metric_label_value_is_documented() {
         UntrustedReason::ALL.iter().map(|v| v.as_str()).collect(),
         SkippedAction::ALL.iter().map(|v| v.as_str()).collect(),
         LeaseChange::ALL.iter().map(|v| v.as_str()).collect(),
+        ReconcileResult::ALL.iter().map(|v| v.as_str()).collect(),
     ]
     .concat();
     for value in values {

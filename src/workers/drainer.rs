@@ -187,7 +187,7 @@ where
                 Ok(_) | Err(DrainerError::NotSynced) => {}
                 Err(e) => {
                     if let DrainerError::Ledger(l) = &e {
-                        self.ctx.metrics.ledger_errors.with_label_values(&[l.operation()]).inc();
+                        self.ctx.metrics.ledger_error(l);
                     }
                     warn!(error = %e, "drainer tick failed; retrying at the next tick");
                 }
@@ -534,11 +534,7 @@ where
                 "without decrement: the Auto Scaling Group replaces it"
             };
             info!(%node, instance = %p.instance, decremented, "instance terminated");
-            self.ctx
-                .metrics
-                .terminations
-                .with_label_values(&[p.group.as_str(), if decremented { "true" } else { "false" }])
-                .inc();
+            self.ctx.metrics.terminated(p.group.as_str(), decremented);
             self.tell(&node, "InstanceTerminated", "Terminate", EventSeverity::Normal, format!("{} {how}", p.instance))
                 .await;
             report.terminated.push((p.instance, decremented));

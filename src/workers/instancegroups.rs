@@ -19,7 +19,7 @@ use crate::instancegroup::rolling::{self, NodeFacts, RollingInput, RollingStep};
 use crate::instancegroup::validate::{
     managed_role_name, validate, FieldError, FieldErrorKind, IamRules, ObjectInfo, ValidateError,
 };
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ReconcileResult};
 use crate::ports::instancegroups::{InstanceGroupStore, StoreError};
 use crate::ports::nodegroups::{CloudError, NodeGroupCloud};
 use crate::ports::{ClusterView, Leadership};
@@ -243,14 +243,14 @@ where
         };
         let requeue = match outcome {
             Ok(requeue) => {
-                let result = if status.current_state == State::Error { "invalid" } else { "ok" };
-                self.metrics.instancegroup_reconciles.with_label_values(&[result]).inc();
+                let result =
+                    if status.current_state == State::Error { ReconcileResult::Invalid } else { ReconcileResult::Ok };
+                self.metrics.reconciled(result);
                 requeue
             }
             Err(err) => {
                 let transient = err.transient();
-                let result = if transient { "transient" } else { "failed" };
-                self.metrics.instancegroup_reconciles.with_label_values(&[result]).inc();
+                self.metrics.reconciled(if transient { ReconcileResult::Transient } else { ReconcileResult::Failed });
                 let message = error_chain(&err);
                 warn!(namespace = ?ig.metadata.namespace, name = ?ig.metadata.name, error = %message, "InstanceGroup reconcile failed");
                 if !transient {

@@ -168,7 +168,7 @@ where
                 Err(ScalerError::NotSynced) => {}
                 Err(e) => {
                     if let ScalerError::Ledger(l) = &e {
-                        self.ctx.metrics.ledger_errors.with_label_values(&[l.operation()]).inc();
+                        self.ctx.metrics.ledger_error(l);
                     }
                     warn!(error = %e, "scaler tick failed; retrying at the next wake-up or resync");
                 }
@@ -482,7 +482,7 @@ where
                 // Counted once the group is known, at a later tick.
                 continue;
             }
-            self.ctx.metrics.signals.with_label_values(&[group, s.kind.as_str()]).inc();
+            self.ctx.metrics.signal(group, s.kind);
             self.counted.insert((s.instance.clone(), s.kind.as_str()));
         }
         self.counted.retain(|k| live.contains(k));
