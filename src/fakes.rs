@@ -86,6 +86,7 @@ struct FakeWritesState {
     /// Pods (by UID) evicted but left in place, as if their grace period were long.
     lingering: BTreeSet<String>,
     fail_evictions: bool,
+    fail_cordons: bool,
     /// Pods (by UID) whose eviction call never answers, as with a stalled API server.
     stalled: BTreeSet<String>,
 }
@@ -134,6 +135,11 @@ impl FakeClusterWrites {
         lock(&self.state).fail_evictions = fail;
     }
 
+    /// Makes every cordon fail with a server error (or succeed again).
+    pub fn fail_cordons(&self, fail: bool) {
+        lock(&self.state).fail_cordons = fail;
+    }
+
     /// UIDs of the pods evicted so far.
     pub fn evicted(&self) -> Vec<String> {
         lock(&self.state)
@@ -149,7 +155,14 @@ impl FakeClusterWrites {
 
 impl ClusterWrites for FakeClusterWrites {
     async fn cordon(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
-        lock(&self.state).calls.push(ClusterCall::Cordon(node.clone()));
+        let fail = {
+            let mut st = lock(&self.state);
+            st.calls.push(ClusterCall::Cordon(node.clone()));
+            st.fail_cordons
+        };
+        if fail {
+            return Err(ClusterWriteError::Cordon { node: node.clone(), source: "500 Internal Server Error".into() });
+        }
         self.cluster.edit(|s| {
             if let Some(n) = s.nodes.get_mut(node) {
                 n.cordoned = true;

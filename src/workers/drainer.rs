@@ -868,6 +868,31 @@ mod tests {
         assert_eq!(terminations(&rig.aws), vec![("i-n1".into(), true)]);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_whose_cordon_failed_evicts_nothing_and_starts_at_the_next_tick() {
+        let (rig, ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
+        rig.cluster.edit(|s| {
+            s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = false;
+            for signal in &mut s.signals {
+                signal.evidence = Evidence::NodeTaint;
+            }
+        });
+        scaler.tick().await.unwrap();
+        join(&rig, &ctx, "r1");
+        rig.writes.fail_cordons(true);
+        let report = drainer.tick().await.unwrap();
+        assert!(report.started.is_empty() && report.evicted == 0, "{report:?}");
+        assert!(rig.writes.evicted().is_empty(), "no pod leaves a node that is not cordoned");
+        assert!(drainer.state().in_progress.is_empty() && drainer.state().evictions.is_empty());
+
+        rig.writes.fail_cordons(false);
+        // The attempt counts as the group's batch: the next one keeps --time-between-drains.
+        tokio::time::advance(ctx.policy.time_between_drains).await;
+        let report = drainer.tick().await.unwrap();
+        assert_eq!(report.started, vec![NodeName::from("n1")]);
+        assert_eq!(report.evicted, 3);
+    }
+
     /// Group `a` with n1..n4 (listed by Auto Scaling, no node naming its group); n1 and n2 are
     /// cordoned by NTH, at risk, with three pods each, and boosted with their two replacements
     /// Ready.

@@ -827,6 +827,34 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_give_back_whose_answer_was_lost_keeps_its_boost_open_and_never_gives_back_twice() {
+        let rig = fleet(4, 4, 10);
+        signal(&rig, "n1");
+        let mut s = scaler(&rig).await;
+        s.tick().await.unwrap();
+        assert_eq!(rig.aws.desired("a"), 5);
+
+        rig.aws.reclaim("i-n1", "i-r1");
+        rig.cluster.remove_node("n1");
+        rig.cluster.edit(|st| st.signals.clear());
+        tokio::time::advance(Duration::from_secs(61)).await;
+        rig.aws.apply_then_fail_next(1);
+        s.tick().await.unwrap();
+        assert_eq!(rig.aws.desired("a"), 4, "the write went through, but its answer was lost");
+        let saved = rig.ledger.saved();
+        assert_eq!(saved.records.len(), 1, "not known to be given back, so the boost stays open: {saved:?}");
+        assert!(saved.records[0].settled.is_empty() && saved.records[0].returned == 0);
+
+        tokio::time::advance(Duration::from_secs(61)).await;
+        s.tick().await.unwrap();
+        assert_eq!(rig.aws.desired("a"), 4, "the group is at its size before the boost: nothing more to give back");
+        assert!(rig.ledger.saved().records.is_empty(), "settled at the floor, then closed");
+        let text = s.ctx.metrics.encode();
+        assert!(text.contains("spots_booster_give_backs_total{group=\"a\",outcome=\"failed\"} 1"), "{text}");
+        assert!(text.contains("spots_booster_give_backs_total{group=\"a\",outcome=\"at-floor\"} 1"), "{text}");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_give_back_never_goes_below_the_size_before_the_boost() {
         let rig = fleet(4, 4, 10);
         signal(&rig, "n1");
