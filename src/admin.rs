@@ -188,7 +188,7 @@ mod tests {
     #[tokio::test]
     async fn the_server_answers_over_tcp() {
         let metrics = Arc::new(Metrics::new());
-        metrics.leader.set(1);
+        metrics.lease.leader.set(1);
         let addr = serve("127.0.0.1:0", metrics, probes(true)).await.unwrap();
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -174,7 +174,7 @@ pub(crate) async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
             .into_iter()
             .map(|(op, s)| (op, AwsCounts { calls: s.calls, errors: s.errors, throttles: s.throttles }))
             .collect();
-        m.sync_aws(&totals);
+        m.aws.sync(&totals);
     }));
 
     let wake = Arc::new(Notify::new());
@@ -192,10 +192,10 @@ pub(crate) async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
     )
     .with_clock(clock.clone());
     let (ca_cluster, ca_clock) = (cluster.clone(), clock.clone());
-    metrics.on_scrape(Box::new(move |m| m.set_ca_status_age(ca_cluster.ca_status_age(ca_clock()))));
+    metrics.on_scrape(Box::new(move |m| m.cluster.set_ca_status_age(ca_cluster.ca_status_age(ca_clock()))));
 
     let leadership = if leader_elect { Leadership::follower() } else { Leadership::always() };
-    metrics.leader.set(i64::from(leadership.is_leader()));
+    metrics.lease.leader.set(i64::from(leadership.is_leader()));
     let mut store = ConfigMapLedger::new(client.clone(), &args.state_namespace, &args.ledger_configmap);
     if args.aws.dry_run {
         store = store.read_only();

@@ -189,74 +189,28 @@ labels!(
     }
 );
 
-/// The daemon's metrics.
+/// The daemon's metrics: one registry, and one struct per component that reports, each holding
+/// only its own families and writing them through typed methods.
 pub struct Metrics {
     registry: Registry,
-    /// NTH signals first seen, by group and kind.
-    pub signals: IntCounterVec,
-    /// Boost ledger loads and saves that failed, by operation: nothing is planned from a ledger
-    /// that cannot be read, so a rise here means boosting has stopped.
-    pub(crate) ledger_errors: IntCounterVec,
-    /// Interruption notices not acted on because nothing vouches for them, by reason
-    /// (`not-from-nth`, `not-cordoned`, `not-spot`, `lifecycle-unknown`); each counted once.
-    pub(crate) signals_untrusted: IntCounterVec,
-    /// Boost decisions by group and outcome (`written`, `dry-run`, `raced`, `failed`, `held`,
-    /// `no-node-needed`, `not-leader`).
-    pub boosts: IntCounterVec,
-    /// Replacement nodes added by open boosts and not given back yet.
-    pub(crate) boosted_nodes_in_flight: IntGaugeVec,
-    /// Desired capacity per group, as last described or written.
-    pub(crate) asg_desired: IntGaugeVec,
-    /// MaxSize per group.
-    pub(crate) asg_max: IntGaugeVec,
-    /// Drains by group and outcome (`started`, `drained`, `timed-out`, `failed`).
-    pub drains: IntCounterVec,
-    /// Evictions by group and outcome (`evicted`, `gone`, `blocked-by-pdb`, `failed`).
-    pub evictions: IntCounterVec,
-    /// Nodes draining now, by group.
-    pub(crate) drains_in_progress: IntGaugeVec,
-    /// How long drains took, by outcome.
-    pub(crate) drain_duration: HistogramVec,
-    /// Signal first seen by the watch → the AWS write for it issued.
-    pub reaction: Histogram,
-    /// Instances terminated by group and whether desired capacity was decremented.
-    pub(crate) terminations: IntCounterVec,
-    /// Boosted nodes given back because AWS took their at-risk instance first, by group and
-    /// outcome (`written`, `raced`, `failed`, `at-floor`, `not-leader`).
-    pub(crate) give_backs: IntCounterVec,
-    /// Writes a follower left to the leader, by action.
-    pub(crate) skipped_not_leader: IntCounterVec,
-    /// AWS operations by name.
-    pub(crate) aws_calls: IntCounterVec,
-    /// Failed AWS operations by name.
-    pub(crate) aws_errors: IntCounterVec,
-    /// Throttled AWS operations by name.
-    pub(crate) aws_throttles: IntCounterVec,
-    /// Watch stream errors (each followed by a backed-off restart), by resource.
-    pub(crate) watch_restarts: IntCounterVec,
-    /// 1 once every watch has synced.
-    pub synced: IntGauge,
-    /// 1 while this replica holds the lease.
-    pub leader: IntGauge,
-    /// Times this replica gained or lost the lease.
-    pub(crate) leader_transitions: IntCounterVec,
-    /// Seconds since Cluster Autoscaler last updated its status; no sample at all while the
-    /// ConfigMap is missing (a `-1` would read as a fresh status to `max()` and `> 600` alike).
-    ca_status_age: GaugeVec,
-    /// 1 when the CA status ConfigMap exists and parses.
-    pub(crate) ca_status_found: IntGauge,
-    /// Inputs that could not be understood, by source (`ca-status`, `nth-event`, `node`, `pod`).
-    pub(crate) parse_errors: IntCounterVec,
-    /// InstanceGroup reconciles by result (`ok`, `invalid`, `failed`, `transient`).
-    pub instancegroup_reconciles: IntCounterVec,
-    /// InstanceGroups by `status.currentState`.
-    pub instancegroups: IntGaugeVec,
-    /// Age of the oldest open boost per group, in seconds (leader only): a boost that waits this
-    /// long for Ready replacements, or for its drains, is holding capacity the group pays for.
-    pub(crate) oldest_boost_age: IntGaugeVec,
+    /// NTH signals and the notices not believed (the watch and the scaler).
+    pub signals: SignalMetrics,
+    /// Boosts, give-backs and the group sizes the scaler acts on.
+    pub scaler: ScalerMetrics,
+    /// Drains, evictions and terminations.
+    pub drainer: DrainerMetrics,
+    /// The watches and what they parse.
+    pub cluster: ClusterMetrics,
+    /// The lease, and the writes a follower leaves to the leader.
+    pub lease: LeaseMetrics,
+    /// The boost ledger's store.
+    pub ledger: LedgerMetrics,
+    /// AWS operations, as the call counter reports them.
+    pub aws: AwsMetrics,
+    /// The InstanceGroup reconciler.
+    pub instancegroups: InstanceGroupMetrics,
     /// Always 1; its labels say which build runs.
     build_info: IntGaugeVec,
-    aws_seen: Mutex<BTreeMap<String, AwsCounts>>,
     hooks: Mutex<Vec<ScrapeHook>>,
 }
 
@@ -286,6 +240,13 @@ fn int_gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
     g
 }
 
+fn histogram_vec(registry: &Registry, name: &str, help: &str, buckets: Vec<f64>, labels: &[&str]) -> HistogramVec {
+    let h = HistogramVec::new(HistogramOpts::new(name, help).namespace(PREFIX).buckets(buckets), labels)
+        .expect("valid histogram");
+    registry.register(Box::new(h.clone())).expect("unique metric");
+    h
+}
+
 /// The standard `process_*` families (CPU seconds, resident memory, open file descriptors, start
 /// time), where the platform has them.
 fn register_process_metrics(registry: &Registry) {
@@ -293,6 +254,443 @@ fn register_process_metrics(registry: &Registry) {
     registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self())).expect("unique metric");
     #[cfg(not(target_os = "linux"))]
     let _ = registry;
+}
+
+/// NTH signals first seen, and the notices not acted on because nothing vouches for them.
+pub struct SignalMetrics {
+    /// NTH signals first seen, by group and kind.
+    seen: IntCounterVec,
+    /// Interruption notices not acted on, by reason (`not-from-nth`, `not-cordoned`, `not-spot`,
+    /// `lifecycle-unknown`); each counted once.
+    untrusted: IntCounterVec,
+}
+
+impl SignalMetrics {
+    fn register(r: &Registry) -> Self {
+        SignalMetrics {
+            seen: counter(r, "signals_total", "NTH signals first seen, by group and kind.", &["group", "kind"]),
+            untrusted: counter(
+                r,
+                "signals_untrusted_total",
+                "Interruption notices not acted on because nothing vouches for them, by reason.",
+                &["reason"],
+            ),
+        }
+    }
+
+    fn collectors(&self) -> Vec<&dyn Collector> {
+        vec![&self.seen, &self.untrusted]
+    }
+
+    /// Counts a signal the first time its group is known.
+    pub(crate) fn seen(&self, group: &str, kind: crate::core::SignalKind) {
+        self.seen.with_label_values(&[group, kind.as_str()]).inc();
+    }
+
+    /// Counts one notice not acted on because nothing vouches for it.
+    pub fn untrusted(&self, reason: UntrustedReason) {
+        self.untrusted.with_label_values(&[reason.as_str()]).inc();
+    }
+}
+
+/// What the scaler reports: boosts, give-backs, reaction time, and (leader only) the sizes of the
+/// groups it acts on.
+pub struct ScalerMetrics {
+    /// Boost decisions by group and outcome.
+    boosts: IntCounterVec,
+    /// Replacement nodes added by open boosts and not given back yet.
+    boosted_nodes_in_flight: IntGaugeVec,
+    /// Desired capacity per group, as last described or written.
+    asg_desired: IntGaugeVec,
+    /// MaxSize per group.
+    asg_max: IntGaugeVec,
+    /// Signal first seen by the watch → the AWS write for it issued.
+    reaction: Histogram,
+    /// Boosted nodes given back because AWS took their at-risk instance first.
+    give_backs: IntCounterVec,
+    /// Age of the oldest open boost per group, in seconds: a boost that waits this long for Ready
+    /// replacements, or for its drains, is holding capacity the group pays for.
+    oldest_boost_age: IntGaugeVec,
+}
+
+impl ScalerMetrics {
+    fn register(r: &Registry) -> Self {
+        let reaction = Histogram::with_opts(
+            HistogramOpts::new("reaction_seconds", "Signal first seen by the watch to the AWS write for it issued.")
+                .namespace(PREFIX)
+                .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+        )
+        .expect("valid histogram");
+        r.register(Box::new(reaction.clone())).expect("unique metric");
+        ScalerMetrics {
+            boosts: counter(r, "boosts_total", "Boost decisions by group and outcome.", &["group", "outcome"]),
+            boosted_nodes_in_flight: gauge_vec(
+                r,
+                "boosted_nodes_in_flight",
+                "Nodes added by open boosts and not given back yet.",
+                &["group"],
+            ),
+            asg_desired: gauge_vec(r, "asg_desired_capacity", "Desired capacity per group.", &["group"]),
+            asg_max: gauge_vec(r, "asg_max_size", "MaxSize per group.", &["group"]),
+            reaction,
+            give_backs: counter(
+                r,
+                "give_backs_total",
+                "Boosted nodes given back after AWS reclaimed their at-risk instance first, by group and outcome.",
+                &["group", "outcome"],
+            ),
+            oldest_boost_age: gauge_vec(
+                r,
+                "oldest_boost_age_seconds",
+                "Age of the oldest open boost per group (leader only).",
+                &["group"],
+            ),
+        }
+    }
+
+    fn collectors(&self) -> Vec<&dyn Collector> {
+        vec![
+            &self.boosts,
+            &self.boosted_nodes_in_flight,
+            &self.asg_desired,
+            &self.asg_max,
+            &self.reaction,
+            &self.give_backs,
+            &self.oldest_boost_age,
+        ]
+    }
+
+    /// Counts one boost outcome.
+    pub fn boost(&self, group: &str, outcome: BoostOutcome) {
+        self.boosts.with_label_values(&[group, outcome.as_str()]).inc();
+    }
+
+    /// Counts one give-back outcome.
+    pub(crate) fn give_back(&self, group: &str, outcome: GiveBackOutcome) {
+        self.give_backs.with_label_values(&[group, outcome.as_str()]).inc();
+    }
+
+    /// Records one reaction time.
+    pub(crate) fn observe_reaction(&self, d: Duration) {
+        self.reaction.observe(d.as_secs_f64());
+    }
+
+    /// Notes a desired capacity just written or seen.
+    pub(crate) fn desired(&self, group: &str, desired: u32) {
+        self.asg_desired.with_label_values(&[group]).set(i64::from(desired));
+    }
+
+    /// Exports a group's desired capacity and MaxSize (the leader's view).
+    pub(crate) fn group_size(&self, group: &str, desired: u32, max: u32) {
+        self.asg_desired.with_label_values(&[group]).set(i64::from(desired));
+        self.asg_max.with_label_values(&[group]).set(i64::from(max));
+    }
+
+    /// Exports a group's open boosts: nodes added and not given back yet, and the age of the
+    /// oldest, in seconds (0 without one).
+    pub(crate) fn open_boosts(&self, group: &str, in_flight: i64, oldest_age_seconds: i64) {
+        self.boosted_nodes_in_flight.with_label_values(&[group]).set(in_flight);
+        self.oldest_boost_age.with_label_values(&[group]).set(oldest_age_seconds);
+    }
+
+    /// Drops every group's sizes: only the leader reports what it acts on (with two replicas,
+    /// sums and rates of a follower's copies would double every group's numbers).
+    pub(crate) fn forget_group_sizes(&self) {
+        for family in [&self.asg_desired, &self.asg_max, &self.boosted_nodes_in_flight, &self.oldest_boost_age] {
+            family.reset();
+        }
+    }
+}
+
+/// What the drainer reports.
+pub struct DrainerMetrics {
+    /// Drains by group and outcome.
+    drains: IntCounterVec,
+    /// Evictions by group and outcome.
+    evictions: IntCounterVec,
+    /// Nodes draining now, by group.
+    in_progress: IntGaugeVec,
+    /// How long drains took, by outcome.
+    duration: HistogramVec,
+    /// Instances terminated by group and whether desired capacity was decremented.
+    terminations: IntCounterVec,
+}
+
+impl DrainerMetrics {
+    fn register(r: &Registry) -> Self {
+        DrainerMetrics {
+            drains: counter(r, "drains_total", "Drains by group and outcome.", &["group", "outcome"]),
+            evictions: counter(r, "evictions_total", "Evictions by group and outcome.", &["group", "outcome"]),
+            in_progress: gauge_vec(r, "drains_in_progress", "Nodes draining now.", &["group"]),
+            duration: histogram_vec(
+                r,
+                "drain_duration_seconds",
+                "Drain start to its end, by outcome.",
+                vec![5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 3600.0],
+                &["outcome"],
+            ),
+            terminations: counter(
+                r,
+                "terminations_total",
+                "Drained instances terminated, by group and whether desired capacity was decremented.",
+                &["group", "decrement"],
+            ),
+        }
+    }
+
+    fn collectors(&self) -> Vec<&dyn Collector> {
+        vec![&self.drains, &self.evictions, &self.in_progress, &self.duration, &self.terminations]
+    }
+
+    /// Counts one drain outcome, and how long an ended drain took.
+    pub fn drain(&self, group: &str, outcome: DrainOutcome, took: Option<Duration>) {
+        self.drains.with_label_values(&[group, outcome.as_str()]).inc();
+        if let Some(took) = took {
+            self.duration.with_label_values(&[outcome.as_str()]).observe(took.as_secs_f64());
+        }
+    }
+
+    /// Counts one eviction outcome.
+    pub fn eviction(&self, group: &str, outcome: EvictionOutcome) {
+        self.evictions.with_label_values(&[group, outcome.as_str()]).inc();
+    }
+
+    /// Counts one termination of a drained instance, and whether it gave a boosted node back.
+    pub(crate) fn terminated(&self, group: &str, decremented: bool) {
+        self.terminations.with_label_values(&[group, if decremented { "true" } else { "false" }]).inc();
+    }
+
+    /// Sets how many nodes of `group` are draining.
+    pub(crate) fn in_progress(&self, group: &str, nodes: i64) {
+        self.in_progress.with_label_values(&[group]).set(nodes);
+    }
+
+    /// Drops the drains in progress: a follower runs none.
+    pub(crate) fn forget_in_progress(&self) {
+        self.in_progress.reset();
+    }
+}
+
+/// What the watches report.
+pub struct ClusterMetrics {
+    /// Watch stream errors (each followed by a backed-off restart), by resource.
+    watch_restarts: IntCounterVec,
+    /// 1 once every watch has synced.
+    pub synced: IntGauge,
+    /// Seconds since Cluster Autoscaler last updated its status; no sample at all while the
+    /// ConfigMap is missing (a `-1` would read as a fresh status to `max()` and `> 600` alike).
+    ca_status_age: GaugeVec,
+    /// 1 when the CA status ConfigMap exists and parses.
+    ca_status_found: IntGauge,
+    /// Inputs that could not be understood, by source.
+    parse_errors: IntCounterVec,
+}
+
+impl ClusterMetrics {
+    fn register(r: &Registry) -> Self {
+        let ca_status_age = GaugeVec::new(
+            Opts::new(
+                "ca_status_age_seconds",
+                "Seconds since Cluster Autoscaler last updated its status; absent while it is missing.",
+            )
+            .namespace(PREFIX),
+            &[],
+        )
+        .expect("valid gauge");
+        r.register(Box::new(ca_status_age.clone())).expect("unique metric");
+        ClusterMetrics {
+            watch_restarts: counter(
+                r,
+                "watch_restarts_total",
+                "Watch errors, each followed by a backed-off restart, by resource.",
+                &["resource"],
+            ),
+            synced: int_gauge(r, "synced", "1 once every watch has synced."),
+            ca_status_age,
+            ca_status_found: int_gauge(r, "ca_status_found", "1 when the CA status ConfigMap exists and parses."),
+            parse_errors: counter(
+                r,
+                "parse_errors_total",
+                "Inputs that could not be understood, by source.",
+                &["source"],
+            ),
+        }
+    }
+
+    fn collectors(&self) -> Vec<&dyn Collector> {
+        vec![&self.watch_restarts, &self.synced, &self.ca_status_age, &self.ca_status_found, &self.parse_errors]
+    }
+
+    /// Counts one watch error (a backed-off restart follows).
+    pub(crate) fn watch_restarted(&self, resource: &str) {
+        self.watch_restarts.with_label_values(&[resource]).inc();
+    }
+
+    /// The parse-error counter of one source.
+    pub(crate) fn parse_error(&self, source: ParseSource) -> IntCounter {
+        self.parse_errors.with_label_values(&[source.as_str()])
+    }
+
+    /// Whether the CA status ConfigMap exists and parses.
+    pub(crate) fn ca_status_found(&self, found: bool) {
+        self.ca_status_found.set(i64::from(found));
+    }
+
+    /// Sets the CA status age, or removes the sample while there is no status.
+    pub(crate) fn set_ca_status_age(&self, age: Option<f64>) {
+        match age {
+            Some(seconds) => self.ca_status_age.with_label_values(&[] as &[&str]).set(seconds),
+            None => self.ca_status_age.reset(),
+        }
+    }
+}
+
+/// What leader election reports, and the writes a follower leaves to the leader.
+pub struct LeaseMetrics {
+    /// 1 while this replica holds the lease.
+    pub leader: IntGauge,
+    /// Times this replica gained or lost the lease.
+    transitions: IntCounterVec,
+    /// Writes a follower left to the leader, by action.
+    skipped: IntCounterVec,
+}
+
+impl LeaseMetrics {
+    fn register(r: &Registry) -> Self {
+        LeaseMetrics {
+            leader: int_gauge(r, "leader", "1 while this replica holds the lease."),
+            transitions: counter(
+                r,
+                "leader_transitions_total",
+                "Times this replica gained or lost the lease.",
+                &["change"],
+            ),
+            skipped: counter(
+                r,
+                "skipped_not_leader_total",
+                "Writes left to the leader by this replica, by action.",
+                &["action"],
+            ),
+        }
+    }
+
+    fn collectors(&self) -> Vec<&dyn Collector> {
+        vec![&self.leader, &self.transitions, &self.skipped]
+    }
+
+    /// Counts one gain or loss of the lease.
+    pub(crate) fn change(&self, change: LeaseChange) {
+        self.transitions.with_label_values(&[change.as_str()]).inc();
+    }
+
+    /// Counts one write left to the leader.
+    pub(crate) fn not_leader(&self, action: SkippedAction) {
+        self.skipped.with_label_values(&[action.as_str()]).inc();
+    }
+}
+
+/// What the boost ledger's store reports.
+pub struct LedgerMetrics {
+    /// Loads and saves that failed, by operation: nothing is planned from a ledger that cannot be
+    /// read, so a rise here means boosting has stopped.
+    errors: IntCounterVec,
+}
+
+impl LedgerMetrics {
+    fn register(r: &Registry) -> Self {
+        LedgerMetrics {
+            errors: counter(
+                r,
+                "ledger_errors_total",
+                "Boost ledger loads and saves that failed, by operation.",
+                &["operation"],
+            ),
+        }
+    }
+
+    fn collectors(&self) -> Vec<&dyn Collector> {
+        vec![&self.errors]
+    }
+
+    /// Counts a load or save that failed.
+    pub(crate) fn error(&self, error: &crate::ports::LedgerError) {
+        self.errors.with_label_values(&[error.operation()]).inc();
+    }
+}
+
+/// AWS operations, brought up to the call counter's totals at every scrape.
+pub struct AwsMetrics {
+    calls: IntCounterVec,
+    errors: IntCounterVec,
+    throttles: IntCounterVec,
+    seen: Mutex<BTreeMap<String, AwsCounts>>,
+}
+
+impl AwsMetrics {
+    fn register(r: &Registry) -> Self {
+        AwsMetrics {
+            calls: counter(r, "aws_calls_total", "AWS operations by name.", &["operation"]),
+            errors: counter(r, "aws_errors_total", "Failed AWS operations by name.", &["operation"]),
+            throttles: counter(r, "aws_throttles_total", "Throttled AWS operations by name.", &["operation"]),
+            seen: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn collectors(&self) -> Vec<&dyn Collector> {
+        vec![&self.calls, &self.errors, &self.throttles]
+    }
+
+    /// Brings the counters up to the call counter's totals.
+    pub(crate) fn sync(&self, totals: &BTreeMap<String, AwsCounts>) {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        for (operation, now) in totals {
+            let before = seen.get(operation).copied().unwrap_or_default();
+            let labels = [operation.as_str()];
+            self.calls.with_label_values(&labels).inc_by(now.calls.saturating_sub(before.calls));
+            self.errors.with_label_values(&labels).inc_by(now.errors.saturating_sub(before.errors));
+            self.throttles.with_label_values(&labels).inc_by(now.throttles.saturating_sub(before.throttles));
+            seen.insert(operation.clone(), *now);
+        }
+    }
+}
+
+/// What the InstanceGroup reconciler reports.
+pub struct InstanceGroupMetrics {
+    /// Reconciles by result.
+    pub reconciles: IntCounterVec,
+    /// InstanceGroups by `status.currentState`.
+    pub states: IntGaugeVec,
+}
+
+impl InstanceGroupMetrics {
+    fn register(r: &Registry) -> Self {
+        InstanceGroupMetrics {
+            reconciles: counter(
+                r,
+                "instancegroup_reconciles_total",
+                "InstanceGroup reconciles by result.",
+                &["result"],
+            ),
+            states: gauge_vec(r, "instancegroups", "InstanceGroups by state.", &["state"]),
+        }
+    }
+
+    fn collectors(&self) -> Vec<&dyn Collector> {
+        vec![&self.reconciles, &self.states]
+    }
+
+    /// Counts one reconcile.
+    pub(crate) fn reconciled(&self, result: ReconcileResult) {
+        self.reconciles.with_label_values(&[result.as_str()]).inc();
+    }
+
+    /// Exports how many InstanceGroups are in each state, replacing the last count.
+    pub(crate) fn states<'s>(&self, states: impl IntoIterator<Item = &'s str>) {
+        self.states.reset();
+        for state in states {
+            self.states.with_label_values(&[state]).inc();
+        }
+    }
 }
 
 impl Default for Metrics {
@@ -305,121 +703,20 @@ impl Metrics {
     /// Every metric, registered on a registry of its own.
     pub fn new() -> Self {
         let r = Registry::new();
-        let reaction = Histogram::with_opts(
-            HistogramOpts::new("reaction_seconds", "Signal first seen by the watch to the AWS write for it issued.")
-                .namespace(PREFIX)
-                .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
-        )
-        .expect("valid histogram");
-        r.register(Box::new(reaction.clone())).expect("unique metric");
-        let drain_duration = HistogramVec::new(
-            HistogramOpts::new("drain_duration_seconds", "Drain start to its end, by outcome.")
-                .namespace(PREFIX)
-                .buckets(vec![5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 3600.0]),
-            &["outcome"],
-        )
-        .expect("valid histogram");
-        r.register(Box::new(drain_duration.clone())).expect("unique metric");
-        let ca_status_age = GaugeVec::new(
-            Opts::new(
-                "ca_status_age_seconds",
-                "Seconds since Cluster Autoscaler last updated its status; absent while it is missing.",
-            )
-            .namespace(PREFIX),
-            &[],
-        )
-        .expect("valid gauge");
-        r.register(Box::new(ca_status_age.clone())).expect("unique metric");
         let build_info = gauge_vec(&r, "build_info", "Always 1; labels name the running build.", &["version"]);
         build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
         register_process_metrics(&r);
         Metrics {
-            signals: counter(&r, "signals_total", "NTH signals first seen, by group and kind.", &["group", "kind"]),
-            ledger_errors: counter(
-                &r,
-                "ledger_errors_total",
-                "Boost ledger loads and saves that failed, by operation.",
-                &["operation"],
-            ),
-            signals_untrusted: counter(
-                &r,
-                "signals_untrusted_total",
-                "Interruption notices not acted on because nothing vouches for them, by reason.",
-                &["reason"],
-            ),
-            boosts: counter(&r, "boosts_total", "Boost decisions by group and outcome.", &["group", "outcome"]),
-            boosted_nodes_in_flight: gauge_vec(
-                &r,
-                "boosted_nodes_in_flight",
-                "Nodes added by open boosts and not given back yet.",
-                &["group"],
-            ),
-            asg_desired: gauge_vec(&r, "asg_desired_capacity", "Desired capacity per group.", &["group"]),
-            asg_max: gauge_vec(&r, "asg_max_size", "MaxSize per group.", &["group"]),
-            drains: counter(&r, "drains_total", "Drains by group and outcome.", &["group", "outcome"]),
-            evictions: counter(&r, "evictions_total", "Evictions by group and outcome.", &["group", "outcome"]),
-            drains_in_progress: gauge_vec(&r, "drains_in_progress", "Nodes draining now.", &["group"]),
-            drain_duration,
-            reaction,
-            terminations: counter(
-                &r,
-                "terminations_total",
-                "Drained instances terminated, by group and whether desired capacity was decremented.",
-                &["group", "decrement"],
-            ),
-            give_backs: counter(
-                &r,
-                "give_backs_total",
-                "Boosted nodes given back after AWS reclaimed their at-risk instance first, by group and outcome.",
-                &["group", "outcome"],
-            ),
-            skipped_not_leader: counter(
-                &r,
-                "skipped_not_leader_total",
-                "Writes left to the leader by this replica, by action.",
-                &["action"],
-            ),
-            aws_calls: counter(&r, "aws_calls_total", "AWS operations by name.", &["operation"]),
-            aws_errors: counter(&r, "aws_errors_total", "Failed AWS operations by name.", &["operation"]),
-            aws_throttles: counter(&r, "aws_throttles_total", "Throttled AWS operations by name.", &["operation"]),
-            watch_restarts: counter(
-                &r,
-                "watch_restarts_total",
-                "Watch errors, each followed by a backed-off restart, by resource.",
-                &["resource"],
-            ),
-            synced: int_gauge(&r, "synced", "1 once every watch has synced."),
-            leader: int_gauge(&r, "leader", "1 while this replica holds the lease."),
-            leader_transitions: counter(
-                &r,
-                "leader_transitions_total",
-                "Times this replica gained or lost the lease.",
-                &["change"],
-            ),
-            ca_status_age,
-            ca_status_found: int_gauge(&r, "ca_status_found", "1 when the CA status ConfigMap exists and parses."),
-            parse_errors: counter(
-                &r,
-                "parse_errors_total",
-                "Inputs that could not be understood, by source.",
-                &["source"],
-            ),
-            instancegroup_reconciles: counter(
-                &r,
-                "instancegroup_reconciles_total",
-                "InstanceGroup reconciles by result.",
-                &["result"],
-            ),
-            instancegroups: gauge_vec(&r, "instancegroups", "InstanceGroups by state.", &["state"]),
-            oldest_boost_age: gauge_vec(
-                &r,
-                "oldest_boost_age_seconds",
-                "Age of the oldest open boost per group (leader only).",
-                &["group"],
-            ),
+            signals: SignalMetrics::register(&r),
+            scaler: ScalerMetrics::register(&r),
+            drainer: DrainerMetrics::register(&r),
+            cluster: ClusterMetrics::register(&r),
+            lease: LeaseMetrics::register(&r),
+            ledger: LedgerMetrics::register(&r),
+            aws: AwsMetrics::register(&r),
+            instancegroups: InstanceGroupMetrics::register(&r),
             build_info,
             registry: r,
-            aws_seen: Mutex::new(BTreeMap::new()),
             hooks: Mutex::new(Vec::new()),
         }
     }
@@ -427,95 +724,6 @@ impl Metrics {
     /// Adds a hook run before every scrape.
     pub(crate) fn on_scrape(&self, hook: ScrapeHook) {
         self.hooks.lock().unwrap_or_else(|p| p.into_inner()).push(hook);
-    }
-
-    /// Brings the AWS counters up to the call counter's totals.
-    pub(crate) fn sync_aws(&self, totals: &BTreeMap<String, AwsCounts>) {
-        let mut seen = self.aws_seen.lock().unwrap_or_else(|p| p.into_inner());
-        for (operation, now) in totals {
-            let before = seen.get(operation).copied().unwrap_or_default();
-            let labels = [operation.as_str()];
-            self.aws_calls.with_label_values(&labels).inc_by(now.calls.saturating_sub(before.calls));
-            self.aws_errors.with_label_values(&labels).inc_by(now.errors.saturating_sub(before.errors));
-            self.aws_throttles.with_label_values(&labels).inc_by(now.throttles.saturating_sub(before.throttles));
-            seen.insert(operation.clone(), *now);
-        }
-    }
-
-    /// Sets the CA status age, or removes the sample while there is no status.
-    pub(crate) fn set_ca_status_age(&self, age: Option<f64>) {
-        match age {
-            Some(seconds) => self.ca_status_age.with_label_values(&[] as &[&str]).set(seconds),
-            None => self.ca_status_age.reset(),
-        }
-    }
-
-    /// Records one reaction time.
-    pub(crate) fn observe_reaction(&self, d: Duration) {
-        self.reaction.observe(d.as_secs_f64());
-    }
-
-    /// Counts a signal the first time its group is known.
-    pub(crate) fn signal(&self, group: &str, kind: crate::core::SignalKind) {
-        self.signals.with_label_values(&[group, kind.as_str()]).inc();
-    }
-
-    /// Counts a ledger load or save that failed.
-    pub(crate) fn ledger_error(&self, error: &crate::ports::LedgerError) {
-        self.ledger_errors.with_label_values(&[error.operation()]).inc();
-    }
-
-    /// Counts one termination of a drained instance, and whether it gave a boosted node back.
-    pub(crate) fn terminated(&self, group: &str, decremented: bool) {
-        self.terminations.with_label_values(&[group, if decremented { "true" } else { "false" }]).inc();
-    }
-
-    /// Counts one InstanceGroup reconcile.
-    pub(crate) fn reconciled(&self, result: ReconcileResult) {
-        self.instancegroup_reconciles.with_label_values(&[result.as_str()]).inc();
-    }
-
-    /// Counts one boost outcome.
-    pub fn boost(&self, group: &str, outcome: BoostOutcome) {
-        self.boosts.with_label_values(&[group, outcome.as_str()]).inc();
-    }
-
-    /// Counts one notice not acted on because nothing vouches for it.
-    pub fn untrusted(&self, reason: UntrustedReason) {
-        self.signals_untrusted.with_label_values(&[reason.as_str()]).inc();
-    }
-
-    /// Counts one gain or loss of the lease.
-    pub(crate) fn lease_change(&self, change: LeaseChange) {
-        self.leader_transitions.with_label_values(&[change.as_str()]).inc();
-    }
-
-    /// Counts one give-back outcome.
-    pub(crate) fn give_back(&self, group: &str, outcome: GiveBackOutcome) {
-        self.give_backs.with_label_values(&[group, outcome.as_str()]).inc();
-    }
-
-    /// Counts one write left to the leader.
-    pub(crate) fn not_leader(&self, action: SkippedAction) {
-        self.skipped_not_leader.with_label_values(&[action.as_str()]).inc();
-    }
-
-    /// The parse-error counter of one source.
-    pub(crate) fn parse_error(&self, source: ParseSource) -> IntCounter {
-        self.parse_errors.with_label_values(&[source.as_str()])
-    }
-
-    /// Counts one eviction outcome.
-    pub fn eviction(&self, group: &str, outcome: EvictionOutcome) {
-        self.evictions.with_label_values(&[group, outcome.as_str()]).inc();
-    }
-
-    /// Counts one drain outcome, and how long an ended drain took.
-    pub fn drain(&self, group: &str, outcome: DrainOutcome, took: Option<Duration>) {
-        self.drains.with_label_values(&[group, outcome.as_str()]).inc();
-        if let Some(took) = took {
-            self.drain_duration.with_label_values(&[outcome.as_str()]).observe(took.as_secs_f64());
-        }
     }
 
     /// The Prometheus text exposition of every metric, after running the scrape hooks.
@@ -531,37 +739,15 @@ impl Metrics {
 
     /// Names of every metric family exported (with the prefix), whether or not it has a value yet.
     pub fn names(&self) -> Vec<String> {
-        let collectors: [&dyn Collector; 29] = [
-            &self.signals,
-            &self.signals_untrusted,
-            &self.ledger_errors,
-            &self.boosts,
-            &self.boosted_nodes_in_flight,
-            &self.asg_desired,
-            &self.asg_max,
-            &self.drains,
-            &self.evictions,
-            &self.drains_in_progress,
-            &self.drain_duration,
-            &self.reaction,
-            &self.terminations,
-            &self.give_backs,
-            &self.skipped_not_leader,
-            &self.aws_calls,
-            &self.aws_errors,
-            &self.aws_throttles,
-            &self.watch_restarts,
-            &self.synced,
-            &self.leader,
-            &self.leader_transitions,
-            &self.ca_status_age,
-            &self.ca_status_found,
-            &self.parse_errors,
-            &self.instancegroup_reconciles,
-            &self.instancegroups,
-            &self.oldest_boost_age,
-            &self.build_info,
-        ];
+        let mut collectors: Vec<&dyn Collector> = vec![&self.build_info];
+        collectors.extend(self.signals.collectors());
+        collectors.extend(self.scaler.collectors());
+        collectors.extend(self.drainer.collectors());
+        collectors.extend(self.cluster.collectors());
+        collectors.extend(self.lease.collectors());
+        collectors.extend(self.ledger.collectors());
+        collectors.extend(self.aws.collectors());
+        collectors.extend(self.instancegroups.collectors());
         let mut names: Vec<String> =
             collectors.iter().flat_map(|c| c.desc().into_iter().map(|d| d.fq_name.clone())).collect();
         names.sort();
@@ -579,10 +765,10 @@ mod tests {
         let m = Metrics::new();
         let mut totals = BTreeMap::new();
         totals.insert("SetDesiredCapacity".to_string(), AwsCounts { calls: 3, errors: 1, throttles: 1 });
-        m.sync_aws(&totals);
-        m.sync_aws(&totals);
+        m.aws.sync(&totals);
+        m.aws.sync(&totals);
         totals.insert("SetDesiredCapacity".to_string(), AwsCounts { calls: 5, errors: 1, throttles: 1 });
-        m.sync_aws(&totals);
+        m.aws.sync(&totals);
         let text = m.encode();
         assert!(text.contains("spots_booster_aws_calls_total{operation=\"SetDesiredCapacity\"} 5"), "{text}");
         assert!(text.contains("spots_booster_aws_throttles_total{operation=\"SetDesiredCapacity\"} 1"), "{text}");
@@ -591,11 +777,11 @@ mod tests {
     #[test]
     fn every_name_has_the_prefix_and_counters_end_in_total() {
         let m = Metrics::new();
-        m.boost("g", BoostOutcome::Written);
-        m.signals.with_label_values(&["g", "rebalance"]).inc();
-        m.drains.with_label_values(&["g", "started"]).inc();
-        m.evictions.with_label_values(&["g", "evicted"]).inc();
-        m.observe_reaction(Duration::from_millis(30));
+        m.scaler.boost("g", BoostOutcome::Written);
+        m.signals.seen("g", crate::core::SignalKind::Rebalance);
+        m.drainer.drain("g", DrainOutcome::Started, None);
+        m.drainer.eviction("g", EvictionOutcome::Evicted);
+        m.scaler.observe_reaction(Duration::from_millis(30));
         for name in m.names() {
             assert!(name.starts_with("spots_booster_"), "{name}");
         }
@@ -631,10 +817,10 @@ mod tests {
     #[test]
     fn scrape_hooks_run_before_encoding() {
         let m = Metrics::new();
-        m.on_scrape(Box::new(|m| m.set_ca_status_age(Some(42.0))));
+        m.on_scrape(Box::new(|m| m.cluster.set_ca_status_age(Some(42.0))));
         assert!(m.encode().contains("spots_booster_ca_status_age_seconds 42"));
         let missing = Metrics::new();
-        missing.on_scrape(Box::new(|m| m.set_ca_status_age(None)));
+        missing.on_scrape(Box::new(|m| m.cluster.set_ca_status_age(None)));
         assert!(!missing.encode().contains("spots_booster_ca_status_age_seconds "), "absent, not -1");
     }
 }

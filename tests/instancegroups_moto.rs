@@ -463,11 +463,11 @@ async fn the_boundaries_configmap_is_applied_and_its_changes_and_the_namespace_o
     assert_eq!(r.pass(&mut schedule).await, 1);
     assert_eq!(latest_image(&config).await, (1, world.other_image.clone()), "restricted: the platform's image wins");
     assert_eq!(
-        r.metrics.instancegroups.with_label_values(&[State::InitCreate.as_str()]).get(),
+        r.metrics.instancegroups.states.with_label_values(&[State::InitCreate.as_str()]).get(),
         1,
         "states are exported"
     );
-    assert_eq!(r.metrics.instancegroup_reconciles.with_label_values(&["ok"]).get(), 1);
+    assert_eq!(r.metrics.instancegroups.reconciles.with_label_values(&["ok"]).get(), 1);
     let md5 = store.get(NS, NAME).unwrap().status.unwrap().config_md5;
     assert_eq!(md5.len(), 32);
     assert_eq!(r.pass(&mut schedule).await, 0, "nothing changed, nothing is due before the requeue");

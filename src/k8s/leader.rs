@@ -177,9 +177,9 @@ impl LeaderElector {
 
     fn set(&self, leading: bool) {
         let was = self.leadership.set(leading);
-        self.metrics.leader.set(i64::from(leading));
+        self.metrics.lease.leader.set(i64::from(leading));
         if was != leading {
-            self.metrics.lease_change(if leading { LeaseChange::Acquired } else { LeaseChange::Lost });
+            self.metrics.lease.change(if leading { LeaseChange::Acquired } else { LeaseChange::Lost });
             if leading {
                 info!(identity = %self.identity, lease = %self.name, "became the leader");
             } else {

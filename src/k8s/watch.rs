@@ -317,7 +317,7 @@ impl KubeCluster {
                     None => continue,
                 },
                 Err(e) => {
-                    self.metrics.watch_restarts.with_label_values(&[resource.label()]).inc();
+                    self.metrics.cluster.watch_restarted(resource.label());
                     warn!(resource = resource.label(), error = %e, "watch failed; restarting with backoff");
                     continue;
                 }
@@ -334,7 +334,7 @@ impl KubeCluster {
             }
             if now_synced {
                 info!("every watch has synced");
-                self.metrics.synced.set(1);
+                self.metrics.cluster.synced.set(1);
                 self.synced.notify_waiters();
                 self.wake.notify_one();
             } else if wake {
@@ -355,7 +355,7 @@ impl KubeCluster {
         match node_from_kube(&node) {
             Ok(w) => Some(Self::strip_disabled(&self.settings, w)),
             Err(e) => {
-                self.metrics.parse_error(ParseSource::Node).inc();
+                self.metrics.cluster.parse_error(ParseSource::Node).inc();
                 warn!(error = %e, "node skipped");
                 None
             }
@@ -366,7 +366,7 @@ impl KubeCluster {
         match pod_from_kube(&pod) {
             Ok((node, p)) => Some((p.uid.clone(), node, p)),
             Err(e) => {
-                self.metrics.parse_error(ParseSource::Pod).inc();
+                self.metrics.cluster.parse_error(ParseSource::Pod).inc();
                 warn!(error = %e, "pod skipped");
                 None
             }
@@ -386,14 +386,14 @@ impl KubeCluster {
         match classify_event(&event, None) {
             Classification::Signal(s) => Some((key, Some(s))),
             Classification::Ignored { because: because @ Ignored::UnrecognisedQueueMessage(_) } => {
-                self.metrics.parse_error(ParseSource::NthEvent).inc();
+                self.metrics.cluster.parse_error(ParseSource::NthEvent).inc();
                 warn!(event = %key, reason = %because, "NTH Event not understood; ignored");
                 Some((key, None))
             }
             Classification::Ignored { because: because @ Ignored::NotFromNth(_) }
                 if crate::k8s::nth::is_notice_reason(event.reason.as_deref().unwrap_or_default()) =>
             {
-                self.metrics.untrusted(UntrustedReason::NotFromNth);
+                self.metrics.signals.untrusted(UntrustedReason::NotFromNth);
                 warn!(event = %key, reason = %because, "an interruption notice not written by NTH; ignored");
                 Some((key, None))
             }
@@ -554,7 +554,7 @@ impl KubeCluster {
             }
             store.ca_found = false;
             store.ca.clear();
-            self.metrics.ca_status_found.set(0);
+            self.metrics.cluster.ca_status_found(false);
             return false;
         };
         match parsed {
@@ -562,11 +562,11 @@ impl KubeCluster {
                 store.ca = status.node_groups.iter().map(|g| (GroupName(g.name.clone()), g.core_view())).collect();
                 store.ca_time = status.time;
                 store.ca_found = true;
-                self.metrics.ca_status_found.set(1);
+                self.metrics.cluster.ca_status_found(true);
             }
             Err(e) => {
                 // Keep the last good view: a bad write by CA must not make groups look unknown.
-                self.metrics.parse_error(ParseSource::CaStatus).inc();
+                self.metrics.cluster.parse_error(ParseSource::CaStatus).inc();
                 warn!(
                     configmap = %format!("{}/{}", self.settings.ca_status_namespace, self.settings.ca_status_name),
                     error = %e,

@@ -187,7 +187,7 @@ where
                 Ok(_) | Err(DrainerError::NotSynced) => {}
                 Err(e) => {
                     if let DrainerError::Ledger(l) = &e {
-                        self.ctx.metrics.ledger_error(l);
+                        self.ctx.metrics.ledger.error(l);
                     }
                     warn!(error = %e, "drainer tick failed; retrying at the next tick");
                 }
@@ -211,10 +211,10 @@ where
             self.drains = DrainState::default();
             self.to_terminate.clear();
             // The new leader reports the drains it runs; a follower reports none.
-            ctx.metrics.drains_in_progress.reset();
+            ctx.metrics.drainer.forget_in_progress();
             report.not_leader = plan.drains.batches.len();
             for _ in &plan.drains.batches {
-                ctx.metrics.not_leader(SkippedAction::Drain);
+                ctx.metrics.lease.not_leader(SkippedAction::Drain);
             }
             return Ok(report);
         }
@@ -318,7 +318,7 @@ where
         for batch in &plan.batches {
             for target in &batch.nodes {
                 if !lost_lease && !self.ctx.leadership.is_leader() {
-                    self.ctx.metrics.not_leader(SkippedAction::Drain);
+                    self.ctx.metrics.lease.not_leader(SkippedAction::Drain);
                     lost_lease = true;
                 }
                 if lost_lease {
@@ -345,7 +345,7 @@ where
                     format!("replacement capacity in {} is Ready; evicting {pods} pod(s)", batch.group),
                 )
                 .await;
-                self.ctx.metrics.drain(batch.group.as_str(), DrainOutcome::Started, None);
+                self.ctx.metrics.drainer.drain(batch.group.as_str(), DrainOutcome::Started, None);
                 report.started.push(target.node.clone());
             }
         }
@@ -438,7 +438,7 @@ where
                     (EvictionOutcome::Failed, EvictionResult::Failed)
                 }
             };
-            self.ctx.metrics.eviction(round.group.as_str(), label);
+            self.ctx.metrics.drainer.eviction(round.group.as_str(), label);
             match result {
                 EvictionResult::Evicted | EvictionResult::Gone => report.evicted = report.evicted.saturating_add(1),
                 EvictionResult::Blocked => blocked.push(pod.to_string()),
@@ -475,7 +475,7 @@ where
             return Ok(());
         }
         if !self.ctx.leadership.is_leader() {
-            self.ctx.metrics.not_leader(SkippedAction::Terminate);
+            self.ctx.metrics.lease.not_leader(SkippedAction::Terminate);
             return Ok(());
         }
         let pending: Vec<(NodeName, PendingTermination)> =
@@ -534,7 +534,7 @@ where
                 "without decrement: the Auto Scaling Group replaces it"
             };
             info!(%node, instance = %p.instance, decremented, "instance terminated");
-            self.ctx.metrics.terminated(p.group.as_str(), decremented);
+            self.ctx.metrics.drainer.terminated(p.group.as_str(), decremented);
             self.tell(&node, "InstanceTerminated", "Terminate", EventSeverity::Normal, format!("{} {how}", p.instance))
                 .await;
             report.terminated.push((p.instance, decremented));
@@ -543,7 +543,7 @@ where
     }
 
     fn observe_end(&self, group: &GroupName, outcome: DrainOutcome, started_at: Option<Timestamp>, now: Timestamp) {
-        self.ctx.metrics.drain(group.as_str(), outcome, started_at.map(|at| now.since(at)));
+        self.ctx.metrics.drainer.drain(group.as_str(), outcome, started_at.map(|at| now.since(at)));
     }
 
     fn export_progress(&self) {
@@ -553,7 +553,7 @@ where
         }
         for (group, _) in self.drains.last_batch_at.iter() {
             let n = per_group.get(group.as_str()).copied().unwrap_or(0);
-            self.ctx.metrics.drains_in_progress.with_label_values(&[group.as_str()]).set(n);
+            self.ctx.metrics.drainer.in_progress(group.as_str(), n);
         }
     }
 

@@ -245,12 +245,16 @@ where
             Ok(requeue) => {
                 let result =
                     if status.current_state == State::Error { ReconcileResult::Invalid } else { ReconcileResult::Ok };
-                self.metrics.reconciled(result);
+                self.metrics.instancegroups.reconciled(result);
                 requeue
             }
             Err(err) => {
                 let transient = err.transient();
-                self.metrics.reconciled(if transient { ReconcileResult::Transient } else { ReconcileResult::Failed });
+                self.metrics.instancegroups.reconciled(if transient {
+                    ReconcileResult::Transient
+                } else {
+                    ReconcileResult::Failed
+                });
                 let message = error_chain(&err);
                 warn!(namespace = ?ig.metadata.namespace, name = ?ig.metadata.name, error = %message, "InstanceGroup reconcile failed");
                 if !transient {
@@ -648,12 +652,9 @@ where
     /// Reports how many InstanceGroups are in each state (`status.currentState`, `Init` before
     /// the first).
     pub(crate) fn report_states<'g>(&self, groups: impl Iterator<Item = &'g InstanceGroup>) {
-        self.metrics.instancegroups.reset();
-        for ig in groups {
-            let state =
-                ig.status.as_ref().map(|s| s.current_state.as_str()).filter(|s| !s.is_empty()).unwrap_or("Init");
-            self.metrics.instancegroups.with_label_values(&[state]).inc();
-        }
+        self.metrics.instancegroups.states(groups.map(|ig| {
+            ig.status.as_ref().map(|s| s.current_state.as_str()).filter(|s| !s.is_empty()).unwrap_or("Init")
+        }));
     }
 
     /// One pass over a listing: reconciles the InstanceGroups that changed (generation, the
@@ -736,12 +737,9 @@ where
                 Seen { generation: ig.metadata.generation, deleting, config_md5: applied, at: now.plus(wait) },
             );
         }
-        self.metrics.instancegroups.reset();
-        for ig in &groups {
-            let k = key(ig);
-            let state = schedule.states.get(&k).map_or("Init", String::as_str);
-            self.metrics.instancegroups.with_label_values(&[state]).inc();
-        }
+        self.metrics
+            .instancegroups
+            .states(groups.iter().map(|ig| schedule.states.get(&key(ig)).map_or("Init", String::as_str)));
         reconciled
     }
 }

@@ -168,7 +168,7 @@ where
                 Err(ScalerError::NotSynced) => {}
                 Err(e) => {
                     if let ScalerError::Ledger(l) = &e {
-                        self.ctx.metrics.ledger_error(l);
+                        self.ctx.metrics.ledger.error(l);
                     }
                     warn!(error = %e, "scaler tick failed; retrying at the next wake-up or resync");
                 }
@@ -211,10 +211,7 @@ where
         } else {
             // Only the leader reports what it acts on: with two replicas, sums and rates of the
             // followers' copies would double every group's numbers.
-            let m = &ctx.metrics;
-            for family in [&m.asg_desired, &m.asg_max, &m.boosted_nodes_in_flight, &m.oldest_boost_age] {
-                family.reset();
-            }
+            ctx.metrics.scaler.forget_group_sizes();
         }
 
         let acting = if leading { Acting::Leader } else { Acting::Follower };
@@ -238,8 +235,8 @@ where
 
         if !leading {
             for boost in &plan.boosts {
-                ctx.metrics.boost(boost.group.as_str(), BoostOutcome::NotLeader);
-                ctx.metrics.not_leader(SkippedAction::SetDesiredCapacity);
+                ctx.metrics.scaler.boost(boost.group.as_str(), BoostOutcome::NotLeader);
+                ctx.metrics.lease.not_leader(SkippedAction::SetDesiredCapacity);
             }
             report.not_leader = plan.boosts.len();
             return Ok(report);
@@ -259,7 +256,7 @@ where
             })
             .await?;
         for boost in plan.boosts.iter().filter(|b| !b.writes()) {
-            ctx.metrics.boost(boost.group.as_str(), BoostOutcome::NoNodeNeeded);
+            ctx.metrics.scaler.boost(boost.group.as_str(), BoostOutcome::NoNodeNeeded);
         }
         let writes: Vec<(&Boost, DesiredWrite)> = plan
             .boosts
@@ -275,14 +272,14 @@ where
             // Lost the lease while planning: the new leader re-plans from the saved ledger.
             self.take_back(writes.iter().map(|(b, _)| *b)).await?;
             report.not_leader = writes.len();
-            ctx.metrics.not_leader(SkippedAction::SetDesiredCapacity);
+            ctx.metrics.lease.not_leader(SkippedAction::SetDesiredCapacity);
             return Ok(report);
         }
         let outcomes = match ctx.aws.raise_desired(&requests).await {
             Ok(outcomes) => outcomes,
             Err(e) => {
                 for (b, _) in &writes {
-                    ctx.metrics.boost(b.group.as_str(), BoostOutcome::Failed);
+                    ctx.metrics.scaler.boost(b.group.as_str(), BoostOutcome::Failed);
                 }
                 self.take_back(writes.iter().map(|(b, _)| *b)).await?;
                 return Err(ScalerError::Raise(e));
@@ -303,12 +300,14 @@ where
                 Ok(WriteOutcome::Written { from, to } | WriteOutcome::DryRun { from, to }) => {
                     info!(%group, from, to, instances = boost.record.instances.len(), reason = %boost.reason, "boosted");
                     ctx.groups.note_desired(&group, to).await;
-                    ctx.metrics.asg_desired.with_label_values(&[group.as_str()]).set(i64::from(to));
+                    ctx.metrics.scaler.desired(group.as_str(), to);
                     let dry = matches!(outcome, Ok(WriteOutcome::DryRun { .. }));
-                    ctx.metrics.boost(group.as_str(), if dry { BoostOutcome::DryRun } else { BoostOutcome::Written });
+                    ctx.metrics
+                        .scaler
+                        .boost(group.as_str(), if dry { BoostOutcome::DryRun } else { BoostOutcome::Written });
                     for instance in &boost.record.instances {
                         if let Some(seen) = first_seen.get(instance) {
-                            ctx.metrics.observe_reaction(issued.since(*seen));
+                            ctx.metrics.scaler.observe_reaction(issued.since(*seen));
                         }
                     }
                     self.tell_boost(&snapshot, boost, from, to, dry).await;
@@ -317,13 +316,13 @@ where
                 Ok(WriteOutcome::Raced { live }) => {
                     info!(%group, planned_from = boost.from, live, "desired capacity changed since the plan; re-planning");
                     ctx.groups.note_desired(&group, live).await;
-                    ctx.metrics.boost(group.as_str(), BoostOutcome::Raced);
+                    ctx.metrics.scaler.boost(group.as_str(), BoostOutcome::Raced);
                     report.raced.push(group);
                     undone.push(*boost);
                 }
                 Err(e) => {
                     warn!(%group, error = %e, category = e.category(), "boost not written");
-                    ctx.metrics.boost(group.as_str(), BoostOutcome::Failed);
+                    ctx.metrics.scaler.boost(group.as_str(), BoostOutcome::Failed);
                     if matches!(e, AwsError::UnknownGroup(_)) {
                         ctx.groups.invalidate(&group).await;
                     }
@@ -356,7 +355,7 @@ where
         let ctx = &self.ctx;
         if !leading {
             for g in plan.iter().filter(|g| g.writes()) {
-                ctx.metrics.give_back(g.group.as_str(), GiveBackOutcome::NotLeader);
+                ctx.metrics.scaler.give_back(g.group.as_str(), GiveBackOutcome::NotLeader);
             }
             return Ok(true);
         }
@@ -370,7 +369,7 @@ where
             .await?;
         for g in plan.iter().filter(|g| !g.writes()) {
             info!(group = %g.group, instances = g.settled.len(), "reclaimed instances settled; the group is at its pre-boost size");
-            ctx.metrics.give_back(g.group.as_str(), GiveBackOutcome::AtFloor);
+            ctx.metrics.scaler.give_back(g.group.as_str(), GiveBackOutcome::AtFloor);
         }
         let writes: Vec<DesiredWrite> = plan
             .iter()
@@ -385,7 +384,7 @@ where
             Err(e) => {
                 warn!(error = %e, "giving back reclaimed instances' nodes failed; retrying at the next plan");
                 for w in &writes {
-                    ctx.metrics.give_back(w.group.as_str(), GiveBackOutcome::Failed);
+                    ctx.metrics.scaler.give_back(w.group.as_str(), GiveBackOutcome::Failed);
                 }
                 self.undo_give_backs(plan.iter().filter(|g| g.writes())).await?;
                 return Ok(false);
@@ -398,16 +397,16 @@ where
                 Ok(WriteOutcome::Written { from, to } | WriteOutcome::DryRun { from, to }) => {
                     info!(%group, from, to, reclaimed = ?g.returned, "AWS took boosted at-risk instances first; their nodes are given back");
                     ctx.groups.note_desired(&group, to).await;
-                    ctx.metrics.give_back(group.as_str(), GiveBackOutcome::Written);
+                    ctx.metrics.scaler.give_back(group.as_str(), GiveBackOutcome::Written);
                 }
                 Ok(WriteOutcome::Raced { live }) => {
                     ctx.groups.note_desired(&group, live).await;
-                    ctx.metrics.give_back(group.as_str(), GiveBackOutcome::Raced);
+                    ctx.metrics.scaler.give_back(group.as_str(), GiveBackOutcome::Raced);
                     undone.push(g);
                 }
                 Err(e) => {
                     warn!(%group, error = %e, "giving back a reclaimed instance's node failed");
-                    ctx.metrics.give_back(group.as_str(), GiveBackOutcome::Failed);
+                    ctx.metrics.scaler.give_back(group.as_str(), GiveBackOutcome::Failed);
                     undone.push(g);
                 }
             }
@@ -448,24 +447,19 @@ where
     }
 
     fn export_sizes(&self, groups: &BTreeMap<GroupName, crate::core::Group>, ledger: &BoostLedger, now: Timestamp) {
-        let m = &self.ctx.metrics;
-        let mut in_flight: BTreeMap<&str, i64> = groups.keys().map(|g| (g.as_str(), 0)).collect();
-        let mut oldest: BTreeMap<&str, i64> = groups.keys().map(|g| (g.as_str(), 0)).collect();
+        let m = &self.ctx.metrics.scaler;
+        // Per group: nodes added and not given back, and the oldest open boost's age.
+        let mut open: BTreeMap<&str, (i64, i64)> = groups.keys().map(|g| (g.as_str(), (0, 0))).collect();
         for r in ledger.records.iter().filter(|r| r.expired.is_none()) {
-            *in_flight.entry(r.group.as_str()).or_default() += i64::from(r.added.saturating_sub(r.returned));
-            let age = i64::try_from(now.since(r.at).as_secs()).unwrap_or(i64::MAX);
-            let entry = oldest.entry(r.group.as_str()).or_default();
-            *entry = (*entry).max(age);
-        }
-        for (group, age) in oldest {
-            m.oldest_boost_age.with_label_values(&[group]).set(age);
+            let (in_flight, oldest) = open.entry(r.group.as_str()).or_default();
+            *in_flight += i64::from(r.added.saturating_sub(r.returned));
+            *oldest = (*oldest).max(i64::try_from(now.since(r.at).as_secs()).unwrap_or(i64::MAX));
         }
         for (name, g) in groups {
-            m.asg_desired.with_label_values(&[name.as_str()]).set(i64::from(g.desired));
-            m.asg_max.with_label_values(&[name.as_str()]).set(i64::from(g.max));
+            m.group_size(name.as_str(), g.desired, g.max);
         }
-        for (group, n) in in_flight {
-            m.boosted_nodes_in_flight.with_label_values(&[group]).set(n);
+        for (group, (in_flight, oldest)) in open {
+            m.open_boosts(group, in_flight, oldest);
         }
     }
 
@@ -482,7 +476,7 @@ where
                 // Counted once the group is known, at a later tick.
                 continue;
             }
-            self.ctx.metrics.signal(group, s.kind);
+            self.ctx.metrics.signals.seen(group, s.kind);
             self.counted.insert((s.instance.clone(), s.kind.as_str()));
         }
         self.counted.retain(|k| live.contains(k));
@@ -502,7 +496,7 @@ where
             })
             .await?;
         for e in expired {
-            self.ctx.metrics.boost(
+            self.ctx.metrics.scaler.boost(
                 e.group.as_str(),
                 match e.why {
                     BoostExpiry::ReplacementTimeout => BoostOutcome::ExpiredReplacementTimeout,
@@ -546,7 +540,7 @@ where
             let DropReason::Untrusted(why) = d.reason else { continue };
             live.insert((d.instance.clone(), why.as_str()));
             if self.untrusted.insert((d.instance.clone(), why.as_str())) {
-                self.ctx.metrics.untrusted(why.into());
+                self.ctx.metrics.signals.untrusted(why.into());
                 info!(instance = %d.instance, reason = why.as_str(), "an Event's interruption notice is not believed yet");
             }
         }
@@ -588,7 +582,7 @@ where
                 if self.told_held.get(&instance) == Some(&note) {
                     continue;
                 }
-                self.ctx.metrics.boost(h.group.as_str(), BoostOutcome::Held);
+                self.ctx.metrics.scaler.boost(h.group.as_str(), BoostOutcome::Held);
                 self.ctx
                     .events
                     .publish(NodeEvent {
