@@ -1,6 +1,11 @@
 //! The one time source. The core takes `now` as a value; everything else that needs the time
 //! (workers, the watch's first sighting of a signal, caches' ages) reads this injected clock, so a
 //! test or `simulate` that moves it moves every reader at once.
+//!
+//! What is not the world's time stays on the process's monotonic timers, on purpose: how long a
+//! task has been silent (`/livez`), how long ago this replica saw the lease renewed (a step of the
+//! wall clock must never hand a live lease to a second leader), a call's own deadline or retry
+//! pause, and how fast a progress line redraws.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
