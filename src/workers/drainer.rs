@@ -846,16 +846,20 @@ mod tests {
         assert!(!rig.cluster.edit(|s| s.nodes[&NodeName::from("n1")].cordoned).unwrap(), "never cordoned again");
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn our_own_cordon_not_yet_seen_by_the_watch_is_not_an_operators_uncordon() {
-        let (rig, ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
-        // NTH's taint, no cordon (a rotation looks the same): the drainer cordons it itself.
+    /// NTH's taint on n1, no cordon (a rotation looks the same): the drainer cordons it itself.
+    fn tainted_not_cordoned(rig: &FakeRig) {
         rig.cluster.edit(|s| {
             s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = false;
             for signal in &mut s.signals {
                 signal.evidence = Evidence::NodeTaint;
             }
         });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn our_own_cordon_not_yet_seen_by_the_watch_is_not_an_operators_uncordon() {
+        let (rig, ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
+        tainted_not_cordoned(&rig);
         scaler.tick().await.unwrap();
         join(&rig, &ctx, "r1");
         // The snapshot of this tick predates the cordon the drainer writes in it.
@@ -871,12 +875,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_drain_whose_cordon_failed_evicts_nothing_and_starts_at_the_next_tick() {
         let (rig, ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
-        rig.cluster.edit(|s| {
-            s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = false;
-            for signal in &mut s.signals {
-                signal.evidence = Evidence::NodeTaint;
-            }
-        });
+        tainted_not_cordoned(&rig);
         scaler.tick().await.unwrap();
         join(&rig, &ctx, "r1");
         rig.writes.fail_cordons(true);

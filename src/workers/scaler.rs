@@ -794,20 +794,25 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_boost_whose_instance_aws_took_first_is_given_back_once() {
-        let rig = fleet(4, 4, 10);
-        signal(&rig, "n1");
-        let mut s = scaler(&rig).await;
+    /// n1 of a 4-node group is boosted (desired 5); then a spot interruption under queue mode:
+    /// AWS takes i-n1 before any drain, the group replaces it, the node goes away, and the group's
+    /// description is old enough to be read again.
+    async fn boosted_then_taken_first(rig: &FakeRig) -> TestScaler {
+        signal(rig, "n1");
+        let mut s = scaler(rig).await;
         s.tick().await.unwrap();
         assert_eq!(rig.aws.desired("a"), 5);
-
-        // A spot interruption under queue mode: AWS takes i-n1 before any drain, the group
-        // replaces it, and the node goes away.
         rig.aws.reclaim("i-n1", "i-r1");
         rig.cluster.remove_node("n1");
         rig.cluster.edit(|st| st.signals.clear());
-        tokio::time::advance(Duration::from_secs(61)).await; // the group is described again
+        tokio::time::advance(Duration::from_secs(61)).await;
+        s
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_boost_whose_instance_aws_took_first_is_given_back_once() {
+        let rig = fleet(4, 4, 10);
+        let mut s = boosted_then_taken_first(&rig).await;
         s.tick().await.unwrap();
         assert_eq!(rig.aws.desired("a"), 4, "the boosted node is given back");
         let lowers: Vec<_> = rig.aws.calls().into_iter().filter(|c| matches!(c, AsgCall::Lower(_))).collect::<Vec<_>>();
@@ -823,15 +828,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_give_back_whose_answer_was_lost_keeps_its_boost_open_and_never_gives_back_twice() {
         let rig = fleet(4, 4, 10);
-        signal(&rig, "n1");
-        let mut s = scaler(&rig).await;
-        s.tick().await.unwrap();
-        assert_eq!(rig.aws.desired("a"), 5);
-
-        rig.aws.reclaim("i-n1", "i-r1");
-        rig.cluster.remove_node("n1");
-        rig.cluster.edit(|st| st.signals.clear());
-        tokio::time::advance(Duration::from_secs(61)).await;
+        let mut s = boosted_then_taken_first(&rig).await;
         rig.aws.apply_then_fail_next(1);
         s.tick().await.unwrap();
         assert_eq!(rig.aws.desired("a"), 4, "the write went through, but its answer was lost");
