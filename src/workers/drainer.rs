@@ -307,12 +307,7 @@ where
 
     /// Starts the planned batches: cordons where needed and tells. Returns the targets it could
     /// not start (their cordon failed, or the lease went first).
-    async fn start_batches(
-        &mut self,
-        plan: &DrainPlan,
-        snapshot: &Snapshot,
-        report: &mut DrainReport,
-    ) -> Vec<NodeName> {
+    async fn start_batches(&self, plan: &DrainPlan, snapshot: &Snapshot, report: &mut DrainReport) -> Vec<NodeName> {
         let mut not_started = Vec::new();
         let mut lost_lease = false;
         for batch in &plan.batches {
