@@ -188,7 +188,7 @@ pub fn plan_draining(
             next.evictions.remove(&name);
             continue;
         }
-        if let Some(node) = node.filter(|n| !eviction_order(n).is_empty()) {
+        if let Some(node) = node.filter(|n| n.pods.iter().any(|p| p.class.is_evictable())) {
             if let Some(round) = due(node, &drain.group, progress, now) {
                 evictions.push(round);
             }
