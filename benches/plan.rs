@@ -36,6 +36,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                 node_allocatable: Some(Resources::new(4000, 16 * GI)),
                 ca: None,
                 capacity_rebalance: false,
+                az_rebalance: false,
                 members: None,
             },
         );
@@ -52,6 +53,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                     class: if p == 0 { PodClass::DaemonSet } else { PodClass::Ordinary },
                     opt_out: None,
                     bare: false,
+                    grace_seconds: 30,
                 })
                 .collect();
             let k = g * NODES_PER_GROUP + n;
@@ -78,6 +80,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                         kind,
                         observed_at: Timestamp::from_millis(at),
                         evidence: Evidence::NodeTaint,
+                        notice_deadline: None,
                     });
                 }
                 if g % 2 == 0 {
@@ -90,6 +93,8 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                                 instance,
                                 started_at: Timestamp::from_millis(200_000),
                                 decrement: true,
+                                deadline: None,
+                                gives_back: None,
                             },
                         );
                     }
@@ -108,6 +113,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                 settled: Default::default(),
                 kept: Default::default(),
                 expired: None,
+                giving_back: Default::default(),
             });
             for r in 0..added as usize {
                 let node = NodeName(format!("ip-10-{g}-new{r}.eu-central-1.compute.internal"));

@@ -71,6 +71,7 @@ async fn main() {
             kind: SignalKind::Rebalance,
             observed_at: system_clock()(),
             evidence: Evidence::NodeTaint,
+            notice_deadline: None,
         };
         cluster.put_node(at_risk);
         let entered = Instant::now();
@@ -151,6 +152,7 @@ async fn burst(moto: &moto::Moto) {
                     kind: SignalKind::Rebalance,
                     observed_at: system_clock()(),
                     evidence: Evidence::NodeTaint,
+                    notice_deadline: None,
                 });
                 wake.notify_one();
             }

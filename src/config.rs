@@ -265,6 +265,12 @@ pub struct PolicyArgs {
     /// Longest wait between eviction attempts.
     #[arg(long, env = "SPOTS_BOOSTER_EVICTION_BACKOFF_MAX", default_value = "10s", value_parser = duration)]
     pub(crate) eviction_backoff_max: Duration,
+    /// A node with an interruption notice whose replacements are not Ready starts draining when
+    /// its deadline is nearer than its pods' longest grace period plus this lead (the pace of
+    /// its evictions: a PodDisruptionBudget lets pods go one replacement's start at a time);
+    /// rebalance recommendations keep waiting for replacements.
+    #[arg(long, env = "SPOTS_BOOSTER_INTERRUPTION_DRAIN_LEAD", default_value = "60s", value_parser = duration)]
+    pub(crate) interruption_drain_lead: Duration,
     /// Auto Scaling Groups never boosted nor drained (comma-separated or repeated).
     #[arg(long, env = "SPOTS_BOOSTER_IGNORED_AUTOSCALING_GROUPS", value_delimiter = ',')]
     pub(crate) ignored_autoscaling_groups: Vec<String>,
@@ -357,6 +363,7 @@ impl PolicyArgs {
             eviction_backoff_initial: self.eviction_backoff_initial,
             eviction_backoff_max: self.eviction_backoff_max,
             ignored_groups: self.ignored_autoscaling_groups.iter().map(|g| g.trim().into()).collect::<BTreeSet<_>>(),
+            interruption_drain_lead: self.interruption_drain_lead,
             boost_capacity_rebalance_groups: self.boost_capacity_rebalance_groups,
         })
     }

@@ -72,6 +72,8 @@ pub use crate::simulate::ledger::MemoryLedger;
 pub enum ClusterCall {
     /// `cordon`.
     Cordon(NodeName),
+    /// `uncordon`.
+    Uncordon(NodeName),
     /// `evict`, with what the fake answered.
     Evict(PodRef, Result<EvictOutcome, String>),
     /// `protect_from_scale_down`.
@@ -154,6 +156,16 @@ impl FakeClusterWrites {
 }
 
 impl ClusterWrites for FakeClusterWrites {
+    async fn uncordon(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
+        lock(&self.state).calls.push(ClusterCall::Uncordon(node.clone()));
+        self.cluster.edit(|s| {
+            if let Some(n) = s.nodes.get_mut(node) {
+                n.cordoned = false;
+            }
+        });
+        Ok(())
+    }
+
     async fn cordon(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
         let fail = {
             let mut st = lock(&self.state);
@@ -239,8 +251,6 @@ pub enum AsgCall {
     Describe(Vec<GroupName>),
     /// `raise_desired`.
     Raise(Vec<DesiredWrite>),
-    /// `lower_desired`.
-    Lower(Vec<DesiredWrite>),
     /// `terminate_instance`.
     Terminate(InstanceId, bool),
 }
@@ -272,8 +282,18 @@ impl FakeAutoScaling {
                 desired,
                 instances: Vec::new(),
                 capacity_rebalance: false,
+                az_rebalance: false,
             },
         );
+        self
+    }
+
+    /// Leaves Auto Scaling's `AZRebalance` process active on the group, as AWS does by default
+    /// (the fake's groups otherwise have it suspended).
+    pub fn with_az_rebalance(self, name: &str) -> Self {
+        if let Some(g) = lock(&self.0).groups.get_mut(&GroupName::from(name)) {
+            g.az_rebalance = true;
+        }
         self
     }
 
@@ -421,10 +441,6 @@ impl AutoScaling for FakeAutoScaling {
 
     async fn raise_desired(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {
         self.guarded(writes, AsgCall::Raise(writes.to_vec()), DesiredWrite::guard)
-    }
-
-    async fn lower_desired(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {
-        self.guarded(writes, AsgCall::Lower(writes.to_vec()), DesiredWrite::guard_lower)
     }
 
     async fn terminate_instance(&self, instance: &InstanceId, decrement: bool) -> Result<TerminateOutcome, AwsError> {

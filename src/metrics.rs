@@ -76,14 +76,14 @@ labels!(
 labels!(
     /// `give_backs_total{outcome}`.
     GiveBackOutcome {
-        /// Desired capacity lowered.
+        /// A node of the group was chosen to be drained and terminated with decrement.
+        NodeChosen => "node-chosen",
+        /// The chosen node was drained and terminated with decrement: the node is given back.
         Written => "written",
-        /// Desired changed since the plan.
-        Raced => "raced",
-        /// The write failed.
-        Failed => "failed",
-        /// The group is at its floor already.
+        /// The group is at its floor already, or the boost returned all it added.
         AtFloor => "at-floor",
+        /// No node could be drained for it: the capacity is left to Cluster Autoscaler.
+        LeftToClusterAutoscaler => "left-to-cluster-autoscaler",
         /// A follower left it to the leader.
         NotLeader => "not-leader",
     }
@@ -120,6 +120,9 @@ labels!(
     DrainOutcome {
         /// A batch started on the node.
         Started => "started",
+        /// A node with an interruption notice started draining before its replacements were
+        /// Ready: its deadline left no more time to wait.
+        StartedBeforeReplacements => "started-before-replacements",
         /// Every evictable pod left.
         Drained => "drained",
         /// `--drain-timeout` passed first.
@@ -414,6 +417,8 @@ pub struct DrainerMetrics {
     duration: HistogramVec,
     /// Instances terminated by group and whether desired capacity was decremented.
     terminations: IntCounterVec,
+    /// Terminations with decrement in groups whose `AZRebalance` process is active.
+    az_rebalance_exposed: IntCounterVec,
 }
 
 impl DrainerMetrics {
@@ -435,11 +440,30 @@ impl DrainerMetrics {
                 "Drained instances terminated, by group and whether desired capacity was decremented.",
                 &["group", "decrement"],
             ),
+            az_rebalance_exposed: counter(
+                r,
+                "az_rebalance_exposed_terminations_total",
+                "Terminations with decrement in groups whose AZRebalance process is active: Auto Scaling may \
+                 then terminate instances of its own choosing, undrained, to even out Availability Zones.",
+                &["group"],
+            ),
         }
     }
 
     fn collectors(&self) -> Vec<&dyn Collector> {
-        vec![&self.drains, &self.evictions, &self.in_progress, &self.duration, &self.terminations]
+        vec![
+            &self.drains,
+            &self.evictions,
+            &self.in_progress,
+            &self.duration,
+            &self.terminations,
+            &self.az_rebalance_exposed,
+        ]
+    }
+
+    /// Counts a termination with decrement in a group whose `AZRebalance` process is active.
+    pub(crate) fn az_rebalance_exposed(&self, group: &str) {
+        self.az_rebalance_exposed.with_label_values(&[group]).inc();
     }
 
     /// Counts one drain outcome, and how long an ended drain took.
@@ -800,7 +824,7 @@ mod tests {
         for name in ["spots_booster_evictions_total", "spots_booster_reaction_seconds", "spots_booster_leader"] {
             assert!(m.names().contains(&name.to_string()), "{name}");
         }
-        assert_eq!(m.names().len(), 29);
+        assert_eq!(m.names().len(), 30);
     }
 
     #[test]

@@ -279,6 +279,7 @@ async fn create_ready_image_change_rotation_resize_and_delete() {
         kind: SignalKind::Rotation,
         observed_at: Timestamp::EPOCH,
         evidence: Evidence::Rotation,
+        notice_deadline: None,
     });
     reconcile(&r, &store).await;
     assert_eq!(store.state().rotations.len(), 1, "the batch is full");

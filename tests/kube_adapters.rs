@@ -254,6 +254,7 @@ fn ledger() -> BoostLedger {
         settled: Default::default(),
         kept: Default::default(),
         expired: None,
+        giving_back: Default::default(),
     });
     l
 }

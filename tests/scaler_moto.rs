@@ -55,6 +55,7 @@ fn at_risk(group: usize, k: usize) -> (Node, Signal) {
             class: PodClass::Ordinary,
             opt_out: None,
             bare: false,
+            grace_seconds: 30,
         }],
     };
     let now = system_clock()();
@@ -66,6 +67,7 @@ fn at_risk(group: usize, k: usize) -> (Node, Signal) {
             kind: SignalKind::Rebalance,
             observed_at: now,
             evidence: Evidence::NodeTaint,
+            notice_deadline: None,
         },
     )
 }

@@ -26,6 +26,8 @@ fn the_shipped_scenarios_include_the_production_shapes() {
         shipped(),
         [
             "group-at-max.yaml",
+            "interruption-reclaim-first.yaml",
+            "interruption-slow-replacement.yaml",
             "interruption-without-notice.yaml",
             "large-group.yaml",
             "pdb-bound.yaml",
@@ -54,6 +56,59 @@ fn a_fifty_node_group_is_boosted_at_once() {
     assert_eq!(when(&report, "boost", "spot-big-1"), Some(120), "boosted in the second of the Event");
     assert!(!report.booster.timeline.iter().any(|e| e.action == "boost held"), "never held");
     assert_eq!(report.booster.summary.pods_killed, 0);
+}
+
+/// When the world did `action` to `target` in the booster's run, in simulated seconds.
+fn seen(report: &Report, actor: &str, action: &str, target: &str) -> Option<u64> {
+    report
+        .booster
+        .timeline
+        .iter()
+        .find(|e| e.actor == actor && e.action == action && e.target == target)
+        .map(|e| e.at_seconds)
+}
+
+#[test]
+fn an_interruption_whose_replacement_is_slower_than_the_notice_is_drained_before_its_deadline() {
+    let report = run("interruption-slow-replacement.yaml");
+    let noticed = seen(&report, "nth", "spot-interruption Event", "spot-a-1").expect("the notice");
+    let started = when(&report, "drain started", "spot-a-1").expect("drained against the deadline");
+    let terminated = when(&report, "terminated", "spot-a-1").expect("terminated by the booster");
+    let replacement = seen(&report, "aws", "node Ready", "spot-a-7").expect("the replacement joins");
+    assert!(
+        started < replacement,
+        "the drain did not wait for the replacement ({started} s, Ready at {replacement} s)"
+    );
+    assert!(terminated < noticed + 120, "emptied and terminated before AWS takes it at {} s", noticed + 120);
+    let b = &report.booster.summary;
+    assert_eq!((b.pods_killed, b.pdb_violations), (0, 0), "no pod dies that the cluster had room for");
+    assert_eq!(report.booster.groups[0].final_desired, 6, "the boost is given back with the instance");
+    let base = &report.baseline.as_ref().unwrap().summary;
+    assert!(base.pods_killed >= 2, "NTH cordoning only, the baseline loses the node's pods: {base:?}");
+}
+
+#[test]
+fn a_boost_whose_instance_aws_took_first_is_given_back_through_a_drained_node() {
+    let report = run("interruption-reclaim-first.yaml");
+    assert!(seen(&report, "aws", "instance interrupted", "spot-a-1").is_some(), "AWS took spot-a-1 first");
+    let given: Vec<&str> = report
+        .booster
+        .timeline
+        .iter()
+        .filter(|e| e.actor == "booster" && e.action == "drain started" && e.detail.contains("giving back"))
+        .map(|e| e.target.as_str())
+        .collect();
+    assert_eq!(given.len(), 1, "one node is chosen for the one instance AWS took: {given:?}");
+    assert!(given[0] != "spot-a-1" && given[0] != "spot-a-2", "an untouched node: {given:?}");
+    let started = when(&report, "drain started", given[0]).unwrap();
+    let ready = seen(&report, "aws", "node Ready", "spot-a-9").expect("the group's replacement joins");
+    assert!(started >= ready, "nothing is given back while the group's instances are still joining");
+    assert!(when(&report, "terminated", given[0]).is_some(), "then terminated with decrement");
+    let b = &report.booster.summary;
+    assert_eq!(b.pods_killed_by_booster, 0, "the node given back lost no pod without eviction");
+    assert!(b.pods_killed <= 1, "only what AWS took two seconds after its notice: {b:?}");
+    assert_eq!(b.pdb_violations, 0, "none by the booster's own actions: {b:?}");
+    assert_eq!(report.booster.groups[0].final_desired, 7, "both boosted nodes given back");
 }
 
 #[test]
@@ -127,7 +182,14 @@ fn a_group_at_max_is_held_and_its_pods_keep_running() {
     assert_eq!(mine.summary.boosted_instances, 0);
     assert_eq!(mine.groups[0].peak_desired, mine.groups[0].max);
     assert!(mine.timeline.iter().any(|e| e.action == "boost held" && e.detail.contains("MaxSize")));
-    assert!(!mine.timeline.iter().any(|e| e.actor == "booster" && e.action == "drain started"));
+    // Held at the recommendations; the interruption notices (12 m) drain against their deadline.
+    let drains: Vec<u64> = mine
+        .timeline
+        .iter()
+        .filter(|e| e.actor == "booster" && e.action == "drain started")
+        .map(|e| e.at_seconds)
+        .collect();
+    assert!(drains.iter().all(|at| *at >= 720), "no drain before the interruption notices: {drains:?}");
     let base = &report.baseline.as_ref().unwrap().summary;
     assert!(mine.summary.capacity_gap_pod_seconds < base.capacity_gap_pod_seconds);
 }
@@ -163,6 +225,8 @@ fn the_json_report_has_the_documented_fields() {
             "double_boosts",
             "drained_nodes",
             "evictions",
+            "pods_killed",
+            "pods_killed_by_booster",
         ] {
             assert!(summary[field].is_u64(), "{field} missing in {summary}");
         }

@@ -126,6 +126,7 @@ fn describe_group(g: &AutoScalingGroup) -> GroupDescription {
         desired: count(g.desired_capacity()),
         instances,
         capacity_rebalance: g.capacity_rebalance().unwrap_or(false),
+        az_rebalance: !g.suspended_processes().iter().any(|p| p.process_name() == Some("AZRebalance")),
     }
 }
 
@@ -148,10 +149,6 @@ impl AutoScaling for AwsAutoScaling {
 
     async fn raise_desired(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {
         self.guarded_writes(writes, DesiredWrite::guard).await
-    }
-
-    async fn lower_desired(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {
-        self.guarded_writes(writes, DesiredWrite::guard_lower).await
     }
 
     async fn terminate_instance(&self, instance: &InstanceId, decrement: bool) -> Result<TerminateOutcome, AwsError> {

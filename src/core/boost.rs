@@ -287,6 +287,7 @@ fn plan_group(
             settled: BTreeSet::new(),
             kept: Default::default(),
             expired: None,
+            giving_back: Default::default(),
         },
     });
 }

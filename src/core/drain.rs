@@ -31,6 +31,14 @@ pub struct DrainStarted {
     /// Terminate with decrement once drained (see [`DrainTarget::decrement`]).
     #[serde(default)]
     pub decrement: bool,
+    /// When the instance goes, for a node with an interruption notice: its pods are evicted all
+    /// at once, longest grace period first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Timestamp>,
+    /// The instance AWS took first whose boosted node this drain gives back (see
+    /// [`super::give_back`]): never terminated unless fully drained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gives_back: Option<InstanceId>,
 }
 
 /// How a drain ended.
@@ -81,6 +89,15 @@ pub struct DrainTarget {
     /// as many of a boost's instances as it added are terminated with decrement; the others are
     /// replaced by the ASG, so the group never ends smaller than before the boost.
     pub decrement: bool,
+    /// When the instance goes, for a node with an interruption notice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Timestamp>,
+    /// Started before its replacements were Ready: its deadline left no more time to wait.
+    #[serde(default)]
+    pub early: bool,
+    /// The instance AWS took first whose boosted node this drain gives back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gives_back: Option<InstanceId>,
 }
 
 /// Nodes of one group to drain together.
@@ -105,6 +122,10 @@ pub struct TimedOutDrain {
     pub terminate: bool,
     /// Whether that termination decrements desired capacity.
     pub decrement: bool,
+    /// The instance AWS took first whose boosted node this drain was to give back: its node is
+    /// never terminated with pods on it, and the capacity is left to Cluster Autoscaler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gives_back: Option<InstanceId>,
 }
 
 /// Why a group drains nothing now.
@@ -126,6 +147,10 @@ pub enum DrainWait {
         ready: u32,
         /// Replacements the boost added.
         needed: u32,
+        /// For nodes with an interruption notice: when they drain whether or not the
+        /// replacements are Ready by then.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        drain_by: Option<Timestamp>,
     },
     /// A pod on the node opted out of voluntary disruption, and the node's trouble is voluntary
     /// (a rebalance recommendation, a rotation): it waits for a confirmed interruption.
@@ -144,9 +169,13 @@ impl std::fmt::Display for DrainWait {
         match self {
             DrainWait::ConcurrencyLimit => f.write_str("--max-concurrent-drains nodes are draining"),
             DrainWait::Spacing { until } => write!(f, "--time-between-drains: next batch at {} ms", until.as_millis()),
-            DrainWait::ReplacementNotReady { instances, ready, needed } => {
+            DrainWait::ReplacementNotReady { instances, ready, needed, drain_by } => {
                 let names: Vec<&str> = instances.iter().map(InstanceId::as_str).collect();
-                write!(f, "{ready} of {needed} replacement(s) Ready for {}", names.join(", "))
+                write!(f, "{ready} of {needed} replacement(s) Ready for {}", names.join(", "))?;
+                match drain_by {
+                    Some(by) => write!(f, "; the interruption notice drains them at {} ms regardless", by.as_millis()),
+                    None => Ok(()),
+                }
             }
             DrainWait::OptedOut { node, pod, how } => write!(
                 f,
@@ -271,8 +300,9 @@ pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp
                 group: started.group.clone(),
                 node: node.clone(),
                 instance: started.instance.clone(),
-                terminate: policy.terminate_after_drain_timeout,
+                terminate: policy.terminate_after_drain_timeout && started.gives_back.is_none(),
                 decrement: started.decrement,
+                gives_back: started.gives_back.clone(),
             });
         }
     }
@@ -292,10 +322,16 @@ pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp
             .filter(|r| {
                 !state.in_progress.contains_key(&r.node)
                     && !state.finished.contains_key(&r.instance)
-                    && records.get(&r.instance).is_some_and(|&k| {
-                        let record = &snapshot.ledger.records[k];
-                        !record.kept.contains(&r.instance) && record.expired.is_none()
-                    })
+                    && match records.get(&r.instance) {
+                        Some(&k) => {
+                            let record = &snapshot.ledger.records[k];
+                            // A notice's deadline holds whatever became of the boost.
+                            !record.kept.contains(&r.instance) && (record.expired.is_none() || r.deadline.is_some())
+                        }
+                        // A notice no boost covers (its group is at its max, say) still drains
+                        // before the instance goes; the pods land on room the cluster has.
+                        None => r.deadline.is_some(),
+                    }
             })
             .collect();
         candidates.retain(|r| match opted_out(snapshot, r) {
@@ -310,57 +346,129 @@ pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp
         }
         candidates.sort_by(|a, b| a.first_seen.cmp(&b.first_seen).then_with(|| a.instance.cmp(&b.instance)));
 
+        // Nodes with a deadline drain as soon as their replacements are Ready, or once waiting
+        // longer would leave their pods too little time, outside the voluntary-drain limits: the
+        // instance goes anyway. The rest wait for their replacements, within the limits.
+        let mut due_now: Vec<(&AtRisk, bool)> = Vec::new();
         let mut ready = Vec::new();
-        let mut not_ready: BTreeMap<usize, (Vec<InstanceId>, &Claim)> = BTreeMap::new();
+        let mut not_ready: BTreeMap<usize, (Vec<InstanceId>, &Claim, Option<Timestamp>)> = BTreeMap::new();
         for risk in candidates {
-            let index = claim_of[&risk.instance];
-            let claim = &claims[index];
-            if claim.complete() {
-                ready.push(risk);
-            } else {
-                not_ready.entry(index).or_insert_with(|| (Vec::new(), claim)).0.push(risk.instance.clone());
+            let claim = records.get(&risk.instance).map(|&k| (claim_of[&risk.instance], k));
+            let complete = claim.is_some_and(|(index, _)| claims[index].complete());
+            let drain_by = risk.deadline.map(|d| latest_drain_start(snapshot, risk, d, policy));
+            match (complete, drain_by) {
+                (true, Some(_)) => due_now.push((risk, false)),
+                (true, None) => ready.push(risk),
+                (false, Some(by)) if now >= by => due_now.push((risk, true)),
+                (false, _) => {
+                    if let Some((index, _)) = claim {
+                        let entry = not_ready.entry(index).or_insert_with(|| (Vec::new(), &claims[index], None));
+                        entry.0.push(risk.instance.clone());
+                        entry.2 = match (entry.2, drain_by) {
+                            (Some(a), Some(b)) => Some(a.min(b)),
+                            (a, b) => a.or(b),
+                        };
+                    }
+                }
             }
         }
-        for (instances, claim) in not_ready.into_values() {
-            let reason =
-                DrainWait::ReplacementNotReady { instances, ready: claim.nodes.len() as u32, needed: claim.needed };
+        for (instances, claim, drain_by) in not_ready.into_values() {
+            let reason = DrainWait::ReplacementNotReady {
+                instances,
+                ready: claim.nodes.len() as u32,
+                needed: claim.needed,
+                drain_by,
+            };
             plan.waiting.push(Waiting { group: group.clone(), reason });
         }
-        if ready.is_empty() {
-            continue;
-        }
-        let slots = policy.max_concurrent_drains.saturating_sub(active);
-        if slots == 0 {
-            plan.waiting.push(Waiting { group: group.clone(), reason: DrainWait::ConcurrencyLimit });
-            continue;
-        }
-        if let Some(last) = state.last_batch_at.get(group) {
-            let until = last.plus(policy.time_between_drains);
-            if now < until {
+        let mut target = |r: &AtRisk, early: bool| {
+            let decrement = records.get(&r.instance).is_some_and(|&k| {
+                let record = &snapshot.ledger.records[k];
+                // Nodes chosen to give back for instances AWS took first hold their share too.
+                let giving = u32::try_from(record.giving_back.len()).unwrap_or(u32::MAX);
+                let decrement = record.returned.saturating_add(promised[k]).saturating_add(giving) < record.added;
+                promised[k] = promised[k].saturating_add(u32::from(decrement));
+                decrement
+            });
+            DrainTarget {
+                node: r.node.clone(),
+                instance: r.instance.clone(),
+                cordon: !snapshot.nodes.get(&r.node).is_some_and(|n| n.cordoned),
+                decrement,
+                deadline: r.deadline,
+                early,
+                gives_back: None,
+            }
+        };
+        let mut nodes: Vec<DrainTarget> = due_now.into_iter().map(|(r, early)| target(r, early)).collect();
+        if !ready.is_empty() {
+            let slots = policy.max_concurrent_drains.saturating_sub(active);
+            let until = state.last_batch_at.get(group).map(|last| last.plus(policy.time_between_drains));
+            if slots == 0 {
+                plan.waiting.push(Waiting { group: group.clone(), reason: DrainWait::ConcurrencyLimit });
+            } else if let Some(until) = until.filter(|until| now < *until) {
                 plan.waiting.push(Waiting { group: group.clone(), reason: DrainWait::Spacing { until } });
-                continue;
+            } else {
+                nodes.extend(ready.into_iter().take(slots as usize).map(|r| target(r, false)));
             }
         }
-        let nodes = ready
-            .into_iter()
-            .take(slots as usize)
-            .map(|r| {
-                let k = records[&r.instance];
-                let record = &snapshot.ledger.records[k];
-                let decrement = record.returned.saturating_add(promised[k]) < record.added;
-                promised[k] = promised[k].saturating_add(u32::from(decrement));
-                DrainTarget {
-                    node: r.node.clone(),
-                    instance: r.instance.clone(),
-                    cordon: !snapshot.nodes.get(&r.node).is_some_and(|n| n.cordoned),
-                    decrement,
-                }
-            })
-            .collect();
-        plan.batches.push(DrainBatch { group: group.clone(), nodes });
+        if !nodes.is_empty() {
+            plan.batches.push(DrainBatch { group: group.clone(), nodes });
+        }
     }
+    give_back_batches(snapshot, state, &mut plan);
     plan.claims = claims;
     plan
+}
+
+/// Drains for the nodes the scaler chose to give back boosted capacity AWS took first: each is
+/// cordoned, drained and terminated with decrement, like an at-risk node with its replacement
+/// Ready. Resumed from the ledger after a restart.
+fn give_back_batches(snapshot: &Snapshot, state: &DrainState, plan: &mut DrainPlan) {
+    let mut per_group: BTreeMap<&GroupName, Vec<DrainTarget>> = BTreeMap::new();
+    for record in &snapshot.ledger.records {
+        for (reclaimed, chosen) in &record.giving_back {
+            let Some(node) = snapshot.nodes.get(&chosen.node).filter(|n| n.instance.as_ref() == Some(&chosen.instance))
+            else {
+                continue;
+            };
+            if state.in_progress.contains_key(&node.name) || state.finished.contains_key(&chosen.instance) {
+                continue;
+            }
+            per_group.entry(&record.group).or_default().push(DrainTarget {
+                node: node.name.clone(),
+                instance: chosen.instance.clone(),
+                cordon: !node.cordoned,
+                decrement: true,
+                deadline: None,
+                early: false,
+                gives_back: Some(reclaimed.clone()),
+            });
+        }
+    }
+    for (group, nodes) in per_group {
+        match plan.batches.iter_mut().find(|b| &b.group == group) {
+            Some(batch) => batch.nodes.extend(nodes),
+            None => plan.batches.push(DrainBatch { group: group.clone(), nodes }),
+        }
+    }
+}
+
+/// The last moment `risk`'s node may start draining and still give each of its pods its grace
+/// period, plus `--interruption-drain-lead` for the evictions to be sent and retried, before
+/// `deadline`.
+pub(crate) fn latest_drain_start(
+    snapshot: &Snapshot,
+    risk: &AtRisk,
+    deadline: Timestamp,
+    policy: &Policy,
+) -> Timestamp {
+    let longest_grace = snapshot
+        .nodes
+        .get(&risk.node)
+        .and_then(|n| n.pods.iter().filter(|p| p.class.is_evictable()).map(Pod::grace).max())
+        .unwrap_or_default();
+    deadline.minus(longest_grace.saturating_add(policy.interruption_drain_lead))
 }
 
 /// Why a voluntary drain leaves `risk`'s node alone: a pod on it that opted out. A spot
@@ -479,7 +587,12 @@ mod tests {
         assert!(p.batches.is_empty());
         assert_eq!(
             p.waiting[0].reason,
-            DrainWait::ReplacementNotReady { instances: vec!["i-n1".into(), "i-n2".into()], ready: 1, needed: 2 }
+            DrainWait::ReplacementNotReady {
+                instances: vec!["i-n1".into(), "i-n2".into()],
+                ready: 1,
+                needed: 2,
+                drain_by: None
+            }
         );
 
         s.nodes.get_mut(&NodeName::from("new2")).unwrap().ready = true;
@@ -487,6 +600,116 @@ mod tests {
         assert_eq!(p.batches.len(), 1);
         let targets: Vec<_> = p.batches[0].nodes.iter().map(|t| (t.node.as_str(), t.cordon)).collect();
         assert_eq!(targets, vec![("n1", false), ("n2", true)]);
+    }
+
+    /// Group `a` with n1..n4; n1 has a spot interruption notice observed at `at` (two minutes'
+    /// warning) and a boost of one node for it; no replacement has joined.
+    fn interrupted(at: i64) -> Snapshot {
+        let mut s = Snapshot::default().with_group(Group::test("a").desired(5));
+        for i in 1..=4 {
+            s = s.with_node(Node::test(&format!("n{i}"), "a").with_pods(2, 500, 1 << 30));
+        }
+        s = s.with_signal(Signal::interruption("n1", at));
+        s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = true;
+        // Decided a second after the notice: the nodes already there are not its replacements.
+        s.ledger.record(BoostRecord { before: 4, ..BoostRecord::test("a", &["i-n1"], 1, at + 1_000) });
+        s
+    }
+
+    fn plan_at(s: &Snapshot, state: &DrainState, policy: &Policy, now: Timestamp) -> DrainPlan {
+        let at_risk = fold_signals(s, policy, now);
+        next_batches(&DrainView { snapshot: s, at_risk: &at_risk, state }, policy, now)
+    }
+
+    #[test]
+    fn an_interrupted_node_drains_before_its_deadline_when_the_replacement_is_late() {
+        // Notice at 0: the instance goes at 120 s. Pods take 30 s (the default grace) and the
+        // lead is 60 s, so the drain must start by 30 s, replacement or not.
+        let s = interrupted(0);
+        let policy = Policy::default();
+        let p = plan_at(&s, &DrainState::default(), &policy, Timestamp::from_millis(29_999));
+        assert!(p.batches.is_empty(), "{p:?}");
+        assert_eq!(
+            p.waiting[0].reason,
+            DrainWait::ReplacementNotReady {
+                instances: vec!["i-n1".into()],
+                ready: 0,
+                needed: 1,
+                drain_by: Some(Timestamp::from_millis(30_000)),
+            }
+        );
+        let p = plan_at(&s, &DrainState::default(), &policy, Timestamp::from_millis(30_000));
+        let target = &p.batches[0].nodes[0];
+        assert_eq!((target.node.as_str(), target.early, target.decrement), ("n1", true, true));
+        assert_eq!(target.deadline, Some(Timestamp::from_millis(120_000)));
+    }
+
+    #[test]
+    fn a_longer_grace_period_starts_the_drain_earlier() {
+        let mut s = interrupted(0);
+        s.nodes.get_mut(&NodeName::from("n1")).unwrap().pods[1].grace_seconds = 50;
+        assert!(plan_at(&s, &DrainState::default(), &Policy::default(), Timestamp::from_millis(9_999))
+            .batches
+            .is_empty());
+        let p = plan_at(&s, &DrainState::default(), &Policy::default(), Timestamp::from_millis(10_000));
+        assert_eq!(p.batches[0].nodes[0].node.as_str(), "n1", "120 - 50 - 60 = 10 s: due");
+    }
+
+    #[test]
+    fn the_notices_own_time_is_the_deadline() {
+        // NTH said the instance goes at 45 s: due at 45 - 30 - 60 < 0, so at once.
+        let mut s = interrupted(0);
+        s.signals[0].notice_deadline = Some(Timestamp::from_millis(45_000));
+        let p = plan_at(&s, &DrainState::default(), &Policy::default(), Timestamp::from_millis(1_000));
+        assert!(p.batches[0].nodes[0].early);
+    }
+
+    #[test]
+    fn a_rebalance_recommendation_still_waits_for_its_replacement() {
+        let p = plan_at(&boosted(1), &DrainState::default(), &Policy::default(), Timestamp::from_millis(3_600_000));
+        assert!(p.batches.is_empty());
+        assert!(matches!(p.waiting[0].reason, DrainWait::ReplacementNotReady { drain_by: None, .. }));
+    }
+
+    #[test]
+    fn deadline_drains_ignore_the_voluntary_drain_limits() {
+        let s = interrupted(0);
+        let policy = Policy { max_concurrent_drains: 1, ..Policy::default() };
+        let mut state = DrainState::default();
+        state.in_progress.insert(
+            "n3".into(),
+            DrainStarted {
+                group: "a".into(),
+                instance: "i-n3".into(),
+                started_at: NOW,
+                decrement: false,
+                deadline: None,
+                gives_back: None,
+            },
+        );
+        state.last_batch_at.insert("a".into(), Timestamp::from_millis(29_000));
+        let p = plan_at(&s, &state, &policy, Timestamp::from_millis(30_000));
+        assert_eq!(p.batches[0].nodes[0].node.as_str(), "n1");
+    }
+
+    #[test]
+    fn a_notice_no_boost_covers_still_drains_by_its_deadline_without_decrement() {
+        let mut s = interrupted(0);
+        s.ledger.records.clear();
+        assert!(plan_at(&s, &DrainState::default(), &Policy::default(), Timestamp::from_millis(1_000))
+            .batches
+            .is_empty());
+        let p = plan_at(&s, &DrainState::default(), &Policy::default(), Timestamp::from_millis(30_000));
+        let target = &p.batches[0].nodes[0];
+        assert!(target.early && !target.decrement, "{target:?}");
+    }
+
+    #[test]
+    fn a_ready_replacement_drains_an_interrupted_node_at_once() {
+        let s = interrupted(0).with_node(Node::test("r1", "a").created_at(30_000));
+        let p = plan_at(&s, &DrainState::default(), &Policy::default(), Timestamp::from_millis(31_000));
+        let target = &p.batches[0].nodes[0];
+        assert!(!target.early && target.decrement && target.deadline.is_some());
     }
 
     #[test]
@@ -524,7 +747,14 @@ mod tests {
         let mut state = DrainState::default();
         state.in_progress.insert(
             "n1".into(),
-            DrainStarted { group: "a".into(), instance: "i-n1".into(), started_at: NOW, decrement: true },
+            DrainStarted {
+                group: "a".into(),
+                instance: "i-n1".into(),
+                started_at: NOW,
+                decrement: true,
+                deadline: None,
+                gives_back: None,
+            },
         );
         state.last_batch_at.insert("a".into(), NOW);
         assert_eq!(plan(&s, &state, &policy).waiting[0].reason, DrainWait::ConcurrencyLimit);
@@ -542,7 +772,14 @@ mod tests {
         let started = Timestamp::from_millis(NOW.as_millis() - 600_000);
         state.in_progress.insert(
             "n1".into(),
-            DrainStarted { group: "a".into(), instance: "i-n1".into(), started_at: started, decrement: false },
+            DrainStarted {
+                group: "a".into(),
+                instance: "i-n1".into(),
+                started_at: started,
+                decrement: false,
+                deadline: None,
+                gives_back: None,
+            },
         );
         let p = plan(&s, &state, &Policy::default());
         assert_eq!(p.timed_out.len(), 1);
@@ -569,7 +806,14 @@ mod tests {
         let mut state = DrainState::default();
         state.in_progress.insert(
             "n3".into(),
-            DrainStarted { group: "a".into(), instance: "i-n1".into(), started_at: NOW, decrement: true },
+            DrainStarted {
+                group: "a".into(),
+                instance: "i-n1".into(),
+                started_at: NOW,
+                decrement: true,
+                deadline: None,
+                gives_back: None,
+            },
         );
         let p = plan(&s, &state, &Policy::default());
         assert!(p.waiting.iter().any(|w| matches!(w.reason, DrainWait::ReplacementNotReady { .. })), "{p:?}");

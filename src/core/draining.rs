@@ -84,6 +84,8 @@ pub struct EndedDrain {
     pub instance: InstanceId,
     /// When the drain started.
     pub started_at: Timestamp,
+    /// The instance AWS took first whose boosted node this drain gives back.
+    pub gives_back: Option<InstanceId>,
     /// How it ends.
     pub(crate) ending: DrainEnding,
 }
@@ -160,6 +162,8 @@ pub fn plan_draining(
                     instance: target.instance.clone(),
                     started_at: now,
                     decrement: target.decrement,
+                    deadline: target.deadline,
+                    gives_back: target.gives_back.clone(),
                 },
             );
             let seen_cordoned = !target.cordon;
@@ -180,6 +184,7 @@ pub fn plan_draining(
             group: drain.group.clone(),
             instance: drain.instance.clone(),
             started_at: drain.started_at,
+            gives_back: drain.gives_back.clone(),
             ending,
         };
         if progress.seen_cordoned && node.is_some_and(|n| !n.cordoned) {
@@ -189,7 +194,7 @@ pub fn plan_draining(
             continue;
         }
         if let Some(node) = node.filter(|n| n.pods.iter().any(|p| p.class.is_evictable())) {
-            if let Some(round) = due(node, &drain.group, progress, now) {
+            if let Some(round) = due(node, &drain, progress, now) {
                 evictions.push(round);
             }
             continue;
@@ -208,20 +213,26 @@ pub fn plan_draining(
     DrainingPlan { drains, protect, unprotect, ended, evictions, next }
 }
 
-/// The pods of `node` that may be evicted now (none while its backoff runs).
-fn due(node: &Node, group: &GroupName, progress: &NodeEvictions, now: Timestamp) -> Option<EvictionRound> {
+/// The pods of `node` that may be evicted now (none while its backoff runs). A drain against a
+/// deadline evicts every pod at once, longest grace period first, so each has its grace period
+/// before the instance goes; others evict critical pods only once no ordinary one is left.
+fn due(node: &Node, drain: &DrainStarted, progress: &NodeEvictions, now: Timestamp) -> Option<EvictionRound> {
     if progress.retry_at.is_some_and(|at| now < at) {
         return None;
     }
-    let order = eviction_order(node);
+    let mut order = eviction_order(node);
     let ordinary_left = order.iter().any(|p| p.class == PodClass::Ordinary);
+    let hold_critical = ordinary_left && drain.deadline.is_none();
+    if drain.deadline.is_some() {
+        order.sort_by_key(|p| std::cmp::Reverse(p.grace_seconds));
+    }
     let pods: Vec<PodToEvict> = order
         .iter()
-        .filter(|p| !(p.class == PodClass::Critical && ordinary_left))
+        .filter(|p| !(p.class == PodClass::Critical && hold_critical))
         .filter(|p| !progress.evicted.contains(&p.uid))
         .map(|p| PodToEvict { namespace: p.namespace.clone(), name: p.name.clone(), uid: p.uid.clone() })
         .collect();
-    (!pods.is_empty()).then(|| EvictionRound { node: node.name.clone(), group: group.clone(), pods })
+    (!pods.is_empty()).then(|| EvictionRound { node: node.name.clone(), group: drain.group.clone(), pods })
 }
 
 impl DrainingPlan {

@@ -4,44 +4,62 @@
 //! replaces it and the group would stay one node larger until Cluster Autoscaler scales it down.
 //!
 //! Such an instance is one that no longer appears among its group's members (as Auto Scaling
-//! lists them), whose node is gone or not Ready, and that the booster never settled. For each, while its boost still has a node to
-//! return, desired capacity goes down by one: one guarded write per group, never below the size the
-//! group had before its oldest open boost, nor below MinSize, and not while Cluster Autoscaler's
-//! own scale-up is in flight (its target leads the live value).
+//! lists them), whose node is gone or not Ready, and that the booster never settled. Lowering
+//! desired capacity would let Auto Scaling pick a running node and kill its pods, so capacity
+//! leaves only through the drainer: for each such instance, while its boost still has a node to
+//! return, one node of the group is chosen (Ready, schedulable, not at risk nor serving a boost,
+//! no pod that opted out of disruption or that nothing recreates; fewest pods, newest first),
+//! recorded in the ledger, then cordoned, drained and terminated with decrement by the drainer.
+//! Never below the size the group had before its oldest open boost, nor below MinSize, and not
+//! while Cluster Autoscaler's own scale-up is in flight (its target leads the live value). Nor
+//! while instances of the group are still joining: the room they bring is what the give-back
+//! removes, so choosing before they are Ready would evict pods into a cluster without room (and
+//! the group's own replacement for the instance taken, once Ready and empty, is the natural node
+//! to give back). When no node qualifies before `--replacement-timeout`, the capacity is left to
+//! Cluster Autoscaler.
 
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::model::{GroupName, InstanceId, Snapshot};
+use super::drain::claim_replacements;
+use super::model::{GiveBackNode, GroupName, InstanceId, Node, NodeName, Snapshot, Timestamp};
+use super::policy::Policy;
+use super::signals::AtRiskSet;
 
-/// One group's give-back: lower desired capacity from `from` to `to`, and settle the instances.
+/// What becomes of the capacity a boost added for an instance AWS took first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "how")]
+pub enum GiveBackHow {
+    /// This node is drained and terminated with decrement.
+    Drain(GiveBackNode),
+    /// Nothing to give back: the boost returned all it added, or the group is at the size it had
+    /// before (or at MinSize). The instance is only settled.
+    AtFloor,
+    /// No node of the group could be drained for it in time: Cluster Autoscaler scales the group
+    /// down when it finds the room unneeded.
+    LeftToClusterAutoscaler,
+}
+
+/// One instance AWS took first, and how its boost's node is given back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GiveBack {
     /// The group.
     pub group: GroupName,
-    /// Live desired capacity the plan started from (the write is guarded on it).
-    pub from: u32,
-    /// Desired capacity to set; equal to `from` when nothing can be given back (the group is
-    /// already at its pre-boost size): the instances are only settled.
-    pub to: u32,
-    /// Reclaimed instances whose boost gets one node back each (`from - to` of them).
-    pub returned: Vec<InstanceId>,
-    /// Every reclaimed instance this give-back settles (those in `returned` included).
-    pub settled: Vec<InstanceId>,
+    /// The instance AWS took.
+    pub reclaimed: InstanceId,
+    /// How.
+    pub how: GiveBackHow,
 }
 
-impl GiveBack {
-    /// Whether executing it changes desired capacity.
-    pub fn writes(&self) -> bool {
-        self.to < self.from
-    }
-}
-
-/// Instances of `record`-style boosts that left their group without the booster, grouped per
-/// group, with what may be given back for them.
-pub(crate) fn plan_give_backs(snapshot: &Snapshot) -> Vec<GiveBack> {
+/// The give-backs to start now, for instances that left their group without the booster.
+pub(crate) fn plan_give_backs(
+    snapshot: &Snapshot,
+    at_risk: &AtRiskSet,
+    policy: &Policy,
+    now: Timestamp,
+) -> Vec<GiveBack> {
     // An instance whose node is still Ready is running, whatever the list says: never taken.
     // Looked up only for instances missing from their group's list, so built only then.
     let running: OnceCell<HashSet<&InstanceId>> = OnceCell::new();
@@ -49,42 +67,109 @@ pub(crate) fn plan_give_backs(snapshot: &Snapshot) -> Vec<GiveBack> {
         running
             .get_or_init(|| snapshot.nodes.values().filter(|n| n.ready).filter_map(|n| n.instance.as_ref()).collect())
     };
-    let mut per_group: BTreeMap<&GroupName, Vec<(&InstanceId, bool)>> = BTreeMap::new();
+    struct Taken<'s> {
+        instance: &'s InstanceId,
+        returns: bool,
+        waited_out: bool,
+    }
+    let mut per_group: BTreeMap<&GroupName, Vec<Taken<'_>>> = BTreeMap::new();
     let mut floors: BTreeMap<&GroupName, u32> = BTreeMap::new();
+    let mut in_flight: BTreeMap<&GroupName, u32> = BTreeMap::new();
     for record in &snapshot.ledger.records {
         let Some(members) = snapshot.groups.get(&record.group).and_then(|g| g.members.as_ref()) else { continue };
         let floor = floors.entry(&record.group).or_insert(u32::MAX);
         *floor = (*floor).min(record.before);
-        let mut left = record.added.saturating_sub(record.returned);
-        let taken = |i: &&InstanceId| !members.contains(*i) && !record.settled.contains(*i) && !running().contains(*i);
+        let giving = u32::try_from(record.giving_back.len()).unwrap_or(u32::MAX);
+        *in_flight.entry(&record.group).or_default() += giving;
+        let mut left = record.added.saturating_sub(record.returned).saturating_sub(giving);
+        let taken = |i: &&InstanceId| {
+            !members.contains(*i)
+                && !record.settled.contains(*i)
+                && !record.giving_back.contains_key(*i)
+                && !running().contains(*i)
+        };
         for instance in record.instances.iter().filter(taken) {
             let returns = left > 0;
             left = left.saturating_sub(1);
-            per_group.entry(&record.group).or_default().push((instance, returns));
+            let waited_out = now.since(record.at) >= policy.replacement_timeout;
+            per_group.entry(&record.group).or_default().push(Taken { instance, returns, waited_out });
         }
     }
+    if per_group.is_empty() {
+        return Vec::new();
+    }
+
+    let chosen: HashSet<&NodeName> =
+        snapshot.ledger.records.iter().flat_map(|r| r.giving_back.values().map(|g| &g.node)).collect();
+    let covered = snapshot.ledger.index();
+    let risky: HashSet<&InstanceId> = at_risk.by_group.values().flat_map(|m| m.keys()).collect();
+    let alive: HashSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
+    // Replacements serving a boost whose at-risk nodes are still there wait for their drain.
+    let serving: HashSet<NodeName> = claim_replacements(snapshot, &snapshot.ledger, at_risk)
+        .into_iter()
+        .filter(|c| c.instances.iter().any(|i| alive.contains(i)))
+        .flat_map(|c| c.nodes)
+        .collect();
 
     let mut plan = Vec::new();
-    for (name, reclaimed) in per_group {
+    for (name, taken) in per_group {
         let Some(group) = snapshot.groups.get(name) else { continue };
         if group.ca.as_ref().is_some_and(|ca| ca.cloud_provider_target > group.desired) {
             // CA is scaling the group up: live desired is about to be CA's, not ours to lower.
             continue;
         }
-        let want = reclaimed.iter().filter(|(_, returns)| *returns).count();
-        let want = u32::try_from(want).unwrap_or(u32::MAX);
+        let members = group.members.as_ref();
+        let joining = members.is_some_and(|m| m.iter().any(|i| !running().contains(i)));
         let floor = floors.get(name).copied().unwrap_or(0).max(group.min);
-        let to = group.desired.saturating_sub(want).max(floor).min(group.desired);
-        let given = usize::try_from(group.desired - to).unwrap_or(usize::MAX);
-        plan.push(GiveBack {
-            group: name.clone(),
-            from: group.desired,
-            to,
-            returned: reclaimed.iter().filter(|(_, returns)| *returns).take(given).map(|(i, _)| (*i).clone()).collect(),
-            settled: reclaimed.iter().map(|(i, _)| (*i).clone()).collect(),
+        let mut room = group.desired.saturating_sub(floor).saturating_sub(in_flight.get(name).copied().unwrap_or(0));
+        let mut candidates: Vec<(&Node, &InstanceId)> = snapshot
+            .nodes
+            .values()
+            .filter(|n| n.group.as_ref() == Some(name) && n.ready && !n.cordoned && !n.deleting_by_ca)
+            .filter_map(|n| n.instance.as_ref().map(|i| (n, i)))
+            .filter(|(_, i)| members.is_some_and(|m| m.contains(*i)) && !covered.contains_key(i) && !risky.contains(i))
+            .filter(|(n, _)| !chosen.contains(&n.name) && !serving.contains(&n.name))
+            .filter(|(n, _)| !n.pods.iter().any(|p| p.class.is_evictable() && (p.opt_out.is_some() || p.bare)))
+            .collect();
+        let evictable = |n: &Node| n.pods.iter().filter(|p| p.class.is_evictable()).count();
+        candidates.sort_by(|(a, _), (b, _)| {
+            evictable(a).cmp(&evictable(b)).then_with(|| b.created.cmp(&a.created)).then_with(|| a.name.cmp(&b.name))
         });
+        let mut candidates = candidates.into_iter();
+        for t in taken {
+            let how = if !t.returns || room == 0 {
+                GiveBackHow::AtFloor
+            } else if joining && !t.waited_out {
+                continue;
+            } else if let Some((node, instance)) = candidates.next() {
+                room -= 1;
+                GiveBackHow::Drain(GiveBackNode { node: node.name.clone(), instance: instance.clone(), chosen_at: now })
+            } else if t.waited_out {
+                GiveBackHow::LeftToClusterAutoscaler
+            } else {
+                // The group's own replacement for the taken instance may still be joining.
+                continue;
+            };
+            plan.push(GiveBack { group: name.clone(), reclaimed: t.instance.clone(), how });
+        }
     }
     plan
+}
+
+impl GiveBack {
+    /// Notes this give-back in the ledger: the chosen node is recorded before its cordon; an
+    /// instance with nothing to give back, or left to Cluster Autoscaler, is settled.
+    pub(crate) fn note(&self, ledger: &mut super::model::BoostLedger) {
+        let Some(record) = ledger.records.iter_mut().find(|r| r.instances.contains(&self.reclaimed)) else { return };
+        match &self.how {
+            GiveBackHow::Drain(node) => {
+                record.giving_back.entry(self.reclaimed.clone()).or_insert_with(|| node.clone());
+            }
+            GiveBackHow::AtFloor | GiveBackHow::LeftToClusterAutoscaler => {
+                record.settled.insert(self.reclaimed.clone());
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -92,74 +177,144 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
-    use crate::core::model::{BoostRecord, Group, Timestamp};
+    use crate::core::model::{BoostRecord, Group};
+    use crate::core::signals::fold_signals;
+
+    const NOW: Timestamp = Timestamp::from_millis(60_000);
 
     fn record(instances: &[&str], added: u32, before: u32) -> BoostRecord {
-        BoostRecord {
-            group: "a".into(),
-            instances: instances.iter().map(|i| InstanceId::from(*i)).collect(),
-            added,
-            returned: 0,
-            at: Timestamp::EPOCH,
-            before,
-            settled: BTreeSet::new(),
-            kept: Default::default(),
-            expired: None,
-        }
+        BoostRecord { before, ..BoostRecord::test("a", instances, added, 0) }
     }
 
+    /// Group `a` listing `members`, with a Ready node `n<k>` for each `i-n<k>` member (k pods
+    /// each, created at k seconds), and the ledger's `records`.
     fn snapshot(group: Group, records: Vec<BoostRecord>) -> Snapshot {
-        let mut s = Snapshot::default().with_group(group);
+        let mut s = Snapshot::default();
+        for ((k, member), created) in group.members.iter().flatten().enumerate().zip((0..).step_by(1_000)) {
+            if let Some(name) = member.as_str().strip_prefix("i-") {
+                s = s.with_node(Node::test(name, "a").with_pods(k % 3, 100, 1 << 20).created_at(created));
+            }
+        }
+        s = s.with_group(group);
         s.ledger.records = records;
         s
     }
 
+    fn plan(s: &Snapshot) -> Vec<GiveBack> {
+        plan_give_backs(s, &fold_signals(s, &Policy::default(), NOW), &Policy::default(), NOW)
+    }
+
+    fn chosen(g: &GiveBack) -> Option<&str> {
+        match &g.how {
+            GiveBackHow::Drain(node) => Some(node.node.as_str()),
+            _ => None,
+        }
+    }
+
     #[test]
-    fn a_reclaimed_instance_gives_its_boosted_node_back() {
-        // Boosted 4 → 5 for i-1; AWS took i-1 and the ASG replaced it with i-9.
-        let group = Group::test("a").desired(5).members(["i-2", "i-3", "i-4", "i-r", "i-9"]);
-        let plan = plan_give_backs(&snapshot(group, vec![record(&["i-1"], 1, 4)]));
-        assert_eq!(plan.len(), 1);
-        assert_eq!((plan[0].from, plan[0].to), (5, 4));
-        assert_eq!(plan[0].returned, vec![InstanceId::from("i-1")]);
-        assert!(plan[0].writes());
+    fn a_reclaimed_instance_gives_its_boosted_node_back_through_the_emptiest_newest_node() {
+        // Boosted 4 → 5 for i-1; AWS took i-1 and the ASG replaced it with i-n9.
+        // n2 holds 0 pods, n3 1, n4 2, n9 0 and is the newest: n9 is drained.
+        let group = Group::test("a").desired(5).members(["i-n2", "i-n3", "i-n4", "i-n9"]);
+        let p = plan(&snapshot(group, vec![record(&["i-1"], 1, 4)]));
+        assert_eq!(p.len(), 1);
+        assert_eq!((p[0].reclaimed.as_str(), chosen(&p[0])), ("i-1", Some("n9")));
+    }
+
+    #[test]
+    fn at_risk_cordoned_claimed_opted_out_and_bare_nodes_are_never_chosen() {
+        let group = Group::test("a").desired(6).members(["i-n1", "i-n2", "i-n3", "i-n4", "i-n5"]);
+        let mut s = snapshot(group, vec![record(&["i-x"], 1, 5)]);
+        s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = true;
+        s.nodes.get_mut(&NodeName::from("n2")).unwrap().pods = Node::test("n2", "a").with_pods(1, 1, 1).pods;
+        s.nodes.get_mut(&NodeName::from("n2")).unwrap().pods[0].opt_out = Some(crate::core::OptOut::DoNotDisrupt);
+        s.nodes.get_mut(&NodeName::from("n3")).unwrap().pods = Node::test("n3", "a").with_pods(1, 1, 1).pods;
+        s.nodes.get_mut(&NodeName::from("n3")).unwrap().pods[0].bare = true;
+        s.ledger.record(BoostRecord { before: 5, ..BoostRecord::test("a", &["i-n4"], 1, 0) });
+        s = s.with_signal(crate::core::Signal::rebalance("n4", 1_000));
+        // n5 serves the open boost of n4 as its replacement: it waits for n4's drain.
+        s.nodes.get_mut(&NodeName::from("n5")).unwrap().created = Timestamp::from_millis(10_000);
+        s.ledger.records[1].at = Timestamp::from_millis(5_000);
+        assert!(plan(&s).is_empty(), "no node qualifies yet: wait for the group's own replacement");
+
+        let late = Timestamp::EPOCH.plus(Policy::default().replacement_timeout);
+        let p = plan_give_backs(&s, &fold_signals(&s, &Policy::default(), late), &Policy::default(), late);
+        assert_eq!(p[0].how, GiveBackHow::LeftToClusterAutoscaler, "after --replacement-timeout");
+    }
+
+    #[test]
+    fn nothing_is_chosen_while_instances_of_the_group_are_still_joining() {
+        let group = Group::test("a").desired(5).members(["i-n2", "i-n3", "i-n9"]);
+        let mut s = snapshot(group, vec![record(&["i-1"], 1, 4)]);
+        s.nodes.get_mut(&NodeName::from("n9")).unwrap().pods.clear();
+        s.nodes.get_mut(&NodeName::from("n9")).unwrap().ready = false;
+        assert!(plan(&s).is_empty(), "n9 is booting: its room is what would be given back");
+        s.nodes.get_mut(&NodeName::from("n9")).unwrap().ready = true;
+        assert_eq!(chosen(&plan(&s)[0]), Some("n9"), "the group's own replacement, Ready and empty");
     }
 
     #[test]
     fn an_instance_whose_node_is_still_ready_is_not_taken() {
-        let group = Group::test("a").desired(5).members(["i-2"]);
-        let s = snapshot(group, vec![record(&["i-n1"], 1, 4)]).with_node(crate::core::Node::test("n1", "a"));
-        assert!(plan_give_backs(&s).is_empty());
+        let group = Group::test("a").desired(5).members(["i-n2"]);
+        let s = snapshot(group, vec![record(&["i-n1"], 1, 4)]).with_node(Node::test("n1", "a"));
+        assert!(plan(&s).is_empty());
     }
 
     #[test]
-    fn members_and_settled_instances_are_not_reclaimed() {
-        let group = Group::test("a").desired(5).members(["i-1", "i-2"]);
-        let mut r = record(&["i-1", "i-3"], 2, 3);
+    fn members_settled_and_already_chosen_instances_are_not_reclaimed_again() {
+        let group = Group::test("a").desired(5).members(["i-1", "i-n2"]);
+        let mut r = record(&["i-1", "i-3", "i-4"], 3, 2);
         r.settled.insert("i-3".into());
-        assert!(plan_give_backs(&snapshot(group, vec![r])).is_empty());
+        r.giving_back.insert(
+            "i-4".into(),
+            GiveBackNode { node: "n2".into(), instance: "i-n2".into(), chosen_at: Timestamp::EPOCH },
+        );
+        assert!(plan(&snapshot(group, vec![r])).is_empty());
     }
 
     #[test]
     fn never_more_than_the_boost_added_nor_below_the_size_before_it() {
-        // Two instances covered by one added node: one give-back, the other only settles.
-        let group = Group::test("a").desired(5).members(["i-7"]);
-        let plan = plan_give_backs(&snapshot(group, vec![record(&["i-1", "i-2"], 1, 4)]));
-        assert_eq!((plan[0].to, plan[0].returned.len(), plan[0].settled.len()), (4, 1, 2));
+        // Two instances covered by one added node: one node drained, the other only settles.
+        let group = Group::test("a").desired(5).members(["i-n7", "i-n8"]);
+        let p = plan(&snapshot(group, vec![record(&["i-1", "i-2"], 1, 4)]));
+        let hows: Vec<Option<&str>> = p.iter().map(chosen).collect();
+        assert_eq!(hows, vec![Some("n7"), None], "n7 holds no pod");
+        assert_eq!(p[1].how, GiveBackHow::AtFloor);
 
-        // Someone already scaled the group back to its pre-boost size: settle, write nothing.
-        let group = Group::test("a").desired(4).members(["i-7"]);
-        let plan = plan_give_backs(&snapshot(group, vec![record(&["i-1"], 1, 4)]));
-        assert!(!plan[0].writes());
-        assert!(plan[0].returned.is_empty());
-        assert_eq!(plan[0].settled, vec![InstanceId::from("i-1")]);
+        // Someone already scaled the group back to its pre-boost size: settle, drain nothing.
+        let group = Group::test("a").desired(4).members(["i-n7"]);
+        let p = plan(&snapshot(group, vec![record(&["i-1"], 1, 4)]));
+        assert_eq!(p[0].how, GiveBackHow::AtFloor);
+
+        // A node already chosen for another reclaimed instance holds its share of the room.
+        let group = Group::test("a").desired(5).members(["i-n7", "i-n8"]);
+        let mut r = record(&["i-1", "i-2"], 2, 4);
+        r.giving_back.insert(
+            "i-2".into(),
+            GiveBackNode { node: "n8".into(), instance: "i-n8".into(), chosen_at: Timestamp::EPOCH },
+        );
+        assert_eq!(plan(&snapshot(group, vec![r]))[0].how, GiveBackHow::AtFloor);
     }
 
     #[test]
-    fn nothing_is_lowered_while_cluster_autoscaler_scales_up_or_the_group_is_undescribed() {
-        let group = Group::test("a").desired(5).ca_target(7, None).members(["i-7"]);
-        assert!(plan_give_backs(&snapshot(group, vec![record(&["i-1"], 1, 4)])).is_empty());
+    fn nothing_is_given_back_while_cluster_autoscaler_scales_up_or_the_group_is_undescribed() {
+        let group = Group::test("a").desired(5).ca_target(7, None).members(["i-n7"]);
+        assert!(plan(&snapshot(group, vec![record(&["i-1"], 1, 4)])).is_empty());
         let undescribed = Group::test("a").desired(5);
-        assert!(plan_give_backs(&snapshot(undescribed, vec![record(&["i-1"], 1, 4)])).is_empty());
+        assert!(plan(&snapshot(undescribed, vec![record(&["i-1"], 1, 4)])).is_empty());
+    }
+
+    #[test]
+    fn noting_a_give_back_records_the_chosen_node_or_settles() {
+        let group = Group::test("a").desired(5).members(["i-n7"]);
+        let mut s = snapshot(group, vec![record(&["i-1", "i-2"], 1, 4)]);
+        for g in plan(&s) {
+            g.note(&mut s.ledger);
+        }
+        let r = &s.ledger.records[0];
+        assert_eq!(r.giving_back.keys().collect::<Vec<_>>(), vec![&InstanceId::from("i-1")]);
+        assert_eq!(r.settled, BTreeSet::from([InstanceId::from("i-2")]));
+        s.ledger.end_give_back(&"i-1".into(), true);
+        assert_eq!((s.ledger.records[0].returned, s.ledger.records[0].giving_back.len()), (1, 0));
     }
 }

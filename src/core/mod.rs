@@ -26,10 +26,11 @@ pub use draining::{
     Refusal,
 };
 pub use expiry::Expired;
-pub use give_back::GiveBack;
+pub use give_back::{GiveBack, GiveBackHow};
 pub use model::{
-    BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, Group, GroupName, InstanceId, InstanceLifecycle,
-    Node, NodeName, OptOut, Pod, PodClass, Resources, Signal, SignalKind, Snapshot, Timestamp,
+    BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, GiveBackNode, Group, GroupName, InstanceId,
+    InstanceLifecycle, Node, NodeName, OptOut, Pod, PodClass, Resources, Signal, SignalKind, Snapshot, Timestamp,
+    INTERRUPTION_NOTICE,
 };
 pub use policy::{Policy, SizingMode};
 pub use scaling::{plan_scaling, Acting, ScalingPlan};

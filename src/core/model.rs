@@ -32,6 +32,11 @@ impl Timestamp {
         Timestamp(self.0.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
     }
 
+    /// This time minus a duration (saturating).
+    pub fn minus(self, d: Duration) -> Self {
+        Timestamp(self.0.saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
+    }
+
     /// This time rounded down to a whole second: the precision of `metadata.creationTimestamp`.
     pub const fn whole_second(self) -> Self {
         Timestamp(self.0.div_euclid(1000) * 1000)
@@ -147,6 +152,10 @@ pub struct Group {
     /// rebalance-recommended instance itself, so boosting too would double it.
     #[serde(default)]
     pub capacity_rebalance: bool,
+    /// Auto Scaling's `AZRebalance` process is active (not suspended): terminating with decrement
+    /// may make it replace instances of its own choosing, undrained.
+    #[serde(default)]
+    pub az_rebalance: bool,
     /// The instances the group lists as its own (not terminating nor detaching), when it was
     /// described: who is a member comes from Auto Scaling, never from the nodes whose group the
     /// daemon happened to resolve. `None` when the group has not been described.
@@ -211,6 +220,24 @@ pub struct Pod {
     /// No controller owns it: evicted, it is gone for good.
     #[serde(default)]
     pub bare: bool,
+    /// `spec.terminationGracePeriodSeconds`: how long it may take to stop once evicted. A drain
+    /// against a deadline starts early enough to give every pod this much.
+    #[serde(default = "Pod::default_grace_seconds")]
+    pub grace_seconds: u32,
+}
+
+impl Pod {
+    /// Kubernetes' default `terminationGracePeriodSeconds`.
+    pub const DEFAULT_GRACE_SECONDS: u32 = 30;
+
+    fn default_grace_seconds() -> u32 {
+        Self::DEFAULT_GRACE_SECONDS
+    }
+
+    /// How long it may take to stop once evicted.
+    pub(crate) fn grace(&self) -> Duration {
+        Duration::from_secs(u64::from(self.grace_seconds))
+    }
 }
 
 /// How a pod's owner asked voluntary disruptions (rebalance recommendations, rotations) to leave
@@ -298,6 +325,12 @@ impl SignalKind {
         matches!(self, SignalKind::SpotInterruption | SignalKind::Scheduled)
     }
 
+    /// Whether the instance goes at a set time (an interruption notice, a scheduled event, an Auto
+    /// Scaling termination): its drain runs against that deadline, replacements Ready or not.
+    pub(crate) fn has_deadline(self) -> bool {
+        matches!(self, SignalKind::SpotInterruption | SignalKind::Scheduled | SignalKind::AsgLifecycle)
+    }
+
     /// Whether EC2 sends this kind for spot instances only: an Event announcing it for an
     /// on-demand instance is not NTH's.
     pub(crate) fn spot_only(self) -> bool {
@@ -332,6 +365,23 @@ pub struct Signal {
     /// What vouches for it.
     #[serde(default)]
     pub evidence: Evidence,
+    /// When the instance goes, as the notice says it (an interruption's time, a scheduled
+    /// event's start). Kinds with a deadline and no time in the notice go two minutes after
+    /// `observed_at` (see [`Signal::deadline`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notice_deadline: Option<Timestamp>,
+}
+
+/// What EC2 gives a spot instance between the interruption notice and the interruption.
+pub const INTERRUPTION_NOTICE: Duration = Duration::from_secs(120);
+
+impl Signal {
+    /// When the instance goes, for kinds that take it at a set time: the notice's own time, else
+    /// two minutes after the Event (what a spot interruption gives). `None` for warnings with no
+    /// deadline (rebalance recommendations, rotations).
+    pub fn deadline(&self) -> Option<Timestamp> {
+        self.kind.has_deadline().then(|| self.notice_deadline.unwrap_or(self.observed_at.plus(INTERRUPTION_NOTICE)))
+    }
 }
 
 /// What vouches for a signal. Every kubelet may create Events, so an Event alone proves nothing:
@@ -396,6 +446,22 @@ pub struct BoostRecord {
     /// until they leave, so they are never boosted again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expired: Option<BoostExpiry>,
+    /// Nodes chosen to give back the capacity of instances AWS took first, by the instance taken:
+    /// each is cordoned, drained and terminated with decrement by the drainer. Saved before the
+    /// cordon, so a restart resumes the same node instead of choosing a second one.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub giving_back: BTreeMap<InstanceId, GiveBackNode>,
+}
+
+/// A node drained to give back the capacity a boost added, in place of an instance AWS took.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GiveBackNode {
+    /// The node.
+    pub node: NodeName,
+    /// Its instance, terminated with decrement once drained.
+    pub instance: InstanceId,
+    /// When it was chosen.
+    pub chosen_at: Timestamp,
 }
 
 /// Why an open boost stopped waiting.
@@ -481,6 +547,16 @@ impl BoostLedger {
         }
     }
 
+    /// Ends the give-back of `reclaimed`'s boosted node: the chosen node is forgotten and, when
+    /// its termination decremented desired capacity, the boost has given one node back.
+    pub(crate) fn end_give_back(&mut self, reclaimed: &InstanceId, returned: bool) {
+        if let Some(r) = self.records.iter_mut().find(|r| r.instances.contains(reclaimed)) {
+            if r.giving_back.remove(reclaimed).is_some() && returned {
+                r.returned = r.returned.saturating_add(1).min(r.added);
+            }
+        }
+    }
+
     /// Whether terminating `instance` may still give one of its boost's nodes back.
     pub(crate) fn may_return(&self, instance: &InstanceId) -> bool {
         self.records.iter().find(|r| r.instances.contains(instance)).is_some_and(|r| r.returned < r.added)
@@ -519,6 +595,7 @@ pub(crate) mod builders {
                 node_allocatable: Some(Resources::new(4000, 16 << 30)),
                 ca: None,
                 capacity_rebalance: false,
+                az_rebalance: false,
                 members: None,
             }
         }
@@ -600,6 +677,7 @@ pub(crate) mod builders {
                 class: PodClass::Ordinary,
                 opt_out: None,
                 bare: false,
+                grace_seconds: Pod::DEFAULT_GRACE_SECONDS,
             }
         }
         /// Sets its class.
@@ -622,6 +700,7 @@ pub(crate) mod builders {
                 settled: BTreeSet::new(),
                 kept: BTreeSet::new(),
                 expired: None,
+                giving_back: BTreeMap::new(),
             }
         }
     }
@@ -635,7 +714,13 @@ pub(crate) mod builders {
                 kind: SignalKind::Rebalance,
                 observed_at: Timestamp::from_millis(at),
                 evidence: Evidence::NodeTaint,
+                notice_deadline: None,
             }
+        }
+        /// A spot interruption notice for node `node` observed at `at` ms, vouched for by NTH's
+        /// taint; the instance goes two minutes later.
+        pub fn interruption(node: &str, at: i64) -> Signal {
+            Signal { kind: SignalKind::SpotInterruption, ..Signal::rebalance(node, at) }
         }
     }
 

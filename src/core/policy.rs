@@ -59,6 +59,12 @@ pub struct Policy {
     pub eviction_backoff_max: Duration,
     /// Groups never boosted nor drained.
     pub ignored_groups: BTreeSet<GroupName>,
+    /// How long before a notice's deadline, on top of its pods' longest grace period, a node
+    /// with an interruption notice starts draining when its replacements are not Ready yet:
+    /// the pace of its evictions, which a PodDisruptionBudget lets go one replacement pod's
+    /// start at a time. Default: 60s (with 30 s grace periods, half a minute into a two-minute
+    /// notice).
+    pub interruption_drain_lead: Duration,
     /// Boost groups with Capacity Rebalance on too. Default: false (the ASG already replaces
     /// their recommended instances 1:1).
     pub boost_capacity_rebalance_groups: bool,
@@ -84,6 +90,7 @@ impl Default for Policy {
             eviction_backoff_initial: Duration::from_secs(1),
             eviction_backoff_max: Duration::from_secs(10),
             ignored_groups: BTreeSet::new(),
+            interruption_drain_lead: Duration::from_secs(60),
             boost_capacity_rebalance_groups: false,
         }
     }

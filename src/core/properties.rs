@@ -60,6 +60,7 @@ fn node_strategy(group: usize, index: usize) -> impl Strategy<Value = Node> {
                     class: if k % 5 == 4 { PodClass::DaemonSet } else { PodClass::Ordinary },
                     opt_out: None,
                     bare: false,
+                    grace_seconds: 30,
                 })
                 .collect(),
         })
@@ -89,6 +90,7 @@ fn group_strategy(index: usize) -> impl Strategy<Value = (Group, Vec<Node>)> {
                     ready: None,
                 }),
                 capacity_rebalance: index % 3 == 2,
+                az_rebalance: false,
                 members: None,
             };
             (Just(group), nodes)
@@ -125,6 +127,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
                         kind: kinds[kind as usize],
                         observed_at: Timestamp::from_millis(at),
                         evidence: Evidence::NodeTaint,
+                        notice_deadline: None,
                     });
                 }
             }
@@ -139,6 +142,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
                 }
             }
             let mut drains = DrainState::default();
+            let mut reclaimed = Vec::new();
             for (k, record) in snapshot.ledger.records.iter().enumerate() {
                 for (j, instance) in record.instances.iter().enumerate() {
                     let node = snapshot.nodes.values().find(|n| n.instance.as_ref() == Some(instance)).unwrap();
@@ -153,6 +157,8 @@ fn case_strategy() -> impl Strategy<Value = Case> {
                                     instance: instance.clone(),
                                     started_at: started,
                                     decrement: k % 2 == 0,
+                                    deadline: None,
+                                    gives_back: None,
                                 },
                             );
                             // Some pods already evicted, a backoff running, our cordon seen or not.
@@ -167,8 +173,25 @@ fn case_strategy() -> impl Strategy<Value = Case> {
                         1 => {
                             drains.finished.insert(instance.clone(), DrainEnd::Drained);
                         }
-                        _ => {}
+                        2 => {}
+                        _ => reclaimed.push(node.name.clone()),
                     }
+                }
+            }
+            // AWS took some boosted instances first: gone from the cluster and, where Auto Scaling
+            // lists its members, from the group's list.
+            for name in reclaimed {
+                snapshot.nodes.remove(&name);
+            }
+            for (k, group) in snapshot.groups.values_mut().enumerate() {
+                if (seed >> ((k + 50) % 64)) & 1 == 1 {
+                    let name = &group.name;
+                    let members = snapshot
+                        .nodes
+                        .values()
+                        .filter(|n| n.group.as_ref() == Some(name))
+                        .filter_map(|n| n.instance.clone());
+                    group.members = Some(members.collect());
                 }
             }
             Case { snapshot, drains, policy }
@@ -235,9 +258,12 @@ proptest! {
             }
         }
         for batch in &p.draining.drains.batches {
-            let total = per_group.get(&batch.group).copied().unwrap_or(0) + batch.nodes.len() as u32;
-            prop_assert!(total <= case.policy.max_concurrent_drains, "{batch:?} over budget");
             prop_assert!(!batch.nodes.is_empty());
+            // Notices with a deadline and give-backs are not voluntary drains: the budget is for
+            // the rest.
+            let voluntary = batch.nodes.iter().filter(|t| t.deadline.is_none() && t.gives_back.is_none()).count() as u32;
+            let total = per_group.get(&batch.group).copied().unwrap_or(0) + voluntary;
+            prop_assert!(voluntary == 0 || total <= case.policy.max_concurrent_drains, "{batch:?} over budget");
         }
     }
 
@@ -254,9 +280,16 @@ proptest! {
             }
         }
         for target in p.draining.drains.batches.iter().flat_map(|b| &b.nodes) {
-            let claim = p.draining.drains.claims.iter().find(|c| c.instances.contains(&target.instance)).unwrap();
-            prop_assert!(claim.complete(), "{target:?} drains with {claim:?}");
             prop_assert!(!case.snapshot.nodes[&target.node].deleting_by_ca);
+            if target.gives_back.is_some() {
+                continue;
+            }
+            let claim = p.draining.drains.claims.iter().find(|c| c.instances.contains(&target.instance));
+            match target.deadline {
+                // A notice drains early only once its deadline leaves no more time to wait.
+                Some(_) if target.early => prop_assert!(claim.is_none_or(|c| !c.complete()), "{target:?}"),
+                _ => prop_assert!(claim.is_some_and(Claim::complete), "{target:?} drains with {claim:?}"),
+            }
         }
     }
 
@@ -278,9 +311,10 @@ proptest! {
                 .flat_map(|b| &b.nodes)
                 .filter(|t| t.decrement && record.instances.contains(&t.instance))
                 .count() as u32;
-            // Drains already under way keep the promise they were started with; new ones only fill
-            // what is left.
-            prop_assert!(planned == 0 || record.returned + promised + planned <= record.added, "{record:?}");
+            // Drains already under way keep the promise they were started with, and nodes chosen to
+            // give back reclaimed instances hold theirs; new ones only fill what is left.
+            let giving = record.giving_back.len() as u32;
+            prop_assert!(planned == 0 || record.returned + promised + giving + planned <= record.added, "{record:?}");
         }
     }
 
@@ -310,9 +344,20 @@ proptest! {
         for spent in &p.scaling.ledger.spent {
             prop_assert!(case.snapshot.nodes.contains_key(spent), "{spent} is spent but gone");
         }
+        let covered = case.snapshot.ledger.covered();
+        let mut chosen_per_group: BTreeMap<&GroupName, u32> = BTreeMap::new();
         for g in &p.scaling.give_backs {
             let group = &case.snapshot.groups[&g.group];
-            prop_assert!(g.to <= g.from && g.to >= group.min, "{g:?} in {group:?}");
+            let GiveBackHow::Drain(chosen) = &g.how else { continue };
+            let node = &case.snapshot.nodes[&chosen.node];
+            prop_assert!(node.ready && !node.cordoned && node.instance.as_ref() == Some(&chosen.instance), "{node:?}");
+            prop_assert!(group.members.as_ref().is_some_and(|m| m.contains(&chosen.instance)), "{g:?} not a member");
+            prop_assert!(!covered.contains(&chosen.instance), "{g:?} chose an at-risk node");
+            *chosen_per_group.entry(&g.group).or_default() += 1;
+        }
+        for (name, chosen) in chosen_per_group {
+            let group = &case.snapshot.groups[name];
+            prop_assert!(group.desired.saturating_sub(chosen) >= group.min, "{chosen} chosen in {group:?}");
         }
     }
 

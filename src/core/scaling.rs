@@ -20,9 +20,6 @@ pub enum Acting {
     /// The leader: its give-backs and expiries are carried out, and the rest is planned on the
     /// ledger as they leave it.
     Leader,
-    /// The leader, once this pass's give-backs were tried and some were not made: none is planned
-    /// again, and the rest is planned on the ledger as the attempt left it.
-    LeaderAfterGiveBacks,
     /// A follower: it plans what the leader would, to report it, and carries out nothing, so the
     /// ledger it plans on is the one it read.
     Follower,
@@ -50,19 +47,13 @@ pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting
     // The later stages plan on the ledger as the earlier ones leave it; the rest of the snapshot
     // (thousands of nodes and their pods) is never copied.
     let mut ledger = snapshot.ledger.clone();
-    let give_backs = match acting {
-        Acting::LeaderAfterGiveBacks => Vec::new(),
-        Acting::Leader | Acting::Follower => plan_give_backs(snapshot),
-    };
+    let give_backs = plan_give_backs(snapshot, &at_risk, policy, now);
     if acting == Acting::Leader {
-        for g in &give_backs {
-            g.settled.iter().for_each(|i| ledger.note_settled(i));
-            g.returned.iter().for_each(|i| ledger.note_returned(i));
-        }
+        give_backs.iter().for_each(|g| g.note(&mut ledger));
     }
     let expired = match acting {
         Acting::Follower => Vec::new(),
-        Acting::Leader | Acting::LeaderAfterGiveBacks => expire_boosts(snapshot, &ledger, &at_risk, policy, now),
+        Acting::Leader => expire_boosts(snapshot, &ledger, &at_risk, policy, now),
     };
     for record in &mut ledger.records {
         if let Some(e) = expired.iter().find(|e| e.names(record)) {
@@ -83,10 +74,10 @@ impl Expired {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
 
     use super::*;
     use crate::core::model::{BoostExpiry, Group, GroupName, InstanceId, Node, Signal};
+    use crate::core::GiveBackHow;
 
     /// Group `a` had n1 boosted by one node at 10 s; AWS then took n1 (gone from the group's
     /// members and from the cluster), and n2 is newly at risk.
@@ -108,12 +99,12 @@ mod tests {
     }
 
     #[test]
-    fn a_leader_gives_back_closes_the_settled_boost_and_boosts_the_new_risk_in_one_pass() {
+    fn a_leader_chooses_a_node_to_give_back_and_boosts_the_new_risk_in_one_pass() {
         let p = plan_scaling(&taken_first(), &count(), NOW, Acting::Leader);
         assert_eq!(p.give_backs.len(), 1);
-        assert_eq!((p.give_backs[0].from, p.give_backs[0].to), (4, 3));
-        assert!(p.ledger.records.is_empty(), "settled in this pass, so closed in it: {:?}", p.ledger);
-        assert_eq!(p.ledger.spent, BTreeSet::from([crate::core::NodeName::from("r1")]), "its replacement is spent");
+        let GiveBackHow::Drain(chosen) = &p.give_backs[0].how else { panic!("{:?}", p.give_backs) };
+        assert_eq!(chosen.node.as_str(), "r1", "empty and newest; n2 is at risk");
+        assert_eq!(p.ledger.records[0].giving_back.get(&InstanceId::from("i-n1")), Some(chosen));
         let boosted: Vec<&InstanceId> = p.boosts.boosts.iter().flat_map(|b| &b.record.instances).collect();
         assert_eq!(boosted, vec![&InstanceId::from("i-n2")]);
     }
@@ -122,15 +113,8 @@ mod tests {
     fn a_follower_reports_the_give_back_but_plans_on_the_ledger_it_read() {
         let p = plan_scaling(&taken_first(), &count(), NOW, Acting::Follower);
         assert_eq!(p.give_backs.len(), 1, "reported");
-        assert_eq!(p.ledger.records.len(), 1, "not settled by a follower, so not closed");
+        assert!(p.ledger.records[0].giving_back.is_empty(), "not noted by a follower");
         assert!(p.expired.is_empty());
-    }
-
-    #[test]
-    fn after_give_backs_that_were_not_made_none_is_planned_or_assumed_again() {
-        let p = plan_scaling(&taken_first(), &count(), NOW, Acting::LeaderAfterGiveBacks);
-        assert!(p.give_backs.is_empty());
-        assert_eq!(p.ledger.records.len(), 1, "the unsettled record stays open for the next pass");
     }
 
     #[test]

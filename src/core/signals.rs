@@ -22,6 +22,10 @@ pub struct AtRisk {
     pub first_seen: Timestamp,
     /// What vouched for the signals.
     pub evidence: BTreeSet<Evidence>,
+    /// The earliest deadline its notices set (see [`crate::core::Signal::deadline`]); `None` when
+    /// only warnings without one (rebalance recommendations, rotations) speak for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Timestamp>,
 }
 
 /// Why a signal does not make its instance at risk.
@@ -122,7 +126,11 @@ pub(crate) fn fold_signals(snapshot: &Snapshot, policy: &Policy, now: Timestamp)
             kinds: BTreeSet::new(),
             first_seen: s.observed_at,
             evidence: BTreeSet::new(),
+            deadline: None,
         });
+        if let Some(deadline) = s.deadline() {
+            entry.deadline = Some(entry.deadline.map_or(deadline, |d| d.min(deadline)));
+        }
         entry.kinds.insert(s.kind);
         entry.evidence.insert(s.evidence);
         if s.observed_at < entry.first_seen {

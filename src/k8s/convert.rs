@@ -227,9 +227,22 @@ pub fn pod_from_kube(pod: &KubePod) -> Result<(Option<NodeName>, Pod), ConvertEr
         None
     };
     let bare = pod.metadata.owner_references.as_ref().is_none_or(Vec::is_empty);
+    // A negative grace period is refused by the API server; clamp anything odd rather than fail.
+    let grace_seconds = spec
+        .and_then(|s| s.termination_grace_period_seconds)
+        .map_or(Pod::DEFAULT_GRACE_SECONDS, |g| u32::try_from(g.max(0)).unwrap_or(u32::MAX));
     Ok((
         spec.and_then(|s| s.node_name.clone()).map(NodeName),
-        Pod { uid: pod.metadata.uid.clone().unwrap_or_default(), namespace, name, requests, class, opt_out, bare },
+        Pod {
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            namespace,
+            name,
+            requests,
+            class,
+            opt_out,
+            bare,
+            grace_seconds,
+        },
     ))
 }
 
@@ -308,6 +321,14 @@ mod tests {
         assert_eq!(p.requests, Resources::new(1010, 256 << 20));
         assert_eq!((p.class, p.uid.as_str(), p.namespace.as_str()), (PodClass::Ordinary, "u1", "shop"));
         assert_eq!((p.opt_out, p.bare), (None, true), "no owner: a bare pod");
+        assert_eq!(p.grace_seconds, 30, "Kubernetes' default grace period");
+
+        let grace = |g: i64| {
+            let p = pod(serde_json::json!({"metadata": {"name": "g"}, "spec": {"terminationGracePeriodSeconds": g}}));
+            pod_from_kube(&p).unwrap().1.grace_seconds
+        };
+        assert_eq!((grace(0), grace(90), grace(-5)), (0, 90, 0));
+        assert_eq!(grace(i64::MAX), u32::MAX, "clamped, never wrapped");
 
         // Forms the API server stores as written were once dropped from the view.
         let tiny = pod(serde_json::json!({

@@ -72,7 +72,22 @@ impl NthSignal {
             kind: self.kind,
             observed_at: self.observed_at.unwrap_or(fallback_now),
             evidence: Evidence::Event,
+            notice_deadline: self.deadline(),
         })
+    }
+
+    /// When the notice says the instance goes. Queue mode reports when EC2 *sent* a spot
+    /// interruption, which gives two minutes; IMDS mode reports the interruption time itself, and
+    /// scheduled events and lifecycle terminations name their start.
+    fn deadline(&self) -> Option<Timestamp> {
+        let at = self.notice_time?;
+        match (self.kind, self.mode) {
+            (SignalKind::SpotInterruption, NthMode::QueueV1 | NthMode::QueueV2) => {
+                Some(at.plus(crate::core::INTERRUPTION_NOTICE))
+            }
+            (SignalKind::SpotInterruption | SignalKind::Scheduled | SignalKind::AsgLifecycle, _) => Some(at),
+            _ => None,
+        }
     }
 }
 
@@ -419,6 +434,23 @@ mod tests {
         );
         let s = signal("imds-asg-lifecycle.yaml");
         assert_eq!((s.kind, s.mode, s.notice_time), (SignalKind::AsgLifecycle, NthMode::Imds, None));
+    }
+
+    #[test]
+    fn a_notice_carries_the_deadline_it_announces() {
+        let deadline = |name: &str| {
+            let core = signal(name).to_core(Timestamp::EPOCH).expect("an instance");
+            (core.notice_deadline.map(format_rfc3339), core.deadline().map(format_rfc3339))
+        };
+        // IMDS says when the instance is interrupted; queue mode when EC2 sent the notice.
+        let at = |t: &str| Some(t.to_string());
+        let imds = signal("imds-spot-itn.yaml");
+        let imds_core = NthSignal { instance: Some("i-1".into()), ..imds }.to_core(Timestamp::EPOCH).unwrap();
+        assert_eq!(imds_core.deadline().map(format_rfc3339), at("2024-05-14T09:14:31Z"));
+        assert_eq!(deadline("queue-v2-spot-itn.yaml"), (at("2024-05-14T09:14:29Z"), at("2024-05-14T09:14:29Z")));
+        assert_eq!(deadline("queue-v1-spot-itn.yaml").1, at("2024-05-14T09:14:29Z"));
+        assert_eq!(deadline("queue-v2-scheduled.yaml").1, at("2024-05-14T09:12:29Z"), "the window's start");
+        assert_eq!(deadline("queue-v2-rebalance.yaml"), (None, None), "a recommendation has no deadline");
     }
 
     #[test]

@@ -612,6 +612,7 @@ impl ClusterView for KubeCluster {
                 kind,
                 observed_at: added.unwrap_or(*seen),
                 evidence,
+                notice_deadline: None,
             });
         }
         // Deterministic order for the core, whatever the hash maps did.

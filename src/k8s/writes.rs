@@ -58,6 +58,16 @@ impl ClusterWrites for KubeWrites {
             .map_err(|e| ClusterWriteError::Cordon { node: node.clone(), source: e.into() })
     }
 
+    async fn uncordon(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
+        let nodes: Api<KubeNode> = Api::all(self.client.clone());
+        let patch = json!({ "spec": { "unschedulable": null } });
+        nodes
+            .patch(node.as_str(), &self.patch_params(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| ClusterWriteError::Uncordon { node: node.clone(), source: e.into() })
+    }
+
     async fn evict(&self, pod: &PodRef) -> Result<EvictOutcome, ClusterWriteError> {
         let pods: Api<KubePod> = Api::namespaced(self.client.clone(), &pod.namespace);
         // Built by hand rather than with `Api::evict`: kube 5 serialises the delete options as

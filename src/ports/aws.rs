@@ -148,6 +148,10 @@ pub struct GroupDescription {
     pub instances: Vec<GroupInstance>,
     /// Capacity Rebalance is on: the ASG replaces rebalance-recommended instances itself.
     pub capacity_rebalance: bool,
+    /// `AZRebalance` is not among its suspended processes: after a termination with decrement
+    /// unbalances its Availability Zones, Auto Scaling may launch and terminate instances of its
+    /// own choosing to even them out, and those terminations drain nothing.
+    pub az_rebalance: bool,
 }
 
 impl GroupDescription {
@@ -161,6 +165,7 @@ impl GroupDescription {
             node_allocatable,
             ca,
             capacity_rebalance: self.capacity_rebalance,
+            az_rebalance: self.az_rebalance,
             members: Some(self.members().cloned().collect()),
         }
     }
@@ -243,26 +248,6 @@ impl DesiredWrite {
     }
 }
 
-impl DesiredWrite {
-    /// The guard every implementation of [`AutoScaling::lower_desired`] applies: the group is
-    /// unchanged since the plan, and `to` is lower than its desired and not below MinSize.
-    pub(crate) fn guard_lower(&self, live: Option<&GroupDescription>) -> Guard {
-        match live {
-            None => Guard::Settled(Err(AwsError::UnknownGroup(self.group.clone()))),
-            Some(g) if g.desired != self.expected || self.to >= g.desired => {
-                Guard::Settled(Ok(WriteOutcome::Raced { live: g.desired }))
-            }
-            Some(g) if self.to < g.min => Guard::Settled(Err(AwsError::OutOfRange {
-                group: self.group.clone(),
-                requested: self.to,
-                min: g.min,
-                max: g.max,
-            })),
-            Some(g) => Guard::Send { from: g.desired },
-        }
-    }
-}
-
 /// How a guarded write ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case", tag = "outcome")]
@@ -326,11 +311,6 @@ pub trait AutoScaling: Send + Sync {
     /// (`HonorCooldown=false`) per write whose group is unchanged. A write lower than the live
     /// value or beyond the group's bounds is never sent.
     fn raise_desired(&self, writes: &[DesiredWrite]) -> impl Future<Output = Result<WriteOutcomes, AwsError>> + Send;
-
-    /// Guarded lowerings, for giving back a boosted node whose at-risk instance AWS took first:
-    /// one batched re-read, then one `SetDesiredCapacity` per write whose group is unchanged. A
-    /// write that does not lower, or goes below MinSize, is never sent.
-    fn lower_desired(&self, writes: &[DesiredWrite]) -> impl Future<Output = Result<WriteOutcomes, AwsError>> + Send;
 
     /// Terminates a drained instance, decrementing desired capacity when asked. An instance that
     /// is gone or no longer in a group counts as done.

@@ -74,6 +74,15 @@ pub enum ClusterWriteError {
         #[source]
         source: BoxError,
     },
+    /// Clearing `spec.unschedulable`.
+    #[error("uncordoning node {node} failed")]
+    Uncordon {
+        /// The node.
+        node: NodeName,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
     /// The Eviction API answered something other than success, 404, 409 or 429.
     #[error("evicting pod {pod} failed")]
     Evict {
@@ -98,6 +107,9 @@ pub enum ClusterWriteError {
 pub trait ClusterWrites: Send + Sync {
     /// Marks the node unschedulable (a no-op when it already is).
     fn cordon(&self, node: &NodeName) -> impl Future<Output = Result<(), ClusterWriteError>> + Send;
+    /// Marks the node schedulable again. Only for a node the booster cordoned itself to give
+    /// capacity back, whose drain could not finish: it goes back to serving pods.
+    fn uncordon(&self, node: &NodeName) -> impl Future<Output = Result<(), ClusterWriteError>> + Send;
     /// Evicts the pod through the Eviction API with its UID as precondition.
     fn evict(&self, pod: &PodRef) -> impl Future<Output = Result<EvictOutcome, ClusterWriteError>> + Send;
     /// Adds (or removes) `cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"` together

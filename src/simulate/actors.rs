@@ -9,7 +9,8 @@ use crate::core::{Evidence, Policy, Resources, Signal, SignalKind, SizingMode, T
 
 /// NTH: on a rebalance recommendation it emits the Event and cordons (and, as NTH's queue mode
 /// or `enableRebalanceDraining` do, drains when `drain_on_rebalance`); on a spot interruption
-/// notice it emits, cordons and drains, and the instance ends after the notice.
+/// notice it emits and cordons, drains unless set up to cordon only (`cluster.nth-mode`), and
+/// the instance ends after the notice.
 #[derive(Debug)]
 pub(crate) struct Nth {
     drain_on_rebalance: bool,
@@ -52,19 +53,23 @@ impl Nth {
         }
         for node in nodes {
             let instance = world.nodes[&node].instance.clone();
+            // NTH's Event says when a spot interruption takes the instance.
+            let notice = event.notice.unwrap_or(world.timings.interruption_notice);
+            let notice_deadline = (kind == SignalKind::SpotInterruption).then(|| world.now.plus(notice));
             world.signals.push(Signal {
                 instance: instance.as_str().into(),
                 node: node.as_str().into(),
                 kind,
                 observed_at: world.now,
                 evidence: Evidence::Event,
+                notice_deadline,
             });
             world.log("nth", format!("{} Event", kind.as_str()), &node, instance.clone());
             world.cordon(&node);
             let drain = match kind {
                 SignalKind::SpotInterruption => {
-                    world.interrupt(&instance);
-                    true
+                    world.interrupt(&instance, notice);
+                    world.timings.nth_drains_interruptions
                 }
                 _ => self.drain_on_rebalance,
             };

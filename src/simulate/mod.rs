@@ -80,6 +80,9 @@ pub struct Summary {
     pub(crate) evictions_blocked: u32,
     /// Pods that died with their node instead of being evicted.
     pub pods_killed: u32,
+    /// Of those, pods on nodes the booster terminated itself (a timed-out drain with
+    /// `--terminate-after-drain-timeout`); never any on a node it gave back.
+    pub pods_killed_by_booster: u32,
     /// Most pods Pending at once.
     pub(crate) peak_pending_pods: u32,
 }
@@ -291,6 +294,7 @@ async fn run_scenario_async(scenario: &Scenario, mode: Mode, mut progress: Optio
             evictions: c.evictions,
             evictions_blocked: c.evictions_blocked,
             pods_killed: c.pods_killed,
+            pods_killed_by_booster: c.pods_killed_by_booster,
             peak_pending_pods: c.peak_pending_pods,
         },
         groups: world
@@ -381,6 +385,7 @@ pub(crate) fn render_text(name: &str, report: &Report, width: Width) -> String {
         ("evictions", |s| u64::from(s.evictions)),
         ("evictions_blocked", |s| u64::from(s.evictions_blocked)),
         ("pods_killed", |s| u64::from(s.pods_killed)),
+        ("pods_killed_by_booster", |s| u64::from(s.pods_killed_by_booster)),
         ("peak_pending_pods", |s| u64::from(s.peak_pending_pods)),
     ];
     let rows: Vec<Vec<String>> = metrics

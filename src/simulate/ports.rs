@@ -44,6 +44,8 @@ impl SimWorld {
                 .map(|(id, _)| GroupInstance { id: id.as_str().into(), lifecycle_state: "InService".into() })
                 .collect(),
             capacity_rebalance: false,
+            // The simulated groups do not rebalance Availability Zones.
+            az_rebalance: false,
         })
     }
 }
@@ -124,10 +126,6 @@ impl AutoScaling for SimWorld {
         Ok(self.guarded(writes, DesiredWrite::guard))
     }
 
-    async fn lower_desired(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {
-        Ok(self.guarded(writes, DesiredWrite::guard_lower))
-    }
-
     async fn terminate_instance(&self, instance: &InstanceId, decrement: bool) -> Result<TerminateOutcome, AwsError> {
         let mut world = self.lock();
         if !world.instances.contains_key(instance.as_str()) {
@@ -159,6 +157,11 @@ impl AutoScaling for SimWorld {
 impl ClusterWrites for SimWorld {
     async fn cordon(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
         self.lock().cordon(node.as_str());
+        Ok(())
+    }
+
+    async fn uncordon(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
+        self.lock().uncordon(node.as_str());
         Ok(())
     }
 

@@ -55,6 +55,7 @@ struct RawCluster {
     ca_scan_interval: Option<String>,
     nth_drain_timeout: Option<String>,
     nth_eviction_retry: Option<String>,
+    nth_mode: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -111,6 +112,8 @@ struct RawHit {
     nodes: Option<u32>,
     #[serde(default)]
     names: Option<Vec<String>>,
+    #[serde(default)]
+    notice: Option<String>,
 }
 
 /// A validated scenario.
@@ -143,6 +146,10 @@ pub struct ClusterTimings {
     pub(crate) nth_drain_timeout: Duration,
     /// How often NTH retries an eviction refused by a PDB. Default 5s.
     pub(crate) nth_eviction_retry: Duration,
+    /// Whether NTH drains a node on a spot interruption notice: `nth-mode: imds` (the default;
+    /// the IMDS DaemonSet cordons and drains) or not, `nth-mode: queue-cordon-only` (the queue
+    /// processor set up to cordon only, as the booster's README suggests).
+    pub(crate) nth_drains_interruptions: bool,
 }
 
 /// One Auto Scaling Group.
@@ -218,6 +225,9 @@ pub struct SpotEvent {
     pub group: String,
     /// Which of its nodes.
     pub targets: Targets,
+    /// For an interruption, its own notice (one that reached the cluster late), instead of
+    /// `cluster.interruption-notice`.
+    pub(crate) notice: Option<Duration>,
 }
 
 /// Parses and validates a scenario.
@@ -348,7 +358,14 @@ pub fn parse_scenario(text: &str) -> Result<Scenario, ScenarioError> {
                     ))
                 }
             };
-            Ok(SpotEvent { at, kind, group: hit.group.clone(), targets })
+            let notice = match (&hit.notice, kind) {
+                (None, _) => None,
+                (Some(n), SpotEventKind::Interrupt) => Some(duration_field(&format!("events[{i}].{key}.notice"), n)?),
+                (Some(_), SpotEventKind::Rebalance) => {
+                    return Err(field_error(format!("events[{i}].{key}.notice"), "only an interruption has a notice"))
+                }
+            };
+            Ok(SpotEvent { at, kind, group: hit.group.clone(), targets, notice })
         })
         .collect::<Result<Vec<_>, _>>()?;
     events.sort_by_key(|e| e.at);
@@ -362,6 +379,13 @@ pub fn parse_scenario(text: &str) -> Result<Scenario, ScenarioError> {
         ca_scan_interval: timing("ca-scan-interval", &raw.cluster.ca_scan_interval, 10)?,
         nth_drain_timeout: timing("nth-drain-timeout", &raw.cluster.nth_drain_timeout, 120)?,
         nth_eviction_retry: timing("nth-eviction-retry", &raw.cluster.nth_eviction_retry, 5)?,
+        nth_drains_interruptions: match raw.cluster.nth_mode.as_deref() {
+            None | Some("imds") => true,
+            Some("queue-cordon-only") => false,
+            Some(other) => {
+                return Err(field_error("cluster.nth-mode", format!("{other:?} is neither imds nor queue-cordon-only")))
+            }
+        },
     };
     if cluster.ca_scan_interval < Duration::from_secs(1) {
         return Err(field_error("cluster.ca-scan-interval", "must be at least 1s"));

@@ -38,6 +38,8 @@ pub(crate) struct Counters {
     pub(crate) evictions_blocked: u32,
     /// Pods that died with their node instead of being evicted.
     pub pods_killed: u32,
+    /// Of those, pods on nodes the booster terminated itself.
+    pub pods_killed_by_booster: u32,
     /// Nodes whose evictable pods all left through eviction.
     pub drained_nodes: u32,
     /// Most pods Pending at once.
@@ -296,7 +298,9 @@ impl World {
         if decremented {
             asg.desired -= 1;
         }
+        let killed = self.counters.pods_killed;
         self.remove_instance(id);
+        self.counters.pods_killed_by_booster += self.counters.pods_killed - killed;
         decremented
     }
 
@@ -327,9 +331,15 @@ impl World {
         }
     }
 
-    /// Marks an instance to end after the interruption notice.
-    pub(crate) fn interrupt(&mut self, id: &str) {
-        let notice = self.timings.interruption_notice;
+    /// Makes a node schedulable again.
+    pub(crate) fn uncordon(&mut self, node: &str) {
+        if let Some(n) = self.nodes.get_mut(node) {
+            n.cordoned = false;
+        }
+    }
+
+    /// Marks an instance to end after its interruption notice.
+    pub(crate) fn interrupt(&mut self, id: &str, notice: Duration) {
         if let Some(inst) = self.instances.get_mut(id) {
             inst.ends_at.get_or_insert(self.now.plus(notice));
         }
@@ -482,6 +492,7 @@ impl World {
                         ready: None,
                     }),
                     capacity_rebalance: false,
+                    az_rebalance: false,
                     members: None,
                 },
             );
@@ -517,6 +528,7 @@ impl World {
             class: if w.critical { PodClass::Critical } else { PodClass::Ordinary },
             opt_out: None,
             bare: false,
+            grace_seconds: 30,
         }
     }
 

@@ -28,7 +28,7 @@ use crate::core::{
     eviction_order, plan_draining, DrainEnding, DrainPlan, DrainState, DrainWait, DrainingPlan, EndedDrain,
     EvictionResult, EvictionRound, GroupName, InstanceId, Node, NodeName, Pod, Snapshot, Timestamp,
 };
-use crate::metrics::{DrainOutcome, EvictionOutcome, SkippedAction};
+use crate::metrics::{DrainOutcome, EvictionOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
     AutoScaling, AwsError, ClusterView, ClusterWrites, EventSeverity, EventSink, EvictOutcome, LedgerError,
     LedgerStore, NodeEvent, PodRef, TerminateOutcome,
@@ -96,6 +96,8 @@ struct PendingTermination {
     group: GroupName,
     instance: InstanceId,
     decrement: bool,
+    /// The instance AWS took first whose boosted node this termination gives back.
+    gives_back: Option<InstanceId>,
 }
 
 /// One eviction with a deadline; `k` names the round it belongs to.
@@ -133,6 +135,8 @@ pub(crate) struct Drainer<A, C, L, W, E> {
     heartbeat: Option<Heartbeat>,
     /// Nodes whose opt-out wait was told, so it is told once.
     told_opted_out: HashSet<NodeName>,
+    /// Groups whose `AZRebalance` process is active, as last described.
+    az_rebalance: HashSet<GroupName>,
 }
 
 impl<A, C, L, W, E> Drainer<A, C, L, W, E>
@@ -153,6 +157,7 @@ where
             to_terminate: BTreeMap::new(),
             heartbeat: None,
             told_opted_out: HashSet::new(),
+            az_rebalance: HashSet::new(),
         }
     }
 
@@ -203,6 +208,7 @@ where
         let Observation { snapshot, protected, .. } =
             ctx.observe().await.map_err(DrainerError::Describe)?.ok_or(DrainerError::NotSynced)?;
         let mut plan = plan_draining(&snapshot, &protected, &self.drains, &ctx.policy, now);
+        self.az_rebalance = snapshot.groups.values().filter(|g| g.az_rebalance).map(|g| g.name.clone()).collect();
 
         if !ctx.leadership.is_leader() {
             if !self.drains.in_progress.is_empty() || !self.to_terminate.is_empty() {
@@ -292,17 +298,60 @@ where
             } else {
                 "it stays cordoned"
             };
+            report.timed_out.push(t.node.clone());
+            if let Some(reclaimed) = &t.gives_back {
+                self.give_back_left_to_ca(
+                    &t.group,
+                    &t.node,
+                    reclaimed,
+                    format!("its drain timed out with {left} pod(s) left"),
+                )
+                .await;
+                continue;
+            }
             warn!(node = %t.node, left, "drain timed out; {then}");
             self.tell(&t.node, "DrainTimedOut", "Drain", EventSeverity::Warning, format!("{left} pod(s) left; {then}"))
                 .await;
             if t.terminate {
                 self.to_terminate.insert(
                     t.node.clone(),
-                    PendingTermination { group: t.group.clone(), instance: t.instance.clone(), decrement: t.decrement },
+                    PendingTermination {
+                        group: t.group.clone(),
+                        instance: t.instance.clone(),
+                        decrement: t.decrement,
+                        gives_back: None,
+                    },
                 );
             }
-            report.timed_out.push(t.node.clone());
         }
+    }
+
+    /// A node chosen to give back capacity AWS took first could not be drained: it is made
+    /// schedulable again (the booster cordoned it) and the capacity is left to Cluster
+    /// Autoscaler, which scales the group down once it finds the room unneeded.
+    async fn give_back_left_to_ca(&self, group: &GroupName, node: &NodeName, reclaimed: &InstanceId, why: String) {
+        if let Err(e) = self.ctx.writes.uncordon(node).await {
+            warn!(%node, error = %e, "could not uncordon a node whose give-back stopped");
+        }
+        let ended = self
+            .ctx
+            .ledger
+            .update(|l| {
+                l.note_settled(reclaimed);
+                l.end_give_back(reclaimed, false);
+            })
+            .await;
+        if let Err(e) = ended {
+            warn!(%node, error = %e, "could not record the end of a give-back; the next plan retries it");
+            return;
+        }
+        warn!(%node, %group, %reclaimed, "give-back stopped: {why}; the capacity is left to Cluster Autoscaler");
+        self.ctx.metrics.scaler.give_back(group.as_str(), GiveBackOutcome::LeftToClusterAutoscaler);
+        let note = format!(
+            "chosen to give back the node boosted for {reclaimed}, which AWS took first, but {why}: uncordoned; \
+             Cluster Autoscaler removes the extra capacity of {group} when it finds it unneeded"
+        );
+        self.tell(node, "GiveBackLeftToClusterAutoscaler", "Drain", EventSeverity::Warning, note).await;
     }
 
     /// Starts the planned batches: cordons where needed and tells. Returns the targets it could
@@ -332,15 +381,33 @@ where
                 if let Some(node) = snapshot.nodes.get(&target.node) {
                     self.tell_before_evicting(node).await;
                 }
-                self.tell(
-                    &target.node,
-                    "DrainStarted",
-                    "Drain",
-                    EventSeverity::Normal,
-                    format!("replacement capacity in {} is Ready; evicting {pods} pod(s)", batch.group),
-                )
-                .await;
-                self.ctx.metrics.drainer.drain(batch.group.as_str(), DrainOutcome::Started, None);
+                let why = match target.deadline {
+                    _ if target.gives_back.is_some() => format!(
+                        "giving back the node boosted in {} for {}, which AWS took first: cordoned; evicting \
+                         {pods} pod(s), then terminating it with decrement",
+                        batch.group,
+                        target.gives_back.as_ref().map_or("", InstanceId::as_str)
+                    ),
+                    Some(deadline) if target.early => format!(
+                        "the instance goes at {} and its replacement capacity in {} is not Ready yet: draining \
+                         now so every pod gets its grace period; evicting {pods} pod(s)",
+                        crate::timefmt::format_rfc3339(deadline),
+                        batch.group
+                    ),
+                    Some(deadline) => format!(
+                        "replacement capacity in {} is Ready and the instance goes at {}; evicting {pods} pod(s)",
+                        batch.group,
+                        crate::timefmt::format_rfc3339(deadline)
+                    ),
+                    None => format!("replacement capacity in {} is Ready; evicting {pods} pod(s)", batch.group),
+                };
+                if target.early {
+                    info!(node = %target.node, group = %batch.group, "draining before the replacements are Ready: the notice's deadline is near");
+                }
+                self.tell(&target.node, "DrainStarted", "Drain", EventSeverity::Normal, why).await;
+                let outcome =
+                    if target.early { DrainOutcome::StartedBeforeReplacements } else { DrainOutcome::Started };
+                self.ctx.metrics.drainer.drain(batch.group.as_str(), outcome, None);
                 report.started.push(target.node.clone());
             }
         }
@@ -355,6 +422,11 @@ where
             match e.ending {
                 DrainEnding::Uncordoned => {
                     warn!(node = %e.node, "node uncordoned during its drain; drain stopped for good, instance kept");
+                    if let Some(reclaimed) = &e.gives_back {
+                        let why = "an operator uncordoned it".to_string();
+                        self.give_back_left_to_ca(&e.group, &e.node, reclaimed, why).await;
+                        continue;
+                    }
                     kept.push(e.instance.clone());
                 }
                 DrainEnding::Drained { terminate, decrement } => {
@@ -364,8 +436,19 @@ where
                         info!(node = %e.node, "drained");
                         self.to_terminate.insert(
                             e.node.clone(),
-                            PendingTermination { group: e.group.clone(), instance: e.instance.clone(), decrement },
+                            PendingTermination {
+                                group: e.group.clone(),
+                                instance: e.instance.clone(),
+                                decrement,
+                                gives_back: e.gives_back.clone(),
+                            },
                         );
+                    } else if let Some(reclaimed) = &e.gives_back {
+                        // The chosen node went by itself (AWS or Cluster Autoscaler took it):
+                        // another is chosen at the next plan.
+                        if let Err(err) = self.ctx.ledger.update(|l| l.end_give_back(reclaimed, false)).await {
+                            warn!(node = %e.node, error = %err, "could not record a give-back node's departure");
+                        }
                     }
                 }
             }
@@ -475,13 +558,25 @@ where
         }
         let pending: Vec<(NodeName, PendingTermination)> =
             self.to_terminate.iter().map(|(n, p)| (n.clone(), p.clone())).collect();
-        self.ctx.ledger.update(|l| pending.iter().for_each(|(_, p)| l.note_settled(&p.instance))).await?;
+        // A give-back's own node was chosen only while its boost had a node to return; settling
+        // the instance AWS took before the call keeps a restart from choosing a second node.
+        self.ctx
+            .ledger
+            .update(|l| {
+                for (_, p) in &pending {
+                    l.note_settled(&p.instance);
+                    if let Some(reclaimed) = &p.gives_back {
+                        l.note_settled(reclaimed);
+                    }
+                }
+            })
+            .await?;
         let ledger = self.ctx.ledger.current().await;
         let aws = &self.ctx.aws;
         let calls: Vec<_> = pending
             .into_iter()
             .map(|(node, p)| {
-                let decrement = p.decrement && ledger.may_return(&p.instance);
+                let decrement = p.decrement && ledger.may_return(p.gives_back.as_ref().unwrap_or(&p.instance));
                 terminate(aws, node, p, decrement)
             })
             .collect();
@@ -489,6 +584,7 @@ where
             stream::iter(calls).buffer_unordered(self.settings.evictions_in_flight.max(1)).collect().await;
         let mut returned = Vec::new();
         let mut taken_first = Vec::new();
+        let mut give_backs_ended = Vec::new();
         let mut done = Vec::new();
         for (node, p, outcome) in outcomes {
             let decremented = match outcome {
@@ -496,6 +592,11 @@ where
                 Ok(TerminateOutcome::AlreadyGone) => {
                     // AWS took it first: not our departure, so the scaler may give its node back.
                     taken_first.push(p.instance.clone());
+                    if let Some(reclaimed) = &p.gives_back {
+                        // Nor did it give back anything: another node is chosen for it.
+                        taken_first.push(reclaimed.clone());
+                        give_backs_ended.push((reclaimed.clone(), false));
+                    }
                     self.to_terminate.remove(&node);
                     continue;
                 }
@@ -510,8 +611,10 @@ where
                 }
             };
             self.to_terminate.remove(&node);
-            if decremented {
-                returned.push(p.instance.clone());
+            match &p.gives_back {
+                Some(reclaimed) => give_backs_ended.push((reclaimed.clone(), decremented)),
+                None if decremented => returned.push(p.instance.clone()),
+                None => {}
             }
             done.push((node, p, decremented));
         }
@@ -520,21 +623,42 @@ where
             .update(|l| {
                 returned.iter().for_each(|i| l.note_returned(i));
                 taken_first.iter().for_each(|i| l.note_unsettled(i));
+                give_backs_ended.iter().for_each(|(i, r)| l.end_give_back(i, *r));
             })
             .await?;
         for (node, p, decremented) in done {
-            let how = if decremented {
-                "with decrement: a boosted node is given back"
-            } else {
-                "without decrement: the Auto Scaling Group replaces it"
+            let how = match (&p.gives_back, decremented) {
+                (Some(reclaimed), true) => {
+                    self.ctx.metrics.scaler.give_back(p.group.as_str(), GiveBackOutcome::Written);
+                    format!("with decrement: gives back the node boosted for {reclaimed}, which AWS took first")
+                }
+                (_, true) => "with decrement: a boosted node is given back".to_string(),
+                (_, false) => "without decrement: the Auto Scaling Group replaces it".to_string(),
             };
             info!(%node, instance = %p.instance, decremented, "instance terminated");
             self.ctx.metrics.drainer.terminated(p.group.as_str(), decremented);
             self.tell(&node, "InstanceTerminated", "Terminate", EventSeverity::Normal, format!("{} {how}", p.instance))
                 .await;
+            if decremented && self.az_rebalance.contains(&p.group) {
+                self.warn_az_rebalance(&node, &p.group).await;
+            }
             report.terminated.push((p.instance, decremented));
         }
         Ok(())
+    }
+
+    /// A termination with decrement in a group whose `AZRebalance` process is active: Auto
+    /// Scaling may now terminate instances of its own choosing to even out its zones, and those
+    /// terminations drain nothing.
+    async fn warn_az_rebalance(&self, node: &NodeName, group: &GroupName) {
+        warn!(%node, %group, "terminated with decrement in a group whose AZRebalance process is active: Auto Scaling may terminate other instances, undrained, to even out its zones");
+        self.ctx.metrics.drainer.az_rebalance_exposed(group.as_str());
+        let note = format!(
+            "{group} has Auto Scaling's AZRebalance process active: after this termination with decrement it may \
+             launch and terminate instances of its own choosing, undrained, to even out Availability Zones; \
+             suspend AZRebalance on the group (aws autoscaling suspend-processes --scaling-processes AZRebalance)"
+        );
+        self.tell(node, "AZRebalanceRisk", "Terminate", EventSeverity::Warning, note).await;
     }
 
     fn observe_end(&self, group: &GroupName, outcome: DrainOutcome, started_at: Option<Timestamp>, now: Timestamp) {
@@ -637,6 +761,7 @@ mod tests {
             observed_at: (ctx.clock)(),
             // NTH's Event, believed because NTH cordoned n1 and its instance is spot.
             evidence: Evidence::Event,
+            notice_deadline: None,
         });
         let scaler = Scaler::new(ctx.clone(), ScalerSettings::default());
         let drainer = Drainer::new(ctx.clone(), DrainerSettings::default());
@@ -692,6 +817,23 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_termination_with_decrement_where_az_rebalance_is_active_is_warned_about() {
+        let (rig, ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
+        let _ = rig.aws.clone().with_az_rebalance("a");
+        scaler.tick().await.unwrap();
+        join(&rig, &ctx, "r1");
+        drainer.tick().await.unwrap();
+        drainer.tick().await.unwrap();
+        assert_eq!(terminations(&rig.aws), vec![("i-n1".into(), true)]);
+        assert_eq!(
+            rig.events.reasons_for("n1"),
+            vec!["BoostRequested", "DrainStarted", "InstanceTerminated", "AZRebalanceRisk"]
+        );
+        let text = ctx.metrics.encode();
+        assert!(text.contains("spots_booster_az_rebalance_exposed_terminations_total{group=\"a\"} 1"), "{text}");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn an_opt_out_defers_a_voluntary_drain_until_a_confirmed_interruption_overrides_it() {
         let (rig, ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
         rig.cluster.edit(|s| {
@@ -714,6 +856,7 @@ mod tests {
             kind: SignalKind::SpotInterruption,
             observed_at: (ctx.clock)(),
             evidence: Evidence::Event,
+            notice_deadline: None,
         });
         let report = drainer.tick().await.unwrap();
         assert_eq!(report.started, vec![NodeName::from("n1")], "the interruption takes the instance anyway");
@@ -910,6 +1053,7 @@ mod tests {
                 kind: SignalKind::Rebalance,
                 observed_at: (ctx.clock)(),
                 evidence: Evidence::NodeTaint,
+                notice_deadline: None,
             });
         }
         let mut scaler = Scaler::new(ctx.clone(), ScalerSettings::default());
@@ -965,8 +1109,8 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_instance_aws_took_between_drain_and_termination_is_left_to_the_give_back() {
-        let (rig, _ctx, mut scaler, mut drainer) = two_at_risk(policy()).await;
+    async fn an_instance_aws_took_between_drain_and_termination_is_given_back_through_drained_nodes() {
+        let (rig, ctx, mut scaler, mut drainer) = two_at_risk(policy()).await;
         drainer.tick().await.unwrap();
         rig.aws.reclaim("i-n2", "i-r9");
         rig.aws.reclaim("i-n1", "i-r8");
@@ -977,8 +1121,93 @@ mod tests {
         rig.cluster.remove_node("n2");
         tokio::time::advance(Duration::from_secs(61)).await;
         scaler.tick().await.unwrap();
+        assert!(rig.ledger.saved().records[0].giving_back.is_empty(), "the group's replacements are still joining");
+        // They join, and pods land on them.
+        for name in ["r8", "r9"] {
+            let mut node = Node::test(name, "a").with_pods(3, 500, 1 << 30);
+            node.created = (ctx.clock)();
+            node.group = None;
+            rig.cluster.put_node(node);
+        }
+        scaler.tick().await.unwrap();
+        assert_eq!(rig.aws.desired("a"), 6, "nothing lowered without naming the instance it removes");
+        let chosen: Vec<NodeName> =
+            rig.ledger.saved().records[0].giving_back.values().map(|g| g.node.clone()).collect();
+        assert_eq!(chosen, vec![NodeName::from("r8"), NodeName::from("r9")], "as busy as the rest, and newest");
+
+        let report = drainer.tick().await.unwrap();
+        assert_eq!(report.started, vec![NodeName::from("r8"), NodeName::from("r9")]);
+        assert!(rig.writes.calls().contains(&ClusterCall::Cordon("r8".into())), "cordoned before any eviction");
+        assert_eq!(report.evicted, 6, "every pod leaves through the Eviction API");
+        let report = drainer.tick().await.unwrap();
+        assert_eq!(report.terminated, vec![("i-r8".into(), true), ("i-r9".into(), true)]);
         assert_eq!(rig.aws.desired("a"), 4, "both boosted nodes given back");
-        assert!(rig.ledger.saved().records.is_empty());
+        let saved = rig.ledger.saved();
+        assert_eq!((saved.records[0].returned, saved.records[0].giving_back.len()), (2, 0));
+        assert_eq!(rig.events.reasons_for("r8"), vec!["DrainStarted", "InstanceTerminated"]);
+
+        rig.cluster.remove_node("r8");
+        rig.cluster.remove_node("r9");
+        scaler.tick().await.unwrap();
+        assert!(rig.ledger.saved().records.is_empty(), "the boost closes");
+        let text = ctx.metrics.encode();
+        assert!(text.contains("spots_booster_give_backs_total{group=\"a\",outcome=\"written\"} 2"), "{text}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_give_back_whose_drain_cannot_finish_uncordons_its_node_and_leaves_the_capacity_to_ca() {
+        let (rig, ctx, mut scaler, mut drainer) = two_at_risk(policy()).await;
+        rig.aws.reclaim("i-n1", "i-r8");
+        rig.cluster.remove_node("n1");
+        let mut r8 = Node::test("r8", "a").with_pods(3, 500, 1 << 30);
+        r8.group = None;
+        rig.cluster.put_node(r8);
+        tokio::time::advance(Duration::from_secs(61)).await;
+        scaler.tick().await.unwrap();
+        let chosen = rig.ledger.saved().records[0].giving_back.values().next().unwrap().node.clone();
+        let pods = rig.cluster.current().unwrap().nodes[&chosen].pods.clone();
+        pods.iter().for_each(|p| rig.writes.block(&p.uid, true));
+
+        drainer.tick().await.unwrap();
+        tokio::time::advance(ctx.policy.drain_timeout).await;
+        let report = drainer.tick().await.unwrap();
+        assert!(report.timed_out.contains(&chosen), "{report:?}");
+        assert!(!terminations(&rig.aws)
+            .iter()
+            .any(|(i, _)| rig.cluster.current().unwrap().nodes[&chosen].instance.as_ref() == Some(i)));
+        assert!(rig.writes.calls().contains(&ClusterCall::Uncordon(chosen.clone())));
+        assert!(!rig.cluster.current().unwrap().nodes[&chosen].cordoned, "serving pods again");
+        let saved = rig.ledger.saved();
+        assert!(saved.records[0].giving_back.is_empty() && saved.records[0].settled.contains(&"i-n1".into()));
+        assert_eq!(
+            rig.events.reasons_for(chosen.as_str()),
+            vec!["DrainStarted", "DrainBlockedByPDB", "GiveBackLeftToClusterAutoscaler"]
+        );
+        scaler.tick().await.unwrap();
+        assert!(rig.ledger.saved().records[0].giving_back.is_empty(), "no second node is chosen");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_interruption_notice_drains_before_its_deadline_though_the_replacement_is_late() {
+        let (rig, ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
+        rig.cluster.edit(|s| {
+            s.signals[0].kind = SignalKind::SpotInterruption;
+            s.signals[0].evidence = Evidence::NodeTaint;
+        });
+        scaler.tick().await.unwrap();
+        assert_eq!(rig.aws.desired("a"), 4);
+
+        // Two minutes' notice; pods need 30 s and the lead is 60 s: the drain starts 30 s in.
+        tokio::time::advance(Duration::from_secs(29)).await;
+        assert!(drainer.tick().await.unwrap().started.is_empty(), "still time for the replacement");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let report = drainer.tick().await.unwrap();
+        assert_eq!((report.started.len(), report.evicted), (1, 3), "no replacement Ready, but the deadline is near");
+        let report = drainer.tick().await.unwrap();
+        assert_eq!(report.terminated, vec![("i-n1".into(), true)], "drained 90 s before AWS takes it");
+        assert_eq!(rig.aws.desired("a"), 3, "the boost's node is given back with the instance; its launch goes on");
+        assert!(rig.events.reasons_for("n1").contains(&"DrainStarted"));
+        let _ = ctx;
     }
 
     #[tokio::test(start_paused = true)]

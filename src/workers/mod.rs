@@ -60,6 +60,7 @@ pub(crate) fn remember_boosted(state: &mut ClusterState, ledger: &BoostLedger) {
                 kind: SignalKind::Rebalance,
                 observed_at: record.at,
                 evidence: Evidence::Ledger,
+                notice_deadline: None,
             });
         }
     }

@@ -18,8 +18,8 @@ use tracing::{info, warn};
 pub use super::{system_clock, Clock};
 use super::{Observation, WorkerContext};
 use crate::core::{
-    plan_scaling, Acting, Boost, BoostExpiry, BoostLedger, BoostRecord, DropReason, Expired, GiveBack, GroupName,
-    InstanceId, ScalingPlan, Snapshot, Timestamp,
+    plan_scaling, Acting, Boost, BoostExpiry, BoostLedger, BoostRecord, DropReason, Expired, GiveBack, GiveBackHow,
+    GroupName, InstanceId, ScalingPlan, Snapshot, Timestamp,
 };
 use crate::metrics::{BoostOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
@@ -203,7 +203,7 @@ where
         }
         self.was_leader = leading;
         let now = (ctx.clock)();
-        let Observation { mut snapshot, first_seen, .. } =
+        let Observation { snapshot, first_seen, .. } =
             ctx.observe().await.map_err(ScalerError::Describe)?.ok_or(ScalerError::NotSynced)?;
         if leading {
             self.export_sizes(&snapshot.groups, &snapshot.ledger, now);
@@ -215,12 +215,10 @@ where
         }
 
         let acting = if leading { Acting::Leader } else { Acting::Follower };
-        let mut plan = plan_scaling(&snapshot, &ctx.policy, now, acting);
+        let plan = plan_scaling(&snapshot, &ctx.policy, now, acting);
         self.count_untrusted(&plan.at_risk);
-        if !plan.give_backs.is_empty() && !self.give_back(&plan.give_backs, leading).await? {
-            // Some were not made: the rest is planned on the ledger as the attempt left it.
-            snapshot.ledger = ctx.ledger.current().await;
-            plan = plan_scaling(&snapshot, &ctx.policy, now, Acting::LeaderAfterGiveBacks);
+        if !plan.give_backs.is_empty() {
+            self.give_back(&plan.give_backs, leading).await?;
         }
         if !plan.expired.is_empty() {
             self.expire(&snapshot, &plan.expired).await?;
@@ -347,92 +345,35 @@ where
         }
     }
 
-    /// Gives back boosted nodes whose at-risk instance AWS took first: the ledger notes the
-    /// settlement (and the return) before the guarded write, and takes it back when the write is
-    /// not made, so the next plan tries again from what AWS then says. Returns whether every
-    /// give-back was made as planned.
-    async fn give_back(&self, plan: &[GiveBack], leading: bool) -> Result<bool, ScalerError> {
+    /// Gives back boosted nodes whose at-risk instance AWS took first. Nothing lowers desired
+    /// capacity here: the node chosen for each is recorded in the ledger and the drainer cordons,
+    /// drains and terminates it with decrement; an instance with nothing to give back is settled.
+    async fn give_back(&self, plan: &[GiveBack], leading: bool) -> Result<(), ScalerError> {
         let ctx = &self.ctx;
         if !leading {
-            for g in plan.iter().filter(|g| g.writes()) {
+            for g in plan.iter().filter(|g| matches!(g.how, GiveBackHow::Drain(_))) {
                 ctx.metrics.scaler.give_back(g.group.as_str(), GiveBackOutcome::NotLeader);
             }
-            return Ok(true);
-        }
-        ctx.ledger
-            .update(|l| {
-                for g in plan {
-                    g.settled.iter().for_each(|i| l.note_settled(i));
-                    g.returned.iter().for_each(|i| l.note_returned(i));
-                }
-            })
-            .await?;
-        for g in plan.iter().filter(|g| !g.writes()) {
-            info!(group = %g.group, instances = g.settled.len(), "reclaimed instances settled; the group is at its pre-boost size");
-            ctx.metrics.scaler.give_back(g.group.as_str(), GiveBackOutcome::AtFloor);
-        }
-        let writes: Vec<DesiredWrite> = plan
-            .iter()
-            .filter(|g| g.writes())
-            .map(|g| DesiredWrite { group: g.group.clone(), expected: g.from, to: g.to })
-            .collect();
-        if writes.is_empty() {
-            return Ok(true);
-        }
-        let outcomes = match ctx.aws.lower_desired(&writes).await {
-            Ok(outcomes) => outcomes,
-            Err(e) => {
-                warn!(error = %e, "giving back reclaimed instances' nodes failed; retrying at the next plan");
-                for w in &writes {
-                    ctx.metrics.scaler.give_back(w.group.as_str(), GiveBackOutcome::Failed);
-                }
-                self.undo_give_backs(plan.iter().filter(|g| g.writes())).await?;
-                return Ok(false);
-            }
-        };
-        let mut undone = Vec::new();
-        for (group, outcome) in outcomes {
-            let Some(g) = plan.iter().find(|g| g.group == group) else { continue };
-            match outcome {
-                Ok(WriteOutcome::Written { from, to } | WriteOutcome::DryRun { from, to }) => {
-                    info!(%group, from, to, reclaimed = ?g.returned, "AWS took boosted at-risk instances first; their nodes are given back");
-                    ctx.groups.note_desired(&group, to).await;
-                    ctx.metrics.scaler.give_back(group.as_str(), GiveBackOutcome::Written);
-                }
-                Ok(WriteOutcome::Raced { live }) => {
-                    ctx.groups.note_desired(&group, live).await;
-                    ctx.metrics.scaler.give_back(group.as_str(), GiveBackOutcome::Raced);
-                    undone.push(g);
-                }
-                Err(e) => {
-                    warn!(%group, error = %e, "giving back a reclaimed instance's node failed");
-                    ctx.metrics.scaler.give_back(group.as_str(), GiveBackOutcome::Failed);
-                    undone.push(g);
-                }
-            }
-        }
-        let all_made = undone.is_empty();
-        self.undo_give_backs(undone.into_iter()).await?;
-        Ok(all_made)
-    }
-
-    async fn undo_give_backs<'g>(&self, undone: impl Iterator<Item = &'g GiveBack>) -> Result<(), ScalerError> {
-        let undone: Vec<&GiveBack> = undone.collect();
-        if undone.is_empty() {
             return Ok(());
         }
-        self.ctx
-            .ledger
-            .update(|l| {
-                for g in &undone {
-                    for r in l.records.iter_mut() {
-                        let returned = g.returned.iter().filter(|i| r.instances.contains(*i)).count();
-                        r.returned = r.returned.saturating_sub(u32::try_from(returned).unwrap_or(u32::MAX));
-                        r.settled.retain(|i| !g.settled.contains(i));
-                    }
+        ctx.ledger.update(|l| plan.iter().for_each(|g| g.note(l))).await?;
+        for g in plan {
+            let (group, reclaimed) = (&g.group, &g.reclaimed);
+            match &g.how {
+                GiveBackHow::Drain(chosen) => {
+                    info!(%group, %reclaimed, node = %chosen.node, "AWS took a boosted at-risk instance first; draining a node to give its capacity back");
+                    ctx.metrics.scaler.give_back(group.as_str(), GiveBackOutcome::NodeChosen);
                 }
-            })
-            .await?;
+                GiveBackHow::AtFloor => {
+                    info!(%group, %reclaimed, "reclaimed instance settled; the group has nothing more to give back");
+                    ctx.metrics.scaler.give_back(group.as_str(), GiveBackOutcome::AtFloor);
+                }
+                GiveBackHow::LeftToClusterAutoscaler => {
+                    warn!(%group, %reclaimed, "no node of the group could be drained to give back the capacity boosted for an instance AWS took first; left to Cluster Autoscaler");
+                    ctx.metrics.scaler.give_back(group.as_str(), GiveBackOutcome::LeftToClusterAutoscaler);
+                }
+            }
+        }
         Ok(())
     }
 
@@ -624,6 +565,7 @@ mod tests {
             kind: SignalKind::Rebalance,
             observed_at: Timestamp::from_millis(1_000),
             evidence: Evidence::NodeTaint,
+            notice_deadline: None,
         });
     }
 
@@ -719,6 +661,7 @@ mod tests {
             kind,
             observed_at: Timestamp::from_millis(1_000),
             evidence: Evidence::Event,
+            notice_deadline: None,
         });
     }
 
@@ -809,40 +752,72 @@ mod tests {
         s
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_boost_whose_instance_aws_took_first_is_given_back_once() {
-        let rig = fleet(4, 4, 10);
-        let mut s = boosted_then_taken_first(&rig).await;
-        s.tick().await.unwrap();
-        assert_eq!(rig.aws.desired("a"), 4, "the boosted node is given back");
-        let lowers: Vec<_> = rig.aws.calls().into_iter().filter(|c| matches!(c, AsgCall::Lower(_))).collect::<Vec<_>>();
-        assert_eq!(lowers.len(), 1);
-        assert!(rig.ledger.saved().records.is_empty(), "the boost is closed");
-
-        tokio::time::advance(Duration::from_secs(61)).await;
-        s.tick().await.unwrap();
-        assert_eq!(rig.aws.desired("a"), 4, "given back once");
-        assert!(s.ctx.metrics.encode().contains("spots_booster_give_backs_total{group=\"a\",outcome=\"written\"} 1"));
+    fn chosen(rig: &FakeRig) -> Vec<(InstanceId, NodeName)> {
+        rig.ledger
+            .saved()
+            .records
+            .iter()
+            .flat_map(|r| r.giving_back.iter().map(|(i, g)| (i.clone(), g.node.clone())))
+            .collect()
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_give_back_whose_answer_was_lost_keeps_its_boost_open_and_never_gives_back_twice() {
+    async fn a_boost_whose_instance_aws_took_first_is_given_back_through_one_chosen_node() {
         let rig = fleet(4, 4, 10);
+        rig.cluster.edit(|st| {
+            // n2 runs more pods than n3 and n4; n4 is the newest: it is the one given back.
+            st.nodes.get_mut(&NodeName::from("n2")).unwrap().pods = Node::test("n2", "a").with_pods(2, 1, 1).pods;
+            st.nodes.get_mut(&NodeName::from("n4")).unwrap().created = Timestamp::from_millis(5_000);
+        });
         let mut s = boosted_then_taken_first(&rig).await;
-        rig.aws.apply_then_fail_next(1);
         s.tick().await.unwrap();
-        assert_eq!(rig.aws.desired("a"), 4, "the write went through, but its answer was lost");
-        let saved = rig.ledger.saved();
-        assert_eq!(saved.records.len(), 1, "not known to be given back, so the boost stays open: {saved:?}");
-        assert!(saved.records[0].settled.is_empty() && saved.records[0].returned == 0);
+        assert!(chosen(&rig).is_empty(), "the group's replacement for i-n1 is still joining");
+
+        // It joins, busy already: n4 stays the emptiest, newest node.
+        let mut r1 = Node::test("r1", "a").with_pods(1, 1, 1).created_at(3_000);
+        r1.group = None;
+        rig.cluster.put_node(r1);
+        s.tick().await.unwrap();
+        assert_eq!(rig.aws.desired("a"), 5, "desired capacity is never lowered by a write that names no instance");
+        assert_eq!(raises(&rig.aws).len(), 1, "the boost was the only write");
+        assert_eq!(chosen(&rig), vec![(InstanceId::from("i-n1"), NodeName::from("n4"))]);
 
         tokio::time::advance(Duration::from_secs(61)).await;
         s.tick().await.unwrap();
-        assert_eq!(rig.aws.desired("a"), 4, "the group is at its size before the boost: nothing more to give back");
-        assert!(rig.ledger.saved().records.is_empty(), "settled at the floor, then closed");
+        assert_eq!(chosen(&rig).len(), 1, "one node per instance taken, however many passes");
         let text = s.ctx.metrics.encode();
-        assert!(text.contains("spots_booster_give_backs_total{group=\"a\",outcome=\"failed\"} 1"), "{text}");
-        assert!(text.contains("spots_booster_give_backs_total{group=\"a\",outcome=\"at-floor\"} 1"), "{text}");
+        assert!(text.contains("spots_booster_give_backs_total{group=\"a\",outcome=\"node-chosen\"} 1"), "{text}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_node_that_opted_out_or_would_lose_a_bare_pod_is_chosen_and_after_the_timeout_ca_is_left_it() {
+        let rig = fleet(4, 4, 10);
+        rig.cluster.edit(|st| {
+            for name in ["n2", "n4"] {
+                let mut opted = Node::test(name, "a").with_pods(1, 1, 1).pods;
+                opted[0].opt_out = Some(crate::core::OptOut::DoNotDisrupt);
+                st.nodes.get_mut(&NodeName::from(name)).unwrap().pods = opted;
+            }
+            let mut bare = Node::test("n3", "a").with_pods(1, 1, 1).pods;
+            bare[0].bare = true;
+            st.nodes.get_mut(&NodeName::from("n3")).unwrap().pods = bare;
+        });
+        let mut s = boosted_then_taken_first(&rig).await;
+        let mut r1 = Node::test("r1", "a").with_pods(1, 1, 1);
+        r1.pods[0].opt_out = Some(crate::core::OptOut::NotSafeToEvict);
+        r1.group = None;
+        rig.cluster.put_node(r1);
+        s.tick().await.unwrap();
+        assert!(chosen(&rig).is_empty());
+        assert_eq!(rig.ledger.saved().records.len(), 1, "it waits: the group's own replacement may still join");
+
+        tokio::time::advance(s.ctx.policy.replacement_timeout).await;
+        s.tick().await.unwrap();
+        assert!(rig.ledger.saved().records.is_empty(), "settled and closed");
+        assert_eq!(rig.aws.desired("a"), 5, "left to Cluster Autoscaler, not lowered");
+        let text = s.ctx.metrics.encode();
+        let left = "spots_booster_give_backs_total{group=\"a\",outcome=\"left-to-cluster-autoscaler\"} 1";
+        assert!(text.contains(left), "{text}");
     }
 
     #[tokio::test(start_paused = true)]
@@ -858,7 +833,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(61)).await;
         s.tick().await.unwrap();
         assert_eq!(rig.aws.desired("a"), 4);
-        assert!(!rig.aws.calls().iter().any(|c| matches!(c, AsgCall::Lower(_))), "nothing to write");
+        assert!(chosen(&rig).is_empty(), "nothing to give back");
         assert!(rig.ledger.saved().records.is_empty(), "settled and closed");
     }
 
@@ -873,6 +848,7 @@ mod tests {
             kind: SignalKind::Rotation,
             observed_at: Timestamp::from_millis(1_000),
             evidence: Evidence::NodeTaint,
+            notice_deadline: None,
         });
         let mut s = scaler(&rig).await;
         s.start(&[]).await.unwrap();
