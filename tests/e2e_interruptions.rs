@@ -1,0 +1,490 @@
+//! End-to-end: the two-minute path. The real `spots-booster run` binary against a real API server
+//! and moto. Runs only when `SPOTS_BOOSTER_E2E_KUBECONFIG` and `SPOTS_BOOSTER_E2E_AWS_ENDPOINT`
+//! are set; otherwise it prints that it skipped.
+//!
+//! NTH runs as its queue processor set up to cordon only: it cordons and taints
+//! (`aws-node-termination-handler/spot-itn`, `timeAdded` when EC2 sent the notice) and drains
+//! nothing. The test plays kubelet (a new instance's Node joins only after its boot time), the
+//! scheduler and AWS itself: at the notice's deadline it takes the instance if it is still there,
+//! and the pods still bound to its node die with it. Two cases, both with room on the other nodes:
+//! replacements that boot slower than the notice, and AWS taking an instance before the booster.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use aws_config::SdkConfig;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::events::v1::Event as NewEvent;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+use support::e2e::{
+    aws, bind_pod, create_group, create_namespace, env, free_port, kube_client, metric, pod_ready, register_node,
+    report_pod_ready, run_suffix, scrape, start_booster, AWS_ENDPOINT, KUBECONFIG,
+};
+
+mod support;
+
+/// What the test saw while playing kubelet, scheduler and AWS.
+#[derive(Debug, Default)]
+struct Seen {
+    /// When each instance first appeared in its group.
+    launched: BTreeMap<String, Instant>,
+    /// When each Node was first registered.
+    joined: BTreeMap<String, Instant>,
+    /// Pods that were still bound to a node when its instance went.
+    killed: Vec<String>,
+    /// Pods bound to each node when last looked.
+    on: BTreeMap<String, usize>,
+    /// When each watched node first held no pod.
+    emptied: BTreeMap<String, Instant>,
+    /// Fewest Ready pods seen once the notices went out.
+    min_ready: Option<usize>,
+    /// No disruption controller runs: the test keeps the PDB's status.
+    play_disruption_controller: bool,
+}
+
+/// One test's cluster: a namespace, a group in moto, and the test's kubelet and scheduler.
+struct Cluster {
+    ns: String,
+    suffix: String,
+    group: String,
+    kube: Client,
+    aws: SdkConfig,
+    /// How long a new instance takes to become a Ready Node.
+    boot: Duration,
+    /// Instances there from the start: their Nodes join at once.
+    initial: BTreeSet<String>,
+    /// Nodes whose emptying is timed.
+    watched: BTreeSet<String>,
+    seen: Mutex<Seen>,
+}
+
+impl Cluster {
+    fn node_name(&self, instance: &str) -> String {
+        format!("{instance}.{}.e2e.internal", self.suffix)
+    }
+
+    async fn instances(&self) -> Vec<(String, String)> {
+        let asg = aws_sdk_autoscaling::Client::new(&self.aws);
+        let out = asg.describe_auto_scaling_groups().auto_scaling_group_names(&self.group).send().await.unwrap();
+        out.auto_scaling_groups()[0]
+            .instances()
+            .iter()
+            .filter(|i| !i.lifecycle_state().is_some_and(|s| s.as_str().starts_with("Terminat")))
+            .map(|i| (i.instance_id().unwrap().to_string(), i.availability_zone().unwrap().to_string()))
+            .collect()
+    }
+
+    async fn desired(&self) -> i32 {
+        let asg = aws_sdk_autoscaling::Client::new(&self.aws);
+        let out = asg.describe_auto_scaling_groups().auto_scaling_group_names(&self.group).send().await.unwrap();
+        out.auto_scaling_groups()[0].desired_capacity().unwrap()
+    }
+
+    /// AWS reclaims the instance: it leaves the group, which replaces it at the same desired.
+    async fn reclaim(&self, instance: &str) {
+        let asg = aws_sdk_autoscaling::Client::new(&self.aws);
+        let _ = asg
+            .terminate_instance_in_auto_scaling_group()
+            .instance_id(instance)
+            .should_decrement_desired_capacity(false)
+            .send()
+            .await;
+    }
+
+    /// Plays NTH's queue processor for a spot interruption EC2 sent `ago`: cordon and taint.
+    async fn notice(&self, node: &str, ago: Duration) {
+        let nodes: Api<Node> = Api::all(self.kube.clone());
+        let sent = jiff::Timestamp::now() - jiff::SignedDuration::try_from(ago).unwrap();
+        let sent = sent.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+        let patch = json!({"spec": {"unschedulable": true, "taints": [
+            {"key": "aws-node-termination-handler/spot-itn", "effect": "NoSchedule", "timeAdded": sent}]}});
+        nodes.patch(node, &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    }
+
+    /// Creates Deployment `web` (`replicas`, grace period 0) and its PDB (`maxUnavailable: 1`).
+    async fn deploy(&self, replicas: u32) {
+        let post = |path: String, body: Value| {
+            let kube = self.kube.clone();
+            async move {
+                let req = http::Request::post(&path)
+                    .header("content-type", "application/json")
+                    .body(serde_json::to_vec(&body).unwrap())
+                    .unwrap();
+                kube.request::<Value>(req).await.unwrap_or_else(|e| panic!("POST {path}: {e}"))
+            }
+        };
+        let ns = &self.ns;
+        post(
+            format!("/apis/apps/v1/namespaces/{ns}/deployments"),
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"schedulerName": "spots-booster-e2e", "terminationGracePeriodSeconds": 0,
+                        "automountServiceAccountToken": false,
+                        "containers": [{"name": "web", "image": "registry.k8s.io/pause:3.9",
+                            "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}}}}),
+        )
+        .await;
+        post(
+            format!("/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"),
+            json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web"},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
+        )
+        .await;
+    }
+
+    /// One round of kubelet, scheduler, pod garbage collector and (when no controller does it)
+    /// disruption controller. `placement` pins unbound pods to nodes, in order, while it lasts.
+    async fn play(&self, placement: &mut Vec<String>, watching: bool) -> usize {
+        let nodes: Api<Node> = Api::all(self.kube.clone());
+        let pods: Api<Pod> = Api::namespaced(self.kube.clone(), &self.ns);
+        let live = self.instances().await;
+        let now = Instant::now();
+        let mut live_nodes = BTreeSet::new();
+        for (id, zone) in &live {
+            let launched = *self.seen.lock().unwrap().launched.entry(id.clone()).or_insert(now);
+            if self.initial.contains(id) || now.duration_since(launched) >= self.boot {
+                register_node(&self.kube, &self.node_name(id), zone, id, &self.suffix).await;
+                self.seen.lock().unwrap().joined.entry(self.node_name(id)).or_insert(now);
+            }
+            live_nodes.insert(self.node_name(id));
+        }
+        let all = pods.list(&ListParams::default().labels("app=web")).await.unwrap().items;
+        // An instance that left its group takes its Node, and every pod still on it, along.
+        let ours = nodes.list(&ListParams::default().labels(&format!("spots-booster-e2e={}", self.suffix))).await;
+        for n in ours.unwrap().items {
+            let name = n.metadata.name.clone().unwrap();
+            if live_nodes.contains(&name) {
+                continue;
+            }
+            for pod in all.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&name)) {
+                let pod_name = pod.metadata.name.clone().unwrap();
+                self.seen.lock().unwrap().killed.push(format!("{pod_name} on {name}"));
+                let _ = pods.delete(&pod_name, &DeleteParams::default().grace_period(0)).await;
+            }
+            let _ = nodes.delete(&name, &DeleteParams::default()).await;
+        }
+        let schedulable: Vec<String> = nodes
+            .list(&ListParams::default().labels(&format!("spots-booster-e2e={}", self.suffix)))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|n| live_nodes.contains(n.metadata.name.as_deref().unwrap_or_default()))
+            .filter(|n| !n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false))
+            .filter_map(|n| n.metadata.name)
+            .collect();
+        let all = pods.list(&ListParams::default().labels("app=web")).await.unwrap().items;
+        let mut on: BTreeMap<String, usize> = schedulable.iter().map(|n| (n.clone(), 0)).collect();
+        let mut ready = 0;
+        for pod in &all {
+            if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                *on.entry(node).or_default() += 1;
+            }
+        }
+        for pod in &all {
+            let name = pod.metadata.name.clone().unwrap();
+            match pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                None => {
+                    // The scheduler: the pinned node first, else the emptiest schedulable one.
+                    let target = if placement.is_empty() {
+                        on.iter()
+                            .filter(|(n, _)| schedulable.contains(n))
+                            .min_by_key(|(_, k)| **k)
+                            .map(|(n, _)| n.clone())
+                    } else {
+                        Some(placement.remove(0))
+                    };
+                    if let Some(target) = target {
+                        bind_pod(&pods, &name, &target).await;
+                        *on.entry(target).or_default() += 1;
+                    }
+                }
+                Some(_) if !pod_ready(pod) => report_pod_ready(&pods, &name).await,
+                Some(_) => ready += 1,
+            }
+        }
+        let play_pdb = {
+            let mut seen = self.seen.lock().unwrap();
+            for node in &self.watched {
+                let held = on.get(node).copied().unwrap_or(0);
+                if held == 0 && watching {
+                    seen.emptied.entry(node.clone()).or_insert(now);
+                }
+            }
+            seen.on = on;
+            if watching {
+                seen.min_ready = Some(seen.min_ready.map_or(ready, |m| m.min(ready)));
+            }
+            seen.play_disruption_controller
+        };
+        if play_pdb {
+            let pdbs: Api<PodDisruptionBudget> = Api::namespaced(self.kube.clone(), &self.ns);
+            let expected = all.len();
+            let status = json!({"status": {"observedGeneration": 1, "disruptionsAllowed": ready.saturating_sub(expected.saturating_sub(1)),
+                "currentHealthy": ready, "desiredHealthy": expected.saturating_sub(1), "expectedPods": expected}});
+            let _ = pdbs.patch_status("web", &PatchParams::default(), &Patch::Merge(&status)).await;
+        }
+        ready
+    }
+
+    /// Plays until `replicas` pods are Ready, then decides who plays the disruption controller.
+    async fn settle(&self, placement: &mut Vec<String>, replicas: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.play(placement, false).await < replicas {
+            assert!(Instant::now() < deadline, "the Deployment never became Ready");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let pdbs: Api<PodDisruptionBudget> = Api::namespaced(self.kube.clone(), &self.ns);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut computed = false;
+        while !computed && Instant::now() < deadline {
+            computed = pdbs.get("web").await.unwrap().status.is_some_and(|s| s.expected_pods > 0);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        self.seen.lock().unwrap().play_disruption_controller = !computed;
+        self.play(placement, false).await;
+    }
+
+    async fn start(kubeconfig: &str, endpoint: &str, name: &str, desired: i32, boot: Duration) -> Cluster {
+        let suffix = run_suffix();
+        let (ns, group) = (format!("sb-{name}-{suffix}"), format!("sb-{name}-{suffix}"));
+        let kube = kube_client(kubeconfig).await;
+        let sdk = aws(endpoint).await;
+        create_namespace(&kube, &ns).await;
+        create_group(&sdk, &group, desired, 10).await;
+        let mut cluster = Cluster {
+            ns,
+            suffix,
+            group,
+            kube,
+            aws: sdk,
+            boot,
+            initial: BTreeSet::new(),
+            watched: BTreeSet::new(),
+            seen: Mutex::new(Seen::default()),
+        };
+        cluster.initial = cluster.instances().await.into_iter().map(|(id, _)| id).collect();
+        cluster
+    }
+
+    async fn booster(&self, kubeconfig: &str, endpoint: &str, port: u16) -> tokio::process::Child {
+        let mut booster = start_booster(
+            kubeconfig,
+            endpoint,
+            &self.ns,
+            port,
+            &[
+                "--leader-elect",
+                "false",
+                "--drain-interval",
+                "1s",
+                "--instance-groups",
+                "false",
+                "--nth-taint-signals",
+                "true",
+                "--sizing",
+                "count",
+            ],
+        );
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while metric(&scrape(port).await, "spots_booster_synced") < 1.0 {
+            assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited early");
+            assert!(Instant::now() < deadline, "spots-booster never synced");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        booster
+    }
+
+    async fn clean_up(&self) {
+        let nodes: Api<Node> = Api::all(self.kube.clone());
+        let ours = nodes.list(&ListParams::default().labels(&format!("spots-booster-e2e={}", self.suffix))).await;
+        for n in ours.map(|l| l.items).unwrap_or_default() {
+            let _ = nodes.delete(n.metadata.name.as_deref().unwrap_or_default(), &DeleteParams::default()).await;
+        }
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.kube.clone());
+        let _ = namespaces.delete(&self.ns, &DeleteParams::default()).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_notice_is_drained_before_aws_takes_the_instance_though_replacements_boot_slower() {
+    let Some((kubeconfig, endpoint)) = env() else {
+        eprintln!("e2e skipped: set {KUBECONFIG} and {AWS_ENDPOINT} to run it (see docs/development.md, \"End-to-end suite\")");
+        return;
+    };
+    // Replacements are Ready 90 s after launch; the notice gives 45 s.
+    let mut cluster = Cluster::start(&kubeconfig, &endpoint, "itn", 3, Duration::from_secs(90)).await;
+    let ids: Vec<String> = cluster.initial.iter().cloned().collect();
+    let at_risk_instance = ids[0].clone();
+    let at_risk = cluster.node_name(&at_risk_instance);
+    cluster.watched.insert(at_risk.clone());
+    cluster.deploy(8).await;
+    // Two pods on the at-risk node, the rest on the others.
+    let others: Vec<String> = ids[1..].iter().map(|i| cluster.node_name(i)).collect();
+    let mut placement = vec![at_risk.clone(), at_risk.clone()];
+    placement.extend((0..6).map(|k| others[k % others.len()].clone()));
+    cluster.settle(&mut placement, 8).await;
+    assert_eq!(cluster.seen.lock().unwrap().on.get(&at_risk), Some(&2));
+
+    let port = free_port();
+    let mut booster = cluster.booster(&kubeconfig, &endpoint, port).await;
+
+    // EC2 sent the notice 75 s ago: the instance goes 45 s from now.
+    cluster.notice(&at_risk, Duration::from_secs(75)).await;
+    let noticed = Instant::now();
+    let taken_at = noticed + Duration::from_secs(45);
+    let mut reclaimed = false;
+    while Instant::now() < taken_at + Duration::from_secs(10) {
+        cluster.play(&mut Vec::new(), true).await;
+        if !reclaimed && Instant::now() >= taken_at {
+            if cluster.instances().await.iter().any(|(id, _)| *id == at_risk_instance) {
+                cluster.reclaim(&at_risk_instance).await;
+            }
+            reclaimed = true;
+        }
+        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    cluster.play(&mut Vec::new(), true).await;
+    let text = scrape(port).await;
+    let group = cluster.group.clone();
+    {
+        let seen = cluster.seen.lock().unwrap();
+        let emptied = seen.emptied.get(&at_risk).copied().expect("the interrupted node was emptied");
+        let first_replacement = seen
+            .joined
+            .iter()
+            .filter(|(n, _)| !cluster.initial.iter().any(|i| cluster.node_name(i) == **n))
+            .map(|(_, at)| *at)
+            .min();
+        eprintln!(
+            "short notice: node empty {:.1} s after the notice (deadline 45 s), pods killed {:?}, fewest Ready {:?}, first replacement Ready {:?}",
+            emptied.duration_since(noticed).as_secs_f64(),
+            seen.killed,
+            seen.min_ready,
+            first_replacement.map(|at| at.duration_since(noticed).as_secs_f64())
+        );
+        assert!(emptied < taken_at, "emptied before AWS took the instance");
+        assert!(first_replacement.is_none_or(|at| at > emptied), "drained before any replacement was Ready");
+        assert!(seen.killed.is_empty(), "no pod died with the node: {:?}", seen.killed);
+        assert!(seen.min_ready.unwrap() >= 7, "the PDB (maxUnavailable 1) held: {:?}", seen.min_ready);
+    }
+    let started_early =
+        format!("spots_booster_drains_total{{group=\"{group}\",outcome=\"started-before-replacements\"}}");
+    assert_eq!(metric(&text, &started_early), 1.0, "{text}");
+    assert_eq!(
+        metric(&text, &format!("spots_booster_terminations_total{{decrement=\"true\",group=\"{group}\"}}")),
+        1.0,
+        "the booster terminated it before AWS, giving the boost back: {text}"
+    );
+    assert_eq!(cluster.desired().await, 3, "the boost was given back with the instance");
+
+    let _ = booster.start_kill();
+    let _ = booster.wait().await;
+    cluster.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_boost_whose_instance_aws_took_first_is_given_back_through_a_drained_node() {
+    let Some((kubeconfig, endpoint)) = env() else {
+        eprintln!("e2e skipped: set {KUBECONFIG} and {AWS_ENDPOINT} to run it (see docs/development.md, \"End-to-end suite\")");
+        return;
+    };
+    let mut cluster = Cluster::start(&kubeconfig, &endpoint, "reclaim", 4, Duration::from_secs(20)).await;
+    let ids: Vec<String> = cluster.initial.iter().cloned().collect();
+    let (first, second) = (ids[0].clone(), ids[1].clone());
+    let nodes: Vec<String> = ids.iter().map(|i| cluster.node_name(i)).collect();
+    cluster.watched = nodes.iter().cloned().collect();
+    cluster.deploy(6).await;
+    // One pod on each interrupted node, two on each untouched one.
+    let mut placement = vec![nodes[0].clone(), nodes[1].clone(), nodes[2].clone(), nodes[2].clone()];
+    placement.extend([nodes[3].clone(), nodes[3].clone()]);
+    cluster.settle(&mut placement, 6).await;
+
+    let port = free_port();
+    let mut booster = cluster.booster(&kubeconfig, &endpoint, port).await;
+
+    // Two notices in one group, 30 s ahead; AWS takes the first instance 1.5 s later and the
+    // group replaces it.
+    cluster.notice(&nodes[0], Duration::from_secs(90)).await;
+    cluster.notice(&nodes[1], Duration::from_secs(90)).await;
+    let noticed = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    cluster.reclaim(&first).await;
+    let deadline = noticed + Duration::from_secs(150);
+    let mut second_reclaimed = false;
+    loop {
+        cluster.play(&mut Vec::new(), true).await;
+        if !second_reclaimed && Instant::now() >= noticed + Duration::from_secs(30) {
+            if cluster.instances().await.iter().any(|(id, _)| *id == second) {
+                cluster.reclaim(&second).await;
+            }
+            second_reclaimed = true;
+        }
+        let text = scrape(port).await;
+        let given = format!("spots_booster_give_backs_total{{group=\"{}\",outcome=\"written\"}}", cluster.group);
+        if metric(&text, &given) >= 1.0 && cluster.desired().await == 4 {
+            break;
+        }
+        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited");
+        assert!(Instant::now() < deadline, "the boost was never given back: {text}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    for _ in 0..4 {
+        cluster.play(&mut Vec::new(), true).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let text = scrape(port).await;
+    let group = cluster.group.clone();
+    // The booster's Events say which node it chose to give back.
+    let events: Api<NewEvent> = Api::namespaced(cluster.kube.clone(), "default");
+    let given: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("DrainStarted"))
+        .filter(|e| e.note.as_deref().is_some_and(|n| n.contains("giving back")))
+        .filter_map(|e| e.regarding.and_then(|r| r.name))
+        .filter(|n| n.contains(&cluster.suffix))
+        .collect();
+    {
+        let seen = cluster.seen.lock().unwrap();
+        eprintln!(
+            "reclaim first: given back by draining {given:?} {:.1} s after the notices; pods killed {:?}; fewest Ready {:?}",
+            noticed.elapsed().as_secs_f64(),
+            seen.killed,
+            seen.min_ready
+        );
+        assert_eq!(given.len(), 1, "one node chosen for the one instance AWS took first: {given:?}");
+        assert!(given[0] != nodes[0] && given[0] != nodes[1], "an untouched node, not an interrupted one");
+        assert!(!seen.on.contains_key(&given[0]), "the node given back is gone");
+        let killed_elsewhere: Vec<&String> = seen.killed.iter().filter(|k| !k.ends_with(&nodes[0])).collect();
+        assert!(
+            killed_elsewhere.is_empty(),
+            "only AWS's own reclaim may kill a pod; none on the node given back: {killed_elsewhere:?}"
+        );
+        assert!(seen.min_ready.unwrap() >= 4, "the PDB held save for AWS's reclaim: {:?}", seen.min_ready);
+    }
+    assert_eq!(cluster.desired().await, 4, "both boosted nodes given back");
+    assert_eq!(
+        metric(&text, "spots_booster_aws_calls_total{operation=\"SetDesiredCapacity\"}"),
+        1.0,
+        "desired capacity was written once, by the boost, and never lowered: {text}"
+    );
+    assert_eq!(
+        metric(&text, &format!("spots_booster_terminations_total{{decrement=\"true\",group=\"{group}\"}}")),
+        2.0,
+        "{text}"
+    );
+
+    let _ = booster.start_kill();
+    let _ = booster.wait().await;
+    cluster.clean_up().await;
+}
