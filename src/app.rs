@@ -259,7 +259,12 @@ pub(crate) async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
     }
     let failed = tokio::select! {
         _ = cluster.wait_synced() => {
-            let drainer = Drainer::new(ctx.clone(), DrainerSettings { tick: args.drain_interval, ..DrainerSettings::default() });
+            let settings = DrainerSettings {
+                tick: args.drain_interval,
+                suspend_az_rebalance: args.suspend_az_rebalance,
+                ..DrainerSettings::default()
+            };
+            let drainer = Drainer::new(ctx.clone(), settings);
             let (drainer, scaler) = (drainer.beating(&heartbeats), scaler.beating(&heartbeats));
             let (scaler_stop, drainer_stop) = (shutdown.clone(), shutdown.clone());
             tasks.spawn("worker:scaler", Lifetime::UntilShutdown, async move {

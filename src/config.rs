@@ -104,6 +104,12 @@ pub struct RunArgs {
     /// Plan at least this often even when no signal arrives.
     #[arg(long, env = "SPOTS_BOOSTER_RESYNC_INTERVAL", default_value = "30s", value_parser = duration)]
     pub(crate) resync_interval: Duration,
+    /// Suspend Auto Scaling's AZRebalance process on a group before terminating in it with
+    /// decrement (tagged `spots-booster.io/suspended-az-rebalance`); without it, the groups an
+    /// earlier run suspended are resumed.
+    #[arg(long, env = "SPOTS_BOOSTER_SUSPEND_AZ_REBALANCE", action = ArgAction::Set, num_args = 0..=1,
+          default_value_t = false, default_missing_value = "true")]
+    pub(crate) suspend_az_rebalance: bool,
     /// How often drains make progress (evictions, termination).
     #[arg(long, env = "SPOTS_BOOSTER_DRAIN_INTERVAL", default_value = "2s", value_parser = duration)]
     pub(crate) drain_interval: Duration,

@@ -253,11 +253,14 @@ pub enum AsgCall {
     Raise(Vec<DesiredWrite>),
     /// `terminate_instance`.
     Terminate(InstanceId, bool),
+    /// `suspend_az_rebalance` (true: suspend).
+    AzRebalance(GroupName, bool),
 }
 
 #[derive(Debug, Default)]
 struct FakeAsgState {
     groups: BTreeMap<GroupName, GroupDescription>,
+    tags: BTreeMap<GroupName, BTreeMap<String, String>>,
     calls: Vec<AsgCall>,
     throttle_next: u32,
     fail_terminations: u32,
@@ -286,6 +289,22 @@ impl FakeAutoScaling {
             },
         );
         self
+    }
+
+    /// Tags a group (for discovery by tag filters).
+    pub fn with_tag(self, group: &str, key: &str, value: &str) -> Self {
+        lock(&self.0).tags.entry(group.into()).or_default().insert(key.into(), value.into());
+        self
+    }
+
+    /// The group's tags.
+    pub fn tags(&self, group: &str) -> BTreeMap<String, String> {
+        lock(&self.0).tags.get(&GroupName::from(group)).cloned().unwrap_or_default()
+    }
+
+    /// Whether the group's `AZRebalance` process is active.
+    pub fn az_rebalance(&self, group: &str) -> bool {
+        lock(&self.0).groups.get(&GroupName::from(group)).is_some_and(|g| g.az_rebalance)
     }
 
     /// Leaves Auto Scaling's `AZRebalance` process active on the group, as AWS does by default
@@ -435,8 +454,29 @@ impl AutoScaling for FakeAutoScaling {
         Ok(names.iter().filter_map(|n| s.groups.get(n).cloned()).collect())
     }
 
-    async fn discover_groups(&self, _filters: &[TagFilter]) -> Result<Vec<GroupDescription>, AwsError> {
-        Ok(lock(&self.0).groups.values().cloned().collect())
+    async fn discover_groups(&self, filters: &[TagFilter]) -> Result<Vec<GroupDescription>, AwsError> {
+        let s = lock(&self.0);
+        let matches = |name: &GroupName| {
+            let tags = s.tags.get(name);
+            filters.iter().all(|f| {
+                tags.and_then(|t| t.get(&f.key)).is_some_and(|v| f.value.as_ref().is_none_or(|want| want == v))
+            })
+        };
+        Ok(s.groups.values().filter(|g| matches(&g.name)).cloned().collect())
+    }
+
+    async fn suspend_az_rebalance(&self, group: &GroupName, suspend: bool) -> Result<(), AwsError> {
+        let mut s = lock(&self.0);
+        s.calls.push(AsgCall::AzRebalance(group.clone(), suspend));
+        let Some(g) = s.groups.get_mut(group) else { return Err(AwsError::UnknownGroup(group.clone())) };
+        g.az_rebalance = !suspend;
+        let tags = s.tags.entry(group.clone()).or_default();
+        if suspend {
+            tags.insert(crate::ports::AZ_REBALANCE_SUSPENDED_TAG.into(), "true".into());
+        } else {
+            tags.remove(crate::ports::AZ_REBALANCE_SUSPENDED_TAG);
+        }
+        Ok(())
     }
 
     async fn raise_desired(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {

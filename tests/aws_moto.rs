@@ -12,7 +12,9 @@ use aws_sdk_autoscaling::types::{
 use aws_sdk_ec2::types::{InstanceMarketOptionsRequest, InstanceType, MarketType};
 use spots_booster::aws::AwsPorts;
 use spots_booster::core::{GroupName, InstanceId, InstanceLifecycle};
-use spots_booster::ports::{AutoScaling, AwsError, DesiredWrite, TagFilter, TerminateOutcome, WriteOutcome};
+use spots_booster::ports::{
+    AutoScaling, AwsError, DesiredWrite, TagFilter, TerminateOutcome, WriteOutcome, AZ_REBALANCE_SUSPENDED_TAG,
+};
 use spots_booster::workers::groups::InstanceGroupCache;
 use support::moto::{create_group, group_tag, launch_template, moto, nodes_template};
 
@@ -95,6 +97,27 @@ async fn describe_maps_what_the_booster_reads_and_discovery_filters_by_tag() {
     let found = aws.autoscaling.discover_groups(&[by(CA_TAG), by("team=batch")]).await.unwrap();
     assert_eq!(found.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(), vec!["mixed"]);
     assert!(aws.autoscaling.discover_groups(&[by("team=nobody")]).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn az_rebalance_is_suspended_with_its_tag_and_resumed_without_it() {
+    let (moto, _guard) = moto().await;
+    let config = moto.sdk_config().await;
+    world(&config).await;
+    let aws = AwsPorts::new(&config, false);
+    let plain = || async { aws.autoscaling.describe_groups(&names(&["plain"])).await.unwrap().remove(0) };
+    let recorded = TagFilter { key: AZ_REBALANCE_SUSPENDED_TAG.into(), value: Some("true".into()) };
+    assert!(plain().await.az_rebalance, "active, as AWS has it by default");
+
+    aws.autoscaling.suspend_az_rebalance(&"plain".into(), true).await.unwrap();
+    assert!(!plain().await.az_rebalance);
+    let found = aws.autoscaling.discover_groups(std::slice::from_ref(&recorded)).await.unwrap();
+    assert_eq!(found.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(), vec!["plain"], "recorded by its tag");
+
+    aws.autoscaling.suspend_az_rebalance(&"plain".into(), false).await.unwrap();
+    assert!(plain().await.az_rebalance);
+    assert!(aws.autoscaling.discover_groups(&[recorded]).await.unwrap().is_empty(), "the tag goes with it");
+    assert_eq!((aws.stats.calls("SuspendProcesses"), aws.stats.calls("ResumeProcesses")), (1, 1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use aws_sdk_autoscaling::types::{AutoScalingGroup, Filter};
+use aws_sdk_autoscaling::types::{AutoScalingGroup, Filter, Tag};
 use aws_sdk_autoscaling::Client;
 use futures::stream::{self, StreamExt};
 use tracing::{info, warn};
@@ -13,7 +13,7 @@ use super::errors::failure;
 use crate::core::{GroupName, InstanceId, InstanceLifecycle};
 use crate::ports::{
     AutoScaling, AwsError, AwsFailure, DesiredWrite, FailureKind, GroupDescription, GroupInstance, Guard, TagFilter,
-    TerminateOutcome, WriteOutcome, WriteOutcomes,
+    TerminateOutcome, WriteOutcome, WriteOutcomes, AZ_REBALANCE_SUSPENDED_TAG,
 };
 
 /// Names per `DescribeAutoScalingGroups` call.
@@ -190,6 +190,52 @@ impl AutoScaling for AwsAutoScaling {
                 })
             }
         }
+    }
+
+    async fn suspend_az_rebalance(&self, group: &GroupName, suspend: bool) -> Result<(), AwsError> {
+        let operation = if suspend { "SuspendProcesses" } else { "ResumeProcesses" };
+        if self.dry_run {
+            self.stats.record_dry_run(operation);
+            info!(%group, "dry run: would {} AZRebalance", if suspend { "suspend" } else { "resume" });
+            return Ok(());
+        }
+        let failed = |op: &'static str, f| AwsError::AzRebalance {
+            operation,
+            group: group.clone(),
+            failure: self.failed(op, f),
+        };
+        let tag = Tag::builder()
+            .resource_id(group.as_str())
+            .resource_type("auto-scaling-group")
+            .key(AZ_REBALANCE_SUSPENDED_TAG)
+            .value("true")
+            .propagate_at_launch(false)
+            .build();
+        if suspend {
+            // Recorded first: a suspension is never made that a later run could not find.
+            let tagged = self.client.create_or_update_tags().tags(tag).send().await;
+            tagged.map_err(|e| failed("CreateOrUpdateTags", failure(e)))?;
+            let sent = self
+                .client
+                .suspend_processes()
+                .auto_scaling_group_name(group.as_str())
+                .scaling_processes("AZRebalance")
+                .send()
+                .await;
+            sent.map_err(|e| failed(operation, failure(e)))?;
+        } else {
+            let sent = self
+                .client
+                .resume_processes()
+                .auto_scaling_group_name(group.as_str())
+                .scaling_processes("AZRebalance")
+                .send()
+                .await;
+            sent.map_err(|e| failed(operation, failure(e)))?;
+            let untagged = self.client.delete_tags().tags(tag).send().await;
+            untagged.map_err(|e| failed("DeleteTags", failure(e)))?;
+        }
+        Ok(())
     }
 
     async fn groups_of(&self, instances: &[InstanceId]) -> Result<BTreeMap<InstanceId, GroupName>, AwsError> {

@@ -28,6 +28,8 @@ pub const IAM_ACTIONS: &[&str] = &[
     "autoscaling:DescribeAutoScalingInstances",
     "autoscaling:SetDesiredCapacity",
     "autoscaling:TerminateInstanceInAutoScalingGroup",
+    // `--suspend-az-rebalance` (SuspendProcesses, ResumeProcesses and the tag recording it) is
+    // covered by the InstanceGroup reconciler's actions below.
     "ec2:DescribeInstances",
     // InstanceGroup reconciliation (`aws::nodegroups`).
     "autoscaling:CreateAutoScalingGroup",

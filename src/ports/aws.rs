@@ -78,6 +78,17 @@ pub enum AwsError {
         #[source]
         failure: AwsFailure,
     },
+    /// `SuspendProcesses` or `ResumeProcesses` of `AZRebalance`, with its recording tag.
+    #[error("{operation} AZRebalance on {group} failed")]
+    AzRebalance {
+        /// `SuspendProcesses` or `ResumeProcesses`.
+        operation: &'static str,
+        /// The group.
+        group: GroupName,
+        /// Why.
+        #[source]
+        failure: AwsFailure,
+    },
     /// `DescribeAutoScalingInstances`.
     #[error("DescribeAutoScalingInstances failed")]
     DescribeAutoScalingInstances(#[source] AwsFailure),
@@ -109,7 +120,8 @@ impl AwsError {
             | AwsError::DescribeAutoScalingInstances(f)
             | AwsError::DescribeInstances(f)
             | AwsError::SetDesiredCapacity { failure: f, .. }
-            | AwsError::TerminateInstance { failure: f, .. } => f.kind.as_str(),
+            | AwsError::TerminateInstance { failure: f, .. }
+            | AwsError::AzRebalance { failure: f, .. } => f.kind.as_str(),
             AwsError::UnknownGroup(_) => "unknown-group",
             AwsError::OutOfRange { .. } => "out-of-range",
         }
@@ -179,6 +191,9 @@ impl GroupDescription {
             .map(|i| &i.id)
     }
 }
+
+/// The tag on a group whose `AZRebalance` process the booster suspended (`--suspend-az-rebalance`).
+pub const AZ_REBALANCE_SUSPENDED_TAG: &str = "spots-booster.io/suspended-az-rebalance";
 
 /// A tag filter for group discovery: `key` alone matches any value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -319,6 +334,15 @@ pub trait AutoScaling: Send + Sync {
         instance: &InstanceId,
         decrement: bool,
     ) -> impl Future<Output = Result<TerminateOutcome, AwsError>> + Send;
+
+    /// Suspends (or resumes) Auto Scaling's `AZRebalance` process on `group`, and records the
+    /// suspension with the tag [`AZ_REBALANCE_SUSPENDED_TAG`] (deleted on resume), so that a run
+    /// without `--suspend-az-rebalance` resumes exactly the groups the booster suspended.
+    fn suspend_az_rebalance(
+        &self,
+        group: &GroupName,
+        suspend: bool,
+    ) -> impl Future<Output = Result<(), AwsError>> + Send;
 
     /// The group of each instance that is in one (batched to 50 ids per call).
     fn groups_of(

@@ -126,6 +126,11 @@ impl AutoScaling for SimWorld {
         Ok(self.guarded(writes, DesiredWrite::guard))
     }
 
+    async fn suspend_az_rebalance(&self, _group: &GroupName, _suspend: bool) -> Result<(), AwsError> {
+        // The simulated groups never rebalance Availability Zones: nothing to suspend.
+        Ok(())
+    }
+
     async fn terminate_instance(&self, instance: &InstanceId, decrement: bool) -> Result<TerminateOutcome, AwsError> {
         let mut world = self.lock();
         if !world.instances.contains_key(instance.as_str()) {

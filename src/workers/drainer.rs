@@ -31,7 +31,7 @@ use crate::core::{
 use crate::metrics::{DrainOutcome, EvictionOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
     AutoScaling, AwsError, ClusterView, ClusterWrites, EventSeverity, EventSink, EvictOutcome, LedgerError,
-    LedgerStore, NodeEvent, PodRef, TerminateOutcome,
+    LedgerStore, NodeEvent, PodRef, TagFilter, TerminateOutcome, AZ_REBALANCE_SUSPENDED_TAG,
 };
 use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
 
@@ -45,6 +45,9 @@ pub(crate) struct DrainerSettings {
     /// One eviction call's deadline: past it the pod counts as not evicted this round, so a
     /// stalled API server never stalls the tick, the other nodes, or `--drain-timeout`.
     pub(crate) eviction_call_timeout: Duration,
+    /// `--suspend-az-rebalance`: suspend `AZRebalance` on a group before terminating in it with
+    /// decrement; without it, resume the groups an earlier run suspended.
+    pub(crate) suspend_az_rebalance: bool,
 }
 
 impl Default for DrainerSettings {
@@ -53,6 +56,7 @@ impl Default for DrainerSettings {
             tick: Duration::from_secs(2),
             evictions_in_flight: 32,
             eviction_call_timeout: Duration::from_secs(10),
+            suspend_az_rebalance: false,
         }
     }
 }
@@ -137,6 +141,8 @@ pub(crate) struct Drainer<A, C, L, W, E> {
     told_opted_out: HashSet<NodeName>,
     /// Groups whose `AZRebalance` process is active, as last described.
     az_rebalance: HashSet<GroupName>,
+    /// Without `--suspend-az-rebalance`: the groups an earlier run suspended are resumed.
+    az_rebalance_resumed: bool,
 }
 
 impl<A, C, L, W, E> Drainer<A, C, L, W, E>
@@ -158,6 +164,7 @@ where
             heartbeat: None,
             told_opted_out: HashSet::new(),
             az_rebalance: HashSet::new(),
+            az_rebalance_resumed: false,
         }
     }
 
@@ -225,6 +232,9 @@ where
             return Ok(report);
         }
 
+        if !self.settings.suspend_az_rebalance && !self.az_rebalance_resumed {
+            self.az_rebalance_resumed = self.resume_az_rebalance().await;
+        }
         self.tell_opted_out(&plan.drains).await;
         self.protect_replacements(&plan).await;
         self.end_timed_out(&plan.drains, &snapshot, now, &mut report).await;
@@ -558,6 +568,9 @@ where
         }
         let pending: Vec<(NodeName, PendingTermination)> =
             self.to_terminate.iter().map(|(n, p)| (n.clone(), p.clone())).collect();
+        if self.settings.suspend_az_rebalance {
+            self.suspend_az_rebalance(&pending).await;
+        }
         // A give-back's own node was chosen only while its boost had a node to return; settling
         // the instance AWS took before the call keeps a restart from choosing a second node.
         self.ctx
@@ -645,6 +658,56 @@ where
             report.terminated.push((p.instance, decremented));
         }
         Ok(())
+    }
+
+    /// `--suspend-az-rebalance`: before terminating with decrement in a group whose `AZRebalance`
+    /// is active, suspend it there (tagged, so a run without the flag resumes it). A suspension
+    /// that fails leaves the termination to go ahead with its warning.
+    async fn suspend_az_rebalance(&mut self, pending: &[(NodeName, PendingTermination)]) {
+        let mut groups: Vec<(&GroupName, &NodeName)> = Vec::new();
+        for (node, p) in pending.iter().filter(|(_, p)| p.decrement && self.az_rebalance.contains(&p.group)) {
+            if !groups.iter().any(|(g, _)| *g == &p.group) {
+                groups.push((&p.group, node));
+            }
+        }
+        for (group, node) in groups {
+            match self.ctx.aws.suspend_az_rebalance(group, true).await {
+                Ok(()) => {
+                    info!(%group, "AZRebalance suspended before a termination with decrement (--suspend-az-rebalance)");
+                    self.az_rebalance.remove(group);
+                    let note = format!(
+                        "suspended Auto Scaling's AZRebalance on {group} before terminating with decrement; it is \
+                         resumed when spots-booster runs without --suspend-az-rebalance"
+                    );
+                    self.tell(node, "AZRebalanceSuspended", "Terminate", EventSeverity::Normal, note).await;
+                }
+                Err(e) => warn!(%group, error = %e, "could not suspend AZRebalance; terminating anyway"),
+            }
+        }
+    }
+
+    /// Without `--suspend-az-rebalance`: resumes `AZRebalance` on the groups an earlier run
+    /// suspended (found by their tag). Returns whether every one was resumed.
+    async fn resume_az_rebalance(&self) -> bool {
+        let suspended = TagFilter { key: AZ_REBALANCE_SUSPENDED_TAG.into(), value: Some("true".into()) };
+        let groups = match self.ctx.aws.discover_groups(std::slice::from_ref(&suspended)).await {
+            Ok(groups) => groups,
+            Err(e) => {
+                warn!(error = %e, "could not list the groups whose AZRebalance spots-booster suspended; retrying");
+                return false;
+            }
+        };
+        let mut all = true;
+        for g in groups {
+            match self.ctx.aws.suspend_az_rebalance(&g.name, false).await {
+                Ok(()) => info!(group = %g.name, "AZRebalance resumed: --suspend-az-rebalance is off"),
+                Err(e) => {
+                    warn!(group = %g.name, error = %e, "could not resume AZRebalance; retrying");
+                    all = false;
+                }
+            }
+        }
+        all
     }
 
     /// A termination with decrement in a group whose `AZRebalance` process is active: Auto
@@ -831,6 +894,37 @@ mod tests {
         );
         let text = ctx.metrics.encode();
         assert!(text.contains("spots_booster_az_rebalance_exposed_terminations_total{group=\"a\"} 1"), "{text}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_suspend_az_rebalance_it_is_suspended_before_the_termination_and_resumed_without_it() {
+        let (rig, ctx, mut scaler, _) = rebalanced(policy()).await;
+        let _ = rig.aws.clone().with_az_rebalance("a");
+        let settings = DrainerSettings { suspend_az_rebalance: true, ..DrainerSettings::default() };
+        let mut drainer = Drainer::new(ctx.clone(), settings);
+        scaler.tick().await.unwrap();
+        join(&rig, &ctx, "r1");
+        drainer.tick().await.unwrap();
+        drainer.tick().await.unwrap();
+        let calls = rig.aws.calls();
+        let suspended = calls.iter().position(|c| *c == AsgCall::AzRebalance("a".into(), true)).expect("suspended");
+        let terminated = calls.iter().position(|c| matches!(c, AsgCall::Terminate(_, true))).expect("terminated");
+        assert!(suspended < terminated, "suspended before the termination: {calls:?}");
+        assert!(!rig.aws.az_rebalance("a"));
+        assert_eq!(rig.aws.tags("a").get(AZ_REBALANCE_SUSPENDED_TAG).map(String::as_str), Some("true"));
+        assert_eq!(
+            rig.events.reasons_for("n1"),
+            vec!["BoostRequested", "DrainStarted", "AZRebalanceSuspended", "InstanceTerminated"]
+        );
+
+        // The next run goes without the flag: what the booster suspended is resumed, once.
+        let mut without = Drainer::new(ctx.clone(), DrainerSettings::default());
+        without.tick().await.unwrap();
+        without.tick().await.unwrap();
+        assert!(rig.aws.az_rebalance("a"));
+        assert!(rig.aws.tags("a").is_empty());
+        let resumes = rig.aws.calls().iter().filter(|c| **c == AsgCall::AzRebalance("a".into(), false)).count();
+        assert_eq!(resumes, 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -945,7 +945,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_stale_plan_is_replanned_from_the_live_value_never_lowered() {
-        let rig = FakeRig::new(FakeAutoScaling::default().with_group("a", 3, 50));
+        let rig = FakeRig::new(FakeAutoScaling::default().with_group("a", 3, 50).with_tag("a", "k", "v"));
         let mut s = scaler(&rig).await;
         s.start(&["k=v".parse().unwrap()]).await.unwrap();
         rig.aws.set_desired("a", 6); // Cluster Autoscaler, after our describe…
@@ -966,7 +966,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_throttled_write_is_retried_and_boosts_once() {
-        let rig = FakeRig::new(FakeAutoScaling::default().with_group("a", 3, 50));
+        let rig = FakeRig::new(FakeAutoScaling::default().with_group("a", 3, 50).with_tag("a", "k", "v"));
         let mut s = scaler(&rig).await;
         s.start(&["k=v".parse().unwrap()]).await.unwrap();
         rebalance(&rig.cluster, "n1", "a");
