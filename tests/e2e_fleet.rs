@@ -21,9 +21,9 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 use support::e2e::{
-    aws, bind_pod, create_group, create_namespace, env, free_port, kube_client, metric, nth_cordon_and_taint,
-    nth_rebalance_event, pod_ready, register_node, report_pod_ready, run_suffix, scrape, start_booster, AWS_ENDPOINT,
-    KUBECONFIG,
+    aws, bind_pod, create_group, create_namespace, deploy_with_budget, desired_capacity, env, free_port, kube_client,
+    live_instances, metric, nth_cordon_and_taint, nth_rebalance_event, pod_ready, register_node, report_pod_ready,
+    run_suffix, scrape, start_booster, AWS_ENDPOINT, KUBECONFIG,
 };
 
 mod support;
@@ -46,20 +46,11 @@ impl Fleet {
 
     /// The group's instances that are not leaving: (id, zone).
     async fn live_instances(&self) -> Vec<(String, String)> {
-        let asg = aws_sdk_autoscaling::Client::new(&self.aws);
-        let out = asg.describe_auto_scaling_groups().auto_scaling_group_names(&self.group).send().await.unwrap();
-        out.auto_scaling_groups()[0]
-            .instances()
-            .iter()
-            .filter(|i| !i.lifecycle_state().is_some_and(|s| s.as_str().starts_with("Terminat")))
-            .map(|i| (i.instance_id().unwrap().to_string(), i.availability_zone().unwrap().to_string()))
-            .collect()
+        live_instances(&self.aws, &self.group).await
     }
 
     async fn desired(&self) -> i32 {
-        let asg = aws_sdk_autoscaling::Client::new(&self.aws);
-        let out = asg.describe_auto_scaling_groups().auto_scaling_group_names(&self.group).send().await.unwrap();
-        out.auto_scaling_groups()[0].desired_capacity().unwrap()
+        desired_capacity(&self.aws, &self.group).await
     }
 
     async fn cordon(&self, node: &str, on: bool) {
@@ -130,35 +121,7 @@ impl Fleet {
 
     /// A Deployment of `replicas` pods of `app` (bound by the test's scheduler), and its budget.
     async fn deploy(&self, app: &str, replicas: u32, budget: Value) {
-        let post = |path: String, body: Value| {
-            let kube = self.kube.clone();
-            async move {
-                let req = http::Request::post(&path)
-                    .header("content-type", "application/json")
-                    .body(serde_json::to_vec(&body).unwrap())
-                    .unwrap();
-                kube.request::<Value>(req).await.unwrap_or_else(|e| panic!("POST {path}: {e}"))
-            }
-        };
-        let ns = &self.ns;
-        post(
-            format!("/apis/apps/v1/namespaces/{ns}/deployments"),
-            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": app},
-                "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}},
-                    "template": {"metadata": {"labels": {"app": app}},
-                        "spec": {"schedulerName": "spots-booster-e2e", "terminationGracePeriodSeconds": 0,
-                            "automountServiceAccountToken": false,
-                            "containers": [{"name": app, "image": "registry.k8s.io/pause:3.9",
-                                "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}}}}),
-        )
-        .await;
-        let mut spec = budget;
-        spec["selector"] = json!({"matchLabels": {"app": app}});
-        post(
-            format!("/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"),
-            json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": app}, "spec": spec}),
-        )
-        .await;
+        deploy_with_budget(&self.kube, &self.ns, app, replicas, budget).await;
     }
 
     /// Plays the cluster until `want` pods of `app` are Ready on `node`.

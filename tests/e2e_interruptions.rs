@@ -19,10 +19,11 @@ use k8s_openapi::api::events::v1::Event as NewEvent;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
-use serde_json::{json, Value};
+use serde_json::json;
 use support::e2e::{
-    aws, bind_pod, create_group, create_namespace, env, free_port, kube_client, metric, pod_ready, register_node,
-    report_pod_ready, run_suffix, scrape, start_booster, AWS_ENDPOINT, KUBECONFIG,
+    aws, bind_pod, create_group, create_namespace, deploy_with_budget, desired_capacity, env, free_port, kube_client,
+    live_instances, metric, pod_ready, register_node, report_pod_ready, run_suffix, scrape, start_booster,
+    AWS_ENDPOINT, KUBECONFIG,
 };
 
 mod support;
@@ -68,20 +69,11 @@ impl Cluster {
     }
 
     async fn instances(&self) -> Vec<(String, String)> {
-        let asg = aws_sdk_autoscaling::Client::new(&self.aws);
-        let out = asg.describe_auto_scaling_groups().auto_scaling_group_names(&self.group).send().await.unwrap();
-        out.auto_scaling_groups()[0]
-            .instances()
-            .iter()
-            .filter(|i| !i.lifecycle_state().is_some_and(|s| s.as_str().starts_with("Terminat")))
-            .map(|i| (i.instance_id().unwrap().to_string(), i.availability_zone().unwrap().to_string()))
-            .collect()
+        live_instances(&self.aws, &self.group).await
     }
 
     async fn desired(&self) -> i32 {
-        let asg = aws_sdk_autoscaling::Client::new(&self.aws);
-        let out = asg.describe_auto_scaling_groups().auto_scaling_group_names(&self.group).send().await.unwrap();
-        out.auto_scaling_groups()[0].desired_capacity().unwrap()
+        desired_capacity(&self.aws, &self.group).await
     }
 
     /// AWS reclaims the instance: it leaves the group, which replaces it at the same desired.
@@ -107,34 +99,7 @@ impl Cluster {
 
     /// Creates Deployment `web` (`replicas`, grace period 0) and its PDB (`maxUnavailable: 1`).
     async fn deploy(&self, replicas: u32) {
-        let post = |path: String, body: Value| {
-            let kube = self.kube.clone();
-            async move {
-                let req = http::Request::post(&path)
-                    .header("content-type", "application/json")
-                    .body(serde_json::to_vec(&body).unwrap())
-                    .unwrap();
-                kube.request::<Value>(req).await.unwrap_or_else(|e| panic!("POST {path}: {e}"))
-            }
-        };
-        let ns = &self.ns;
-        post(
-            format!("/apis/apps/v1/namespaces/{ns}/deployments"),
-            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
-                "template": {"metadata": {"labels": {"app": "web"}},
-                    "spec": {"schedulerName": "spots-booster-e2e", "terminationGracePeriodSeconds": 0,
-                        "automountServiceAccountToken": false,
-                        "containers": [{"name": "web", "image": "registry.k8s.io/pause:3.9",
-                            "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}}}}),
-        )
-        .await;
-        post(
-            format!("/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"),
-            json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web"},
-            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
-        )
-        .await;
+        deploy_with_budget(&self.kube, &self.ns, "web", replicas, json!({"maxUnavailable": 1})).await;
     }
 
     /// One round of kubelet, scheduler, pod garbage collector and (when no controller does it)

@@ -551,6 +551,20 @@ mod tests {
 
     const NOW: Timestamp = Timestamp::from_millis(600_000);
 
+    impl DrainStarted {
+        /// A drain of `instance` in group `a`, started at `at`.
+        fn test(instance: &str, at: Timestamp, decrement: bool) -> DrainStarted {
+            DrainStarted {
+                group: "a".into(),
+                instance: instance.into(),
+                started_at: at,
+                decrement,
+                deadline: None,
+                gives_back: None,
+            }
+        }
+    }
+
     /// Group `a` with n1..n4 (created at 0), n1 and n2 at risk and boosted at 10s by `added`.
     fn boosted(added: u32) -> Snapshot {
         let mut s = Snapshot::default().with_group(Group::test("a").desired(4 + added));
@@ -676,17 +690,7 @@ mod tests {
         let s = interrupted(0);
         let policy = Policy { max_concurrent_drains: 1, ..Policy::default() };
         let mut state = DrainState::default();
-        state.in_progress.insert(
-            "n3".into(),
-            DrainStarted {
-                group: "a".into(),
-                instance: "i-n3".into(),
-                started_at: NOW,
-                decrement: false,
-                deadline: None,
-                gives_back: None,
-            },
-        );
+        state.in_progress.insert("n3".into(), DrainStarted::test("i-n3", NOW, false));
         state.last_batch_at.insert("a".into(), Timestamp::from_millis(29_000));
         let p = plan_at(&s, &state, &policy, Timestamp::from_millis(30_000));
         assert_eq!(p.batches[0].nodes[0].node.as_str(), "n1");
@@ -745,17 +749,7 @@ mod tests {
         assert_eq!(p.batches[0].nodes.len(), 1);
 
         let mut state = DrainState::default();
-        state.in_progress.insert(
-            "n1".into(),
-            DrainStarted {
-                group: "a".into(),
-                instance: "i-n1".into(),
-                started_at: NOW,
-                decrement: true,
-                deadline: None,
-                gives_back: None,
-            },
-        );
+        state.in_progress.insert("n1".into(), DrainStarted::test("i-n1", NOW, true));
         state.last_batch_at.insert("a".into(), NOW);
         assert_eq!(plan(&s, &state, &policy).waiting[0].reason, DrainWait::ConcurrencyLimit);
 
@@ -770,17 +764,7 @@ mod tests {
         let s = boosted(0);
         let mut state = DrainState::default();
         let started = Timestamp::from_millis(NOW.as_millis() - 600_000);
-        state.in_progress.insert(
-            "n1".into(),
-            DrainStarted {
-                group: "a".into(),
-                instance: "i-n1".into(),
-                started_at: started,
-                decrement: false,
-                deadline: None,
-                gives_back: None,
-            },
-        );
+        state.in_progress.insert("n1".into(), DrainStarted::test("i-n1", started, false));
         let p = plan(&s, &state, &Policy::default());
         assert_eq!(p.timed_out.len(), 1);
         assert!(!p.timed_out[0].terminate);
@@ -804,17 +788,7 @@ mod tests {
         s.ledger.records[0].added = u32::MAX;
         s.ledger.records[0].returned = u32::MAX - 1;
         let mut state = DrainState::default();
-        state.in_progress.insert(
-            "n3".into(),
-            DrainStarted {
-                group: "a".into(),
-                instance: "i-n1".into(),
-                started_at: NOW,
-                decrement: true,
-                deadline: None,
-                gives_back: None,
-            },
-        );
+        state.in_progress.insert("n3".into(), DrainStarted::test("i-n1", NOW, true));
         let p = plan(&s, &state, &Policy::default());
         assert!(p.waiting.iter().any(|w| matches!(w.reason, DrainWait::ReplacementNotReady { .. })), "{p:?}");
     }

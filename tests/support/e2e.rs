@@ -191,3 +191,55 @@ pub fn start_booster(kubeconfig: &str, endpoint: &str, ns: &str, port: u16, extr
         .spawn()
         .expect("start spots-booster")
 }
+
+/// The instances of `group` that are not leaving: (id, zone).
+pub async fn live_instances(aws: &SdkConfig, group: &str) -> Vec<(String, String)> {
+    let asg = aws_sdk_autoscaling::Client::new(aws);
+    let out = asg.describe_auto_scaling_groups().auto_scaling_group_names(group).send().await.unwrap();
+    out.auto_scaling_groups()[0]
+        .instances()
+        .iter()
+        .filter(|i| !i.lifecycle_state().is_some_and(|s| s.as_str().starts_with("Terminat")))
+        .map(|i| (i.instance_id().unwrap().to_string(), i.availability_zone().unwrap().to_string()))
+        .collect()
+}
+
+/// The desired capacity of `group`.
+pub async fn desired_capacity(aws: &SdkConfig, group: &str) -> i32 {
+    let asg = aws_sdk_autoscaling::Client::new(aws);
+    let out = asg.describe_auto_scaling_groups().auto_scaling_group_names(group).send().await.unwrap();
+    out.auto_scaling_groups()[0].desired_capacity().unwrap()
+}
+
+/// A Deployment of `replicas` pods of `app` in `ns` (named scheduler nobody runs, grace period 0:
+/// the test binds them), and its PodDisruptionBudget `budget` (a spec without the selector).
+pub async fn deploy_with_budget(kube: &Client, ns: &str, app: &str, replicas: u32, budget: serde_json::Value) {
+    let post = |path: String, body: serde_json::Value| {
+        let kube = kube.clone();
+        async move {
+            let req = http::Request::post(&path)
+                .header("content-type", "application/json")
+                .body(serde_json::to_vec(&body).unwrap())
+                .unwrap();
+            kube.request::<serde_json::Value>(req).await.unwrap_or_else(|e| panic!("POST {path}: {e}"))
+        }
+    };
+    post(
+        format!("/apis/apps/v1/namespaces/{ns}/deployments"),
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": app},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}},
+                "template": {"metadata": {"labels": {"app": app}},
+                    "spec": {"schedulerName": "spots-booster-e2e", "terminationGracePeriodSeconds": 0,
+                        "automountServiceAccountToken": false,
+                        "containers": [{"name": app, "image": "registry.k8s.io/pause:3.9",
+                            "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}}}}),
+    )
+    .await;
+    let mut spec = budget;
+    spec["selector"] = json!({"matchLabels": {"app": app}});
+    post(
+        format!("/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"),
+        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": app}, "spec": spec}),
+    )
+    .await;
+}
