@@ -155,6 +155,8 @@ labels!(
         NotSpot => "not-spot",
         /// AWS has not said how the instance is bought.
         LifecycleUnknown => "lifecycle-unknown",
+        /// The Event names an instance its Node does not run.
+        InstanceMismatch => "instance-mismatch",
     }
 );
 
@@ -266,6 +268,8 @@ pub struct SignalMetrics {
     /// Interruption notices not acted on, by reason (`not-from-nth`, `not-cordoned`, `not-spot`,
     /// `lifecycle-unknown`); each counted once.
     untrusted: IntCounterVec,
+    /// Signals that made no instance at risk, by the core's reason; each counted once.
+    dropped: IntCounterVec,
 }
 
 impl SignalMetrics {
@@ -278,11 +282,22 @@ impl SignalMetrics {
                 "Interruption notices not acted on because nothing vouches for them, by reason.",
                 &["reason"],
             ),
+            dropped: counter(
+                r,
+                "signals_dropped_total",
+                "Signals that made no instance at risk, by reason (the untrusted ones included).",
+                &["reason"],
+            ),
         }
     }
 
     fn collectors(&self) -> Vec<&dyn Collector> {
-        vec![&self.seen, &self.untrusted]
+        vec![&self.seen, &self.untrusted, &self.dropped]
+    }
+
+    /// Counts one signal that made no instance at risk.
+    pub(crate) fn dropped(&self, reason: &crate::core::DropReason) {
+        self.dropped.with_label_values(&[reason.as_str()]).inc();
     }
 
     /// Counts a signal the first time its group is known.
@@ -824,7 +839,7 @@ mod tests {
         for name in ["spots_booster_evictions_total", "spots_booster_reaction_seconds", "spots_booster_leader"] {
             assert!(m.names().contains(&name.to_string()), "{name}");
         }
-        assert_eq!(m.names().len(), 30);
+        assert_eq!(m.names().len(), 31);
     }
 
     #[test]

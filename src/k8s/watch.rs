@@ -90,6 +90,19 @@ struct SeenSignal {
 
 type SignalKey = (NodeName, SignalKind);
 
+/// How much older than its first sighting an Event's own timestamp may make a signal: NTH writes
+/// an Event a moment before the watch delivers it, never minutes.
+const EVENT_LAG: Duration = Duration::from_secs(60);
+
+/// Event keys remembered as naming another instance than their node's (counted once each).
+const MISMATCHES_REMEMBERED: usize = 10_000;
+
+/// Whether the Event names an instance its (known) node does not run.
+fn names_another_instance(store: &Store, signal: &NthSignal) -> bool {
+    let node = store.nodes.get(&signal.node).and_then(|n| n.node.instance.as_ref());
+    matches!((signal.instance.as_ref(), node), (Some(named), Some(runs)) if named != runs)
+}
+
 fn signal_key(s: &NthSignal) -> SignalKey {
     (s.node.clone(), s.kind)
 }
@@ -109,6 +122,8 @@ struct Store {
     ca_time: Option<Timestamp>,
     ca_found: bool,
     synced: BTreeSet<Watched>,
+    /// Events that named another instance than their node's, by key.
+    mismatched: HashSet<String>,
 }
 
 impl Store {
@@ -470,15 +485,23 @@ impl KubeCluster {
             // News about a node that does not exist is nobody's: not kept, so a flood of them
             // costs nothing (a node listed later brings its NTH Events back on the next relist).
             Some(signal) if nodes_listed && !store.nodes.contains_key(&signal.node) => {}
+            // The instance is the node's: an Event naming another one is about an instance that
+            // ran under this name before, or a lie. Either way it changes nothing stored.
+            Some(signal) if names_another_instance(store, &signal) => {
+                if store.mismatched.len() < MISMATCHES_REMEMBERED && store.mismatched.insert(key) {
+                    self.metrics.signals.untrusted(UntrustedReason::InstanceMismatch);
+                    warn!(node = %signal.node, instance = ?signal.instance, "an Event names an instance its node does not run; ignored");
+                }
+            }
             Some(signal) => {
                 let entry = store.signals.entry(signal_key(&signal));
                 let seen = match entry {
                     std::collections::hash_map::Entry::Occupied(o) => {
+                        // Never overwritten by a later Event: its times could only move the
+                        // notice away. The earliest deadline any of them announces stands.
                         let s = o.into_mut();
-                        if s.signal.instance != signal.instance && signal.instance.is_some() {
-                            // Another instance under the same name: the old news is not about it.
-                            *s = SeenSignal { signal, seen: now, events: BTreeSet::new(), gone: None };
-                            new = true;
+                        if let Some(at) = signal.notice_time {
+                            s.signal.notice_time = Some(s.signal.notice_time.map_or(at, |t| t.min(at)));
                         }
                         s
                     }
@@ -592,9 +615,15 @@ impl ClusterView for KubeCluster {
                 continue;
             }
             let mut signal = seen.signal.clone();
-            if signal.instance.is_none() {
-                signal.instance = store.nodes.get(&signal.node).and_then(|n| n.node.instance.clone());
+            let Some(instance) = store.nodes.get(&signal.node).and_then(|n| n.node.instance.clone()) else { continue };
+            if signal.instance.as_ref().is_some_and(|i| *i != instance) {
+                continue;
             }
+            signal.instance = Some(instance);
+            // An Event's own timestamps never make its news older than when the watch saw it
+            // (less the lag of a watch): an old `firstTimestamp` cannot expire a genuine notice.
+            signal.observed_at =
+                Some(signal.observed_at.map_or(seen.seen, |at| at.clamp(seen.seen.minus(EVENT_LAG), seen.seen)));
             if let Some(core) = signal.to_core(now) {
                 let first = state.first_seen.entry(core.instance.clone()).or_insert(seen.seen);
                 *first = (*first).min(seen.seen);
@@ -717,6 +746,9 @@ mod tests {
             serde_yaml::from_str(include_str!("../../tests/fixtures/nth/imds-rebalance.yaml")).unwrap();
         event.involved_object.name = Some(node.into());
         event.metadata.uid = Some(uid.into());
+        if let Some(a) = event.metadata.annotations.as_mut() {
+            a.insert("instance-id".into(), format!("i-{node}"));
+        }
         event
     }
 
@@ -738,6 +770,53 @@ mod tests {
         assert!(c.current().unwrap().signals.is_empty(), "the grace is over");
         c.apply_events(&mut c.write(), Change::Reset(Vec::new()));
         assert!(c.read().signals.is_empty(), "and its memory freed");
+    }
+
+    /// NTH's Event about `node`, as written by anyone: naming `instance`, first seen at `first`.
+    fn claimed(node: &str, uid: &str, instance: &str, first: &str) -> k8s_openapi::api::core::v1::Event {
+        let mut event = nth_event(node, uid);
+        event.metadata.annotations = Some(BTreeMap::from([("instance-id".to_string(), instance.to_string())]));
+        event.first_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(first.parse().unwrap()));
+        event
+    }
+
+    #[test]
+    fn a_forged_event_cannot_replace_or_age_a_genuine_notice() {
+        let c = cluster(false);
+        synced(&c, vec![node("n1", None)], Vec::new());
+        let now = jiff::Timestamp::now().to_string();
+        let (k, s) = c.convert_event(claimed("n1", "genuine", "i-n1", &now)).unwrap();
+        c.apply_events(&mut c.write(), Change::Upsert((k, s)));
+        let genuine = c.current().unwrap().signals;
+        assert_eq!(genuine.len(), 1);
+
+        // Another instance, and a firstTimestamp of years ago: neither replaces nor ages it.
+        let (k, s) = c.convert_event(claimed("n1", "forged", "i-elsewhere", "2020-01-01T00:00:00Z")).unwrap();
+        c.apply_events(&mut c.write(), Change::Upsert((k, s)));
+        let (k, s) = c.convert_event(claimed("n1", "forged-old", "i-n1", "2020-01-01T00:00:00Z")).unwrap();
+        c.apply_events(&mut c.write(), Change::Upsert((k, s)));
+        assert_eq!(c.current().unwrap().signals, genuine, "the genuine notice stands as it was");
+        let text = c.metrics.encode();
+        assert!(text.contains("spots_booster_signals_untrusted_total{reason=\"instance-mismatch\"} 1"), "{text}");
+    }
+
+    #[test]
+    fn the_instance_is_the_nodes_and_an_events_time_never_ages_it_past_the_watch_lag() {
+        let c = cluster(false);
+        synced(&c, vec![node("n1", None)], Vec::new());
+        // The first Event anyone wrote for n1 names another instance: not kept at all.
+        let (k, s) = c.convert_event(claimed("n1", "forged", "i-elsewhere", "2020-01-01T00:00:00Z")).unwrap();
+        c.apply_events(&mut c.write(), Change::Upsert((k, s)));
+        assert!(c.current().unwrap().signals.is_empty());
+        // One that names none, years old: about the node's own instance, and as old as the lag.
+        let mut event = claimed("n1", "no-instance", "i-n1", "2020-01-01T00:00:00Z");
+        event.metadata.annotations = None;
+        let (k, s) = c.convert_event(event).unwrap();
+        c.apply_events(&mut c.write(), Change::Upsert((k, s)));
+        let signals = c.current().unwrap().signals;
+        assert_eq!(signals[0].instance.as_str(), "i-n1");
+        let age = (c.clock)().since(signals[0].observed_at);
+        assert!(age >= EVENT_LAG && age < EVENT_LAG + Duration::from_secs(5), "{age:?}");
     }
 
     #[test]

@@ -474,13 +474,17 @@ where
         Ok(())
     }
 
-    /// Counts each instance whose Events are not believed once per reason, and says why.
+    /// Counts each instance whose signals made it no risk once per reason (`signals_dropped_total`),
+    /// and those whose Events are not believed also by why (`signals_untrusted_total`), saying so.
     fn count_untrusted(&mut self, at_risk: &crate::core::AtRiskSet) {
         let mut live = BTreeSet::new();
         for d in &at_risk.dropped {
-            let DropReason::Untrusted(why) = d.reason else { continue };
-            live.insert((d.instance.clone(), why.as_str()));
-            if self.untrusted.insert((d.instance.clone(), why.as_str())) {
+            live.insert((d.instance.clone(), d.reason.as_str()));
+            if !self.untrusted.insert((d.instance.clone(), d.reason.as_str())) {
+                continue;
+            }
+            self.ctx.metrics.signals.dropped(&d.reason);
+            if let DropReason::Untrusted(why) = d.reason {
                 self.ctx.metrics.signals.untrusted(why.into());
                 info!(instance = %d.instance, reason = why.as_str(), "an Event's interruption notice is not believed yet");
             }
@@ -835,6 +839,30 @@ mod tests {
         assert_eq!(rig.aws.desired("a"), 4);
         assert!(chosen(&rig).is_empty(), "nothing to give back");
         assert!(rig.ledger.saved().records.is_empty(), "settled and closed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_dropped_signal_is_counted_once_by_its_reason() {
+        let rig = fleet(2, 2, 10);
+        // NTH's Event on a node nobody cordoned, and one about an instance whose node is gone.
+        event(&rig, "n1", SignalKind::SpotInterruption);
+        rig.cluster.signal(Signal {
+            instance: InstanceId::from("i-gone"),
+            node: "gone".into(),
+            kind: SignalKind::Rebalance,
+            observed_at: Timestamp::from_millis(1_000),
+            evidence: Evidence::NodeTaint,
+            notice_deadline: None,
+        });
+        let mut s = scaler(&rig).await;
+        s.tick().await.unwrap();
+        s.tick().await.unwrap();
+        let text = s.ctx.metrics.encode();
+        for reason in ["not-cordoned", "node-gone"] {
+            let line = format!("spots_booster_signals_dropped_total{{reason=\"{reason}\"}} 1");
+            assert!(text.contains(&line), "{line} in {text}");
+        }
+        assert!(text.contains("spots_booster_signals_untrusted_total{reason=\"not-cordoned\"} 1"), "{text}");
     }
 
     #[tokio::test(start_paused = true)]
