@@ -1283,7 +1283,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_interruption_notice_drains_before_its_deadline_though_the_replacement_is_late() {
-        let (rig, ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
+        let (rig, _ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
         rig.cluster.edit(|s| {
             s.signals[0].kind = SignalKind::SpotInterruption;
             s.signals[0].evidence = Evidence::NodeTaint;
@@ -1301,7 +1301,6 @@ mod tests {
         assert_eq!(report.terminated, vec![("i-n1".into(), true)], "drained 90 s before AWS takes it");
         assert_eq!(rig.aws.desired("a"), 3, "the boost's node is given back with the instance; its launch goes on");
         assert!(rig.events.reasons_for("n1").contains(&"DrainStarted"));
-        let _ = ctx;
     }
 
     #[tokio::test(start_paused = true)]
