@@ -95,12 +95,17 @@ async fn an_eviction_posts_the_uid_precondition_and_maps_every_answer() {
         let (client, mut server) = mocked().await;
         let writes = KubeWrites::new(client, false);
         let evict = tokio::spawn(async move { writes.evict(&pod_ref()).await });
-        let seen = answer(&mut server, |_| {
-            if code == 201 {
-                reply(201, json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}))
-            } else {
-                reply(code, status(code, "TooManyRequests"))
-            }
+        let seen = answer(&mut server, |_| match code {
+            201 => reply(201, json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})),
+            // kube-apiserver's words (registry/core/pod/storage/eviction.go).
+            409 => reply(
+                409,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 409,
+                "reason": "Conflict", "message": "Operation cannot be fulfilled on Pod \"web-0\": the UID in the \
+                precondition (uid-web-0) does not match the UID in record (uid-new). The object might have been \
+                deleted and then recreated"}),
+            ),
+            _ => reply(code, status(code, "TooManyRequests")),
         })
         .await;
         assert_eq!((seen.method.as_str(), seen.path.as_str()), ("POST", "/api/v1/namespaces/shop/pods/web-0/eviction"));
@@ -111,6 +116,7 @@ async fn an_eviction_posts_the_uid_precondition_and_maps_every_answer() {
         let outcome = evict.await.unwrap();
         match expected {
             Some(e) => assert_eq!(outcome.unwrap(), e, "HTTP {code}"),
+
             None => {
                 let err = outcome.unwrap_err();
                 assert!(matches!(err, spots_booster::ports::ClusterWriteError::Evict { .. }), "{err}");
@@ -118,6 +124,24 @@ async fn an_eviction_posts_the_uid_precondition_and_maps_every_answer() {
             }
         }
     }
+}
+
+#[tokio::test]
+async fn a_conflict_that_is_not_the_uid_precondition_is_tried_again_never_taken_as_gone() {
+    let (client, mut server) = mocked().await;
+    let writes = KubeWrites::new(client, false);
+    let evict = tokio::spawn(async move { writes.evict(&pod_ref()).await });
+    answer(&mut server, |_| {
+        reply(
+            409,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 409, "reason": "Conflict",
+                "message": "Operation cannot be fulfilled on poddisruptionbudgets.policy \"web\": the object has \
+                been modified; please apply your changes to the latest version and try again"}),
+        )
+    })
+    .await;
+    let err = evict.await.unwrap().unwrap_err();
+    assert!(matches!(err, spots_booster::ports::ClusterWriteError::Evict { .. }), "{err}");
 }
 
 #[tokio::test]

@@ -40,6 +40,12 @@ impl KubeWrites {
     }
 }
 
+/// Whether a 409 is kube-apiserver's answer to a UID precondition that no longer holds (the
+/// eviction's own conflicts, on the pod or its budget, are worth another try).
+fn uid_precondition_failed(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(status) if status.message.contains("the UID in the precondition"))
+}
+
 fn api_code(e: &kube::Error) -> Option<u16> {
     match e {
         kube::Error::Api(status) => Some(status.code),
@@ -90,8 +96,9 @@ impl ClusterWrites for KubeWrites {
         match sent {
             Ok(_) => Ok(EvictOutcome::Evicted),
             Err(e) => match api_code(&e) {
-                // 404: gone. 409: the UID precondition failed, a new pod took the name: ours is gone.
-                Some(404 | 409) => Ok(EvictOutcome::Gone),
+                // 404: gone. A 409 on the UID precondition: a new pod took the name, ours is gone.
+                Some(404) => Ok(EvictOutcome::Gone),
+                Some(409) if uid_precondition_failed(&e) => Ok(EvictOutcome::Gone),
                 // A PodDisruptionBudget allows no disruption now (or the server asks us to slow down).
                 Some(429) => Ok(EvictOutcome::Blocked),
                 _ => Err(ClusterWriteError::Evict { pod: pod.clone(), source: e.into() }),

@@ -83,7 +83,8 @@ pub enum ClusterWriteError {
         #[source]
         source: BoxError,
     },
-    /// The Eviction API answered something other than success, 404, 409 or 429.
+    /// The Eviction API answered something other than success, 404, 429 or a 409 on the UID
+    /// precondition (an eviction's own conflicts are tried again next round).
     #[error("evicting pod {pod} failed")]
     Evict {
         /// The pod.

@@ -4,10 +4,11 @@
 //!
 //! For each batch the core starts: cordon if needed, then evict the node's pods through the
 //! Eviction API in the core's order (ordinary pods first, critical ones once no ordinary pod is
-//! left), with the pod UID as precondition. 404/409 mean done; 429 (a PodDisruptionBudget) backs
-//! off with the core's doubling delay. Once no evictable pod is left on the node, the instance is
-//! terminated through Auto Scaling, with decrement when the core says it gives a boosted node back,
-//! and the return is noted in the ledger. Drains past the core's deadline stop; replacement nodes
+//! left), with the pod UID as precondition. 404, and a 409 on the UID precondition, mean done (any
+//! other 409 is tried again); 429 (a PodDisruptionBudget) backs off with the core's doubling delay.
+//! Once no evictable pod is left on the node, the instance is terminated through Auto Scaling,
+//! with decrement when the core says it gives a boosted node back, and the return is noted in the
+//! ledger. Drains past the core's deadline stop; replacement nodes
 //! the core claims carry Cluster Autoscaler's scale-down protection until their drain is done.
 //!
 //! Only the leader acts. A replica that loses the lease drops its drains at once; the new leader
