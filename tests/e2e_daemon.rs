@@ -15,14 +15,13 @@ use std::time::{Duration, Instant};
 
 use aws_config::SdkConfig;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
-use k8s_openapi::api::events::v1::Event as NewEvent;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 use support::e2e::{
-    aws, bind_pod, create_group, create_namespace, env, free_port, kube_client, metric, nth_cordon_and_taint,
-    nth_rebalance_event, pod_ready, register_node, report_pod_ready, run_suffix, scrape, start_booster, AWS_ENDPOINT,
-    KUBECONFIG,
+    aws, bind_pod, booster_events_on, create_group, create_namespace, env, free_port, kube_client, metric,
+    nth_cordon_and_taint, nth_rebalance_event, pod_ready, register_node, report_pod_ready, run_suffix, scrape,
+    start_booster, AWS_ENDPOINT, KUBECONFIG,
 };
 
 mod support;
@@ -400,16 +399,8 @@ async fn a_rebalance_recommendation_is_boosted_drained_and_given_back() {
     );
     assert!(metric(&text, "spots_booster_reaction_seconds_count") >= 1.0, "{text}");
 
-    let new_events: Api<NewEvent> = Api::namespaced(run.kube.clone(), "default");
-    let reasons: Vec<String> = new_events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(at_risk.as_str()))
-        .filter_map(|e| e.reason)
-        .collect();
+    let reasons: Vec<String> =
+        booster_events_on(&run.kube, &at_risk).await.into_iter().filter_map(|e| e.reason).collect();
     for reason in ["BoostRequested", "DrainStarted", "InstanceTerminated"] {
         assert!(reasons.iter().any(|r| r == reason), "Event {reason} on {at_risk}: {reasons:?}");
     }

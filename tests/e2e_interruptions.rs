@@ -15,15 +15,14 @@ use std::time::{Duration, Instant};
 
 use aws_config::SdkConfig;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::events::v1::Event as NewEvent;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 use support::e2e::{
-    aws, bind_pod, create_group, create_namespace, deploy_with_budget, desired_capacity, env, free_port, kube_client,
-    live_instances, metric, pod_ready, register_node, report_pod_ready, run_suffix, scrape, start_booster,
-    AWS_ENDPOINT, KUBECONFIG,
+    aws, bind_pod, booster_events_on, create_group, create_namespace, deploy_with_budget, desired_capacity, env,
+    free_port, kube_client, live_instances, metric, pod_ready, register_node, report_pod_ready, run_suffix, scrape,
+    start_booster, AWS_ENDPOINT, KUBECONFIG,
 };
 
 mod support;
@@ -407,18 +406,16 @@ async fn a_boost_whose_instance_aws_took_first_is_given_back_through_a_drained_n
     let text = scrape(port).await;
     let group = cluster.group.clone();
     // The booster's Events say which node it chose to give back.
-    let events: Api<NewEvent> = Api::namespaced(cluster.kube.clone(), "default");
-    let given: Vec<String> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("DrainStarted"))
-        .filter(|e| e.note.as_deref().is_some_and(|n| n.contains("giving back")))
-        .filter_map(|e| e.regarding.and_then(|r| r.name))
-        .filter(|n| n.contains(&cluster.suffix))
-        .collect();
+    let joined: Vec<String> = cluster.seen.lock().unwrap().joined.keys().cloned().collect();
+    let mut given = Vec::new();
+    for node in &joined {
+        let events = booster_events_on(&cluster.kube, node).await;
+        if events.iter().any(|e| {
+            e.reason.as_deref() == Some("DrainStarted") && e.note.as_deref().is_some_and(|n| n.contains("giving back"))
+        }) {
+            given.push(node.clone());
+        }
+    }
     {
         let seen = cluster.seen.lock().unwrap();
         eprintln!(

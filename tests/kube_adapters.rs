@@ -243,6 +243,20 @@ async fn cordon_and_scale_down_protection_are_merge_patches_on_the_node() {
     assert_eq!(seen.body, json!({"spec": {"unschedulable": true}}));
     cordon.await.unwrap().unwrap();
 
+    // A node chosen to give capacity back whose drain could not finish is made schedulable again.
+    let (w, n) = (writes.clone(), node.clone());
+    let uncordon = tokio::spawn(async move { w.uncordon(&n).await });
+    let seen = answer(&mut server, |_| reply(200, json!({"metadata": {"name": "x"}}))).await;
+    assert_eq!((seen.method.as_str(), seen.path.as_str()), ("PATCH", "/api/v1/nodes/ip-10-0-1-2.ec2.internal"));
+    assert_eq!(seen.content_type, "application/merge-patch+json");
+    assert_eq!(seen.body, json!({"spec": {"unschedulable": null}}));
+    uncordon.await.unwrap().unwrap();
+    let (w, n) = (writes.clone(), node.clone());
+    let failed = tokio::spawn(async move { w.uncordon(&n).await });
+    answer(&mut server, |_| reply(403, status(403, "Forbidden"))).await;
+    let err = failed.await.unwrap().unwrap_err();
+    assert_eq!(err.to_string(), "uncordoning node ip-10-0-1-2.ec2.internal failed");
+
     let (w, n) = (writes.clone(), node.clone());
     let protect = tokio::spawn(async move { w.protect_from_scale_down(&n, true).await });
     let seen = answer(&mut server, |_| reply(200, json!({"metadata": {"name": "x"}}))).await;

@@ -53,24 +53,26 @@ fn api_code(e: &kube::Error) -> Option<u16> {
     }
 }
 
+impl KubeWrites {
+    /// Merge-patches the node's `spec.unschedulable`.
+    async fn set_unschedulable(&self, node: &NodeName, value: serde_json::Value) -> Result<(), kube::Error> {
+        let nodes: Api<KubeNode> = Api::all(self.client.clone());
+        let patch = json!({ "spec": { "unschedulable": value } });
+        nodes.patch(node.as_str(), &self.patch_params(), &Patch::Merge(&patch)).await.map(|_| ())
+    }
+}
+
 impl ClusterWrites for KubeWrites {
     async fn cordon(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
-        let nodes: Api<KubeNode> = Api::all(self.client.clone());
-        let patch = json!({ "spec": { "unschedulable": true } });
-        nodes
-            .patch(node.as_str(), &self.patch_params(), &Patch::Merge(&patch))
+        self.set_unschedulable(node, json!(true))
             .await
-            .map(|_| ())
             .map_err(|e| ClusterWriteError::Cordon { node: node.clone(), source: e.into() })
     }
 
     async fn uncordon(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
-        let nodes: Api<KubeNode> = Api::all(self.client.clone());
-        let patch = json!({ "spec": { "unschedulable": null } });
-        nodes
-            .patch(node.as_str(), &self.patch_params(), &Patch::Merge(&patch))
+        // null removes the field, as `kubectl uncordon` leaves it.
+        self.set_unschedulable(node, serde_json::Value::Null)
             .await
-            .map(|_| ())
             .map_err(|e| ClusterWriteError::Uncordon { node: node.clone(), source: e.into() })
     }
 

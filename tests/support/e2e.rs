@@ -243,3 +243,10 @@ pub async fn deploy_with_budget(kube: &Client, ns: &str, app: &str, replicas: u3
     )
     .await;
 }
+
+/// The events.k8s.io Events the booster wrote in `default` about the node `node`.
+pub async fn booster_events_on(kube: &Client, node: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(kube.clone(), "default");
+    let all = events.list(&kube::api::ListParams::default()).await.unwrap().items;
+    all.into_iter().filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node)).collect()
+}
