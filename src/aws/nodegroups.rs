@@ -760,15 +760,21 @@ impl NodeGroupCloud for AwsNodeGroups {
             .and_then(|t| jiff::Timestamp::from_second(t.secs()).ok())
             .map(|t| t.strftime("%Y%m%d%H%M%S").to_string())
             .unwrap_or_default();
-        Ok(Some(TemplateFacts { name: name.to_string(), latest_version: latest, data, created }))
+        let tags = template
+            .tags()
+            .iter()
+            .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
+            .collect();
+        Ok(Some(TemplateFacts { name: name.to_string(), latest_version: latest, data, created, tags }))
     }
 
     async fn create_launch_template(
         &self,
         name: &str,
-        cluster: &str,
+        owner: &BTreeMap<String, String>,
         data: &LaunchTemplateData,
     ) -> Result<String, CloudError> {
+        let tags = owner.iter().map(|(k, v)| ec2::Tag::builder().key(k).value(v).build());
         let out = self
             .ec2
             .create_launch_template()
@@ -776,7 +782,7 @@ impl NodeGroupCloud for AwsNodeGroups {
             .tag_specifications(
                 ec2::TagSpecification::builder()
                     .resource_type(ec2::ResourceType::LaunchTemplate)
-                    .tags(ec2::Tag::builder().key(TAG_CLUSTER_NAME).value(cluster).build())
+                    .set_tags(Some(tags.collect()))
                     .build(),
             )
             .version_description("spots-booster")

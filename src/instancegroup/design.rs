@@ -12,6 +12,8 @@ pub struct GroupDesign {
     pub namespace: String,
     /// The InstanceGroup's name.
     pub name: String,
+    /// The InstanceGroup's `metadata.uid`, tagged on what it owns.
+    pub(crate) uid: Option<String>,
     /// EKS cluster name.
     pub(crate) cluster_name: String,
     /// ASG MinSize (and DesiredCapacity at creation).

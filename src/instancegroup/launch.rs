@@ -17,6 +17,54 @@ pub(crate) const TAG_CLUSTER_NAME: &str = "instancegroups.keikoproj.io/ClusterNa
 pub(crate) const TAG_NAMESPACE: &str = "instancegroups.keikoproj.io/Namespace";
 /// ASG tag holding the InstanceGroup name.
 pub(crate) const TAG_INSTANCE_GROUP: &str = "instancegroups.keikoproj.io/InstanceGroup";
+/// Tag holding the InstanceGroup's uid: which incarnation of the name owns the resource.
+pub(crate) const TAG_INSTANCE_GROUP_UID: &str = "spots-booster.io/instancegroup-uid";
+
+/// The tags that say which InstanceGroup owns a resource: cluster, namespace, name and uid.
+pub(crate) fn owner_tags(design: &GroupDesign) -> BTreeMap<String, String> {
+    owner_tags_of(&design.cluster_name, &design.namespace, &design.name, design.uid.as_deref())
+}
+
+/// [`owner_tags`] from the parts (a deleted InstanceGroup may have no valid design any more).
+pub(crate) fn owner_tags_of(cluster: &str, namespace: &str, name: &str, uid: Option<&str>) -> BTreeMap<String, String> {
+    let mut tags = BTreeMap::from([
+        (TAG_CLUSTER_NAME.to_string(), cluster.to_string()),
+        (TAG_NAMESPACE.to_string(), namespace.to_string()),
+        (TAG_INSTANCE_GROUP.to_string(), name.to_string()),
+    ]);
+    if let Some(uid) = uid.filter(|u| !u.is_empty()) {
+        tags.insert(TAG_INSTANCE_GROUP_UID.to_string(), uid.to_string());
+    }
+    tags
+}
+
+/// Who else owns a resource found under this design's name, by its tags, or `None` when it may
+/// be adopted. `{cluster}-{namespace}-{name}` is upstream's naming and stays, so groups created by
+/// keikoproj instance-manager are adopted; but dashes make it ambiguous (`a-b`/`c` and `a`/`b-c`),
+/// so a resource is adopted, changed or deleted only when every ownership tag it carries names
+/// this InstanceGroup, and an Auto Scaling group must carry cluster, namespace and name.
+pub(crate) fn foreign_owner(
+    tags: &BTreeMap<String, String>,
+    ours: &BTreeMap<String, String>,
+    group: bool,
+) -> Option<String> {
+    let differs = ours.iter().any(|(k, v)| tags.get(k).is_some_and(|t| t != v));
+    let required = [TAG_CLUSTER_NAME, TAG_NAMESPACE, TAG_INSTANCE_GROUP];
+    let unclaimed = group && required.iter().any(|k| !tags.contains_key(*k));
+    (differs || unclaimed).then(|| {
+        let tag = |k: &str| tags.get(k).map_or("?", String::as_str);
+        let mut owner = format!(
+            "cluster {}, InstanceGroup {}/{}",
+            tag(TAG_CLUSTER_NAME),
+            tag(TAG_NAMESPACE),
+            tag(TAG_INSTANCE_GROUP)
+        );
+        if let Some(uid) = tags.get(TAG_INSTANCE_GROUP_UID) {
+            owner.push_str(&format!(" (uid {uid})"));
+        }
+        owner
+    })
+}
 
 /// Cloud facts the launch template is built from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -135,12 +183,10 @@ pub struct AsgDesign {
 
 /// The ASG tags for a design: ownership, cluster-autoscaler discovery (when annotated), user tags.
 pub(crate) fn asg_tags(design: &GroupDesign) -> BTreeMap<String, String> {
-    let mut tags = BTreeMap::from([
+    let mut tags = owner_tags(design);
+    tags.extend([
         ("Name".to_string(), design.prefix.clone()),
         ("KubernetesCluster".to_string(), design.cluster_name.clone()),
-        (TAG_CLUSTER_NAME.to_string(), design.cluster_name.clone()),
-        (TAG_NAMESPACE.to_string(), design.namespace.clone()),
-        (TAG_INSTANCE_GROUP.to_string(), design.name.clone()),
         (format!("kubernetes.io/cluster/{}", design.cluster_name), "owned".to_string()),
     ]);
     if design.cluster_autoscaler_tags {
@@ -338,6 +384,7 @@ mod tests {
             namespace: "instance-manager",
             name: "batch-spot",
             annotations: ig.metadata.annotations.as_ref(),
+            uid: None,
         };
         validate(&info, &ig.spec, &crate::instancegroup::validate::IamRules::default()).expect("valid")
     }
@@ -444,6 +491,36 @@ mod tests {
         assert_eq!(tags["k8s.io/cluster-autoscaler/node-template/label/workload-class"], "batch");
         assert_eq!(tags["k8s.io/cluster-autoscaler/node-template/taint/workload-class"], "batch:NoSchedule");
         assert_eq!(tags["team"], "data-platform");
+    }
+
+    #[test]
+    fn only_resources_whose_tags_name_this_instancegroup_are_adopted() {
+        let mut ours = design();
+        ours.uid = Some("uid-1".into());
+        let tags = asg_tags(&ours);
+        assert_eq!(tags[TAG_INSTANCE_GROUP_UID], "uid-1");
+        assert_eq!(foreign_owner(&tags, &owner_tags(&ours), true), None);
+
+        // `prod-euw1-instance-manager-batch-spot` is also InstanceGroup `instance`/`manager-batch-spot`'s name.
+        let mut collides = ours.clone();
+        (collides.namespace, collides.name, collides.uid) = ("instance".into(), "manager-batch-spot".into(), None);
+        assert_eq!(collides.prefix, ours.prefix);
+        assert_eq!(
+            foreign_owner(&tags, &owner_tags(&collides), true).as_deref(),
+            Some("cluster prod-euw1, InstanceGroup instance-manager/batch-spot (uid uid-1)")
+        );
+        // The same name recreated: another uid owns what is left of the old one.
+        let mut again = ours.clone();
+        again.uid = Some("uid-2".into());
+        assert!(foreign_owner(&tags, &owner_tags(&again), true).is_some());
+        // Upstream's groups carry no uid: adopted (and then tagged).
+        let mut upstream = tags.clone();
+        upstream.remove(TAG_INSTANCE_GROUP_UID);
+        assert_eq!(foreign_owner(&upstream, &owner_tags(&again), true), None);
+        // A group naming no owner is nobody's to take; a template of an older version, cluster only, is.
+        let cluster_only = BTreeMap::from([(TAG_CLUSTER_NAME.to_string(), "prod-euw1".to_string())]);
+        assert!(foreign_owner(&cluster_only, &owner_tags(&ours), true).is_some());
+        assert_eq!(foreign_owner(&cluster_only, &owner_tags(&ours), false), None);
     }
 
     #[test]

@@ -155,6 +155,9 @@ pub struct ObjectInfo<'a> {
     pub name: &'a str,
     /// Annotations.
     pub annotations: Option<&'a BTreeMap<String, String>>,
+    /// `metadata.uid`: written on what the reconciler creates, so a later InstanceGroup of the
+    /// same name (or one whose AWS names collide) cannot take it over.
+    pub uid: Option<&'a str>,
 }
 
 struct Errors(Vec<FieldError>);
@@ -263,7 +266,9 @@ pub fn validate(info: &ObjectInfo<'_>, spec: &InstanceGroupSpec, iam: &IamRules)
     });
     let bootstrap = bootstrap(&mut errors, info.name, &annotations, config, os_family, lifecycle, mounts);
     let tags = tag_list(&mut errors, &format!("{CONF}.tags"), &config.tags);
-    for key in tags.keys().filter(|k| k.starts_with("instancegroups.keikoproj.io/")) {
+    for key in
+        tags.keys().filter(|k| k.starts_with("instancegroups.keikoproj.io/") || k.starts_with("spots-booster.io/"))
+    {
         errors.invalid(format!("{CONF}.tags"), format!("{key} is set by the reconciler"));
     }
     let mut tag_specifications = BTreeMap::new();
@@ -299,6 +304,7 @@ pub fn validate(info: &ObjectInfo<'_>, spec: &InstanceGroupSpec, iam: &IamRules)
         prefix,
         namespace: info.namespace.to_string(),
         name: info.name.to_string(),
+        uid: info.uid.filter(|u| !u.is_empty()).map(String::from),
         cluster_name: config.cluster_name.clone(),
         min_size,
         max_size,
@@ -873,12 +879,13 @@ mod tests {
             namespace: ig.metadata.namespace.as_deref().unwrap_or("default"),
             name: ig.metadata.name.as_deref().unwrap_or(""),
             annotations: ig.metadata.annotations.as_ref(),
+            uid: None,
         };
         validate(&info, &ig.spec, &IamRules::default())
     }
 
     fn run_with(ig: &InstanceGroup, iam: &IamRules) -> Result<GroupDesign, ValidateError> {
-        let info = ObjectInfo { namespace: "t", name: "a", annotations: ig.metadata.annotations.as_ref() };
+        let info = ObjectInfo { namespace: "t", name: "a", annotations: ig.metadata.annotations.as_ref(), uid: None };
         validate(&info, &ig.spec, iam)
     }
 

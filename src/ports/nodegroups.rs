@@ -1,6 +1,7 @@
 //! The port the InstanceGroup reconciler acts through on AWS, in our own terms. Implemented on the
 //! SDK in `aws::nodegroups` (tested against moto) and in memory by tests.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 
 use super::{AwsFailure, FailureKind};
@@ -21,6 +22,8 @@ pub struct TemplateFacts {
     /// When the template was created (`YYYYMMDDhhmmss`, UTC): with the version, it names the
     /// `crd` strategy's resources.
     pub created: String,
+    /// Its tags: whose it is.
+    pub tags: BTreeMap<String, String>,
 }
 
 /// The node role and instance profile in use.
@@ -102,12 +105,12 @@ pub trait NodeGroupCloud: Send + Sync {
     fn delete_role(&self, name: &str) -> impl Future<Output = Result<(), CloudError>> + Send;
     /// The launch template and its latest version, if it exists.
     fn launch_template(&self, name: &str) -> impl Future<Output = Result<Option<TemplateFacts>, CloudError>> + Send;
-    /// Creates the template; returns its version ("1").
-    /// The template is tagged as owned by `cluster`, which the IAM policy's conditions rely on.
+    /// Creates the template tagged with `owner` (its cluster, which the IAM policy's conditions
+    /// rely on, and its InstanceGroup); returns its version ("1").
     fn create_launch_template(
         &self,
         name: &str,
-        cluster: &str,
+        owner: &BTreeMap<String, String>,
         data: &LaunchTemplateData,
     ) -> impl Future<Output = Result<String, CloudError>> + Send;
     /// Adds a version; returns it. The group launches `$Latest`, so the default version is left

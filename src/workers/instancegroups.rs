@@ -14,14 +14,16 @@ use crate::instancegroup::api::{Condition, InstanceGroup, InstanceGroupSpec, Ins
 use crate::instancegroup::boundaries::InstanceManagerConfig;
 use crate::instancegroup::crd_strategy::{self, CrdStep};
 use crate::instancegroup::design::{CrdPlan, GroupDesign, Strategy};
-use crate::instancegroup::launch::{asg_changes, asg_design, drift, launch_template_data, AsgFacts, Resolved};
+use crate::instancegroup::launch::{
+    asg_changes, asg_design, drift, foreign_owner, launch_template_data, owner_tags, owner_tags_of, AsgFacts, Resolved,
+};
 use crate::instancegroup::rolling::{self, NodeFacts, RollingInput, RollingStep};
 use crate::instancegroup::validate::{
     managed_role_name, validate, FieldError, FieldErrorKind, IamRules, ObjectInfo, ValidateError,
 };
 use crate::metrics::{Metrics, ReconcileResult};
 use crate::ports::instancegroups::{InstanceGroupStore, StoreError};
-use crate::ports::nodegroups::{CloudError, NodeGroupCloud};
+use crate::ports::nodegroups::{CloudError, NodeGroupCloud, TemplateFacts};
 use crate::ports::{ClusterView, Leadership};
 use crate::workers::Clock;
 
@@ -106,6 +108,16 @@ pub(crate) enum ReconcileError {
     /// A Kubernetes call.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// An AWS resource under this InstanceGroup's name belongs to another.
+    #[error("{what} {name} belongs to {owner}: not adopted, changed or deleted")]
+    Owned {
+        /// `launch template`, `Auto Scaling group`.
+        what: &'static str,
+        /// Its name.
+        name: String,
+        /// Whose it is, by its tags.
+        owner: String,
+    },
 }
 
 impl ReconcileError {
@@ -113,7 +125,7 @@ impl ReconcileError {
         match self {
             ReconcileError::Cloud(e) => e.is_transient(),
             // Refused, not failed: retrying changes nothing until someone acts.
-            ReconcileError::Store(StoreError::AwsAuth(_)) => false,
+            ReconcileError::Store(StoreError::AwsAuth(_)) | ReconcileError::Owned { .. } => false,
             ReconcileError::Store(_) => true,
         }
     }
@@ -300,7 +312,12 @@ where
         status.config_md5 = md5;
         status.provisioner =
             spec.as_ref().map_or(ig.spec.provisioner.to_ascii_lowercase(), |s| s.provisioner.to_ascii_lowercase());
-        let info = ObjectInfo { namespace: &namespace, name: &name, annotations: ig.metadata.annotations.as_ref() };
+        let info = ObjectInfo {
+            namespace: &namespace,
+            name: &name,
+            annotations: ig.metadata.annotations.as_ref(),
+            uid: ig.metadata.uid.as_deref(),
+        };
         let design = match spec.and_then(|spec| validate(&info, &spec, &self.iam)) {
             Ok(design) => design,
             Err(invalid) => {
@@ -323,6 +340,10 @@ where
         status.lifecycle = design.lifecycle.as_str().to_string();
         status.active_scaling_group_name = design.prefix.clone();
         status.active_launch_template_name = design.prefix.clone();
+        // Before anything under this name is touched (its role included): whose is it?
+        let template = self.cloud.launch_template(&design.prefix).await?;
+        let group = self.cloud.scaling_group(&GroupName::from(design.prefix.as_str())).await?;
+        owned(&owner_tags(&design), &design.prefix, template.as_ref(), group.as_ref())?;
         let cluster = self.cloud.cluster(&design.cluster_name).await?;
         let role = self.cloud.ensure_role(&design.role, &design.cluster_name).await?;
         let vpc = cluster.vpc_id.clone();
@@ -332,9 +353,9 @@ where
             Resolved { subnet_ids, security_group_ids, instance_profile_arn: role.profile_arn.clone(), cluster };
         let data = launch_template_data(&design, &resolved);
         let mut template_created = String::new();
-        let version = match self.cloud.launch_template(&design.prefix).await? {
+        let version = match template {
             None => {
-                let version = self.cloud.create_launch_template(&design.prefix, &design.cluster_name, &data).await?;
+                let version = self.cloud.create_launch_template(&design.prefix, &owner_tags(&design), &data).await?;
                 info!(%namespace, %name, template = %design.prefix, "launch template created");
                 version
             }
@@ -355,7 +376,7 @@ where
         status.latest_template_version = version.clone();
         status.nodes_instance_role_arn = role.role_arn.clone().unwrap_or_default();
 
-        let facts = self.cloud.scaling_group(&GroupName::from(design.prefix.as_str())).await?;
+        let facts = group;
         let running = facts.iter().flat_map(|f| &f.instances).filter_map(|i| i.instance_type.clone()).collect();
         let wanted = asg_design(&design, &resolved, &running);
         status.current_min = Some(design.min_size.into());
@@ -580,7 +601,29 @@ where
         };
         if !prefix.is_empty() {
             let group = GroupName::from(prefix.as_str());
-            if let Some(facts) = self.cloud.scaling_group(&group).await? {
+            let cluster = configuration.map_or("", |c| c.cluster_name.as_str());
+            let ours = owner_tags_of(cluster, &namespace, &name, ig.metadata.uid.as_deref());
+            let template_name = if status.active_launch_template_name.is_empty() {
+                &prefix
+            } else {
+                &status.active_launch_template_name
+            };
+            let facts = self.cloud.scaling_group(&group).await?;
+            let template = self.cloud.launch_template(template_name).await?;
+            if let Err(ReconcileError::Owned { what, name: other, owner }) =
+                owned(&ours, &prefix, template.as_ref(), facts.as_ref())
+            {
+                // Another InstanceGroup's: left whole, and this one lets go of its finalizer.
+                let message = format!("{what} {other} belongs to {owner}: left as it is");
+                warn!(%namespace, %name, %message, "InstanceGroup deleted without its AWS resources");
+                self.event(ig, "ReconcileFailed", &message, true).await;
+                status.current_state = State::Deleted.into();
+                self.store.patch_status(&namespace, &name, status).await?;
+                let remaining: Vec<String> = finalizers.iter().filter(|f| *f != FINALIZER).cloned().collect();
+                self.store.set_finalizers(&namespace, &name, &finalizers, &remaining).await?;
+                return Ok(Requeue::OnChange);
+            }
+            if let Some(facts) = facts {
                 if facts.status.is_none() {
                     self.cloud.delete_scaling_group(&group).await?;
                     self.event(
@@ -594,12 +637,7 @@ where
                 status.current_state = State::Deleting.into();
                 return Ok(Requeue::After(REQUEUE));
             }
-            let template = if status.active_launch_template_name.is_empty() {
-                &prefix
-            } else {
-                &status.active_launch_template_name
-            };
-            self.cloud.delete_launch_template(template).await?;
+            self.cloud.delete_launch_template(template_name).await?;
             let role_arn = &status.nodes_instance_role_arn;
             let shared = all.iter().any(|other| {
                 key(other) != (namespace.clone(), name.clone())
@@ -760,6 +798,24 @@ pub struct Schedule {
     backoff: HashMap<(String, String), Duration>,
     config: Option<InstanceManagerConfig>,
     states: HashMap<(String, String), String>,
+}
+
+/// Refuses what AWS holds under `prefix` when its tags name another owner than `ours`.
+fn owned(
+    ours: &BTreeMap<String, String>,
+    prefix: &str,
+    template: Option<&TemplateFacts>,
+    group: Option<&AsgFacts>,
+) -> Result<(), ReconcileError> {
+    if let Some(owner) = group.and_then(|g| foreign_owner(&g.tags, ours, true)) {
+        return Err(ReconcileError::Owned { what: "Auto Scaling group", name: prefix.to_string(), owner });
+    }
+    if let Some(t) = template {
+        if let Some(owner) = foreign_owner(&t.tags, ours, false) {
+            return Err(ReconcileError::Owned { what: "launch template", name: t.name.clone(), owner });
+        }
+    }
+    Ok(())
 }
 
 fn error_chain(err: &dyn std::error::Error) -> String {
