@@ -10,8 +10,8 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion};
 use spots_booster::core::{
     plan_draining, plan_scaling, Acting, BoostRecord, DrainStarted, DrainState, DrainingPlan, Evidence, Group,
-    GroupName, InstanceId, Node, NodeName, Pod, PodClass, Policy, Resources, ScalingPlan, Signal, SignalKind, Snapshot,
-    Timestamp,
+    GroupName, InstanceFacts, InstanceId, InstanceLifecycle, Node, NodeName, Pod, PodClass, Policy, Resources,
+    ScalingPlan, Signal, SignalKind, Snapshot, Timestamp,
 };
 
 const GROUPS: usize = 500;
@@ -58,6 +58,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                 .collect();
             let k = g * NODES_PER_GROUP + n;
             let at_risk = k.is_multiple_of(at_risk_every);
+            s.instances.insert(instance.clone(), described(&node));
             s.nodes.insert(
                 node.clone(),
                 Node {
@@ -70,6 +71,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                     created: Timestamp::from_millis(i64::try_from(k).expect("a small index")),
                     allocatable: Resources::new(4000, 16 * GI),
                     pods,
+                    internal_ips: Vec::new(),
                 },
             );
             if at_risk {
@@ -117,11 +119,13 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
             });
             for r in 0..added as usize {
                 let node = NodeName(format!("ip-10-{g}-new{r}.eu-central-1.compute.internal"));
+                let instance = ec2_id(1_000_000 + (g * 100 + r) as u64);
+                s.instances.insert(instance.clone(), described(&node));
                 s.nodes.insert(
                     node.clone(),
                     Node {
                         name: node,
-                        instance: Some(ec2_id(1_000_000 + (g * 100 + r) as u64)),
+                        instance: Some(instance),
                         group: Some(name.clone()),
                         ready: true,
                         cordoned: false,
@@ -129,6 +133,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                         created: Timestamp::from_millis(150_000),
                         allocatable: Resources::new(4000, 16 * GI),
                         pods: Vec::new(),
+                        internal_ips: Vec::new(),
                     },
                 );
             }
@@ -139,6 +144,11 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
 
 /// EC2 instance ids are 17 random hex digits; a counter would give every key a long common
 /// prefix and measure `memcmp` instead of planning.
+/// EC2's description of a spot instance whose private DNS name is its node's.
+fn described(node: &NodeName) -> InstanceFacts {
+    InstanceFacts { lifecycle: InstanceLifecycle::Spot, private_dns_name: Some(node.to_string()), private_ip: None }
+}
+
 fn ec2_id(k: u64) -> InstanceId {
     let mut x = k.wrapping_add(0x9E37_79B9_7F4A_7C15);
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

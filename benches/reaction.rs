@@ -22,6 +22,7 @@ use spots_booster::core::{
 };
 use spots_booster::fakes::{FakeAutoScaling, FakeRig};
 use spots_booster::metrics::Metrics;
+use spots_booster::ports::AutoScaling;
 use spots_booster::workers::scaler::{system_clock, Scaler, ScalerSettings};
 use tokio::sync::watch;
 
@@ -41,10 +42,13 @@ async fn main() {
     let config = moto.sdk_config().await;
     moto::launch_template(&config).await;
     for g in 0..GROUPS {
-        moto::create_group(&config, &format!("spot-{g:02}"), (0, 1000, 0), "us-east-1a", &[]).await;
+        let at_risk = i32::try_from(SAMPLES / GROUPS).unwrap();
+        moto::create_group(&config, &format!("spot-{g:02}"), (0, 1000, at_risk), "us-east-1a", &[]).await;
     }
 
     let aws = AwsPorts::new(&config, false);
+    let spot: Vec<GroupName> = (0..GROUPS).map(|g| format!("spot-{g:02}").into()).collect();
+    let instances = named_instances(&aws, &spot).await;
     aws.stats.keep_send_times(4096);
     let rig = FakeRig::new(FakeAutoScaling::default());
     let cluster = rig.cluster.clone();
@@ -64,7 +68,9 @@ async fn main() {
     let mut latencies = Vec::with_capacity(SAMPLES);
     for i in 0..SAMPLES {
         let (g, k) = (i % GROUPS, i / GROUPS);
-        let at_risk = node(g, k, true);
+        let (name, instance) = instances[g][k].clone();
+        let mut at_risk = ready_node(name.to_string(), instance, Some(spot[g].clone()));
+        at_risk.cordoned = true;
         let signal = Signal {
             instance: at_risk.instance.clone().unwrap(),
             node: at_risk.name.clone(),
@@ -108,7 +114,6 @@ const GROUP_SIZE: i32 = 20;
 async fn burst(moto: &moto::Moto) {
     let config = moto.sdk_config().await;
     moto::launch_template(&config).await;
-    let asg = aws_sdk_autoscaling::Client::new(&config);
     for g in 0..GROUPS {
         moto::create_group(&config, &format!("wave-{g:02}"), (0, 1000, GROUP_SIZE), "us-east-1a", &[]).await;
     }
@@ -116,19 +121,14 @@ async fn burst(moto: &moto::Moto) {
     aws.stats.keep_send_times(4096);
     let rig = FakeRig::new(FakeAutoScaling::default());
     let cluster = rig.cluster.clone();
-    let mut members: Vec<Vec<InstanceId>> = Vec::new();
-    for g in 0..GROUPS {
-        let described =
-            asg.describe_auto_scaling_groups().auto_scaling_group_names(format!("wave-{g:02}")).send().await;
-        let ids: Vec<InstanceId> = described.expect("describe").auto_scaling_groups()[0]
-            .instances()
-            .iter()
-            .map(|i| InstanceId::from(i.instance_id().unwrap()))
-            .collect();
-        for (k, id) in ids.iter().enumerate() {
-            cluster.put_node(member(g, k, id));
+    let waves: Vec<GroupName> = (0..GROUPS).map(|g| format!("wave-{g:02}").into()).collect();
+    let mut members: Vec<Vec<(NodeName, InstanceId)>> = Vec::new();
+    for nodes in named_instances(&aws, &waves).await {
+        for (name, id) in &nodes {
+            // As the watches see it: the node does not name its group.
+            cluster.put_node(ready_node(name.to_string(), id.clone(), None));
         }
-        members.push(ids);
+        members.push(nodes);
     }
     let policy = Policy { sizing: SizingMode::Count, max_boost_per_group: 1000, ..Policy::default() };
     let ctx = rig.context_with(aws.autoscaling.clone(), policy, system_clock(), Arc::new(Metrics::new())).await;
@@ -142,12 +142,12 @@ async fn burst(moto: &moto::Moto) {
     for b in 0..BURSTS {
         let before = aws.stats.sent_at("SetDesiredCapacity").len();
         let entered = Instant::now();
-        for (g, ids) in members.iter().enumerate() {
+        for nodes in &members {
             for k in [2 * b, 2 * b + 1] {
-                let name = NodeName(format!("wave-{g}-{k}"));
+                let (name, instance) = nodes[k].clone();
                 cluster.edit(|s| s.nodes.get_mut(&name).unwrap().cordoned = true);
                 cluster.signal(Signal {
-                    instance: ids[k].clone(),
+                    instance,
                     node: name,
                     kind: SignalKind::Rebalance,
                     observed_at: system_clock()(),
@@ -184,6 +184,7 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// A node no signal names, on an instance EC2 does not know.
 fn node(group: usize, k: usize, at_risk: bool) -> Node {
     let instance = InstanceId(format!("i-0{group:04x}{k:012x}"));
     let mut node =
@@ -192,9 +193,19 @@ fn node(group: usize, k: usize, at_risk: bool) -> Node {
     node
 }
 
-/// A Ready node on a group's instance, as the watches see it: it does not name its group.
-fn member(group: usize, k: usize, instance: &InstanceId) -> Node {
-    ready_node(format!("wave-{group}-{k}"), instance.clone(), None)
+/// Each group's instances with the names EC2 gave them, which their Nodes carry (as on EKS).
+async fn named_instances(aws: &AwsPorts, groups: &[GroupName]) -> Vec<Vec<(NodeName, InstanceId)>> {
+    let mut named = Vec::new();
+    for g in aws.autoscaling.describe_groups(groups).await.expect("describe the groups") {
+        let ids: Vec<InstanceId> = g.members().cloned().collect();
+        let facts = aws.autoscaling.instance_facts(&ids).await.expect("describe the instances");
+        named.push(
+            ids.into_iter()
+                .map(|i| (NodeName(facts[&i].private_dns_name.clone().expect("a private DNS name")), i))
+                .collect(),
+        );
+    }
+    named
 }
 
 fn ready_node(name: String, instance: InstanceId, group: Option<GroupName>) -> Node {
@@ -208,5 +219,6 @@ fn ready_node(name: String, instance: InstanceId, group: Option<GroupName>) -> N
         created: Timestamp::EPOCH,
         allocatable: Resources::new(4000, 16 << 30),
         pods: Vec::new(),
+        internal_ips: Vec::new(),
     }
 }

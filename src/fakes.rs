@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::core::{GroupName, InstanceId, InstanceLifecycle, Node, NodeName, Signal};
+use crate::core::{GroupName, InstanceFacts, InstanceId, InstanceLifecycle, Node, NodeName, Signal};
 use crate::ports::{
     AutoScaling, AwsError, AwsFailure, ClusterState, ClusterView, ClusterWriteError, ClusterWrites, DesiredWrite,
     EventSink, EvictOutcome, FailureKind, GroupDescription, GroupInstance, Guard, NodeEvent, PodRef, TagFilter,
@@ -266,7 +266,10 @@ struct FakeAsgState {
     fail_terminations: u32,
     apply_then_fail: u32,
     on_demand: BTreeSet<InstanceId>,
-    lifecycle_lookups: usize,
+    dns_names: BTreeMap<InstanceId, String>,
+    not_in_ec2: BTreeSet<InstanceId>,
+    scheduled: BTreeSet<InstanceId>,
+    instance_lookups: usize,
 }
 
 /// Auto Scaling in memory, with the same guards as the real adapter.
@@ -362,9 +365,25 @@ impl FakeAutoScaling {
         lock(&self.0).on_demand.insert(instance.into());
     }
 
-    /// How many instances were looked up through `lifecycles`.
-    pub fn lifecycle_lookups(&self) -> usize {
-        lock(&self.0).lifecycle_lookups
+    /// How many instances were described through `instance_facts`.
+    pub fn instance_lookups(&self) -> usize {
+        lock(&self.0).instance_lookups
+    }
+
+    /// EC2 names `instance` `name` (by default instance `i-<node>` is named `<node>`, the way the
+    /// test kit names nodes).
+    pub fn private_dns(&self, instance: &str, name: &str) {
+        lock(&self.0).dns_names.insert(instance.into(), name.into());
+    }
+
+    /// EC2 does not know `instance` (never launched, or long gone).
+    pub fn hide_from_ec2(&self, instance: &str) {
+        lock(&self.0).not_in_ec2.insert(instance.into());
+    }
+
+    /// EC2 lists a pending scheduled event for `instance`.
+    pub fn schedule_event(&self, instance: &str) {
+        lock(&self.0).scheduled.insert(instance.into());
     }
 
     /// AWS takes `instance` (a spot interruption) and the group replaces it with `replacement`.
@@ -523,19 +542,25 @@ impl AutoScaling for FakeAutoScaling {
             .collect())
     }
 
-    async fn lifecycles(&self, instances: &[InstanceId]) -> Result<BTreeMap<InstanceId, InstanceLifecycle>, AwsError> {
+    async fn instance_facts(&self, instances: &[InstanceId]) -> Result<BTreeMap<InstanceId, InstanceFacts>, AwsError> {
         let mut s = lock(&self.0);
-        s.lifecycle_lookups += instances.len();
-        let known = |id: &InstanceId| s.groups.values().any(|g| g.instances.iter().any(|i| &i.id == id));
+        s.instance_lookups += instances.len();
+        // EC2 knows instances in no group too: every id the test kit names runs, unless hidden.
         Ok(instances
             .iter()
-            .filter(|id| known(id))
+            .filter(|id| !s.not_in_ec2.contains(*id))
             .map(|id| {
                 let lifecycle =
                     if s.on_demand.contains(id) { InstanceLifecycle::OnDemand } else { InstanceLifecycle::Spot };
-                (id.clone(), lifecycle)
+                let dns = s.dns_names.get(id).cloned().or_else(|| id.as_str().strip_prefix("i-").map(String::from));
+                (id.clone(), InstanceFacts { lifecycle, private_dns_name: dns, private_ip: None })
             })
             .collect())
+    }
+
+    async fn scheduled_events(&self, instances: &[InstanceId]) -> Result<BTreeSet<InstanceId>, AwsError> {
+        let s = lock(&self.0);
+        Ok(instances.iter().filter(|i| s.scheduled.contains(*i)).cloned().collect())
     }
 }
 

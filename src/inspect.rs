@@ -428,7 +428,11 @@ mod tests {
         assert!(matches!(events[1].classification, Classification::Ignored { .. }));
         assert_eq!(
             events[0].acted_on_when.as_deref(),
-            Some("node ip-10-0-12-34.eu-central-1.compute.internal cordoned or NTH-tainted, and EC2 says i-0a1b2c3d4e5f67890 is spot")
+            Some(
+                "reported from node ip-10-0-12-34.eu-central-1.compute.internal itself; EC2 names i-0a1b2c3d4e5f67890 \
+                 as node ip-10-0-12-34.eu-central-1.compute.internal; node cordoned or NTH-tainted; \
+                 EC2 says i-0a1b2c3d4e5f67890 is spot"
+            )
         );
         assert_eq!(events[1].acted_on_when, None);
 

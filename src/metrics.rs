@@ -153,10 +153,19 @@ labels!(
         NotCordoned => "not-cordoned",
         /// AWS says the instance is on-demand.
         NotSpot => "not-spot",
-        /// AWS has not said how the instance is bought.
-        LifecycleUnknown => "lifecycle-unknown",
+        /// EC2 has not described the instance (not asked yet, or gone).
+        InstanceNotDescribed => "instance-not-described",
+        /// The Node's name (or address) is not its instance's.
+        IdentityMismatch => "identity-mismatch",
+        /// Two Nodes name the same instance.
+        ClaimedTwice => "claimed-twice",
+        /// A scheduled-maintenance notice EC2 lists no scheduled event for.
+        NoScheduledEvent => "no-scheduled-event",
         /// The Event names an instance its Node does not run.
         InstanceMismatch => "instance-mismatch",
+        /// The Event is about another object than the Node (its `involvedObject.uid`), or,
+        /// lacking a uid, was reported from another host.
+        ReporterMismatch => "reporter-mismatch",
     }
 );
 
@@ -179,7 +188,10 @@ impl From<crate::core::Distrust> for UntrustedReason {
         match why {
             crate::core::Distrust::NotCordoned => UntrustedReason::NotCordoned,
             crate::core::Distrust::NotSpot => UntrustedReason::NotSpot,
-            crate::core::Distrust::LifecycleUnknown => UntrustedReason::LifecycleUnknown,
+            crate::core::Distrust::InstanceNotDescribed => UntrustedReason::InstanceNotDescribed,
+            crate::core::Distrust::IdentityMismatch => UntrustedReason::IdentityMismatch,
+            crate::core::Distrust::ClaimedTwice => UntrustedReason::ClaimedTwice,
+            crate::core::Distrust::NoScheduledEvent => UntrustedReason::NoScheduledEvent,
         }
     }
 }
@@ -265,8 +277,7 @@ fn register_process_metrics(registry: &Registry) {
 pub struct SignalMetrics {
     /// NTH signals first seen, by group and kind.
     seen: IntCounterVec,
-    /// Interruption notices not acted on, by reason (`not-from-nth`, `not-cordoned`, `not-spot`,
-    /// `lifecycle-unknown`); each counted once.
+    /// Interruption notices not acted on, by reason (see [`UntrustedReason`]); each counted once.
     untrusted: IntCounterVec,
     /// Signals that made no instance at risk, by the core's reason; each counted once.
     dropped: IntCounterVec,

@@ -231,7 +231,7 @@ async fn instances_map_to_their_groups_through_a_ttl_cache() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ec2_tells_spot_from_on_demand() {
+async fn ec2_tells_spot_from_on_demand_and_names_each_instance() {
     let (moto, _guard) = moto().await;
     let config = moto.sdk_config().await;
     let image = world(&config).await;
@@ -251,10 +251,16 @@ async fn ec2_tells_spot_from_on_demand() {
     let on_demand = aws.autoscaling.describe_groups(&names(&["plain"])).await.unwrap()[0].instances[0].id.clone();
     let unknown = InstanceId::from("i-0000000000000cafe");
 
-    let lifecycles = aws.autoscaling.lifecycles(&[spot_id.clone(), on_demand.clone(), unknown.clone()]).await.unwrap();
-    assert_eq!(lifecycles.get(&spot_id), Some(&InstanceLifecycle::Spot));
-    assert_eq!(lifecycles.get(&on_demand), Some(&InstanceLifecycle::OnDemand));
-    assert_eq!(lifecycles.get(&unknown), None, "an unknown id is absent, and does not fail the call");
+    let facts = aws.autoscaling.instance_facts(&[spot_id.clone(), on_demand.clone(), unknown.clone()]).await.unwrap();
+    assert_eq!(facts[&spot_id].lifecycle, InstanceLifecycle::Spot);
+    assert_eq!(facts[&on_demand].lifecycle, InstanceLifecycle::OnDemand);
+    assert_eq!(facts.get(&unknown), None, "an unknown id is absent, and does not fail the call");
+    // The names a Node claiming the instance must match are EC2's own.
+    let described = ec2.describe_instances().instance_ids(on_demand.as_str()).send().await.unwrap();
+    let raw = &described.reservations()[0].instances()[0];
+    assert!(raw.private_dns_name().is_some_and(|d| d.starts_with("ip-")), "{raw:?}");
+    assert_eq!(facts[&on_demand].private_dns_name.as_deref(), raw.private_dns_name());
+    assert_eq!(facts[&on_demand].private_ip.as_deref(), raw.private_ip_address());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,8 +4,10 @@
 //! Three notices that must move nothing, then one that must: a forged Event (no source) on a
 //! cordoned node; NTH's signed Event on a node NTH never cordoned; NTH's signed Event on a cordoned
 //! node whose instance is on-demand (moto launches ASG instances on-demand, and EC2 sends
-//! rebalance recommendations to spot instances only). Then a spot instance attached to the group,
-//! cordoned and announced: boosted, the instance's lifecycle read through `DescribeInstances`.
+//! rebalance recommendations to spot instances only). Then two that lie well: a Node whose
+//! EC2-shaped name is not the spot instance's it names, cordoned and announced; and NTH's Event about the
+//! spot node written from another host. Then the spot instance's own Node, cordoned and announced:
+//! boosted, the instance's lifecycle and names read through `DescribeInstances`.
 
 use std::time::{Duration, Instant};
 
@@ -119,7 +121,37 @@ async fn forged_unconfirmed_and_on_demand_notices_move_nothing_and_a_spot_one_is
     let spot = spot.instances()[0].instance_id().unwrap().to_string();
     asg.attach_instances().auto_scaling_group_name(&group).instance_ids(&spot).send().await.unwrap();
     let before = desired().await;
+
+    // 4. A kubelet registered as itself (an EC2-shaped name that is not the spot instance's)
+    // names the spot instance, cordons itself and writes NTH's Event from itself. 5. NTH's Event
+    // about the spot instance's own node, written from another host.
+    let impostor = format!("ip-10-250-{}-{}.ec2.internal", suffix.len(), before);
+    register_node(&kube, &impostor, "us-east-1a", &spot, &suffix).await;
+    cordon(&kube, &impostor).await;
+    nth_rebalance_event(&kube, &ns, &impostor, &spot).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while untrusted(&scrape(port).await, "identity-mismatch") < 1.0 {
+        assert!(Instant::now() < deadline, "the impostor's claim was never refused");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    Api::<Node>::all(kube.clone()).delete(&impostor, &Default::default()).await.unwrap();
     register_node(&kube, &name(&spot), "us-east-1a", &spot, &suffix).await;
+    cordon(&kube, &name(&spot)).await;
+    let events: Api<Event> = Api::namespaced(kube.clone(), &ns);
+    let elsewhere = json!({"metadata": {"name": format!("{}.elsewhere", name(&spot))},
+        "involvedObject": {"kind": "Node", "name": name(&spot), "namespace": ns},
+        "reason": "RebalanceRecommendation", "message": "Rebalance recommendation received. \n",
+        "source": {"component": "aws-node-termination-handler", "host": name(&ids[0])}});
+    events.create(&PostParams::default(), &serde_json::from_value(elsewhere).unwrap()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while untrusted(&scrape(port).await, "reporter-mismatch") < 1.0 {
+        assert!(Instant::now() < deadline, "the Event from another host was never refused");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(desired().await, before, "neither lie is boosted");
+
+    // The spot instance's own Node, cordoned, and NTH's Event from it: believed and boosted.
     cordon(&kube, &name(&spot)).await;
     let announced = Instant::now();
     nth_rebalance_event(&kube, &ns, &name(&spot), &spot).await;
@@ -129,7 +161,7 @@ async fn forged_unconfirmed_and_on_demand_notices_move_nothing_and_a_spot_one_is
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(desired().await, before + 1);
-    eprintln!("e2e trust: three notices refused by reason; the spot one boosted {:.2}s after its Event", {
+    eprintln!("e2e trust: five notices refused by reason; the spot one boosted {:.2}s after its Event", {
         announced.elapsed().as_secs_f64()
     });
     let text = scrape(port).await;

@@ -26,7 +26,7 @@ async fn groups(config: &aws_config::SdkConfig) {
         create_group(
             config,
             &format!("spot-{g:02}"),
-            (1, 200, 2),
+            (1, 200, i32::try_from(SIGNALS_PER_GROUP).unwrap()),
             "us-east-1a",
             &[("k8s.io/cluster-autoscaler/enabled", "true")],
         )
@@ -34,10 +34,9 @@ async fn groups(config: &aws_config::SdkConfig) {
     }
 }
 
-/// An at-risk node of `group` carrying one 500m / 1 GiB pod.
-fn at_risk(group: usize, k: usize) -> (Node, Signal) {
-    let name = format!("ip-10-{group}-{k}.ec2.internal");
-    let instance = InstanceId(format!("i-0{group:04x}{k:012x}"));
+/// The node of a group's `k`th instance, at risk, carrying one 500m / 1 GiB pod: named as EC2
+/// named the instance, as a kubelet on EKS registers it.
+fn at_risk(group: usize, k: usize, instance: InstanceId, name: String) -> (Node, Signal) {
     let node = Node {
         name: NodeName(name.clone()),
         instance: Some(instance.clone()),
@@ -57,6 +56,7 @@ fn at_risk(group: usize, k: usize) -> (Node, Signal) {
             bare: false,
             grace_seconds: 30,
         }],
+        internal_ips: Vec::new(),
     };
     let now = system_clock()();
     (
@@ -84,15 +84,24 @@ async fn a_storm_of_1000_signals_across_20_groups_is_20_writes() {
     let ctx = rig.context_with(aws.autoscaling.clone(), policy, system_clock(), Arc::new(Metrics::new())).await;
     let mut scaler = Scaler::new(ctx, ScalerSettings::default());
     scaler.start(&["k8s.io/cluster-autoscaler/enabled=true".parse().unwrap()]).await.unwrap();
+    let names: Vec<_> = (0..GROUPS).map(|g| format!("spot-{g:02}").into()).collect();
+    let mut instances = Vec::new();
+    for g in aws.autoscaling.describe_groups(&names).await.unwrap() {
+        let ids: Vec<InstanceId> = g.members().cloned().collect();
+        let facts = aws.autoscaling.instance_facts(&ids).await.unwrap();
+        instances.push(ids.into_iter().map(|i| (facts[&i].private_dns_name.clone().unwrap(), i)).collect::<Vec<_>>());
+    }
     let describes_before = aws.stats.calls("DescribeAutoScalingGroups");
     let wake = scaler.waker();
     let (stop, shutdown) = watch::channel(false);
     let task = tokio::spawn(scaler.run(shutdown));
 
     let storm = Instant::now();
+    // Interleaved across groups, as a wave arrives.
     for k in 0..SIGNALS_PER_GROUP {
-        for g in 0..GROUPS {
-            let (node, signal) = at_risk(g, k);
+        for (g, group) in instances.iter().enumerate() {
+            let (name, instance) = group[k].clone();
+            let (node, signal) = at_risk(g, k, instance, name);
             cluster.put_node(node);
             cluster.signal(signal);
             wake.notify_one();
@@ -125,12 +134,8 @@ async fn a_storm_of_1000_signals_across_20_groups_is_20_writes() {
     );
 
     // 50 pods of 550m (10% over-subscription) in 3.9 CPU (100m reserved): 7 per node, 8 nodes.
-    let live = aws
-        .autoscaling
-        .describe_groups(&(0..GROUPS).map(|g| format!("spot-{g:02}").into()).collect::<Vec<_>>())
-        .await
-        .unwrap();
+    let live = aws.autoscaling.describe_groups(&names).await.unwrap();
     for g in live {
-        assert_eq!((g.desired, g.instances.len()), (10, 10), "{}", g.name);
+        assert_eq!((g.desired, g.instances.len()), (58, 58), "{}", g.name);
     }
 }

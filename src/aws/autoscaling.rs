@@ -1,6 +1,6 @@
 //! [`AutoScaling`] on `aws-sdk-autoscaling`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use aws_sdk_autoscaling::types::{AutoScalingGroup, Filter, Tag};
 use aws_sdk_autoscaling::Client;
@@ -10,7 +10,7 @@ use tracing::{info, warn};
 use super::calls::CallStats;
 use super::ec2::AwsInstances;
 use super::errors::failure;
-use crate::core::{GroupName, InstanceId, InstanceLifecycle};
+use crate::core::{GroupName, InstanceFacts, InstanceId};
 use crate::ports::{
     AutoScaling, AwsError, AwsFailure, DesiredWrite, FailureKind, GroupDescription, GroupInstance, Guard, TagFilter,
     TerminateOutcome, WriteOutcome, WriteOutcomes, AZ_REBALANCE_SUSPENDED_TAG,
@@ -131,8 +131,12 @@ fn describe_group(g: &AutoScalingGroup) -> GroupDescription {
 }
 
 impl AutoScaling for AwsAutoScaling {
-    async fn lifecycles(&self, instances: &[InstanceId]) -> Result<BTreeMap<InstanceId, InstanceLifecycle>, AwsError> {
-        self.ec2.lifecycles(instances).await
+    async fn instance_facts(&self, instances: &[InstanceId]) -> Result<BTreeMap<InstanceId, InstanceFacts>, AwsError> {
+        self.ec2.facts(instances).await
+    }
+
+    async fn scheduled_events(&self, instances: &[InstanceId]) -> Result<BTreeSet<InstanceId>, AwsError> {
+        self.ec2.scheduled_events(instances).await
     }
 
     async fn describe_groups(&self, names: &[GroupName]) -> Result<Vec<GroupDescription>, AwsError> {

@@ -31,6 +31,7 @@ pub const IAM_ACTIONS: &[&str] = &[
     // `--suspend-az-rebalance` (SuspendProcesses, ResumeProcesses and the tag recording it) is
     // covered by the InstanceGroup reconciler's actions below.
     "ec2:DescribeInstances",
+    "ec2:DescribeInstanceStatus",
     // InstanceGroup reconciliation (`aws::nodegroups`).
     "autoscaling:CreateAutoScalingGroup",
     "autoscaling:UpdateAutoScalingGroup",

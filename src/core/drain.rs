@@ -472,9 +472,10 @@ pub(crate) fn latest_drain_start(
 }
 
 /// Why a voluntary drain leaves `risk`'s node alone: a pod on it that opted out. A spot
-/// interruption or a scheduled event takes the instance anyway, so those drain regardless.
+/// interruption or a scheduled event takes the instance anyway, so those drain regardless, once
+/// AWS confirmed they can be real: a notice anyone could have written never overrides an opt-out.
 fn opted_out(snapshot: &Snapshot, risk: &AtRisk) -> Option<DrainWait> {
-    if risk.kinds.iter().any(|k| k.drained_by_nth()) {
+    if risk.confirmed && risk.kinds.iter().any(|k| k.drained_by_nth()) {
         return None;
     }
     let node = snapshot.nodes.get(&risk.node)?;
@@ -633,6 +634,21 @@ mod tests {
     fn plan_at(s: &Snapshot, state: &DrainState, policy: &Policy, now: Timestamp) -> DrainPlan {
         let at_risk = fold_signals(s, policy, now);
         next_batches(&DrainView { snapshot: s, at_risk: &at_risk, state }, policy, now)
+    }
+
+    #[test]
+    fn only_a_notice_aws_confirmed_overrides_an_opt_out() {
+        let mut s = interrupted(0);
+        s.nodes.get_mut(&NodeName::from("n1")).unwrap().pods[0].opt_out = Some(OptOut::DoNotDisrupt);
+        let late = Timestamp::from_millis(60_000);
+        let p = plan_at(&s, &DrainState::default(), &Policy::default(), late);
+        assert_eq!(p.batches.len(), 1, "spot, as EC2 says: the notice is real, the opt-out yields: {p:?}");
+
+        // The same taint on an instance EC2 says is on-demand: no spot notice could be real.
+        s.instances.get_mut(&InstanceId::from("i-n1")).unwrap().lifecycle = crate::core::InstanceLifecycle::OnDemand;
+        let p = plan_at(&s, &DrainState::default(), &Policy::default(), late);
+        assert!(p.batches.is_empty(), "{p:?}");
+        assert!(matches!(p.waiting[0].reason, DrainWait::OptedOut { .. }), "{p:?}");
     }
 
     #[test]

@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, HashSet};
 use serde::{Deserialize, Serialize};
 
 use super::drain::claim_replacements;
+use super::identity;
 use super::model::{GiveBackNode, GroupName, InstanceId, Node, NodeName, Snapshot, Timestamp};
 use super::policy::Policy;
 use super::signals::AtRiskSet;
@@ -111,6 +112,7 @@ pub(crate) fn plan_give_backs(
         .flat_map(|c| c.nodes)
         .collect();
 
+    let twice = identity::claimed_twice(snapshot);
     let mut plan = Vec::new();
     for (name, taken) in per_group {
         let Some(group) = snapshot.groups.get(name) else { continue };
@@ -130,6 +132,8 @@ pub(crate) fn plan_give_backs(
             .filter(|(_, i)| members.is_some_and(|m| m.contains(*i)) && !covered.contains_key(i) && !risky.contains(i))
             .filter(|(n, _)| !chosen.contains(&n.name) && !serving.contains(&n.name))
             .filter(|(n, _)| !n.pods.iter().any(|p| p.class.is_evictable() && (p.opt_out.is_some() || p.bare)))
+            // Its instance is terminated: only a node EC2 agrees is that instance.
+            .filter(|(n, _)| identity::verify(snapshot, &twice, n).is_ok())
             .collect();
         let evictable = |n: &Node| n.pods.iter().filter(|p| p.class.is_evictable()).count();
         candidates.sort_by(|(a, _), (b, _)| {
@@ -240,6 +244,21 @@ mod tests {
         let late = Timestamp::EPOCH.plus(Policy::default().replacement_timeout);
         let p = plan_give_backs(&s, &fold_signals(&s, &Policy::default(), late), &Policy::default(), late);
         assert_eq!(p[0].how, GiveBackHow::LeftToClusterAutoscaler, "after --replacement-timeout");
+    }
+
+    #[test]
+    fn a_node_ec2_does_not_agree_is_its_instance_is_never_chosen() {
+        // n9 (newest, empty) names i-n9, but EC2 named i-n9 otherwise: a Node registered by
+        // someone else claiming a member's instance. Draining it would terminate the member.
+        let group = Group::test("a").desired(5).members(["i-n2", "i-n3", "i-n9"]);
+        let mut s = snapshot(group, vec![record(&["i-1"], 1, 4)]);
+        s.describe(&Node::test("ip-10-0-7-7.ec2.internal", "a").with_instance("i-n9"));
+        assert_eq!(chosen(&plan(&s)[0]), Some("n2"), "the emptiest verified node instead");
+        // Two Nodes claiming i-n2: neither is believed.
+        s.nodes.insert("n7".into(), Node::test("n7", "a").with_instance("i-n2"));
+        assert_eq!(chosen(&plan(&s)[0]), Some("n3"));
+        s.instances.clear();
+        assert!(plan(&s).is_empty(), "nothing verified while EC2 is not asked: wait");
     }
 
     #[test]

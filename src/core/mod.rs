@@ -10,6 +10,7 @@ pub mod drain;
 pub mod draining;
 pub(crate) mod expiry;
 pub(crate) mod give_back;
+pub(crate) mod identity;
 pub(crate) mod model;
 pub mod policy;
 pub mod scaling;
@@ -28,13 +29,13 @@ pub use draining::{
 pub use expiry::Expired;
 pub use give_back::{GiveBack, GiveBackHow};
 pub use model::{
-    BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, GiveBackNode, Group, GroupName, InstanceId,
-    InstanceLifecycle, Node, NodeName, OptOut, Pod, PodClass, Resources, Signal, SignalKind, Snapshot, Timestamp,
-    INTERRUPTION_NOTICE,
+    BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, GiveBackNode, Group, GroupName, InstanceFacts,
+    InstanceId, InstanceLifecycle, Node, NodeName, OptOut, Pod, PodClass, Resources, Signal, SignalKind, Snapshot,
+    Timestamp, INTERRUPTION_NOTICE,
 };
 pub use policy::{Policy, SizingMode};
 pub use scaling::{plan_scaling, Acting, ScalingPlan};
-pub(crate) use signals::lifecycles_needed;
+pub(crate) use signals::scheduled_events_needed;
 pub use signals::{AtRisk, AtRiskSet, Distrust, DropReason, Dropped};
 
 #[cfg(test)]

@@ -284,6 +284,10 @@ pub struct Node {
     pub allocatable: Resources,
     /// Pods bound to the node.
     pub pods: Vec<Pod>,
+    /// The addresses of type `InternalIP` the Node reports: a node whose name is its own cannot
+    /// be verified by name (see [`crate::core::identity`]) is verified by these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub internal_ips: Vec<String>,
 }
 
 /// What kind of trouble a signal announces.
@@ -399,6 +403,28 @@ pub enum Evidence {
     Rotation,
     /// A boost the ledger remembers: it was trusted when it was made.
     Ledger,
+}
+
+/// What EC2 says of one instance: how it is bought and the names the VPC gave it, which a Node
+/// must match before anything is done to the instance it claims.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceFacts {
+    /// Spot or on-demand.
+    pub lifecycle: InstanceLifecycle,
+    /// `PrivateDnsName` (`ip-10-0-1-2.ec2.internal`, or `i-0abc….compute.internal` with
+    /// resource-name hostnames).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_dns_name: Option<String>,
+    /// `PrivateIpAddress`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_ip: Option<String>,
+}
+
+impl InstanceFacts {
+    /// An instance bought as `lifecycle`, with no names known.
+    pub fn bought(lifecycle: InstanceLifecycle) -> Self {
+        InstanceFacts { lifecycle, private_dns_name: None, private_ip: None }
+    }
 }
 
 /// How an EC2 instance is bought.
@@ -574,9 +600,13 @@ pub struct Snapshot {
     pub signals: Vec<Signal>,
     /// Boosts already made.
     pub ledger: BoostLedger,
-    /// What AWS says of the instances whose signals need it (spot-only kinds from Events).
+    /// What EC2 says of the instances behind the nodes (absent: not looked up, or gone).
     #[serde(default)]
-    pub lifecycles: BTreeMap<InstanceId, InstanceLifecycle>,
+    pub instances: BTreeMap<InstanceId, InstanceFacts>,
+    /// Instances with an EC2 scheduled event that has not completed or been cancelled, among
+    /// those a scheduled-maintenance notice named.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub scheduled_events: BTreeSet<InstanceId>,
 }
 
 #[cfg(test)]
@@ -638,8 +668,14 @@ pub(crate) mod builders {
                 deleting_by_ca: false,
                 created: Timestamp::EPOCH,
                 allocatable: Resources::new(4000, 16 << 30),
+                internal_ips: Vec::new(),
                 pods: Vec::new(),
             }
+        }
+        /// Names another instance in its providerID.
+        pub(crate) fn with_instance(mut self, id: &str) -> Node {
+            self.instance = Some(id.into());
+            self
         }
         /// Marks it cordoned.
         pub fn cordoned(mut self) -> Node {
@@ -730,10 +766,22 @@ pub(crate) mod builders {
             self.groups.insert(g.name.clone(), g);
             self
         }
-        /// Adds a node.
+        /// Adds a node, and EC2's description of its spot instance, named after the node.
         pub(crate) fn with_node(mut self, n: Node) -> Snapshot {
+            self.describe(&n);
             self.nodes.insert(n.name.clone(), n);
             self
+        }
+        /// Adds EC2's description of `n`'s instance: spot, its private DNS name the node's.
+        pub(crate) fn describe(&mut self, n: &Node) {
+            if let Some(instance) = &n.instance {
+                let facts = InstanceFacts {
+                    lifecycle: InstanceLifecycle::Spot,
+                    private_dns_name: Some(n.name.to_string()),
+                    private_ip: None,
+                };
+                self.instances.insert(instance.clone(), facts);
+            }
         }
         /// Adds a signal.
         pub(crate) fn with_signal(mut self, s: Signal) -> Snapshot {

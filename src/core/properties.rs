@@ -63,6 +63,7 @@ fn node_strategy(group: usize, index: usize) -> impl Strategy<Value = Node> {
                     grace_seconds: 30,
                 })
                 .collect(),
+            internal_ips: Vec::new(),
         })
 }
 
@@ -108,6 +109,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
                 all_nodes.extend(nodes);
             }
             for n in &all_nodes {
+                snapshot.describe(n);
                 snapshot.nodes.insert(n.name.clone(), n.clone());
             }
             if !all_nodes.is_empty() {

@@ -2,10 +2,11 @@
 //! many Events, modes or repeats reported it; dropped when stale, when its node is gone, or when
 //! nothing should be done for it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::identity;
 use super::model::{Evidence, GroupName, InstanceId, InstanceLifecycle, NodeName, SignalKind, Snapshot, Timestamp};
 use super::policy::Policy;
 
@@ -26,6 +27,11 @@ pub struct AtRisk {
     /// only warnings without one (rebalance recommendations, rotations) speak for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<Timestamp>,
+    /// AWS confirms a notice with a deadline could be real: the instance is spot (for spot
+    /// kinds), or EC2 lists a scheduled event for it (for scheduled maintenance). Only then may
+    /// the notice override a pod's opt-out.
+    #[serde(default)]
+    pub confirmed: bool,
 }
 
 /// Why a signal does not make its instance at risk.
@@ -71,8 +77,15 @@ pub enum Distrust {
     NotCordoned,
     /// A kind EC2 sends only to spot instances, about an instance AWS says is on-demand.
     NotSpot,
-    /// A spot-only kind, and AWS has not (yet) said how the instance is bought.
-    LifecycleUnknown,
+    /// EC2 has not described the instance the Node names (not asked yet, or gone): neither the
+    /// Node's identity nor how the instance is bought is known.
+    InstanceNotDescribed,
+    /// The Node's name (or, for custom names, its address) is not the instance's it names.
+    IdentityMismatch,
+    /// Two Nodes name the same instance.
+    ClaimedTwice,
+    /// A scheduled-maintenance notice, and EC2 lists no scheduled event for the instance.
+    NoScheduledEvent,
 }
 
 impl Distrust {
@@ -81,7 +94,10 @@ impl Distrust {
         match self {
             Distrust::NotCordoned => "not-cordoned",
             Distrust::NotSpot => "not-spot",
-            Distrust::LifecycleUnknown => "lifecycle-unknown",
+            Distrust::InstanceNotDescribed => "instance-not-described",
+            Distrust::IdentityMismatch => "identity-mismatch",
+            Distrust::ClaimedTwice => "claimed-twice",
+            Distrust::NoScheduledEvent => "no-scheduled-event",
         }
     }
 }
@@ -127,6 +143,7 @@ pub(crate) fn fold_signals(snapshot: &Snapshot, policy: &Policy, now: Timestamp)
             first_seen: s.observed_at,
             evidence: BTreeSet::new(),
             deadline: None,
+            confirmed: false,
         });
         if let Some(deadline) = s.deadline() {
             entry.deadline = Some(entry.deadline.map_or(deadline, |d| d.min(deadline)));
@@ -139,9 +156,11 @@ pub(crate) fn fold_signals(snapshot: &Snapshot, policy: &Policy, now: Timestamp)
     }
 
     let boosted = snapshot.ledger.index();
+    let twice = identity::claimed_twice(snapshot);
     let mut set = AtRiskSet::default();
-    for (instance, risk) in merged {
-        match admit(snapshot, policy, now, &risk, boosted.contains_key(instance)) {
+    for (instance, mut risk) in merged {
+        risk.confirmed = confirmed_by_aws(snapshot, &risk);
+        match admit(snapshot, &twice, policy, now, &risk, boosted.contains_key(instance)) {
             Ok(group) => {
                 let instances = match set.by_group.get_mut(group) {
                     Some(instances) => instances,
@@ -157,6 +176,7 @@ pub(crate) fn fold_signals(snapshot: &Snapshot, policy: &Policy, now: Timestamp)
 
 fn admit<'s>(
     snapshot: &'s Snapshot,
+    twice: &HashSet<&InstanceId>,
     policy: &Policy,
     now: Timestamp,
     risk: &AtRisk,
@@ -168,6 +188,7 @@ fn admit<'s>(
         .filter(|n| n.instance.as_ref() == Some(&risk.instance))
         .ok_or(DropReason::NodeGone)?;
     if !boosted {
+        identity::verify(snapshot, twice, node).map_err(DropReason::Untrusted)?;
         trusted(snapshot, risk, node.cordoned).map_err(DropReason::Untrusted)?;
     }
     let group = node.group.as_ref().filter(|g| snapshot.groups.contains_key(*g)).ok_or(DropReason::NoGroup)?;
@@ -187,8 +208,10 @@ fn admit<'s>(
 }
 
 /// An at-risk instance only Events speak for counts once its node is cordoned (NTH's first act)
-/// and, for spot-only kinds, once AWS says it is spot. Taints, rotations and the ledger vouch by
-/// themselves: only those allowed to patch Nodes or write the ledger could have made them.
+/// and AWS agrees the notice could be real: spot-only kinds about a spot instance, scheduled
+/// maintenance about an instance EC2 lists a scheduled event for. Taints, rotations and the
+/// ledger vouch by themselves: only those allowed to patch Nodes or write the ledger could have
+/// made them. Either way the Node has been verified as the instance first (see [`identity`]).
 fn trusted(snapshot: &Snapshot, risk: &AtRisk, cordoned: bool) -> Result<(), Distrust> {
     if risk.evidence.iter().any(|e| *e != Evidence::Event) {
         return Ok(());
@@ -197,34 +220,42 @@ fn trusted(snapshot: &Snapshot, risk: &AtRisk, cordoned: bool) -> Result<(), Dis
         return Err(Distrust::NotCordoned);
     }
     if risk.kinds.iter().any(|k| k.spot_only()) {
-        match snapshot.lifecycles.get(&risk.instance) {
+        match snapshot.instances.get(&risk.instance).map(|f| f.lifecycle) {
             Some(InstanceLifecycle::Spot) => {}
             Some(InstanceLifecycle::OnDemand) => return Err(Distrust::NotSpot),
-            None => return Err(Distrust::LifecycleUnknown),
+            None => return Err(Distrust::InstanceNotDescribed),
         }
+    }
+    if risk.kinds.contains(&SignalKind::Scheduled) && !snapshot.scheduled_events.contains(&risk.instance) {
+        return Err(Distrust::NoScheduledEvent);
     }
     Ok(())
 }
 
-/// The instances whose trust waits on AWS saying how they are bought: spot-only kinds vouched
-/// for by Events alone, on cordoned nodes, not boosted already.
-pub(crate) fn lifecycles_needed(snapshot: &Snapshot) -> BTreeSet<InstanceId> {
-    let boosted = snapshot.ledger.index();
-    let mut vouched: BTreeSet<&InstanceId> = BTreeSet::new();
-    let mut needed = BTreeSet::new();
-    for s in &snapshot.signals {
-        if s.evidence != Evidence::Event {
-            vouched.insert(&s.instance);
-        } else if s.kind.spot_only()
-            && !boosted.contains_key(&s.instance)
-            && !snapshot.lifecycles.contains_key(&s.instance)
-            && snapshot.nodes.get(&s.node).is_some_and(|n| n.cordoned && n.instance.as_ref() == Some(&s.instance))
-        {
-            needed.insert(s.instance.clone());
-        }
-    }
-    needed.retain(|i| !vouched.contains(i));
-    needed
+/// Whether AWS confirms every kind with a deadline reported for `risk` (and there is one).
+fn confirmed_by_aws(snapshot: &Snapshot, risk: &AtRisk) -> bool {
+    let mut deadline_kinds = risk.kinds.iter().filter(|k| k.has_deadline()).peekable();
+    deadline_kinds.peek().is_some()
+        && deadline_kinds.all(|k| match k {
+            SignalKind::Scheduled => snapshot.scheduled_events.contains(&risk.instance),
+            k if k.spot_only() => {
+                snapshot.instances.get(&risk.instance).is_some_and(|f| f.lifecycle == InstanceLifecycle::Spot)
+            }
+            _ => false,
+        })
+}
+
+/// The instances a scheduled-maintenance notice names, on nodes still running them, not
+/// boosted already: whether EC2 lists a scheduled event for them decides trust (for Events) and
+/// whether the notice may override opt-outs (for every source).
+pub(crate) fn scheduled_events_needed(snapshot: &Snapshot) -> BTreeSet<InstanceId> {
+    snapshot
+        .signals
+        .iter()
+        .filter(|s| s.kind == SignalKind::Scheduled)
+        .filter(|s| snapshot.nodes.get(&s.node).is_some_and(|n| n.instance.as_ref() == Some(&s.instance)))
+        .map(|s| s.instance.clone())
+        .collect()
 }
 
 #[cfg(test)]
@@ -280,37 +311,57 @@ mod tests {
         Signal { kind, evidence: Evidence::Event, ..Signal::rebalance(node, 0) }
     }
 
-    #[test]
-    fn an_event_alone_counts_once_the_node_is_cordoned_and_aws_says_spot() {
-        let mut s = snapshot().with_signal(event("n1", SignalKind::SpotInterruption));
-        let why = |s: &Snapshot| {
-            fold_signals(s, &Policy::default(), Timestamp::EPOCH).dropped.first().map(|d| d.reason.clone())
-        };
-        assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::NotCordoned)));
-        assert!(lifecycles_needed(&s).is_empty(), "nothing is asked of AWS for an uncordoned node");
-
-        s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = true;
-        assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::LifecycleUnknown)));
-        assert_eq!(lifecycles_needed(&s), BTreeSet::from([InstanceId::from("i-n1")]));
-
-        s.lifecycles.insert("i-n1".into(), InstanceLifecycle::OnDemand);
-        assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::NotSpot)));
-        s.lifecycles.insert("i-n1".into(), InstanceLifecycle::Spot);
-        assert_eq!(why(&s), None);
-        assert_eq!(fold_signals(&s, &Policy::default(), Timestamp::EPOCH).len(), 1);
+    fn why(s: &Snapshot) -> Option<DropReason> {
+        fold_signals(s, &Policy::default(), Timestamp::EPOCH).dropped.first().map(|d| d.reason.clone())
     }
 
     #[test]
-    fn a_scheduled_event_needs_the_cordon_but_not_spot_and_a_taint_vouches_alone() {
+    fn an_event_alone_counts_once_the_node_is_cordoned_and_aws_says_spot() {
+        let mut s = snapshot().with_signal(event("n1", SignalKind::SpotInterruption));
+        assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::NotCordoned)));
+
+        s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = true;
+        s.instances.get_mut(&InstanceId::from("i-n1")).unwrap().lifecycle = InstanceLifecycle::OnDemand;
+        assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::NotSpot)));
+        s.instances.get_mut(&InstanceId::from("i-n1")).unwrap().lifecycle = InstanceLifecycle::Spot;
+        assert_eq!(why(&s), None);
+        let set = fold_signals(&s, &Policy::default(), Timestamp::EPOCH);
+        assert!(set.by_group[&GroupName::from("spot-a")][&InstanceId::from("i-n1")].confirmed, "spot: AWS confirms");
+    }
+
+    #[test]
+    fn no_source_vouches_for_a_node_ec2_does_not_agree_is_its_instance() {
+        // A taint or rotation mark vouches for the notice, never for the Node's claim.
+        let mut s = snapshot().with_signal(Signal::interruption("n1", 0));
+        s.instances.remove(&InstanceId::from("i-n1"));
+        assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::InstanceNotDescribed)));
+        s.describe(&Node::test("ip-10-0-9-9.ec2.internal", "spot-a").with_instance("i-n1"));
+        assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::IdentityMismatch)));
+        s.describe(&Node::test("n1", "spot-a"));
+        assert_eq!(why(&s), None);
+        // A second Node claiming the same instance: neither is believed.
+        s.nodes.insert("n9".into(), Node::test("n9", "spot-a").with_instance("i-n1"));
+        assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::ClaimedTwice)));
+        // Once boosted, the ledger vouches: it was verified then.
+        s.ledger.record(BoostRecord::test("spot-a", &["i-n1"], 1, 0));
+        assert_eq!(why(&s), None);
+    }
+
+    #[test]
+    fn scheduled_maintenance_counts_once_ec2_lists_the_event_and_only_then_is_confirmed() {
         let mut s = snapshot().with_signal(event("n1", SignalKind::Scheduled));
         s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = true;
-        assert_eq!(fold_signals(&s, &Policy::default(), Timestamp::EPOCH).len(), 1);
-        assert!(lifecycles_needed(&s).is_empty());
+        assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::NoScheduledEvent)), "on-demand or spot alike");
+        assert_eq!(scheduled_events_needed(&s), BTreeSet::from([InstanceId::from("i-n1")]));
+        s.scheduled_events.insert("i-n1".into());
+        let set = fold_signals(&s, &Policy::default(), Timestamp::EPOCH);
+        assert!(set.by_group[&GroupName::from("spot-a")][&InstanceId::from("i-n1")].confirmed);
 
-        let s =
-            snapshot().with_signal(event("n2", SignalKind::SpotInterruption)).with_signal(Signal::rebalance("n2", 0));
-        assert_eq!(fold_signals(&s, &Policy::default(), Timestamp::EPOCH).len(), 1);
-        assert!(lifecycles_needed(&s).is_empty());
+        // NTH's taint vouches for the notice, but AWS has not confirmed it: no opt-out override.
+        let tainted = Signal { kind: SignalKind::Scheduled, ..Signal::rebalance("n2", 0) };
+        let s = snapshot().with_signal(tainted);
+        let set = fold_signals(&s, &Policy::default(), Timestamp::EPOCH);
+        assert!(!set.by_group[&GroupName::from("spot-a")][&InstanceId::from("i-n2")].confirmed);
     }
 
     #[test]

@@ -144,6 +144,12 @@ pub fn node_from_kube(node: &KubeNode) -> Result<WatchedNode, ConvertError> {
                 .map_or(Timestamp::EPOCH, |t| Timestamp::from_millis(t.0.as_millisecond())),
             allocatable: Resources::new(cpu, memory),
             pods: Vec::new(),
+            internal_ips: status
+                .and_then(|s| s.addresses.as_ref())
+                .map(|addresses| {
+                    addresses.iter().filter(|a| a.type_ == "InternalIP").map(|a| a.address.clone()).take(8).collect()
+                })
+                .unwrap_or_default(),
         },
         protected: annotations.is_some_and(|a| a.get(PROTECTED_BY_US).is_some_and(|v| v == "true")),
     })

@@ -60,6 +60,12 @@ pub struct NthSignal {
     pub observed_at: Option<Timestamp>,
     /// Extra words from the message: a state-change target state or a scheduled-event code.
     pub detail: Option<String>,
+    /// `involvedObject.uid`: NTH's queue processor reads the Node and names its uid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject_uid: Option<String>,
+    /// `source.host`, else `reportingInstance`: in IMDS mode NTH runs on the node it reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported_from: Option<String>,
 }
 
 impl NthSignal {
@@ -92,18 +98,33 @@ impl NthSignal {
 }
 
 impl NthSignal {
+    /// Whether the Event is about this very Node: the uid it names is the Node's, or (IMDS mode
+    /// names no uid) it was reported from the node itself, where NTH's DaemonSet pod runs.
+    pub(crate) fn about(&self, node: &NodeName, uid: Option<&str>) -> bool {
+        match (self.subject_uid.as_deref(), uid) {
+            (Some(named), Some(uid)) => named == uid,
+            (Some(_), None) => false,
+            (None, _) => self.reported_from.as_deref() == Some(node.as_str()),
+        }
+    }
+
     /// What must also hold before the daemon acts on this Event, since anyone who may create
-    /// Events could have written it: NTH's cordon (or taint) on the node and, for kinds EC2
-    /// sends only to spot instances, AWS saying the instance is spot.
+    /// Events could have written it: the Event is about the Node (its uid, or reported from it),
+    /// the Node is EC2's instance, NTH's cordon (or taint) is on it, and AWS agrees the notice
+    /// can be real (spot for spot-only kinds, a scheduled event for scheduled maintenance).
     pub(crate) fn trust_rule(&self) -> String {
-        let node = format!("node {} cordoned or NTH-tainted", self.node);
-        if !self.kind.spot_only() {
-            return node;
+        let about = match &self.subject_uid {
+            Some(uid) => format!("involvedObject.uid {uid} is node {}'s", self.node),
+            None => format!("reported from node {} itself", self.node),
+        };
+        let instance = self.instance.as_ref().map_or_else(|| "its instance".to_string(), |i| i.to_string());
+        let mut rule = format!("{about}; EC2 names {instance} as node {}; node cordoned or NTH-tainted", self.node);
+        if self.kind.spot_only() {
+            rule.push_str(&format!("; EC2 says {instance} is spot"));
+        } else if self.kind == SignalKind::Scheduled {
+            rule.push_str(&format!("; EC2 lists a scheduled event for {instance}"));
         }
-        match &self.instance {
-            Some(i) => format!("{node}, and EC2 says {i} is spot"),
-            None => format!("{node}, and EC2 says its instance is spot"),
-        }
+        rule
     }
 }
 
@@ -276,6 +297,13 @@ pub fn classify_event(event: &Event, provider_id: Option<&str>) -> Classificatio
         notice_time: parsed.notice_time,
         observed_at,
         detail: parsed.detail,
+        subject_uid: event.involved_object.uid.clone().filter(|u| !u.is_empty()),
+        reported_from: event
+            .source
+            .as_ref()
+            .and_then(|s| s.host.clone())
+            .filter(|h| !h.is_empty())
+            .or_else(|| event.reporting_instance.clone().filter(|h| !h.is_empty())),
     })
 }
 

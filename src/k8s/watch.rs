@@ -98,6 +98,10 @@ const EVENT_LAG: Duration = Duration::from_secs(60);
 const MISMATCHES_REMEMBERED: usize = 10_000;
 
 /// Whether the Event names an instance its (known) node does not run.
+fn is_about_another_node(store: &Store, signal: &NthSignal) -> bool {
+    store.nodes.get(&signal.node).is_some_and(|w| !signal.about(&w.node.name, w.uid.as_deref()))
+}
+
 fn names_another_instance(store: &Store, signal: &NthSignal) -> bool {
     let node = store.nodes.get(&signal.node).and_then(|n| n.node.instance.as_ref());
     matches!((signal.instance.as_ref(), node), (Some(named), Some(runs)) if named != runs)
@@ -487,6 +491,13 @@ impl KubeCluster {
             Some(signal) if nodes_listed && !store.nodes.contains_key(&signal.node) => {}
             // The instance is the node's: an Event naming another one is about an instance that
             // ran under this name before, or a lie. Either way it changes nothing stored.
+            // About another object than this Node (its uid), or reported from elsewhere.
+            Some(signal) if is_about_another_node(store, &signal) => {
+                if store.mismatched.len() < MISMATCHES_REMEMBERED && store.mismatched.insert(key) {
+                    self.metrics.signals.untrusted(UntrustedReason::ReporterMismatch);
+                    warn!(node = %signal.node, uid = ?signal.subject_uid, from = ?signal.reported_from, "an Event is not about the node it names; ignored");
+                }
+            }
             Some(signal) if names_another_instance(store, &signal) => {
                 if store.mismatched.len() < MISMATCHES_REMEMBERED && store.mismatched.insert(key) {
                     self.metrics.signals.untrusted(UntrustedReason::InstanceMismatch);
@@ -615,6 +626,10 @@ impl ClusterView for KubeCluster {
                 continue;
             }
             let mut signal = seen.signal.clone();
+            // Stored before its node was listed: the same checks as on arrival.
+            if is_about_another_node(&store, &signal) {
+                continue;
+            }
             let Some(instance) = store.nodes.get(&signal.node).and_then(|n| n.node.instance.clone()) else { continue };
             if signal.instance.as_ref().is_some_and(|i| *i != instance) {
                 continue;
@@ -745,6 +760,9 @@ mod tests {
         let mut event: k8s_openapi::api::core::v1::Event =
             serde_yaml::from_str(include_str!("../../tests/fixtures/nth/imds-rebalance.yaml")).unwrap();
         event.involved_object.name = Some(node.into());
+        // NTH's DaemonSet pod reports from the node it runs on.
+        event.source.as_mut().unwrap().host = Some(node.into());
+        event.reporting_instance = Some(node.into());
         event.metadata.uid = Some(uid.into());
         if let Some(a) = event.metadata.annotations.as_mut() {
             a.insert("instance-id".into(), format!("i-{node}"));
@@ -798,6 +816,36 @@ mod tests {
         assert_eq!(c.current().unwrap().signals, genuine, "the genuine notice stands as it was");
         let text = c.metrics.encode();
         assert!(text.contains("spots_booster_signals_untrusted_total{reason=\"instance-mismatch\"} 1"), "{text}");
+    }
+
+    #[test]
+    fn an_event_about_another_object_or_from_another_host_is_not_kept() {
+        let c = cluster(false);
+        let mut n1 = node("n1", None);
+        n1.uid = Some("uid-n1".into());
+        synced(&c, vec![n1], Vec::new());
+        // IMDS shape (no uid), written from another node: not NTH's pod on n1.
+        let mut elsewhere = nth_event("n1", "from-elsewhere");
+        elsewhere.source.as_mut().unwrap().host = Some("n7".into());
+        elsewhere.reporting_instance = Some("n7".into());
+        // Queue shape, naming the uid of another (or an earlier) Node.
+        let mut other_uid = nth_event("n1", "other-uid");
+        other_uid.involved_object.uid = Some("uid-of-another".into());
+        for event in [elsewhere, other_uid] {
+            let (k, s) = c.convert_event(event).unwrap();
+            c.apply_events(&mut c.write(), Change::Upsert((k, s)));
+        }
+        assert!(c.current().unwrap().signals.is_empty());
+        let text = c.metrics.encode();
+        assert!(text.contains("spots_booster_signals_untrusted_total{reason=\"reporter-mismatch\"} 2"), "{text}");
+
+        // The queue processor reports from its own pod's node, naming the Node's uid: kept.
+        let mut queue = nth_event("n1", "queue");
+        queue.source.as_mut().unwrap().host = Some("nth-host".into());
+        queue.involved_object.uid = Some("uid-n1".into());
+        let (k, s) = c.convert_event(queue).unwrap();
+        c.apply_events(&mut c.write(), Change::Upsert((k, s)));
+        assert_eq!(c.current().unwrap().signals.len(), 1);
     }
 
     #[test]

@@ -1,14 +1,14 @@
 //! Auto Scaling and EC2 as the booster sees them: groups, guarded writes, terminations, and how a
 //! call failed. Implemented on the SDK in `aws/`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 
 use serde::Serialize;
 use thiserror::Error;
 
 use super::BoxError;
-use crate::core::{CaGroupView, Group, GroupName, InstanceId, InstanceLifecycle, Resources};
+use crate::core::{CaGroupView, Group, GroupName, InstanceFacts, InstanceId, Resources};
 
 /// How an AWS call failed, as far as retrying and alerting care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -95,6 +95,9 @@ pub enum AwsError {
     /// EC2 `DescribeInstances`.
     #[error("DescribeInstances failed")]
     DescribeInstances(#[source] AwsFailure),
+    /// EC2 `DescribeInstanceStatus`.
+    #[error("DescribeInstanceStatus failed")]
+    DescribeInstanceStatus(#[source] AwsFailure),
     /// A write named a group AWS does not know (checked before the call: moto answers 500).
     #[error("no Auto Scaling Group named {0}")]
     UnknownGroup(GroupName),
@@ -119,6 +122,7 @@ impl AwsError {
             AwsError::DescribeGroups(f)
             | AwsError::DescribeAutoScalingInstances(f)
             | AwsError::DescribeInstances(f)
+            | AwsError::DescribeInstanceStatus(f)
             | AwsError::SetDesiredCapacity { failure: f, .. }
             | AwsError::TerminateInstance { failure: f, .. }
             | AwsError::AzRebalance { failure: f, .. } => f.kind.as_str(),
@@ -350,12 +354,20 @@ pub trait AutoScaling: Send + Sync {
         instances: &[InstanceId],
     ) -> impl Future<Output = Result<BTreeMap<InstanceId, GroupName>, AwsError>> + Send;
 
-    /// Spot or on-demand, for each instance that exists (EC2 `DescribeInstances`: the Auto
-    /// Scaling API does not say). Unknown ids are simply absent.
-    fn lifecycles(
+    /// What EC2 says of each instance that exists (`DescribeInstances`): spot or on-demand, which
+    /// the Auto Scaling API does not say, and its private DNS name and address, which a Node
+    /// claiming it must match. Unknown ids are simply absent.
+    fn instance_facts(
         &self,
         instances: &[InstanceId],
-    ) -> impl Future<Output = Result<BTreeMap<InstanceId, InstanceLifecycle>, AwsError>> + Send;
+    ) -> impl Future<Output = Result<BTreeMap<InstanceId, InstanceFacts>, AwsError>> + Send;
+
+    /// Those of `instances` EC2 lists a scheduled event for that has neither completed nor been
+    /// cancelled (`DescribeInstanceStatus`).
+    fn scheduled_events(
+        &self,
+        instances: &[InstanceId],
+    ) -> impl Future<Output = Result<BTreeSet<InstanceId>, AwsError>> + Send;
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::world::{Eviction, World};
-use crate::core::{BoostLedger, CaGroupView, GroupName, InstanceId, InstanceLifecycle, NodeName};
+use crate::core::{BoostLedger, CaGroupView, GroupName, InstanceFacts, InstanceId, InstanceLifecycle, NodeName};
 use crate::ports::{
     AutoScaling, AwsError, ClusterState, ClusterView, ClusterWriteError, ClusterWrites, DesiredWrite, EventSink,
     EvictOutcome, GroupDescription, GroupInstance, Guard, NodeEvent, PodRef, TagFilter, TerminateOutcome, WriteOutcome,
@@ -148,14 +148,26 @@ impl AutoScaling for SimWorld {
             .collect())
     }
 
-    async fn lifecycles(&self, instances: &[InstanceId]) -> Result<BTreeMap<InstanceId, InstanceLifecycle>, AwsError> {
-        // Every simulated group runs on spot.
+    async fn instance_facts(&self, instances: &[InstanceId]) -> Result<BTreeMap<InstanceId, InstanceFacts>, AwsError> {
+        // Every simulated group runs on spot, and EC2 names each instance as its node.
         let world = self.lock();
         Ok(instances
             .iter()
-            .filter(|i| world.instances.contains_key(i.as_str()))
-            .map(|i| (i.clone(), InstanceLifecycle::Spot))
+            .filter_map(|i| world.instances.get(i.as_str()).map(|x| (i, x)))
+            .map(|(i, x)| {
+                let facts = InstanceFacts {
+                    lifecycle: InstanceLifecycle::Spot,
+                    private_dns_name: Some(x.node.clone()),
+                    private_ip: None,
+                };
+                (i.clone(), facts)
+            })
             .collect())
+    }
+
+    async fn scheduled_events(&self, _instances: &[InstanceId]) -> Result<BTreeSet<InstanceId>, AwsError> {
+        // Scenarios announce spot interruptions and rebalance recommendations only.
+        Ok(BTreeSet::new())
     }
 }
 

@@ -511,6 +511,7 @@ impl World {
                     created: n.created,
                     allocatable: n.allocatable,
                     pods,
+                    internal_ips: Vec::new(),
                 },
             );
         }

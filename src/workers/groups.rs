@@ -18,7 +18,7 @@ use std::sync::{Mutex, MutexGuard};
 use tracing::warn;
 
 use crate::core::{
-    lifecycles_needed, BoostLedger, Group, GroupName, InstanceId, InstanceLifecycle, Snapshot, Timestamp,
+    scheduled_events_needed, BoostLedger, Group, GroupName, InstanceFacts, InstanceId, Snapshot, Timestamp,
 };
 use crate::ports::{system_clock, AutoScaling, AwsError, Clock, ClusterState, GroupDescription, TagFilter};
 
@@ -94,9 +94,19 @@ pub struct GroupBook {
     refresh: Duration,
     described: Mutex<BTreeMap<GroupName, (GroupDescription, Timestamp)>>,
     instances: InstanceGroupCache,
-    /// How each looked-up instance is bought: fixed for an instance's life.
-    lifecycles: Mutex<HashMap<InstanceId, InstanceLifecycle>>,
+    /// What EC2 said of each live node's instance (fixed for an instance's life; `None`: EC2
+    /// does not know it, asked again after [`UNKNOWN_INSTANCE_TTL`]) and when it was asked.
+    facts: Mutex<HashMap<InstanceId, (Option<InstanceFacts>, Timestamp)>>,
+    /// Whether EC2 listed a pending scheduled event for an instance, and when it was asked.
+    scheduled: Mutex<HashMap<InstanceId, (bool, Timestamp)>>,
 }
+
+/// How long an instance EC2 did not know (not launched yet as far as EC2's reads go, or not an
+/// EC2 instance) waits before it is asked for again.
+const UNKNOWN_INSTANCE_TTL: Duration = Duration::from_secs(30);
+
+/// How long EC2's answer on an instance's scheduled events is used before it is asked again.
+const SCHEDULED_EVENTS_TTL: Duration = Duration::from_secs(30);
 
 impl GroupBook {
     /// A book that re-describes a group once its description is `refresh` old and remembers an
@@ -106,7 +116,8 @@ impl GroupBook {
             refresh,
             described: Mutex::new(BTreeMap::new()),
             instances: InstanceGroupCache::on(instance_ttl, clock),
-            lifecycles: Mutex::new(HashMap::new()),
+            facts: Mutex::new(HashMap::new()),
+            scheduled: Mutex::new(HashMap::new()),
         }
     }
 
@@ -188,26 +199,62 @@ impl GroupBook {
         lock(&self.described).remove(group);
     }
 
-    /// Fills `snapshot.lifecycles` for the instances whose trust waits on it, asking EC2 only
-    /// for those never looked up. A failed lookup leaves them unknown (so untrusted) until the
-    /// next pass: an Event is never believed because AWS could not be asked.
-    pub(crate) async fn fill_lifecycles<A: AutoScaling>(&self, aws: &A, snapshot: &mut Snapshot) {
-        let needed = lifecycles_needed(snapshot);
+    /// Fills `snapshot.instances` with what EC2 says of every node's instance, asking only for
+    /// instances never described (facts are fixed for an instance's life, so a node costs one
+    /// batched lookup when it joins), and `snapshot.scheduled_events` for the instances a
+    /// scheduled-maintenance notice names. A failed lookup leaves them unknown, so unverified
+    /// and untrusted, until the next pass: nothing is believed because AWS could not be asked.
+    pub(crate) async fn fill_instance_facts<A: AutoScaling>(&self, aws: &A, snapshot: &mut Snapshot) {
+        let live: BTreeSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
+        let now = (self.instances.clock)();
         let missing: Vec<InstanceId> = {
-            let mut cache = lock(&self.lifecycles);
-            let live: BTreeSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
-            cache.retain(|i, _| live.contains(i));
-            needed.iter().filter(|i| !cache.contains_key(*i)).cloned().collect()
+            let mut cache = lock(&self.facts);
+            cache.retain(|i, (facts, at)| {
+                live.contains(i) && (facts.is_some() || now.since(*at) < UNKNOWN_INSTANCE_TTL)
+            });
+            live.iter().filter(|i| !cache.contains_key(**i)).map(|i| (*i).clone()).collect()
         };
         if !missing.is_empty() {
-            match aws.lifecycles(&missing).await {
-                Ok(found) => lock(&self.lifecycles).extend(found),
+            match aws.instance_facts(&missing).await {
+                Ok(mut found) => {
+                    let mut cache = lock(&self.facts);
+                    for id in missing {
+                        let facts = found.remove(&id);
+                        cache.insert(id, (facts, now));
+                    }
+                }
                 Err(e) => {
-                    warn!(error = %e, instances = missing.len(), "instance lifecycles not read; their Events stay untrusted")
+                    warn!(error = %e, instances = missing.len(), "instances not described; their nodes stay unverified")
                 }
             }
         }
-        let cache = lock(&self.lifecycles);
-        snapshot.lifecycles = needed.into_iter().filter_map(|i| cache.get(&i).map(|l| (i, *l))).collect();
+        snapshot.instances = {
+            let cache = lock(&self.facts);
+            live.iter()
+                .filter_map(|i| cache.get(*i).and_then(|(f, _)| f.as_ref()).map(|f| ((*i).clone(), f.clone())))
+                .collect()
+        };
+        let named = scheduled_events_needed(snapshot);
+        let stale: Vec<InstanceId> = {
+            let mut cache = lock(&self.scheduled);
+            cache.retain(|i, (_, at)| named.contains(i) && now.since(*at) < SCHEDULED_EVENTS_TTL);
+            named.iter().filter(|i| !cache.contains_key(*i)).cloned().collect()
+        };
+        if !stale.is_empty() {
+            match aws.scheduled_events(&stale).await {
+                Ok(found) => {
+                    let mut cache = lock(&self.scheduled);
+                    for id in stale {
+                        let listed = found.contains(&id);
+                        cache.insert(id, (listed, now));
+                    }
+                }
+                Err(e) => {
+                    warn!(error = %e, instances = stale.len(), "scheduled events not read; their notices stay unconfirmed")
+                }
+            }
+        }
+        snapshot.scheduled_events =
+            lock(&self.scheduled).iter().filter(|(_, (listed, _))| *listed).map(|(i, _)| i.clone()).collect();
     }
 }

@@ -86,8 +86,8 @@ impl<A: AutoScaling, C: ClusterView, L: LedgerStore, W, E> WorkerContext<A, C, L
         remember_boosted(&mut state, &ledger);
         let groups = self.groups.resolve(&self.aws, &mut state, &ledger).await?;
         let mut snapshot =
-            Snapshot { groups, nodes: state.nodes, signals: state.signals, ledger, lifecycles: BTreeMap::new() };
-        self.groups.fill_lifecycles(&self.aws, &mut snapshot).await;
+            Snapshot { groups, nodes: state.nodes, signals: state.signals, ledger, ..Snapshot::default() };
+        self.groups.fill_instance_facts(&self.aws, &mut snapshot).await;
         Ok(Some(Observation { snapshot, protected: state.protected, first_seen: state.first_seen }))
     }
 }

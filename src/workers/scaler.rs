@@ -709,16 +709,16 @@ mod tests {
         let metrics = Arc::new(Metrics::new());
         let mut s =
             Scaler::new(rig.context(count_policy(), paused_clock(), metrics.clone()).await, ScalerSettings::default());
-        // Anyone may write an Event: about an uncordoned node it is not believed, and AWS is not asked.
+        // Anyone may write an Event: about an uncordoned node it is not believed.
         event(&rig, "n1", SignalKind::SpotInterruption);
         event(&rig, "n2", SignalKind::SpotInterruption);
         assert!(s.tick().await.unwrap().raised.is_empty());
-        assert_eq!(rig.aws.lifecycle_lookups(), 0);
+        assert_eq!(rig.aws.instance_lookups(), 10, "every node's instance is described once, in one batch");
         // Cordoned, but on-demand: EC2 sends no interruption notice to on-demand instances.
         rig.cluster.edit(|s| s.nodes.get_mut(&NodeName::from("n2")).unwrap().cordoned = true);
         assert!(s.tick().await.unwrap().raised.is_empty());
         assert!(s.tick().await.unwrap().raised.is_empty());
-        assert_eq!(rig.aws.lifecycle_lookups(), 1, "an instance is looked up once");
+        assert_eq!(rig.aws.instance_lookups(), 10, "an instance is described once");
         let text = metrics.encode();
         assert!(text.contains("spots_booster_signals_untrusted_total{reason=\"not-cordoned\"} 2"), "{text}");
         assert!(text.contains("spots_booster_signals_untrusted_total{reason=\"not-spot\"} 1"), "{text}");

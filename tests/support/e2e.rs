@@ -135,7 +135,8 @@ pub async fn nth_cordon_and_taint(kube: &Client, node: &str) {
     nodes.patch(node, &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
 }
 
-/// Plays NTH in IMDS mode: an NTH-shaped `RebalanceRecommendation` Event for `node` in `ns`.
+/// Plays NTH in IMDS mode: an NTH-shaped `RebalanceRecommendation` Event for `node` in `ns`,
+/// reported from the node itself (where NTH's DaemonSet pod runs).
 pub async fn nth_rebalance_event(kube: &Client, ns: &str, node: &str, instance: &str) {
     let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(kube.clone(), ns);
@@ -145,8 +146,8 @@ pub async fn nth_rebalance_event(kube: &Client, ns: &str, node: &str, instance: 
         "reason": "RebalanceRecommendation",
         "message": format!("Rebalance recommendation received. Instance will be cordoned at {now} \n"),
         "type": "Normal", "count": 1, "firstTimestamp": now, "lastTimestamp": now,
-        "source": {"component": "aws-node-termination-handler"},
-        "reportingComponent": "aws-node-termination-handler"});
+        "source": {"component": "aws-node-termination-handler", "host": node},
+        "reportingComponent": "aws-node-termination-handler", "reportingInstance": node});
     events.create(&PostParams::default(), &serde_json::from_value(event).unwrap()).await.expect("create the Event");
 }
 

@@ -1,0 +1,132 @@
+//! Where moto cannot go: EC2's scheduled events. A loopback server answers
+//! `DescribeInstanceStatus` the way EC2 does (its XML, `InvalidInstanceID.NotFound` for the
+//! whole call when one id is unknown); the adapter must find the instances with a pending event
+//! and not those whose events are over.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+
+use aws_config::{BehaviorVersion, Region};
+use aws_sdk_autoscaling::config::Credentials;
+use spots_booster::aws::AwsPorts;
+use spots_booster::core::InstanceId;
+use spots_booster::ports::AutoScaling;
+
+/// Per instance, the descriptions of its scheduled events.
+type Fleet = BTreeMap<&'static str, Vec<&'static str>>;
+
+fn status_item(id: &str, events: &[&str]) -> String {
+    let events: String = events
+        .iter()
+        .map(|d| {
+            format!(
+                "<item><code>instance-retirement</code><description>{d}</description>\
+                 <notBefore>2026-11-27T00:00:00.000Z</notBefore></item>"
+            )
+        })
+        .collect();
+    format!(
+        "<item><instanceId>{id}</instanceId><availabilityZone>us-east-1a</availabilityZone>\
+         <instanceState><code>16</code><name>running</name></instanceState>\
+         <systemStatus><status>ok</status></systemStatus><instanceStatus><status>ok</status></instanceStatus>\
+         <eventsSet>{events}</eventsSet></item>"
+    )
+}
+
+/// Serves `DescribeInstanceStatus` for `fleet`, recording the ids each request asked for.
+fn ec2_server(fleet: Fleet) -> (String, Arc<Mutex<Vec<Vec<String>>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let record = asked.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            let body = String::from_utf8_lossy(&body).to_string();
+            let ids: Vec<String> = body
+                .split('&')
+                .filter_map(|kv| kv.split_once('='))
+                .filter(|(k, _)| k.starts_with("InstanceId."))
+                .map(|(_, v)| v.to_string())
+                .collect();
+            record.lock().unwrap().push(ids.clone());
+            let (status, xml) = match ids.iter().find(|i| !fleet.contains_key(i.as_str())) {
+                Some(unknown) => (
+                    "400 Bad Request",
+                    format!(
+                        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Response><Errors><Error>\
+                         <Code>InvalidInstanceID.NotFound</Code><Message>The instance ID '{unknown}' does not exist</Message>\
+                         </Error></Errors><RequestID>5b4b7f5e-0000-4000-8000-000000000000</RequestID></Response>"
+                    ),
+                ),
+                None => {
+                    let items: String = ids.iter().map(|i| status_item(i, &fleet[i.as_str()])).collect();
+                    (
+                        "200 OK",
+                        format!(
+                            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
+                             <DescribeInstanceStatusResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\">\
+                             <requestId>5b4b7f5e-0000-4000-8000-000000000001</requestId>\
+                             <instanceStatusSet>{items}</instanceStatusSet></DescribeInstanceStatusResponse>"
+                        ),
+                    )
+                }
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Type: text/xml;charset=UTF-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{xml}",
+                xml.len()
+            );
+        }
+    });
+    (endpoint, asked)
+}
+
+#[tokio::test]
+async fn only_instances_with_a_pending_scheduled_event_are_listed() {
+    let fleet: Fleet = BTreeMap::from([
+        ("i-0000000000000aaaa", vec!["The instance is running on degraded hardware"]),
+        ("i-0000000000000bbbb", vec!["[Completed] The instance is running on degraded hardware"]),
+        ("i-0000000000000cccc", vec!["[Canceled] Scheduled reboot"]),
+        ("i-0000000000000dddd", vec![]),
+    ]);
+    let (endpoint, asked) = ec2_server(fleet);
+    let config = aws_config::defaults(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(Credentials::new("test", "test", None, None, "static"))
+        .load()
+        .await;
+    let aws = AwsPorts::new(&config, false);
+    let ids: Vec<InstanceId> = ["aaaa", "bbbb", "cccc", "dddd"]
+        .iter()
+        .map(|s| InstanceId::from(format!("i-0000000000000{s}").as_str()))
+        .collect();
+    let found = aws.autoscaling.scheduled_events(&ids).await.unwrap();
+    assert_eq!(found, BTreeSet::from([ids[0].clone()]), "completed and cancelled events are over");
+    assert_eq!(asked.lock().unwrap().len(), 1, "one call for four ids");
+
+    // An instance gone since its notice fails EC2's whole call: the others are still answered.
+    let mut with_gone = ids.clone();
+    with_gone.push("i-00000000000000ff".into());
+    asked.lock().unwrap().clear();
+    let found = aws.autoscaling.scheduled_events(&with_gone).await.unwrap();
+    assert_eq!(found, BTreeSet::from([ids[0].clone()]));
+    assert_eq!(asked.lock().unwrap().len(), 1 + with_gone.len(), "the batch, then each id alone");
+    assert_eq!(aws.stats.calls("DescribeInstanceStatus"), 7);
+}
