@@ -475,7 +475,8 @@ async fn the_watches_use_server_side_selectors_and_sync_into_one_view() {
 
     let node = json!({"metadata": {"name": "n1", "uid": "node-uid-1", "creationTimestamp": "2026-11-21T09:00:00Z"},
         "spec": {"providerID": "aws:///eu-central-1a/i-0a1b2c3d4e5f67890", "unschedulable": true},
-        "status": {"allocatable": {"cpu": "4", "memory": "16Gi"}, "conditions": [{"type": "Ready", "status": "True"}]}});
+        "status": {"allocatable": {"cpu": "4", "memory": "16Gi"}, "conditions": [{"type": "Ready", "status": "True"}],
+                   "addresses": [{"type": "InternalIP", "address": "10.0.1.2"}, {"type": "Hostname", "address": "n1"}]}});
     let pod = json!({"metadata": {"name": "web-0", "namespace": "shop", "uid": "uid-web-0"},
         "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "500m"}}}]},
         "status": {"phase": "Running"}});
@@ -484,7 +485,7 @@ async fn the_watches_use_server_side_selectors_and_sync_into_one_view() {
         "reason": "RebalanceRecommendation",
         "message": "Rebalance recommendation received. Instance will be cordoned at 2026-11-21T09:59:00Z \n",
         "firstTimestamp": "2026-11-21T09:59:01Z", "lastTimestamp": "2026-11-21T09:59:01Z", "type": "Normal",
-        "source": {"component": "aws-node-termination-handler"}});
+        "source": {"component": "aws-node-termination-handler", "host": "n1"}});
     let ca = json!({"metadata": {"name": "cluster-autoscaler-status", "namespace": "kube-system"},
         "data": {"status": CA_STATUS}});
 
@@ -516,6 +517,7 @@ async fn the_watches_use_server_side_selectors_and_sync_into_one_view() {
     assert_eq!((signal.instance.as_str(), signal.kind), ("i-0a1b2c3d4e5f67890", SignalKind::Rebalance));
     let n1 = &state.nodes[&NodeName::from("n1")];
     assert!(n1.cordoned && n1.ready);
+    assert_eq!(n1.internal_ips, vec!["10.0.1.2".to_string()], "the address a custom-named node is verified by");
     assert_eq!(n1.pods.len(), 1, "pods are attached to signalled nodes");
     assert_eq!(n1.pods[0].uid, "uid-web-0");
     assert!(!state.ca.is_empty(), "CA's groups are known");
