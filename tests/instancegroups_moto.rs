@@ -662,3 +662,34 @@ async fn an_instancegroup_whose_aws_names_collide_with_another_s_takes_nothing_o
     let iam = aws_sdk_iam::Client::new(&config);
     assert!(iam.get_role().role_name(SHARED).send().await.is_ok(), "and its role");
 }
+
+#[tokio::test]
+async fn subnet_and_security_group_ids_of_another_vpc_are_refused() {
+    use spots_booster::ports::nodegroups::{CloudError, NodeGroupCloud};
+    let (moto, _guard) = moto().await;
+    let config = moto.sdk_config().await;
+    let world = seed(&config).await;
+    let ec2 = aws_sdk_ec2::Client::new(&config);
+    let cluster_vpc = ec2.describe_vpcs().send().await.unwrap().vpcs()[0].vpc_id().unwrap().to_string();
+    let other = ec2.create_vpc().cidr_block("10.99.0.0/16").send().await.unwrap();
+    let other_vpc = other.vpc().unwrap().vpc_id().unwrap().to_string();
+    let subnet = ec2.create_subnet().vpc_id(&other_vpc).cidr_block("10.99.1.0/24").send().await.unwrap();
+    let foreign_subnet = subnet.subnet().unwrap().subnet_id().unwrap().to_string();
+    let sg = ec2.create_security_group().group_name("theirs").description("theirs").vpc_id(&other_vpc).send().await;
+    let foreign_sg = sg.unwrap().group_id().unwrap().to_string();
+    let cloud = AwsNodeGroups::new(&config, CallStats::default());
+
+    let ours = cloud.subnet_ids(Some(&cluster_vpc), &[world.subnets[0].clone(), "private-b".into()]).await.unwrap();
+    assert_eq!(ours.len(), 2, "ids and names of the cluster's VPC resolve");
+    let err = cloud.subnet_ids(Some(&cluster_vpc), &[world.subnets[0].clone(), foreign_subnet.clone()]).await;
+    assert!(
+        matches!(&err, Err(CloudError::NotFound { what: "subnet", name, scope: Some(vpc) }) if *name == foreign_subnet && *vpc == cluster_vpc),
+        "{err:?}"
+    );
+    let err = cloud.security_group_ids(Some(&cluster_vpc), &[foreign_sg.clone()]).await;
+    assert!(
+        err.as_ref().unwrap_err().to_string().contains(&format!("{foreign_sg:?} not found in {cluster_vpc}")),
+        "{err:?}"
+    );
+    assert_eq!(cloud.subnet_ids(Some(&other_vpc), &[foreign_subnet.clone()]).await.unwrap(), vec![foreign_subnet]);
+}
