@@ -686,10 +686,13 @@ async fn subnet_and_security_group_ids_of_another_vpc_are_refused() {
         matches!(&err, Err(CloudError::NotFound { what: "subnet", name, scope: Some(vpc) }) if *name == foreign_subnet && *vpc == cluster_vpc),
         "{err:?}"
     );
-    let err = cloud.security_group_ids(Some(&cluster_vpc), &[foreign_sg.clone()]).await;
+    let err = cloud.security_group_ids(Some(&cluster_vpc), std::slice::from_ref(&foreign_sg)).await;
     assert!(
         err.as_ref().unwrap_err().to_string().contains(&format!("{foreign_sg:?} not found in {cluster_vpc}")),
         "{err:?}"
     );
-    assert_eq!(cloud.subnet_ids(Some(&other_vpc), &[foreign_subnet.clone()]).await.unwrap(), vec![foreign_subnet]);
+    assert_eq!(
+        cloud.subnet_ids(Some(&other_vpc), std::slice::from_ref(&foreign_subnet)).await.unwrap(),
+        vec![foreign_subnet]
+    );
 }
