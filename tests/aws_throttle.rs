@@ -2,7 +2,7 @@
 //! AWS's `Throttling` error; the adapter must retry, then fail with a typed,
 //! categorised error, and count calls, attempts, errors and throttles.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -13,6 +13,10 @@ use aws_config::{BehaviorVersion, Region};
 use aws_sdk_autoscaling::config::Credentials;
 use spots_booster::aws::AwsPorts;
 use spots_booster::ports::{AutoScaling, AwsError, DesiredWrite, FailureKind};
+use support::read_request_body;
+
+#[path = "support/aws_loopback.rs"]
+mod support;
 
 const THROTTLED: &str = r#"<ErrorResponse xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/"><Error><Type>Sender</Type><Code>Throttling</Code><Message>Rate exceeded</Message></Error><RequestId>7a62c49f-347e-4fc4-9331-6e8eEXAMPLE</RequestId></ErrorResponse>"#;
 
@@ -25,19 +29,7 @@ fn throttling_server() -> (String, Arc<AtomicUsize>) {
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut length = 0;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-            }
-            let mut body = vec![0; length];
-            let _ = reader.read_exact(&mut body);
+            read_request_body(&stream);
             counter.fetch_add(1, Ordering::SeqCst);
             let _ = write!(
                 stream,

@@ -4,7 +4,7 @@
 //! and not those whose events are over.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
@@ -13,6 +13,10 @@ use aws_sdk_autoscaling::config::Credentials;
 use spots_booster::aws::AwsPorts;
 use spots_booster::core::InstanceId;
 use spots_booster::ports::AutoScaling;
+use support::read_request_body;
+
+#[path = "support/aws_loopback.rs"]
+mod support;
 
 /// Per instance, the descriptions of its scheduled events.
 type Fleet = BTreeMap<&'static str, Vec<&'static str>>;
@@ -44,19 +48,7 @@ fn ec2_server(fleet: Fleet) -> (String, Arc<Mutex<Vec<Vec<String>>>>) {
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut length = 0;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-            }
-            let mut body = vec![0; length];
-            let _ = reader.read_exact(&mut body);
+            let body = read_request_body(&stream);
             let body = String::from_utf8_lossy(&body).to_string();
             let ids: Vec<String> = body
                 .split('&')
