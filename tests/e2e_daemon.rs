@@ -20,8 +20,8 @@ use kube::{Api, Client};
 use serde_json::{json, Value};
 use support::e2e::{
     aws, bind_pod, booster_events_on, create_group, create_namespace, env, free_port, kube_client, metric,
-    nth_cordon_and_taint, nth_rebalance_event, pod_ready, register_node, report_pod_ready, run_suffix, scrape,
-    start_booster, AWS_ENDPOINT, KUBECONFIG,
+    nth_cordon_and_taint, nth_rebalance_event, pod_ready, register_node, report_pod_ready, run_suffix,
+    schedulable_nodes, scrape, start_booster, AWS_ENDPOINT, KUBECONFIG,
 };
 
 mod support;
@@ -120,15 +120,7 @@ impl Run {
 
         let pods: Api<Pod> = Api::namespaced(self.kube.clone(), &self.ns);
         let all = pods.list(&ListParams::default().labels("app=web")).await.unwrap();
-        let schedulable: Vec<String> = nodes
-            .list(&ListParams::default().labels(&format!("spots-booster-e2e={}", self.suffix)))
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|n| !n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false))
-            .filter_map(|n| n.metadata.name)
-            .collect();
+        let schedulable = schedulable_nodes(&self.kube, &self.suffix).await;
         let mut ready: usize = 0;
         let mut on_at_risk = 0;
         for pod in &all.items {

@@ -21,8 +21,8 @@ use kube::{Api, Client};
 use serde_json::json;
 use support::e2e::{
     aws, bind_pod, booster_events_on, create_group, create_namespace, deploy_with_budget, desired_capacity, env,
-    free_port, kube_client, live_instances, metric, pod_ready, register_node, report_pod_ready, run_suffix, scrape,
-    start_booster, AWS_ENDPOINT, KUBECONFIG,
+    free_port, kube_client, live_instances, metric, pod_ready, register_node, report_pod_ready, run_suffix,
+    schedulable_nodes, scrape, start_booster, AWS_ENDPOINT, KUBECONFIG,
 };
 
 mod support;
@@ -132,16 +132,8 @@ impl Cluster {
             }
             let _ = nodes.delete(&name, &DeleteParams::default()).await;
         }
-        let schedulable: Vec<String> = nodes
-            .list(&ListParams::default().labels(&format!("spots-booster-e2e={}", self.suffix)))
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|n| live_nodes.contains(n.metadata.name.as_deref().unwrap_or_default()))
-            .filter(|n| !n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false))
-            .filter_map(|n| n.metadata.name)
-            .collect();
+        let mut schedulable = schedulable_nodes(&self.kube, &self.suffix).await;
+        schedulable.retain(|n| live_nodes.contains(n.as_str()));
         let all = pods.list(&ListParams::default().labels("app=web")).await.unwrap().items;
         let mut on: BTreeMap<String, usize> = schedulable.iter().map(|n| (n.clone(), 0)).collect();
         let mut ready = 0;

@@ -41,6 +41,20 @@ fn set_groups_from_members(described: &BTreeMap<GroupName, (GroupDescription, Ti
     }
 }
 
+/// Caches AWS's answer for each id asked (absent ones included), stamped `now`.
+fn remember<V>(
+    cache: &Mutex<HashMap<InstanceId, (V, Timestamp)>>,
+    asked: Vec<InstanceId>,
+    mut answer: impl FnMut(&InstanceId) -> V,
+    now: Timestamp,
+) {
+    let mut cache = lock(cache);
+    for id in asked {
+        let value = answer(&id);
+        cache.insert(id, (value, now));
+    }
+}
+
 /// A TTL cache in front of [`AutoScaling::groups_of`].
 pub struct InstanceGroupCache {
     ttl: Duration,
@@ -216,13 +230,7 @@ impl GroupBook {
         };
         if !missing.is_empty() {
             match aws.instance_facts(&missing).await {
-                Ok(mut found) => {
-                    let mut cache = lock(&self.facts);
-                    for id in missing {
-                        let facts = found.remove(&id);
-                        cache.insert(id, (facts, now));
-                    }
-                }
+                Ok(mut found) => remember(&self.facts, missing, |id| found.remove(id), now),
                 Err(e) => {
                     warn!(error = %e, instances = missing.len(), "instances not described; their nodes stay unverified")
                 }
@@ -242,13 +250,7 @@ impl GroupBook {
         };
         if !stale.is_empty() {
             match aws.scheduled_events(&stale).await {
-                Ok(found) => {
-                    let mut cache = lock(&self.scheduled);
-                    for id in stale {
-                        let listed = found.contains(&id);
-                        cache.insert(id, (listed, now));
-                    }
-                }
+                Ok(found) => remember(&self.scheduled, stale, |id| found.contains(id), now),
                 Err(e) => {
                     warn!(error = %e, instances = stale.len(), "scheduled events not read; their notices stay unconfirmed")
                 }

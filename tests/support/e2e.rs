@@ -5,7 +5,7 @@
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use serde_json::json;
@@ -248,6 +248,17 @@ pub async fn deploy_with_budget(kube: &Client, ns: &str, app: &str, replicas: u3
 /// The events.k8s.io Events the booster wrote in `default` about the node `node`.
 pub async fn booster_events_on(kube: &Client, node: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(kube.clone(), "default");
-    let all = events.list(&kube::api::ListParams::default()).await.unwrap().items;
+    let all = events.list(&ListParams::default()).await.unwrap().items;
     all.into_iter().filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node)).collect()
+}
+
+/// The names of this run's Nodes (labelled `spots-booster-e2e=<run>`) that are schedulable.
+pub async fn schedulable_nodes(kube: &Client, run: &str) -> Vec<String> {
+    let nodes: Api<Node> = Api::all(kube.clone());
+    let ours = nodes.list(&ListParams::default().labels(&format!("spots-booster-e2e={run}"))).await.unwrap();
+    ours.items
+        .into_iter()
+        .filter(|n| !n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false))
+        .filter_map(|n| n.metadata.name)
+        .collect()
 }
