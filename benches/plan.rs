@@ -116,6 +116,8 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                 kept: Default::default(),
                 expired: None,
                 giving_back: Default::default(),
+                raising_to: None,
+                returning: Default::default(),
             });
             for r in 0..added as usize {
                 let node = NodeName(format!("ip-10-{g}-new{r}.eu-central-1.compute.internal"));

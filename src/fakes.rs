@@ -265,6 +265,11 @@ struct FakeAsgState {
     throttle_next: u32,
     fail_terminations: u32,
     apply_then_fail: u32,
+    /// Writes sent so far (desired capacity raised, instances terminated), and the one (1-based)
+    /// whose answer is lost after it applied, with the re-read after it failing.
+    writes_sent: u32,
+    lose_write: Option<u32>,
+    fail_describes: u32,
     on_demand: BTreeSet<InstanceId>,
     dns_names: BTreeMap<InstanceId, String>,
     not_in_ec2: BTreeSet<InstanceId>,
@@ -355,6 +360,28 @@ impl FakeAutoScaling {
         lock(&self.0).apply_then_fail = n;
     }
 
+    /// Makes the `nth` write from now on (1-based; a desired capacity raised or an instance
+    /// terminated) apply and then answer a server error, and the one describe after it fail: the
+    /// answer is lost and re-reading cannot tell at once.
+    pub fn lose_answer_of_write(&self, nth: u32) {
+        let mut s = lock(&self.0);
+        s.lose_write = Some(s.writes_sent + nth);
+    }
+
+    /// Writes sent so far (desired capacity raised, instances terminated).
+    pub fn writes_sent(&self) -> u32 {
+        lock(&self.0).writes_sent
+    }
+
+    /// A group's instances.
+    pub fn instances(&self, group: &str) -> Vec<InstanceId> {
+        lock(&self.0)
+            .groups
+            .get(&GroupName::from(group))
+            .map(|g| g.instances.iter().map(|i| i.id.clone()).collect())
+            .unwrap_or_default()
+    }
+
     /// Makes the next `n` calls fail as throttled.
     pub fn throttle_next(&self, n: u32) {
         lock(&self.0).throttle_next = n;
@@ -384,6 +411,13 @@ impl FakeAutoScaling {
     /// EC2 lists a pending scheduled event for `instance`.
     pub fn schedule_event(&self, instance: &str) {
         lock(&self.0).scheduled.insert(instance.into());
+    }
+
+    /// `instance` leaves its group, desired capacity unchanged (Auto Scaling's own scale-in).
+    pub fn remove_instance(&self, instance: &InstanceId) {
+        for g in lock(&self.0).groups.values_mut() {
+            g.instances.retain(|i| &i.id != instance);
+        }
     }
 
     /// AWS takes `instance` (a spot interruption) and the group replaces it with `replacement`.
@@ -426,6 +460,9 @@ impl FakeAutoScaling {
                     Guard::Settled(outcome) => outcome,
                     Guard::Send { from } => {
                         s.groups.get_mut(&w.group).expect("known group").desired = w.to;
+                        if Self::answer_lost(&mut s) {
+                            return (w.group.clone(), Err(Self::lost_answer(&w.group)));
+                        }
                         if s.apply_then_fail > 0 {
                             s.apply_then_fail -= 1;
                             return (w.group.clone(), Err(Self::lost_answer(&w.group)));
@@ -436,6 +473,16 @@ impl FakeAutoScaling {
                 (w.group.clone(), outcome)
             })
             .collect())
+    }
+
+    /// Counts a write that applied; whether its answer is to be lost.
+    fn answer_lost(state: &mut FakeAsgState) -> bool {
+        state.writes_sent += 1;
+        let lost = state.lose_write == Some(state.writes_sent);
+        if lost {
+            state.fail_describes += 1;
+        }
+        lost
     }
 
     fn lost_answer(group: &GroupName) -> AwsError {
@@ -469,6 +516,15 @@ impl AutoScaling for FakeAutoScaling {
         s.calls.push(AsgCall::Describe(names.to_vec()));
         if let Some(f) = Self::throttled(&mut s) {
             return Err(AwsError::DescribeGroups(f));
+        }
+        if s.fail_describes > 0 {
+            s.fail_describes -= 1;
+            return Err(AwsError::DescribeGroups(AwsFailure {
+                code: Some("InternalFailure".into()),
+                message: Some("injected".into()),
+                kind: FailureKind::Unavailable,
+                source: "injected".into(),
+            }));
         }
         Ok(names.iter().filter_map(|n| s.groups.get(n).cloned()).collect())
     }
@@ -525,6 +581,17 @@ impl AutoScaling for FakeAutoScaling {
         let decremented = decrement && group.desired > group.min;
         if decremented {
             group.desired -= 1;
+        }
+        if Self::answer_lost(&mut s) {
+            return Err(AwsError::TerminateInstance {
+                instance: instance.clone(),
+                failure: AwsFailure {
+                    code: Some("InternalFailure".into()),
+                    message: Some("injected: applied, answer lost".into()),
+                    kind: FailureKind::Unavailable,
+                    source: "injected".into(),
+                },
+            });
         }
         Ok(TerminateOutcome::Terminated { decremented })
     }

@@ -293,6 +293,8 @@ fn ledger() -> BoostLedger {
         kept: Default::default(),
         expired: None,
         giving_back: Default::default(),
+        raising_to: None,
+        returning: Default::default(),
     });
     l
 }

@@ -288,6 +288,8 @@ fn plan_group(
             kept: Default::default(),
             expired: None,
             giving_back: Default::default(),
+            raising_to: (to > group.desired).then_some(to),
+            returning: Default::default(),
         },
     });
 }

@@ -325,8 +325,11 @@ pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp
                     && match records.get(&r.instance) {
                         Some(&k) => {
                             let record = &snapshot.ledger.records[k];
-                            // A notice's deadline holds whatever became of the boost.
-                            !record.kept.contains(&r.instance) && (record.expired.is_none() || r.deadline.is_some())
+                            // A notice's deadline holds whatever became of the boost. A boost
+                            // whose write's outcome is unknown waits for the scaler to read its
+                            // group (its next tick): draining now could not give its node back.
+                            !record.kept.contains(&r.instance)
+                                && ((record.expired.is_none() && record.raising_to.is_none()) || r.deadline.is_some())
                         }
                         // A notice no boost covers (its group is at its max, say) still drains
                         // before the instance goes; the pods land on room the cluster has.
@@ -384,6 +387,14 @@ pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp
         let mut target = |r: &AtRisk, early: bool| {
             let decrement = records.get(&r.instance).is_some_and(|&k| {
                 let record = &snapshot.ledger.records[k];
+                if record.returning.contains(&r.instance) {
+                    // Its return was counted before a call whose answer never came.
+                    return true;
+                }
+                if record.raising_to.is_some() {
+                    // Whether the boost's write applied is not known yet: nothing to return.
+                    return false;
+                }
                 // Nodes chosen to give back for instances AWS took first hold their share too.
                 let giving = u32::try_from(record.giving_back.len()).unwrap_or(u32::MAX);
                 let decrement = record.returned.saturating_add(promised[k]).saturating_add(giving) < record.added;
@@ -739,7 +750,8 @@ mod tests {
         let decrements: Vec<bool> = p.batches[0].nodes.iter().map(|t| t.decrement).collect();
         assert_eq!(decrements, vec![true, false]);
 
-        s.ledger.note_returned(&"i-n1".into());
+        s.ledger.begin_return(&"i-n1".into(), &"i-n1".into());
+        s.ledger.end_return(&"i-n1".into(), &"i-n1".into(), true);
         s.nodes.remove(&NodeName::from("n1"));
         let p = plan(&s, &DrainState::default(), &Policy::default());
         assert!(!p.batches[0].nodes[0].decrement, "the one node added was already given back");

@@ -82,7 +82,9 @@ pub(crate) fn plan_give_backs(
         *floor = (*floor).min(record.before);
         let giving = u32::try_from(record.giving_back.len()).unwrap_or(u32::MAX);
         *in_flight.entry(&record.group).or_default() += giving;
-        let mut left = record.added.saturating_sub(record.returned).saturating_sub(giving);
+        // A boost whose write is not known to have applied has nothing to give back yet.
+        let added = if record.raising_to.is_some() { 0 } else { record.added };
+        let mut left = added.saturating_sub(record.returned).saturating_sub(giving);
         let taken = |i: &&InstanceId| {
             !members.contains(*i)
                 && !record.settled.contains(*i)
@@ -333,7 +335,9 @@ mod tests {
         let r = &s.ledger.records[0];
         assert_eq!(r.giving_back.keys().collect::<Vec<_>>(), vec![&InstanceId::from("i-1")]);
         assert_eq!(r.settled, BTreeSet::from([InstanceId::from("i-2")]));
-        s.ledger.end_give_back(&"i-1".into(), true);
+        s.ledger.begin_return(&"i-1".into(), &"i-n7".into());
+        s.ledger.end_give_back(&"i-1".into());
+        s.ledger.end_return(&"i-1".into(), &"i-n7".into(), true);
         assert_eq!((s.ledger.records[0].returned, s.ledger.records[0].giving_back.len()), (1, 0));
     }
 }

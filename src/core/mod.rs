@@ -13,6 +13,7 @@ pub(crate) mod give_back;
 pub(crate) mod identity;
 pub(crate) mod model;
 pub mod policy;
+pub(crate) mod raises;
 pub mod scaling;
 pub mod signals;
 pub mod sizing;
@@ -34,6 +35,7 @@ pub use model::{
     Timestamp, INTERRUPTION_NOTICE,
 };
 pub use policy::{Policy, SizingMode};
+pub use raises::{resolve_raises, unresolved_groups, ResolvedRaise};
 pub use scaling::{plan_scaling, Acting, ScalingPlan};
 pub(crate) use signals::scheduled_events_needed;
 pub use signals::{AtRisk, AtRiskSet, Distrust, DropReason, Dropped};

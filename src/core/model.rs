@@ -477,6 +477,18 @@ pub struct BoostRecord {
     /// cordon, so a restart resumes the same node instead of choosing a second one.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub giving_back: BTreeMap<InstanceId, GiveBackNode>,
+    /// The desired capacity this boost's write asked for, while AWS's answer is unknown: saved
+    /// with the record before the write, cleared once AWS answers. A record still carrying it
+    /// after a crash, a lost answer or a ledger save whose answer was lost is resolved by reading
+    /// the group before anything else is written (see [`super::raises`]); until
+    /// then it gives nothing back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raising_to: Option<u32>,
+    /// Instances whose termination with decrement was asked for, counted in `returned` before the
+    /// call. One whose answer never came stays counted: a retry or a restart decrements for it at
+    /// most once more, never for a second node.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub returning: BTreeSet<InstanceId>,
 }
 
 /// A node drained to give back the capacity a boost added, in place of an instance AWS took.
@@ -544,13 +556,6 @@ impl BoostLedger {
         self.records.push(record);
     }
 
-    /// Notes that terminating `instance` gave one of its boost's nodes back.
-    pub(crate) fn note_returned(&mut self, instance: &InstanceId) {
-        if let Some(r) = self.records.iter_mut().find(|r| r.instances.contains(instance)) {
-            r.returned = r.returned.saturating_add(1).min(r.added);
-        }
-    }
-
     /// Notes that the booster is about to terminate `instance`: its departure is ours, not a
     /// reclaim to give back.
     pub(crate) fn note_settled(&mut self, instance: &InstanceId) {
@@ -573,19 +578,50 @@ impl BoostLedger {
         }
     }
 
-    /// Ends the give-back of `reclaimed`'s boosted node: the chosen node is forgotten and, when
-    /// its termination decremented desired capacity, the boost has given one node back.
-    pub(crate) fn end_give_back(&mut self, reclaimed: &InstanceId, returned: bool) {
+    /// Ends the give-back of `reclaimed`'s boosted node: the chosen node is forgotten. Whether
+    /// its termination gave a node back is counted by [`BoostLedger::begin_return`] and
+    /// [`BoostLedger::end_return`].
+    pub(crate) fn end_give_back(&mut self, reclaimed: &InstanceId) {
         if let Some(r) = self.records.iter_mut().find(|r| r.instances.contains(reclaimed)) {
-            if r.giving_back.remove(reclaimed).is_some() && returned {
-                r.returned = r.returned.saturating_add(1).min(r.added);
+            r.giving_back.remove(reclaimed);
+        }
+    }
+
+    /// Whether terminating `terminated` may decrement desired capacity for the boost of
+    /// `boosted` (the instance itself, or the instance AWS took whose node it gives back): its
+    /// return is already counted, or the boost is confirmed and has a node left to return.
+    pub(crate) fn may_return(&self, boosted: &InstanceId, terminated: &InstanceId) -> bool {
+        self.records
+            .iter()
+            .find(|r| r.instances.contains(boosted))
+            .is_some_and(|r| r.returning.contains(terminated) || (r.raising_to.is_none() && r.returned < r.added))
+    }
+
+    /// Counts the return of one of `boosted`'s boost nodes before `terminated` is terminated with
+    /// decrement: an answer lost to a crash or a timeout leaves it counted, never counted twice.
+    pub(crate) fn begin_return(&mut self, boosted: &InstanceId, terminated: &InstanceId) {
+        if let Some(r) = self.records.iter_mut().find(|r| r.instances.contains(boosted)) {
+            if !r.returning.contains(terminated) && r.returned < r.added {
+                r.returning.insert(terminated.clone());
+                r.returned += 1;
             }
         }
     }
 
-    /// Whether terminating `instance` may still give one of its boost's nodes back.
-    pub(crate) fn may_return(&self, instance: &InstanceId) -> bool {
-        self.records.iter().find(|r| r.instances.contains(instance)).is_some_and(|r| r.returned < r.added)
+    /// Settles [`BoostLedger::begin_return`] once AWS answered: the count stays when desired
+    /// capacity was decremented, and is taken back when it was not.
+    pub(crate) fn end_return(&mut self, boosted: &InstanceId, terminated: &InstanceId, decremented: bool) {
+        if let Some(r) = self.records.iter_mut().find(|r| r.instances.contains(boosted)) {
+            if r.returning.remove(terminated) && !decremented {
+                r.returned = r.returned.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Whether a termination with decrement of `terminated` for `boosted`'s boost was asked for
+    /// and never answered.
+    pub(crate) fn is_returning(&self, boosted: &InstanceId, terminated: &InstanceId) -> bool {
+        self.records.iter().any(|r| r.instances.contains(boosted) && r.returning.contains(terminated))
     }
 }
 
@@ -737,6 +773,8 @@ pub(crate) mod builders {
                 kept: BTreeSet::new(),
                 expired: None,
                 giving_back: BTreeMap::new(),
+                raising_to: None,
+                returning: BTreeSet::new(),
             }
         }
     }

@@ -134,7 +134,7 @@ impl AwsError {
     /// Whether the write may have gone through though its answer was an error (a 5xx, a lost
     /// connection, a timeout): the caller re-reads before re-planning.
     pub(crate) fn may_have_applied(&self) -> bool {
-        matches!(self, AwsError::SetDesiredCapacity { failure, .. }
+        matches!(self, AwsError::SetDesiredCapacity { failure, .. } | AwsError::TerminateInstance { failure, .. }
             if matches!(failure.kind, FailureKind::Unavailable | FailureKind::Other))
     }
 }

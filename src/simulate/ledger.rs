@@ -16,6 +16,8 @@ pub struct MemoryLedger {
     saved: Arc<Mutex<BoostLedger>>,
     saves: Arc<Mutex<u32>>,
     fail_saves: Arc<Mutex<bool>>,
+    lose_answers: Arc<Mutex<u32>>,
+    fail_loads: Arc<Mutex<u32>>,
 }
 
 impl MemoryLedger {
@@ -33,10 +35,42 @@ impl MemoryLedger {
     pub fn fail_saves(&self, fail: bool) {
         *lock(&self.fail_saves) = fail;
     }
+
+    /// Makes the `nth` save from now on (1-based) apply and then answer an error: its answer
+    /// was lost.
+    pub fn lose_answer_of_save(&self, nth: u32) {
+        *lock(&self.lose_answers) = nth;
+    }
+
+    /// Makes the next `n` loads fail.
+    pub fn fail_next_loads(&self, n: u32) {
+        *lock(&self.fail_loads) = n;
+    }
+}
+
+/// Takes one from a countdown, saying whether it was still running.
+fn spend(count: &Mutex<u32>) -> bool {
+    let mut left = lock(count);
+    let spent = *left > 0;
+    *left = left.saturating_sub(1);
+    spent
+}
+
+/// Takes one from a countdown, saying whether this one reached zero.
+fn count_down(count: &Mutex<u32>) -> bool {
+    let mut left = lock(count);
+    if *left == 0 {
+        return false;
+    }
+    *left -= 1;
+    *left == 0
 }
 
 impl LedgerStore for MemoryLedger {
     async fn load(&self) -> Result<BoostLedger, LedgerError> {
+        if spend(&self.fail_loads) {
+            return Err(LedgerError::Load("injected failure".into()));
+        }
         Ok(self.saved())
     }
 
@@ -46,6 +80,9 @@ impl LedgerStore for MemoryLedger {
         }
         *lock(&self.saved) = ledger.clone();
         *lock(&self.saves) += 1;
+        if count_down(&self.lose_answers) {
+            return Err(LedgerError::Save("injected: applied, answer lost".into()));
+        }
         Ok(())
     }
 }

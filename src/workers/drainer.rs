@@ -349,7 +349,7 @@ where
             .ledger
             .update(|l| {
                 l.note_settled(reclaimed);
-                l.end_give_back(reclaimed, false);
+                l.end_give_back(reclaimed);
             })
             .await;
         if let Err(e) = ended {
@@ -457,7 +457,7 @@ where
                     } else if let Some(reclaimed) = &e.gives_back {
                         // The chosen node went by itself (AWS or Cluster Autoscaler took it):
                         // another is chosen at the next plan.
-                        if let Err(err) = self.ctx.ledger.update(|l| l.end_give_back(reclaimed, false)).await {
+                        if let Err(err) = self.ctx.ledger.update(|l| l.end_give_back(reclaimed)).await {
                             warn!(node = %e.node, error = %err, "could not record a give-back node's departure");
                         }
                     }
@@ -573,71 +573,98 @@ where
             self.suspend_az_rebalance(&pending).await;
         }
         // A give-back's own node was chosen only while its boost had a node to return; settling
-        // the instance AWS took before the call keeps a restart from choosing a second node.
+        // the instance AWS took before the call keeps a restart from choosing a second node. A
+        // decrement is counted before the call too (intent, then outcome): an answer lost to a
+        // crash or a timeout never lets another termination decrement for the same node.
+        let mut decisions: Vec<(bool, bool)> = Vec::with_capacity(pending.len());
         self.ctx
             .ledger
             .update(|l| {
                 for (_, p) in &pending {
+                    let boosted = p.gives_back.as_ref().unwrap_or(&p.instance);
+                    let retried = l.is_returning(boosted, &p.instance);
+                    let decrement = p.decrement && l.may_return(boosted, &p.instance);
                     l.note_settled(&p.instance);
                     if let Some(reclaimed) = &p.gives_back {
                         l.note_settled(reclaimed);
                     }
+                    if decrement {
+                        l.begin_return(boosted, &p.instance);
+                    }
+                    decisions.push((decrement, retried));
                 }
             })
             .await?;
-        let ledger = self.ctx.ledger.current().await;
         let aws = &self.ctx.aws;
+        let mut retried_of = BTreeMap::new();
         let calls: Vec<_> = pending
             .into_iter()
-            .map(|(node, p)| {
-                let decrement = p.decrement && ledger.may_return(p.gives_back.as_ref().unwrap_or(&p.instance));
+            .zip(decisions)
+            .map(|((node, p), (decrement, retried))| {
+                retried_of.insert(node.clone(), retried);
                 terminate(aws, node, p, decrement)
             })
             .collect();
         let outcomes: Vec<_> =
             stream::iter(calls).buffer_unordered(self.settings.evictions_in_flight.max(1)).collect().await;
-        let mut returned = Vec::new();
+        let mut answered = Vec::new();
         let mut taken_first = Vec::new();
         let mut give_backs_ended = Vec::new();
         let mut done = Vec::new();
         for (node, p, outcome) in outcomes {
+            let boosted = p.gives_back.clone().unwrap_or_else(|| p.instance.clone());
+            let outcome = match outcome {
+                // An earlier call whose answer was lost asked for this termination: gone now, it
+                // is taken as ours (counted once; at worst the group stays one node larger).
+                Ok(TerminateOutcome::AlreadyGone) if retried_of.get(&node).copied().unwrap_or(false) => {
+                    Ok(TerminateOutcome::Terminated { decremented: true })
+                }
+                other => other,
+            };
             let decremented = match outcome {
                 Ok(TerminateOutcome::Terminated { decremented }) => decremented,
                 Ok(TerminateOutcome::AlreadyGone) => {
                     // AWS took it first: not our departure, so the scaler may give its node back.
+                    answered.push((boosted, p.instance.clone(), false));
                     taken_first.push(p.instance.clone());
                     if let Some(reclaimed) = &p.gives_back {
                         // Nor did it give back anything: another node is chosen for it.
                         taken_first.push(reclaimed.clone());
-                        give_backs_ended.push((reclaimed.clone(), false));
+                        give_backs_ended.push(reclaimed.clone());
                     }
                     self.to_terminate.remove(&node);
                     continue;
                 }
                 Ok(TerminateOutcome::DryRun) => {
                     info!(%node, instance = %p.instance, "dry run: instance not terminated");
+                    answered.push((boosted, p.instance.clone(), false));
                     self.to_terminate.remove(&node);
                     continue;
                 }
                 Err(e) => {
+                    if !e.may_have_applied() {
+                        // Refused before anything changed: the count is taken back and retried.
+                        answered.push((boosted, p.instance.clone(), false));
+                    }
                     warn!(%node, instance = %p.instance, error = %e, "terminating a drained instance failed; retrying");
                     continue;
                 }
             };
             self.to_terminate.remove(&node);
-            match &p.gives_back {
-                Some(reclaimed) => give_backs_ended.push((reclaimed.clone(), decremented)),
-                None if decremented => returned.push(p.instance.clone()),
-                None => {}
+            answered.push((boosted, p.instance.clone(), decremented));
+            if let Some(reclaimed) = &p.gives_back {
+                give_backs_ended.push(reclaimed.clone());
             }
             done.push((node, p, decremented));
         }
         self.ctx
             .ledger
             .update(|l| {
-                returned.iter().for_each(|i| l.note_returned(i));
+                answered.iter().for_each(|(boosted, terminated, decremented)| {
+                    l.end_return(boosted, terminated, *decremented);
+                });
                 taken_first.iter().for_each(|i| l.note_unsettled(i));
-                give_backs_ended.iter().for_each(|(i, r)| l.end_give_back(i, *r));
+                give_backs_ended.iter().for_each(|i| l.end_give_back(i));
             })
             .await?;
         for (node, p, decremented) in done {

@@ -31,7 +31,10 @@ impl<L: LedgerStore> SharedLedger<L> {
 
     /// Applies `change` to a copy, saves the copy when it differs, then makes it current.
     /// Returns whether anything changed. On a failed save the change is dropped and the ledger
-    /// re-read from the store.
+    /// re-read from the store: another writer may have saved (a conflict), or the save applied
+    /// and only its answer was lost. Nothing is written to AWS after a failed save, and the next
+    /// save replaces the whole ledger, so a save whose answer was lost and whose re-read failed
+    /// leaves nothing behind but records `core::raises` resolves after a restart.
     pub async fn update(&self, change: impl FnOnce(&mut BoostLedger)) -> Result<bool, LedgerError> {
         let mut held = self.ledger.lock().await;
         let mut next = held.clone();
@@ -40,7 +43,6 @@ impl<L: LedgerStore> SharedLedger<L> {
             return Ok(false);
         }
         if let Err(e) = self.store.save(&next).await {
-            // Another writer may have saved (a conflict): plan the next change from what is stored.
             if let Ok(stored) = self.store.load().await {
                 *held = stored;
             }

@@ -8,6 +8,8 @@ pub mod drainer;
 pub mod groups;
 pub mod instancegroups;
 pub mod ledger;
+#[cfg(test)]
+mod lost_answers;
 pub mod scaler;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -2,9 +2,13 @@
 //! core's `plan_scaling` for give-backs, expiries, the ledger to keep and boosts, persists the
 //! boosts in the ledger, then raises desired capacity with one guarded write per group.
 //!
-//! The ledger is saved **before** the AWS write: a crash between the two misses a boost (the next
-//! plan sees the instance covered) but can never boost the same instance twice. Writes that lose
-//! a race (desired changed since the plan) or fail are taken back out of the ledger and re-planned.
+//! The ledger is saved **before** the AWS write, each new record with the desired capacity it
+//! asks for, and that mark is cleared once AWS answers. Writes that lose a race (desired changed
+//! since the plan) or fail before anything changed are taken back out of the ledger and
+//! re-planned. A record whose write's outcome stayed unknown (a crash between the two, a lost
+//! answer whose re-read failed, a ledger save applied though answered with an error) is resolved
+//! from a fresh read of its group before anything else is written (`core::raises`): never boosted
+//! twice, never given back for capacity that was not added.
 //! A follower plans too (its metrics stay meaningful) but saves and writes nothing.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -18,8 +22,8 @@ use tracing::{info, warn};
 pub use super::{system_clock, Clock};
 use super::{Observation, WorkerContext};
 use crate::core::{
-    plan_scaling, Acting, Boost, BoostExpiry, BoostLedger, BoostRecord, DropReason, Expired, GiveBack, GiveBackHow,
-    GroupName, InstanceId, ScalingPlan, Snapshot, Timestamp,
+    plan_scaling, resolve_raises, unresolved_groups, Acting, Boost, BoostExpiry, BoostLedger, BoostRecord, DropReason,
+    Expired, GiveBack, GiveBackHow, GroupName, InstanceId, ScalingPlan, Snapshot, Timestamp,
 };
 use crate::metrics::{BoostOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
@@ -61,6 +65,10 @@ pub enum ScalerError {
     /// The guarded write could not even re-read the groups.
     #[error("raising desired capacity failed")]
     Raise(#[source] AwsError),
+    /// The groups of boosts whose write's outcome is unknown could not be read: nothing is
+    /// written until they are.
+    #[error("reading the groups of boosts whose write's outcome is unknown failed")]
+    ResolveRaises(#[source] AwsError),
     /// The ledger could not be saved, so nothing was written to AWS.
     #[error(transparent)]
     Ledger(#[from] LedgerError),
@@ -94,6 +102,13 @@ pub struct Scaler<A, C, L, W, E> {
     told_held: HashMap<InstanceId, String>,
     was_leader: bool,
     heartbeat: Option<Heartbeat>,
+}
+
+/// Whether a write whose answer was an error applied, as a re-read of its group shows.
+enum Applied {
+    Yes,
+    No,
+    Unknown,
 }
 
 fn record_key(r: &BoostRecord) -> (&GroupName, &BTreeSet<InstanceId>, Timestamp) {
@@ -202,6 +217,9 @@ where
             ctx.ledger.reload().await?;
         }
         self.was_leader = leading;
+        if leading {
+            self.resolve_unknown_raises().await?;
+        }
         let now = (ctx.clock)();
         let Observation { snapshot, first_seen, .. } =
             ctx.observe().await.map_err(ScalerError::Describe)?.ok_or(ScalerError::NotSynced)?;
@@ -268,7 +286,7 @@ where
         let requests: Vec<DesiredWrite> = writes.iter().map(|(_, w)| w.clone()).collect();
         if !ctx.leadership.is_leader() {
             // Lost the lease while planning: the new leader re-plans from the saved ledger.
-            self.take_back(writes.iter().map(|(b, _)| *b)).await?;
+            self.answer_writes(&[], writes.iter().map(|(b, _)| *b)).await?;
             report.not_leader = writes.len();
             ctx.metrics.lease.not_leader(SkippedAction::SetDesiredCapacity);
             return Ok(report);
@@ -276,27 +294,40 @@ where
         let outcomes = match ctx.aws.raise_desired(&requests).await {
             Ok(outcomes) => outcomes,
             Err(e) => {
+                // The guard's re-read failed: nothing was written.
                 for (b, _) in &writes {
                     ctx.metrics.scaler.boost(b.group.as_str(), BoostOutcome::Failed);
                 }
-                self.take_back(writes.iter().map(|(b, _)| *b)).await?;
+                self.answer_writes(&[], writes.iter().map(|(b, _)| *b)).await?;
                 return Err(ScalerError::Raise(e));
             }
         };
         let issued = (ctx.clock)();
 
+        let mut answered = Vec::new();
         let mut undone = Vec::new();
         for ((boost, _), (group, outcome)) in writes.iter().zip(outcomes) {
             let outcome = match outcome {
-                Err(e) if e.may_have_applied() && self.applied_anyway(&group, boost.to).await => {
-                    warn!(%group, error = %e, "SetDesiredCapacity failed but the group shows it applied; kept as written");
-                    Ok(WriteOutcome::Written { from: boost.from, to: boost.to })
-                }
+                Err(e) if e.may_have_applied() => match self.applied_anyway(&group, boost).await {
+                    Applied::Yes => {
+                        warn!(%group, error = %e, "SetDesiredCapacity failed but the group shows it applied; kept as written");
+                        Ok(WriteOutcome::Written { from: boost.from, to: boost.to })
+                    }
+                    Applied::No => Err(e),
+                    Applied::Unknown => {
+                        // Neither taken back nor confirmed: the next tick reads the group first.
+                        warn!(%group, error = %e, "SetDesiredCapacity's outcome is unknown; resolved from the group before anything else is written");
+                        ctx.metrics.scaler.boost(group.as_str(), BoostOutcome::Failed);
+                        report.failed.push((group, e.category()));
+                        continue;
+                    }
+                },
                 other => other,
             };
             match outcome {
                 Ok(WriteOutcome::Written { from, to } | WriteOutcome::DryRun { from, to }) => {
                     info!(%group, from, to, instances = boost.record.instances.len(), reason = %boost.reason, "boosted");
+                    answered.push(*boost);
                     ctx.groups.note_desired(&group, to).await;
                     ctx.metrics.scaler.desired(group.as_str(), to);
                     let dry = matches!(outcome, Ok(WriteOutcome::DryRun { .. }));
@@ -329,20 +360,59 @@ where
                 }
             }
         }
-        self.take_back(undone.into_iter()).await?;
+        self.answer_writes(&answered, undone.into_iter()).await?;
         Ok(report)
     }
 
-    /// Re-reads the group after an ambiguous failure: whether its desired capacity is `to`, i.e.
-    /// the write went through though its answer was lost. Re-planning from the raised value would
-    /// boost the same instances twice.
-    async fn applied_anyway(&self, group: &GroupName, to: u32) -> bool {
+    /// Re-reads the group after an ambiguous failure: whether its desired capacity shows the
+    /// write went through though its answer was lost. Re-planning from the raised value would
+    /// boost the same instances twice; keeping a write that never applied would give back
+    /// capacity never added.
+    async fn applied_anyway(&self, group: &GroupName, boost: &Boost) -> Applied {
         self.ctx.groups.invalidate(group).await;
         match self.ctx.aws.describe_groups(std::slice::from_ref(group)).await {
-            Ok(live) => live.first().is_some_and(|g| g.desired == to),
-            // Unknown: take the boost back; the guard of the next write re-reads anyway.
-            Err(_) => false,
+            Ok(live) => match live.first().map(|g| g.desired) {
+                Some(desired) if desired >= boost.to => Applied::Yes,
+                Some(desired) if desired <= boost.from => Applied::No,
+                // Gone, or moved by someone else too: resolved like a crash, from the next read.
+                _ => Applied::Unknown,
+            },
+            Err(_) => Applied::Unknown,
         }
+    }
+
+    /// Resolves the boosts whose write's outcome is unknown (see `core::raises`) from a fresh
+    /// read of their groups. Until that read succeeds the tick writes nothing.
+    async fn resolve_unknown_raises(&self) -> Result<(), ScalerError> {
+        let ctx = &self.ctx;
+        let groups: Vec<GroupName> = unresolved_groups(&ctx.ledger.current().await).into_iter().collect();
+        if groups.is_empty() {
+            return Ok(());
+        }
+        for group in &groups {
+            ctx.groups.invalidate(group).await;
+        }
+        let described = ctx.aws.describe_groups(&groups).await.map_err(ScalerError::ResolveRaises)?;
+        let mut live = BTreeMap::new();
+        for g in described {
+            ctx.groups.note_desired(&g.name, g.desired).await;
+            live.insert(g.name, g.desired);
+        }
+        let mut resolved = Vec::new();
+        ctx.ledger.update(|l| resolved = resolve_raises(l, &live)).await?;
+        for r in resolved {
+            let (group, asked, kept) = (&r.group, r.asked, r.kept);
+            match r.live {
+                Some(live) if kept > 0 => {
+                    warn!(%group, asked, live, kept, "a boost whose write's answer was lost is there: kept")
+                }
+                Some(live) => {
+                    warn!(%group, asked, live, "a boost whose write's answer was lost never applied: planned again")
+                }
+                None => warn!(%group, asked, "a boost whose write's answer was lost was for a group that is gone"),
+            }
+        }
+        Ok(())
     }
 
     /// Gives back boosted nodes whose at-risk instance AWS took first. Nothing lowers desired
@@ -377,13 +447,27 @@ where
         Ok(())
     }
 
-    /// Removes the records of boosts that were not written, so they are planned again.
-    async fn take_back<'b>(&self, boosts: impl Iterator<Item = &'b Boost>) -> Result<(), ScalerError> {
-        let undone: Vec<&Boost> = boosts.collect();
-        if undone.is_empty() {
+    /// Records what AWS answered: the boosts in `written` are confirmed, those in `undone` were
+    /// not written and are removed, so they are planned again.
+    async fn answer_writes<'b>(
+        &self,
+        written: &[&Boost],
+        undone: impl Iterator<Item = &'b Boost>,
+    ) -> Result<(), ScalerError> {
+        let undone: Vec<&Boost> = undone.collect();
+        if written.is_empty() && undone.is_empty() {
             return Ok(());
         }
-        self.ctx.ledger.update(|l| l.records.retain(|r| !undone.iter().any(|b| b.record == *r))).await?;
+        self.ctx
+            .ledger
+            .update(|l| {
+                l.records.retain(|r| !undone.iter().any(|b| record_key(&b.record) == record_key(r)));
+                for r in l.records.iter_mut().filter(|r| written.iter().any(|b| record_key(&b.record) == record_key(r)))
+                {
+                    r.raising_to = None;
+                }
+            })
+            .await?;
         Ok(())
     }
 

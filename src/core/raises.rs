@@ -1,0 +1,111 @@
+//! Boosts whose write's outcome is unknown. The ledger records a boost, with the desired capacity
+//! it asks for (`raising_to`), before the `SetDesiredCapacity` call, and clears it once AWS
+//! answers. A record still carrying it was saved but its write may or may not have applied: the
+//! daemon crashed between the two, AWS's answer was lost and the re-read failed, or the ledger
+//! save applied though its answer was an error. Planning from it either way breaks a guarantee:
+//! taken as applied when it was not, drains decrement against capacity never added (the group
+//! ends smaller than before the boost); taken as not applied when it was, its instances are
+//! boosted twice. So it is resolved from the group's desired capacity, read afresh, before
+//! anything else is written.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::model::{BoostLedger, GroupName, InstanceId};
+
+/// What reading its group told of one boost whose write's answer never came.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResolvedRaise {
+    /// The group.
+    pub group: GroupName,
+    /// The boost's at-risk instances.
+    pub instances: BTreeSet<InstanceId>,
+    /// The desired capacity the write asked for.
+    pub asked: u32,
+    /// The group's desired capacity as read (`None`: the group no longer exists).
+    pub live: Option<u32>,
+    /// Nodes of the boost the group shows, now confirmed; 0: the record was dropped and its
+    /// instances are planned again.
+    pub kept: u32,
+}
+
+/// The groups whose desired capacity must be read before anything is written.
+pub fn unresolved_groups(ledger: &BoostLedger) -> BTreeSet<GroupName> {
+    ledger.records.iter().filter(|r| r.raising_to.is_some()).map(|r| r.group.clone()).collect()
+}
+
+/// Resolves every boost whose write's outcome is unknown, from `live` (desired capacity of each
+/// group just read; a group absent from it no longer exists). The part of the raise the group
+/// shows is kept: all of it when desired reached what was asked, none when desired is at most
+/// what the group had without it (the record is dropped and its instances planned again), and in
+/// between the part above that (the rest was never added, or someone else lowered it since:
+/// either way it is not there to give back).
+pub fn resolve_raises(ledger: &mut BoostLedger, live: &BTreeMap<GroupName, u32>) -> Vec<ResolvedRaise> {
+    let mut resolved = Vec::new();
+    ledger.records.retain_mut(|r| {
+        let Some(asked) = r.raising_to else { return true };
+        let desired = live.get(&r.group).copied();
+        let without = asked.saturating_sub(r.added);
+        let kept = desired.map_or(0, |d| d.saturating_sub(without).min(r.added));
+        resolved.push(ResolvedRaise {
+            group: r.group.clone(),
+            instances: r.instances.clone(),
+            asked,
+            live: desired,
+            kept,
+        });
+        r.raising_to = None;
+        r.added = kept;
+        r.returned = r.returned.min(kept);
+        kept > 0
+    });
+    resolved
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::BoostRecord;
+
+    fn pending(added: u32, asked: u32) -> BoostLedger {
+        let mut record = BoostRecord::test("a", &["i-1", "i-2"], added, 0);
+        record.raising_to = Some(asked);
+        BoostLedger { records: vec![record, BoostRecord::test("b", &["i-3"], 1, 0)], ..Default::default() }
+    }
+
+    fn live(desired: u32) -> BTreeMap<GroupName, u32> {
+        BTreeMap::from([(GroupName::from("a"), desired), (GroupName::from("b"), 9)])
+    }
+
+    #[test]
+    fn a_raise_the_group_shows_is_confirmed_and_one_it_does_not_is_dropped_to_be_planned_again() {
+        let mut ledger = pending(2, 7);
+        assert_eq!(unresolved_groups(&ledger), BTreeSet::from([GroupName::from("a")]));
+        let resolved = resolve_raises(&mut ledger, &live(7));
+        assert_eq!(resolved.iter().map(|r| r.kept).collect::<Vec<_>>(), vec![2]);
+        assert_eq!((ledger.records[0].added, ledger.records[0].raising_to), (2, None));
+        assert!(unresolved_groups(&ledger).is_empty());
+
+        let mut ledger = pending(2, 7);
+        let resolved = resolve_raises(&mut ledger, &live(5));
+        assert_eq!(resolved[0].kept, 0, "desired is what it was without the boost: never applied");
+        assert_eq!(ledger.records.len(), 1, "dropped; the other group's record is untouched");
+        assert_eq!(ledger.records[0].group, GroupName::from("b"));
+    }
+
+    #[test]
+    fn only_the_part_of_a_raise_the_group_shows_can_be_given_back() {
+        let mut ledger = pending(3, 8);
+        let resolved = resolve_raises(&mut ledger, &live(6));
+        assert_eq!((resolved[0].kept, ledger.records[0].added), (1, 1));
+
+        let mut ledger = pending(3, 8);
+        resolve_raises(&mut ledger, &live(12));
+        assert_eq!(ledger.records[0].added, 3, "raised further by someone else: all of ours is there");
+
+        let mut ledger = pending(3, 8);
+        let resolved = resolve_raises(&mut ledger, &BTreeMap::new());
+        assert_eq!((resolved.len(), resolved[0].live, ledger.records.len()), (1, None, 1), "group a is gone");
+    }
+}
