@@ -58,7 +58,7 @@ fn roles(data: &BTreeMap<String, String>) -> Result<Vec<Value>, EditAwsAuthError
     match data.get(MAP_ROLES).filter(|s| !s.trim().is_empty()) {
         None => Ok(Vec::new()),
         Some(text) => {
-            match serde_yaml::from_str::<Value>(text).map_err(|e| EditAwsAuthError::NotAList(e.to_string()))? {
+            match crate::yaml_guard::read_yaml::<Value>(text).map_err(|e| EditAwsAuthError::NotAList(e.to_string()))? {
                 Value::Sequence(items) if items.iter().all(Value::is_mapping) => Ok(items),
                 Value::Null => Ok(Vec::new()),
                 _ => Err(EditAwsAuthError::NotAList("expected a list of mappings".into())),
@@ -231,5 +231,13 @@ mod tests {
         assert_eq!(data[MAP_ROLES], "rolearn: not-a-list", "left as it was");
         let mut empty = BTreeMap::new();
         assert!(upsert_node_role(&mut empty, &mut BTreeSet::new(), "arn:aws:iam::1:role/nodes").unwrap());
+
+        let deep = format!("- rolearn: {}", "[".repeat(100_000));
+        let mut data = BTreeMap::from([(MAP_ROLES.to_string(), deep)]);
+        let err = upsert_node_role(&mut data, &mut BTreeSet::new(), "arn:aws:iam::1:role/nodes").unwrap_err();
+        assert!(
+            err.to_string().contains("data.mapRoles is not a YAML list of role mappings: nested 100000 levels"),
+            "{err}"
+        );
     }
 }

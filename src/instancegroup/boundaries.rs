@@ -193,9 +193,8 @@ impl InstanceManagerConfig {
         ) -> Result<T, LoadConfigError> {
             match data.get(key).filter(|s| !s.trim().is_empty()) {
                 None => Ok(T::default()),
-                Some(text) => {
-                    serde_yaml::from_str(text).map_err(|e| LoadConfigError::Malformed { key, message: e.to_string() })
-                }
+                Some(text) => crate::yaml_guard::read_yaml(text)
+                    .map_err(|e| LoadConfigError::Malformed { key, message: e.to_string() }),
             }
         }
         let boundaries: Boundaries = yaml(data, "boundaries")?;
@@ -452,6 +451,16 @@ mod tests {
             get(&out, "spec.eks.configuration.labels"),
             Some(&json!({"team": "arm", "os": "br", "mine": "x"})),
             "conditionals merge into the default and win its collisions"
+        );
+    }
+
+    #[test]
+    fn a_config_map_nested_past_the_limit_is_refused_naming_its_key() {
+        let data = BTreeMap::from([("defaults".to_string(), format!("spec: {}", "{a: ".repeat(100_000)))]);
+        let err = InstanceManagerConfig::parse(&data).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "instance-manager ConfigMap: data.defaults is not valid: nested 100000 levels deep, more than the 16 accepted"
         );
     }
 

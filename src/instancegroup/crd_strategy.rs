@@ -96,7 +96,7 @@ pub(crate) fn render(template: &str, ig: &InstanceGroup) -> Result<String, Rende
 /// `default` and lets the template name any namespace; here another namespace is refused).
 pub fn resource(plan: &CrdPlan, ig: &InstanceGroup, asg: &str, launch_id: &str) -> Result<Value, RenderError> {
     let text = render(&plan.template, ig)?;
-    let mut value: Value = serde_yaml::from_str(&text).map_err(|e| RenderError::NotAResource(e.to_string()))?;
+    let mut value: Value = crate::yaml_guard::read_yaml(&text).map_err(|e| RenderError::NotAResource(e.to_string()))?;
     if !value.is_object() || !value["apiVersion"].is_string() || !value["kind"].is_string() {
         return Err(RenderError::NotAResource("it needs apiVersion and kind".into()));
     }
@@ -279,6 +279,12 @@ mod tests {
         let mut bad = plan(Concurrency::Forbid, Some(3));
         bad.template = "just: text".into();
         assert!(matches!(resource(&bad, &ig(), "a", "1"), Err(RenderError::NotAResource(_))));
+        bad.template = format!("apiVersion: v1\nkind: Pod\nspec: {}", "{a: ".repeat(100_000));
+        let err = resource(&bad, &ig(), "a", "1").unwrap_err().to_string();
+        assert!(
+            err.starts_with("spec.strategy.crd.spec: the rendered resource is not valid: nested 100000 levels"),
+            "{err}"
+        );
     }
 
     #[test]
