@@ -76,17 +76,25 @@ pub(crate) struct Limits {
     pub(crate) header_read: std::time::Duration,
     /// Open connections at most; past it new ones are closed at once.
     pub connections: usize,
+    /// A connection is closed this long after it opened, whatever it is doing: one that
+    /// pipelines requests and never reads the answers (its writes block) holds its slot no
+    /// longer. Scrapers and probes reconnect.
+    pub(crate) lifetime: std::time::Duration,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { header_read: std::time::Duration::from_secs(5), connections: 256 }
+        Limits {
+            header_read: std::time::Duration::from_secs(5),
+            connections: 256,
+            lifetime: std::time::Duration::from_secs(30),
+        }
     }
 }
 
 /// Binds `address`; returns the bound address and the server, for the daemon's supervisor to run.
-/// Half-open connections are closed after `limits.header_read`, at most `limits.connections` are
-/// served at once, and a failing accept (descriptors exhausted) backs off instead of spinning.
+/// Half-open connections are closed after `limits.header_read`, every connection after
+/// `limits.lifetime`, at most `limits.connections` are served at once, and a failing accept (descriptors exhausted) backs off instead of spinning.
 pub async fn bind(
     address: &str,
     metrics: Arc<Metrics>,
@@ -122,8 +130,10 @@ pub async fn bind(
                     .timer(TokioTimer::new())
                     .header_read_timeout(limits.header_read)
                     .serve_connection(TokioIo::new(stream), service);
-                if let Err(e) = connection.await {
-                    debug!(error = %e, "admin connection ended");
+                match tokio::time::timeout(limits.lifetime, connection).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => debug!(error = %e, "admin connection ended"),
+                    Err(_) => debug!("admin connection closed: open longer than its lifetime"),
                 }
             });
         }
@@ -165,7 +175,7 @@ mod tests {
     #[tokio::test]
     async fn half_open_connections_are_closed_and_never_starve_the_probes() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let limits = Limits { header_read: std::time::Duration::from_millis(300), connections: 8 };
+        let limits = Limits { header_read: std::time::Duration::from_millis(300), connections: 8, ..Limits::default() };
         let (addr, server) = bind("127.0.0.1:0", Arc::new(Metrics::new()), probes(true), limits).await.unwrap();
         tokio::spawn(server);
         let mut idle = Vec::new();
@@ -183,6 +193,32 @@ mod tests {
         let mut body = String::new();
         probe.read_to_string(&mut body).await.unwrap();
         assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn a_client_that_never_reads_its_answers_loses_its_slot() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let limits = Limits { connections: 1, lifetime: std::time::Duration::from_millis(500), ..Limits::default() };
+        let metrics = Arc::new(Metrics::new());
+        for k in 0..200 {
+            metrics.scaler.group_size(&format!("group-{k}"), 3, 10);
+        }
+        let (addr, server) = bind("127.0.0.1:0", metrics, probes(true), limits).await.unwrap();
+        tokio::spawn(server);
+        // Pipelined scrapes whose answers (megabytes) are never read: the server's writes block.
+        let hostile = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (_unread, mut requests) = hostile.into_split();
+        tokio::spawn(async move {
+            let many = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(2_000);
+            let _ = requests.write_all(&many).await;
+            std::future::pending::<()>().await;
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+        let mut probe = tokio::net::TcpStream::connect(addr).await.unwrap();
+        probe.write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+        let mut body = String::new();
+        tokio::time::timeout(std::time::Duration::from_secs(3), probe.read_to_string(&mut body)).await.unwrap().ok();
+        assert!(body.starts_with("HTTP/1.1 200 OK"), "the probe found the only slot taken: {body:?}");
     }
 
     #[tokio::test]
