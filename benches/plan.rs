@@ -38,6 +38,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                 capacity_rebalance: false,
                 az_rebalance: false,
                 members: None,
+                excluded: false,
             },
         );
         let mut boosted = BTreeSet::new();

@@ -294,6 +294,7 @@ impl FakeAutoScaling {
                 instances: Vec::new(),
                 capacity_rebalance: false,
                 az_rebalance: false,
+                tags: BTreeMap::new(),
             },
         );
         self
@@ -526,18 +527,24 @@ impl AutoScaling for FakeAutoScaling {
                 source: "injected".into(),
             }));
         }
-        Ok(names.iter().filter_map(|n| s.groups.get(n).cloned()).collect())
+        Ok(names
+            .iter()
+            .filter_map(|n| s.groups.get(n).cloned())
+            .map(|mut g| {
+                g.tags = s.tags.get(&g.name).cloned().unwrap_or_default();
+                g
+            })
+            .collect())
     }
 
     async fn discover_groups(&self, filters: &[TagFilter]) -> Result<Vec<GroupDescription>, AwsError> {
         let s = lock(&self.0);
-        let matches = |name: &GroupName| {
-            let tags = s.tags.get(name);
-            filters.iter().all(|f| {
-                tags.and_then(|t| t.get(&f.key)).is_some_and(|v| f.value.as_ref().is_none_or(|want| want == v))
-            })
-        };
-        Ok(s.groups.values().filter(|g| matches(&g.name)).cloned().collect())
+        let tags = |name: &GroupName| s.tags.get(name).cloned().unwrap_or_default();
+        Ok(s.groups
+            .values()
+            .filter(|g| filters.iter().all(|f| f.matches(&tags(&g.name))))
+            .map(|g| GroupDescription { tags: tags(&g.name), ..g.clone() })
+            .collect())
     }
 
     async fn suspend_az_rebalance(&self, group: &GroupName, suspend: bool) -> Result<(), AwsError> {

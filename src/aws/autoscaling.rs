@@ -127,6 +127,11 @@ fn describe_group(g: &AutoScalingGroup) -> GroupDescription {
         instances,
         capacity_rebalance: g.capacity_rebalance().unwrap_or(false),
         az_rebalance: !g.suspended_processes().iter().any(|p| p.process_name() == Some("AZRebalance")),
+        tags: g
+            .tags()
+            .iter()
+            .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
+            .collect(),
     }
 }
 

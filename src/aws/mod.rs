@@ -93,7 +93,8 @@ pub struct AwsArgs {
     /// Longest one attempt of an AWS operation may take before it is retried.
     #[arg(long, env = "SPOTS_BOOSTER_AWS_ATTEMPT_TIMEOUT", default_value = "10s", value_parser = duration)]
     pub(crate) aws_attempt_timeout: Duration,
-    /// Discover groups by tag: KEY or KEY=VALUE, repeatable (all must match).
+    /// Boost only groups whose tags match: KEY or KEY=VALUE, repeatable (all must match). The
+    /// matching groups are described at start-up; the others' at-risk nodes are held.
     #[arg(long, env = "SPOTS_BOOSTER_ASG_TAG_FILTER", value_delimiter = ',')]
     pub(crate) asg_tag_filter: Vec<TagFilter>,
     /// Read everything, write nothing: boosts and terminations are logged and counted, never sent.

@@ -161,6 +161,10 @@ pub struct Group {
     /// daemon happened to resolve. `None` when the group has not been described.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub members: Option<BTreeSet<InstanceId>>,
+    /// The group's tags do not match `--asg-tag-filter`: its at-risk instances are held, never
+    /// boosted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub excluded: bool,
 }
 
 /// The part of Cluster Autoscaler's status the core decides with.
@@ -663,6 +667,7 @@ pub(crate) mod builders {
                 capacity_rebalance: false,
                 az_rebalance: false,
                 members: None,
+                excluded: false,
             }
         }
         /// Sets DesiredCapacity.

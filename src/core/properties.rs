@@ -93,6 +93,7 @@ fn group_strategy(index: usize) -> impl Strategy<Value = (Group, Vec<Node>)> {
                 capacity_rebalance: index % 3 == 2,
                 az_rebalance: false,
                 members: None,
+                excluded: false,
             };
             (Just(group), nodes)
         })

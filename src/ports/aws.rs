@@ -168,12 +168,20 @@ pub struct GroupDescription {
     /// unbalances its Availability Zones, Auto Scaling may launch and terminate instances of its
     /// own choosing to even them out, and those terminations drain nothing.
     pub az_rebalance: bool,
+    /// Its tags.
+    pub tags: BTreeMap<String, String>,
 }
 
 impl GroupDescription {
-    /// The core's view of this group.
-    pub(crate) fn to_core(&self, node_allocatable: Option<Resources>, ca: Option<CaGroupView>) -> Group {
+    /// The core's view of this group; `selection` is `--asg-tag-filter` (empty: every group).
+    pub(crate) fn to_core(
+        &self,
+        node_allocatable: Option<Resources>,
+        ca: Option<CaGroupView>,
+        selection: &[TagFilter],
+    ) -> Group {
         Group {
+            excluded: !selection.iter().all(|f| f.matches(&self.tags)),
             name: self.name.clone(),
             min: self.min,
             max: self.max,
@@ -206,6 +214,13 @@ pub struct TagFilter {
     pub key: String,
     /// Tag value, if it must match.
     pub value: Option<String>,
+}
+
+impl TagFilter {
+    /// Whether `tags` carry this key (with this value, when one is given).
+    pub(crate) fn matches(&self, tags: &BTreeMap<String, String>) -> bool {
+        tags.get(&self.key).is_some_and(|v| self.value.as_ref().is_none_or(|want| want == v))
+    }
 }
 
 impl std::str::FromStr for TagFilter {

@@ -46,6 +46,7 @@ impl SimWorld {
             capacity_rebalance: false,
             // The simulated groups do not rebalance Availability Zones.
             az_rebalance: false,
+            tags: Default::default(),
         })
     }
 }

@@ -494,6 +494,7 @@ impl World {
                     capacity_rebalance: false,
                     az_rebalance: false,
                     members: None,
+                    excluded: false,
                 },
             );
         }

@@ -113,6 +113,8 @@ pub struct GroupBook {
     facts: Mutex<HashMap<InstanceId, (Option<InstanceFacts>, Timestamp)>>,
     /// Whether EC2 listed a pending scheduled event for an instance, and when it was asked.
     scheduled: Mutex<HashMap<InstanceId, (bool, Timestamp)>>,
+    /// `--asg-tag-filter`: groups whose tags do not match are described but never boosted.
+    selection: Mutex<Vec<TagFilter>>,
 }
 
 /// How long an instance EC2 did not know (not launched yet as far as EC2's reads go, or not an
@@ -132,11 +134,14 @@ impl GroupBook {
             instances: InstanceGroupCache::on(instance_ttl, clock),
             facts: Mutex::new(HashMap::new()),
             scheduled: Mutex::new(HashMap::new()),
+            selection: Mutex::new(Vec::new()),
         }
     }
 
-    /// Describes every group whose tags match all `filters` (none: nothing to do).
+    /// Describes every group whose tags match all `filters` (none: nothing to do), and from now
+    /// on leaves every group they do not match unboosted.
     pub(crate) async fn discover<A: AutoScaling>(&self, aws: &A, filters: &[TagFilter]) -> Result<usize, AwsError> {
+        lock(&self.selection).clone_from(&filters.to_vec());
         if filters.is_empty() {
             return Ok(0);
         }
@@ -198,7 +203,11 @@ impl GroupBook {
             described.insert(g.name.clone(), (g, now));
         }
         set_groups_from_members(&described, state);
-        Ok(described.values().map(|(g, _)| (g.name.clone(), g.to_core(None, state.ca.get(&g.name).cloned()))).collect())
+        let selection = lock(&self.selection);
+        Ok(described
+            .values()
+            .map(|(g, _)| (g.name.clone(), g.to_core(None, state.ca.get(&g.name).cloned(), &selection)))
+            .collect())
     }
 
     /// Notes a desired capacity the workers wrote or saw, without a describe.

@@ -1077,6 +1077,26 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn only_groups_matching_the_tag_filter_are_boosted() {
+        let aws = FakeAutoScaling::default()
+            .with_group("a", 3, 50)
+            .with_tag("a", "k8s.io/cluster-autoscaler/enabled", "true")
+            .with_group("b", 3, 50)
+            .with_tag("b", "k8s.io/cluster-autoscaler/enabled", "false");
+        let rig = FakeRig::new(aws);
+        let mut s = scaler(&rig).await;
+        s.start(&["k8s.io/cluster-autoscaler/enabled=true".parse().unwrap()]).await.unwrap();
+        rebalance(&rig.cluster, "a1", "a");
+        rebalance(&rig.cluster, "b1", "b");
+        let report = s.tick().await.unwrap();
+        assert_eq!(report.raised, vec![(GroupName::from("a"), 3, 4)]);
+        assert_eq!(report.held, 1);
+        assert_eq!(rig.aws.desired("b"), 3, "b's tags do not match --asg-tag-filter");
+        assert_eq!(rig.events.reasons_for("b1"), vec!["BoostHeld"]);
+        assert!(!rig.ledger.saved().covers(&"i-b1".into()));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_throttled_write_is_retried_and_boosts_once() {
         let rig = FakeRig::new(FakeAutoScaling::default().with_group("a", 3, 50).with_tag("a", "k", "v"));
         let mut s = scaler(&rig).await;
