@@ -196,6 +196,7 @@ fn main() {
             ca_status_name: "cluster-autoscaler-status".into(),
             nth_taints: false,
             signal_grace: spots_booster::k8s::watch::SIGNAL_GRACE,
+            ca_status_max_age: spots_booster::k8s::watch::CA_STATUS_MAX_AGE,
         };
         let cluster = KubeCluster::new(settings, Arc::new(Notify::new()), Arc::new(Metrics::new()));
         let started = Instant::now();

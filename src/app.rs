@@ -186,6 +186,7 @@ pub(crate) async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
             ca_status_name: args.ca_status_name.clone(),
             nth_taints: args.nth_taint_signals,
             signal_grace: SIGNAL_GRACE,
+            ca_status_max_age: args.ca_status_max_age,
         },
         wake.clone(),
         metrics.clone(),

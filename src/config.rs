@@ -61,6 +61,10 @@ pub struct RunArgs {
         default_value = "cluster-autoscaler-status"
     )]
     pub ca_status_name: String,
+    /// A Cluster Autoscaler status written longer ago than this is not used for holds, targets or
+    /// give-backs: the booster decides as without CA's view until CA writes again.
+    #[arg(long, env = "SPOTS_BOOSTER_CA_STATUS_MAX_AGE", default_value = "5m", value_parser = duration)]
+    pub ca_status_max_age: Duration,
     /// Namespace NTH writes its Events to.
     #[arg(long, env = "SPOTS_BOOSTER_EVENTS_NAMESPACE", default_value = "default")]
     pub events_namespace: String,

@@ -457,6 +457,7 @@ fn settings() -> WatchSettings {
         ca_status_name: "cluster-autoscaler-status".into(),
         nth_taints: false,
         signal_grace: spots_booster::k8s::watch::SIGNAL_GRACE,
+        ca_status_max_age: spots_booster::k8s::watch::CA_STATUS_MAX_AGE,
     }
 }
 
@@ -488,8 +489,11 @@ async fn the_watches_use_server_side_selectors_and_sync_into_one_view() {
         "message": "Rebalance recommendation received. Instance will be cordoned at 2026-11-21T09:59:00Z \n",
         "firstTimestamp": "2026-11-21T09:59:01Z", "lastTimestamp": "2026-11-21T09:59:01Z", "type": "Normal",
         "source": {"component": "aws-node-termination-handler", "host": "n1"}});
+    // Written by a running CA: a status older than --ca-status-max-age would not be used.
+    let written = jiff::Timestamp::now().strftime("time: %Y-%m-%d %H:%M:%S.%f +0000 UTC").to_string();
+    let status = CA_STATUS.replacen("time: 2024-09-03 14:05:12.634471023 +0000 UTC", &written, 1);
     let ca = json!({"metadata": {"name": "cluster-autoscaler-status", "namespace": "kube-system"},
-        "data": {"status": CA_STATUS}});
+        "data": {"status": status}});
 
     let mut lists = Vec::new();
     for _ in 0..4 {

@@ -48,7 +48,14 @@ pub struct WatchSettings {
     /// long enough for NTH to write the next one, short enough that deleted Events free memory.
     /// A boost the ledger remembers keeps its instance at risk on its own.
     pub signal_grace: Duration,
+    /// A Cluster Autoscaler status written longer ago than this (by its `time`, else by when the
+    /// watch last saw it change) is not used: a stopped CA's last word on backoffs, targets and
+    /// health would hold or size boosts, and guard give-backs, on what is no longer true.
+    pub ca_status_max_age: Duration,
 }
+
+/// The default [`WatchSettings::ca_status_max_age`]: CA rewrites its status every scan (10 s).
+pub const CA_STATUS_MAX_AGE: Duration = Duration::from_secs(300);
 
 /// The default [`WatchSettings::signal_grace`].
 pub const SIGNAL_GRACE: Duration = Duration::from_secs(600);
@@ -124,6 +131,8 @@ struct Store {
     taint_seen: HashMap<NodeName, Timestamp>,
     ca: BTreeMap<GroupName, CaGroupView>,
     ca_time: Option<Timestamp>,
+    /// When the watch last saw a status that parsed, on the injected clock.
+    ca_seen_at: Option<Timestamp>,
     ca_found: bool,
     synced: BTreeSet<Watched>,
     /// Events that named another instance than their node's, by key.
@@ -131,6 +140,11 @@ struct Store {
 }
 
 impl Store {
+    /// When CA wrote its status: its own `time`, else when the watch last saw it change.
+    fn ca_written(&self) -> Option<Timestamp> {
+        self.ca_time.or(self.ca_seen_at)
+    }
+
     fn put_pod(&mut self, uid: String, node: NodeName, pod: Pod) {
         if let Some((old, _)) = self.pods.get(&uid) {
             if *old != node {
@@ -167,6 +181,8 @@ pub struct KubeCluster {
     settings: Arc<WatchSettings>,
     synced: Arc<Notify>,
     clock: Clock,
+    /// Whether the last view left CA's status out as too old (told once per change).
+    ca_stale: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Debug for KubeCluster {
@@ -199,6 +215,7 @@ impl KubeCluster {
             settings: Arc::new(settings),
             synced: Arc::new(Notify::new()),
             clock: system_clock(),
+            ca_stale: Arc::default(),
         }
     }
 
@@ -241,7 +258,32 @@ impl KubeCluster {
     /// Seconds since CA last wrote its status, or `None` when there is no status.
     pub(crate) fn ca_status_age(&self, now: Timestamp) -> Option<f64> {
         let store = self.read();
-        store.ca_found.then(|| store.ca_time.map_or(0.0, |t| now.since(t).as_secs_f64()))
+        store.ca_found.then(|| store.ca_written().map_or(0.0, |t| now.since(t).as_secs_f64()))
+    }
+
+    /// CA's per-group view, unless its status is older than `--ca-status-max-age` (or dated
+    /// further ahead than that, a clock that cannot be trusted either).
+    fn fresh_ca(&self, store: &Store, now: Timestamp) -> BTreeMap<GroupName, CaGroupView> {
+        if store.ca.is_empty() {
+            return BTreeMap::new();
+        }
+        let max = self.settings.ca_status_max_age;
+        let fresh = store.ca_written().is_some_and(|w| now.since(w) <= max && w.since(now) <= max);
+        if self.ca_stale.swap(!fresh, std::sync::atomic::Ordering::Relaxed) == fresh {
+            if fresh {
+                info!("Cluster Autoscaler status is current again; using its view");
+            } else {
+                warn!(
+                    max_age_seconds = max.as_secs(),
+                    "Cluster Autoscaler status is older than --ca-status-max-age; deciding without its view"
+                );
+            }
+        }
+        if fresh {
+            store.ca.clone()
+        } else {
+            BTreeMap::new()
+        }
     }
 
     /// Spawns the four watches on `client`; they run until the runtime stops.
@@ -595,6 +637,7 @@ impl KubeCluster {
             Ok(status) => {
                 store.ca = status.node_groups.iter().map(|g| (GroupName(g.name.clone()), g.core_view())).collect();
                 store.ca_time = status.time;
+                store.ca_seen_at = Some((self.clock)());
                 store.ca_found = true;
                 self.metrics.cluster.ca_status_found(true);
             }
@@ -618,8 +661,8 @@ impl ClusterView for KubeCluster {
         if store.synced.len() != Watched::ALL.len() {
             return None;
         }
-        let mut state = ClusterState { ca: store.ca.clone(), ..ClusterState::default() };
         let now = (self.clock)();
+        let mut state = ClusterState { ca: self.fresh_ca(&store, now), ..ClusterState::default() };
         let grace = self.settings.signal_grace;
         for seen in store.signals.values() {
             if seen.gone.is_some_and(|g| now.since(g) >= grace) {
@@ -693,6 +736,7 @@ mod tests {
             ca_status_name: "cluster-autoscaler-status".into(),
             nth_taints,
             signal_grace: GRACE,
+            ca_status_max_age: CA_STATUS_MAX_AGE,
         };
         KubeCluster::new(settings, Arc::new(Notify::new()), Arc::new(Metrics::new()))
     }
@@ -898,16 +942,55 @@ mod tests {
         assert!(c.read().pods_by_node.is_empty(), "no empty sets left behind");
     }
 
+    /// A clock reading what `now` holds (ms).
+    fn clock_at(now: &Arc<std::sync::atomic::AtomicI64>) -> Clock {
+        let now = now.clone();
+        Arc::new(move || Timestamp::from_millis(now.load(std::sync::atomic::Ordering::Relaxed)))
+    }
+
+    fn ca_config_map(text: &str) -> ConfigMap {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "cluster-autoscaler-status"},
+            "data": {"status": text}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_ca_status_older_than_its_bound_is_not_used() {
+        // The fixture's `time` is 2024-09-03 14:05:12.634Z.
+        let written = crate::timefmt::parse_rfc3339("2024-09-03T14:05:12.634Z").unwrap();
+        let now = Arc::new(std::sync::atomic::AtomicI64::new(written.as_millis() + 60_000));
+        let c = cluster(false).with_clock(clock_at(&now));
+        synced(&c, Vec::new(), Vec::new());
+        let status = include_str!("../../tests/fixtures/ca-status/yaml-1.30.yaml");
+        c.apply_ca(&mut c.write(), Change::Upsert(KubeCluster::parse_ca(ca_config_map(status))));
+        assert!(!c.current().unwrap().ca.is_empty(), "a minute old: used");
+
+        now.store(written.as_millis() + 301_000, std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            c.current().unwrap().ca.is_empty(),
+            "CA stopped writing 5 min ago: its backoffs and targets are not used"
+        );
+        now.store(written.as_millis() - 301_000, std::sync::atomic::Ordering::Relaxed);
+        assert!(c.current().unwrap().ca.is_empty(), "dated 5 min ahead of this clock: not used either");
+
+        // A status without a time of its own ages from when the watch last saw it change.
+        let undated = status.replacen("time: 2024-09-03 14:05:12.634471023 +0000 UTC\n", "", 1);
+        now.store(written.as_millis(), std::sync::atomic::Ordering::Relaxed);
+        c.apply_ca(&mut c.write(), Change::Upsert(KubeCluster::parse_ca(ca_config_map(&undated))));
+        now.store(written.as_millis() + 200_000, std::sync::atomic::Ordering::Relaxed);
+        assert!(!c.current().unwrap().ca.is_empty());
+        now.store(written.as_millis() + 400_000, std::sync::atomic::Ordering::Relaxed);
+        assert!(c.current().unwrap().ca.is_empty());
+    }
+
     #[test]
     fn a_malformed_ca_status_keeps_the_last_good_view_and_is_counted() {
-        let c = cluster(false);
+        let written = crate::timefmt::parse_rfc3339("2024-09-03T14:05:12.634Z").unwrap();
+        let now = Arc::new(std::sync::atomic::AtomicI64::new(written.as_millis()));
+        let c = cluster(false).with_clock(clock_at(&now));
         synced(&c, Vec::new(), Vec::new());
         let good = include_str!("../../tests/fixtures/ca-status/yaml-1.30.yaml");
-        let cm = |text: &str| -> ConfigMap {
-            serde_json::from_value(serde_json::json!({"metadata": {"name": "cluster-autoscaler-status"},
-                "data": {"status": text}}))
-            .unwrap()
-        };
+        let cm = ca_config_map;
         c.apply_ca(&mut c.write(), Change::Upsert(KubeCluster::parse_ca(cm(good))));
         let before = c.current().unwrap().ca;
         assert!(!before.is_empty());
