@@ -79,6 +79,8 @@ pub struct LeaderElector {
     /// The record last seen (holder, renew time) and when it was first seen so.
     observed: Option<(LeaseRecord, Instant)>,
     last_renewed: Option<Instant>,
+    /// Whether the last change reported was to leading (the deadline may lapse between reports).
+    reported: bool,
 }
 
 /// What one attempt found.
@@ -110,6 +112,7 @@ impl LeaderElector {
             metrics,
             observed: None,
             last_renewed: None,
+            reported: false,
         }
     }
 
@@ -175,8 +178,14 @@ impl LeaderElector {
         }
     }
 
-    fn set(&self, leading: bool) {
-        let was = self.leadership.set(leading);
+    /// Leads until `until` (`None`: stops leading now), reporting the change.
+    fn set(&mut self, until: Option<Instant>) {
+        let leading = until.is_some();
+        match until {
+            Some(deadline) => self.leadership.lead_until(deadline),
+            None => self.leadership.set(false),
+        };
+        let was = std::mem::replace(&mut self.reported, leading);
         self.metrics.lease.leader.set(i64::from(leading));
         if was != leading {
             self.metrics.lease.change(if leading { LeaseChange::Acquired } else { LeaseChange::Lost });
@@ -191,20 +200,22 @@ impl LeaderElector {
     /// Campaigns until `shutdown`; then releases the lease if held.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
         loop {
-            // A hung request must not keep a leader past its deadline.
+            // A hung request must not keep a leader past its deadline. The deadline counts from
+            // when the renewal was sent: the lease's renew time is no earlier than that.
+            let sent = Instant::now();
             let attempt = tokio::time::timeout(self.timing.retry_period, self.try_acquire_or_renew()).await;
             match attempt {
                 Ok(Ok(Attempt::Leading)) => {
-                    self.last_renewed = Some(Instant::now());
-                    self.set(true);
+                    self.last_renewed = Some(sent);
+                    self.set(Some(sent + self.timing.renew_deadline));
                 }
-                Ok(Ok(Attempt::Following(_))) => self.set(false),
+                Ok(Ok(Attempt::Following(_))) => self.set(None),
                 Ok(Err(e)) => warn!(error = %e, lease = %self.name, "could not acquire or renew the lease"),
                 Err(_) => warn!(lease = %self.name, "acquiring or renewing the lease timed out"),
             }
             let overdue = self.last_renewed.is_none_or(|at| at.elapsed() >= self.timing.renew_deadline);
-            if self.leadership.is_leader() && overdue {
-                self.set(false);
+            if self.reported && overdue {
+                self.set(None);
             }
             tokio::select! {
                 _ = tokio::time::sleep(self.timing.retry_period) => {}
@@ -214,8 +225,8 @@ impl LeaderElector {
                 break;
             }
         }
-        if self.leadership.is_leader() {
-            self.set(false);
+        if self.reported {
+            self.set(None);
             self.release().await;
         }
     }
