@@ -297,6 +297,7 @@ pub(crate) async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
                     Lifetime::UntilShutdown,
                     crate::instancegroup_controller::run(
                         reconciler,
+                        heartbeats.register("worker:instancegroups", crate::supervise::WORKER_SILENCE_LIMIT),
                         client.clone(),
                         args.instance_manager_namespace.clone(),
                         args.instance_manager_configmap.clone(),

@@ -22,12 +22,22 @@ use crate::instancegroup::InstanceGroup;
 use crate::ports::instancegroups::InstanceGroupStore;
 use crate::ports::nodegroups::NodeGroupCloud;
 use crate::ports::ClusterView;
+use crate::supervise::Heartbeat;
 use crate::workers::instancegroups::{InstanceGroupReconciler, Requeue, REQUEUE, RESYNC};
 
 /// How soon a follower looks again: a new leader picks every group up within this.
 const FOLLOWER_RECHECK: Duration = Duration::from_secs(5);
 /// The longest wait between attempts at a group whose steps keep failing.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// InstanceGroups reconciled at once: a thousand created together queue, instead of a thousand
+/// reconciles each holding AWS calls, memory and API requests.
+const RECONCILES_AT_ONCE: u16 = 4;
+/// The longest one reconcile may take, every AWS and Kubernetes call at its own deadline: one
+/// that hangs past it is abandoned and retried with backoff, so one stubborn group never holds a
+/// slot, and the worker's heartbeat stays honest.
+const RECONCILE_DEADLINE: Duration = Duration::from_secs(240);
+/// How often the worker beats while its controller runs.
+const BEAT_EVERY: Duration = Duration::from_secs(10);
 
 /// A reconcile that failed a step; the runtime retries it with backoff.
 #[derive(Debug, Error)]
@@ -41,10 +51,12 @@ struct Context<C, S, V> {
     backoff: Mutex<HashMap<ObjectRef<InstanceGroup>, Duration>>,
 }
 
-/// Runs the controller until `shutdown` resolves. `config_namespace`/`config_name` name the
-/// boundaries ConfigMap, whose changes reconcile every group.
-pub async fn run<C, S, V>(
+/// Runs the controller until `shutdown` resolves, beating `heartbeat` while it is polled.
+/// `config_namespace`/`config_name` name the boundaries ConfigMap, whose changes reconcile every
+/// group.
+pub(crate) async fn run<C, S, V>(
     reconciler: InstanceGroupReconciler<C, S, V>,
+    heartbeat: Heartbeat,
     client: Client,
     config_namespace: String,
     config_name: String,
@@ -62,7 +74,8 @@ pub async fn run<C, S, V>(
         boundaries: tokio::sync::Mutex::new(None),
         backoff: Mutex::new(HashMap::new()),
     });
-    controller
+    let running = controller
+        .with_config(controller::Config::default().concurrency(RECONCILES_AT_ONCE))
         .reconcile_all_on(config_changes(client, &config_namespace, &config_name))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context)
@@ -74,8 +87,19 @@ pub async fn run<C, S, V>(
                 Err(controller::Error::ReconcilerFailed(..)) | Ok(_) => {}
                 Err(e) => warn!(error = %e, "InstanceGroup controller"),
             }
-        })
-        .await;
+        });
+    // The controller polls its reconciles in this task: the beat stops if any of them blocks it.
+    let beating = async {
+        let mut every = tokio::time::interval(BEAT_EVERY);
+        loop {
+            every.tick().await;
+            heartbeat.beat();
+        }
+    };
+    tokio::select! {
+        () = running => {}
+        () = beating => {}
+    }
     info!("InstanceGroup controller stopped");
 }
 
@@ -104,9 +128,9 @@ where
         last.clone()
     };
     let all: Vec<InstanceGroup> = ctx.groups.state().iter().map(|g| (**g).clone()).collect();
-    let requeue = r.reconcile(&ig, config.as_ref(), &all).await;
-    r.report_states(all.iter());
     let key = ObjectRef::from_obj(&*ig);
+    let requeue = within(RECONCILE_DEADLINE, &key, r.reconcile(&ig, config.as_ref(), &all)).await;
+    r.report_states(all.iter());
     match requeue {
         Requeue::Retry => Err(RetryLater(key.to_string())),
         Requeue::After(d) => {
@@ -116,6 +140,21 @@ where
         Requeue::OnChange => {
             forget_backoff(&ctx, &key);
             Ok(Action::requeue(RESYNC))
+        }
+    }
+}
+
+/// `reconcile`'s answer, or a retry once `deadline` passed without one.
+async fn within(
+    deadline: Duration,
+    key: &ObjectRef<InstanceGroup>,
+    reconcile: impl std::future::Future<Output = Requeue>,
+) -> Requeue {
+    match tokio::time::timeout(deadline, reconcile).await {
+        Ok(requeue) => requeue,
+        Err(_) => {
+            warn!(instancegroup = %key, deadline_seconds = deadline.as_secs(), "reconcile took too long; abandoned and retried with backoff");
+            Requeue::Retry
         }
     }
 }
@@ -131,4 +170,18 @@ fn error_policy<C, S, V>(ig: Arc<InstanceGroup>, _error: &RetryLater, ctx: Arc<C
     let next = backoff.get(&ObjectRef::from_obj(&*ig)).map_or(REQUEUE, |b| (*b * 2).min(MAX_BACKOFF));
     backoff.insert(ObjectRef::from_obj(&*ig), next);
     Action::requeue(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reconcile_that_hangs_is_abandoned_and_retried() {
+        let key = ObjectRef::new("stuck").within("tenant-a");
+        let hung = within(RECONCILE_DEADLINE, &key, std::future::pending::<Requeue>());
+        assert!(matches!(hung.await, Requeue::Retry));
+        let quick = within(RECONCILE_DEADLINE, &key, async { Requeue::OnChange });
+        assert!(matches!(quick.await, Requeue::OnChange));
+    }
 }
