@@ -39,7 +39,7 @@ impl Timestamp {
 
     /// This time rounded down to a whole second: the precision of `metadata.creationTimestamp`.
     pub const fn whole_second(self) -> Self {
-        Timestamp(self.0.div_euclid(1000) * 1000)
+        Timestamp(self.0.saturating_sub(self.0.rem_euclid(1000)))
     }
 
     /// How long after `earlier` this is; zero when `earlier` is later.

@@ -382,4 +382,34 @@ proptest! {
             prop_assert!(!p.draining.next.in_progress.contains_key(&ended.node), "{ended:?} still draining");
         }
     }
+
+    #[test]
+    fn a_ledger_or_group_holding_any_value_plans_without_overflow(
+        case in case_strategy(),
+        counts in prop::collection::vec(prop::sample::select(vec![0u32, 1, u32::MAX - 1, u32::MAX]), 8),
+        times in prop::collection::vec(prop::sample::select(vec![i64::MIN, -1, 0, i64::MAX]), 2),
+    ) {
+        // A ledger is a ConfigMap anyone with rights can edit, and a group's sizes come from AWS:
+        // extreme values are refused or clamped by the arithmetic, never wrapped (release builds
+        // keep overflow checks, so a wrap would panic here).
+        let mut snapshot = case.snapshot.clone();
+        for record in &mut snapshot.ledger.records {
+            record.added = counts[0];
+            record.returned = counts[1];
+            record.before = counts[2];
+            record.raising_to = Some(counts[3]).filter(|_| counts[4] > 0);
+            record.at = Timestamp::from_millis(times[0]);
+        }
+        for group in snapshot.groups.values_mut() {
+            (group.min, group.max, group.desired) = (counts[5], counts[6], counts[7]);
+        }
+        for signal in &mut snapshot.signals {
+            signal.observed_at = Timestamp::from_millis(times[1]);
+        }
+        for now in [Timestamp::from_millis(i64::MIN), NOW, Timestamp::from_millis(i64::MAX)] {
+            plan(&snapshot, &case.drains, &case.policy, now);
+        }
+        let live = snapshot.groups.values().map(|g| (g.name.clone(), g.desired)).collect();
+        resolve_raises(&mut snapshot.ledger, &live);
+    }
 }

@@ -570,7 +570,13 @@ where
             CrdStep::Retry(failed) => {
                 self.store.delete_custom(&kind, &namespace, &failed).await?;
                 status.strategy_retry_count = Some(i64::from(retries) + 1);
-                self.event(ig, "UpgradeRetried", &format!("{failed} failed; retry {}", retries + 1), true).await;
+                self.event(
+                    ig,
+                    "UpgradeRetried",
+                    &format!("{failed} failed; retry {}", retries.saturating_add(1)),
+                    true,
+                )
+                .await;
             }
             CrdStep::Failed(message) => {
                 status.current_state = State::Error.into();
