@@ -169,3 +169,107 @@ async fn forged_unconfirmed_and_on_demand_notices_move_nothing_and_a_spot_one_is
     assert!(booster.try_wait().unwrap().is_none(), "still running");
     booster.kill().await.unwrap();
 }
+
+/// A client acting as `user` (the e2e admin may impersonate).
+async fn as_user(kubeconfig: &str, user: &str) -> Client {
+    let file = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let mut config =
+        kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default()).await.unwrap();
+    config.auth_info.impersonate = Some(user.to_string());
+    Client::try_from(config).unwrap()
+}
+
+/// The shipped `manifests/node-vouching-policy.yaml`, scoped to this run: its own names, the
+/// run's Nodes only, and the run's booster ServiceAccount as the one allowed writer.
+fn vouching_policy(suffix: &str, booster: &str) -> (serde_json::Value, serde_json::Value) {
+    let text = std::fs::read_to_string("manifests/node-vouching-policy.yaml").unwrap();
+    let mut docs: Vec<serde_json::Value> =
+        text.split("\n---\n").map(|d| serde_yaml::from_str::<serde_json::Value>(d).unwrap()).collect();
+    let (mut policy, mut binding) = (docs.remove(0), docs.remove(0));
+    let name = format!("sb-vouch-{suffix}");
+    policy["metadata"]["name"] = json!(name);
+    let allowed =
+        policy["spec"]["variables"].as_array_mut().unwrap().iter_mut().find(|v| v["name"] == "allowed").unwrap();
+    allowed["expression"] = json!(format!("['{booster}']"));
+    binding["metadata"]["name"] = json!(name);
+    binding["spec"]["policyName"] = json!(name);
+    binding["spec"]["matchResources"] = json!({"objectSelector": {"matchLabels": {"spots-booster-e2e": suffix}}});
+    (policy, binding)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_allowed_writers_may_set_what_vouches_for_a_node() {
+    use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let Some((kubeconfig, _)) = env() else {
+        eprintln!("e2e skipped: set {KUBECONFIG} and {AWS_ENDPOINT} to run it (see docs/development.md, \"End-to-end suite\")");
+        return;
+    };
+    let suffix = run_suffix();
+    let ns = format!("sb-vouch-{suffix}");
+    let booster = format!("system:serviceaccount:{ns}:spots-booster");
+    let tenant = format!("tenant-{suffix}");
+    let kube = kube_client(&kubeconfig).await;
+    let node = format!("i-0vouch{suffix}.e2e.internal");
+    register_node(&kube, &node, "us-east-1a", &format!("i-0vouch{suffix}"), &suffix).await;
+
+    // The tenant and the booster may patch Nodes as far as RBAC goes.
+    let name = format!("sb-vouch-{suffix}");
+    let roles: Api<ClusterRole> = Api::all(kube.clone());
+    let role = json!({"metadata": {"name": name},
+        "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch", "update"]}]});
+    roles.create(&PostParams::default(), &serde_json::from_value(role).unwrap()).await.unwrap();
+    let bindings: Api<ClusterRoleBinding> = Api::all(kube.clone());
+    let binding = json!({"metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": tenant},
+                     {"kind": "ServiceAccount", "name": "spots-booster", "namespace": ns}]});
+    bindings.create(&PostParams::default(), &serde_json::from_value(binding).unwrap()).await.unwrap();
+
+    let (policy, policy_binding) = vouching_policy(&suffix, &booster);
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(kube.clone());
+    policies.create(&PostParams::default(), &serde_json::from_value(policy).unwrap()).await.unwrap();
+    let policy_bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(kube.clone());
+    policy_bindings.create(&PostParams::default(), &serde_json::from_value(policy_binding).unwrap()).await.unwrap();
+
+    let patch = |client: Client, body: serde_json::Value| {
+        let node = node.clone();
+        async move { Api::<Node>::all(client).patch(&node, &PatchParams::default(), &Patch::Merge(body)).await }
+    };
+    let rotate = |when: &str| json!({"metadata": {"annotations": {"spots-booster.io/rotate": when}}});
+    let tenant_client = as_user(&kubeconfig, &tenant).await;
+    // The API server loads a new policy within a second or two.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let refusal = loop {
+        match patch(tenant_client.clone(), rotate("2026-11-25T10:00:00Z")).await {
+            Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains("may not") => break s,
+            Err(e) => panic!("refused for another reason: {e}"),
+            Ok(_) => {
+                // Not loaded yet: undo, and try again.
+                patch(kube.clone(), json!({"metadata": {"annotations": {"spots-booster.io/rotate": null}}}))
+                    .await
+                    .unwrap();
+                assert!(Instant::now() < deadline, "the policy never refused the tenant");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    };
+    assert!(refusal.message.contains(&tenant), "{}", refusal.message);
+
+    let nth_taint = json!({"spec": {"taints": [{"key": "aws-node-termination-handler/spot-itn", "value": "x", "effect": "NoSchedule"}]}});
+    let refused = patch(tenant_client.clone(), nth_taint.clone()).await.unwrap_err();
+    assert!(matches!(&refused, kube::Error::Api(s) if s.code == 403), "an NTH taint from a tenant: {refused}");
+    patch(tenant_client.clone(), json!({"spec": {"unschedulable": true}})).await.expect("a cordon vouches for nothing");
+    patch(as_user(&kubeconfig, "system:node:whatever").await, rotate("2026-11-25T10:00:00Z"))
+        .await
+        .expect_err("a kubelet may not mark a Node for rotation");
+
+    patch(as_user(&kubeconfig, &booster).await, rotate("2026-11-25T10:00:00Z")).await.expect("the booster may");
+    patch(kube.clone(), nth_taint).await.expect("system:masters may");
+
+    policy_bindings.delete(&name, &Default::default()).await.unwrap();
+    policies.delete(&name, &Default::default()).await.unwrap();
+    bindings.delete(&name, &Default::default()).await.unwrap();
+    roles.delete(&name, &Default::default()).await.unwrap();
+    Api::<Node>::all(kube.clone()).delete(&node, &Default::default()).await.unwrap();
+}
