@@ -255,6 +255,8 @@ pub enum AsgCall {
     Terminate(InstanceId, bool),
     /// `suspend_az_rebalance` (true: suspend).
     AzRebalance(GroupName, bool),
+    /// `scaling_activities`.
+    Activities(GroupName),
 }
 
 #[derive(Debug, Default)]
@@ -275,6 +277,7 @@ struct FakeAsgState {
     not_in_ec2: BTreeSet<InstanceId>,
     scheduled: BTreeSet<InstanceId>,
     instance_lookups: usize,
+    activities: BTreeMap<GroupName, Vec<crate::core::ScalingActivity>>,
 }
 
 /// Auto Scaling in memory, with the same guards as the real adapter.
@@ -407,6 +410,24 @@ impl FakeAutoScaling {
     /// EC2 does not know `instance` (never launched, or long gone).
     pub fn hide_from_ec2(&self, instance: &str) {
         lock(&self.0).not_in_ec2.insert(instance.into());
+    }
+
+    /// Auto Scaling reports a launch in `group` that failed with `message` at `at` (newest first).
+    pub fn fail_launch(&self, group: &str, message: &str, at: crate::core::Timestamp) {
+        let mut s = lock(&self.0);
+        let list = s.activities.entry(group.into()).or_default();
+        let id = format!("activity-{}", list.len());
+        list.insert(
+            0,
+            crate::core::ScalingActivity {
+                group: group.into(),
+                id,
+                status_code: "Failed".into(),
+                status_message: Some(message.into()),
+                description: format!("Launching a new EC2 instance.  Status Reason: {message}"),
+                started: at,
+            },
+        );
     }
 
     /// EC2 lists a pending scheduled event for `instance`.
@@ -630,6 +651,16 @@ impl AutoScaling for FakeAutoScaling {
                 (id.clone(), InstanceFacts { lifecycle, private_dns_name: dns, private_ip: None })
             })
             .collect())
+    }
+
+    async fn scaling_activities(
+        &self,
+        group: &GroupName,
+        since: crate::core::Timestamp,
+    ) -> Result<Vec<crate::core::ScalingActivity>, AwsError> {
+        let mut s = lock(&self.0);
+        s.calls.push(AsgCall::Activities(group.clone()));
+        Ok(s.activities.get(group).into_iter().flatten().filter(|a| a.started >= since).cloned().collect())
     }
 
     async fn scheduled_events(&self, instances: &[InstanceId]) -> Result<BTreeSet<InstanceId>, AwsError> {

@@ -10,7 +10,7 @@ use tracing::{info, warn};
 use super::calls::CallStats;
 use super::ec2::AwsInstances;
 use super::errors::failure;
-use crate::core::{GroupName, InstanceFacts, InstanceId};
+use crate::core::{GroupName, InstanceFacts, InstanceId, ScalingActivity, Timestamp};
 use crate::ports::{
     AutoScaling, AwsError, AwsFailure, DesiredWrite, FailureKind, GroupDescription, GroupInstance, Guard, TagFilter,
     TerminateOutcome, WriteOutcome, WriteOutcomes, AZ_REBALANCE_SUSPENDED_TAG,
@@ -20,6 +20,9 @@ use crate::ports::{
 pub(crate) const GROUPS_PER_CALL: usize = 50;
 /// Instance ids per `DescribeAutoScalingInstances` call (the API's limit).
 pub(crate) const INSTANCES_PER_CALL: usize = 50;
+/// Activities per `DescribeScalingActivities` page (the API's maximum is 100; a boost's window
+/// rarely holds more than a few).
+pub(crate) const ACTIVITIES_PER_PAGE: i32 = 50;
 /// `SetDesiredCapacity` calls in flight at once for one burst (Auto Scaling's mutating API rate
 /// allows this many without throttling).
 pub(crate) const WRITES_IN_FLIGHT: usize = 32;
@@ -142,6 +145,47 @@ impl AutoScaling for AwsAutoScaling {
 
     async fn scheduled_events(&self, instances: &[InstanceId]) -> Result<BTreeSet<InstanceId>, AwsError> {
         self.ec2.scheduled_events(instances).await
+    }
+
+    async fn scaling_activities(&self, group: &GroupName, since: Timestamp) -> Result<Vec<ScalingActivity>, AwsError> {
+        let mut activities = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = self
+                .client
+                .describe_scaling_activities()
+                .auto_scaling_group_name(group.as_str())
+                .max_records(ACTIVITIES_PER_PAGE)
+                .set_next_token(token.take())
+                .send()
+                .await
+                .map_err(|e| AwsError::DescribeScalingActivities {
+                    group: group.clone(),
+                    failure: self.failed("DescribeScalingActivities", failure(e)),
+                })?;
+            let mut older_seen = false;
+            for a in page.activities() {
+                let started =
+                    a.start_time().and_then(|t| t.to_millis().ok()).map_or(Timestamp::EPOCH, Timestamp::from_millis);
+                if started < since {
+                    // Newest first: everything after this is older still.
+                    older_seen = true;
+                    continue;
+                }
+                activities.push(ScalingActivity {
+                    group: group.clone(),
+                    id: a.activity_id().unwrap_or_default().to_string(),
+                    status_code: a.status_code().map(|c| c.as_str().to_string()).unwrap_or_default(),
+                    status_message: a.status_message().map(str::to_string),
+                    description: a.description().unwrap_or_default().to_string(),
+                    started,
+                });
+            }
+            token = page.next_token().map(str::to_string).filter(|t| !t.is_empty());
+            if older_seen || token.is_none() {
+                return Ok(activities);
+            }
+        }
     }
 
     async fn describe_groups(&self, names: &[GroupName]) -> Result<Vec<GroupDescription>, AwsError> {

@@ -26,6 +26,8 @@ use crate::ports::TagFilter;
 pub const IAM_ACTIONS: &[&str] = &[
     "autoscaling:DescribeAutoScalingGroups",
     "autoscaling:DescribeAutoScalingInstances",
+    // A boost's launches that failed (no capacity in the pool, a broken configuration).
+    "autoscaling:DescribeScalingActivities",
     "autoscaling:SetDesiredCapacity",
     "autoscaling:TerminateInstanceInAutoScalingGroup",
     // `--suspend-az-rebalance` (SuspendProcesses, ResumeProcesses and the tag recording it) is

@@ -11,6 +11,7 @@ pub mod draining;
 pub(crate) mod expiry;
 pub(crate) mod give_back;
 pub(crate) mod identity;
+pub mod launches;
 pub(crate) mod model;
 pub mod policy;
 pub(crate) mod raises;
@@ -29,6 +30,7 @@ pub use draining::{
 };
 pub use expiry::Expired;
 pub use give_back::{GiveBack, GiveBackHow};
+pub use launches::{classify, LaunchFailure, ScalingActivity};
 pub use model::{
     BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, GiveBackNode, Group, GroupName, InstanceFacts,
     InstanceId, InstanceLifecycle, Node, NodeName, OptOut, Pod, PodClass, Resources, Signal, SignalKind, Snapshot,

@@ -8,7 +8,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use super::BoxError;
-use crate::core::{CaGroupView, Group, GroupName, InstanceFacts, InstanceId, Resources};
+use crate::core::{CaGroupView, Group, GroupName, InstanceFacts, InstanceId, Resources, ScalingActivity, Timestamp};
 
 /// How an AWS call failed, as far as retrying and alerting care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -98,6 +98,15 @@ pub enum AwsError {
     /// EC2 `DescribeInstanceStatus`.
     #[error("DescribeInstanceStatus failed")]
     DescribeInstanceStatus(#[source] AwsFailure),
+    /// `DescribeScalingActivities`.
+    #[error("DescribeScalingActivities of {group} failed")]
+    DescribeScalingActivities {
+        /// The group.
+        group: GroupName,
+        /// Why.
+        #[source]
+        failure: AwsFailure,
+    },
     /// A write named a group AWS does not know (checked before the call: moto answers 500).
     #[error("no Auto Scaling Group named {0}")]
     UnknownGroup(GroupName),
@@ -123,6 +132,7 @@ impl AwsError {
             | AwsError::DescribeAutoScalingInstances(f)
             | AwsError::DescribeInstances(f)
             | AwsError::DescribeInstanceStatus(f)
+            | AwsError::DescribeScalingActivities { failure: f, .. }
             | AwsError::SetDesiredCapacity { failure: f, .. }
             | AwsError::TerminateInstance { failure: f, .. }
             | AwsError::AzRebalance { failure: f, .. } => f.kind.as_str(),
@@ -383,6 +393,14 @@ pub trait AutoScaling: Send + Sync {
         &self,
         instances: &[InstanceId],
     ) -> impl Future<Output = Result<BTreeSet<InstanceId>, AwsError>> + Send;
+
+    /// `group`'s scaling activities that started at or after `since`, newest first
+    /// (`DescribeScalingActivities`, paginated, read no further back than `since`).
+    fn scaling_activities(
+        &self,
+        group: &GroupName,
+        since: Timestamp,
+    ) -> impl Future<Output = Result<Vec<ScalingActivity>, AwsError>> + Send;
 }
 
 #[cfg(test)]

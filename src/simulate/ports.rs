@@ -123,6 +123,15 @@ impl AutoScaling for SimWorld {
         Ok(world.groups.keys().filter_map(|n| Self::describe(&world, n)).collect())
     }
 
+    async fn scaling_activities(
+        &self,
+        _group: &GroupName,
+        _since: crate::core::Timestamp,
+    ) -> Result<Vec<crate::core::ScalingActivity>, AwsError> {
+        // Every simulated launch succeeds: no failed activity to report.
+        Ok(Vec::new())
+    }
+
     async fn raise_desired(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {
         Ok(self.guarded(writes, DesiredWrite::guard))
     }

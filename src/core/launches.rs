@@ -1,0 +1,162 @@
+//! What Auto Scaling's scaling activities say of a group's launches. `SetDesiredCapacity`
+//! succeeds whether or not an instance can launch; when the pool has no capacity, the only word of
+//! it is a failed scaling activity ("Launching a new EC2 instance. Status Reason: Could not launch
+//! Spot Instances. InsufficientInstanceCapacity - There is no Spot capacity available that matches
+//! your request. Launching EC2 instance failed."). A launch that failed for want of capacity may
+//! succeed in another pool; one that failed on the group's configuration (a launch template or
+//! subnet that does not exist, an instance profile it may not pass) fails everywhere it is used,
+//! and is an operator's to fix.
+
+use serde::{Deserialize, Serialize};
+
+use super::model::{GroupName, Timestamp};
+
+/// One scaling activity of a group, as Auto Scaling reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScalingActivity {
+    /// The group.
+    pub group: GroupName,
+    /// Its id.
+    pub id: String,
+    /// `Successful`, `Failed`, `Cancelled`, `InProgress`, `WaitingForSpotInstanceId`, …
+    pub status_code: String,
+    /// Why it ended as it did (for a failure, AWS's reason).
+    pub status_message: Option<String>,
+    /// What it did ("Launching a new EC2 instance…", "Terminating EC2 instance…").
+    pub description: String,
+    /// When it started.
+    pub started: Timestamp,
+}
+
+/// Why a launch failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "class")]
+pub enum LaunchFailure {
+    /// The pool had no capacity (or the account no quota) for it: another pool may.
+    Capacity {
+        /// EC2's error code, as named in the message or recognised from its wording.
+        code: String,
+    },
+    /// Anything else: the group's configuration, which no other pool fixes.
+    Configuration {
+        /// AWS's reason.
+        message: String,
+    },
+}
+
+impl LaunchFailure {
+    /// `capacity` or `configuration`, for metric labels.
+    pub fn class(&self) -> &'static str {
+        match self {
+            LaunchFailure::Capacity { .. } => "capacity",
+            LaunchFailure::Configuration { .. } => "configuration",
+        }
+    }
+}
+
+/// EC2 error codes that mean "no capacity here" (or no quota for it), with the wording messages
+/// use when they do not name the code.
+const CAPACITY: &[(&str, &[&str])] = &[
+    (
+        "InsufficientInstanceCapacity",
+        &["there is no spot capacity available", "we currently do not have sufficient", "insufficient capacity"],
+    ),
+    ("UnfulfillableCapacity", &["unable to fulfill capacity", "unfulfillable"]),
+    ("MaxSpotInstanceCountExceeded", &["max spot instance count exceeded"]),
+    ("SpotMaxPriceTooLow", &["max spot price", "spot price is lower", "your spot request price"]),
+    ("VcpuLimitExceeded", &["vcpu limit", "vcpu capacity"]),
+    ("InstanceLimitExceeded", &["than your current instance limit"]),
+];
+
+/// The failure a scaling activity reports, if it is a launch that failed.
+pub fn classify(activity: &ScalingActivity) -> Option<LaunchFailure> {
+    if activity.status_code != "Failed" || !activity.description.starts_with("Launching") {
+        return None;
+    }
+    let message = activity.status_message.clone().unwrap_or_else(|| activity.description.clone());
+    let lower = message.to_ascii_lowercase();
+    let code = CAPACITY
+        .iter()
+        .find(|(code, wording)| lower.contains(&code.to_ascii_lowercase()) || wording.iter().any(|w| lower.contains(w)))
+        .map(|(code, _)| (*code).to_string());
+    Some(match code {
+        Some(code) => LaunchFailure::Capacity { code },
+        None => LaunchFailure::Configuration { message },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(message: &str) -> ScalingActivity {
+        ScalingActivity {
+            group: "spot-a".into(),
+            id: "9ed5d008".into(),
+            status_code: "Failed".into(),
+            status_message: Some(message.into()),
+            description: format!("Launching a new EC2 instance.  Status Reason: {message}"),
+            started: Timestamp::from_millis(0),
+        }
+    }
+
+    fn code(message: &str) -> Option<String> {
+        match classify(&failed(message)) {
+            Some(LaunchFailure::Capacity { code }) => Some(code),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn capacity_failures_are_told_from_configuration_ones_as_aws_words_them() {
+        // Messages as Auto Scaling writes them (with and without the code).
+        assert_eq!(
+            code("Could not launch Spot Instances. InsufficientInstanceCapacity - There is no Spot capacity available that matches your request. Launching EC2 instance failed.").as_deref(),
+            Some("InsufficientInstanceCapacity")
+        );
+        assert_eq!(
+            code("There is no Spot capacity available that matches your request. Launching EC2 instance failed.")
+                .as_deref(),
+            Some("InsufficientInstanceCapacity")
+        );
+        assert_eq!(
+            code("We currently do not have sufficient m5.large capacity in the Availability Zone you requested (us-east-1a). Launching EC2 instance failed.").as_deref(),
+            Some("InsufficientInstanceCapacity")
+        );
+        assert_eq!(
+            code("Could not launch Spot Instances. MaxSpotInstanceCountExceeded - Max spot instance count exceeded. Launching EC2 instance failed.").as_deref(),
+            Some("MaxSpotInstanceCountExceeded")
+        );
+        assert_eq!(
+            code("Could not launch On-Demand Instances. UnfulfillableCapacity - Unable to fulfill capacity due to your request configuration. Launching EC2 instance failed.").as_deref(),
+            Some("UnfulfillableCapacity")
+        );
+        assert_eq!(
+            code("Could not launch Spot Instances. SpotMaxPriceTooLow - Your Spot request price of 0.01 is lower than the minimum required Spot request fulfillment price of 0.0312. Launching EC2 instance failed.").as_deref(),
+            Some("SpotMaxPriceTooLow")
+        );
+        assert_eq!(
+            code("You have requested more vCPU capacity than your current vCPU limit of 32 allows for the instance bucket that the specified instance type belongs to. Launching EC2 instance failed.").as_deref(),
+            Some("VcpuLimitExceeded")
+        );
+        assert_eq!(
+            code("You have requested more instances (7) than your current instance limit of 6 allows for the specified instance type. Launching EC2 instance failed.").as_deref(),
+            Some("InstanceLimitExceeded")
+        );
+
+        let broken = "The specified launch template, with template ID lt-0e4f0a5e0a1b2c3d4, does not exist. Launching EC2 instance failed.";
+        assert_eq!(classify(&failed(broken)), Some(LaunchFailure::Configuration { message: broken.into() }));
+        let subnet = "The subnet ID 'subnet-0abc' does not exist. Launching EC2 instance failed.";
+        assert_eq!(classify(&failed(subnet)).map(|f| f.class()), Some("configuration"));
+    }
+
+    #[test]
+    fn only_failed_launches_are_failures() {
+        let ok = ScalingActivity { status_code: "Successful".into(), ..failed("") };
+        assert_eq!(classify(&ok), None);
+        let waiting = ScalingActivity { status_code: "WaitingForSpotInstanceId".into(), ..failed("") };
+        assert_eq!(classify(&waiting), None);
+        let termination = ScalingActivity { description: "Terminating EC2 instance: i-0a1b".into(), ..failed("x") };
+        assert_eq!(classify(&termination), None);
+    }
+}
