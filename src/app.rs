@@ -28,6 +28,7 @@ use crate::supervise::{Heartbeats, Lifetime, Supervisor, TaskEnded};
 use crate::workers::drainer::{Drainer, DrainerSettings};
 use crate::workers::groups::GroupBook;
 use crate::workers::instancegroups::InstanceGroupReconciler;
+use crate::workers::launches::{LaunchWatchSettings, LaunchWatcher};
 use crate::workers::ledger::SharedLedger;
 use crate::workers::scaler::{Scaler, ScalerError, ScalerSettings};
 use crate::workers::{system_clock, WorkerContext};
@@ -267,6 +268,15 @@ pub(crate) async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
             };
             let drainer = Drainer::new(ctx.clone(), settings);
             let (drainer, scaler) = (drainer.beating(&heartbeats), scaler.beating(&heartbeats));
+            let launches = LaunchWatcher::new(
+                ctx.clone(),
+                LaunchWatchSettings { launch_timeout: args.launch_timeout, ..LaunchWatchSettings::default() },
+            )
+            .beating(&heartbeats);
+            let launches_stop = shutdown.clone();
+            tasks.spawn("worker:launches", Lifetime::UntilShutdown, async move {
+                launches.run(launches_stop).await;
+            });
             let (scaler_stop, drainer_stop) = (shutdown.clone(), shutdown.clone());
             tasks.spawn("worker:scaler", Lifetime::UntilShutdown, async move {
                 scaler.run(scaler_stop).await;

@@ -114,6 +114,10 @@ pub struct RunArgs {
     #[arg(long, env = "SPOTS_BOOSTER_SUSPEND_AZ_REBALANCE", action = ArgAction::Set, num_args = 0..=1,
           default_value_t = false, default_missing_value = "true")]
     pub(crate) suspend_az_rebalance: bool,
+    /// A boosted group that launched none of its missing instances this long after the boost is
+    /// told stalled (`LaunchStalled`), whatever its scaling activities say.
+    #[arg(long, env = "SPOTS_BOOSTER_LAUNCH_TIMEOUT", default_value = "3m", value_parser = duration)]
+    pub(crate) launch_timeout: Duration,
     /// How often drains make progress (evictions, termination).
     #[arg(long, env = "SPOTS_BOOSTER_DRAIN_INTERVAL", default_value = "2s", value_parser = duration)]
     pub(crate) drain_interval: Duration,

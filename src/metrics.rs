@@ -340,6 +340,8 @@ pub struct ScalerMetrics {
     /// Age of the oldest open boost per group, in seconds: a boost that waits this long for Ready
     /// replacements, or for its drains, is holding capacity the group pays for.
     oldest_boost_age: IntGaugeVec,
+    /// Launches of boosted groups that failed or made no progress, by group and reason.
+    launch_failures: IntCounterVec,
 }
 
 impl ScalerMetrics {
@@ -374,6 +376,13 @@ impl ScalerMetrics {
                 "Age of the oldest open boost per group (leader only).",
                 &["group"],
             ),
+            launch_failures: counter(
+                r,
+                "launch_failures_total",
+                "Launches of boosted groups that failed (reason: EC2's capacity code, or configuration) or made no \
+                 progress within --launch-timeout (no-progress), by group.",
+                &["group", "reason"],
+            ),
         }
     }
 
@@ -386,7 +395,13 @@ impl ScalerMetrics {
             &self.reaction,
             &self.give_backs,
             &self.oldest_boost_age,
+            &self.launch_failures,
         ]
+    }
+
+    /// Counts one failed or stalled launch of a boosted group.
+    pub(crate) fn launch_failure(&self, group: &str, reason: &str) {
+        self.launch_failures.with_label_values(&[group, reason]).inc();
     }
 
     /// Counts one boost outcome.

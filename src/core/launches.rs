@@ -7,9 +7,11 @@
 //! subnet that does not exist, an instance profile it may not pass) fails everywhere it is used,
 //! and is an operator's to fix.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
-use super::model::{GroupName, Timestamp};
+use super::model::{BoostLedger, GroupName, Timestamp};
 
 /// One scaling activity of a group, as Auto Scaling reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,6 +54,18 @@ impl LaunchFailure {
             LaunchFailure::Configuration { .. } => "configuration",
         }
     }
+}
+
+/// Groups with a boost whose nodes may still be launching (confirmed, not expired, not all given
+/// back), each with when its oldest such boost was decided: only their launches are watched, and
+/// only activities since then matter.
+pub fn launching_groups(ledger: &BoostLedger) -> BTreeMap<GroupName, Timestamp> {
+    let mut groups: BTreeMap<GroupName, Timestamp> = BTreeMap::new();
+    for r in ledger.records.iter().filter(|r| r.expired.is_none() && r.raising_to.is_none() && r.added > r.returned) {
+        let at = groups.entry(r.group.clone()).or_insert(r.at);
+        *at = (*at).min(r.at);
+    }
+    groups
 }
 
 /// EC2 error codes that mean "no capacity here" (or no quota for it), with the wording messages
@@ -148,6 +162,27 @@ mod tests {
         assert_eq!(classify(&failed(broken)), Some(LaunchFailure::Configuration { message: broken.into() }));
         let subnet = "The subnet ID 'subnet-0abc' does not exist. Launching EC2 instance failed.";
         assert_eq!(classify(&failed(subnet)).map(|f| f.class()), Some("configuration"));
+    }
+
+    #[test]
+    fn only_groups_whose_boosts_may_still_launch_are_watched() {
+        use crate::core::model::{BoostExpiry, BoostRecord};
+        let mut expired = BoostRecord::test("b", &["i-2"], 1, 10);
+        expired.expired = Some(BoostExpiry::ReplacementTimeout);
+        let mut unconfirmed = BoostRecord::test("c", &["i-3"], 1, 10);
+        unconfirmed.raising_to = Some(4);
+        let mut returned = BoostRecord::test("d", &["i-4"], 1, 10);
+        returned.returned = 1;
+        let records = vec![
+            BoostRecord::test("a", &["i-1"], 2, 30),
+            BoostRecord::test("a", &["i-5"], 1, 20),
+            expired,
+            unconfirmed,
+            returned,
+            BoostRecord::test("e", &["i-6"], 0, 10),
+        ];
+        let ledger = BoostLedger { records, ..Default::default() };
+        assert_eq!(launching_groups(&ledger), BTreeMap::from([(GroupName::from("a"), Timestamp::from_millis(20))]));
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub use draining::{
 };
 pub use expiry::Expired;
 pub use give_back::{GiveBack, GiveBackHow};
-pub use launches::{classify, LaunchFailure, ScalingActivity};
+pub use launches::{classify, launching_groups, LaunchFailure, ScalingActivity};
 pub use model::{
     BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, GiveBackNode, Group, GroupName, InstanceFacts,
     InstanceId, InstanceLifecycle, Node, NodeName, OptOut, Pod, PodClass, Resources, Signal, SignalKind, Snapshot,

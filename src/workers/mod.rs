@@ -7,6 +7,7 @@
 pub mod drainer;
 pub mod groups;
 pub mod instancegroups;
+pub mod launches;
 pub mod ledger;
 #[cfg(test)]
 mod lost_answers;

@@ -1,0 +1,301 @@
+//! The launch watcher: while a boost's nodes may still be launching, it reads the group's scaling
+//! activities every few seconds and says at once when a launch failed, instead of letting the
+//! boost wait out `--replacement-timeout` in silence. A pool without capacity
+//! (`CapacityUnavailable`) and a broken configuration (`LaunchFailed`) are told apart; a group
+//! that shows no new instance within `--launch-timeout`, whatever AWS says, is `LaunchStalled`.
+//! Each is a Warning Event on the boost's at-risk nodes, a log line and
+//! `spots_booster_launch_failures_total`.
+//!
+//! Bounded: only groups with a boost in flight whose live desired capacity is above the instances
+//! they list (nodes still to launch), one batched describe and one activities read per such group
+//! per pass, only the activities since the group's oldest open boost. Only the leader reads.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tracing::warn;
+
+use super::WorkerContext;
+use crate::core::{classify, launching_groups, GroupName, InstanceId, LaunchFailure, Timestamp};
+use crate::ports::{
+    AutoScaling, AwsError, ClusterView, ClusterWrites, EventSeverity, EventSink, LedgerStore, NodeEvent,
+};
+use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
+
+/// How the watcher paces itself.
+#[derive(Debug, Clone)]
+pub struct LaunchWatchSettings {
+    /// How often groups with nodes still to launch are read.
+    pub poll: Duration,
+    /// A boosted group with nodes still to launch this long after its boost is told stalled.
+    pub launch_timeout: Duration,
+}
+
+impl Default for LaunchWatchSettings {
+    fn default() -> Self {
+        LaunchWatchSettings { poll: Duration::from_secs(5), launch_timeout: Duration::from_secs(180) }
+    }
+}
+
+/// What one pass found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct LaunchReport {
+    /// Groups read (nodes still to launch).
+    pub read: Vec<GroupName>,
+    /// New failed launches, by group.
+    pub failed: Vec<(GroupName, LaunchFailure)>,
+    /// Groups newly told stalled.
+    pub stalled: Vec<GroupName>,
+}
+
+/// The launch watcher worker.
+pub(crate) struct LaunchWatcher<A, C, L, W, E> {
+    ctx: Arc<WorkerContext<A, C, L, W, E>>,
+    settings: LaunchWatchSettings,
+    /// Failed activities already told, by id.
+    told: BTreeSet<String>,
+    /// Boosts already told stalled, by group and decision time.
+    stalled: BTreeSet<(GroupName, Timestamp)>,
+    heartbeat: Option<Heartbeat>,
+}
+
+impl<A, C, L, W, E> LaunchWatcher<A, C, L, W, E>
+where
+    A: AutoScaling,
+    C: ClusterView,
+    L: LedgerStore,
+    W: ClusterWrites,
+    E: EventSink,
+{
+    /// A watcher over `ctx`.
+    pub(crate) fn new(ctx: Arc<WorkerContext<A, C, L, W, E>>, settings: LaunchWatchSettings) -> Self {
+        LaunchWatcher { ctx, settings, told: BTreeSet::new(), stalled: BTreeSet::new(), heartbeat: None }
+    }
+
+    /// Registers the watcher's heartbeat with `beats`.
+    pub(crate) fn beating(mut self, beats: &Heartbeats) -> Self {
+        self.heartbeat = Some(beats.register("worker:launches", self.settings.poll + WORKER_SILENCE_LIMIT));
+        self
+    }
+
+    /// Runs until `shutdown` turns true.
+    pub(crate) async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Self {
+        loop {
+            if let Some(h) = &self.heartbeat {
+                h.beat();
+            }
+            if let Err(e) = self.tick().await {
+                warn!(error = %e, "reading the launches of boosted groups failed; retrying");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(self.settings.poll) => {}
+                _ = shutdown.changed() => {}
+            }
+            if *shutdown.borrow() {
+                return self;
+            }
+        }
+    }
+
+    /// One pass: reads the groups with nodes still to launch and tells what went wrong.
+    pub(crate) async fn tick(&mut self) -> Result<LaunchReport, AwsError> {
+        let mut report = LaunchReport::default();
+        if !self.ctx.leadership.is_leader() {
+            return Ok(report);
+        }
+        let ledger = self.ctx.ledger.current().await;
+        let launching = launching_groups(&ledger);
+        self.told.retain(|_| !launching.is_empty());
+        self.stalled.retain(|(g, at)| ledger.records.iter().any(|r| &r.group == g && r.at == *at));
+        if launching.is_empty() {
+            return Ok(report);
+        }
+        let names: Vec<GroupName> = launching.keys().cloned().collect();
+        let live = self.ctx.aws.describe_groups(&names).await?;
+        let now = (self.ctx.clock)();
+        for group in live {
+            // One read per group, each bounded by the AWS timeouts: the beat shows the pass moves.
+            if let Some(h) = &self.heartbeat {
+                h.beat();
+            }
+            self.ctx.groups.note_desired(&group.name, group.desired).await;
+            let listed = u32::try_from(group.members().count()).unwrap_or(u32::MAX);
+            if group.desired <= listed {
+                continue;
+            }
+            let since = launching[&group.name];
+            report.read.push(group.name.clone());
+            let activities = self.ctx.aws.scaling_activities(&group.name, since).await?;
+            // Oldest first, so Events read in the order AWS failed.
+            for activity in activities.iter().rev() {
+                let Some(failure) = classify(activity) else { continue };
+                if !self.told.insert(activity.id.clone()) {
+                    continue;
+                }
+                self.tell_failure(&group.name, &ledger_instances(&ledger, &group.name), &failure, activity.started)
+                    .await;
+                report.failed.push((group.name.clone(), failure));
+            }
+            let missing = group.desired - listed;
+            for r in ledger.records.iter().filter(|r| r.group == group.name && r.expired.is_none()) {
+                if r.raising_to.is_some() || now.since(r.at) < self.settings.launch_timeout {
+                    continue;
+                }
+                if self.stalled.insert((r.group.clone(), r.at)) {
+                    self.tell_stalled(&group.name, &r.instances.iter().cloned().collect::<Vec<_>>(), missing).await;
+                    report.stalled.push(group.name.clone());
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    async fn tell_failure(&self, group: &GroupName, instances: &[InstanceId], failure: &LaunchFailure, at: Timestamp) {
+        let (reason, label, note) = match failure {
+            LaunchFailure::Capacity { code } => (
+                "CapacityUnavailable",
+                code.as_str(),
+                format!("{group} could not launch a replacement: {code} (no capacity in its pool); the boost waits"),
+            ),
+            LaunchFailure::Configuration { message } => (
+                "LaunchFailed",
+                "configuration",
+                format!("{group} could not launch a replacement, a configuration error no other pool fixes: {message}"),
+            ),
+        };
+        warn!(%group, reason = label, at_ms = at.as_millis(), "{note}");
+        self.ctx.metrics.scaler.launch_failure(group.as_str(), label);
+        self.tell(instances, reason, note).await;
+    }
+
+    async fn tell_stalled(&self, group: &GroupName, instances: &[InstanceId], missing: u32) {
+        let timeout = self.settings.launch_timeout.as_secs();
+        let note =
+            format!("{group} launched none of its {missing} missing instance(s) within {timeout}s (--launch-timeout)");
+        warn!(%group, missing, "{note}");
+        self.ctx.metrics.scaler.launch_failure(group.as_str(), "no-progress");
+        self.tell(instances, "LaunchStalled", note).await;
+    }
+
+    /// A Warning on the Node of each of `instances` the cluster still has.
+    async fn tell(&self, instances: &[InstanceId], reason: &'static str, note: String) {
+        let Some(state) = self.ctx.cluster.current() else { return };
+        let by_instance: BTreeMap<&InstanceId, &crate::core::Node> =
+            state.nodes.values().filter_map(|n| n.instance.as_ref().map(|i| (i, n))).collect();
+        for instance in instances {
+            let Some(node) = by_instance.get(instance) else { continue };
+            self.ctx
+                .events
+                .publish(NodeEvent {
+                    node: node.name.clone(),
+                    reason,
+                    action: "Launch",
+                    severity: EventSeverity::Warning,
+                    note: note.clone(),
+                })
+                .await;
+        }
+    }
+}
+
+/// The at-risk instances of `group`'s open boosts.
+fn ledger_instances(ledger: &crate::core::BoostLedger, group: &GroupName) -> Vec<InstanceId> {
+    ledger
+        .records
+        .iter()
+        .filter(|r| &r.group == group && r.expired.is_none())
+        .flat_map(|r| r.instances.iter().cloned())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{BoostRecord, Node, Policy};
+    use crate::fakes::{AsgCall, FakeAutoScaling, FakeRig};
+    use crate::metrics::Metrics;
+
+    const SPOT: &str = "Could not launch Spot Instances. InsufficientInstanceCapacity - There is no Spot capacity \
+                        available that matches your request. Launching EC2 instance failed.";
+
+    /// Group `a` boosted from 3 to 5 for n1 (at risk) at 10 s; it lists its 3 old instances only.
+    async fn boosted() -> (FakeRig, Arc<crate::fakes::FakeContext>, Arc<Metrics>) {
+        let aws = FakeAutoScaling::default()
+            .with_group("a", 5, 10)
+            .with_instance("a", "i-n1")
+            .with_instance("a", "i-n2")
+            .with_instance("a", "i-n3")
+            .with_group("b", 3, 10)
+            .with_instance("b", "i-m1");
+        let rig = FakeRig::new(aws);
+        for n in ["n1", "n2", "n3"] {
+            rig.cluster.put_node(Node::test(n, "a"));
+        }
+        let metrics = Arc::new(Metrics::new());
+        let start = tokio::time::Instant::now();
+        let clock: crate::workers::Clock =
+            Arc::new(move || Timestamp::from_millis(10_000 + i64::try_from(start.elapsed().as_millis()).unwrap()));
+        let ctx = rig.context(Policy::default(), clock, metrics.clone()).await;
+        let mut record = BoostRecord::test("a", &["i-n1"], 2, 10_000);
+        record.before = 3;
+        ctx.ledger.update(|l| l.record(record)).await.unwrap();
+        (rig, ctx, metrics)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pool_without_capacity_is_told_at_once_and_once() {
+        let (rig, ctx, metrics) = boosted().await;
+        let mut w = LaunchWatcher::new(ctx, LaunchWatchSettings::default());
+        assert_eq!(w.tick().await.unwrap().failed, Vec::new(), "nothing failed yet");
+
+        rig.aws.fail_launch("a", SPOT, Timestamp::from_millis(12_000));
+        rig.aws.fail_launch("a", "an older failure, before the boost", Timestamp::from_millis(9_000));
+        let report = w.tick().await.unwrap();
+        assert_eq!(report.read, vec![GroupName::from("a")], "b has no boost in flight: not read");
+        assert_eq!(
+            report.failed,
+            vec![(GroupName::from("a"), LaunchFailure::Capacity { code: "InsufficientInstanceCapacity".into() })]
+        );
+        assert_eq!(rig.events.reasons_for("n1"), vec!["CapacityUnavailable"]);
+        assert!(rig.events.reasons_for("n2").is_empty(), "only the boost's at-risk nodes are told");
+        assert!(metrics
+            .encode()
+            .contains("spots_booster_launch_failures_total{group=\"a\",reason=\"InsufficientInstanceCapacity\"} 1"));
+
+        assert!(w.tick().await.unwrap().failed.is_empty(), "each failed activity is told once");
+        let reads = rig.aws.calls().iter().filter(|c| matches!(c, AsgCall::Activities(_))).count();
+        assert_eq!(reads, 3, "one activities read per pass for the one group with nodes to launch");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_broken_configuration_is_not_capacity_and_silence_past_the_launch_timeout_is_told() {
+        let (rig, ctx, metrics) = boosted().await;
+        let mut w = LaunchWatcher::new(ctx, LaunchWatchSettings::default());
+        let broken =
+            "The specified launch template, with template ID lt-0e4f, does not exist. Launching EC2 instance failed.";
+        rig.aws.fail_launch("a", broken, Timestamp::from_millis(11_000));
+        let report = w.tick().await.unwrap();
+        assert!(matches!(&report.failed[..], [(_, LaunchFailure::Configuration { .. })]), "{report:?}");
+        assert_eq!(rig.events.reasons_for("n1"), vec!["LaunchFailed"]);
+
+        tokio::time::advance(Duration::from_secs(179)).await;
+        assert!(w.tick().await.unwrap().stalled.is_empty());
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(w.tick().await.unwrap().stalled, vec![GroupName::from("a")]);
+        assert!(w.tick().await.unwrap().stalled.is_empty(), "told once");
+        assert_eq!(rig.events.reasons_for("n1"), vec!["LaunchFailed", "LaunchStalled"]);
+        let text = metrics.encode();
+        assert!(text.contains("spots_booster_launch_failures_total{group=\"a\",reason=\"configuration\"} 1"), "{text}");
+        assert!(text.contains("spots_booster_launch_failures_total{group=\"a\",reason=\"no-progress\"} 1"), "{text}");
+
+        // The instances arrive: nothing more is read.
+        for i in ["i-r1", "i-r2"] {
+            rig.aws.clone().with_instance("a", i);
+        }
+        let before = rig.aws.calls().len();
+        assert!(w.tick().await.unwrap().read.is_empty());
+        assert!(!rig.aws.calls()[before..].iter().any(|c| matches!(c, AsgCall::Activities(_))));
+    }
+}
