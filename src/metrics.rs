@@ -865,7 +865,7 @@ mod tests {
         for name in ["spots_booster_evictions_total", "spots_booster_reaction_seconds", "spots_booster_leader"] {
             assert!(m.names().contains(&name.to_string()), "{name}");
         }
-        assert_eq!(m.names().len(), 31);
+        assert_eq!(m.names().len(), 32);
     }
 
     #[test]
