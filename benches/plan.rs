@@ -39,6 +39,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                 az_rebalance: false,
                 members: None,
                 excluded: false,
+                fallbacks: Vec::new(),
             },
         );
         let mut boosted = BTreeSet::new();
@@ -119,6 +120,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                 giving_back: Default::default(),
                 raising_to: None,
                 returning: Default::default(),
+                moved: Vec::new(),
             });
             for r in 0..added as usize {
                 let node = NodeName(format!("ip-10-{g}-new{r}.eu-central-1.compute.internal"));

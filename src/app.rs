@@ -272,6 +272,7 @@ pub(crate) async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
                 ctx.clone(),
                 LaunchWatchSettings { launch_timeout: args.launch_timeout, ..LaunchWatchSettings::default() },
             )
+            .waking(scaler.waker())
             .beating(&heartbeats);
             let launches_stop = shutdown.clone();
             tasks.spawn("worker:launches", Lifetime::UntilShutdown, async move {

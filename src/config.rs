@@ -265,6 +265,10 @@ pub struct PolicyArgs {
     /// protection is lifted, the group's budget freed, and its at-risk nodes stay as NTH left them.
     #[arg(long, env = "SPOTS_BOOSTER_REPLACEMENT_TIMEOUT", default_value = "15m", value_parser = duration)]
     pub(crate) replacement_timeout: Duration,
+    /// A group whose launch failed for want of capacity counts as failing this long: the nodes
+    /// its boosts miss move to the groups its `spots-booster.io/fallback-groups` tag names.
+    #[arg(long, env = "SPOTS_BOOSTER_CAPACITY_COOLDOWN", default_value = "3m", value_parser = duration)]
+    pub(crate) capacity_cooldown: Duration,
     /// No boost stays open longer than this, whatever it waits on.
     #[arg(long, env = "SPOTS_BOOSTER_MAX_BOOST_AGE", default_value = "6h", value_parser = duration)]
     pub(crate) max_boost_age: Duration,
@@ -379,6 +383,7 @@ impl PolicyArgs {
             ignored_groups: self.ignored_autoscaling_groups.iter().map(|g| g.trim().into()).collect::<BTreeSet<_>>(),
             interruption_drain_lead: self.interruption_drain_lead,
             boost_capacity_rebalance_groups: self.boost_capacity_rebalance_groups,
+            capacity_cooldown: self.capacity_cooldown,
         })
     }
 }

@@ -257,6 +257,8 @@ pub enum AsgCall {
     AzRebalance(GroupName, bool),
     /// `scaling_activities`.
     Activities(GroupName),
+    /// `lower_unlaunched`.
+    Lower(Vec<DesiredWrite>),
 }
 
 #[derive(Debug, Default)]
@@ -584,6 +586,10 @@ impl AutoScaling for FakeAutoScaling {
 
     async fn raise_desired(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {
         self.guarded(writes, AsgCall::Raise(writes.to_vec()), DesiredWrite::guard)
+    }
+
+    async fn lower_unlaunched(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {
+        self.guarded(writes, AsgCall::Lower(writes.to_vec()), DesiredWrite::unlaunched_guard)
     }
 
     async fn terminate_instance(&self, instance: &InstanceId, decrement: bool) -> Result<TerminateOutcome, AwsError> {

@@ -70,6 +70,8 @@ labels!(
         ExpiredReplacementTimeout => "expired-replacement-timeout",
         /// Open longer than `--max-boost-age`.
         ExpiredMaxAge => "expired-max-age",
+        /// Nodes its group could not launch moved to a fallback group (counted under the fallback).
+        FellBack => "fell-back",
     }
 );
 

@@ -295,6 +295,7 @@ fn ledger() -> BoostLedger {
         giving_back: Default::default(),
         raising_to: None,
         returning: Default::default(),
+        moved: Vec::new(),
     });
     l
 }

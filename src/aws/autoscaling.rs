@@ -204,6 +204,10 @@ impl AutoScaling for AwsAutoScaling {
         self.guarded_writes(writes, DesiredWrite::guard).await
     }
 
+    async fn lower_unlaunched(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {
+        self.guarded_writes(writes, DesiredWrite::unlaunched_guard).await
+    }
+
     async fn terminate_instance(&self, instance: &InstanceId, decrement: bool) -> Result<TerminateOutcome, AwsError> {
         let Some(group) = self.groups_of(std::slice::from_ref(instance)).await?.remove(instance) else {
             return Ok(TerminateOutcome::AlreadyGone);

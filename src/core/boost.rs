@@ -181,6 +181,11 @@ pub(crate) fn plan_boosts(
     for record in ledger.records.iter().filter(|r| r.expired.is_none()) {
         let f = facts.entry(&record.group).or_default();
         f.in_flight = f.in_flight.saturating_add(record.added);
+        // Nodes moved to a fallback spend that group's budget.
+        for part in &record.moved {
+            let f = facts.entry(&part.group).or_default();
+            f.in_flight = f.in_flight.saturating_add(part.added);
+        }
     }
 
     let mut plan = BoostPlan::default();
@@ -296,6 +301,7 @@ fn plan_group(
             giving_back: Default::default(),
             raising_to: (to > group.desired).then_some(to),
             returning: Default::default(),
+            moved: Vec::new(),
         },
     });
 }

@@ -255,24 +255,33 @@ pub(crate) fn claim_replacements(snapshot: &Snapshot, ledger: &BoostLedger, at_r
     records
         .into_iter()
         .map(|record| {
-            // An expired boost waits on nothing: it claims (and protects) no node.
-            let nodes = by_group
-                .get(&record.group)
-                .filter(|_| record.expired.is_none())
-                .into_iter()
-                .flatten()
-                // creationTimestamp has whole seconds: a node that joined in the boost's own
-                // second must count, or a fast replacement would never be claimed.
-                .filter(|n| n.created >= record.at.whole_second() && !taken.contains(&n.name))
-                .take(record.added as usize)
-                .map(|n| &n.name)
-                .collect::<Vec<_>>();
-            taken.extend(nodes.iter().copied());
+            // Its own group's new nodes, then those of the fallbacks its missing nodes moved to.
+            let parts = std::iter::once((&record.group, record.at, record.added))
+                .chain(record.moved.iter().map(|p| (&p.group, p.at, p.added)));
+            let mut nodes: Vec<&NodeName> = Vec::new();
+            let mut needed = 0u32;
+            for (group, since, added) in parts {
+                needed = needed.saturating_add(added);
+                // An expired boost waits on nothing: it claims (and protects) no node.
+                let claimed = by_group
+                    .get(group)
+                    .filter(|_| record.expired.is_none())
+                    .into_iter()
+                    .flatten()
+                    // creationTimestamp has whole seconds: a node that joined in the boost's own
+                    // second must count, or a fast replacement would never be claimed.
+                    .filter(|n| n.created >= since.whole_second() && !taken.contains(&n.name))
+                    .take(added as usize)
+                    .map(|n| &n.name)
+                    .collect::<Vec<_>>();
+                taken.extend(claimed.iter().copied());
+                nodes.extend(claimed);
+            }
             Claim {
                 group: record.group.clone(),
                 instances: record.instances.clone(),
                 nodes: nodes.into_iter().cloned().collect(),
-                needed: record.added,
+                needed,
             }
         })
         .collect()
@@ -329,7 +338,8 @@ pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp
                             // whose write's outcome is unknown waits for the scaler to read its
                             // group (its next tick): draining now could not give its node back.
                             !record.kept.contains(&r.instance)
-                                && ((record.expired.is_none() && record.raising_to.is_none()) || r.deadline.is_some())
+                                && ((record.expired.is_none() && record.unconfirmed().is_none())
+                                    || r.deadline.is_some())
                         }
                         // A notice no boost covers (its group is at its max, say) still drains
                         // before the instance goes; the pods land on room the cluster has.

@@ -61,9 +61,18 @@ impl LaunchFailure {
 /// only activities since then matter.
 pub fn launching_groups(ledger: &BoostLedger) -> BTreeMap<GroupName, Timestamp> {
     let mut groups: BTreeMap<GroupName, Timestamp> = BTreeMap::new();
-    for r in ledger.records.iter().filter(|r| r.expired.is_none() && r.raising_to.is_none() && r.added > r.returned) {
-        let at = groups.entry(r.group.clone()).or_insert(r.at);
-        *at = (*at).min(r.at);
+    let mut note = |group: &GroupName, at: Timestamp| {
+        let oldest = groups.entry(group.clone()).or_insert(at);
+        *oldest = (*oldest).min(at);
+    };
+    for r in ledger.records.iter().filter(|r| r.expired.is_none()) {
+        if r.raising_to.is_none() && r.added > r.returned {
+            note(&r.group, r.at);
+        }
+        // A fallback's launches can fail too.
+        for part in r.moved.iter().filter(|p| p.raising_to.is_none() && p.added > 0) {
+            note(&part.group, part.at);
+        }
     }
     groups
 }

@@ -9,6 +9,7 @@ pub mod boost;
 pub mod drain;
 pub mod draining;
 pub(crate) mod expiry;
+pub mod fallback;
 pub(crate) mod give_back;
 pub(crate) mod identity;
 pub mod launches;
@@ -29,12 +30,13 @@ pub use draining::{
     Refusal,
 };
 pub use expiry::Expired;
+pub use fallback::Fallback;
 pub use give_back::{GiveBack, GiveBackHow};
 pub use launches::{classify, launching_groups, LaunchFailure, ScalingActivity};
 pub use model::{
     BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, GiveBackNode, Group, GroupName, InstanceFacts,
-    InstanceId, InstanceLifecycle, Node, NodeName, OptOut, Pod, PodClass, Resources, Signal, SignalKind, Snapshot,
-    Timestamp, INTERRUPTION_NOTICE,
+    InstanceId, InstanceLifecycle, MovedPart, Node, NodeName, OptOut, Pod, PodClass, Resources, Signal, SignalKind,
+    Snapshot, Timestamp, INTERRUPTION_NOTICE,
 };
 pub use policy::{Policy, SizingMode};
 pub use raises::{resolve_raises, unresolved_groups, ResolvedRaise};

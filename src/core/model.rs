@@ -165,6 +165,10 @@ pub struct Group {
     /// boosted.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub excluded: bool,
+    /// Where the nodes a boost misses go when this group has no capacity, in order (the ASG tag
+    /// `spots-booster.io/fallback-groups`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallbacks: Vec<GroupName>,
 }
 
 /// The part of Cluster Autoscaler's status the core decides with.
@@ -493,6 +497,37 @@ pub struct BoostRecord {
     /// most once more, never for a second node.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub returning: BTreeSet<InstanceId>,
+    /// Nodes of this boost moved to fallback groups because this group had no capacity for them
+    /// (`added` no longer counts them). Their replacements are claimed in those groups; they are
+    /// never moved twice, and they go back as Cluster Autoscaler finds them unneeded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub moved: Vec<MovedPart>,
+}
+
+impl BoostRecord {
+    /// A group one of this boost's writes went to whose outcome is unknown (see
+    /// [`super::raises`]), if any.
+    pub fn unconfirmed(&self) -> Option<&GroupName> {
+        if self.raising_to.is_some() {
+            return Some(&self.group);
+        }
+        self.moved.iter().find(|p| p.raising_to.is_some()).map(|p| &p.group)
+    }
+}
+
+/// Nodes of a boost moved to a fallback group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MovedPart {
+    /// The fallback group.
+    pub group: GroupName,
+    /// Nodes added there.
+    pub added: u32,
+    /// When they were moved: its replacements are nodes created since.
+    pub at: Timestamp,
+    /// The desired capacity the fallback's write asked for, while AWS's answer is unknown (as
+    /// [`BoostRecord::raising_to`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raising_to: Option<u32>,
 }
 
 /// A node drained to give back the capacity a boost added, in place of an instance AWS took.
@@ -647,6 +682,9 @@ pub struct Snapshot {
     /// those a scheduled-maintenance notice named.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub scheduled_events: BTreeSet<InstanceId>,
+    /// When each group last failed to launch for want of capacity (its scaling activities).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub capacity_failures: BTreeMap<GroupName, Timestamp>,
 }
 
 #[cfg(test)]
@@ -668,6 +706,7 @@ pub(crate) mod builders {
                 az_rebalance: false,
                 members: None,
                 excluded: false,
+                fallbacks: Vec::new(),
             }
         }
         /// Sets DesiredCapacity.
@@ -780,6 +819,7 @@ pub(crate) mod builders {
                 giving_back: BTreeMap::new(),
                 raising_to: None,
                 returning: BTreeSet::new(),
+                moved: Vec::new(),
             }
         }
     }

@@ -68,6 +68,10 @@ pub struct Policy {
     /// Boost groups with Capacity Rebalance on too. Default: false (the ASG already replaces
     /// their recommended instances 1:1).
     pub boost_capacity_rebalance_groups: bool,
+    /// How long a group whose launch failed for want of capacity counts as failing: the nodes
+    /// its boosts still miss move to its fallback groups, which it is not one of meanwhile.
+    /// Default: 3m.
+    pub capacity_cooldown: Duration,
 }
 
 impl Default for Policy {
@@ -92,6 +96,7 @@ impl Default for Policy {
             ignored_groups: BTreeSet::new(),
             interruption_drain_lead: Duration::from_secs(60),
             boost_capacity_rebalance_groups: false,
+            capacity_cooldown: Duration::from_secs(180),
         }
     }
 }

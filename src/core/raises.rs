@@ -32,7 +32,10 @@ pub struct ResolvedRaise {
 
 /// The groups whose desired capacity must be read before anything is written.
 pub fn unresolved_groups(ledger: &BoostLedger) -> BTreeSet<GroupName> {
-    ledger.records.iter().filter(|r| r.raising_to.is_some()).map(|r| r.group.clone()).collect()
+    let own = ledger.records.iter().filter(|r| r.raising_to.is_some()).map(|r| r.group.clone());
+    let moved =
+        ledger.records.iter().flat_map(|r| &r.moved).filter(|p| p.raising_to.is_some()).map(|p| p.group.clone());
+    own.chain(moved).collect()
 }
 
 /// Resolves every boost whose write's outcome is unknown, from `live` (desired capacity of each
@@ -43,6 +46,28 @@ pub fn unresolved_groups(ledger: &BoostLedger) -> BTreeSet<GroupName> {
 /// either way it is not there to give back).
 pub fn resolve_raises(ledger: &mut BoostLedger, live: &BTreeMap<GroupName, u32>) -> Vec<ResolvedRaise> {
     let mut resolved = Vec::new();
+    // Moves to a fallback first: what did not apply goes back to the boost's own group.
+    for r in &mut ledger.records {
+        let instances = r.instances.clone();
+        let mut back = 0u32;
+        r.moved.retain_mut(|part| {
+            let Some(asked) = part.raising_to.take() else { return true };
+            let desired = live.get(&part.group).copied();
+            let without = asked.saturating_sub(part.added);
+            let kept = desired.map_or(0, |d| d.saturating_sub(without).min(part.added));
+            resolved.push(ResolvedRaise {
+                group: part.group.clone(),
+                instances: instances.clone(),
+                asked,
+                live: desired,
+                kept,
+            });
+            back = back.saturating_add(part.added - kept);
+            part.added = kept;
+            kept > 0
+        });
+        r.added = r.added.saturating_add(back);
+    }
     ledger.records.retain_mut(|r| {
         let Some(asked) = r.raising_to else { return true };
         let desired = live.get(&r.group).copied();

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::boost::{plan_boosts, BoostPlan};
 use super::drain::close_finished_boosts;
 use super::expiry::{expire_boosts, Expired};
+use super::fallback::{plan_fallbacks, Fallback};
 use super::give_back::{plan_give_backs, GiveBack};
 use super::model::{BoostLedger, BoostRecord, Snapshot, Timestamp};
 use super::policy::Policy;
@@ -39,6 +40,9 @@ pub struct ScalingPlan {
     pub ledger: BoostLedger,
     /// Boosts to make and instances held.
     pub boosts: BoostPlan,
+    /// Nodes of boosts whose group has no capacity, moved to a fallback group.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallbacks: Vec<Fallback>,
 }
 
 /// Plans one scaling pass over `snapshot` at `now`.
@@ -62,7 +66,11 @@ pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting
     }
     let ledger = close_finished_boosts(snapshot, &ledger, &at_risk);
     let boosts = plan_boosts(snapshot, &ledger, &at_risk, policy, now);
-    ScalingPlan { at_risk, give_backs, expired, ledger, boosts }
+    let fallbacks = match acting {
+        Acting::Follower => Vec::new(),
+        Acting::Leader => plan_fallbacks(snapshot, &ledger, policy, now),
+    };
+    ScalingPlan { at_risk, give_backs, expired, ledger, boosts, fallbacks }
 }
 
 impl Expired {

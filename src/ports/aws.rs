@@ -182,6 +182,10 @@ pub struct GroupDescription {
     pub tags: BTreeMap<String, String>,
 }
 
+/// The ASG tag naming, comma-separated and in order, where a boost's missing nodes go when the
+/// group has no capacity.
+pub const FALLBACK_GROUPS_TAG: &str = "spots-booster.io/fallback-groups";
+
 impl GroupDescription {
     /// The core's view of this group; `selection` is `--asg-tag-filter` (empty: every group).
     pub(crate) fn to_core(
@@ -192,6 +196,7 @@ impl GroupDescription {
     ) -> Group {
         Group {
             excluded: !selection.iter().all(|f| f.matches(&self.tags)),
+            fallbacks: self.fallbacks(),
             name: self.name.clone(),
             min: self.min,
             max: self.max,
@@ -202,6 +207,14 @@ impl GroupDescription {
             az_rebalance: self.az_rebalance,
             members: Some(self.members().cloned().collect()),
         }
+    }
+
+    /// The groups its [`FALLBACK_GROUPS_TAG`] names, in order.
+    pub fn fallbacks(&self) -> Vec<GroupName> {
+        self.tags
+            .get(FALLBACK_GROUPS_TAG)
+            .map(|v| v.split(',').map(str::trim).filter(|g| !g.is_empty()).map(GroupName::from).collect())
+            .unwrap_or_default()
     }
 
     /// The instances that belong to the group: every listed one that is not terminating nor
@@ -290,6 +303,24 @@ impl DesiredWrite {
             Some(g) => Guard::Send { from: g.desired },
         }
     }
+
+    /// The guard of [`AutoScaling::lower_unlaunched`]: sent only if the group is unchanged since
+    /// the plan and lists no more instances than the lowered value, so Auto Scaling has none to
+    /// terminate for it; otherwise settled as raced (not written).
+    pub fn unlaunched_guard(&self, live: Option<&GroupDescription>) -> Guard {
+        match live {
+            None => Guard::Settled(Err(AwsError::UnknownGroup(self.group.clone()))),
+            Some(g)
+                if g.desired != self.expected
+                    || self.to >= g.desired
+                    || self.to < g.min
+                    || u32::try_from(g.members().count()).unwrap_or(u32::MAX) > self.to =>
+            {
+                Guard::Settled(Ok(WriteOutcome::Raced { live: g.desired }))
+            }
+            Some(g) => Guard::Send { from: g.desired },
+        }
+    }
 }
 
 /// How a guarded write ended.
@@ -355,6 +386,13 @@ pub trait AutoScaling: Send + Sync {
     /// (`HonorCooldown=false`) per write whose group is unchanged. A write lower than the live
     /// value or beyond the group's bounds is never sent.
     fn raise_desired(&self, writes: &[DesiredWrite]) -> impl Future<Output = Result<WriteOutcomes, AwsError>> + Send;
+
+    /// Lowers desired capacity by nodes that never launched (their boost moved to a fallback):
+    /// one batched re-read, then one `SetDesiredCapacity` per write whose group is unchanged and
+    /// lists no more instances than the new value ([`DesiredWrite::unlaunched_guard`]), so no
+    /// running instance is ever terminated by it.
+    fn lower_unlaunched(&self, writes: &[DesiredWrite])
+        -> impl Future<Output = Result<WriteOutcomes, AwsError>> + Send;
 
     /// Terminates a drained instance, decrementing desired capacity when asked. An instance that
     /// is gone or no longer in a group counts as done.

@@ -136,6 +136,10 @@ impl AutoScaling for SimWorld {
         Ok(self.guarded(writes, DesiredWrite::guard))
     }
 
+    async fn lower_unlaunched(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {
+        Ok(self.guarded(writes, DesiredWrite::unlaunched_guard))
+    }
+
     async fn suspend_az_rebalance(&self, _group: &GroupName, _suspend: bool) -> Result<(), AwsError> {
         // The simulated groups never rebalance Availability Zones: nothing to suspend.
         Ok(())

@@ -495,6 +495,7 @@ impl World {
                     az_rebalance: false,
                     members: None,
                     excluded: false,
+                    fallbacks: Vec::new(),
                 },
             );
         }

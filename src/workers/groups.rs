@@ -115,6 +115,8 @@ pub struct GroupBook {
     scheduled: Mutex<HashMap<InstanceId, (bool, Timestamp)>>,
     /// `--asg-tag-filter`: groups whose tags do not match are described but never boosted.
     selection: Mutex<Vec<TagFilter>>,
+    /// When each group last failed to launch for want of capacity (the launch watcher's finding).
+    capacity_failures: Mutex<BTreeMap<GroupName, Timestamp>>,
 }
 
 /// How long an instance EC2 did not know (not launched yet as far as EC2's reads go, or not an
@@ -135,6 +137,7 @@ impl GroupBook {
             facts: Mutex::new(HashMap::new()),
             scheduled: Mutex::new(HashMap::new()),
             selection: Mutex::new(Vec::new()),
+            capacity_failures: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -187,9 +190,10 @@ impl GroupBook {
             .iter()
             .filter_map(|n| state.nodes.get(n).and_then(|n| n.group.clone()))
             .chain(ledger.records.iter().map(|r| r.group.clone()))
+            .chain(ledger.records.iter().flat_map(|r| r.moved.iter().map(|p| p.group.clone())))
             .collect();
         let now = (self.instances.clock)();
-        let stale: Vec<GroupName> = {
+        let stale = |wanted: &BTreeSet<GroupName>| -> Vec<GroupName> {
             let described = lock(&self.described);
             wanted
                 .iter()
@@ -197,11 +201,19 @@ impl GroupBook {
                 .cloned()
                 .collect()
         };
-        let fresh = if stale.is_empty() { Vec::new() } else { aws.describe_groups(&stale).await? };
-        let mut described = lock(&self.described);
-        for g in fresh {
-            described.insert(g.name.clone(), (g, now));
-        }
+        let first = stale(&wanted);
+        let fresh = if first.is_empty() { Vec::new() } else { aws.describe_groups(&first).await? };
+        self.remember_described(fresh, now);
+        // A group without capacity: its fallbacks (named by its tag) are described too.
+        let fallbacks: BTreeSet<GroupName> = {
+            let failing = lock(&self.capacity_failures);
+            let described = lock(&self.described);
+            failing.keys().filter_map(|g| described.get(g)).flat_map(|(g, _)| g.fallbacks()).collect()
+        };
+        let second = stale(&fallbacks);
+        let fresh = if second.is_empty() { Vec::new() } else { aws.describe_groups(&second).await? };
+        self.remember_described(fresh, now);
+        let described = lock(&self.described);
         set_groups_from_members(&described, state);
         let selection = lock(&self.selection);
         Ok(described
@@ -215,6 +227,25 @@ impl GroupBook {
         if let Some((g, _)) = lock(&self.described).get_mut(group) {
             g.desired = desired;
         }
+    }
+
+    fn remember_described(&self, fresh: Vec<GroupDescription>, now: Timestamp) {
+        let mut described = lock(&self.described);
+        for g in fresh {
+            described.insert(g.name.clone(), (g, now));
+        }
+    }
+
+    /// Notes that `group` failed to launch for want of capacity at `at` (the latest is kept).
+    pub(crate) fn note_capacity_failure(&self, group: &GroupName, at: Timestamp) {
+        let mut failures = lock(&self.capacity_failures);
+        let last = failures.entry(group.clone()).or_insert(at);
+        *last = (*last).max(at);
+    }
+
+    /// When each group last failed to launch for want of capacity.
+    pub(crate) fn capacity_failures(&self) -> BTreeMap<GroupName, Timestamp> {
+        lock(&self.capacity_failures).clone()
     }
 
     /// Forgets a group's description, so the next plan describes it again.

@@ -59,6 +59,8 @@ pub(crate) struct LaunchWatcher<A, C, L, W, E> {
     /// Boosts already told stalled, by group and decision time.
     stalled: BTreeSet<(GroupName, Timestamp)>,
     heartbeat: Option<Heartbeat>,
+    /// Woken when a pool runs out of capacity, so the scaler moves the boost at once.
+    scaler: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl<A, C, L, W, E> LaunchWatcher<A, C, L, W, E>
@@ -71,7 +73,13 @@ where
 {
     /// A watcher over `ctx`.
     pub(crate) fn new(ctx: Arc<WorkerContext<A, C, L, W, E>>, settings: LaunchWatchSettings) -> Self {
-        LaunchWatcher { ctx, settings, told: BTreeSet::new(), stalled: BTreeSet::new(), heartbeat: None }
+        LaunchWatcher { ctx, settings, told: BTreeSet::new(), stalled: BTreeSet::new(), heartbeat: None, scaler: None }
+    }
+
+    /// Wakes `scaler` when a pool runs out of capacity.
+    pub(crate) fn waking(mut self, scaler: Arc<tokio::sync::Notify>) -> Self {
+        self.scaler = Some(scaler);
+        self
     }
 
     /// Registers the watcher's heartbeat with `beats`.
@@ -133,6 +141,12 @@ where
                 let Some(failure) = classify(activity) else { continue };
                 if !self.told.insert(activity.id.clone()) {
                     continue;
+                }
+                if matches!(failure, LaunchFailure::Capacity { .. }) {
+                    self.ctx.groups.note_capacity_failure(&group.name, activity.started);
+                    if let Some(scaler) = &self.scaler {
+                        scaler.notify_one();
+                    }
                 }
                 self.tell_failure(&group.name, &ledger_instances(&ledger, &group.name), &failure, activity.started)
                     .await;
@@ -297,5 +311,92 @@ mod tests {
         let before = rig.aws.calls().len();
         assert!(w.tick().await.unwrap().read.is_empty());
         assert!(!rig.aws.calls()[before..].iter().any(|c| matches!(c, AsgCall::Activities(_))));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_boost_into_a_pool_without_capacity_lands_in_its_fallback_once_and_drains_there() {
+        use crate::core::{Evidence, NodeName, Signal, SignalKind, SizingMode};
+        use crate::workers::drainer::{Drainer, DrainerSettings};
+        use crate::workers::scaler::{Scaler, ScalerSettings};
+        let aws = FakeAutoScaling::default()
+            .with_group("spot-a", 3, 10)
+            .with_tag("spot-a", crate::ports::FALLBACK_GROUPS_TAG, "spot-gone, spot-b")
+            .with_instance("spot-a", "i-n1")
+            .with_instance("spot-a", "i-n2")
+            .with_instance("spot-a", "i-n3")
+            .with_group("spot-b", 2, 10)
+            .with_instance("spot-b", "i-m1")
+            .with_instance("spot-b", "i-m2");
+        let rig = FakeRig::new(aws);
+        for (n, g) in [("n1", "spot-a"), ("n2", "spot-a"), ("n3", "spot-a"), ("m1", "spot-b"), ("m2", "spot-b")] {
+            let mut node = Node::test(n, g).with_pods(2, 500, 1 << 30);
+            node.group = None;
+            rig.cluster.put_node(node);
+        }
+        let start = tokio::time::Instant::now();
+        let clock: crate::workers::Clock =
+            Arc::new(move || Timestamp::from_millis(10_000 + i64::try_from(start.elapsed().as_millis()).unwrap()));
+        let policy = Policy { sizing: SizingMode::Count, ..Policy::default() };
+        let metrics = Arc::new(Metrics::new());
+        let ctx = rig.context(policy, clock.clone(), metrics.clone()).await;
+        rig.cluster.edit(|s| s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = true);
+        rig.cluster.signal(Signal {
+            instance: "i-n1".into(),
+            node: "n1".into(),
+            kind: SignalKind::Rebalance,
+            observed_at: clock(),
+            evidence: Evidence::Event,
+            notice_deadline: None,
+        });
+        let mut scaler = Scaler::new(ctx.clone(), ScalerSettings::default());
+        let mut drainer = Drainer::new(ctx.clone(), DrainerSettings::default());
+        let mut watcher = LaunchWatcher::new(ctx.clone(), LaunchWatchSettings::default()).waking(scaler.waker());
+
+        scaler.tick().await.unwrap();
+        assert_eq!(rig.aws.desired("spot-a"), 4, "boosted where the at-risk node is");
+        // spot-a has no spot capacity: Auto Scaling says so a few seconds later.
+        tokio::time::advance(Duration::from_secs(4)).await;
+        rig.aws.fail_launch("spot-a", SPOT, clock());
+        let failed_at = clock();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        watcher.tick().await.unwrap();
+        let report = scaler.tick().await.unwrap();
+        let moved_at = clock();
+        assert_eq!(report.fell_back, vec![(GroupName::from("spot-a"), GroupName::from("spot-b"), 1)]);
+        assert!(moved_at.since(failed_at) <= Duration::from_secs(30), "within 30 s of the failed activity");
+        assert_eq!(rig.aws.desired("spot-b"), 3, "the missing node is asked of the fallback");
+        assert_eq!(rig.aws.desired("spot-a"), 3, "and the unlaunched one taken back: no instance could go for it");
+        assert_eq!(rig.events.reasons_for("n1"), vec!["BoostRequested", "CapacityUnavailable", "BoostFellBack"]);
+        let record = ctx.ledger.current().await.records[0].clone();
+        assert_eq!((record.added, record.moved.len(), record.moved[0].added), (0, 1, 1));
+        assert!(metrics.encode().contains("spots_booster_boosts_total{group=\"spot-b\",outcome=\"fell-back\"} 1"));
+
+        // Nothing moves twice, and nothing more is raised while spot-b's node boots.
+        for _ in 0..3 {
+            tokio::time::advance(Duration::from_secs(5)).await;
+            watcher.tick().await.unwrap();
+            scaler.tick().await.unwrap();
+        }
+        assert_eq!((rig.aws.desired("spot-a"), rig.aws.desired("spot-b")), (3, 3));
+
+        // spot-b's replacement is Ready: n1 drains onto it and goes without decrement (spot-a
+        // added nothing it could give back).
+        rig.aws.clone().with_instance("spot-b", "i-r1");
+        let mut ready = Node::test("r1", "spot-b");
+        ready.group = None;
+        ready.created = clock();
+        rig.cluster.put_node(ready);
+        let mut terminated = Vec::new();
+        for _ in 0..5 {
+            scaler.tick().await.unwrap();
+            terminated.extend(drainer.tick().await.unwrap().terminated);
+            tokio::time::advance(Duration::from_secs(2)).await;
+        }
+        assert_eq!(terminated, vec![(InstanceId::from("i-n1"), false)]);
+        assert_eq!(
+            (rig.aws.desired("spot-a"), rig.aws.desired("spot-b")),
+            (3, 3),
+            "never lower than before, never twice"
+        );
     }
 }

@@ -88,8 +88,14 @@ impl<A: AutoScaling, C: ClusterView, L: LedgerStore, W, E> WorkerContext<A, C, L
         let ledger = self.ledger.current().await;
         remember_boosted(&mut state, &ledger);
         let groups = self.groups.resolve(&self.aws, &mut state, &ledger).await?;
-        let mut snapshot =
-            Snapshot { groups, nodes: state.nodes, signals: state.signals, ledger, ..Snapshot::default() };
+        let mut snapshot = Snapshot {
+            groups,
+            nodes: state.nodes,
+            signals: state.signals,
+            ledger,
+            capacity_failures: self.groups.capacity_failures(),
+            ..Snapshot::default()
+        };
         self.groups.fill_instance_facts(&self.aws, &mut snapshot).await;
         Ok(Some(Observation { snapshot, protected: state.protected, first_seen: state.first_seen }))
     }

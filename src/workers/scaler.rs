@@ -23,7 +23,7 @@ pub use super::{system_clock, Clock};
 use super::{Observation, WorkerContext};
 use crate::core::{
     plan_scaling, resolve_raises, unresolved_groups, Acting, Boost, BoostExpiry, BoostLedger, BoostRecord, DropReason,
-    Expired, GiveBack, GiveBackHow, GroupName, InstanceId, ScalingPlan, Snapshot, Timestamp,
+    Expired, Fallback, GiveBack, GiveBackHow, GroupName, InstanceId, MovedPart, ScalingPlan, Snapshot, Timestamp,
 };
 use crate::metrics::{BoostOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
@@ -87,6 +87,8 @@ pub struct TickReport {
     pub held: usize,
     /// Boosts a follower left to the leader.
     pub(crate) not_leader: usize,
+    /// Nodes moved from a group without capacity to its fallback: `(from, to, nodes)`.
+    pub(crate) fell_back: Vec<(GroupName, GroupName, u32)>,
 }
 
 /// The scaler worker.
@@ -235,15 +237,22 @@ where
         let acting = if leading { Acting::Leader } else { Acting::Follower };
         let plan = plan_scaling(&snapshot, &ctx.policy, now, acting);
         self.count_untrusted(&plan.at_risk);
+        let mut report_fallbacks = Vec::new();
         if !plan.give_backs.is_empty() {
             self.give_back(&plan.give_backs, leading).await?;
         }
         if !plan.expired.is_empty() {
             self.expire(&snapshot, &plan.expired).await?;
         }
+        if leading && !plan.fallbacks.is_empty() {
+            self.fall_back(&snapshot, &plan.fallbacks, &mut report_fallbacks).await?;
+        }
         let ScalingPlan { ledger: closed, boosts: plan, .. } = plan;
-        let mut report =
-            TickReport { held: plan.held.iter().map(|h| h.instances.len()).sum(), ..TickReport::default() };
+        let mut report = TickReport {
+            held: plan.held.iter().map(|h| h.instances.len()).sum(),
+            fell_back: report_fallbacks,
+            ..TickReport::default()
+        };
         if leading {
             // Events are writes too: a follower tells nothing.
             self.tell_held(&snapshot, &plan.held).await;
@@ -410,6 +419,140 @@ where
                     warn!(%group, asked, live, "a boost whose write's answer was lost never applied: planned again")
                 }
                 None => warn!(%group, asked, "a boost whose write's answer was lost was for a group that is gone"),
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the nodes boosts miss in groups without capacity to their fallbacks: the move is
+    /// saved on the boost's record (the fallback's write marked unconfirmed) before the guarded
+    /// raise of the fallback, confirmed or undone after it; then the failing group's desired
+    /// capacity is lowered by what moved, if no instance can be terminated by that.
+    async fn fall_back(
+        &self,
+        snapshot: &Snapshot,
+        moves: &[Fallback],
+        report: &mut Vec<(GroupName, GroupName, u32)>,
+    ) -> Result<(), ScalerError> {
+        let ctx = &self.ctx;
+        let now = (ctx.clock)();
+        let is = |r: &BoostRecord, f: &Fallback| r.group == f.from && r.instances == f.instances && r.at == f.record_at;
+        let mut applied: Vec<&Fallback> = Vec::new();
+        ctx.ledger
+            .update(|l| {
+                for f in moves {
+                    let Some(r) = l.records.iter_mut().find(|r| is(r, f)) else { continue };
+                    if r.added.saturating_sub(r.returned) < f.nodes || r.unconfirmed().is_some() {
+                        continue;
+                    }
+                    r.added -= f.nodes;
+                    r.moved.push(MovedPart {
+                        group: f.to.clone(),
+                        added: f.nodes,
+                        at: now,
+                        raising_to: Some(f.to_desired.saturating_add(f.nodes)),
+                    });
+                    applied.push(f);
+                }
+            })
+            .await?;
+        if applied.is_empty() {
+            return Ok(());
+        }
+        let undo = |l: &mut BoostLedger, f: &Fallback| {
+            if let Some(r) = l.records.iter_mut().find(|r| is(r, f)) {
+                if let Some(k) = r.moved.iter().position(|p| p.group == f.to && p.at == now) {
+                    r.added = r.added.saturating_add(r.moved.remove(k).added);
+                }
+            }
+        };
+        let writes: Vec<DesiredWrite> = applied
+            .iter()
+            .map(|f| DesiredWrite {
+                group: f.to.clone(),
+                expected: f.to_desired,
+                to: f.to_desired.saturating_add(f.nodes),
+            })
+            .collect();
+        let outcomes = match ctx.aws.raise_desired(&writes).await {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                ctx.ledger.update(|l| applied.iter().for_each(|f| undo(l, f))).await?;
+                return Err(ScalerError::Raise(e));
+            }
+        };
+        let (mut confirmed, mut undone, mut lowers) = (Vec::new(), Vec::new(), Vec::new());
+        for (f, (group, outcome)) in applied.iter().zip(outcomes) {
+            match outcome {
+                Ok(WriteOutcome::Written { from, to } | WriteOutcome::DryRun { from, to }) => {
+                    warn!(from_group = %f.from, %group, nodes = f.nodes, from, to, "no capacity in the boosted group: its missing nodes moved to its fallback");
+                    ctx.groups.note_desired(&group, to).await;
+                    ctx.metrics.scaler.boost(group.as_str(), BoostOutcome::FellBack);
+                    let note = format!(
+                        "{} node(s) {} could not launch (no capacity) asked of {group} instead: {from} -> {to}",
+                        f.nodes, f.from
+                    );
+                    let instances: Vec<&InstanceId> = f.instances.iter().collect();
+                    for node in Self::nodes_of(snapshot, &instances) {
+                        let event = NodeEvent {
+                            node: node.name.clone(),
+                            reason: "BoostFellBack",
+                            action: "SetDesiredCapacity",
+                            severity: EventSeverity::Warning,
+                            note: note.clone(),
+                        };
+                        ctx.events.publish(event).await;
+                    }
+                    report.push((f.from.clone(), group.clone(), f.nodes));
+                    lowers.push(DesiredWrite {
+                        group: f.from.clone(),
+                        expected: f.from_desired,
+                        to: f.from_desired.saturating_sub(f.nodes),
+                    });
+                    confirmed.push(*f);
+                }
+                // Unknown: the next tick reads the fallback first (`core::raises`).
+                Err(e) if e.may_have_applied() => {
+                    warn!(%group, error = %e, "a fallback's write has an unknown outcome")
+                }
+                other => {
+                    warn!(%group, outcome = ?other, "a fallback's write was not made; planned again");
+                    undone.push(*f);
+                }
+            }
+        }
+        ctx.ledger
+            .update(|l| {
+                undone.iter().for_each(|f| undo(l, f));
+                for f in &confirmed {
+                    let part = l
+                        .records
+                        .iter_mut()
+                        .filter(|r| is(r, f))
+                        .flat_map(|r| r.moved.iter_mut())
+                        .find(|p| p.group == f.to && p.at == now);
+                    if let Some(part) = part {
+                        part.raising_to = None;
+                    }
+                }
+            })
+            .await?;
+        if !lowers.is_empty() {
+            match ctx.aws.lower_unlaunched(&lowers).await {
+                Ok(outcomes) => {
+                    for (group, outcome) in outcomes {
+                        match outcome {
+                            Ok(WriteOutcome::Written { to, .. } | WriteOutcome::DryRun { to, .. }) => {
+                                info!(%group, to, "desired capacity lowered by the nodes it could not launch");
+                                ctx.groups.note_desired(&group, to).await;
+                            }
+                            other => {
+                                info!(%group, outcome = ?other, "desired capacity left as it is: an instance could be terminated by lowering it, or it changed")
+                            }
+                        }
+                    }
+                }
+                Err(e) => warn!(error = %e, "lowering the groups without capacity failed; left to Cluster Autoscaler"),
             }
         }
         Ok(())

@@ -1,0 +1,234 @@
+//! Falling back when a pool has no capacity. A boost raised its group's desired capacity, but
+//! the group's scaling activities say its launches fail for want of capacity (see
+//! [`super::launches`]): its at-risk nodes would keep their pods until AWS takes them. The nodes
+//! the boost still misses move to the first of the group's fallbacks (the ASG tag
+//! `spots-booster.io/fallback-groups`) that is not failing itself, has room below its MaxSize
+//! and its boost budget, and is not in Cluster Autoscaler's backoff.
+//!
+//! A move is recorded on the boost's own ledger record ([`MovedPart`]): the nodes leave the
+//! record's `added` (so the at-risk terminations in the failing group decrement only for what it
+//! launched), their replacements are claimed in the fallback, and no node is ever moved twice.
+//! One move per fallback group per pass, so each is one guarded write. The failing group's
+//! desired capacity goes back down by what moved only while no instance of it can be terminated
+//! by that (the workers re-read before the write).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::model::{BoostLedger, Group, GroupName, InstanceId, Snapshot, Timestamp};
+use super::policy::Policy;
+
+/// Nodes of one boost moved to a fallback group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fallback {
+    /// The group without capacity.
+    pub from: GroupName,
+    /// Its desired capacity now: lowered by `nodes` once the move is written, if no instance
+    /// can be terminated by it.
+    pub from_desired: u32,
+    /// The fallback group.
+    pub to: GroupName,
+    /// Its desired capacity the move starts from.
+    pub to_desired: u32,
+    /// Nodes moved.
+    pub nodes: u32,
+    /// The boost's at-risk instances and when it was decided (its ledger record).
+    pub instances: BTreeSet<InstanceId>,
+    /// When the boost was decided.
+    pub record_at: Timestamp,
+}
+
+/// Whether `group` failed to launch for want of capacity within `policy.capacity_cooldown`.
+pub(crate) fn failing(snapshot: &Snapshot, group: &GroupName, policy: &Policy, now: Timestamp) -> bool {
+    snapshot.capacity_failures.get(group).is_some_and(|at| now.since(*at) < policy.capacity_cooldown)
+}
+
+/// Nodes in flight per group: boosts' nodes not given back, and the nodes moved there.
+fn in_flight(ledger: &BoostLedger) -> BTreeMap<&GroupName, u32> {
+    let mut counts: BTreeMap<&GroupName, u32> = BTreeMap::new();
+    for r in ledger.records.iter().filter(|r| r.expired.is_none()) {
+        let own = counts.entry(&r.group).or_default();
+        *own = own.saturating_add(r.added.saturating_sub(r.returned));
+        for part in &r.moved {
+            let moved = counts.entry(&part.group).or_default();
+            *moved = moved.saturating_add(part.added);
+        }
+    }
+    counts
+}
+
+/// The moves to make now, from `ledger` (the one the pass keeps).
+pub(crate) fn plan_fallbacks(
+    snapshot: &Snapshot,
+    ledger: &BoostLedger,
+    policy: &Policy,
+    now: Timestamp,
+) -> Vec<Fallback> {
+    let mut plan: Vec<Fallback> = Vec::new();
+    if snapshot.capacity_failures.is_empty() {
+        return plan;
+    }
+    let mut flight = in_flight(ledger);
+    let mut by_group: BTreeMap<&GroupName, Vec<&super::model::BoostRecord>> = BTreeMap::new();
+    for r in &ledger.records {
+        by_group.entry(&r.group).or_default().push(r);
+    }
+    for (name, mut records) in by_group {
+        let Some(group) = snapshot.groups.get(name) else { continue };
+        if group.fallbacks.is_empty() || !failing(snapshot, name, policy, now) {
+            continue;
+        }
+        let Some(members) = group.members.as_ref() else { continue };
+        let listed = u32::try_from(members.len()).unwrap_or(u32::MAX);
+        let moved: u32 = records.iter().flat_map(|r| &r.moved).map(|p| p.added).fold(0, u32::saturating_add);
+        // Desired still counts what moved until the group is lowered.
+        let mut missing = group.desired.saturating_sub(listed).saturating_sub(moved);
+        records.sort_by_key(|r| r.at);
+        for r in records {
+            if missing == 0 {
+                break;
+            }
+            let settled =
+                r.expired.is_none() && r.raising_to.is_none() && r.moved.iter().all(|p| p.raising_to.is_none());
+            let want = missing.min(r.added.saturating_sub(r.returned));
+            if !settled || want == 0 {
+                continue;
+            }
+            let Some((to, room)) = first_fallback(snapshot, group, policy, now, &flight, &plan) else { continue };
+            let nodes = want.min(room);
+            missing -= nodes;
+            *flight.entry(&to.name).or_default() += nodes;
+            plan.push(Fallback {
+                from: name.clone(),
+                from_desired: group.desired,
+                to: to.name.clone(),
+                to_desired: to.desired,
+                nodes,
+                instances: r.instances.clone(),
+                record_at: r.at,
+            });
+        }
+    }
+    plan
+}
+
+/// The first of `group`'s fallbacks that can take nodes now, with how many.
+fn first_fallback<'s>(
+    snapshot: &'s Snapshot,
+    group: &Group,
+    policy: &Policy,
+    now: Timestamp,
+    flight: &BTreeMap<&GroupName, u32>,
+    planned: &[Fallback],
+) -> Option<(&'s Group, u32)> {
+    group.fallbacks.iter().filter(|f| **f != group.name).find_map(|name| {
+        let to = snapshot.groups.get(name)?;
+        let usable = !to.excluded
+            && !policy.ignored_groups.contains(name)
+            && !failing(snapshot, name, policy, now)
+            && to.ca.as_ref().is_none_or(|ca| ca.backoff.is_none())
+            // One write per fallback group per pass.
+            && !planned.iter().any(|p| &p.to == name);
+        let base = to.desired.max(to.ca.as_ref().map_or(0, |ca| ca.cloud_provider_target));
+        let budget = policy.max_boost_per_group.saturating_sub(flight.get(name).copied().unwrap_or(0));
+        let room = to.max.saturating_sub(base).min(budget);
+        (usable && room > 0).then_some((to, room))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::{BoostRecord, MovedPart};
+
+    const NOW: Timestamp = Timestamp::from_millis(600_000);
+
+    /// `spot-a` boosted 5 → 8 for three at-risk nodes, none launched; it falls back to `spot-b`,
+    /// then `od`.
+    fn exhausted() -> Snapshot {
+        let mut s = Snapshot::default();
+        let mut a = Group::test("spot-a").desired(8).members(["i-1", "i-2", "i-3", "i-4", "i-5"]);
+        a.max = 20;
+        a.fallbacks = vec!["spot-b".into(), "od".into()];
+        s.groups.insert(a.name.clone(), a);
+        for (name, desired) in [("spot-b", 4), ("od", 2)] {
+            let mut g = Group::test(name).desired(desired);
+            g.max = 20;
+            s.groups.insert(g.name.clone(), g);
+        }
+        let mut record = BoostRecord::test("spot-a", &["i-1", "i-2", "i-3"], 3, 100_000);
+        record.before = 5;
+        s.ledger.record(record);
+        s.capacity_failures.insert("spot-a".into(), Timestamp::from_millis(590_000));
+        s
+    }
+
+    #[test]
+    fn the_nodes_a_boost_misses_move_to_the_first_fallback_that_can_launch() {
+        let s = exhausted();
+        let plan = plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW);
+        assert_eq!(plan.len(), 1);
+        let f = &plan[0];
+        assert_eq!(
+            (f.from.as_str(), f.to.as_str(), f.nodes, f.to_desired, f.from_desired),
+            ("spot-a", "spot-b", 3, 4, 8)
+        );
+
+        // spot-b failed too: od takes them.
+        let mut both = s.clone();
+        both.capacity_failures.insert("spot-b".into(), Timestamp::from_millis(595_000));
+        assert_eq!(plan_fallbacks(&both, &both.ledger, &Policy::default(), NOW)[0].to.as_str(), "od");
+
+        // A failure older than the cool-down is forgotten.
+        let later = Timestamp::from_millis(590_000 + 180_000);
+        assert!(plan_fallbacks(&s, &s.ledger, &Policy::default(), later).is_empty());
+    }
+
+    #[test]
+    fn nodes_are_never_moved_twice_nor_more_than_are_missing() {
+        let mut s = exhausted();
+        // One of the three launched after all.
+        s.groups.get_mut(&GroupName::from("spot-a")).unwrap().members.as_mut().unwrap().insert("i-6".into());
+        let plan = plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW);
+        assert_eq!(plan[0].nodes, 2);
+
+        // Once moved (and spot-a not lowered yet), nothing more moves.
+        let r = &mut s.ledger.records[0];
+        r.added = 1;
+        r.moved.push(MovedPart { group: "spot-b".into(), added: 2, at: NOW, raising_to: None });
+        assert!(plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW).is_empty());
+
+        // A move whose write's outcome is unknown is resolved first.
+        let mut pending = exhausted();
+        pending.ledger.records[0].moved.push(MovedPart {
+            group: "spot-b".into(),
+            added: 1,
+            at: NOW,
+            raising_to: Some(5),
+        });
+        pending.ledger.records[0].added = 2;
+        assert!(plan_fallbacks(&pending, &pending.ledger, &Policy::default(), NOW).is_empty());
+    }
+
+    #[test]
+    fn a_fallback_at_its_max_budget_or_backoff_is_skipped_and_none_is_no_move() {
+        let mut s = exhausted();
+        s.groups.get_mut(&GroupName::from("spot-b")).unwrap().max = 5;
+        let plan = plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW);
+        assert_eq!((plan[0].to.as_str(), plan[0].nodes), ("spot-b", 1), "its room only");
+
+        s.groups.get_mut(&GroupName::from("spot-b")).unwrap().max = 4;
+        s.groups.get_mut(&GroupName::from("od")).unwrap().ca = Some(crate::core::model::CaGroupView {
+            cloud_provider_target: 2,
+            backoff: Some("InstanceLimitExceeded".into()),
+            healthy: true,
+            ready: None,
+        });
+        assert!(plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW).is_empty(), "nowhere to go");
+
+        let mut no_tag = exhausted();
+        no_tag.groups.get_mut(&GroupName::from("spot-a")).unwrap().fallbacks.clear();
+        assert!(plan_fallbacks(&no_tag, &no_tag.ledger, &Policy::default(), NOW).is_empty());
+    }
+}
