@@ -30,6 +30,7 @@ fn the_shipped_scenarios_include_the_production_shapes() {
             "interruption-slow-replacement.yaml",
             "interruption-without-notice.yaml",
             "large-group.yaml",
+            "no-spot-capacity.yaml",
             "pdb-bound.yaml",
             "rebalance-wave.yaml",
             "single-rebalance.yaml",
@@ -47,6 +48,35 @@ fn when(report: &Report, action: &str, target: &str) -> Option<u64> {
         .iter()
         .find(|e| e.actor == "booster" && e.action == action && e.target == target)
         .map(|e| e.at_seconds)
+}
+
+#[test]
+fn a_boost_into_a_pool_without_capacity_lands_in_its_fallback_within_seconds() {
+    let report = run("no-spot-capacity.yaml");
+    let at = |actor: &str, action: &str, target: &str| {
+        report
+            .booster
+            .timeline
+            .iter()
+            .find(|e| e.actor == actor && e.action == action && e.target == target)
+            .map(|e| e.at_seconds)
+    };
+    let failed = at("aws", "launch failed", "spot-a").expect("spot-a's launch fails");
+    let fell_back = at("booster", "BoostFellBack", "spot-a-1").expect("the boost falls back");
+    assert!(fell_back >= failed && fell_back - failed <= 30, "failed at {failed}s, fell back at {fell_back}s");
+    assert_eq!(at("booster", "CapacityUnavailable", "spot-a-1"), Some(fell_back), "told in the same pass");
+    let s = &report.booster.summary;
+    assert_eq!((s.boosted_instances, s.double_boosts, s.fell_back_nodes), (5, 0, 6), "{s:?}");
+    assert_eq!((s.pods_killed, s.pdb_violations), (0, 0), "drained onto the fallback before the interruptions");
+    let group = |name: &str| report.booster.groups.iter().find(|g| g.name == name).unwrap();
+    assert_eq!(group("spot-a").final_desired, 50, "the unlaunched nodes were taken back; never below its size");
+    assert_eq!(group("spot-b").peak_desired, 16);
+
+    // The baseline waits out Cluster Autoscaler's 15-minute provision timeout.
+    let base = report.baseline.as_ref().unwrap();
+    let timed_out = base.timeline.iter().find(|e| e.actor == "ca" && e.action == "scale-up timed out").unwrap();
+    assert!(timed_out.at_seconds >= failed + 15 * 60, "{timed_out:?}");
+    assert!(s.capacity_gap_pod_seconds * 10 < base.summary.capacity_gap_pod_seconds, "{s:?} vs {:?}", base.summary);
 }
 
 #[test]
@@ -223,6 +253,7 @@ fn the_json_report_has_the_documented_fields() {
             "pdb_violations",
             "boosted_instances",
             "double_boosts",
+            "fell_back_nodes",
             "drained_nodes",
             "evictions",
             "pods_killed",

@@ -126,12 +126,24 @@ impl Nth {
 }
 
 /// Cluster Autoscaler: every scan interval, pods Pending for at least one interval trigger a
-/// scale-up of the first of their groups with room, sized by bin packing and net of upcoming
-/// nodes (CA ≤ 1.35 counts them). Scale-down is not modelled: surplus shows in `peak_desired`.
+/// scale-up of the first of their groups with room that is not in backoff, sized by bin packing
+/// and net of upcoming nodes (CA ≤ 1.35 counts them). A scale-up whose nodes have not all
+/// registered after `--max-node-provision-time` (15 min) fails: CA takes the group's target back
+/// to its registered nodes and backs the group off (5 min, its initial backoff), so its pods go
+/// to their next group. Scale-down is not modelled: surplus shows in `peak_desired`.
 #[derive(Debug, Default)]
 pub(crate) struct ClusterAutoscaler {
     next_scan: Option<Timestamp>,
+    /// Scale-ups in flight: when each group was last raised.
+    scale_ups: BTreeMap<String, Timestamp>,
+    /// Groups in backoff, until when.
+    backoff: BTreeMap<String, Timestamp>,
 }
+
+/// CA's `--max-node-provision-time` default.
+const MAX_NODE_PROVISION_TIME: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+/// CA's initial node group backoff.
+const INITIAL_BACKOFF: std::time::Duration = std::time::Duration::from_secs(5 * 60);
 
 impl ClusterAutoscaler {
     /// One scan, when due.
@@ -141,6 +153,23 @@ impl ClusterAutoscaler {
             return;
         }
         self.next_scan = Some(world.now.plus(scan));
+        let now = world.now;
+        self.backoff.retain(|_, until| now < *until);
+        let timed_out: Vec<String> = self
+            .scale_ups
+            .iter()
+            .filter(|(g, at)| world.upcoming(g) > 0 && now.since(**at) >= MAX_NODE_PROVISION_TIME)
+            .map(|(g, _)| g.clone())
+            .collect();
+        self.scale_ups.retain(|g, _| world.upcoming(g) > 0);
+        for group in timed_out {
+            self.scale_ups.remove(&group);
+            let registered = world.groups[&group].desired - world.upcoming(&group);
+            let from = world.groups[&group].desired;
+            let to = world.set_desired(&group, registered);
+            self.backoff.insert(group.clone(), now.plus(INITIAL_BACKOFF));
+            world.log("ca", "scale-up timed out", &group, format!("desired {from} -> {to}, backed off"));
+        }
         let packing = Policy {
             sizing: SizingMode::Pods,
             over_subscription_percent: 0,
@@ -150,7 +179,9 @@ impl ClusterAutoscaler {
         let mut per_group: BTreeMap<String, Vec<crate::core::Pod>> = BTreeMap::new();
         for pod in world.pending_since(scan) {
             let w = &world.workloads[pod.workload];
-            let Some(group) = w.groups.iter().find(|g| world.groups[*g].desired < world.groups[*g].spec.max) else {
+            let usable =
+                |g: &&String| world.groups[*g].desired < world.groups[*g].spec.max && !self.backoff.contains_key(*g);
+            let Some(group) = w.groups.iter().find(usable) else {
                 continue;
             };
             per_group.entry(group.clone()).or_default().push(world.core_pod(pod));
@@ -165,6 +196,7 @@ impl ClusterAutoscaler {
             let from = world.groups[&group].desired;
             let to = world.set_desired(&group, from + add);
             if to > from {
+                self.scale_ups.entry(group.clone()).or_insert(world.now);
                 world.log("ca", "scale-up", &group, format!("desired {from} -> {to} for {} pending pods", pods.len()));
             }
         }

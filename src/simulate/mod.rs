@@ -29,6 +29,7 @@ use crate::ports::{Clock, Leadership};
 use crate::units::format_duration;
 use crate::workers::drainer::{Drainer, DrainerSettings};
 use crate::workers::groups::GroupBook;
+use crate::workers::launches::{LaunchWatchSettings, LaunchWatcher};
 use crate::workers::ledger::SharedLedger;
 use crate::workers::scaler::{Scaler, ScalerSettings};
 use crate::workers::WorkerContext;
@@ -72,6 +73,8 @@ pub struct Summary {
     pub boosted_instances: u32,
     /// Instances covered by more than one boost.
     pub double_boosts: u32,
+    /// Nodes boosts moved to a fallback group because their own had no capacity.
+    pub fell_back_nodes: u32,
     /// Nodes drained by eviction (by the booster or NTH).
     pub drained_nodes: u32,
     /// Successful evictions.
@@ -142,7 +145,10 @@ const TICK: Duration = Duration::from_secs(1);
 struct Workers {
     scaler: Scaler<SimWorld, SimWorld, MemoryLedger, SimWorld, SimWorld>,
     drainer: Drainer<SimWorld, SimWorld, MemoryLedger, SimWorld, SimWorld>,
+    launches: LaunchWatcher<SimWorld, SimWorld, MemoryLedger, SimWorld, SimWorld>,
     ledger: MemoryLedger,
+    /// Nodes moved to a fallback, by boost, fallback group and move time.
+    moved: BTreeMap<(BTreeSet<InstanceId>, GroupName, Timestamp), u32>,
     /// Every boost record ever saved, to count instances boosted more than once.
     records: BTreeSet<(GroupName, BTreeSet<InstanceId>, Timestamp)>,
     boosted: BTreeMap<InstanceId, u32>,
@@ -165,9 +171,12 @@ impl Workers {
             policy,
             clock,
         });
+        let scaler = Scaler::new(ctx.clone(), ScalerSettings::default());
         Workers {
-            scaler: Scaler::new(ctx.clone(), ScalerSettings::default()),
+            launches: LaunchWatcher::new(ctx.clone(), LaunchWatchSettings::default()).waking(scaler.waker()),
+            scaler,
             drainer: Drainer::new(ctx.clone(), DrainerSettings::default()),
+            moved: BTreeMap::new(),
             ledger,
             records: BTreeSet::new(),
             boosted: BTreeMap::new(),
@@ -177,6 +186,10 @@ impl Workers {
     /// One tick of each worker, as their loops would run them: the scaler re-plans at once after
     /// a lost race.
     async fn tick(&mut self, sim: &SimWorld) {
+        // The launch watcher polls every 5 s.
+        if sim.lock().elapsed().as_secs().is_multiple_of(LaunchWatchSettings::default().poll.as_secs()) {
+            let _ = self.launches.tick().await;
+        }
         for _ in 0..3 {
             match self.scaler.tick().await {
                 Ok(report) if !report.raced.is_empty() => continue,
@@ -187,6 +200,9 @@ impl Workers {
             sim.lock().counters.drained_nodes += report.drained.len() as u32;
         }
         for r in self.ledger.saved().records {
+            for part in r.moved.iter().filter(|p| p.raising_to.is_none()) {
+                self.moved.insert((r.instances.clone(), part.group.clone(), part.at), part.added);
+            }
             if self.records.insert((r.group.clone(), r.instances.clone(), r.at)) {
                 for i in r.instances {
                     *self.boosted.entry(i).or_default() += 1;
@@ -290,6 +306,7 @@ async fn run_scenario_async(scenario: &Scenario, mode: Mode, mut progress: Optio
             pdb_violations: c.pdb_violations,
             boosted_instances: boosted.map_or(0, |b| b.len() as u32),
             double_boosts: boosted.map_or(0, |b| b.values().filter(|n| **n > 1).count() as u32),
+            fell_back_nodes: workers.as_ref().map_or(0, |w| w.moved.values().sum()),
             drained_nodes: c.drained_nodes,
             evictions: c.evictions,
             evictions_blocked: c.evictions_blocked,
@@ -381,6 +398,7 @@ pub(crate) fn render_text(name: &str, report: &Report, width: Width) -> String {
         ("pdb_violations", |s| u64::from(s.pdb_violations)),
         ("boosted_instances", |s| u64::from(s.boosted_instances)),
         ("double_boosts", |s| u64::from(s.double_boosts)),
+        ("fell_back_nodes", |s| u64::from(s.fell_back_nodes)),
         ("drained_nodes", |s| u64::from(s.drained_nodes)),
         ("evictions", |s| u64::from(s.evictions)),
         ("evictions_blocked", |s| u64::from(s.evictions_blocked)),

@@ -46,7 +46,11 @@ impl SimWorld {
             capacity_rebalance: false,
             // The simulated groups do not rebalance Availability Zones.
             az_rebalance: false,
-            tags: Default::default(),
+            tags: if asg.spec.fallbacks.is_empty() {
+                Default::default()
+            } else {
+                [(crate::ports::FALLBACK_GROUPS_TAG.to_string(), asg.spec.fallbacks.join(","))].into()
+            },
         })
     }
 }
@@ -125,11 +129,13 @@ impl AutoScaling for SimWorld {
 
     async fn scaling_activities(
         &self,
-        _group: &GroupName,
-        _since: crate::core::Timestamp,
+        group: &GroupName,
+        since: crate::core::Timestamp,
     ) -> Result<Vec<crate::core::ScalingActivity>, AwsError> {
-        // Every simulated launch succeeds: no failed activity to report.
-        Ok(Vec::new())
+        // Only failed launches are kept: the successful ones say nothing the watcher uses.
+        let world = self.lock();
+        let failed = world.failed_launches.get(group.as_str()).into_iter().flatten();
+        Ok(failed.filter(|a| a.started >= since).cloned().collect())
     }
 
     async fn raise_desired(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {

@@ -67,6 +67,19 @@ struct RawGroup {
     desired: u32,
     node: RawResources,
     boot: String,
+    /// The ASG tag `spots-booster.io/fallback-groups`, as a list.
+    #[serde(default, rename = "fallback-groups")]
+    fallback_groups: Vec<String>,
+    /// When its pool has no capacity: no instance launches, each attempt is a failed activity.
+    #[serde(default, rename = "no-capacity")]
+    no_capacity: Option<RawWindow>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWindow {
+    from: String,
+    until: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -167,6 +180,17 @@ pub struct GroupSpec {
     pub node: Resources,
     /// From launch to Node Ready.
     pub boot: Duration,
+    /// Where a boost's missing nodes go when this group has no capacity, in order.
+    pub fallbacks: Vec<String>,
+    /// From when (and until when, if it returns) the group's pool has no capacity.
+    pub no_capacity: Option<(Duration, Option<Duration>)>,
+}
+
+impl GroupSpec {
+    /// Whether its pool has no capacity `elapsed` into the run.
+    pub(crate) fn out_of_capacity(&self, elapsed: Duration) -> bool {
+        self.no_capacity.is_some_and(|(from, until)| elapsed >= from && until.is_none_or(|u| elapsed < u))
+    }
 }
 
 /// Most pods one workload may have: every pod is simulated, every second.
@@ -282,6 +306,17 @@ pub fn parse_scenario(text: &str) -> Result<Scenario, ScenarioError> {
                     format!("{} is outside min {} .. max {}", g.desired, g.min, g.max),
                 ));
             }
+            let no_capacity = match &g.no_capacity {
+                None => None,
+                Some(w) => {
+                    let from = duration_field(&f("no-capacity.from"), &w.from)?;
+                    let until = w.until.as_ref().map(|u| duration_field(&f("no-capacity.until"), u)).transpose()?;
+                    if until.is_some_and(|u| u <= from) {
+                        return Err(field_error(f("no-capacity.until"), "must be after no-capacity.from"));
+                    }
+                    Some((from, until))
+                }
+            };
             Ok(GroupSpec {
                 name: g.name.clone(),
                 min: g.min,
@@ -289,9 +324,19 @@ pub fn parse_scenario(text: &str) -> Result<Scenario, ScenarioError> {
                 desired: g.desired,
                 node: resources(&f("node"), &g.node)?,
                 boot: duration_field(&f("boot"), &g.boot)?,
+                fallbacks: g.fallback_groups.clone(),
+                no_capacity,
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    for (i, g) in groups.iter().enumerate() {
+        if let Some(unknown) = g.fallbacks.iter().find(|f| !names.contains(*f) || **f == g.name) {
+            return Err(field_error(
+                format!("groups[{i}].fallback-groups"),
+                format!("{unknown:?} is not another group of the scenario"),
+            ));
+        }
+    }
 
     let workloads = raw
         .workloads

@@ -153,8 +153,17 @@ pub struct World {
     pub(crate) counters: Counters,
     /// What `simulate --output html` plots.
     pub samples: Vec<Sample>,
+    /// Each group's scaling activities that failed, newest first (launches without capacity).
+    pub(crate) failed_launches: BTreeMap<String, Vec<core::ScalingActivity>>,
     next_pod: u64,
 }
+
+/// How often Auto Scaling retries a launch a pool has no capacity for, each a failed activity.
+const LAUNCH_RETRY: Duration = Duration::from_secs(10);
+
+/// The status message Auto Scaling gives a spot launch without capacity.
+pub(crate) const NO_SPOT_CAPACITY: &str = "Could not launch Spot Instances. InsufficientInstanceCapacity - There is \
+     no Spot capacity available that matches your request. Launching EC2 instance failed.";
 
 impl World {
     /// The cluster at the start of `scenario`: every group at its desired size, every node Ready
@@ -174,6 +183,7 @@ impl World {
             timeline: Vec::new(),
             counters: Counters::default(),
             samples: Vec::new(),
+            failed_launches: BTreeMap::new(),
             next_pod: 0,
         };
         for spec in &scenario.groups {
@@ -261,6 +271,10 @@ impl World {
         for group in groups {
             let live = self.instances.values().filter(|i| i.group == group).count() as u32;
             let desired = self.groups[&group].desired;
+            if live < desired && self.groups[&group].spec.out_of_capacity(self.elapsed()) {
+                self.fail_launch(&group, desired - live);
+                continue;
+            }
             for _ in live..desired {
                 let id = self.launch(&group, self.now);
                 let node = self.instances[&id].node.clone();
@@ -277,6 +291,33 @@ impl World {
             self.register(&id, self.now);
             let node = self.instances[&id].node.clone();
             self.log("aws", "node Ready", node, id);
+        }
+    }
+
+    /// A launch the pool has no capacity for: a failed scaling activity, as Auto Scaling retries.
+    fn fail_launch(&mut self, group: &str, missing: u32) {
+        let now = self.now;
+        let list = self.failed_launches.entry(group.to_string()).or_default();
+        if list.first().is_some_and(|last| now.since(last.started) < LAUNCH_RETRY) {
+            return;
+        }
+        // A streak of retries is one line of the timeline.
+        let streak = list.first().is_some_and(|last| now.since(last.started) <= LAUNCH_RETRY * 2);
+        let id = format!("{group}-activity-{}", list.len() + 1);
+        list.insert(
+            0,
+            core::ScalingActivity {
+                group: group.into(),
+                id,
+                status_code: "Failed".into(),
+                status_message: Some(NO_SPOT_CAPACITY.into()),
+                description: format!("Launching a new EC2 instance.  Status Reason: {NO_SPOT_CAPACITY}"),
+                started: now,
+            },
+        );
+        if !streak {
+            let detail = format!("InsufficientInstanceCapacity, {missing} missing; retried every 10 s");
+            self.log("aws", "launch failed", group, detail);
         }
     }
 

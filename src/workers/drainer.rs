@@ -400,17 +400,16 @@ where
                         target.gives_back.as_ref().map_or("", InstanceId::as_str)
                     ),
                     Some(deadline) if target.early => format!(
-                        "the instance goes at {} and its replacement capacity in {} is not Ready yet: draining \
-                         now so every pod gets its grace period; evicting {pods} pod(s)",
+                        "the instance goes at {} and its replacement capacity is not Ready yet: draining now so \
+                         every pod gets its grace period; evicting {pods} pod(s)",
                         crate::timefmt::format_rfc3339(deadline),
-                        batch.group
                     ),
                     Some(deadline) => format!(
-                        "replacement capacity in {} is Ready and the instance goes at {}; evicting {pods} pod(s)",
-                        batch.group,
+                        "its replacement capacity is Ready and the instance goes at {}; evicting {pods} pod(s)",
                         crate::timefmt::format_rfc3339(deadline)
                     ),
-                    None => format!("replacement capacity in {} is Ready; evicting {pods} pod(s)", batch.group),
+                    // The replacements may be in a fallback group: the boost's, not the node's.
+                    None => format!("its replacement capacity is Ready; evicting {pods} pod(s)"),
                 };
                 if target.early {
                     info!(node = %target.node, group = %batch.group, "draining before the replacements are Ready: the notice's deadline is near");
