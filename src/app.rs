@@ -83,6 +83,11 @@ pub fn run(cli: Cli) -> Result<String, AppError> {
             let events = inspect_nth_events(&input, args.provider_id.as_deref())?;
             Ok(render_nth_events(&events, args.io.output))
         }
+        Command::Inspect(InspectCommand::ScalingActivities(args)) => {
+            let input = read_input(&args.file)?;
+            let activities = crate::inspect_activities::inspect_scaling_activities(&input)?;
+            Ok(crate::inspect_activities::render_scaling_activities(&activities, args.output))
+        }
         Command::Simulate(args) => Ok(simulate_file(&args.scenario, args.baseline, args.output)?),
         Command::Crd => Ok(crate::instancegroup::api::crd_yaml()),
         Command::Run(args) => {

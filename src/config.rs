@@ -139,6 +139,9 @@ pub enum InspectCommand {
     CaStatus(InspectArgs),
     /// An Event or an Event list (`kubectl get events -o yaml|json`).
     NthEvent(InspectEventArgs),
+    /// A group's scaling activities (`aws autoscaling describe-scaling-activities
+    /// --auto-scaling-group-name G`), classified as the launch watcher does.
+    ScalingActivities(InspectArgs),
 }
 
 /// Input and output of `inspect`.

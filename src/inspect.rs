@@ -52,6 +52,9 @@ pub enum InspectError {
     /// Nothing to classify.
     #[error("the input holds no Event")]
     NoEvents,
+    /// Not what `aws autoscaling describe-scaling-activities` prints.
+    #[error("not the output of aws autoscaling describe-scaling-activities: {0}")]
+    NotActivities(String),
 }
 
 /// Reads a file, or standard input for `-`.

@@ -17,6 +17,7 @@ pub mod core;
 #[cfg(any(test, feature = "test-kit"))]
 pub mod fakes;
 pub(crate) mod inspect;
+pub(crate) mod inspect_activities;
 pub mod instancegroup;
 pub(crate) mod instancegroup_controller;
 pub mod k8s;

@@ -33,6 +33,18 @@ fn inspect_ca_status_reads_a_file_and_prints_a_table() {
 }
 
 #[test]
+fn inspect_scaling_activities_says_which_launches_fall_back() {
+    let file = "tests/fixtures/scaling-activities/spot-no-capacity.json";
+    let out = booster(&["inspect", "scaling-activities", "--file", file], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("no capacity: falls back") && stdout.contains("InsufficientInstanceCapacity"), "{stdout}");
+    let out = booster(&["inspect", "scaling-activities"], Some("{\"Activities\": 3}"));
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("not the output of aws autoscaling describe-scaling-activities"));
+}
+
+#[test]
 fn inspect_ca_status_reads_stdin_and_prints_json() {
     let status = std::fs::read_to_string("tests/fixtures/ca-status/legacy-1.24.txt").unwrap();
     let out = booster(&["inspect", "ca-status", "--output", "json"], Some(&status));
