@@ -138,6 +138,24 @@ async fn a_guarded_raise_boosts_and_instances_appear() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn taking_back_unlaunched_nodes_never_lets_auto_scaling_terminate_a_running_instance() {
+    let (moto, _guard) = moto().await;
+    let config = moto.sdk_config().await;
+    world(&config).await;
+    let aws = AwsPorts::new(&config, false);
+    // Both of plain's instances run: lowering it to 1 would make Auto Scaling terminate one.
+    let out = aws
+        .autoscaling
+        .lower_unlaunched(&[DesiredWrite { group: "plain".into(), expected: 2, to: 1 }])
+        .await
+        .unwrap();
+    assert!(matches!(out[0].1, Ok(WriteOutcome::Raced { live: 2 })), "{out:?}");
+    assert_eq!(desired(&config, "plain").await, (2, 2), "nothing written, nothing terminated");
+    assert_eq!(aws.stats.calls("SetDesiredCapacity"), 0);
+    assert_eq!(aws.stats.calls("DescribeAutoScalingGroups"), 1, "the re-read before the write");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_range_and_unknown_groups_are_typed_errors_before_any_write() {
     let (moto, _guard) = moto().await;
     let config = moto.sdk_config().await;

@@ -81,7 +81,12 @@ pub(crate) fn plan_fallbacks(
         }
         let Some(members) = group.members.as_ref() else { continue };
         let listed = u32::try_from(members.len()).unwrap_or(u32::MAX);
-        let moved: u32 = records.iter().flat_map(|r| &r.moved).map(|p| p.added).fold(0, u32::saturating_add);
+        let moved: u32 = records
+            .iter()
+            .flat_map(|r| &r.moved)
+            .filter(|p| !p.taken_back)
+            .map(|p| p.added)
+            .fold(0, u32::saturating_add);
         // Desired still counts what moved until the group is lowered.
         let mut missing = group.desired.saturating_sub(listed).saturating_sub(moved);
         records.sort_by_key(|r| r.at);
@@ -196,7 +201,7 @@ mod tests {
         // Once moved (and spot-a not lowered yet), nothing more moves.
         let r = &mut s.ledger.records[0];
         r.added = 1;
-        r.moved.push(MovedPart { group: "spot-b".into(), added: 2, at: NOW, raising_to: None });
+        r.moved.push(MovedPart { group: "spot-b".into(), added: 2, at: NOW, raising_to: None, taken_back: false });
         assert!(plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW).is_empty());
 
         // A move whose write's outcome is unknown is resolved first.
@@ -206,6 +211,7 @@ mod tests {
             added: 1,
             at: NOW,
             raising_to: Some(5),
+            taken_back: false,
         });
         pending.ledger.records[0].added = 2;
         assert!(plan_fallbacks(&pending, &pending.ledger, &Policy::default(), NOW).is_empty());

@@ -528,6 +528,9 @@ pub struct MovedPart {
     /// [`BoostRecord::raising_to`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raising_to: Option<u32>,
+    /// The boost's own group was lowered by these nodes (they will never launch there).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub taken_back: bool,
 }
 
 /// A node drained to give back the capacity a boost added, in place of an instance AWS took.

@@ -379,24 +379,43 @@ mod tests {
         }
         assert_eq!((rig.aws.desired("spot-a"), rig.aws.desired("spot-b")), (3, 3));
 
-        // spot-b's replacement is Ready: n1 drains onto it and goes without decrement (spot-a
-        // added nothing it could give back).
-        rig.aws.clone().with_instance("spot-b", "i-r1");
-        let mut ready = Node::test("r1", "spot-b");
-        ready.group = None;
-        ready.created = clock();
-        rig.cluster.put_node(ready);
+        // A second notice in spot-a while it is failing: boosted there, and the scaler wakes at
+        // once to move it, without waiting for another failed activity.
+        let waker = scaler.waker();
+        rig.cluster.edit(|s| s.nodes.get_mut(&NodeName::from("n2")).unwrap().cordoned = true);
+        rig.cluster.signal(Signal {
+            instance: "i-n2".into(),
+            node: "n2".into(),
+            kind: SignalKind::Rebalance,
+            observed_at: clock(),
+            evidence: Evidence::Event,
+            notice_deadline: None,
+        });
+        scaler.tick().await.unwrap();
+        assert_eq!(rig.aws.desired("spot-a"), 4);
+        tokio::time::timeout(Duration::ZERO, waker.notified()).await.expect("woken to move it");
+        let report = scaler.tick().await.unwrap();
+        assert_eq!(report.fell_back, vec![(GroupName::from("spot-a"), GroupName::from("spot-b"), 1)]);
+        assert_eq!((rig.aws.desired("spot-a"), rig.aws.desired("spot-b")), (3, 4));
+
+        // spot-b's replacements are Ready: n1 and n2 drain onto them and go without decrement
+        // (spot-a added nothing it could give back).
+        for r in ["r1", "r2"] {
+            rig.aws.clone().with_instance("spot-b", &format!("i-{r}"));
+            let mut ready = Node::test(r, "spot-b");
+            ready.group = None;
+            ready.created = clock();
+            rig.cluster.put_node(ready);
+        }
         let mut terminated = Vec::new();
-        for _ in 0..5 {
+        for _ in 0..20 {
             scaler.tick().await.unwrap();
             terminated.extend(drainer.tick().await.unwrap().terminated);
             tokio::time::advance(Duration::from_secs(2)).await;
         }
-        assert_eq!(terminated, vec![(InstanceId::from("i-n1"), false)]);
-        assert_eq!(
-            (rig.aws.desired("spot-a"), rig.aws.desired("spot-b")),
-            (3, 3),
-            "never lower than before, never twice"
-        );
+        terminated.sort();
+        assert_eq!(terminated, vec![(InstanceId::from("i-n1"), false), (InstanceId::from("i-n2"), false)]);
+        let sizes = (rig.aws.desired("spot-a"), rig.aws.desired("spot-b"));
+        assert_eq!(sizes, (3, 4), "spot-a never below its size, nothing raised twice");
     }
 }

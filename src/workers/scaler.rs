@@ -370,6 +370,15 @@ where
             }
         }
         self.answer_writes(&answered, undone.into_iter()).await?;
+        // A group that failed for want of capacity will not launch these either: plan again at
+        // once, so they move to its fallback without waiting for the next failed activity.
+        let failing = |g: &GroupName| {
+            crate::core::fallback::failing(&snapshot, g, &ctx.policy, now)
+                && snapshot.groups.get(g).is_some_and(|g| !g.fallbacks.is_empty())
+        };
+        if report.raised.iter().any(|(g, ..)| failing(g)) {
+            self.wake.notify_one();
+        }
         Ok(report)
     }
 
@@ -451,6 +460,7 @@ where
                         added: f.nodes,
                         at: now,
                         raising_to: Some(f.to_desired.saturating_add(f.nodes)),
+                        taken_back: false,
                     });
                     applied.push(f);
                 }
@@ -537,24 +547,44 @@ where
                 }
             })
             .await?;
-        if !lowers.is_empty() {
-            match ctx.aws.lower_unlaunched(&lowers).await {
-                Ok(outcomes) => {
-                    for (group, outcome) in outcomes {
-                        match outcome {
-                            Ok(WriteOutcome::Written { to, .. } | WriteOutcome::DryRun { to, .. }) => {
-                                info!(%group, to, "desired capacity lowered by the nodes it could not launch");
-                                ctx.groups.note_desired(&group, to).await;
-                            }
-                            other => {
-                                info!(%group, outcome = ?other, "desired capacity left as it is: an instance could be terminated by lowering it, or it changed")
-                            }
-                        }
-                    }
+        if lowers.is_empty() {
+            return Ok(());
+        }
+        let outcomes = match ctx.aws.lower_unlaunched(&lowers).await {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                warn!(error = %e, "lowering the groups without capacity failed; left as they are");
+                return Ok(());
+            }
+        };
+        let mut lowered = Vec::new();
+        for (f, (group, outcome)) in confirmed.iter().zip(outcomes) {
+            match outcome {
+                Ok(WriteOutcome::Written { to, .. } | WriteOutcome::DryRun { to, .. }) => {
+                    info!(%group, to, "desired capacity lowered by the nodes it could not launch");
+                    ctx.groups.note_desired(&group, to).await;
+                    lowered.push(*f);
                 }
-                Err(e) => warn!(error = %e, "lowering the groups without capacity failed; left to Cluster Autoscaler"),
+                other => {
+                    info!(%group, outcome = ?other, "desired capacity left as it is: an instance could be terminated by lowering it, or it changed")
+                }
             }
         }
+        ctx.ledger
+            .update(|l| {
+                for f in &lowered {
+                    let part = l
+                        .records
+                        .iter_mut()
+                        .filter(|r| is(r, f))
+                        .flat_map(|r| r.moved.iter_mut())
+                        .find(|p| p.group == f.to && p.at == now);
+                    if let Some(part) = part {
+                        part.taken_back = true;
+                    }
+                }
+            })
+            .await?;
         Ok(())
     }
 
