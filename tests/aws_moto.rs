@@ -144,11 +144,8 @@ async fn taking_back_unlaunched_nodes_never_lets_auto_scaling_terminate_a_runnin
     world(&config).await;
     let aws = AwsPorts::new(&config, false);
     // Both of plain's instances run: lowering it to 1 would make Auto Scaling terminate one.
-    let out = aws
-        .autoscaling
-        .lower_unlaunched(&[DesiredWrite { group: "plain".into(), expected: 2, to: 1 }])
-        .await
-        .unwrap();
+    let out =
+        aws.autoscaling.lower_unlaunched(&[DesiredWrite { group: "plain".into(), expected: 2, to: 1 }]).await.unwrap();
     assert!(matches!(out[0].1, Ok(WriteOutcome::Raced { live: 2 })), "{out:?}");
     assert_eq!(desired(&config, "plain").await, (2, 2), "nothing written, nothing terminated");
     assert_eq!(aws.stats.calls("SetDesiredCapacity"), 0);

@@ -118,6 +118,49 @@ pub(crate) fn plan_fallbacks(
     plan
 }
 
+/// Lowering a boost's own group by nodes that moved to a fallback and will never launch there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TakeBack {
+    /// The boost's own group.
+    pub group: GroupName,
+    /// Its desired capacity the plan starts from.
+    pub from: u32,
+    /// Nodes taken back.
+    pub nodes: u32,
+    /// The boost's at-risk instances.
+    pub instances: BTreeSet<InstanceId>,
+    /// When the boost was decided.
+    pub record_at: Timestamp,
+    /// When its nodes moved.
+    pub moved_at: Timestamp,
+}
+
+/// The groups to lower by nodes that moved to a fallback (one per group per pass), from their
+/// desired capacity in `snapshot`. The write is guarded: sent only while the group lists no more
+/// instances than the lowered value.
+pub fn plan_take_backs(snapshot: &Snapshot, ledger: &BoostLedger) -> Vec<TakeBack> {
+    let mut plan: Vec<TakeBack> = Vec::new();
+    for r in &ledger.records {
+        // Not while another write of the boost's own group has an unknown outcome.
+        if r.raising_to.is_some() || r.moved.iter().any(|p| p.lowering_to.is_some()) {
+            continue;
+        }
+        let Some(group) = snapshot.groups.get(&r.group) else { continue };
+        let due = r.moved.iter().find(|p| p.raising_to.is_none() && !p.taken_back);
+        if let Some(part) = due.filter(|_| !plan.iter().any(|t| t.group == r.group)) {
+            plan.push(TakeBack {
+                group: r.group.clone(),
+                from: group.desired,
+                nodes: part.added,
+                instances: r.instances.clone(),
+                record_at: r.at,
+                moved_at: part.at,
+            });
+        }
+    }
+    plan
+}
+
 /// The first of `group`'s fallbacks that can take nodes now, with how many.
 fn first_fallback<'s>(
     snapshot: &'s Snapshot,
@@ -201,7 +244,14 @@ mod tests {
         // Once moved (and spot-a not lowered yet), nothing more moves.
         let r = &mut s.ledger.records[0];
         r.added = 1;
-        r.moved.push(MovedPart { group: "spot-b".into(), added: 2, at: NOW, raising_to: None, taken_back: false });
+        r.moved.push(MovedPart {
+            group: "spot-b".into(),
+            added: 2,
+            at: NOW,
+            raising_to: None,
+            taken_back: false,
+            lowering_to: None,
+        });
         assert!(plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW).is_empty());
 
         // A move whose write's outcome is unknown is resolved first.
@@ -212,6 +262,7 @@ mod tests {
             at: NOW,
             raising_to: Some(5),
             taken_back: false,
+            lowering_to: None,
         });
         pending.ledger.records[0].added = 2;
         assert!(plan_fallbacks(&pending, &pending.ledger, &Policy::default(), NOW).is_empty());
@@ -236,5 +287,28 @@ mod tests {
         let mut no_tag = exhausted();
         no_tag.groups.get_mut(&GroupName::from("spot-a")).unwrap().fallbacks.clear();
         assert!(plan_fallbacks(&no_tag, &no_tag.ledger, &Policy::default(), NOW).is_empty());
+    }
+
+    #[test]
+    fn a_moved_part_takes_its_group_back_once_and_not_while_a_write_is_unknown() {
+        let mut s = exhausted();
+        let part = |raising_to, taken_back, lowering_to| MovedPart {
+            group: "spot-b".into(),
+            added: 3,
+            at: NOW,
+            raising_to,
+            taken_back,
+            lowering_to,
+        };
+        s.ledger.records[0].added = 0;
+        s.ledger.records[0].moved.push(part(None, false, None));
+        let plan = plan_take_backs(&s, &s.ledger);
+        assert_eq!(plan.len(), 1);
+        assert_eq!((plan[0].group.as_str(), plan[0].from, plan[0].nodes), ("spot-a", 8, 3));
+
+        for (raising, taken, lowering) in [(Some(7), false, None), (None, true, None), (None, false, Some(5))] {
+            s.ledger.records[0].moved[0] = part(raising, taken, lowering);
+            assert!(plan_take_backs(&s, &s.ledger).is_empty(), "{:?}", s.ledger.records[0].moved[0]);
+        }
     }
 }

@@ -30,7 +30,7 @@ pub use draining::{
     Refusal,
 };
 pub use expiry::Expired;
-pub use fallback::Fallback;
+pub use fallback::{plan_take_backs, Fallback, TakeBack};
 pub use give_back::{GiveBack, GiveBackHow};
 pub use launches::{classify, launching_groups, LaunchFailure, ScalingActivity};
 pub use model::{

@@ -531,6 +531,11 @@ pub struct MovedPart {
     /// The boost's own group was lowered by these nodes (they will never launch there).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub taken_back: bool,
+    /// The desired capacity the own group's lowering asked for, while AWS's answer is unknown:
+    /// resolved by reading the group before anything else is written, so it is never lowered
+    /// twice for the same nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lowering_to: Option<u32>,
 }
 
 /// A node drained to give back the capacity a boost added, in place of an instance AWS took.

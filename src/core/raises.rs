@@ -35,7 +35,9 @@ pub fn unresolved_groups(ledger: &BoostLedger) -> BTreeSet<GroupName> {
     let own = ledger.records.iter().filter(|r| r.raising_to.is_some()).map(|r| r.group.clone());
     let moved =
         ledger.records.iter().flat_map(|r| &r.moved).filter(|p| p.raising_to.is_some()).map(|p| p.group.clone());
-    own.chain(moved).collect()
+    let lowered =
+        ledger.records.iter().filter(|r| r.moved.iter().any(|p| p.lowering_to.is_some())).map(|r| r.group.clone());
+    own.chain(moved).chain(lowered).collect()
 }
 
 /// Resolves every boost whose write's outcome is unknown, from `live` (desired capacity of each
@@ -48,6 +50,14 @@ pub fn resolve_raises(ledger: &mut BoostLedger, live: &BTreeMap<GroupName, u32>)
     let mut resolved = Vec::new();
     // Moves to a fallback first: what did not apply goes back to the boost's own group.
     for r in &mut ledger.records {
+        // A lowering of the own group applied when desired is at most what it asked for; else it
+        // is planned again (its guard re-reads).
+        let own = live.get(&r.group).copied();
+        for part in &mut r.moved {
+            if let Some(asked) = part.lowering_to.take() {
+                part.taken_back = own.is_none_or(|d| d <= asked);
+            }
+        }
         let instances = r.instances.clone();
         let mut back = 0u32;
         r.moved.retain_mut(|part| {
@@ -132,5 +142,31 @@ mod tests {
         let mut ledger = pending(3, 8);
         let resolved = resolve_raises(&mut ledger, &BTreeMap::new());
         assert_eq!((resolved.len(), resolved[0].live, ledger.records.len()), (1, None, 1), "group a is gone");
+    }
+
+    #[test]
+    fn a_lowering_whose_answer_was_lost_is_resolved_from_the_group() {
+        use crate::core::model::{MovedPart, Timestamp};
+        let moved = |lowering_to| MovedPart {
+            group: "b".into(),
+            added: 2,
+            at: Timestamp::from_millis(5),
+            raising_to: None,
+            taken_back: false,
+            lowering_to,
+        };
+        let mut ledger = pending(0, 0);
+        ledger.records[0].raising_to = None;
+        ledger.records[0].moved.push(moved(Some(3)));
+        assert_eq!(unresolved_groups(&ledger), BTreeSet::from([GroupName::from("a")]));
+        resolve_raises(&mut ledger, &live(3));
+        assert!(ledger.records[0].moved[0].taken_back, "desired is what the lowering asked: it applied");
+
+        let mut ledger = pending(0, 0);
+        ledger.records[0].raising_to = None;
+        ledger.records[0].moved.push(moved(Some(3)));
+        resolve_raises(&mut ledger, &live(5));
+        let part = &ledger.records[0].moved[0];
+        assert!(!part.taken_back && part.lowering_to.is_none(), "not applied: planned again, never twice");
     }
 }

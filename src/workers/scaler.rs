@@ -17,13 +17,14 @@ use std::time::Duration;
 
 use thiserror::Error;
 use tokio::sync::{watch, Notify};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 pub use super::{system_clock, Clock};
 use super::{Observation, WorkerContext};
 use crate::core::{
-    plan_scaling, resolve_raises, unresolved_groups, Acting, Boost, BoostExpiry, BoostLedger, BoostRecord, DropReason,
-    Expired, Fallback, GiveBack, GiveBackHow, GroupName, InstanceId, MovedPart, ScalingPlan, Snapshot, Timestamp,
+    plan_scaling, plan_take_backs, resolve_raises, unresolved_groups, Acting, Boost, BoostExpiry, BoostLedger,
+    BoostRecord, DropReason, Expired, Fallback, GiveBack, GiveBackHow, GroupName, InstanceId, MovedPart, ScalingPlan,
+    Snapshot, TakeBack, Timestamp,
 };
 use crate::metrics::{BoostOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
@@ -247,6 +248,9 @@ where
         if leading && !plan.fallbacks.is_empty() {
             self.fall_back(&snapshot, &plan.fallbacks, &mut report_fallbacks).await?;
         }
+        if leading {
+            self.take_back_unlaunched(&snapshot).await?;
+        }
         let ScalingPlan { ledger: closed, boosts: plan, .. } = plan;
         let mut report = TickReport {
             held: plan.held.iter().map(|h| h.instances.len()).sum(),
@@ -461,6 +465,7 @@ where
                         at: now,
                         raising_to: Some(f.to_desired.saturating_add(f.nodes)),
                         taken_back: false,
+                        lowering_to: None,
                     });
                     applied.push(f);
                 }
@@ -491,7 +496,7 @@ where
                 return Err(ScalerError::Raise(e));
             }
         };
-        let (mut confirmed, mut undone, mut lowers) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut confirmed, mut undone) = (Vec::new(), Vec::new());
         for (f, (group, outcome)) in applied.iter().zip(outcomes) {
             match outcome {
                 Ok(WriteOutcome::Written { from, to } | WriteOutcome::DryRun { from, to }) => {
@@ -514,11 +519,6 @@ where
                         ctx.events.publish(event).await;
                     }
                     report.push((f.from.clone(), group.clone(), f.nodes));
-                    lowers.push(DesiredWrite {
-                        group: f.from.clone(),
-                        expected: f.from_desired,
-                        to: f.from_desired.saturating_sub(f.nodes),
-                    });
                     confirmed.push(*f);
                 }
                 // Unknown: the next tick reads the fallback first (`core::raises`).
@@ -547,41 +547,68 @@ where
                 }
             })
             .await?;
-        if lowers.is_empty() {
+        Ok(())
+    }
+
+    /// Lowers boosts' own groups by the nodes that moved to a fallback and will never launch
+    /// there: the intent is saved before the guarded write (sent only while the group lists no
+    /// more instances than the lowered value) and the outcome after, so a group is never
+    /// lowered twice for the same nodes.
+    async fn take_back_unlaunched(&self, snapshot: &Snapshot) -> Result<(), ScalerError> {
+        let ctx = &self.ctx;
+        let plan = plan_take_backs(snapshot, &ctx.ledger.current().await);
+        if plan.is_empty() {
             return Ok(());
         }
-        let outcomes = match ctx.aws.lower_unlaunched(&lowers).await {
-            Ok(outcomes) => outcomes,
-            Err(e) => {
-                warn!(error = %e, "lowering the groups without capacity failed; left as they are");
-                return Ok(());
+        let edit = |l: &mut BoostLedger, t: &TakeBack, change: &dyn Fn(&mut MovedPart)| {
+            let record =
+                l.records.iter_mut().find(|r| r.group == t.group && r.instances == t.instances && r.at == t.record_at);
+            if let Some(part) = record.and_then(|r| r.moved.iter_mut().find(|p| p.at == t.moved_at)) {
+                change(part);
             }
         };
-        let mut lowered = Vec::new();
-        for (f, (group, outcome)) in confirmed.iter().zip(outcomes) {
+        let writes: Vec<DesiredWrite> = plan
+            .iter()
+            .map(|t| DesiredWrite { group: t.group.clone(), expected: t.from, to: t.from.saturating_sub(t.nodes) })
+            .collect();
+        ctx.ledger
+            .update(|l| {
+                for (t, w) in plan.iter().zip(&writes) {
+                    edit(l, t, &|p| p.lowering_to = Some(w.to));
+                }
+            })
+            .await?;
+        let outcomes = match ctx.aws.lower_unlaunched(&writes).await {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                // The re-read failed: nothing was written.
+                ctx.ledger.update(|l| plan.iter().for_each(|t| edit(l, t, &|p| p.lowering_to = None))).await?;
+                return Err(ScalerError::Raise(e));
+            }
+        };
+        let mut settled: Vec<(&TakeBack, bool)> = Vec::new();
+        for (t, (group, outcome)) in plan.iter().zip(outcomes) {
             match outcome {
                 Ok(WriteOutcome::Written { to, .. } | WriteOutcome::DryRun { to, .. }) => {
-                    info!(%group, to, "desired capacity lowered by the nodes it could not launch");
+                    info!(%group, nodes = t.nodes, to, "desired capacity lowered by the nodes it could not launch");
                     ctx.groups.note_desired(&group, to).await;
-                    lowered.push(*f);
+                    settled.push((t, true));
                 }
+                // Unknown: the next tick reads the group first (`core::raises`).
+                Err(e) if e.may_have_applied() => warn!(%group, error = %e, "lowering a group has an unknown outcome"),
                 other => {
-                    info!(%group, outcome = ?other, "desired capacity left as it is: an instance could be terminated by lowering it, or it changed")
+                    debug!(%group, outcome = ?other, "desired capacity left as it is: an instance could be terminated by lowering it, or it changed");
+                    settled.push((t, false));
                 }
             }
         }
         ctx.ledger
             .update(|l| {
-                for f in &lowered {
-                    let part = l
-                        .records
-                        .iter_mut()
-                        .filter(|r| is(r, f))
-                        .flat_map(|r| r.moved.iter_mut())
-                        .find(|p| p.group == f.to && p.at == now);
-                    if let Some(part) = part {
-                        part.taken_back = true;
-                    }
+                for (t, lowered) in &settled {
+                    edit(l, t, &|p| {
+                        p.lowering_to = None;
+                        p.taken_back |= *lowered;
+                    });
                 }
             })
             .await?;
