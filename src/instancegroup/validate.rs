@@ -18,6 +18,10 @@ pub(crate) const ANNOTATION_OS_FAMILY: &str = "instancemgr.keikoproj.io/os-famil
 /// Annotation: `k=v,k2=v2` replaces the default role labels.
 pub(crate) const ANNOTATION_DEFAULT_LABELS: &str = "instancemgr.keikoproj.io/default-labels";
 /// Annotation: stop in `Locked` instead of rotating nodes.
+/// Annotation naming, comma-separated and in order, the InstanceGroups of the same namespace a
+/// boost falls back to when this one's pool has no capacity: written on the ASG as the tag
+/// `spots-booster.io/fallback-groups` with their Auto Scaling Group names.
+pub(crate) const ANNOTATION_FALLBACKS: &str = "spots-booster.io/fallback-instancegroups";
 pub(crate) const ANNOTATION_LOCK_UPGRADES: &str = "instancemgr.keikoproj.io/lock-upgrades";
 
 /// Every process `suspendProcesses: [All]` stands for.
@@ -265,11 +269,29 @@ pub fn validate(info: &ObjectInfo<'_>, spec: &InstanceGroupSpec, iam: &IamRules)
         WarmPool { min_size, max_prepared }
     });
     let bootstrap = bootstrap(&mut errors, info.name, &annotations, config, os_family, lifecycle, mounts);
-    let tags = tag_list(&mut errors, &format!("{CONF}.tags"), &config.tags);
+    let mut tags = tag_list(&mut errors, &format!("{CONF}.tags"), &config.tags);
     for key in
         tags.keys().filter(|k| k.starts_with("instancegroups.keikoproj.io/") || k.starts_with("spots-booster.io/"))
     {
         errors.invalid(format!("{CONF}.tags"), format!("{key} is set by the reconciler"));
+    }
+    if let Some(list) = annotations.get(ANNOTATION_FALLBACKS) {
+        let field = format!("metadata.annotations[{ANNOTATION_FALLBACKS}]");
+        let names: Vec<&str> = list.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+        // InstanceGroup names are DNS-1123 subdomains; another namespace's group is not this
+        // tenant's to fill.
+        let valid = |n: &str| {
+            n.len() <= 253
+                && n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+                && n.starts_with(|c: char| c.is_ascii_alphanumeric())
+        };
+        if let Some(bad) = names.iter().find(|n| !valid(n) || **n == info.name) {
+            errors.invalid(field, format!("{bad:?} is not another InstanceGroup of this namespace"));
+        } else if !names.is_empty() {
+            let groups: Vec<String> =
+                names.iter().map(|n| format!("{}-{}-{n}", config.cluster_name, info.namespace)).collect();
+            tags.insert(crate::ports::FALLBACK_GROUPS_TAG.to_string(), groups.join(","));
+        }
     }
     let mut tag_specifications = BTreeMap::new();
     for (i, spec) in config.tag_specifications.iter().enumerate() {
@@ -887,6 +909,25 @@ mod tests {
     fn run_with(ig: &InstanceGroup, iam: &IamRules) -> Result<GroupDesign, ValidateError> {
         let info = ObjectInfo { namespace: "t", name: "a", annotations: ig.metadata.annotations.as_ref(), uid: None };
         validate(&info, &ig.spec, iam)
+    }
+
+    #[test]
+    fn fallback_instancegroups_become_the_asgs_fallback_tag_within_the_namespace() {
+        let mut ig = example();
+        ig.metadata.annotations =
+            Some([(ANNOTATION_FALLBACKS.to_string(), "batch-ondemand, batch-spot-b".to_string())].into());
+        let design = run(&ig).unwrap();
+        let cluster = &ig.spec.eks.as_ref().unwrap().configuration.cluster_name;
+        let ns = ig.metadata.namespace.as_deref().unwrap_or("default");
+        assert_eq!(
+            design.tags.get(crate::ports::FALLBACK_GROUPS_TAG),
+            Some(&format!("{cluster}-{ns}-batch-ondemand,{cluster}-{ns}-batch-spot-b"))
+        );
+        for bad in ["Other/Namespace", "batch,../x", ig.metadata.name.clone().unwrap().as_str()] {
+            ig.metadata.annotations = Some([(ANNOTATION_FALLBACKS.to_string(), bad.to_string())].into());
+            let err = run(&ig).unwrap_err();
+            assert_eq!(err.errors[0].field, format!("metadata.annotations[{ANNOTATION_FALLBACKS}]"), "{bad}");
+        }
     }
 
     #[test]
