@@ -2,7 +2,8 @@
 //! activities every few seconds and says at once when a launch failed, instead of letting the
 //! boost wait out `--replacement-timeout` in silence. A pool without capacity
 //! (`CapacityUnavailable`) and a broken configuration (`LaunchFailed`) are told apart; a group
-//! that shows no new instance within `--launch-timeout`, whatever AWS says, is `LaunchStalled`.
+//! that shows no new instance within `--launch-timeout`, whatever AWS says, is `LaunchStalled`
+//! and counts as without capacity, so its boost falls back too.
 //! Each is a Warning Event on the boost's at-risk nodes, a log line and
 //! `spots_booster_launch_failures_total`.
 //!
@@ -58,6 +59,9 @@ pub(crate) struct LaunchWatcher<A, C, L, W, E> {
     told: BTreeSet<String>,
     /// Boosts already told stalled, by group and decision time.
     stalled: BTreeSet<(GroupName, Timestamp)>,
+    /// Since when each group has listed fewer instances than its desired capacity, without a
+    /// break: a moment's gap (an instance terminated, its replacement not listed yet) is no stall.
+    short_since: BTreeMap<GroupName, Timestamp>,
     heartbeat: Option<Heartbeat>,
     /// Woken when a pool runs out of capacity, so the scaler moves the boost at once.
     scaler: Option<Arc<tokio::sync::Notify>>,
@@ -73,7 +77,15 @@ where
 {
     /// A watcher over `ctx`.
     pub(crate) fn new(ctx: Arc<WorkerContext<A, C, L, W, E>>, settings: LaunchWatchSettings) -> Self {
-        LaunchWatcher { ctx, settings, told: BTreeSet::new(), stalled: BTreeSet::new(), heartbeat: None, scaler: None }
+        LaunchWatcher {
+            ctx,
+            settings,
+            told: BTreeSet::new(),
+            stalled: BTreeSet::new(),
+            short_since: BTreeMap::new(),
+            heartbeat: None,
+            scaler: None,
+        }
     }
 
     /// Wakes `scaler` when a pool runs out of capacity.
@@ -117,6 +129,7 @@ where
         let launching = launching_groups(&ledger);
         self.told.retain(|_| !launching.is_empty());
         self.stalled.retain(|(g, at)| ledger.records.iter().any(|r| &r.group == g && r.at == *at));
+        self.short_since.retain(|g, _| launching.contains_key(g));
         if launching.is_empty() {
             return Ok(report);
         }
@@ -131,8 +144,10 @@ where
             self.ctx.groups.note_desired(&group.name, group.desired).await;
             let listed = u32::try_from(group.members().count()).unwrap_or(u32::MAX);
             if group.desired <= listed {
+                self.short_since.remove(&group.name);
                 continue;
             }
+            let short_since = *self.short_since.entry(group.name.clone()).or_insert(now);
             let since = launching[&group.name];
             report.read.push(group.name.clone());
             let activities = self.ctx.aws.scaling_activities(&group.name, since).await?;
@@ -154,12 +169,19 @@ where
             }
             let missing = group.desired - listed;
             for r in ledger.records.iter().filter(|r| r.group == group.name && r.expired.is_none()) {
-                if r.raising_to.is_some() || now.since(r.at) < self.settings.launch_timeout {
+                let waiting_since = r.at.max(short_since);
+                if r.raising_to.is_some() || now.since(waiting_since) < self.settings.launch_timeout {
                     continue;
                 }
                 if self.stalled.insert((r.group.clone(), r.at)) {
                     self.tell_stalled(&group.name, &r.instances.iter().cloned().collect::<Vec<_>>(), missing).await;
                     report.stalled.push(group.name.clone());
+                    // Whatever AWS says (or does not), a group that lists none of its missing
+                    // instances after the launch timeout is taken as without capacity.
+                    self.ctx.groups.note_capacity_failure(&group.name, now);
+                    if let Some(scaler) = &self.scaler {
+                        scaler.notify_one();
+                    }
                 }
             }
         }
@@ -417,5 +439,38 @@ mod tests {
         assert_eq!(terminated, vec![(InstanceId::from("i-n1"), false), (InstanceId::from("i-n2"), false)]);
         let sizes = (rig.aws.desired("spot-a"), rig.aws.desired("spot-b"));
         assert_eq!(sizes, (3, 4), "spot-a never below its size, nothing raised twice");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_group_that_launches_nothing_within_the_launch_timeout_falls_back_though_aws_says_nothing() {
+        use crate::workers::scaler::{Scaler, ScalerSettings};
+        let (rig, ctx, _) = boosted().await;
+        rig.aws.clone().with_tag("a", crate::ports::FALLBACK_GROUPS_TAG, "b");
+        let mut scaler = Scaler::new(ctx.clone(), ScalerSettings::default());
+        let mut w = LaunchWatcher::new(ctx.clone(), LaunchWatchSettings::default()).waking(scaler.waker());
+        w.tick().await.unwrap();
+        tokio::time::advance(Duration::from_secs(181)).await;
+        assert_eq!(w.tick().await.unwrap().stalled, vec![GroupName::from("a")], "no failed activity, no instance");
+        let report = scaler.tick().await.unwrap();
+        assert_eq!(report.fell_back, vec![(GroupName::from("a"), GroupName::from("b"), 2)]);
+        assert_eq!((rig.aws.desired("a"), rig.aws.desired("b")), (3, 5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_moments_gap_between_an_instance_and_its_replacement_is_no_stall() {
+        let (rig, ctx, _) = boosted().await;
+        for i in ["i-r1", "i-r2"] {
+            rig.aws.clone().with_instance("a", i);
+        }
+        let mut w = LaunchWatcher::new(ctx, LaunchWatchSettings::default());
+        tokio::time::advance(Duration::from_secs(600)).await;
+        w.tick().await.unwrap();
+        // An at-risk instance goes; its replacement is listed 5 s later.
+        rig.aws.remove_instance(&"i-n1".into());
+        assert!(w.tick().await.unwrap().stalled.is_empty(), "the boost is old, the gap is not");
+        tokio::time::advance(Duration::from_secs(5)).await;
+        rig.aws.clone().with_instance("a", "i-r3");
+        assert!(w.tick().await.unwrap().stalled.is_empty());
+        assert!(rig.events.reasons_for("n1").is_empty());
     }
 }
