@@ -102,3 +102,226 @@ async fn failed_launches_since_a_boost_are_read_and_classified() {
     assert_eq!(failures[2], None, "a launch that succeeded");
     assert_eq!(aws.stats.calls("DescribeScalingActivities"), 2, "one call per page read");
 }
+
+/// A group as the loopback Auto Scaling server keeps it.
+struct LoopbackGroup {
+    desired: u32,
+    max: u32,
+    instances: Vec<String>,
+    tags: Vec<(String, String)>,
+    /// Failed launch activities, newest first: (id, start time).
+    failed: Vec<(String, String)>,
+}
+
+/// What the loopback server was asked to write: (group, desired, when).
+type Writes = Arc<Mutex<Vec<(String, u32, std::time::Instant)>>>;
+
+fn form(body: &str) -> std::collections::BTreeMap<String, String> {
+    body.split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.replace("%2C", ",").replace("%2F", "/").replace("%3A", ":")))
+        .collect()
+}
+
+fn group_xml(name: &str, g: &LoopbackGroup) -> String {
+    let instances: String = g
+        .instances
+        .iter()
+        .map(|i| {
+            format!(
+                "<member><InstanceId>{i}</InstanceId><AvailabilityZone>us-east-1a</AvailabilityZone>\
+                 <LifecycleState>InService</LifecycleState><HealthStatus>Healthy</HealthStatus>\
+                 <ProtectedFromScaleIn>false</ProtectedFromScaleIn></member>"
+            )
+        })
+        .collect();
+    let tags: String = g
+        .tags
+        .iter()
+        .map(|(k, v)| {
+            format!(
+                "<member><Key>{k}</Key><Value>{v}</Value><ResourceId>{name}</ResourceId>\
+                 <ResourceType>auto-scaling-group</ResourceType><PropagateAtLaunch>false</PropagateAtLaunch></member>"
+            )
+        })
+        .collect();
+    format!(
+        "<member><AutoScalingGroupName>{name}</AutoScalingGroupName>\
+         <AutoScalingGroupARN>arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:1:autoScalingGroupName/{name}</AutoScalingGroupARN>\
+         <MinSize>0</MinSize><MaxSize>{}</MaxSize><DesiredCapacity>{}</DesiredCapacity><DefaultCooldown>300</DefaultCooldown>\
+         <AvailabilityZones><member>us-east-1a</member></AvailabilityZones><HealthCheckType>EC2</HealthCheckType>\
+         <CreatedTime>2026-11-25T09:00:00Z</CreatedTime><Instances>{instances}</Instances>\
+         <SuspendedProcesses><member><ProcessName>AZRebalance</ProcessName><SuspensionReason>test</SuspensionReason></member></SuspendedProcesses>\
+         <Tags>{tags}</Tags></member>",
+        g.max, g.desired
+    )
+}
+
+/// Auto Scaling (and EC2's DescribeInstances, answered with nothing) as the real service answers
+/// a group whose pool has no capacity: desired raised, no instance listed, failed activities.
+fn stateful_server(groups: std::collections::BTreeMap<String, LoopbackGroup>) -> (String, Writes) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let writes: Writes = Arc::default();
+    let record = writes.clone();
+    let groups = Arc::new(Mutex::new(groups));
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let body = String::from_utf8_lossy(&read_request_body(&stream)).to_string();
+            let f = form(&body);
+            let action = f.get("Action").cloned().unwrap_or_default();
+            let mut groups = groups.lock().unwrap();
+            let ns = "xmlns=\"http://autoscaling.amazonaws.com/doc/2011-01-01/\"";
+            let meta =
+                "<ResponseMetadata><RequestId>7a62c49f-0000-4fc4-9331-000000000002</RequestId></ResponseMetadata>";
+            let xml = match action.as_str() {
+                "DescribeAutoScalingGroups" => {
+                    let names: Vec<&String> = f
+                        .iter()
+                        .filter(|(k, _)| k.starts_with("AutoScalingGroupNames.member."))
+                        .map(|(_, v)| v)
+                        .collect();
+                    let members: String = groups
+                        .iter()
+                        .filter(|(n, _)| names.is_empty() || names.contains(n))
+                        .map(|(n, g)| group_xml(n, g))
+                        .collect();
+                    format!(
+                        "<DescribeAutoScalingGroupsResponse {ns}><DescribeAutoScalingGroupsResult>\
+                         <AutoScalingGroups>{members}</AutoScalingGroups></DescribeAutoScalingGroupsResult>{meta}\
+                         </DescribeAutoScalingGroupsResponse>"
+                    )
+                }
+                "SetDesiredCapacity" => {
+                    let name = f["AutoScalingGroupName"].clone();
+                    let desired: u32 = f["DesiredCapacity"].parse().unwrap();
+                    groups.get_mut(&name).unwrap().desired = desired;
+                    record.lock().unwrap().push((name, desired, std::time::Instant::now()));
+                    format!("<SetDesiredCapacityResponse {ns}>{meta}</SetDesiredCapacityResponse>")
+                }
+                "DescribeScalingActivities" => {
+                    let g = &groups[&f["AutoScalingGroupName"]];
+                    let members: String =
+                        g.failed.iter().map(|(id, at)| activity(id, "Failed", at, Some(SPOT))).collect();
+                    format!(
+                        "<DescribeScalingActivitiesResponse {ns}><DescribeScalingActivitiesResult>\
+                         <Activities>{members}</Activities></DescribeScalingActivitiesResult>{meta}\
+                         </DescribeScalingActivitiesResponse>"
+                    )
+                }
+                "DescribeInstances" => "<DescribeInstancesResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\">\
+                     <requestId>5b4b7f5e-0000-4000-8000-000000000003</requestId><reservationSet/>\
+                     </DescribeInstancesResponse>"
+                    .to_string(),
+                other => panic!("the loopback server does not answer {other}: {body}"),
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{xml}",
+                xml.len()
+            );
+        }
+    });
+    (endpoint, writes)
+}
+
+#[tokio::test]
+async fn a_boost_into_a_pool_without_capacity_lands_in_its_fallback_through_the_real_adapter() {
+    use spots_booster::core::{BoostRecord, InstanceId, Node, NodeName, Policy, Resources};
+    use spots_booster::fakes::{FakeAutoScaling, FakeRig};
+    use spots_booster::metrics::Metrics;
+    use spots_booster::workers::launches::{LaunchWatchSettings, LaunchWatcher};
+    use spots_booster::workers::scaler::{Scaler, ScalerSettings};
+
+    // spot-a was boosted 3 -> 5 two seconds ago; its pool has no capacity: nothing is listed, and
+    // its launch failed a second ago. Its tag names spot-b.
+    let now = jiff::Timestamp::now();
+    let failed_at = now - jiff::SignedDuration::from_secs(1);
+    let groups = std::collections::BTreeMap::from([
+        (
+            "spot-a".to_string(),
+            LoopbackGroup {
+                desired: 5,
+                max: 10,
+                instances: vec!["i-0a1".into(), "i-0a2".into(), "i-0a3".into()],
+                tags: vec![("spots-booster.io/fallback-groups".into(), "spot-b".into())],
+                failed: vec![("a1".into(), failed_at.to_string())],
+            },
+        ),
+        (
+            "spot-b".to_string(),
+            LoopbackGroup {
+                desired: 2,
+                max: 10,
+                instances: vec!["i-0b1".into(), "i-0b2".into()],
+                tags: Vec::new(),
+                failed: Vec::new(),
+            },
+        ),
+    ]);
+    let (endpoint, writes) = stateful_server(groups);
+    let config = aws_config::defaults(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(Credentials::new("test", "test", None, None, "static"))
+        .load()
+        .await;
+    let aws = AwsPorts::new(&config, false);
+    let rig = FakeRig::new(FakeAutoScaling::default());
+    for (node, group) in [("a1", "spot-a"), ("a2", "spot-a"), ("a3", "spot-a"), ("b1", "spot-b"), ("b2", "spot-b")] {
+        rig.cluster.put_node(Node {
+            name: NodeName::from(node),
+            instance: Some(InstanceId::from(format!("i-0{node}").as_str())),
+            group: Some(GroupName::from(group)),
+            ready: true,
+            cordoned: false,
+            deleting_by_ca: false,
+            created: Timestamp::EPOCH,
+            allocatable: Resources::new(4000, 16 << 30),
+            pods: Vec::new(),
+            internal_ips: Vec::new(),
+        });
+    }
+    let ctx = rig
+        .context_with(
+            aws.autoscaling.clone(),
+            Policy::default(),
+            spots_booster::workers::system_clock(),
+            Arc::new(Metrics::new()),
+        )
+        .await;
+    let decided = Timestamp::from_millis((now - jiff::SignedDuration::from_secs(2)).as_millisecond());
+    let record = BoostRecord {
+        group: "spot-a".into(),
+        instances: ["i-0a1".into()].into(),
+        added: 2,
+        returned: 0,
+        at: decided,
+        before: 3,
+        settled: Default::default(),
+        kept: Default::default(),
+        expired: None,
+        giving_back: Default::default(),
+        raising_to: None,
+        returning: Default::default(),
+        moved: Vec::new(),
+    };
+    ctx.ledger.update(|l| l.record(record)).await.unwrap();
+
+    let mut scaler = Scaler::new(ctx.clone(), ScalerSettings::default());
+    let mut watcher = LaunchWatcher::new(ctx.clone(), LaunchWatchSettings::default()).waking(scaler.waker());
+    let report = watcher.tick().await.unwrap();
+    assert_eq!(report.failed.len(), 1, "{report:?}");
+    let report = scaler.tick().await.unwrap();
+    assert_eq!(report.fell_back, vec![(GroupName::from("spot-a"), GroupName::from("spot-b"), 2)]);
+
+    let writes = writes.lock().unwrap().clone();
+    let sizes: Vec<(&str, u32)> = writes.iter().map(|(g, d, _)| (g.as_str(), *d)).collect();
+    assert_eq!(sizes, vec![("spot-b", 4), ("spot-a", 3)], "the fallback raised, then the unlaunched nodes taken back");
+    let since_failure = std::time::Duration::try_from(jiff::Timestamp::now() - failed_at).unwrap();
+    assert!(since_failure < std::time::Duration::from_secs(30), "{since_failure:?} from the failed activity");
+    let saved = ctx.ledger.current().await;
+    assert_eq!((saved.records[0].added, saved.records[0].moved[0].added), (0, 2));
+    assert!(saved.records[0].moved[0].taken_back);
+}

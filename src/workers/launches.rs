@@ -52,7 +52,7 @@ pub struct LaunchReport {
 }
 
 /// The launch watcher worker.
-pub(crate) struct LaunchWatcher<A, C, L, W, E> {
+pub struct LaunchWatcher<A, C, L, W, E> {
     ctx: Arc<WorkerContext<A, C, L, W, E>>,
     settings: LaunchWatchSettings,
     /// Failed activities already told, by id.
@@ -76,7 +76,7 @@ where
     E: EventSink,
 {
     /// A watcher over `ctx`.
-    pub(crate) fn new(ctx: Arc<WorkerContext<A, C, L, W, E>>, settings: LaunchWatchSettings) -> Self {
+    pub fn new(ctx: Arc<WorkerContext<A, C, L, W, E>>, settings: LaunchWatchSettings) -> Self {
         LaunchWatcher {
             ctx,
             settings,
@@ -89,7 +89,7 @@ where
     }
 
     /// Wakes `scaler` when a pool runs out of capacity.
-    pub(crate) fn waking(mut self, scaler: Arc<tokio::sync::Notify>) -> Self {
+    pub fn waking(mut self, scaler: Arc<tokio::sync::Notify>) -> Self {
         self.scaler = Some(scaler);
         self
     }
@@ -120,7 +120,7 @@ where
     }
 
     /// One pass: reads the groups with nodes still to launch and tells what went wrong.
-    pub(crate) async fn tick(&mut self) -> Result<LaunchReport, AwsError> {
+    pub async fn tick(&mut self) -> Result<LaunchReport, AwsError> {
         let mut report = LaunchReport::default();
         if !self.ctx.leadership.is_leader() {
             return Ok(report);

@@ -89,7 +89,7 @@ pub struct TickReport {
     /// Boosts a follower left to the leader.
     pub(crate) not_leader: usize,
     /// Nodes moved from a group without capacity to its fallback: `(from, to, nodes)`.
-    pub(crate) fell_back: Vec<(GroupName, GroupName, u32)>,
+    pub fell_back: Vec<(GroupName, GroupName, u32)>,
 }
 
 /// The scaler worker.
