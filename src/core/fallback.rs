@@ -146,7 +146,14 @@ pub fn plan_take_backs(snapshot: &Snapshot, ledger: &BoostLedger) -> Vec<TakeBac
             continue;
         }
         let Some(group) = snapshot.groups.get(&r.group) else { continue };
-        let due = r.moved.iter().find(|p| p.raising_to.is_none() && !p.taken_back);
+        // Only when the guard would let it through: a group that lists more instances than the
+        // lowered value (its capacity came back) keeps them, and is not asked again every pass.
+        let listed = group.members.as_ref().map_or(u32::MAX, |m| u32::try_from(m.len()).unwrap_or(u32::MAX));
+        let fits = |p: &&super::model::MovedPart| {
+            let to = group.desired.saturating_sub(p.added);
+            listed <= to && to >= group.min && to < group.desired
+        };
+        let due = r.moved.iter().filter(|p| p.raising_to.is_none() && !p.taken_back).find(fits);
         if let Some(part) = due.filter(|_| !plan.iter().any(|t| t.group == r.group)) {
             plan.push(TakeBack {
                 group: r.group.clone(),
@@ -305,6 +312,12 @@ mod tests {
         let plan = plan_take_backs(&s, &s.ledger);
         assert_eq!(plan.len(), 1);
         assert_eq!((plan[0].group.as_str(), plan[0].from, plan[0].nodes), ("spot-a", 8, 3));
+
+        // Its capacity came back and it launched them: nothing to take back, nothing asked.
+        let mut back = s.clone();
+        let members = back.groups.get_mut(&GroupName::from("spot-a")).unwrap().members.as_mut().unwrap();
+        members.extend(["i-6".into(), "i-7".into(), "i-8".into()]);
+        assert!(plan_take_backs(&back, &back.ledger).is_empty());
 
         for (raising, taken, lowering) in [(Some(7), false, None), (None, true, None), (None, false, Some(5))] {
             s.ledger.records[0].moved[0] = part(raising, taken, lowering);

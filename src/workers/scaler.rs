@@ -598,6 +598,9 @@ where
                 Err(e) if e.may_have_applied() => warn!(%group, error = %e, "lowering a group has an unknown outcome"),
                 other => {
                     debug!(%group, outcome = ?other, "desired capacity left as it is: an instance could be terminated by lowering it, or it changed");
+                    if let Ok(WriteOutcome::Raced { live }) = other {
+                        ctx.groups.note_desired(&group, live).await;
+                    }
                     settled.push((t, false));
                 }
             }
