@@ -8,8 +8,6 @@ use std::io::Write;
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
-use aws_config::{BehaviorVersion, Region};
-use aws_sdk_autoscaling::config::Credentials;
 use spots_booster::aws::AwsPorts;
 use spots_booster::core::{classify, GroupName, LaunchFailure, Timestamp};
 use spots_booster::ports::AutoScaling;
@@ -78,12 +76,7 @@ fn autoscaling_server() -> (String, Arc<Mutex<Vec<String>>>) {
 #[tokio::test]
 async fn failed_launches_since_a_boost_are_read_and_classified() {
     let (endpoint, asked) = autoscaling_server();
-    let config = aws_config::defaults(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(endpoint)
-        .credentials_provider(Credentials::new("test", "test", None, None, "static"))
-        .load()
-        .await;
+    let config = support::sdk_loader(endpoint).load().await;
     let aws = AwsPorts::new(&config, false);
     let since: Timestamp =
         Timestamp::from_millis("2026-11-25T10:00:00Z".parse::<jiff::Timestamp>().unwrap().as_millisecond());
@@ -261,12 +254,7 @@ async fn a_boost_into_a_pool_without_capacity_lands_in_its_fallback_through_the_
         ),
     ]);
     let (endpoint, writes) = stateful_server(groups);
-    let config = aws_config::defaults(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(endpoint)
-        .credentials_provider(Credentials::new("test", "test", None, None, "static"))
-        .load()
-        .await;
+    let config = support::sdk_loader(endpoint).load().await;
     let aws = AwsPorts::new(&config, false);
     let rig = FakeRig::new(FakeAutoScaling::default());
     for (node, group) in [("a1", "spot-a"), ("a2", "spot-a"), ("a3", "spot-a"), ("b1", "spot-b"), ("b2", "spot-b")] {

@@ -9,8 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_config::retry::RetryConfig;
-use aws_config::{BehaviorVersion, Region};
-use aws_sdk_autoscaling::config::Credentials;
 use spots_booster::aws::AwsPorts;
 use spots_booster::ports::{AutoScaling, AwsError, DesiredWrite, FailureKind};
 use support::read_request_body;
@@ -44,10 +42,7 @@ fn throttling_server() -> (String, Arc<AtomicUsize>) {
 #[tokio::test]
 async fn throttles_are_retried_then_reported_as_throttled() {
     let (endpoint, seen) = throttling_server();
-    let config = aws_config::defaults(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(endpoint)
-        .credentials_provider(Credentials::new("test", "test", None, None, "static"))
+    let config = support::sdk_loader(endpoint)
         // Standard mode: adaptive mode's client-side rate limiter (what `load_sdk_config` sets,
         // see its unit test) would add tens of seconds of deliberate pacing after the throttles.
         .retry_config(RetryConfig::standard().with_max_attempts(3).with_initial_backoff(Duration::from_millis(5)))

@@ -8,8 +8,6 @@ use std::io::Write;
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
-use aws_config::{BehaviorVersion, Region};
-use aws_sdk_autoscaling::config::Credentials;
 use spots_booster::aws::AwsPorts;
 use spots_booster::core::InstanceId;
 use spots_booster::ports::AutoScaling;
@@ -98,12 +96,7 @@ async fn only_instances_with_a_pending_scheduled_event_are_listed() {
         ("i-0000000000000dddd", vec![]),
     ]);
     let (endpoint, asked) = ec2_server(fleet);
-    let config = aws_config::defaults(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(endpoint)
-        .credentials_provider(Credentials::new("test", "test", None, None, "static"))
-        .load()
-        .await;
+    let config = support::sdk_loader(endpoint).load().await;
     let aws = AwsPorts::new(&config, false);
     let ids: Vec<InstanceId> = ["aaaa", "bbbb", "cccc", "dddd"]
         .iter()

@@ -1,7 +1,17 @@
-//! For the loopback servers that answer where moto cannot: reads one HTTP/1.1 request.
+//! For the loopback servers that answer where moto cannot: the SDK configuration that reaches
+//! one, and reading one HTTP/1.1 request.
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpStream;
+
+/// The SDK configuration for a loopback server at `endpoint` (static test credentials), still
+/// open to more settings.
+pub fn sdk_loader(endpoint: String) -> aws_config::ConfigLoader {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(aws_sdk_autoscaling::config::Credentials::new("test", "test", None, None, "static"))
+}
 
 /// Reads one request's head and body from `stream`; returns the body.
 pub fn read_request_body(stream: &TcpStream) -> Vec<u8> {
