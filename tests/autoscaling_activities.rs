@@ -4,14 +4,12 @@
 //! failed launches worded as AWS words them. The adapter must read no further back than asked,
 //! and the core must tell a pool without capacity from a broken configuration.
 
-use std::io::Write;
-use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
 use spots_booster::aws::AwsPorts;
 use spots_booster::core::{classify, GroupName, LaunchFailure, Timestamp};
 use spots_booster::ports::AutoScaling;
-use support::read_request_body;
+use support::serve;
 
 #[path = "support/aws_loopback.rs"]
 mod support;
@@ -37,38 +35,28 @@ fn activity(id: &str, status: &str, started: &str, message: Option<&str>) -> Str
 
 /// Serves three pages of `spot-a`'s activities, newest first, recording each request's body.
 fn autoscaling_server() -> (String, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
     let asked = Arc::new(Mutex::new(Vec::new()));
     let record = asked.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let body = String::from_utf8_lossy(&read_request_body(&stream)).to_string();
-            record.lock().unwrap().push(body.clone());
-            let (members, next) = if body.contains("NextToken=page-3") {
-                (activity("a5", "Successful", "2026-11-25T09:00:00Z", None), "")
-            } else if body.contains("NextToken=page-2") {
-                // The boost's window began at 10:00: the second activity is older.
-                let older = activity("a4", "Failed", "2026-11-25T09:59:00Z", Some(SPOT));
-                (activity("a3", "Successful", "2026-11-25T10:00:01Z", None) + &older, "page-3")
-            } else {
-                let newest = activity("a1", "Failed", "2026-11-25T10:00:09.512Z", Some(SPOT));
-                (newest + &activity("a2", "Failed", "2026-11-25T10:00:05Z", Some(TEMPLATE)), "page-2")
-            };
-            let token = if next.is_empty() { String::new() } else { format!("<NextToken>{next}</NextToken>") };
-            let xml = format!(
-                "<DescribeScalingActivitiesResponse xmlns=\"http://autoscaling.amazonaws.com/doc/2011-01-01/\">\
+    let endpoint = serve(move |body| {
+        record.lock().unwrap().push(body.clone());
+        let (members, next) = if body.contains("NextToken=page-3") {
+            (activity("a5", "Successful", "2026-11-25T09:00:00Z", None), "")
+        } else if body.contains("NextToken=page-2") {
+            // The boost's window began at 10:00: the second activity is older.
+            let older = activity("a4", "Failed", "2026-11-25T09:59:00Z", Some(SPOT));
+            (activity("a3", "Successful", "2026-11-25T10:00:01Z", None) + &older, "page-3")
+        } else {
+            let newest = activity("a1", "Failed", "2026-11-25T10:00:09.512Z", Some(SPOT));
+            (newest + &activity("a2", "Failed", "2026-11-25T10:00:05Z", Some(TEMPLATE)), "page-2")
+        };
+        let token = if next.is_empty() { String::new() } else { format!("<NextToken>{next}</NextToken>") };
+        let xml = format!(
+            "<DescribeScalingActivitiesResponse xmlns=\"http://autoscaling.amazonaws.com/doc/2011-01-01/\">\
                  <DescribeScalingActivitiesResult><Activities>{members}</Activities>{token}\
                  </DescribeScalingActivitiesResult><ResponseMetadata><RequestId>7a62c49f-0000-4fc4-9331-000000000001\
                  </RequestId></ResponseMetadata></DescribeScalingActivitiesResponse>"
-            );
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{xml}",
-                xml.len()
-            );
-        }
+        );
+        ("200 OK", xml)
     });
     (endpoint, asked)
 }
@@ -153,68 +141,53 @@ fn group_xml(name: &str, g: &LoopbackGroup) -> String {
 /// Auto Scaling (and EC2's DescribeInstances, answered with nothing) as the real service answers
 /// a group whose pool has no capacity: desired raised, no instance listed, failed activities.
 fn stateful_server(groups: std::collections::BTreeMap<String, LoopbackGroup>) -> (String, Writes) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
     let writes: Writes = Arc::default();
     let record = writes.clone();
     let groups = Arc::new(Mutex::new(groups));
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let body = String::from_utf8_lossy(&read_request_body(&stream)).to_string();
-            let f = form(&body);
-            let action = f.get("Action").cloned().unwrap_or_default();
-            let mut groups = groups.lock().unwrap();
-            let ns = "xmlns=\"http://autoscaling.amazonaws.com/doc/2011-01-01/\"";
-            let meta =
-                "<ResponseMetadata><RequestId>7a62c49f-0000-4fc4-9331-000000000002</RequestId></ResponseMetadata>";
-            let xml = match action.as_str() {
-                "DescribeAutoScalingGroups" => {
-                    let names: Vec<&String> = f
-                        .iter()
-                        .filter(|(k, _)| k.starts_with("AutoScalingGroupNames.member."))
-                        .map(|(_, v)| v)
-                        .collect();
-                    let members: String = groups
-                        .iter()
-                        .filter(|(n, _)| names.is_empty() || names.contains(n))
-                        .map(|(n, g)| group_xml(n, g))
-                        .collect();
-                    format!(
-                        "<DescribeAutoScalingGroupsResponse {ns}><DescribeAutoScalingGroupsResult>\
+    let endpoint = serve(move |body| {
+        let f = form(&body);
+        let action = f.get("Action").cloned().unwrap_or_default();
+        let mut groups = groups.lock().unwrap();
+        let ns = "xmlns=\"http://autoscaling.amazonaws.com/doc/2011-01-01/\"";
+        let meta = "<ResponseMetadata><RequestId>7a62c49f-0000-4fc4-9331-000000000002</RequestId></ResponseMetadata>";
+        let xml = match action.as_str() {
+            "DescribeAutoScalingGroups" => {
+                let names: Vec<&String> =
+                    f.iter().filter(|(k, _)| k.starts_with("AutoScalingGroupNames.member.")).map(|(_, v)| v).collect();
+                let members: String = groups
+                    .iter()
+                    .filter(|(n, _)| names.is_empty() || names.contains(n))
+                    .map(|(n, g)| group_xml(n, g))
+                    .collect();
+                format!(
+                    "<DescribeAutoScalingGroupsResponse {ns}><DescribeAutoScalingGroupsResult>\
                          <AutoScalingGroups>{members}</AutoScalingGroups></DescribeAutoScalingGroupsResult>{meta}\
                          </DescribeAutoScalingGroupsResponse>"
-                    )
-                }
-                "SetDesiredCapacity" => {
-                    let name = f["AutoScalingGroupName"].clone();
-                    let desired: u32 = f["DesiredCapacity"].parse().unwrap();
-                    groups.get_mut(&name).unwrap().desired = desired;
-                    record.lock().unwrap().push((name, desired, std::time::Instant::now()));
-                    format!("<SetDesiredCapacityResponse {ns}>{meta}</SetDesiredCapacityResponse>")
-                }
-                "DescribeScalingActivities" => {
-                    let g = &groups[&f["AutoScalingGroupName"]];
-                    let members: String =
-                        g.failed.iter().map(|(id, at)| activity(id, "Failed", at, Some(SPOT))).collect();
-                    format!(
-                        "<DescribeScalingActivitiesResponse {ns}><DescribeScalingActivitiesResult>\
+                )
+            }
+            "SetDesiredCapacity" => {
+                let name = f["AutoScalingGroupName"].clone();
+                let desired: u32 = f["DesiredCapacity"].parse().unwrap();
+                groups.get_mut(&name).unwrap().desired = desired;
+                record.lock().unwrap().push((name, desired, std::time::Instant::now()));
+                format!("<SetDesiredCapacityResponse {ns}>{meta}</SetDesiredCapacityResponse>")
+            }
+            "DescribeScalingActivities" => {
+                let g = &groups[&f["AutoScalingGroupName"]];
+                let members: String = g.failed.iter().map(|(id, at)| activity(id, "Failed", at, Some(SPOT))).collect();
+                format!(
+                    "<DescribeScalingActivitiesResponse {ns}><DescribeScalingActivitiesResult>\
                          <Activities>{members}</Activities></DescribeScalingActivitiesResult>{meta}\
                          </DescribeScalingActivitiesResponse>"
-                    )
-                }
-                "DescribeInstances" => "<DescribeInstancesResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\">\
+                )
+            }
+            "DescribeInstances" => "<DescribeInstancesResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\">\
                      <requestId>5b4b7f5e-0000-4000-8000-000000000003</requestId><reservationSet/>\
                      </DescribeInstancesResponse>"
-                    .to_string(),
-                other => panic!("the loopback server does not answer {other}: {body}"),
-            };
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{xml}",
-                xml.len()
-            );
-        }
+                .to_string(),
+            other => panic!("the loopback server does not answer {other}: {body}"),
+        };
+        ("200 OK", xml)
     });
     (endpoint, writes)
 }

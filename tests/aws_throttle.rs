@@ -2,8 +2,6 @@
 //! AWS's `Throttling` error; the adapter must retry, then fail with a typed,
 //! categorised error, and count calls, attempts, errors and throttles.
 
-use std::io::Write;
-use std::net::TcpListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +9,7 @@ use std::time::Duration;
 use aws_config::retry::RetryConfig;
 use spots_booster::aws::AwsPorts;
 use spots_booster::ports::{AutoScaling, AwsError, DesiredWrite, FailureKind};
-use support::read_request_body;
+use support::serve;
 
 #[path = "support/aws_loopback.rs"]
 mod support;
@@ -20,21 +18,11 @@ const THROTTLED: &str = r#"<ErrorResponse xmlns="http://autoscaling.amazonaws.co
 
 /// Serves `THROTTLED` to every request, counting them; returns the endpoint and the count.
 fn throttling_server() -> (String, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
     let seen = Arc::new(AtomicUsize::new(0));
     let counter = seen.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            read_request_body(&stream);
-            counter.fetch_add(1, Ordering::SeqCst);
-            let _ = write!(
-                stream,
-                "HTTP/1.1 400 Bad Request\r\nContent-Type: text/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{THROTTLED}",
-                THROTTLED.len()
-            );
-        }
+    let endpoint = serve(move |_| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        ("400 Bad Request", THROTTLED.to_string())
     });
     (endpoint, seen)
 }

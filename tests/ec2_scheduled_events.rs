@@ -4,14 +4,12 @@
 //! and not those whose events are over.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
-use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
 use spots_booster::aws::AwsPorts;
 use spots_booster::core::InstanceId;
 use spots_booster::ports::AutoScaling;
-use support::read_request_body;
+use support::serve;
 
 #[path = "support/aws_loopback.rs"]
 mod support;
@@ -39,23 +37,17 @@ fn status_item(id: &str, events: &[&str]) -> String {
 
 /// Serves `DescribeInstanceStatus` for `fleet`, recording the ids each request asked for.
 fn ec2_server(fleet: Fleet) -> (String, Arc<Mutex<Vec<Vec<String>>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
     let asked = Arc::new(Mutex::new(Vec::new()));
     let record = asked.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let body = read_request_body(&stream);
-            let body = String::from_utf8_lossy(&body).to_string();
-            let ids: Vec<String> = body
-                .split('&')
-                .filter_map(|kv| kv.split_once('='))
-                .filter(|(k, _)| k.starts_with("InstanceId."))
-                .map(|(_, v)| v.to_string())
-                .collect();
-            record.lock().unwrap().push(ids.clone());
-            let (status, xml) = match ids.iter().find(|i| !fleet.contains_key(i.as_str())) {
+    let endpoint = serve(move |body| {
+        let ids: Vec<String> = body
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .filter(|(k, _)| k.starts_with("InstanceId."))
+            .map(|(_, v)| v.to_string())
+            .collect();
+        record.lock().unwrap().push(ids.clone());
+        let (status, xml) = match ids.iter().find(|i| !fleet.contains_key(i.as_str())) {
                 Some(unknown) => (
                     "400 Bad Request",
                     format!(
@@ -77,12 +69,7 @@ fn ec2_server(fleet: Fleet) -> (String, Arc<Mutex<Vec<Vec<String>>>>) {
                     )
                 }
             };
-            let _ = write!(
-                stream,
-                "HTTP/1.1 {status}\r\nContent-Type: text/xml;charset=UTF-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{xml}",
-                xml.len()
-            );
-        }
+        (status, xml)
     });
     (endpoint, asked)
 }

@@ -1,8 +1,28 @@
-//! For the loopback servers that answer where moto cannot: the SDK configuration that reaches
-//! one, and reading one HTTP/1.1 request.
+//! For the loopback servers that answer where moto cannot: serving one, and the SDK
+//! configuration that reaches it.
 
-use std::io::{BufRead, BufReader, Read};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+
+/// Serves HTTP/1.1 on a free loopback port for the rest of the process: each request's body goes
+/// to `answer`, which gives the status (`"200 OK"`) and the XML to send back. Returns the endpoint.
+pub fn serve(mut answer: impl FnMut(String) -> (&'static str, String) + Send + 'static) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let body = String::from_utf8_lossy(&read_request_body(&stream)).to_string();
+            let (status, xml) = answer(body);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Type: text/xml;charset=UTF-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{xml}",
+                xml.len()
+            );
+        }
+    });
+    endpoint
+}
 
 /// The SDK configuration for a loopback server at `endpoint` (static test credentials), still
 /// open to more settings.
@@ -14,7 +34,7 @@ pub fn sdk_loader(endpoint: String) -> aws_config::ConfigLoader {
 }
 
 /// Reads one request's head and body from `stream`; returns the body.
-pub fn read_request_body(stream: &TcpStream) -> Vec<u8> {
+fn read_request_body(stream: &TcpStream) -> Vec<u8> {
     let mut reader = BufReader::new(stream.try_clone().expect("a clonable stream"));
     let mut length = 0;
     loop {
