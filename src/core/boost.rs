@@ -13,10 +13,11 @@
 //! until the instance is actually interrupted, which beats evicting pods into a group that has no
 //! room for them.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+use super::fast_hash::FastMap;
 use super::model::{BoostLedger, BoostRecord, Group, GroupName, InstanceId, Node, Resources, Snapshot, Timestamp};
 use super::policy::{Policy, SizingMode};
 use super::signals::{AtRisk, AtRiskSet};
@@ -171,7 +172,7 @@ pub(crate) fn plan_boosts(
     now: Timestamp,
 ) -> BoostPlan {
     let covered = ledger.index();
-    let mut facts: HashMap<&GroupName, GroupFacts> = HashMap::new();
+    let mut facts: FastMap<&GroupName, GroupFacts> = FastMap::default();
     for node in snapshot.nodes.values() {
         if let (Some(group), true, false) = (&node.group, node.ready, node.deleting_by_ca) {
             let f = facts.entry(group).or_default();

@@ -8,11 +8,12 @@
 //! replacement that dies is replaced by the next node to join; nodes that served a closed record
 //! are remembered in the ledger as spent and never serve another.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::fast_hash::{FastMap, FastSet};
 use super::model::{
     BoostLedger, BoostRecord, GroupName, InstanceId, Node, NodeName, OptOut, Pod, PodClass, Snapshot, Timestamp,
 };
@@ -231,8 +232,8 @@ pub struct DrainPlan {
 /// Claims Ready replacement nodes for every ledger record, oldest record first, oldest node first.
 pub(crate) fn claim_replacements(snapshot: &Snapshot, ledger: &BoostLedger, at_risk: &AtRiskSet) -> Vec<Claim> {
     let boosted = ledger.index();
-    let risky: HashSet<&InstanceId> = at_risk.by_group.values().flat_map(|m| m.keys()).collect();
-    let mut by_group: HashMap<&GroupName, Vec<&Node>> = HashMap::new();
+    let risky: FastSet<&InstanceId> = at_risk.by_group.values().flat_map(|m| m.keys()).collect();
+    let mut by_group: FastMap<&GroupName, Vec<&Node>> = FastMap::default();
     for node in snapshot.nodes.values() {
         let Some(group) = node.group.as_ref() else {
             continue;
@@ -251,7 +252,7 @@ pub(crate) fn claim_replacements(snapshot: &Snapshot, ledger: &BoostLedger, at_r
 
     let mut records: Vec<&BoostRecord> = ledger.records.iter().collect();
     records.sort_by_key(|r| r.at);
-    let mut taken: HashSet<&NodeName> = HashSet::new();
+    let mut taken: FastSet<&NodeName> = FastSet::default();
     records
         .into_iter()
         .map(|record| {
@@ -291,7 +292,7 @@ pub(crate) fn claim_replacements(snapshot: &Snapshot, ledger: &BoostLedger, at_r
 pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> DrainPlan {
     let DrainView { snapshot, at_risk, state } = *view;
     let claims = claim_replacements(snapshot, &snapshot.ledger, at_risk);
-    let claim_of: HashMap<&InstanceId, usize> =
+    let claim_of: FastMap<&InstanceId, usize> =
         claims.iter().enumerate().flat_map(|(k, c)| c.instances.iter().map(move |i| (i, k))).collect();
     let records = snapshot.ledger.index();
     // Per record: terminations already promised a decrement by drains under way or planned now.
@@ -317,7 +318,7 @@ pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp
     }
 
     let timed_out: BTreeSet<&NodeName> = plan.timed_out.iter().map(|t| &t.node).collect();
-    let mut active: HashMap<&GroupName, u32> = HashMap::new();
+    let mut active: FastMap<&GroupName, u32> = FastMap::default();
     for (node, d) in &state.in_progress {
         if !timed_out.contains(node) {
             *active.entry(&d.group).or_default() += 1;
@@ -517,7 +518,7 @@ pub(crate) fn close_finished_boosts(snapshot: &Snapshot, ledger: &BoostLedger, a
     let open = ledger;
     let mut ledger = BoostLedger { records: Vec::new(), spent: open.spent.clone() };
     if !open.records.is_empty() {
-        let alive: HashSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
+        let alive: FastSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
         let mut closed = Vec::new();
         for record in &open.records {
             let members = snapshot.groups.get(&record.group).and_then(|g| g.members.as_ref());

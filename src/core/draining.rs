@@ -6,7 +6,7 @@
 //! plan and folds what happened back in with [`DrainingPlan::withdraw`] and
 //! [`DrainState::record_round`]; it decides nothing itself.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::drain::{
     eviction_backoff, eviction_order, next_batches, DrainEnd, DrainPlan, DrainStarted, DrainState, DrainView,
 };
+use super::fast_hash::FastSet;
 use super::model::{GroupName, InstanceId, Node, NodeName, PodClass, Snapshot, Timestamp};
 use super::policy::Policy;
 use super::signals::fold_signals;
@@ -206,7 +207,7 @@ pub fn plan_draining(
     }
     // Ended drains are remembered only while their instance is around.
     if !next.finished.is_empty() {
-        let alive: HashSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
+        let alive: FastSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
         next.finished.retain(|i, _| alive.contains(i));
     }
 

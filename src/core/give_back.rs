@@ -19,11 +19,12 @@
 //! Cluster Autoscaler.
 
 use std::cell::OnceCell;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use super::drain::claim_replacements;
+use super::fast_hash::FastSet;
 use super::identity;
 use super::model::{GiveBackNode, GroupName, InstanceId, Node, NodeName, Snapshot, Timestamp};
 use super::policy::Policy;
@@ -63,7 +64,7 @@ pub(crate) fn plan_give_backs(
 ) -> Vec<GiveBack> {
     // An instance whose node is still Ready is running, whatever the list says: never taken.
     // Looked up only for instances missing from their group's list, so built only then.
-    let running: OnceCell<HashSet<&InstanceId>> = OnceCell::new();
+    let running: OnceCell<FastSet<&InstanceId>> = OnceCell::new();
     let running = || {
         running
             .get_or_init(|| snapshot.nodes.values().filter(|n| n.ready).filter_map(|n| n.instance.as_ref()).collect())
@@ -102,13 +103,13 @@ pub(crate) fn plan_give_backs(
         return Vec::new();
     }
 
-    let chosen: HashSet<&NodeName> =
+    let chosen: FastSet<&NodeName> =
         snapshot.ledger.records.iter().flat_map(|r| r.giving_back.values().map(|g| &g.node)).collect();
     let covered = snapshot.ledger.index();
-    let risky: HashSet<&InstanceId> = at_risk.by_group.values().flat_map(|m| m.keys()).collect();
-    let alive: HashSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
+    let risky: FastSet<&InstanceId> = at_risk.by_group.values().flat_map(|m| m.keys()).collect();
+    let alive: FastSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
     // Replacements serving a boost whose at-risk nodes are still there wait for their drain.
-    let serving: HashSet<NodeName> = claim_replacements(snapshot, &snapshot.ledger, at_risk)
+    let serving: FastSet<NodeName> = claim_replacements(snapshot, &snapshot.ledger, at_risk)
         .into_iter()
         .filter(|c| c.instances.iter().any(|i| alive.contains(i)))
         .flat_map(|c| c.nodes)

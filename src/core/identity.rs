@@ -9,14 +9,14 @@
 //! did not give (custom hostnames): a name shaped like an EC2 name that does not match is a lie
 //! no address can mend.
 
-use std::collections::{HashMap, HashSet};
-
+use super::fast_hash::{FastMap, FastSet};
 use super::model::{InstanceFacts, InstanceId, Node, Snapshot};
 use super::signals::Distrust;
 
 /// The instances that more than one Node claims: none of those Nodes is believed.
-pub(crate) fn claimed_twice(snapshot: &Snapshot) -> HashSet<&InstanceId> {
-    let mut claims: HashMap<&InstanceId, u32> = HashMap::with_capacity(snapshot.nodes.len());
+pub(crate) fn claimed_twice(snapshot: &Snapshot) -> FastSet<&InstanceId> {
+    let mut claims: FastMap<&InstanceId, u32> =
+        FastMap::with_capacity_and_hasher(snapshot.nodes.len(), Default::default());
     for instance in snapshot.nodes.values().filter_map(|n| n.instance.as_ref()) {
         *claims.entry(instance).or_default() += 1;
     }
@@ -24,12 +24,20 @@ pub(crate) fn claimed_twice(snapshot: &Snapshot) -> HashSet<&InstanceId> {
 }
 
 /// Whether `node` is verified as the instance it names, given the instances claimed twice.
-pub(crate) fn verify(snapshot: &Snapshot, twice: &HashSet<&InstanceId>, node: &Node) -> Result<(), Distrust> {
+pub(crate) fn verify(snapshot: &Snapshot, twice: &FastSet<&InstanceId>, node: &Node) -> Result<(), Distrust> {
+    let instance = node.instance.as_ref();
+    let facts = instance.and_then(|i| snapshot.instances.get(i));
+    verify_against(node, facts, instance.is_some_and(|i| twice.contains(i)))
+}
+
+/// [`verify`], with EC2's description of the node's instance (if any) and whether another Node
+/// claims that instance too already found.
+pub(crate) fn verify_against(node: &Node, facts: Option<&InstanceFacts>, claimed_twice: bool) -> Result<(), Distrust> {
     let Some(instance) = node.instance.as_ref() else { return Err(Distrust::IdentityMismatch) };
-    if twice.contains(instance) {
+    if claimed_twice {
         return Err(Distrust::ClaimedTwice);
     }
-    let facts = snapshot.instances.get(instance).ok_or(Distrust::InstanceNotDescribed)?;
+    let facts = facts.ok_or(Distrust::InstanceNotDescribed)?;
     if matches(node, instance, facts) {
         Ok(())
     } else {
@@ -38,26 +46,34 @@ pub(crate) fn verify(snapshot: &Snapshot, twice: &HashSet<&InstanceId>, node: &N
 }
 
 fn matches(node: &Node, instance: &InstanceId, facts: &InstanceFacts) -> bool {
-    let name = node.name.as_str().to_ascii_lowercase();
-    let id = instance.as_str().to_ascii_lowercase();
-    if name == id || name.strip_prefix(id.as_str()).is_some_and(|rest| rest.starts_with('.')) {
+    let name = node.name.as_str();
+    let id = instance.as_str();
+    if name.eq_ignore_ascii_case(id)
+        || (starts_with_ignore_case(name, id) && name.as_bytes().get(id.len()) == Some(&b'.'))
+    {
         return true;
     }
-    if let Some(dns) = facts.private_dns_name.as_deref().map(str::to_ascii_lowercase).filter(|d| !d.is_empty()) {
+    if let Some(dns) = facts.private_dns_name.as_deref().filter(|d| !d.is_empty()) {
         let short = dns.split('.').next().unwrap_or_default();
-        if name == dns || name == short {
+        if name.eq_ignore_ascii_case(dns) || name.eq_ignore_ascii_case(short) {
             return true;
         }
     }
-    if ec2_shaped(&name) {
+    if ec2_shaped(name) {
         return false;
     }
     facts.private_ip.as_ref().is_some_and(|ip| node.internal_ips.iter().any(|a| a == ip))
 }
 
+fn starts_with_ignore_case(s: &str, prefix: &str) -> bool {
+    s.as_bytes().get(..prefix.len()).is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()))
+}
+
 /// Names EC2 hands out: `ip-10-0-1-2…` and `i-0123abcd…`.
 fn ec2_shaped(name: &str) -> bool {
-    let after = |prefix: &str| name.strip_prefix(prefix).and_then(|rest| rest.chars().next());
+    let after = |prefix: &str| {
+        starts_with_ignore_case(name, prefix).then(|| name.as_bytes().get(prefix.len()).copied()).flatten()
+    };
     after("ip-").is_some_and(|c| c.is_ascii_digit()) || after("i-").is_some_and(|c| c.is_ascii_hexdigit())
 }
 

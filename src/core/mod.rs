@@ -10,6 +10,8 @@ pub mod drain;
 pub mod draining;
 pub(crate) mod expiry;
 pub mod fallback;
+pub mod fast_hash;
+pub mod flags;
 pub(crate) mod give_back;
 pub(crate) mod identity;
 pub mod launches;

@@ -1,11 +1,14 @@
 //! Domain values the scaling core reasons about. Adapters translate wire objects into these; the
 //! core never sees a Kubernetes or AWS type.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+use super::fast_hash::FastMap;
+use super::flags::Flag;
 
 /// A point in time, in milliseconds since the Unix epoch. The core never reads a clock: `now` is
 /// always passed in.
@@ -319,6 +322,30 @@ pub enum SignalKind {
     Rotation,
 }
 
+impl Flag for SignalKind {
+    const ALL: &'static [Self] = &[
+        SignalKind::Rebalance,
+        SignalKind::SpotInterruption,
+        SignalKind::Scheduled,
+        SignalKind::AsgLifecycle,
+        SignalKind::StateChange,
+        SignalKind::Unknown,
+        SignalKind::Rotation,
+    ];
+
+    fn position(self) -> u32 {
+        self as u32
+    }
+}
+
+impl Flag for Evidence {
+    const ALL: &'static [Self] = &[Evidence::Event, Evidence::NodeTaint, Evidence::Rotation, Evidence::Ledger];
+
+    fn position(self) -> u32 {
+        self as u32
+    }
+}
+
 impl SignalKind {
     /// Whether this kind means the instance will be lost while its group wants it, so a
     /// replacement is worth buying. ASG lifecycle terminations and state changes are the ASG's or
@@ -589,7 +616,7 @@ impl BoostLedger {
 
     /// Covered instances mapped to the position of their record, for planning passes that look
     /// many up.
-    pub fn index(&self) -> HashMap<&InstanceId, usize> {
+    pub fn index(&self) -> FastMap<&InstanceId, usize> {
         self.records.iter().enumerate().flat_map(|(k, r)| r.instances.iter().map(move |i| (i, k))).collect()
     }
 

@@ -2,12 +2,16 @@
 //! many Events, modes or repeats reported it; dropped when stale, when its node is gone, or when
 //! nothing should be done for it.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::fast_hash::{FastMap, FastSet};
+use super::flags::FlagSet;
 use super::identity;
-use super::model::{Evidence, GroupName, InstanceId, InstanceLifecycle, NodeName, SignalKind, Snapshot, Timestamp};
+use super::model::{
+    Evidence, GroupName, InstanceFacts, InstanceId, InstanceLifecycle, Node, NodeName, SignalKind, Snapshot, Timestamp,
+};
 use super::policy::Policy;
 
 /// One instance known to be at risk.
@@ -18,11 +22,11 @@ pub struct AtRisk {
     /// Its node.
     pub node: NodeName,
     /// Every kind reported for it.
-    pub(crate) kinds: BTreeSet<SignalKind>,
+    pub(crate) kinds: FlagSet<SignalKind>,
     /// The earliest observation.
     pub first_seen: Timestamp,
     /// What vouched for the signals.
-    pub evidence: BTreeSet<Evidence>,
+    pub evidence: FlagSet<Evidence>,
     /// The earliest deadline its notices set (see [`crate::core::Signal::deadline`]); `None` when
     /// only warnings without one (rebalance recommendations, rotations) speak for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -134,17 +138,26 @@ impl AtRiskSet {
 
 /// Folds the snapshot's signals into at-risk sets.
 pub(crate) fn fold_signals(snapshot: &Snapshot, policy: &Policy, now: Timestamp) -> AtRiskSet {
-    let mut merged: BTreeMap<&InstanceId, AtRisk> = BTreeMap::new();
+    let mut merged: FastMap<&InstanceId, Folding> =
+        FastMap::with_capacity_and_hasher(snapshot.signals.len(), Default::default());
     for s in &snapshot.signals {
-        let entry = merged.entry(&s.instance).or_insert_with(|| AtRisk {
-            instance: s.instance.clone(),
-            node: s.node.clone(),
-            kinds: BTreeSet::new(),
-            first_seen: s.observed_at,
-            evidence: BTreeSet::new(),
-            deadline: None,
-            confirmed: false,
-        });
+        let entry = &mut merged
+            .entry(&s.instance)
+            .or_insert_with(|| Folding {
+                risk: AtRisk {
+                    instance: s.instance.clone(),
+                    node: s.node.clone(),
+                    kinds: FlagSet::default(),
+                    first_seen: s.observed_at,
+                    evidence: FlagSet::default(),
+                    deadline: None,
+                    confirmed: false,
+                },
+                node: None,
+                facts: None,
+                claims: 0,
+            })
+            .risk;
         if let Some(deadline) = s.deadline() {
             entry.deadline = Some(entry.deadline.map_or(deadline, |d| d.min(deadline)));
         }
@@ -154,44 +167,79 @@ pub(crate) fn fold_signals(snapshot: &Snapshot, policy: &Policy, now: Timestamp)
             entry.first_seen = s.observed_at;
         }
     }
+    // One pass over the nodes finds each signalled instance's node and how many Nodes claim it:
+    // lookups by instance id, not by node name.
+    for node in snapshot.nodes.values() {
+        if let Some(folding) = node.instance.as_ref().and_then(|i| merged.get_mut(i)) {
+            folding.claims += 1;
+            if node.name == folding.risk.node {
+                folding.node = Some(node);
+            }
+        }
+    }
+
+    // EC2's facts the same way when most instances are signalled; a few are looked up.
+    if merged.len().saturating_mul(8) >= snapshot.instances.len() {
+        for (instance, facts) in &snapshot.instances {
+            if let Some(folding) = merged.get_mut(instance) {
+                folding.facts = Some(facts);
+            }
+        }
+    } else {
+        for (instance, folding) in merged.iter_mut() {
+            folding.facts = snapshot.instances.get(*instance);
+        }
+    }
 
     let boosted = snapshot.ledger.index();
-    let twice = identity::claimed_twice(snapshot);
+    let known: FastSet<&GroupName> = snapshot.groups.keys().collect();
+    let mut by_group: FastMap<&GroupName, BTreeMap<InstanceId, AtRisk>> = FastMap::default();
     let mut set = AtRiskSet::default();
-    for (instance, mut risk) in merged {
-        risk.confirmed = confirmed_by_aws(snapshot, &risk);
-        match admit(snapshot, &twice, policy, now, &risk, boosted.contains_key(instance)) {
+    for (instance, Folding { mut risk, node, facts, claims }) in merged {
+        risk.confirmed = confirmed_by_aws(snapshot, &risk, facts);
+        let seen = Seen { node, facts, claimed_twice: claims > 1 };
+        match admit(snapshot, (&known, policy), now, (&risk, seen), boosted.contains_key(instance)) {
             Ok(group) => {
-                let instances = match set.by_group.get_mut(group) {
-                    Some(instances) => instances,
-                    None => set.by_group.entry(group.clone()).or_default(),
-                };
-                instances.insert(instance.clone(), risk);
+                by_group.entry(group).or_default().insert(instance.clone(), risk);
             }
             Err(reason) => set.dropped.push(Dropped { instance: instance.clone(), reason }),
         }
     }
+    set.by_group = by_group.into_iter().map(|(g, instances)| (g.clone(), instances)).collect();
+    set.dropped.sort_unstable_by(|a, b| a.instance.cmp(&b.instance));
     set
 }
 
+/// A signalled instance while its signals fold: the node that runs it under the name the
+/// signals gave, EC2's facts, and how many Nodes claim it.
+struct Folding<'s> {
+    risk: AtRisk,
+    node: Option<&'s Node>,
+    facts: Option<&'s InstanceFacts>,
+    claims: u32,
+}
+
+/// What the snapshot holds about a signalled instance.
+#[derive(Clone, Copy)]
+struct Seen<'s> {
+    node: Option<&'s Node>,
+    facts: Option<&'s InstanceFacts>,
+    claimed_twice: bool,
+}
+
 fn admit<'s>(
-    snapshot: &'s Snapshot,
-    twice: &HashSet<&InstanceId>,
-    policy: &Policy,
+    snapshot: &Snapshot,
+    (known, policy): (&FastSet<&GroupName>, &Policy),
     now: Timestamp,
-    risk: &AtRisk,
+    (risk, seen): (&AtRisk, Seen<'s>),
     boosted: bool,
 ) -> Result<&'s GroupName, DropReason> {
-    let node = snapshot
-        .nodes
-        .get(&risk.node)
-        .filter(|n| n.instance.as_ref() == Some(&risk.instance))
-        .ok_or(DropReason::NodeGone)?;
+    let node = seen.node.ok_or(DropReason::NodeGone)?;
     if !boosted {
-        identity::verify(snapshot, twice, node).map_err(DropReason::Untrusted)?;
-        trusted(snapshot, risk, node.cordoned).map_err(DropReason::Untrusted)?;
+        identity::verify_against(node, seen.facts, seen.claimed_twice).map_err(DropReason::Untrusted)?;
+        trusted(snapshot, (risk, seen.facts), node.cordoned).map_err(DropReason::Untrusted)?;
     }
-    let group = node.group.as_ref().filter(|g| snapshot.groups.contains_key(*g)).ok_or(DropReason::NoGroup)?;
+    let group = node.group.as_ref().filter(|g| known.contains(g)).ok_or(DropReason::NoGroup)?;
     if policy.ignored_groups.contains(group) {
         return Err(DropReason::IgnoredGroup);
     }
@@ -212,15 +260,19 @@ fn admit<'s>(
 /// maintenance about an instance EC2 lists a scheduled event for. Taints, rotations and the
 /// ledger vouch by themselves: only those allowed to patch Nodes or write the ledger could have
 /// made them. Either way the Node has been verified as the instance first (see [`identity`]).
-fn trusted(snapshot: &Snapshot, risk: &AtRisk, cordoned: bool) -> Result<(), Distrust> {
-    if risk.evidence.iter().any(|e| *e != Evidence::Event) {
+fn trusted(
+    snapshot: &Snapshot,
+    (risk, facts): (&AtRisk, Option<&InstanceFacts>),
+    cordoned: bool,
+) -> Result<(), Distrust> {
+    if risk.evidence.iter().any(|e| e != Evidence::Event) {
         return Ok(());
     }
     if !cordoned {
         return Err(Distrust::NotCordoned);
     }
     if risk.kinds.iter().any(|k| k.spot_only()) {
-        match snapshot.instances.get(&risk.instance).map(|f| f.lifecycle) {
+        match facts.map(|f| f.lifecycle) {
             Some(InstanceLifecycle::Spot) => {}
             Some(InstanceLifecycle::OnDemand) => return Err(Distrust::NotSpot),
             None => return Err(Distrust::InstanceNotDescribed),
@@ -233,14 +285,12 @@ fn trusted(snapshot: &Snapshot, risk: &AtRisk, cordoned: bool) -> Result<(), Dis
 }
 
 /// Whether AWS confirms every kind with a deadline reported for `risk` (and there is one).
-fn confirmed_by_aws(snapshot: &Snapshot, risk: &AtRisk) -> bool {
+fn confirmed_by_aws(snapshot: &Snapshot, risk: &AtRisk, facts: Option<&InstanceFacts>) -> bool {
     let mut deadline_kinds = risk.kinds.iter().filter(|k| k.has_deadline()).peekable();
     deadline_kinds.peek().is_some()
         && deadline_kinds.all(|k| match k {
             SignalKind::Scheduled => snapshot.scheduled_events.contains(&risk.instance),
-            k if k.spot_only() => {
-                snapshot.instances.get(&risk.instance).is_some_and(|f| f.lifecycle == InstanceLifecycle::Spot)
-            }
+            k if k.spot_only() => facts.is_some_and(|f| f.lifecycle == InstanceLifecycle::Spot),
             _ => false,
         })
 }
@@ -284,7 +334,7 @@ mod tests {
         assert_eq!(set.len(), 1);
         let risk = &set.by_group[&GroupName::from("spot-a")][&InstanceId::from("i-n1")];
         assert_eq!(risk.first_seen, Timestamp::from_millis(1_000));
-        assert_eq!(risk.kinds, BTreeSet::from([SignalKind::Rebalance, SignalKind::SpotInterruption]));
+        assert_eq!(risk.kinds, FlagSet::from_iter([SignalKind::Rebalance, SignalKind::SpotInterruption]));
     }
 
     #[test]
