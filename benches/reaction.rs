@@ -136,11 +136,24 @@ async fn burst(moto: &moto::Moto) {
     let wake = scaler.waker();
     let (stop, shutdown) = watch::channel(false);
     let task = tokio::spawn(scaler.run(shutdown));
+    // The daemon has been running when a burst comes: its first pass has learnt every node's
+    // group and every group's size.
+    let reads = ["DescribeAutoScalingGroups", "DescribeAutoScalingInstances", "DescribeInstances"];
+    let mut last = u64::MAX;
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now: u64 = reads.iter().map(|r| aws.stats.calls(r)).sum();
+        if std::mem::replace(&mut last, now) == now {
+            break;
+        }
+    }
 
     let mut latencies = Vec::new();
     let mut writes_per_burst = Vec::new();
+    let mut reads_per_burst = Vec::new();
     for b in 0..BURSTS {
         let before = aws.stats.sent_at("SetDesiredCapacity").len();
+        let reads_before: u64 = reads.iter().map(|r| aws.stats.calls(r)).sum();
         let entered = Instant::now();
         for nodes in &members {
             for k in [2 * b, 2 * b + 1] {
@@ -165,6 +178,7 @@ async fn burst(moto: &moto::Moto) {
         tokio::time::sleep(Duration::from_millis(400)).await;
         let sent = aws.stats.sent_at("SetDesiredCapacity");
         writes_per_burst.push(sent.len() - before);
+        reads_per_burst.push(reads.iter().map(|r| aws.stats.calls(r)).sum::<u64>() - reads_before);
         latencies.extend(sent[before..].iter().map(|t| t.duration_since(entered)));
     }
     stop.send(true).unwrap();
@@ -178,6 +192,7 @@ async fn burst(moto: &moto::Moto) {
     );
     println!("  per group: p50 {:.1} ms   p99 {:.1} ms   max {:.1} ms", ms(p50), ms(p99), ms(max));
     println!("  writes per burst: {writes_per_burst:?} (one per group: {GROUPS})");
+    println!("  reads per burst: {reads_per_burst:?} (DescribeAutoScalingGroups, -Instances, DescribeInstances)");
 }
 
 fn ms(d: Duration) -> f64 {

@@ -1,14 +1,13 @@
 //! What the workers know of Auto Scaling Groups, shared by the scaler and the drainer: which group
-//! each node that matters belongs to, and a description of each group they act on.
+//! each node belongs to, and a description of each group holding one.
 //!
-//! Instance → group: the node's providerID gives the instance id, one batched
-//! `DescribeAutoScalingInstances` gives the group, and the answer is cached for a TTL (instances
-//! never change group; the TTL only bounds memory of instances long gone and of "in no group").
-//! Only the nodes that matter are resolved that way: signalled ones and those that joined since
-//! the oldest open boost (its possible replacements), so a 5,000-node cluster costs a handful of
-//! calls. The groups those nodes belong to are then described, and every instance a description
-//! lists gives its node the group too: a group's Ready count never depends on which of its nodes
-//! happened to be resolved.
+//! All of it is learnt before any signal needs it, so a signal resolves from memory. Every
+//! instance a described group lists gives its node the group. A node no description lists yet
+//! (it just joined) is looked up once, in one batched `DescribeAutoScalingInstances` per pass for
+//! all such nodes, and the answer is cached (instances never change group; the TTL only bounds
+//! memory of instances long gone, and "in no group" is asked again after five minutes). Every
+//! group holding a node is described and re-described once its description is `refresh` old, a
+//! call per 50 groups: a group's Ready count and size never depend on which nodes were signalled.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -55,6 +54,10 @@ fn remember<V>(
     }
 }
 
+/// How long "in no group" is believed: an instance asked about the moment it launched may not
+/// be listed yet, and every node is asked about once it joins, long before any signal.
+const NO_GROUP_TTL: Duration = Duration::from_secs(300);
+
 /// A TTL cache in front of [`AutoScaling::groups_of`].
 pub struct InstanceGroupCache {
     ttl: Duration,
@@ -88,7 +91,9 @@ impl InstanceGroupCache {
         let now = (self.clock)();
         let missing: Vec<InstanceId> = {
             let mut entries = lock(&self.entries);
-            entries.retain(|_, (_, at)| now.since(*at) < self.ttl);
+            entries.retain(|_, (group, at)| {
+                now.since(*at) < if group.is_some() { self.ttl } else { self.ttl.min(NO_GROUP_TTL) }
+            });
             instances.iter().filter(|i| !entries.contains_key(*i)).cloned().collect()
         };
         // No lock across the call: a slow answer must not stall the other worker's reads.
@@ -166,17 +171,12 @@ impl GroupBook {
         state: &mut ClusterState,
         ledger: &BoostLedger,
     ) -> Result<BTreeMap<GroupName, Group>, AwsError> {
-        // Instances a described group already lists need no lookup.
+        // Instances a described group already lists need no lookup; every other node is looked
+        // up once, in one batch, the first pass after it joins, so a signal later finds its
+        // node's group in memory.
         set_groups_from_members(&lock(&self.described), state);
-        let signalled: BTreeSet<_> = state.signals.iter().map(|s| s.node.clone()).collect();
-        let since = ledger.records.iter().map(|r| r.at).min();
-        let unresolved: Vec<InstanceId> = state
-            .nodes
-            .values()
-            .filter(|n| n.group.is_none())
-            .filter(|n| signalled.contains(&n.name) || since.is_some_and(|at| n.created >= at.whole_second()))
-            .filter_map(|n| n.instance.clone())
-            .collect();
+        let unresolved: Vec<InstanceId> =
+            state.nodes.values().filter(|n| n.group.is_none()).filter_map(|n| n.instance.clone()).collect();
         if !unresolved.is_empty() {
             let found = self.instances.groups_of(aws, &unresolved).await?;
             for node in state.nodes.values_mut().filter(|n| n.group.is_none()) {
@@ -186,9 +186,12 @@ impl GroupBook {
             }
         }
 
-        let wanted: BTreeSet<GroupName> = signalled
-            .iter()
-            .filter_map(|n| state.nodes.get(n).and_then(|n| n.group.clone()))
+        // Every group holding a node is kept described, so a signal finds its group's size in
+        // memory too; the ledger's groups are described even once their nodes are gone.
+        let wanted: BTreeSet<GroupName> = state
+            .nodes
+            .values()
+            .filter_map(|n| n.group.clone())
             .chain(ledger.records.iter().map(|r| r.group.clone()))
             .chain(ledger.records.iter().flat_map(|r| r.moved.iter().map(|p| p.group.clone())))
             .collect();

@@ -36,10 +36,15 @@ use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
 /// How the scaler paces itself.
 #[derive(Debug, Clone)]
 pub struct ScalerSettings {
-    /// After a wake-up, wait until no new signal came for this long, so a burst becomes one plan.
+    /// A group's burst has ended once no new signal about it came for this long: its write waits
+    /// for that, so a burst costs one write per group. A wake-up also waits this long for quiet
+    /// before planning.
     pub coalesce_quiet: Duration,
-    /// …but never longer than this after the first one.
+    /// …but a group's write never waits longer than this after its first signal.
     pub(crate) coalesce_max: Duration,
+    /// …and a plan never waits longer than this after a wake-up: groups whose burst has ended
+    /// are written then, while the others' signals still arrive.
+    pub(crate) settle_max: Duration,
     /// Plan at least this often even without signals.
     pub(crate) resync: Duration,
 }
@@ -49,6 +54,7 @@ impl Default for ScalerSettings {
         ScalerSettings {
             coalesce_quiet: Duration::from_millis(20),
             coalesce_max: Duration::from_millis(250),
+            settle_max: Duration::from_millis(60),
             resync: Duration::from_secs(30),
         }
     }
@@ -82,6 +88,8 @@ pub struct TickReport {
     pub(crate) raised: Vec<(GroupName, u32, u32)>,
     /// Groups whose write lost a race; re-planned at once.
     pub(crate) raced: Vec<GroupName>,
+    /// Boosts left to the next pass: their group's signals were still arriving.
+    pub(crate) settling: usize,
     /// Groups whose write failed, with the error category.
     pub failed: Vec<(GroupName, &'static str)>,
     /// At-risk instances held (at max, backoff, …).
@@ -90,6 +98,15 @@ pub struct TickReport {
     pub(crate) not_leader: usize,
     /// Nodes moved from a group without capacity to its fallback: `(from, to, nodes)`.
     pub fell_back: Vec<(GroupName, GroupName, u32)>,
+}
+
+/// Which of a pass's boosts are written in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pacing {
+    /// Every one (a pass called directly).
+    Now,
+    /// Those whose group's burst has ended (the worker's loop, which passes again soon).
+    PerGroup,
 }
 
 /// The scaler worker.
@@ -166,22 +183,27 @@ where
         Ok(())
     }
 
-    /// Runs until `shutdown` turns true.
+    /// Runs until `shutdown` turns true. The first pass runs at once: it learns every node's
+    /// group and every group's size before a signal needs them, and acts on signals that came
+    /// while no replica ran.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Self {
+        let mut first = true;
         loop {
             if let Some(h) = &self.heartbeat {
                 h.beat();
             }
-            tokio::select! {
-                _ = self.wake.notified() => self.settle().await,
-                _ = tokio::time::sleep(self.settings.resync) => {}
-                _ = shutdown.changed() => {}
+            if !std::mem::take(&mut first) {
+                tokio::select! {
+                    _ = self.wake.notified() => self.settle().await,
+                    _ = tokio::time::sleep(self.settings.resync) => {}
+                    _ = shutdown.changed() => {}
+                }
             }
             if *shutdown.borrow() {
                 return self;
             }
-            match self.tick().await {
-                Ok(report) if !report.raced.is_empty() => self.wake.notify_one(),
+            match self.pass(Pacing::PerGroup).await {
+                Ok(report) if !report.raced.is_empty() || report.settling > 0 => self.wake.notify_one(),
                 Ok(_) => {}
                 Err(ScalerError::NotSynced) => {}
                 Err(e) => {
@@ -194,10 +216,10 @@ where
         }
     }
 
-    /// Waits for a burst of wake-ups to end: until no wake-up came for `coalesce_quiet`, or
-    /// `coalesce_max` passed. Timers only: the scaler reads the time from its clock alone.
+    /// Waits for a burst of wake-ups to pause: until no wake-up came for `coalesce_quiet`, or
+    /// `settle_max` passed. Timers only: the scaler reads the time from its clock alone.
     async fn settle(&self) {
-        let longest = tokio::time::sleep(self.settings.coalesce_max);
+        let longest = tokio::time::sleep(self.settings.settle_max);
         tokio::pin!(longest);
         loop {
             tokio::select! {
@@ -211,8 +233,13 @@ where
         }
     }
 
-    /// One planning pass and its writes.
+    /// One planning pass and all its writes.
     pub async fn tick(&mut self) -> Result<TickReport, ScalerError> {
+        self.pass(Pacing::Now).await
+    }
+
+    /// One planning pass and the writes `pacing` lets through now.
+    async fn pass(&mut self, pacing: Pacing) -> Result<TickReport, ScalerError> {
         let ctx = self.ctx.clone();
         let leading = ctx.leadership.is_leader();
         if !leading || !self.was_leader {
@@ -270,6 +297,13 @@ where
             report.not_leader = plan.boosts.len();
             return Ok(report);
         }
+
+        let mut plan = plan;
+        let before = plan.boosts.len();
+        if pacing == Pacing::PerGroup {
+            plan.boosts.retain(|b| !self.settling(b, &first_seen, now));
+        }
+        report.settling = before - plan.boosts.len();
 
         let new_records: Vec<BoostRecord> = plan.boosts.iter().map(|b| b.record.clone()).collect();
         ctx.ledger
@@ -384,6 +418,22 @@ where
             self.wake.notify_one();
         }
         Ok(report)
+    }
+
+    /// Whether `boost`'s group is still in the middle of its burst: a signal about it came less
+    /// than `coalesce_quiet` ago, and its first less than `coalesce_max` ago. Its write waits for
+    /// the next pass, so the burst costs one write; the other groups' writes do not wait for it.
+    /// A time ahead of `now` (another clock) never holds a write back.
+    fn settling(&self, boost: &Boost, first_seen: &BTreeMap<InstanceId, Timestamp>, now: Timestamp) -> bool {
+        let seen = || boost.record.instances.iter().filter_map(|i| first_seen.get(i)).copied();
+        match (seen().max(), seen().min()) {
+            (Some(newest), Some(oldest)) => {
+                newest <= now
+                    && now.since(newest) < self.settings.coalesce_quiet
+                    && now.since(oldest) < self.settings.coalesce_max
+            }
+            _ => false,
+        }
     }
 
     /// Re-reads the group after an ambiguous failure: whether its desired capacity shows the
@@ -899,6 +949,7 @@ mod tests {
         let wake = s.waker();
         let (stop, shutdown) = watch::channel(false);
         let task = tokio::spawn(s.run(shutdown));
+        tokio::time::sleep(Duration::from_millis(1)).await; // its first pass, before any signal
         for k in 0..10 {
             rebalance(&rig.cluster, &format!("a{k}"), "a");
             rebalance(&rig.cluster, &format!("b{k}"), "b");
@@ -921,6 +972,46 @@ mod tests {
         assert!(text.contains("spots_booster_signals_total{group=\"a\",kind=\"rebalance\"} 10"), "{text}");
         assert!(text.contains("spots_booster_asg_desired_capacity{group=\"a\"} 13"), "{text}");
         assert_eq!(rig.events.reasons_for("a0"), vec!["BoostRequested"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_group_whose_burst_ended_is_written_while_another_s_signals_still_arrive() {
+        let rig = FakeRig::new(FakeAutoScaling::default().with_group("a", 3, 50).with_group("b", 3, 50));
+        let ctx = rig.context(count_policy(), paused_clock(), Arc::new(Metrics::new())).await;
+        let s = Scaler::new(ctx.clone(), ScalerSettings::default());
+        let wake = s.waker();
+        let (stop, shutdown) = watch::channel(false);
+        let task = tokio::spawn(s.run(shutdown));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let signal_now = |name: &str, group: &str| {
+            rig.cluster.put_node(node(name, group));
+            rig.cluster.signal(Signal { observed_at: (ctx.clock)(), ..Signal::rebalance(name, 0) });
+            wake.notify_one();
+        };
+        // `a`: two signals 5 ms apart. `b`: one every 10 ms for 150 ms.
+        let mut written_a_at = None;
+        for k in 0..16 {
+            match k {
+                0 => signal_now("a0", "a"),
+                1 => signal_now("a1", "a"),
+                _ => {}
+            }
+            signal_now(&format!("b{k}"), "b");
+            tokio::time::sleep(Duration::from_millis(if k == 0 { 5 } else { 10 })).await;
+            if written_a_at.is_none() && rig.aws.desired("a") > 3 {
+                written_a_at = Some(k);
+                assert_eq!(rig.aws.desired("b"), 3, "b's burst is still arriving");
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        stop.send(true).unwrap();
+        task.await.unwrap();
+
+        let written_a_at = written_a_at.expect("a written while b's signals arrive");
+        assert!(written_a_at <= 7, "a waited for quiet, not for b's burst: written after b's signal {written_a_at}");
+        let per_group = |g: &str| raises(&rig.aws).iter().flatten().filter(|w| w.group.as_str() == g).count();
+        assert_eq!((per_group("a"), per_group("b")), (1, 1), "one write per group: {:?}", rig.aws.calls());
+        assert_eq!((rig.aws.desired("a"), rig.aws.desired("b")), (5, 19));
     }
 
     /// Group `a` of `size` Ready nodes n1..n<size>, listed by Auto Scaling as its instances; as
