@@ -337,6 +337,8 @@ pub struct ScalerMetrics {
     asg_max: IntGaugeVec,
     /// Signal first seen by the watch → the AWS write for it issued.
     reaction: Histogram,
+    /// How long each stage of a scaler pass that wrote took: where a reaction's time goes.
+    stages: HistogramVec,
     /// Boosted nodes given back because AWS took their at-risk instance first.
     give_backs: IntCounterVec,
     /// Age of the oldest open boost per group, in seconds: a boost that waits this long for Ready
@@ -366,6 +368,13 @@ impl ScalerMetrics {
             asg_desired: gauge_vec(r, "asg_desired_capacity", "Desired capacity per group.", &["group"]),
             asg_max: gauge_vec(r, "asg_max_size", "MaxSize per group.", &["group"]),
             reaction,
+            stages: histogram_vec(
+                r,
+                "scaler_stage_seconds",
+                "Duration of each stage of a scaler pass that boosted (observe, plan, ledger-save, write).",
+                vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5],
+                &["stage"],
+            ),
             give_backs: counter(
                 r,
                 "give_backs_total",
@@ -395,6 +404,7 @@ impl ScalerMetrics {
             &self.asg_desired,
             &self.asg_max,
             &self.reaction,
+            &self.stages,
             &self.give_backs,
             &self.oldest_boost_age,
             &self.launch_failures,
@@ -419,6 +429,11 @@ impl ScalerMetrics {
     /// Records one reaction time.
     pub(crate) fn observe_reaction(&self, d: Duration) {
         self.reaction.observe(d.as_secs_f64());
+    }
+
+    /// Records how long one stage of a boosting pass took.
+    pub(crate) fn observe_stage(&self, stage: &str, d: Duration) {
+        self.stages.with_label_values(&[stage]).observe(d.as_secs_f64());
     }
 
     /// Notes a desired capacity just written or seen.
@@ -867,7 +882,7 @@ mod tests {
         for name in ["spots_booster_evictions_total", "spots_booster_reaction_seconds", "spots_booster_leader"] {
             assert!(m.names().contains(&name.to_string()), "{name}");
         }
-        assert_eq!(m.names().len(), 32);
+        assert_eq!(m.names().len(), 33);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 use tokio::sync::{watch, Notify};
-use tracing::{debug, info, warn};
+use tracing::{debug, debug_span, info, warn, Instrument};
 
 pub use super::{system_clock, Clock};
 use super::{Observation, WorkerContext};
@@ -98,6 +98,45 @@ pub struct TickReport {
     pub(crate) not_leader: usize,
     /// Nodes moved from a group without capacity to its fallback: `(from, to, nodes)`.
     pub fell_back: Vec<(GroupName, GroupName, u32)>,
+}
+
+/// Where a pass's time went, stage by stage (monotonic time: durations, never `now`).
+struct Stages {
+    last: tokio::time::Instant,
+    took: Vec<(&'static str, Duration)>,
+}
+
+impl Stages {
+    fn start() -> Self {
+        Stages { last: tokio::time::Instant::now(), took: Vec::new() }
+    }
+
+    /// Ends the stage named `stage`.
+    fn mark(&mut self, stage: &'static str) {
+        let at = tokio::time::Instant::now();
+        self.took.push((stage, at.duration_since(self.last)));
+        self.last = at;
+    }
+
+    /// Records the stages of a pass that raised some group (passes that write nothing are not
+    /// what a reaction is made of) and logs them at debug level.
+    fn report(&self, metrics: &crate::metrics::Metrics, raised: &[(GroupName, u32, u32)]) {
+        if raised.is_empty() {
+            return;
+        }
+        for (stage, took) in &self.took {
+            metrics.scaler.observe_stage(stage, *took);
+        }
+        let ms = |stage: &str| self.took.iter().find(|(s, _)| *s == stage).map_or(0.0, |(_, d)| d.as_secs_f64() * 1e3);
+        debug!(
+            groups = raised.len(),
+            observe_ms = ms("observe"),
+            plan_ms = ms("plan"),
+            ledger_save_ms = ms("ledger-save"),
+            write_ms = ms("write"),
+            "boosting pass"
+        );
+    }
 }
 
 /// Which of a pass's boosts are written in it.
@@ -202,7 +241,7 @@ where
             if *shutdown.borrow() {
                 return self;
             }
-            match self.pass(Pacing::PerGroup).await {
+            match self.pass(Pacing::PerGroup).instrument(debug_span!("scaler_pass")).await {
                 Ok(report) if !report.raced.is_empty() || report.settling > 0 => self.wake.notify_one(),
                 Ok(_) => {}
                 Err(ScalerError::NotSynced) => {}
@@ -240,6 +279,7 @@ where
 
     /// One planning pass and the writes `pacing` lets through now.
     async fn pass(&mut self, pacing: Pacing) -> Result<TickReport, ScalerError> {
+        let mut stages = Stages::start();
         let ctx = self.ctx.clone();
         let leading = ctx.leadership.is_leader();
         if !leading || !self.was_leader {
@@ -253,6 +293,7 @@ where
         let now = (ctx.clock)();
         let Observation { snapshot, first_seen, .. } =
             ctx.observe().await.map_err(ScalerError::Describe)?.ok_or(ScalerError::NotSynced)?;
+        stages.mark("observe");
         if leading {
             self.export_sizes(&snapshot.groups, &snapshot.ledger, now);
             self.count_signals(&snapshot);
@@ -264,6 +305,7 @@ where
 
         let acting = if leading { Acting::Leader } else { Acting::Follower };
         let plan = plan_scaling(&snapshot, &ctx.policy, now, acting);
+        stages.mark("plan");
         self.count_untrusted(&plan.at_risk);
         let mut report_fallbacks = Vec::new();
         if !plan.give_backs.is_empty() {
@@ -318,6 +360,7 @@ where
                 *held = next;
             })
             .await?;
+        stages.mark("ledger-save");
         for boost in plan.boosts.iter().filter(|b| !b.writes()) {
             ctx.metrics.scaler.boost(boost.group.as_str(), BoostOutcome::NoNodeNeeded);
         }
@@ -350,6 +393,7 @@ where
             }
         };
         let issued = (ctx.clock)();
+        stages.mark("write");
 
         let mut answered = Vec::new();
         let mut undone = Vec::new();
@@ -384,6 +428,7 @@ where
                     for instance in &boost.record.instances {
                         if let Some(seen) = first_seen.get(instance) {
                             ctx.metrics.scaler.observe_reaction(issued.since(*seen));
+                            debug!(%group, %instance, reaction_ms = issued.since(*seen).as_millis(), "signal → write");
                         }
                     }
                     self.tell_boost(&snapshot, boost, from, to, dry).await;
@@ -408,6 +453,7 @@ where
             }
         }
         self.answer_writes(&answered, undone.into_iter()).await?;
+        stages.report(&ctx.metrics, &report.raised);
         // A group that failed for want of capacity will not launch these either: plan again at
         // once, so they move to its fallback without waiting for the next failed activity.
         let failing = |g: &GroupName| {
@@ -968,6 +1014,10 @@ mod tests {
         // Reaction: the first signal waited for the burst to settle (95 ms of signals + 20 ms quiet).
         let text = metrics.encode();
         assert!(text.contains("spots_booster_reaction_seconds_count 20"), "{text}");
+        for stage in ["observe", "plan", "ledger-save", "write"] {
+            let count = format!("spots_booster_scaler_stage_seconds_count{{stage=\"{stage}\"}} 1");
+            assert!(text.contains(&count), "one boosting pass timed: {text}");
+        }
         assert!(text.contains("spots_booster_boosts_total{group=\"a\",outcome=\"written\"} 1"), "{text}");
         assert!(text.contains("spots_booster_signals_total{group=\"a\",kind=\"rebalance\"} 10"), "{text}");
         assert!(text.contains("spots_booster_asg_desired_capacity{group=\"a\"} 13"), "{text}");
