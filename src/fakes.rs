@@ -379,6 +379,11 @@ impl FakeAutoScaling {
         lock(&self.0).writes_sent
     }
 
+    /// Deletes a group, as its owner would; nodes it held may linger.
+    pub fn delete_group(&self, name: &str) {
+        lock(&self.0).groups.remove(&GroupName::from(name));
+    }
+
     /// A group's instances.
     pub fn instances(&self, group: &str) -> Vec<InstanceId> {
         lock(&self.0)

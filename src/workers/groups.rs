@@ -112,6 +112,8 @@ impl InstanceGroupCache {
 pub struct GroupBook {
     refresh: Duration,
     described: Mutex<BTreeMap<GroupName, (GroupDescription, Timestamp)>>,
+    /// Groups asked for that Auto Scaling did not know, and when: asked again after `refresh`.
+    absent: Mutex<BTreeMap<GroupName, Timestamp>>,
     instances: InstanceGroupCache,
     /// What EC2 said of each live node's instance (fixed for an instance's life; `None`: EC2
     /// does not know it, asked again after [`UNKNOWN_INSTANCE_TTL`]) and when it was asked.
@@ -138,6 +140,7 @@ impl GroupBook {
         GroupBook {
             refresh,
             described: Mutex::new(BTreeMap::new()),
+            absent: Mutex::new(BTreeMap::new()),
             instances: InstanceGroupCache::on(instance_ttl, clock),
             facts: Mutex::new(HashMap::new()),
             scheduled: Mutex::new(HashMap::new()),
@@ -197,16 +200,18 @@ impl GroupBook {
             .collect();
         let now = (self.instances.clock)();
         let stale = |wanted: &BTreeSet<GroupName>| -> Vec<GroupName> {
-            let described = lock(&self.described);
+            let (described, absent) = (lock(&self.described), lock(&self.absent));
+            let recent = |at: &Timestamp| now.since(*at) < self.refresh;
             wanted
                 .iter()
-                .filter(|g| described.get(*g).is_none_or(|(_, at)| now.since(*at) >= self.refresh))
+                .filter(|g| !described.get(*g).is_some_and(|(_, at)| recent(at)))
+                .filter(|g| !absent.get(*g).is_some_and(recent))
                 .cloned()
                 .collect()
         };
         let first = stale(&wanted);
         let fresh = if first.is_empty() { Vec::new() } else { aws.describe_groups(&first).await? };
-        self.remember_described(fresh, now);
+        self.remember_described(&first, fresh, now);
         // A group without capacity: its fallbacks (named by its tag) are described too.
         let fallbacks: BTreeSet<GroupName> = {
             let failing = lock(&self.capacity_failures);
@@ -215,7 +220,7 @@ impl GroupBook {
         };
         let second = stale(&fallbacks);
         let fresh = if second.is_empty() { Vec::new() } else { aws.describe_groups(&second).await? };
-        self.remember_described(fresh, now);
+        self.remember_described(&second, fresh, now);
         let described = lock(&self.described);
         set_groups_from_members(&described, state);
         let selection = lock(&self.selection);
@@ -232,9 +237,15 @@ impl GroupBook {
         }
     }
 
-    fn remember_described(&self, fresh: Vec<GroupDescription>, now: Timestamp) {
-        let mut described = lock(&self.described);
+    /// Keeps the descriptions of the groups `asked`, and notes those Auto Scaling does not know
+    /// (deleted while nodes it once held linger), so they are not asked for again each pass.
+    fn remember_described(&self, asked: &[GroupName], fresh: Vec<GroupDescription>, now: Timestamp) {
+        let (mut described, mut absent) = (lock(&self.described), lock(&self.absent));
+        for name in asked {
+            absent.insert(name.clone(), now);
+        }
         for g in fresh {
+            absent.remove(&g.name);
             described.insert(g.name.clone(), (g, now));
         }
     }
@@ -254,6 +265,7 @@ impl GroupBook {
     /// Forgets a group's description, so the next plan describes it again.
     pub(crate) async fn invalidate(&self, group: &GroupName) {
         lock(&self.described).remove(group);
+        lock(&self.absent).remove(group);
     }
 
     /// Fills `snapshot.instances` with what EC2 says of every node's instance, asking only for
@@ -301,5 +313,60 @@ impl GroupBook {
         }
         snapshot.scheduled_events =
             lock(&self.scheduled).iter().filter(|(_, (listed, _))| *listed).map(|(i, _)| i.clone()).collect();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::core::Node;
+    use crate::fakes::{AsgCall, FakeAutoScaling};
+
+    fn describes(aws: &FakeAutoScaling) -> Vec<Vec<GroupName>> {
+        aws.calls().into_iter().filter_map(|c| if let AsgCall::Describe(g) = c { Some(g) } else { None }).collect()
+    }
+
+    #[tokio::test]
+    async fn every_node_s_group_is_learnt_before_a_signal_and_a_deleted_group_is_not_asked_for_each_pass() {
+        let aws = FakeAutoScaling::default()
+            .with_group("a", 2, 10)
+            .with_instance("a", "i-n1")
+            .with_instance("a", "i-n2")
+            .with_group("b", 1, 10)
+            .with_instance("b", "i-m1");
+        let millis = Arc::new(AtomicI64::new(1_000));
+        let at = millis.clone();
+        let book = GroupBook::new(
+            Duration::from_secs(60),
+            Duration::from_secs(3600),
+            Arc::new(move || Timestamp::from_millis(at.load(Ordering::SeqCst))),
+        );
+        let mut state = ClusterState::default();
+        for (name, instance) in [("n1", "i-n1"), ("n2", "i-n2"), ("m1", "i-m1")] {
+            let mut node = Node::test(name, "a");
+            node.group = None;
+            node.instance = Some(instance.into());
+            state.nodes.insert(name.into(), node);
+        }
+
+        // No signal at all: every node's group and every group's size are learnt anyway.
+        let groups = book.resolve(&aws, &mut state.clone(), &BoostLedger::default()).await.unwrap();
+        assert_eq!(groups.keys().map(GroupName::as_str).collect::<Vec<_>>(), vec!["a", "b"]);
+        assert_eq!(describes(&aws), vec![vec![GroupName::from("a"), GroupName::from("b")]]);
+        // A later pass asks nothing: the descriptions list every node's instance.
+        book.resolve(&aws, &mut state.clone(), &BoostLedger::default()).await.unwrap();
+        assert_eq!(describes(&aws).len(), 1, "{:?}", aws.calls());
+
+        // `b` is deleted while m1 lingers: asked for once per refresh, not once per pass.
+        aws.delete_group("b");
+        millis.fetch_add(61_000, Ordering::SeqCst);
+        for _ in 0..3 {
+            book.resolve(&aws, &mut state.clone(), &BoostLedger::default()).await.unwrap();
+        }
+        let asked_for_b = describes(&aws).iter().filter(|d| d.contains(&GroupName::from("b"))).count();
+        assert_eq!(asked_for_b, 2, "{:?}", describes(&aws));
     }
 }

@@ -1,0 +1,223 @@
+//! End-to-end burst: the real binary against a real API server and moto, 20 groups of 5 nodes,
+//! and NTH's taint and Event on 2 nodes of every group within a fraction of a second. Runs only
+//! when `SPOTS_BOOSTER_E2E_KUBECONFIG` and `SPOTS_BOOSTER_E2E_AWS_ENDPOINT` are set.
+//!
+//! The daemon reaches moto through a loopback proxy that notes when each Auto Scaling request
+//! arrives, so the test sees exactly what the daemon sent: one `SetDesiredCapacity` per group,
+//! how long after the group's first and last signal, and how many reads the burst cost.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{DeleteParams, ListParams};
+use kube::Api;
+use support::e2e::{
+    aws, create_group, env, free_port, kube_client, live_instances, metric, nth_cordon_and_taint, nth_rebalance_event,
+    register_node, run_suffix, scrape, start_booster, AWS_ENDPOINT, KUBECONFIG,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+mod support;
+
+const GROUPS: usize = 20;
+const GROUP_SIZE: i32 = 5;
+const AT_RISK_PER_GROUP: usize = 2;
+
+/// One request the daemon sent: its `Action`, the group it names (if any), and when it arrived.
+#[derive(Debug, Clone)]
+struct Sent {
+    action: String,
+    group: Option<String>,
+    at: Instant,
+}
+
+type Log = Arc<Mutex<Vec<Sent>>>;
+
+/// The value of `key` in a form-encoded request body found in `text`.
+fn form_value(text: &str, key: &str) -> Option<String> {
+    let start = text.find(&format!("{key}="))? + key.len() + 1;
+    let value = &text[start..];
+    let end = value.find(|c: char| c == '&' || c.is_whitespace()).unwrap_or(value.len());
+    Some(value[..end].replace("%2F", "/").replace("%3A", ":"))
+}
+
+/// A loopback proxy to `upstream` (moto) that logs every Query-API request it forwards. The SDK
+/// writes each small request in one go, so a read holds a whole request's form body.
+async fn recording_proxy(upstream: String) -> (String, Log) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    let log: Log = Arc::default();
+    let kept = log.clone();
+    let upstream = upstream.trim_start_matches("http://").to_string();
+    tokio::spawn(async move {
+        loop {
+            let Ok((client, _)) = listener.accept().await else { return };
+            let (upstream, log) = (upstream.clone(), kept.clone());
+            tokio::spawn(async move {
+                let Ok(server) = TcpStream::connect(&upstream).await else { return };
+                let (mut from_client, mut to_server) = (client.into_split(), server.into_split());
+                let answers = tokio::spawn(async move { tokio::io::copy(&mut to_server.0, &mut from_client.1).await });
+                let mut buffer = vec![0u8; 64 * 1024];
+                loop {
+                    let n = match from_client.0.read(&mut buffer).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    let text = String::from_utf8_lossy(&buffer[..n]);
+                    if let Some(action) = form_value(&text, "Action") {
+                        let group = form_value(&text, "AutoScalingGroupName");
+                        log.lock().unwrap().push(Sent { action, group, at: Instant::now() });
+                    }
+                    if to_server.1.write_all(&buffer[..n]).await.is_err() {
+                        break;
+                    }
+                }
+                answers.abort();
+            });
+        }
+    });
+    (address, log)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_across_twenty_groups_costs_one_write_per_group_within_a_quarter_second() {
+    let Some((kubeconfig, endpoint)) = env() else {
+        eprintln!("e2e skipped: set {KUBECONFIG} and {AWS_ENDPOINT} to run it (see docs/development.md, \"End-to-end suite\")");
+        return;
+    };
+    let suffix = run_suffix();
+    let ns = format!("sb-burst-{suffix}");
+    let kube = kube_client(&kubeconfig).await;
+    let config = aws(&endpoint).await;
+    support::e2e::create_namespace(&kube, &ns).await;
+
+    let groups: Vec<String> = (0..GROUPS).map(|g| format!("sb-burst-{suffix}-{g:02}")).collect();
+    let mut members: Vec<Vec<(String, String)>> = Vec::new();
+    for group in &groups {
+        create_group(&config, group, GROUP_SIZE, GROUP_SIZE + 10).await;
+        let instances = live_instances(&config, group).await;
+        for (id, zone) in &instances {
+            register_node(&kube, &format!("{id}.{suffix}.e2e.internal"), zone, id, &suffix).await;
+        }
+        members.push(instances);
+    }
+
+    let (proxied, log) = recording_proxy(endpoint.clone()).await;
+    let port = free_port();
+    let mut booster = start_booster(
+        &kubeconfig,
+        &proxied,
+        &ns,
+        port,
+        &["--leader-elect", "false", "--instance-groups", "false", "--nth-taint-signals", "true", "--sizing", "count"],
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric(&scrape(port).await, "spots_booster_synced") < 1.0 {
+        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited early");
+        assert!(Instant::now() < deadline, "spots-booster never synced");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // The daemon has been running a while when a wave comes: its first passes are over.
+    let mut quiet_since = (log.lock().unwrap().len(), Instant::now());
+    while quiet_since.1.elapsed() < Duration::from_secs(2) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let seen = log.lock().unwrap().len();
+        if seen != quiet_since.0 {
+            quiet_since = (seen, Instant::now());
+        }
+    }
+    let before = log.lock().unwrap().len();
+
+    // NTH on 2 nodes of every group, the groups' turns spread over a quarter second (a wave as
+    // the interruption service sends it): cordon and taint, then the Event.
+    let burst_started = Instant::now();
+    let signalled: Vec<(Instant, Instant)> =
+        futures::future::join_all(members.iter().enumerate().map(|(g, instances)| {
+            let (kube, ns, suffix) = (kube.clone(), ns.clone(), suffix.clone());
+            async move {
+                tokio::time::sleep(Duration::from_millis(12) * g as u32).await;
+                let mut first = None;
+                for (id, _) in instances.iter().take(AT_RISK_PER_GROUP) {
+                    let node = format!("{id}.{suffix}.e2e.internal");
+                    first.get_or_insert_with(Instant::now);
+                    nth_cordon_and_taint(&kube, &node).await;
+                    nth_rebalance_event(&kube, &ns, &node, id).await;
+                }
+                (first.unwrap(), Instant::now())
+            }
+        }))
+        .await;
+    let burst_took = burst_started.elapsed();
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let writes = loop {
+        let writes: Vec<Sent> =
+            log.lock().unwrap()[before..].iter().filter(|s| s.action == "SetDesiredCapacity").cloned().collect();
+        if writes.len() >= GROUPS || Instant::now() > deadline {
+            break writes;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // Anything more for this burst would come within the coalescing bound.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let sent: Vec<Sent> = log.lock().unwrap()[before..].to_vec();
+
+    let mut per_group: BTreeMap<&str, Vec<Instant>> = BTreeMap::new();
+    for s in sent.iter().filter(|s| s.action == "SetDesiredCapacity") {
+        per_group.entry(s.group.as_deref().unwrap_or("?")).or_default().push(s.at);
+    }
+    let mut from_first = Vec::new();
+    let mut from_last = Vec::new();
+    for (g, group) in groups.iter().enumerate() {
+        let at = per_group.get(group.as_str()).unwrap_or_else(|| panic!("{group} was never boosted: {writes:?}"));
+        assert_eq!(at.len(), 1, "one write for {group}, got {}", at.len());
+        from_first.push(at[0].duration_since(signalled[g].0));
+        from_last.push(at[0].saturating_duration_since(signalled[g].1));
+    }
+    for (group, instances) in groups.iter().zip(&members) {
+        let desired = support::e2e::desired_capacity(&config, group).await;
+        assert_eq!(
+            desired,
+            GROUP_SIZE + AT_RISK_PER_GROUP as i32,
+            "{group}: one node per at-risk node ({instances:?})"
+        );
+    }
+    let reads: BTreeMap<&str, usize> =
+        sent.iter().filter(|s| s.action.starts_with("Describe")).fold(BTreeMap::new(), |mut m, s| {
+            *m.entry(s.action.as_str()).or_default() += 1;
+            m
+        });
+    from_first.sort();
+    from_last.sort();
+    let p = |v: &[Duration], q: f64| v[((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1].as_secs_f64();
+    eprintln!(
+        "e2e burst: {} signals in {GROUPS} groups within {:.3}s; per group, from its first signal p50 {:.3}s p99 {:.3}s, \
+         from its last p50 {:.3}s p99 {:.3}s; {} writes; reads {reads:?}",
+        GROUPS * AT_RISK_PER_GROUP,
+        burst_took.as_secs_f64(),
+        p(&from_first, 0.5),
+        p(&from_first, 0.99),
+        p(&from_last, 0.5),
+        p(&from_last, 0.99),
+        per_group.values().map(Vec::len).sum::<usize>(),
+    );
+    assert!(
+        p(&from_first, 0.99) <= 0.5,
+        "every group written within half a second of its first signal: {from_first:?}"
+    );
+    assert!(reads.values().sum::<usize>() <= 4, "a burst costs a guard read per boosting pass, no lookups: {reads:?}");
+
+    let _ = booster.start_kill();
+    let _ = booster.wait().await;
+    let nodes: Api<Node> = Api::all(kube.clone());
+    for n in nodes.list(&ListParams::default().labels(&format!("spots-booster-e2e={suffix}"))).await.unwrap().items {
+        let _ = nodes.delete(&n.metadata.name.unwrap(), &DeleteParams::default()).await;
+    }
+    let asg = aws_sdk_autoscaling::Client::new(&config);
+    for group in &groups {
+        let _ = asg.delete_auto_scaling_group().auto_scaling_group_name(group).force_delete(true).send().await;
+    }
+}
