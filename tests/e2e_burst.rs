@@ -24,7 +24,7 @@ mod support;
 
 const GROUPS: usize = 20;
 const GROUP_SIZE: i32 = 5;
-const AT_RISK_PER_GROUP: usize = 2;
+const AT_RISK_PER_GROUP: i32 = 2;
 
 /// One request the daemon sent: its `Action`, the group it names (if any), and when it arrived.
 #[derive(Debug, Clone)]
@@ -140,7 +140,7 @@ async fn a_burst_across_twenty_groups_costs_one_write_per_group_within_a_quarter
             async move {
                 tokio::time::sleep(Duration::from_millis(12) * g as u32).await;
                 let mut first = None;
-                for (id, _) in instances.iter().take(AT_RISK_PER_GROUP) {
+                for (id, _) in instances.iter().take(AT_RISK_PER_GROUP as usize) {
                     let node = format!("{id}.{suffix}.e2e.internal");
                     first.get_or_insert_with(Instant::now);
                     nth_cordon_and_taint(&kube, &node).await;
@@ -179,11 +179,7 @@ async fn a_burst_across_twenty_groups_costs_one_write_per_group_within_a_quarter
     }
     for (group, instances) in groups.iter().zip(&members) {
         let desired = support::e2e::desired_capacity(&config, group).await;
-        assert_eq!(
-            desired,
-            GROUP_SIZE + AT_RISK_PER_GROUP as i32,
-            "{group}: one node per at-risk node ({instances:?})"
-        );
+        assert_eq!(desired, GROUP_SIZE + AT_RISK_PER_GROUP, "{group}: one node per at-risk node ({instances:?})");
     }
     let reads: BTreeMap<&str, usize> =
         sent.iter().filter(|s| s.action.starts_with("Describe")).fold(BTreeMap::new(), |mut m, s| {
@@ -196,7 +192,7 @@ async fn a_burst_across_twenty_groups_costs_one_write_per_group_within_a_quarter
     eprintln!(
         "e2e burst: {} signals in {GROUPS} groups within {:.3}s; per group, from its first signal p50 {:.3}s p99 {:.3}s, \
          from its last p50 {:.3}s p99 {:.3}s; {} writes; reads {reads:?}",
-        GROUPS * AT_RISK_PER_GROUP,
+        GROUPS * AT_RISK_PER_GROUP as usize,
         burst_took.as_secs_f64(),
         p(&from_first, 0.5),
         p(&from_first, 0.99),
