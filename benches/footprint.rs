@@ -15,7 +15,7 @@ use kube::Client;
 use serde_json::{json, Value};
 use spots_booster::k8s::watch::{KubeCluster, WatchSettings};
 use spots_booster::metrics::Metrics;
-use spots_booster::ports::ClusterView;
+use spots_booster::ports::{AutoScaling, ClusterView};
 use tokio::sync::Notify;
 
 fn rss_kib(field: &str) -> u64 {
@@ -152,6 +152,19 @@ async fn serve(port: u16, nodes: usize, pods: usize) {
     }
 }
 
+/// The daemon's AWS ports, as `run` builds them, against an HTTPS endpoint nothing listens on.
+async fn aws_ports() -> spots_booster::aws::AwsPorts {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("eu-west-1"))
+        .endpoint_url(format!("https://127.0.0.1:{closed}"))
+        .credentials_provider(aws_sdk_autoscaling::config::Credentials::new("k", "s", None, None, "footprint"))
+        .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(1))
+        .load()
+        .await;
+    spots_booster::aws::AwsPorts::new(&config, false)
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -222,6 +235,18 @@ fn main() {
             synced.as_secs_f64(),
             view.as_secs_f64() * 1000.0
         );
+        // The daemon also holds the AWS clients, their HTTPS connector (TLS roots loaded on the
+        // first call; here one that finds nothing listening) and their retry state.
+        let aws = aws_ports().await;
+        let _ = aws.autoscaling.describe_groups(&["footprint".into()]).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let with_aws = rss_kib("VmRSS:");
+        println!(
+            "  with the AWS clients after their first call: RSS {:.1} MiB (+{:.1} MiB)",
+            with_aws as f64 / 1024.0,
+            with_aws.saturating_sub(after) as f64 / 1024.0
+        );
+        drop(aws);
     });
     let _ = server.kill();
     let _ = server.wait();

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::drain::{
     eviction_backoff, eviction_order, next_batches, DrainEnd, DrainPlan, DrainStarted, DrainState, DrainView,
+    TimedOutDrain,
 };
 use super::fast_hash::FastSet;
 use super::model::{GroupName, InstanceId, Node, NodeName, PodClass, Snapshot, Timestamp};
@@ -200,7 +201,14 @@ pub fn plan_draining(
             }
             continue;
         }
-        ended.push(end(DrainEnding::Drained { terminate: node.is_some(), decrement: drain.decrement }));
+        let decrement = drain.decrement
+            || (node.is_some() && may_decrement_now(snapshot, (&next, &drains.timed_out, &ended), &drain));
+        if decrement && !drain.decrement {
+            if let Some(d) = next.in_progress.get_mut(&name) {
+                d.decrement = true;
+            }
+        }
+        ended.push(end(DrainEnding::Drained { terminate: node.is_some(), decrement }));
         next.in_progress.remove(&name);
         next.evictions.remove(&name);
         next.finished.insert(drain.instance.clone(), DrainEnd::Drained);
@@ -212,6 +220,36 @@ pub fn plan_draining(
     }
 
     DrainingPlan { drains, protect, unprotect, ended, evictions, next }
+}
+
+/// Whether a drain that started without a decrement may terminate with one now. It started
+/// without because its boost's share was not there to return then: the boost's write was still
+/// in flight (a notice's deadline does not wait for the answer), or another drain held the share
+/// and has since ended without returning it. Its boost still has a node to give back if what was
+/// returned, what other drains under way promised and the nodes chosen for give-backs leave some.
+fn may_decrement_now(
+    snapshot: &Snapshot,
+    (state, timed_out, ended): (&DrainState, &[TimedOutDrain], &[EndedDrain]),
+    drain: &DrainStarted,
+) -> bool {
+    let Some(record) = snapshot.ledger.records.iter().find(|r| r.instances.contains(&drain.instance)) else {
+        return false;
+    };
+    if record.raising_to.is_some() || drain.gives_back.is_some() {
+        return false;
+    }
+    let ours = |i: &InstanceId| *i != drain.instance && record.instances.contains(i);
+    // Under way, or ended in this pass (their returns are not in the ledger yet).
+    let under_way = state.in_progress.values().filter(|d| d.decrement && ours(&d.instance)).count();
+    let timed_out = timed_out.iter().filter(|t| t.terminate && t.decrement && ours(&t.instance)).count();
+    let ended = ended
+        .iter()
+        .filter(|e| matches!(e.ending, DrainEnding::Drained { terminate: true, decrement: true }) && ours(&e.instance))
+        .count();
+    let promised = under_way.saturating_add(timed_out).saturating_add(ended);
+    let giving = record.giving_back.len();
+    let spoken_for = u32::try_from(promised.saturating_add(giving)).unwrap_or(u32::MAX);
+    record.returned.saturating_add(spoken_for) < record.added
 }
 
 /// The pods of `node` that may be evicted now (none while its backoff runs). A drain against a
@@ -393,6 +431,57 @@ mod tests {
         let p = plan_draining(&empty, &BTreeSet::new(), &started.next, &policy(), NOW);
         assert_eq!(p.ended[0].ending, DrainEnding::Drained { terminate: true, decrement: true });
         assert_eq!(p.next.finished.get(&InstanceId::from("i-n1")), Some(&DrainEnd::Drained));
+    }
+
+    #[test]
+    fn a_drain_started_while_its_boost_was_in_flight_gives_the_boost_back_once_it_ends() {
+        // A notice's deadline starts the drain while the boost's write has not answered yet: no
+        // decrement can be promised then. By the time the node is empty the write has answered.
+        let mut s = ready_to_drain();
+        s.signals = vec![Signal::interruption("n1", 590_000)];
+        s.ledger.records[0].raising_to = Some(3);
+        let started = plan_draining(&s, &BTreeSet::new(), &DrainState::default(), &policy(), NOW);
+        assert!(!started.next.in_progress[&n1()].decrement, "{:?}", started.next.in_progress);
+        let mut answered = s.clone();
+        answered.ledger.records[0].raising_to = None;
+        answered.nodes.get_mut(&n1()).unwrap().pods.clear();
+        let p = plan_draining(&answered, &BTreeSet::new(), &started.next, &policy(), NOW);
+        assert_eq!(p.ended[0].ending, DrainEnding::Drained { terminate: true, decrement: true });
+
+        // Still in flight when it ends: terminated without, the capacity stays the boost's.
+        let mut unanswered = s.clone();
+        unanswered.nodes.get_mut(&n1()).unwrap().pods.clear();
+        let p = plan_draining(&unanswered, &BTreeSet::new(), &started.next, &policy(), NOW);
+        assert_eq!(p.ended[0].ending, DrainEnding::Drained { terminate: true, decrement: false });
+    }
+
+    #[test]
+    fn two_drains_ending_together_return_no_more_than_their_boost_added() {
+        // One node added for n1 and n2; n1's drain holds the decrement, n2's started without.
+        let mut s = ready_to_drain().with_node(Node::test("n2", "a").cordoned());
+        s.ledger.records[0].instances.insert(InstanceId::from("i-n2"));
+        let mut state = DrainState::default();
+        for (name, decrement) in [("n1", true), ("n2", false)] {
+            state.in_progress.insert(
+                NodeName::from(name),
+                DrainStarted {
+                    group: "a".into(),
+                    instance: InstanceId::from(format!("i-{name}").as_str()),
+                    started_at: NOW,
+                    decrement,
+                    deadline: None,
+                    gives_back: None,
+                },
+            );
+        }
+        s.nodes.get_mut(&n1()).unwrap().pods.clear();
+        let p = plan_draining(&s, &BTreeSet::new(), &state, &policy(), NOW);
+        let decrements: Vec<bool> = p
+            .ended
+            .iter()
+            .map(|e| matches!(e.ending, DrainEnding::Drained { decrement: true, .. }))
+            .collect();
+        assert_eq!(decrements, vec![true, false], "{:?}", p.ended);
     }
 
     #[test]
