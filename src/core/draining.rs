@@ -476,11 +476,8 @@ mod tests {
         }
         s.nodes.get_mut(&n1()).unwrap().pods.clear();
         let p = plan_draining(&s, &BTreeSet::new(), &state, &policy(), NOW);
-        let decrements: Vec<bool> = p
-            .ended
-            .iter()
-            .map(|e| matches!(e.ending, DrainEnding::Drained { decrement: true, .. }))
-            .collect();
+        let decrements: Vec<bool> =
+            p.ended.iter().map(|e| matches!(e.ending, DrainEnding::Drained { decrement: true, .. })).collect();
         assert_eq!(decrements, vec![true, false], "{:?}", p.ended);
     }
 

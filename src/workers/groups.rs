@@ -17,7 +17,8 @@ use std::sync::{Mutex, MutexGuard};
 use tracing::warn;
 
 use crate::core::{
-    scheduled_events_needed, BoostLedger, Group, GroupName, InstanceFacts, InstanceId, Snapshot, Timestamp,
+    scheduled_events_needed, BoostLedger, Group, GroupName, InstanceFacts, InstanceId, Node, NodeName, Snapshot,
+    Timestamp,
 };
 use crate::ports::{system_clock, AutoScaling, AwsError, Clock, ClusterState, GroupDescription, TagFilter};
 
@@ -82,6 +83,21 @@ impl InstanceGroupCache {
         InstanceGroupCache { ttl, entries: Mutex::new(HashMap::new()), clock }
     }
 
+    /// Those of `instances` whose group is not cached.
+    pub(crate) fn uncached(&self, instances: &[InstanceId]) -> Vec<InstanceId> {
+        let now = (self.clock)();
+        let entries = lock(&self.entries);
+        instances
+            .iter()
+            .filter(|i| {
+                entries.get(*i).is_none_or(|(group, at)| {
+                    now.since(*at) >= if group.is_some() { self.ttl } else { self.ttl.min(NO_GROUP_TTL) }
+                })
+            })
+            .cloned()
+            .collect()
+    }
+
     /// The group of each instance (absent: in no group), asking AWS only for what is not cached.
     pub async fn groups_of<A: AutoScaling>(
         &self,
@@ -125,6 +141,11 @@ pub struct GroupBook {
     /// When each group last failed to launch for want of capacity (the launch watcher's finding).
     capacity_failures: Mutex<BTreeMap<GroupName, Timestamp>>,
 }
+
+/// Instances a pass learns about (group, EC2 facts) beyond those signalled: a daemon starting in
+/// a large cluster learns it over a few passes, never holding a signal behind thousands of
+/// lookups (200: four `DescribeAutoScalingInstances` at once, one round trip).
+const LEARN_PER_PASS: usize = 200;
 
 /// How long an instance EC2 did not know (not launched yet as far as EC2's reads go, or not an
 /// EC2 instance) waits before it is asked for again.
@@ -178,8 +199,17 @@ impl GroupBook {
         // up once, in one batch, the first pass after it joins, so a signal later finds its
         // node's group in memory.
         set_groups_from_members(&lock(&self.described), state);
-        let unresolved: Vec<InstanceId> =
-            state.nodes.values().filter(|n| n.group.is_none()).filter_map(|n| n.instance.clone()).collect();
+        let signalled: BTreeSet<&NodeName> = state.signals.iter().map(|s| &s.node).collect();
+        let (needed, rest): (Vec<&Node>, Vec<&Node>) =
+            state.nodes.values().filter(|n| n.group.is_none()).partition(|n| signalled.contains(&n.name));
+        let rest: Vec<InstanceId> = rest.into_iter().filter_map(|n| n.instance.clone()).collect();
+        let unknown: BTreeSet<InstanceId> = self.instances.uncached(&rest).into_iter().collect();
+        let learnt: BTreeSet<&InstanceId> = unknown.iter().take(LEARN_PER_PASS).collect();
+        let unresolved: Vec<InstanceId> = needed
+            .into_iter()
+            .filter_map(|n| n.instance.clone())
+            .chain(rest.iter().filter(|i| !unknown.contains(*i) || learnt.contains(i)).cloned())
+            .collect();
         if !unresolved.is_empty() {
             let found = self.instances.groups_of(aws, &unresolved).await?;
             for node in state.nodes.values_mut().filter(|n| n.group.is_none()) {
@@ -281,7 +311,10 @@ impl GroupBook {
             cache.retain(|i, (facts, at)| {
                 live.contains(i) && (facts.is_some() || now.since(*at) < UNKNOWN_INSTANCE_TTL)
             });
-            live.iter().filter(|i| !cache.contains_key(**i)).map(|i| (*i).clone()).collect()
+            let signalled: BTreeSet<&InstanceId> = snapshot.signals.iter().map(|s| &s.instance).collect();
+            let (needed, rest): (Vec<&InstanceId>, Vec<&InstanceId>) =
+                live.iter().copied().filter(|i| !cache.contains_key(*i)).partition(|i| signalled.contains(i));
+            needed.into_iter().chain(rest.into_iter().take(LEARN_PER_PASS)).cloned().collect()
         };
         if !missing.is_empty() {
             match aws.instance_facts(&missing).await {
@@ -322,7 +355,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::core::Node;
+    use crate::core::Signal;
     use crate::fakes::{AsgCall, FakeAutoScaling};
 
     fn describes(aws: &FakeAutoScaling) -> Vec<Vec<GroupName>> {
@@ -368,5 +401,25 @@ mod tests {
         }
         let asked_for_b = describes(&aws).iter().filter(|d| d.contains(&GroupName::from("b"))).count();
         assert_eq!(asked_for_b, 2, "{:?}", describes(&aws));
+    }
+
+    #[tokio::test]
+    async fn a_large_cluster_is_learnt_over_a_few_passes_and_never_holds_a_signal_back() {
+        let aws = FakeAutoScaling::default().with_group("a", 1, 10);
+        let book = GroupBook::new(Duration::from_secs(60), Duration::from_secs(3600), system_clock());
+        let mut snapshot = Snapshot::default();
+        for k in 0..450 {
+            let name = format!("n{k:03}");
+            snapshot.nodes.insert(name.as_str().into(), Node::test(&name, "a"));
+        }
+        snapshot.signals.push(Signal::rebalance("n449", 0));
+
+        book.fill_instance_facts(&aws, &mut snapshot).await;
+        assert_eq!(aws.instance_lookups(), LEARN_PER_PASS + 1, "the signalled node and a pass's share");
+        assert!(snapshot.instances.contains_key(&InstanceId::from("i-n449")), "the signalled node is described first");
+        book.fill_instance_facts(&aws, &mut snapshot).await;
+        book.fill_instance_facts(&aws, &mut snapshot).await;
+        assert_eq!(aws.instance_lookups(), 450, "every node learnt, each once");
+        assert_eq!(snapshot.instances.len(), 450);
     }
 }
