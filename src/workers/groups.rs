@@ -83,12 +83,6 @@ impl InstanceGroupCache {
         InstanceGroupCache { ttl, entries: Mutex::new(HashMap::new()), clock }
     }
 
-    /// The instances of `nodes` whose group is not cached.
-    fn uncached_nodes(&self, nodes: &[&Node]) -> Vec<InstanceId> {
-        let instances: Vec<InstanceId> = nodes.iter().filter_map(|n| n.instance.clone()).collect();
-        self.uncached(&instances)
-    }
-
     /// Those of `instances` whose group is not cached.
     pub(crate) fn uncached(&self, instances: &[InstanceId]) -> Vec<InstanceId> {
         let now = (self.clock)();
@@ -148,10 +142,9 @@ pub struct GroupBook {
     capacity_failures: Mutex<BTreeMap<GroupName, Timestamp>>,
 }
 
-/// Instances a pass learns about (group, EC2 facts) beyond those signalled, in passes that have no
-/// signalled instance to look up: a daemon starting in a large cluster learns it over a few
-/// passes, never holding a signal behind the lookups (200: four `DescribeAutoScalingInstances`
-/// at once, one round trip).
+/// Instances a pass learns about (group, EC2 facts) beyond those signalled: a daemon starting in
+/// a large cluster learns it over a few passes, never holding a signal behind thousands of
+/// lookups (200: four `DescribeAutoScalingInstances` at once, one round trip).
 const LEARN_PER_PASS: usize = 200;
 
 /// How long an instance EC2 did not know (not launched yet as far as EC2's reads go, or not an
@@ -211,10 +204,7 @@ impl GroupBook {
             state.nodes.values().filter(|n| n.group.is_none()).partition(|n| signalled.contains(&n.name));
         let rest: Vec<InstanceId> = rest.into_iter().filter_map(|n| n.instance.clone()).collect();
         let unknown: BTreeSet<InstanceId> = self.instances.uncached(&rest).into_iter().collect();
-        // A pass that must look up a signalled node learns nothing else: the signal waits for
-        // one call, never for the cluster's.
-        let share = if self.instances.uncached_nodes(&needed).is_empty() { LEARN_PER_PASS } else { 0 };
-        let learnt: BTreeSet<&InstanceId> = unknown.iter().take(share).collect();
+        let learnt: BTreeSet<&InstanceId> = unknown.iter().take(LEARN_PER_PASS).collect();
         let unresolved: Vec<InstanceId> = needed
             .into_iter()
             .filter_map(|n| n.instance.clone())
@@ -324,8 +314,7 @@ impl GroupBook {
             let signalled: BTreeSet<&InstanceId> = snapshot.signals.iter().map(|s| &s.instance).collect();
             let (needed, rest): (Vec<&InstanceId>, Vec<&InstanceId>) =
                 live.iter().copied().filter(|i| !cache.contains_key(*i)).partition(|i| signalled.contains(i));
-            let share = if needed.is_empty() { LEARN_PER_PASS } else { 0 };
-            needed.into_iter().chain(rest.into_iter().take(share)).cloned().collect()
+            needed.into_iter().chain(rest.into_iter().take(LEARN_PER_PASS)).cloned().collect()
         };
         if !missing.is_empty() {
             match aws.instance_facts(&missing).await {
@@ -426,11 +415,8 @@ mod tests {
         snapshot.signals.push(Signal::rebalance("n449", 0));
 
         book.fill_instance_facts(&aws, &mut snapshot).await;
-        assert_eq!(aws.instance_lookups(), 1, "a signal waits for its own node's lookup only");
-        assert!(snapshot.instances.contains_key(&InstanceId::from("i-n449")));
-        book.fill_instance_facts(&aws, &mut snapshot).await;
-        assert_eq!(aws.instance_lookups(), LEARN_PER_PASS + 1, "then a pass's share");
-        book.fill_instance_facts(&aws, &mut snapshot).await;
+        assert_eq!(aws.instance_lookups(), LEARN_PER_PASS + 1, "the signalled node and a pass's share");
+        assert!(snapshot.instances.contains_key(&InstanceId::from("i-n449")), "the signalled node is described first");
         book.fill_instance_facts(&aws, &mut snapshot).await;
         book.fill_instance_facts(&aws, &mut snapshot).await;
         assert_eq!(aws.instance_lookups(), 450, "every node learnt, each once");

@@ -1141,12 +1141,12 @@ mod tests {
         event(&rig, "n1", SignalKind::SpotInterruption);
         event(&rig, "n2", SignalKind::SpotInterruption);
         assert!(s.tick().await.unwrap().raised.is_empty());
-        assert_eq!(rig.aws.instance_lookups(), 2, "a pass with signals describes their instances only");
+        assert_eq!(rig.aws.instance_lookups(), 10, "every node's instance is described once, in one batch");
         // Cordoned, but on-demand: EC2 sends no interruption notice to on-demand instances.
         rig.cluster.edit(|s| s.nodes.get_mut(&NodeName::from("n2")).unwrap().cordoned = true);
         assert!(s.tick().await.unwrap().raised.is_empty());
         assert!(s.tick().await.unwrap().raised.is_empty());
-        assert_eq!(rig.aws.instance_lookups(), 10, "the others learnt by the next pass; each instance once");
+        assert_eq!(rig.aws.instance_lookups(), 10, "an instance is described once");
         let text = metrics.encode();
         assert!(text.contains("spots_booster_signals_untrusted_total{reason=\"not-cordoned\"} 2"), "{text}");
         assert!(text.contains("spots_booster_signals_untrusted_total{reason=\"not-spot\"} 1"), "{text}");
