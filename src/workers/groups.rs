@@ -83,17 +83,22 @@ impl InstanceGroupCache {
         InstanceGroupCache { ttl, entries: Mutex::new(HashMap::new()), clock }
     }
 
+    /// How long an answer is believed: a group for the TTL, "in no group" for less.
+    fn lasts(&self, group: &Option<GroupName>) -> Duration {
+        if group.is_some() {
+            self.ttl
+        } else {
+            self.ttl.min(NO_GROUP_TTL)
+        }
+    }
+
     /// Those of `instances` whose group is not cached.
     pub(crate) fn uncached(&self, instances: &[InstanceId]) -> Vec<InstanceId> {
         let now = (self.clock)();
         let entries = lock(&self.entries);
         instances
             .iter()
-            .filter(|i| {
-                entries.get(*i).is_none_or(|(group, at)| {
-                    now.since(*at) >= if group.is_some() { self.ttl } else { self.ttl.min(NO_GROUP_TTL) }
-                })
-            })
+            .filter(|i| entries.get(*i).is_none_or(|(group, at)| now.since(*at) >= self.lasts(group)))
             .cloned()
             .collect()
     }
@@ -107,9 +112,7 @@ impl InstanceGroupCache {
         let now = (self.clock)();
         let missing: Vec<InstanceId> = {
             let mut entries = lock(&self.entries);
-            entries.retain(|_, (group, at)| {
-                now.since(*at) < if group.is_some() { self.ttl } else { self.ttl.min(NO_GROUP_TTL) }
-            });
+            entries.retain(|_, (group, at)| now.since(*at) < self.lasts(group));
             instances.iter().filter(|i| !entries.contains_key(*i)).cloned().collect()
         };
         // No lock across the call: a slow answer must not stall the other worker's reads.
