@@ -138,12 +138,14 @@ impl AtRiskSet {
 
 /// Folds the snapshot's signals into at-risk sets.
 pub(crate) fn fold_signals(snapshot: &Snapshot, policy: &Policy, now: Timestamp) -> AtRiskSet {
-    let mut merged: FastMap<&InstanceId, Folding> =
+    // A small map of positions into a vector: the map stays in cache while thousands of
+    // instances are looked up three times each (signals, nodes, EC2's facts).
+    let mut position: FastMap<&InstanceId, usize> =
         FastMap::with_capacity_and_hasher(snapshot.signals.len(), Default::default());
+    let mut merged: Vec<Folding> = Vec::with_capacity(snapshot.signals.len());
     for s in &snapshot.signals {
-        let entry = &mut merged
-            .entry(&s.instance)
-            .or_insert_with(|| Folding {
+        let k = *position.entry(&s.instance).or_insert_with(|| {
+            merged.push(Folding {
                 risk: AtRisk {
                     instance: s.instance.clone(),
                     node: s.node.clone(),
@@ -156,8 +158,10 @@ pub(crate) fn fold_signals(snapshot: &Snapshot, policy: &Policy, now: Timestamp)
                 node: None,
                 facts: None,
                 claims: 0,
-            })
-            .risk;
+            });
+            merged.len() - 1
+        });
+        let entry = &mut merged[k].risk;
         if let Some(deadline) = s.deadline() {
             entry.deadline = Some(entry.deadline.map_or(deadline, |d| d.min(deadline)));
         }
@@ -170,7 +174,8 @@ pub(crate) fn fold_signals(snapshot: &Snapshot, policy: &Policy, now: Timestamp)
     // One pass over the nodes finds each signalled instance's node and how many Nodes claim it:
     // lookups by instance id, not by node name.
     for node in snapshot.nodes.values() {
-        if let Some(folding) = node.instance.as_ref().and_then(|i| merged.get_mut(i)) {
+        if let Some(&k) = node.instance.as_ref().and_then(|i| position.get(i)) {
+            let folding = &mut merged[k];
             folding.claims += 1;
             if node.name == folding.risk.node {
                 folding.node = Some(node);
@@ -181,13 +186,13 @@ pub(crate) fn fold_signals(snapshot: &Snapshot, policy: &Policy, now: Timestamp)
     // EC2's facts the same way when most instances are signalled; a few are looked up.
     if merged.len().saturating_mul(8) >= snapshot.instances.len() {
         for (instance, facts) in &snapshot.instances {
-            if let Some(folding) = merged.get_mut(instance) {
-                folding.facts = Some(facts);
+            if let Some(&k) = position.get(instance) {
+                merged[k].facts = Some(facts);
             }
         }
     } else {
-        for (instance, folding) in merged.iter_mut() {
-            folding.facts = snapshot.instances.get(*instance);
+        for folding in &mut merged {
+            folding.facts = snapshot.instances.get(&folding.risk.instance);
         }
     }
 
@@ -195,14 +200,14 @@ pub(crate) fn fold_signals(snapshot: &Snapshot, policy: &Policy, now: Timestamp)
     let known: FastSet<&GroupName> = snapshot.groups.keys().collect();
     let mut by_group: FastMap<&GroupName, BTreeMap<InstanceId, AtRisk>> = FastMap::default();
     let mut set = AtRiskSet::default();
-    for (instance, Folding { mut risk, node, facts, claims }) in merged {
+    for Folding { mut risk, node, facts, claims } in merged {
         risk.confirmed = confirmed_by_aws(snapshot, &risk, facts);
         let seen = Seen { node, facts, claimed_twice: claims > 1 };
-        match admit(snapshot, (&known, policy), now, (&risk, seen), boosted.contains_key(instance)) {
+        match admit(snapshot, (&known, policy), now, (&risk, seen), boosted.contains_key(&risk.instance)) {
             Ok(group) => {
-                by_group.entry(group).or_default().insert(instance.clone(), risk);
+                by_group.entry(group).or_default().insert(risk.instance.clone(), risk);
             }
-            Err(reason) => set.dropped.push(Dropped { instance: instance.clone(), reason }),
+            Err(reason) => set.dropped.push(Dropped { instance: risk.instance, reason }),
         }
     }
     set.by_group = by_group.into_iter().map(|(g, instances)| (g.clone(), instances)).collect();

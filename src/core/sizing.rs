@@ -21,25 +21,26 @@ pub(crate) fn nodes_for_pods<'p>(
     policy: &Policy,
 ) -> u32 {
     let bin = node_allocatable.saturating_sub(policy.reserved_per_node);
-    let mut demands: Vec<Resources> = pods
-        .into_iter()
-        .filter(|p| p.class.is_evictable())
-        .map(|p| demand(p, policy.over_subscription_percent))
-        .filter(|d| *d != Resources::default())
-        .collect();
-    // Largest share of a node first; ties broken by the raw numbers so the result never depends
-    // on input order.
     let share = |d: &Resources| {
         let cpu = d.cpu_millis as f64 / bin.cpu_millis.max(1) as f64;
         let mem = d.memory_bytes as f64 / bin.memory_bytes.max(1) as f64;
         cpu.max(mem)
     };
-    demands.sort_by(|a, b| {
-        share(b).total_cmp(&share(a)).then(b.cpu_millis.cmp(&a.cpu_millis)).then(b.memory_bytes.cmp(&a.memory_bytes))
+    let mut demands: Vec<(f64, Resources)> = pods
+        .into_iter()
+        .filter(|p| p.class.is_evictable())
+        .map(|p| demand(p, policy.over_subscription_percent))
+        .filter(|d| *d != Resources::default())
+        .map(|d| (share(&d), d))
+        .collect();
+    // Largest share of a node first; ties broken by the raw numbers so the result never depends
+    // on input order (equal keys are equal demands, so an unstable sort is as good).
+    demands.sort_unstable_by(|(sa, a), (sb, b)| {
+        sb.total_cmp(sa).then(b.cpu_millis.cmp(&a.cpu_millis)).then(b.memory_bytes.cmp(&a.memory_bytes))
     });
 
     let mut free: Vec<Resources> = Vec::new();
-    for d in demands {
+    for (_, d) in demands {
         match free.iter_mut().find(|f| d.fits_in(**f)) {
             Some(slot) => *slot = slot.saturating_sub(d),
             None => free.push(bin.saturating_sub(d)),
