@@ -23,8 +23,9 @@ use spots_booster::core::{
 use spots_booster::fakes::{FakeAutoScaling, FakeRig};
 use spots_booster::metrics::Metrics;
 use spots_booster::ports::AutoScaling;
+use spots_booster::workers::learner::{LearnerSettings, NodeLearner};
 use spots_booster::workers::scaler::{system_clock, Scaler, ScalerSettings};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 const GROUPS: usize = 20;
 const SAMPLES: usize = 300;
@@ -60,9 +61,12 @@ async fn main() {
     }
     let policy = Policy { sizing: SizingMode::Count, max_boost_per_group: 1000, ..Policy::default() };
     let ctx = rig.context_with(aws.autoscaling.clone(), policy, system_clock(), Arc::new(Metrics::new())).await;
+    // The daemon as it runs: the learner beside the scaler.
+    let learner = NodeLearner::new(ctx.clone(), Arc::new(Notify::new()), LearnerSettings::default());
     let scaler = Scaler::new(ctx, ScalerSettings::default());
     let wake = scaler.waker();
     let (stop, shutdown) = watch::channel(false);
+    let learning = tokio::spawn(learner.run(shutdown.clone()));
     let task = tokio::spawn(scaler.run(shutdown));
 
     let mut latencies = Vec::with_capacity(SAMPLES);
@@ -94,7 +98,7 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
     stop.send(true).unwrap();
-    let _ = task.await;
+    let _ = tokio::join!(task, learning);
 
     latencies.sort();
     let (p50, p99, max) = (percentile(&latencies, 0.50), percentile(&latencies, 0.99), *latencies.last().unwrap());
@@ -131,17 +135,21 @@ async fn burst(moto: &moto::Moto) {
         members.push(nodes);
     }
     let policy = Policy { sizing: SizingMode::Count, max_boost_per_group: 1000, ..Policy::default() };
-    let ctx = rig.context_with(aws.autoscaling.clone(), policy, system_clock(), Arc::new(Metrics::new())).await;
+    let metrics = Arc::new(Metrics::new());
+    let ctx = rig.context_with(aws.autoscaling.clone(), policy, system_clock(), metrics.clone()).await;
+    // The daemon as it runs: the learner beside the scaler.
+    let learner = NodeLearner::new(ctx.clone(), Arc::new(Notify::new()), LearnerSettings::default());
     let scaler = Scaler::new(ctx, ScalerSettings::default());
     let wake = scaler.waker();
     let (stop, shutdown) = watch::channel(false);
+    let learning = tokio::spawn(learner.run(shutdown.clone()));
     let task = tokio::spawn(scaler.run(shutdown));
-    // The daemon has been running when a burst comes: its first pass has learnt every node's
-    // group and every group's size.
+    // The daemon has been running when a burst comes: its learner has learnt every node's group
+    // and every group's size.
     let reads = ["DescribeAutoScalingGroups", "DescribeAutoScalingInstances", "DescribeInstances"];
     let mut last = u64::MAX;
     loop {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         let now: u64 = reads.iter().map(|r| aws.stats.calls(r)).sum();
         if std::mem::replace(&mut last, now) == now {
             break;
@@ -182,7 +190,7 @@ async fn burst(moto: &moto::Moto) {
         latencies.extend(sent[before..].iter().map(|t| t.duration_since(entered)));
     }
     stop.send(true).unwrap();
-    let _ = task.await;
+    let _ = tokio::join!(task, learning);
 
     latencies.sort();
     let (p50, p99, max) = (percentile(&latencies, 0.50), percentile(&latencies, 0.99), *latencies.last().unwrap());
@@ -193,6 +201,12 @@ async fn burst(moto: &moto::Moto) {
     println!("  per group: p50 {:.1} ms   p99 {:.1} ms   max {:.1} ms", ms(p50), ms(p99), ms(max));
     println!("  writes per burst: {writes_per_burst:?} (one per group: {GROUPS})");
     println!("  reads per burst: {reads_per_burst:?} (DescribeAutoScalingGroups, -Instances, DescribeInstances)");
+    for line in metrics.encode().lines().filter(|l| {
+        l.starts_with("spots_booster_scaler_stage_seconds_sum")
+            || l.starts_with("spots_booster_scaler_stage_seconds_count")
+    }) {
+        println!("  {line}");
+    }
 }
 
 fn ms(d: Duration) -> f64 {

@@ -29,6 +29,7 @@ use crate::workers::drainer::{Drainer, DrainerSettings};
 use crate::workers::groups::GroupBook;
 use crate::workers::instancegroups::InstanceGroupReconciler;
 use crate::workers::launches::{LaunchWatchSettings, LaunchWatcher};
+use crate::workers::learner::{LearnerSettings, NodeLearner};
 use crate::workers::ledger::SharedLedger;
 use crate::workers::scaler::{Scaler, ScalerError, ScalerSettings};
 use crate::workers::{system_clock, WorkerContext};
@@ -282,6 +283,11 @@ pub(crate) async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
             let launches_stop = shutdown.clone();
             tasks.spawn("worker:launches", Lifetime::UntilShutdown, async move {
                 launches.run(launches_stop).await;
+            });
+            let learner = NodeLearner::new(ctx.clone(), cluster.joins(), LearnerSettings::default()).beating(&heartbeats);
+            let learner_stop = shutdown.clone();
+            tasks.spawn("worker:learner", Lifetime::UntilShutdown, async move {
+                learner.run(learner_stop).await;
             });
             let (scaler_stop, drainer_stop) = (shutdown.clone(), shutdown.clone());
             tasks.spawn("worker:scaler", Lifetime::UntilShutdown, async move {

@@ -279,6 +279,7 @@ struct FakeAsgState {
     not_in_ec2: BTreeSet<InstanceId>,
     scheduled: BTreeSet<InstanceId>,
     instance_lookups: usize,
+    group_lookups: usize,
     activities: BTreeMap<GroupName, Vec<crate::core::ScalingActivity>>,
 }
 
@@ -406,6 +407,11 @@ impl FakeAutoScaling {
     /// How many instances were described through `instance_facts`.
     pub fn instance_lookups(&self) -> usize {
         lock(&self.0).instance_lookups
+    }
+
+    /// How many instances were asked about through `groups_of`.
+    pub fn group_lookups(&self) -> usize {
+        lock(&self.0).group_lookups
     }
 
     /// EC2 names `instance` `name` (by default instance `i-<node>` is named `<node>`, the way the
@@ -636,7 +642,8 @@ impl AutoScaling for FakeAutoScaling {
     }
 
     async fn groups_of(&self, instances: &[InstanceId]) -> Result<BTreeMap<InstanceId, GroupName>, AwsError> {
-        let s = lock(&self.0);
+        let mut s = lock(&self.0);
+        s.group_lookups += instances.len();
         Ok(instances
             .iter()
             .filter_map(|id| {

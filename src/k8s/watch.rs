@@ -180,6 +180,8 @@ pub struct KubeCluster {
     metrics: Arc<Metrics>,
     settings: Arc<WatchSettings>,
     synced: Arc<Notify>,
+    /// Notified when a node joins (or its name comes back with another instance).
+    joined: Arc<Notify>,
     clock: Clock,
     /// Whether the last view left CA's status out as too old (told once per change).
     ca_stale: Arc<std::sync::atomic::AtomicBool>,
@@ -214,6 +216,7 @@ impl KubeCluster {
             metrics,
             settings: Arc::new(settings),
             synced: Arc::new(Notify::new()),
+            joined: Arc::new(Notify::new()),
             clock: system_clock(),
             ca_stale: Arc::default(),
         }
@@ -232,6 +235,11 @@ impl KubeCluster {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Store> {
         self.store.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notified whenever a node joins or comes back as another instance: the learner's waker.
+    pub(crate) fn joins(&self) -> Arc<Notify> {
+        self.joined.clone()
     }
 
     /// Whether every watch has listed once.
@@ -470,6 +478,7 @@ impl KubeCluster {
         match change {
             Change::Reset(nodes) => {
                 store.nodes = nodes.into_iter().map(|n| (n.node.name.clone(), n)).collect();
+                self.joined.notify_one();
                 let Store { signals, nodes, .. } = &mut *store;
                 signals.retain(|_, s| nodes.contains_key(&s.signal.node));
                 let now = (self.clock)();
@@ -483,7 +492,11 @@ impl KubeCluster {
             }
             Change::Upsert(n) => {
                 let name = n.node.name.clone();
-                if store.nodes.get(&name).is_some_and(|old| old.node.instance != n.node.instance) {
+                let before = store.nodes.get(&name).map(|old| &old.node.instance);
+                if before != Some(&n.node.instance) {
+                    self.joined.notify_one();
+                }
+                if before.is_some_and(|old| *old != n.node.instance) {
                     // The name came back with another instance: the old news is not about it.
                     store.signals.retain(|_, s| s.signal.node != name);
                 }

@@ -191,12 +191,39 @@ impl GroupBook {
 
     /// Sets the group of every node that matters in `state`, then describes the groups those
     /// nodes and the ledger name that are unknown or stale. Returns the described groups as the
-    /// core sees them, each with Cluster Autoscaler's view.
+    /// core sees them, each with Cluster Autoscaler's view. Nodes never looked up are, beyond
+    /// the signalled ones, learnt [`LEARN_PER_PASS`] at a time (the learner usually has them).
     pub(crate) async fn resolve<A: AutoScaling>(
         &self,
         aws: &A,
         state: &mut ClusterState,
         ledger: &BoostLedger,
+    ) -> Result<BTreeMap<GroupName, Group>, AwsError> {
+        self.resolve_learning(aws, state, ledger, LEARN_PER_PASS).await
+    }
+
+    /// Learns the group and EC2's facts of every node in `state` never looked up, and describes
+    /// the groups they are in: what a later signal about any of them needs is then in memory.
+    pub(crate) async fn learn<A: AutoScaling>(
+        &self,
+        aws: &A,
+        mut state: ClusterState,
+        ledger: &BoostLedger,
+    ) -> Result<(), AwsError> {
+        state.signals.clear();
+        self.resolve_learning(aws, &mut state, ledger, usize::MAX).await?;
+        let live: BTreeSet<&InstanceId> = state.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
+        self.learn_facts(aws, &live, &BTreeSet::new(), usize::MAX).await;
+        Ok(())
+    }
+
+    /// [`GroupBook::resolve`], learning at most `share` nodes beyond the signalled ones.
+    async fn resolve_learning<A: AutoScaling>(
+        &self,
+        aws: &A,
+        state: &mut ClusterState,
+        ledger: &BoostLedger,
+        share: usize,
     ) -> Result<BTreeMap<GroupName, Group>, AwsError> {
         // Instances a described group already lists need no lookup; every other node is looked
         // up once, in one batch, the first pass after it joins, so a signal later finds its
@@ -207,7 +234,7 @@ impl GroupBook {
             state.nodes.values().filter(|n| n.group.is_none()).partition(|n| signalled.contains(&n.name));
         let rest: Vec<InstanceId> = rest.into_iter().filter_map(|n| n.instance.clone()).collect();
         let unknown: BTreeSet<InstanceId> = self.instances.uncached(&rest).into_iter().collect();
-        let learnt: BTreeSet<&InstanceId> = unknown.iter().take(LEARN_PER_PASS).collect();
+        let learnt: BTreeSet<&InstanceId> = unknown.iter().take(share).collect();
         let unresolved: Vec<InstanceId> = needed
             .into_iter()
             .filter_map(|n| n.instance.clone())
@@ -301,6 +328,36 @@ impl GroupBook {
         lock(&self.absent).remove(group);
     }
 
+    /// Asks EC2 about the `live` instances never described: the `signalled` ones, then at most
+    /// `share` others. Forgets what it knew of instances no longer live.
+    async fn learn_facts<A: AutoScaling>(
+        &self,
+        aws: &A,
+        live: &BTreeSet<&InstanceId>,
+        signalled: &BTreeSet<&InstanceId>,
+        share: usize,
+    ) {
+        let now = (self.instances.clock)();
+        let missing: Vec<InstanceId> = {
+            let mut cache = lock(&self.facts);
+            cache.retain(|i, (facts, at)| {
+                live.contains(i) && (facts.is_some() || now.since(*at) < UNKNOWN_INSTANCE_TTL)
+            });
+            let (needed, rest): (Vec<&InstanceId>, Vec<&InstanceId>) =
+                live.iter().copied().filter(|i| !cache.contains_key(*i)).partition(|i| signalled.contains(i));
+            needed.into_iter().chain(rest.into_iter().take(share)).cloned().collect()
+        };
+        if missing.is_empty() {
+            return;
+        }
+        match aws.instance_facts(&missing).await {
+            Ok(mut found) => remember(&self.facts, missing, |id| found.remove(id), now),
+            Err(e) => {
+                warn!(error = %e, instances = missing.len(), "instances not described; their nodes stay unverified")
+            }
+        }
+    }
+
     /// Fills `snapshot.instances` with what EC2 says of every node's instance, asking only for
     /// instances never described (facts are fixed for an instance's life, so a node costs one
     /// batched lookup when it joins), and `snapshot.scheduled_events` for the instances a
@@ -308,25 +365,9 @@ impl GroupBook {
     /// and untrusted, until the next pass: nothing is believed because AWS could not be asked.
     pub(crate) async fn fill_instance_facts<A: AutoScaling>(&self, aws: &A, snapshot: &mut Snapshot) {
         let live: BTreeSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
+        let signalled: BTreeSet<&InstanceId> = snapshot.signals.iter().map(|s| &s.instance).collect();
+        self.learn_facts(aws, &live, &signalled, LEARN_PER_PASS).await;
         let now = (self.instances.clock)();
-        let missing: Vec<InstanceId> = {
-            let mut cache = lock(&self.facts);
-            cache.retain(|i, (facts, at)| {
-                live.contains(i) && (facts.is_some() || now.since(*at) < UNKNOWN_INSTANCE_TTL)
-            });
-            let signalled: BTreeSet<&InstanceId> = snapshot.signals.iter().map(|s| &s.instance).collect();
-            let (needed, rest): (Vec<&InstanceId>, Vec<&InstanceId>) =
-                live.iter().copied().filter(|i| !cache.contains_key(*i)).partition(|i| signalled.contains(i));
-            needed.into_iter().chain(rest.into_iter().take(LEARN_PER_PASS)).cloned().collect()
-        };
-        if !missing.is_empty() {
-            match aws.instance_facts(&missing).await {
-                Ok(mut found) => remember(&self.facts, missing, |id| found.remove(id), now),
-                Err(e) => {
-                    warn!(error = %e, instances = missing.len(), "instances not described; their nodes stay unverified")
-                }
-            }
-        }
         snapshot.instances = {
             let cache = lock(&self.facts);
             live.iter()

@@ -8,6 +8,7 @@ pub mod drainer;
 pub mod groups;
 pub mod instancegroups;
 pub mod launches;
+pub mod learner;
 pub mod ledger;
 #[cfg(test)]
 mod lost_answers;
