@@ -36,10 +36,13 @@ use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
 /// How the scaler paces itself.
 #[derive(Debug, Clone)]
 pub struct ScalerSettings {
-    /// A group's burst has ended once no new signal about it came for this long: its write waits
-    /// for that, so a burst costs one write per group. A wake-up also waits this long for quiet
-    /// before planning.
+    /// A wake-up waits this long for quiet before planning, so a burst is planned together.
     pub coalesce_quiet: Duration,
+    /// A group's burst has ended once no node of it became at risk for this long: its write
+    /// waits for that, so a burst costs one write per group. Longer than `coalesce_quiet`: NTH
+    /// handles a group's nodes one after another (cordon, taint, Event), tens of milliseconds
+    /// apart on a busy API server.
+    pub(crate) group_quiet: Duration,
     /// …but a group's write never waits longer than this after its first signal.
     pub(crate) coalesce_max: Duration,
     /// …and a plan never waits longer than this after a wake-up: groups whose burst has ended
@@ -53,6 +56,7 @@ impl Default for ScalerSettings {
     fn default() -> Self {
         ScalerSettings {
             coalesce_quiet: Duration::from_millis(20),
+            group_quiet: Duration::from_millis(50),
             coalesce_max: Duration::from_millis(250),
             settle_max: Duration::from_millis(60),
             resync: Duration::from_secs(30),
@@ -342,7 +346,7 @@ where
 
         let mut plan = plan;
         let before = plan.boosts.len();
-        if pacing == Pacing::PerGroup {
+        if pacing == Pacing::PerGroup && self.wave_arriving(&first_seen, now) {
             plan.boosts.retain(|b| !self.settling(b, &first_seen, now));
         }
         report.settling = before - plan.boosts.len();
@@ -466,8 +470,20 @@ where
         Ok(report)
     }
 
-    /// Whether `boost`'s group is still in the middle of its burst: a signal about it came less
-    /// than `coalesce_quiet` ago, and its first less than `coalesce_max` ago. Its write waits for
+    /// Whether nodes are still becoming at risk somewhere: one did less than `coalesce_quiet`
+    /// ago (the pass came at `settle_max`, not after a pause). A lone signal, or the end of a
+    /// wave, finds the cluster quiet and is written at once; during a wave each group waits for
+    /// its own quiet.
+    fn wave_arriving(&self, first_seen: &BTreeMap<InstanceId, Timestamp>, now: Timestamp) -> bool {
+        first_seen
+            .values()
+            .filter(|t| **t <= now)
+            .max()
+            .is_some_and(|newest| now.since(*newest) < self.settings.coalesce_quiet)
+    }
+
+    /// Whether `boost`'s group is still in the middle of its burst: a node of it became at risk
+    /// less than `group_quiet` ago, and its first less than `coalesce_max` ago. Its write waits for
     /// the next pass, so the burst costs one write; the other groups' writes do not wait for it.
     /// A time ahead of `now` (another clock) never holds a write back.
     fn settling(&self, boost: &Boost, first_seen: &BTreeMap<InstanceId, Timestamp>, now: Timestamp) -> bool {
@@ -475,7 +491,7 @@ where
         match (seen().max(), seen().min()) {
             (Some(newest), Some(oldest)) => {
                 newest <= now
-                    && now.since(newest) < self.settings.coalesce_quiet
+                    && now.since(newest) < self.settings.group_quiet
                     && now.since(oldest) < self.settings.coalesce_max
             }
             _ => false,
@@ -984,6 +1000,28 @@ mod tests {
 
     fn raises(aws: &FakeAutoScaling) -> Vec<Vec<DesiredWrite>> {
         aws.calls().into_iter().filter_map(|c| if let AsgCall::Raise(w) = c { Some(w) } else { None }).collect()
+    }
+
+    /// A lone signal waits for the wake-up's quiet only; a group's own quiet (longer) is for a
+    /// wave whose signals still arrive.
+    #[tokio::test(start_paused = true)]
+    async fn a_lone_signal_is_written_once_the_cluster_is_quiet() {
+        let rig = FakeRig::new(FakeAutoScaling::default().with_group("a", 3, 50));
+        let ctx = rig.context(count_policy(), paused_clock(), Arc::new(Metrics::new())).await;
+        let settings = ScalerSettings::default();
+        assert!(settings.group_quiet > settings.coalesce_quiet + Duration::from_millis(10));
+        let s = Scaler::new(ctx.clone(), settings.clone());
+        let wake = s.waker();
+        let (stop, shutdown) = watch::channel(false);
+        let task = tokio::spawn(s.run(shutdown));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        rig.cluster.put_node(node("a0", "a"));
+        rig.cluster.signal(Signal { observed_at: (ctx.clock)(), ..Signal::rebalance("a0", 0) });
+        wake.notify_one();
+        tokio::time::sleep(settings.coalesce_quiet + Duration::from_millis(5)).await;
+        assert_eq!(rig.aws.desired("a"), 4, "written after the wake-up's quiet: {:?}", rig.aws.calls());
+        stop.send(true).unwrap();
+        task.await.unwrap();
     }
 
     #[tokio::test(start_paused = true)]
