@@ -215,11 +215,10 @@ pub(crate) async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
         writes: KubeWrites::new(client.clone(), args.aws.dry_run),
         events: KubeEvents::new(client.clone(), Some(identity.clone()), cluster.clone()),
         ledger,
-        groups: Arc::new(GroupBook::new(
-            std::time::Duration::from_secs(60),
-            std::time::Duration::from_secs(3600),
-            clock.clone(),
-        )),
+        groups: Arc::new(
+            GroupBook::new(std::time::Duration::from_secs(60), std::time::Duration::from_secs(3600), clock.clone())
+                .with_learner(),
+        ),
         leadership: leadership.clone(),
         metrics: metrics.clone(),
         policy,

@@ -143,6 +143,9 @@ pub struct GroupBook {
     selection: Mutex<Vec<TagFilter>>,
     /// When each group last failed to launch for want of capacity (the launch watcher's finding).
     capacity_failures: Mutex<BTreeMap<GroupName, Timestamp>>,
+    /// Nodes a pass learns beyond the signalled ones: [`LEARN_PER_PASS`], or none when the
+    /// learner runs beside the passes.
+    pass_share: usize,
 }
 
 /// Instances a pass learns about (group, EC2 facts) beyond those signalled: a daemon starting in
@@ -170,7 +173,15 @@ impl GroupBook {
             scheduled: Mutex::new(HashMap::new()),
             selection: Mutex::new(Vec::new()),
             capacity_failures: Mutex::new(BTreeMap::new()),
+            pass_share: LEARN_PER_PASS,
         }
+    }
+
+    /// The same book with the learner running beside the passes: a pass looks up only the
+    /// signalled nodes it does not know yet, never waiting behind the learner's lookups.
+    pub(crate) fn with_learner(mut self) -> Self {
+        self.pass_share = 0;
+        self
     }
 
     /// Describes every group whose tags match all `filters` (none: nothing to do), and from now
@@ -192,14 +203,14 @@ impl GroupBook {
     /// Sets the group of every node that matters in `state`, then describes the groups those
     /// nodes and the ledger name that are unknown or stale. Returns the described groups as the
     /// core sees them, each with Cluster Autoscaler's view. Nodes never looked up are, beyond
-    /// the signalled ones, learnt [`LEARN_PER_PASS`] at a time (the learner usually has them).
+    /// the signalled ones, learnt [`LEARN_PER_PASS`] at a time unless the learner runs.
     pub(crate) async fn resolve<A: AutoScaling>(
         &self,
         aws: &A,
         state: &mut ClusterState,
         ledger: &BoostLedger,
     ) -> Result<BTreeMap<GroupName, Group>, AwsError> {
-        self.resolve_learning(aws, state, ledger, LEARN_PER_PASS).await
+        self.resolve_learning(aws, state, ledger, self.pass_share).await
     }
 
     /// Learns the group and EC2's facts of every node in `state` never looked up, and describes
@@ -366,7 +377,7 @@ impl GroupBook {
     pub(crate) async fn fill_instance_facts<A: AutoScaling>(&self, aws: &A, snapshot: &mut Snapshot) {
         let live: BTreeSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
         let signalled: BTreeSet<&InstanceId> = snapshot.signals.iter().map(|s| &s.instance).collect();
-        self.learn_facts(aws, &live, &signalled, LEARN_PER_PASS).await;
+        self.learn_facts(aws, &live, &signalled, self.pass_share).await;
         let now = (self.instances.clock)();
         snapshot.instances = {
             let cache = lock(&self.facts);
@@ -465,5 +476,32 @@ mod tests {
         book.fill_instance_facts(&aws, &mut snapshot).await;
         assert_eq!(aws.instance_lookups(), 450, "every node learnt, each once");
         assert_eq!(snapshot.instances.len(), 450);
+    }
+
+    #[tokio::test]
+    async fn with_the_learner_beside_it_a_pass_looks_up_only_its_signalled_nodes() {
+        let mut aws = FakeAutoScaling::default().with_group("a", 300, 400);
+        let mut state = ClusterState::default();
+        for k in 0..300 {
+            let name = format!("n{k:03}");
+            aws = aws.with_instance("a", &format!("i-{name}"));
+            let mut node = Node::test(&name, "a");
+            node.group = None;
+            state.nodes.insert(name.as_str().into(), node);
+        }
+        state.signals.push(Signal::rebalance("n299", 0));
+        let book = GroupBook::new(Duration::from_secs(60), Duration::from_secs(3600), system_clock()).with_learner();
+
+        let groups = book.resolve(&aws, &mut state, &BoostLedger::default()).await.unwrap();
+        assert_eq!(aws.group_lookups(), 1, "the signalled node only");
+        assert!(groups.contains_key(&GroupName::from("a")));
+        assert!(state.nodes.values().all(|n| n.group.is_some()), "its group's description names every member");
+        let mut snapshot =
+            Snapshot { nodes: state.nodes.clone(), signals: state.signals.clone(), ..Snapshot::default() };
+        book.fill_instance_facts(&aws, &mut snapshot).await;
+        assert_eq!(aws.instance_lookups(), 1, "the signalled node only");
+
+        book.learn(&aws, state, &BoostLedger::default()).await.unwrap();
+        assert_eq!((aws.group_lookups(), aws.instance_lookups()), (1, 300), "the learner asks EC2 about the rest");
     }
 }
