@@ -335,7 +335,7 @@ pub struct ScalerMetrics {
     asg_desired: IntGaugeVec,
     /// MaxSize per group.
     asg_max: IntGaugeVec,
-    /// Signal first seen by the watch → the AWS write for it issued.
+    /// Signal first seen by the watch → AWS answering the write for it.
     reaction: Histogram,
     /// How long each stage of a scaler pass that wrote took: where a reaction's time goes.
     stages: HistogramVec,
@@ -351,7 +351,7 @@ pub struct ScalerMetrics {
 impl ScalerMetrics {
     fn register(r: &Registry) -> Self {
         let reaction = Histogram::with_opts(
-            HistogramOpts::new("reaction_seconds", "Signal first seen by the watch to the AWS write for it issued.")
+            HistogramOpts::new("reaction_seconds", "Signal first seen by the watch to AWS answering the write for it.")
                 .namespace(PREFIX)
                 .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
         )

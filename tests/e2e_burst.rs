@@ -7,7 +7,6 @@
 //! how long after the group's first and last signal, and how many reads the burst cost.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
@@ -17,70 +16,13 @@ use support::e2e::{
     aws, create_group, env, free_port, kube_client, live_instances, metric, nth_cordon_and_taint, nth_rebalance_event,
     register_node, run_suffix, scrape, start_booster, AWS_ENDPOINT, KUBECONFIG,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use support::recording_proxy::{recording_proxy, Sent};
 
 mod support;
 
 const GROUPS: usize = 20;
 const GROUP_SIZE: i32 = 5;
 const AT_RISK_PER_GROUP: i32 = 2;
-
-/// One request the daemon sent: its `Action`, the group it names (if any), and when it arrived.
-#[derive(Debug, Clone)]
-struct Sent {
-    action: String,
-    group: Option<String>,
-    at: Instant,
-}
-
-type Log = Arc<Mutex<Vec<Sent>>>;
-
-/// The value of `key` in a form-encoded request body found in `text`.
-fn form_value(text: &str, key: &str) -> Option<String> {
-    let start = text.find(&format!("{key}="))? + key.len() + 1;
-    let value = &text[start..];
-    let end = value.find(|c: char| c == '&' || c.is_whitespace()).unwrap_or(value.len());
-    Some(value[..end].replace("%2F", "/").replace("%3A", ":"))
-}
-
-/// A loopback proxy to `upstream` (moto) that logs every Query-API request it forwards. The SDK
-/// writes each small request in one go, so a read holds a whole request's form body.
-async fn recording_proxy(upstream: String) -> (String, Log) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = format!("http://{}", listener.local_addr().unwrap());
-    let log: Log = Arc::default();
-    let kept = log.clone();
-    let upstream = upstream.trim_start_matches("http://").to_string();
-    tokio::spawn(async move {
-        loop {
-            let Ok((client, _)) = listener.accept().await else { return };
-            let (upstream, log) = (upstream.clone(), kept.clone());
-            tokio::spawn(async move {
-                let Ok(server) = TcpStream::connect(&upstream).await else { return };
-                let (mut from_client, mut to_server) = (client.into_split(), server.into_split());
-                let answers = tokio::spawn(async move { tokio::io::copy(&mut to_server.0, &mut from_client.1).await });
-                let mut buffer = vec![0u8; 64 * 1024];
-                loop {
-                    let n = match from_client.0.read(&mut buffer).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => n,
-                    };
-                    let text = String::from_utf8_lossy(&buffer[..n]);
-                    if let Some(action) = form_value(&text, "Action") {
-                        let group = form_value(&text, "AutoScalingGroupName");
-                        log.lock().unwrap().push(Sent { action, group, at: Instant::now() });
-                    }
-                    if to_server.1.write_all(&buffer[..n]).await.is_err() {
-                        break;
-                    }
-                }
-                answers.abort();
-            });
-        }
-    });
-    (address, log)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_across_twenty_groups_costs_one_write_per_group_within_a_quarter_second() {
@@ -214,7 +156,7 @@ async fn a_burst_across_twenty_groups_costs_one_write_per_group_within_a_quarter
         .collect();
     let reaction = delta("spots_booster_reaction_seconds_sum") / delta("spots_booster_reaction_seconds_count").max(1.0);
     eprintln!(
-        "e2e burst stages: {passes} boosting passes, per pass {}; watch-seen → write issued, mean {:.3}s",
+        "e2e burst stages: {passes} boosting passes, per pass {}; watch-seen → write answered, mean {:.3}s",
         stages.join(", "),
         reaction
     );

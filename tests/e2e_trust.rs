@@ -20,6 +20,7 @@ use support::e2e::{
     aws, create_group, create_namespace, env, free_port, kube_client, metric, nth_rebalance_event, register_node,
     run_suffix, scrape, start_booster, AWS_ENDPOINT, KUBECONFIG,
 };
+use support::recording_proxy::recording_proxy;
 
 mod support;
 
@@ -64,12 +65,14 @@ async fn forged_unconfirmed_and_on_demand_notices_move_nothing_and_a_spot_one_is
         register_node(&kube, &name(id), "us-east-1a", id, &suffix).await;
     }
 
+    // Through a proxy that notes when each request leaves for moto.
+    let (proxied, sent) = recording_proxy(endpoint.clone()).await;
     let port = free_port();
     // One replacement per at-risk node: these nodes hold no pods, which `pods` sizing would
     // rightly replace with none.
     let mut booster = start_booster(
         &kubeconfig,
-        &endpoint,
+        &proxied,
         &ns,
         port,
         &["--leader-elect", "false", "--instance-groups", "false", "--sizing", "count"],
@@ -156,15 +159,27 @@ async fn forged_unconfirmed_and_on_demand_notices_move_nothing_and_a_spot_one_is
     let announced = Instant::now();
     nth_rebalance_event(&kube, &ns, &name(&spot), &spot).await;
     let deadline = Instant::now() + Duration::from_secs(20);
+    // Polled every 10 ms: a coarser poll would measure itself.
     while desired().await == before {
         assert!(Instant::now() < deadline, "the spot instance's notice was never boosted");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(desired().await, before + 1);
-    eprintln!("e2e trust: five notices refused by reason; the spot one boosted {:.2}s after its Event", {
-        announced.elapsed().as_secs_f64()
-    });
     let text = scrape(port).await;
+    let write_sent = sent
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|s| s.action == "SetDesiredCapacity" && s.at > announced)
+        .map(|s| s.at.duration_since(announced))
+        .expect("the boost's SetDesiredCapacity went through the proxy");
+    eprintln!(
+        "e2e trust: five notices refused by reason; the spot one's SetDesiredCapacity sent {:.3}s after its Event \
+         was created (the daemon's reaction_seconds, watch-seen → write answered: {:.3}s)",
+        write_sent.as_secs_f64(),
+        metric(&text, "spots_booster_reaction_seconds_sum")
+            / metric(&text, "spots_booster_reaction_seconds_count").max(1.0)
+    );
     assert!(metric(&text, "spots_booster_aws_calls_total{operation=\"DescribeInstances\"}") >= 2.0, "{text}");
     assert!(booster.try_wait().unwrap().is_none(), "still running");
     booster.kill().await.unwrap();

@@ -1,3 +1,4 @@
 pub mod e2e;
 pub mod moto;
+pub mod recording_proxy;
 pub mod tools;
