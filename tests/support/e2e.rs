@@ -15,9 +15,15 @@ pub const KUBECONFIG: &str = "SPOTS_BOOSTER_E2E_KUBECONFIG";
 /// The moto endpoint.
 pub const AWS_ENDPOINT: &str = "SPOTS_BOOSTER_E2E_AWS_ENDPOINT";
 
-/// The kubeconfig and moto endpoint, when both are set.
-pub fn env() -> Option<(String, String)> {
-    Some((std::env::var(KUBECONFIG).ok()?, std::env::var(AWS_ENDPOINT).ok()?))
+/// The kubeconfig and moto endpoint. The suites are `#[ignore]`d, run with `--include-ignored`;
+/// one run so without the variables fails, naming the one missing.
+pub fn env() -> (String, String) {
+    let var = |name: &str| {
+        std::env::var(name).unwrap_or_else(|_| {
+            panic!("{name} is not set: the e2e suites need a real API server and moto (docs/development.md, \"End-to-end suite\")")
+        })
+    };
+    (var(KUBECONFIG), var(AWS_ENDPOINT))
 }
 
 /// A client for the e2e API server.
