@@ -75,18 +75,7 @@ impl<A: AutoScaling, C: ClusterView, L: LedgerStore, W, E> NodeLearner<A, C, L, 
 
     /// Waits until no node joined for `join_quiet`, or `join_max` passed.
     async fn settle(&self) {
-        let longest = tokio::time::sleep(self.settings.join_max);
-        tokio::pin!(longest);
-        loop {
-            tokio::select! {
-                _ = &mut longest => return,
-                joined = tokio::time::timeout(self.settings.join_quiet, self.joined.notified()) => {
-                    if joined.is_err() {
-                        return;
-                    }
-                }
-            }
-        }
+        super::settle(&self.joined, self.settings.join_quiet, self.settings.join_max).await;
     }
 
     /// Learns every node not yet known; a failure is retried at the next round.

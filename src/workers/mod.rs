@@ -50,6 +50,23 @@ pub struct WorkerContext<A, C, L, W, E> {
     pub clock: Clock,
 }
 
+/// Waits for notifications on `notify` to pause: until none came for `quiet`, or `longest`
+/// passed. Timers only: the workers read the time from their clock alone.
+pub(crate) async fn settle(notify: &tokio::sync::Notify, quiet: std::time::Duration, longest: std::time::Duration) {
+    let longest = tokio::time::sleep(longest);
+    tokio::pin!(longest);
+    loop {
+        tokio::select! {
+            _ = &mut longest => return,
+            notified = tokio::time::timeout(quiet, notify.notified()) => {
+                if notified.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
 /// Adds a signal for every boosted instance whose node is still there but whose signal is not
 /// (its Event expired, or a restart came after that): the ledger remembers it was at risk, so its
 /// drain still happens and its boost is still given back.

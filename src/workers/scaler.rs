@@ -260,20 +260,9 @@ where
     }
 
     /// Waits for a burst of wake-ups to pause: until no wake-up came for `coalesce_quiet`, or
-    /// `settle_max` passed. Timers only: the scaler reads the time from its clock alone.
+    /// `settle_max` passed.
     async fn settle(&self) {
-        let longest = tokio::time::sleep(self.settings.settle_max);
-        tokio::pin!(longest);
-        loop {
-            tokio::select! {
-                _ = &mut longest => return,
-                woken = tokio::time::timeout(self.settings.coalesce_quiet, self.wake.notified()) => {
-                    if woken.is_err() {
-                        return;
-                    }
-                }
-            }
-        }
+        super::settle(&self.wake, self.settings.coalesce_quiet, self.settings.settle_max).await;
     }
 
     /// One planning pass and all its writes.
