@@ -1,10 +1,10 @@
 //! What the workers know of Auto Scaling Groups, shared by the scaler and the drainer: which group
 //! each node belongs to, and a description of each group holding one.
 //!
-//! All of it is learnt before any signal needs it, so a signal resolves from memory. Every
-//! instance a described group lists gives its node the group. A node no description lists yet
-//! (it just joined) is looked up once, in one batched `DescribeAutoScalingInstances` per pass for
-//! all such nodes, and the answer is cached (instances never change group; the TTL only bounds
+//! All of it is learnt before any signal needs it (by the learner, as nodes join), so a signal
+//! resolves from memory. Every instance a described group lists gives its node the group. A node
+//! no description lists yet (it just joined) is looked up once, in one batched
+//! `DescribeAutoScalingInstances` for all such nodes, and the answer is cached (instances never change group; the TTL only bounds
 //! memory of instances long gone, and "in no group" is asked again after five minutes). Every
 //! group holding a node is described and re-described once its description is `refresh` old, a
 //! call per 50 groups: a group's Ready count and size never depend on which nodes were signalled.
