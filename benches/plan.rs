@@ -25,7 +25,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
     let mut s = Snapshot::default();
     let mut drains = DrainState::default();
     for g in 0..GROUPS {
-        let name = GroupName(format!("spot-{g:03}"));
+        let name = GroupName::from(format!("spot-{g:03}"));
         s.groups.insert(
             name.clone(),
             Group {
@@ -44,13 +44,13 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
         );
         let mut boosted = BTreeSet::new();
         for n in 0..NODES_PER_GROUP {
-            let node = NodeName(format!("ip-10-{g}-{n}.eu-central-1.compute.internal"));
+            let node = NodeName::from(format!("ip-10-{g}-{n}.eu-central-1.compute.internal"));
             let instance = ec2_id((g * NODES_PER_GROUP + n) as u64);
             let pods = (0..PODS_PER_NODE)
                 .map(|p| Pod {
-                    uid: format!("{g}-{n}-{p}"),
+                    uid: format!("{g}-{n}-{p}").into(),
                     namespace: "shop".into(),
-                    name: format!("web-{g}-{n}-{p}"),
+                    name: format!("web-{g}-{n}-{p}").into(),
                     requests: Resources::new(100 + 30 * p as u64, (1 + p as u64 % 3) * GI / 2),
                     class: if p == 0 { PodClass::DaemonSet } else { PodClass::Ordinary },
                     opt_out: None,
@@ -123,7 +123,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                 moved: Vec::new(),
             });
             for r in 0..added as usize {
-                let node = NodeName(format!("ip-10-{g}-new{r}.eu-central-1.compute.internal"));
+                let node = NodeName::from(format!("ip-10-{g}-new{r}.eu-central-1.compute.internal"));
                 let instance = ec2_id(1_000_000 + (g * 100 + r) as u64);
                 s.instances.insert(instance.clone(), described(&node));
                 s.nodes.insert(
@@ -158,7 +158,7 @@ fn ec2_id(k: u64) -> InstanceId {
     let mut x = k.wrapping_add(0x9E37_79B9_7F4A_7C15);
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    InstanceId(format!("i-0{:016x}", x ^ (x >> 31)))
+    InstanceId::from(format!("i-0{:016x}", x ^ (x >> 31)))
 }
 
 fn bench_plan(c: &mut Criterion) {

@@ -215,7 +215,7 @@ fn ms(d: Duration) -> f64 {
 
 /// A node no signal names, on an instance EC2 does not know.
 fn node(group: usize, k: usize, at_risk: bool) -> Node {
-    let instance = InstanceId(format!("i-0{group:04x}{k:012x}"));
+    let instance = InstanceId::from(format!("i-0{group:04x}{k:012x}"));
     let mut node =
         ready_node(format!("ip-10-{group}-{k}.ec2.internal"), instance, Some(format!("spot-{group:02}").into()));
     node.cordoned = at_risk;
@@ -230,7 +230,7 @@ async fn named_instances(aws: &AwsPorts, groups: &[GroupName]) -> Vec<Vec<(NodeN
         let facts = aws.autoscaling.instance_facts(&ids).await.expect("describe the instances");
         named.push(
             ids.into_iter()
-                .map(|i| (NodeName(facts[&i].private_dns_name.clone().expect("a private DNS name")), i))
+                .map(|i| (NodeName::from(facts[&i].private_dns_name.clone().expect("a private DNS name")), i))
                 .collect(),
         );
     }
@@ -239,7 +239,7 @@ async fn named_instances(aws: &AwsPorts, groups: &[GroupName]) -> Vec<Vec<(NodeN
 
 fn ready_node(name: String, instance: InstanceId, group: Option<GroupName>) -> Node {
     Node {
-        name: NodeName(name),
+        name: NodeName::from(name),
         instance: Some(instance),
         group,
         ready: true,

@@ -201,9 +201,9 @@ impl ClusterWrites for FakeClusterWrites {
                     for n in s.nodes.values_mut() {
                         let before = n.pods.len();
                         if !linger {
-                            n.pods.retain(|p| p.uid != pod.uid);
+                            n.pods.retain(|p| p.uid.as_str() != pod.uid);
                         }
-                        found |= n.pods.len() != before || n.pods.iter().any(|p| p.uid == pod.uid);
+                        found |= n.pods.len() != before || n.pods.iter().any(|p| p.uid.as_str() == pod.uid);
                     }
                     found
                 })

@@ -148,7 +148,7 @@ fn join_nodes(view: &InMemoryCluster, group: &aws_sdk_autoscaling::types::AutoSc
         let id = instance.instance_id().unwrap();
         let name = format!("node-{id}");
         view.put_node(Node {
-            name: NodeName(name.clone()),
+            name: NodeName::from(name.clone()),
             instance: Some(InstanceId::from(id)),
             group: None,
             ready: true,
@@ -276,7 +276,7 @@ async fn create_ready_image_change_rotation_resize_and_delete() {
     let rotated = rotations[0].trim_start_matches("node-").to_string();
     view.signal(Signal {
         instance: InstanceId::from(rotated.as_str()),
-        node: NodeName(rotations[0].clone()),
+        node: NodeName::from(rotations[0].clone()),
         kind: SignalKind::Rotation,
         observed_at: Timestamp::EPOCH,
         evidence: Evidence::Rotation,

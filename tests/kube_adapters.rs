@@ -526,7 +526,7 @@ async fn the_watches_use_server_side_selectors_and_sync_into_one_view() {
     assert!(n1.cordoned && n1.ready);
     assert_eq!(n1.internal_ips, vec!["10.0.1.2".to_string()], "the address a custom-named node is verified by");
     assert_eq!(n1.pods.len(), 1, "pods are attached to signalled nodes");
-    assert_eq!(n1.pods[0].uid, "uid-web-0");
+    assert_eq!(n1.pods[0].uid.as_str(), "uid-web-0");
     assert!(!state.ca.is_empty(), "CA's groups are known");
     assert!(state.first_seen.contains_key(&signal.instance));
     assert_eq!(cluster.node_uid(&NodeName::from("n1")).as_deref(), Some("node-uid-1"));

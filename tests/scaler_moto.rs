@@ -40,7 +40,7 @@ async fn groups(config: &aws_config::SdkConfig) {
 /// which the booster rightly refuses to believe for either.
 fn at_risk(group: usize, k: usize, instance: InstanceId, name: String) -> (Node, Signal) {
     let node = Node {
-        name: NodeName(name.clone()),
+        name: NodeName::from(name.clone()),
         instance: Some(instance.clone()),
         group: Some(format!("spot-{group:02}").into()),
         ready: true,
@@ -49,9 +49,9 @@ fn at_risk(group: usize, k: usize, instance: InstanceId, name: String) -> (Node,
         created: Timestamp::EPOCH,
         allocatable: Resources::new(4000, 16 << 30),
         pods: vec![Pod {
-            uid: format!("uid-{group}-{k}"),
+            uid: format!("uid-{group}-{k}").into(),
             namespace: "shop".into(),
-            name: format!("web-{group}-{k}"),
+            name: format!("web-{group}-{k}").into(),
             requests: Resources::new(500, 1 << 30),
             class: PodClass::Ordinary,
             opt_out: None,
@@ -65,7 +65,7 @@ fn at_risk(group: usize, k: usize, instance: InstanceId, name: String) -> (Node,
         node,
         Signal {
             instance,
-            node: NodeName(name),
+            node: NodeName::from(name),
             kind: SignalKind::Rebalance,
             observed_at: now,
             evidence: Evidence::NodeTaint,

@@ -232,7 +232,7 @@ pub struct DrainPlan {
 /// Claims Ready replacement nodes for every ledger record, oldest record first, oldest node first.
 pub(crate) fn claim_replacements(snapshot: &Snapshot, ledger: &BoostLedger, at_risk: &AtRiskSet) -> Vec<Claim> {
     let boosted = ledger.index();
-    let risky: FastSet<&InstanceId> = at_risk.by_group.values().flat_map(|m| m.keys()).collect();
+    let risky = at_risk.instances();
     let mut by_group: FastMap<&GroupName, Vec<&Node>> = FastMap::default();
     for node in snapshot.nodes.values() {
         let Some(group) = node.group.as_ref() else {
@@ -518,7 +518,7 @@ pub(crate) fn close_finished_boosts(snapshot: &Snapshot, ledger: &BoostLedger, a
     let open = ledger;
     let mut ledger = BoostLedger { records: Vec::new(), spent: open.spent.clone() };
     if !open.records.is_empty() {
-        let alive: FastSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
+        let alive = snapshot.live_instances();
         let mut closed = Vec::new();
         for record in &open.records {
             let members = snapshot.groups.get(&record.group).and_then(|g| g.members.as_ref());

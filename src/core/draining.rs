@@ -15,8 +15,7 @@ use super::drain::{
     eviction_backoff, eviction_order, next_batches, DrainEnd, DrainPlan, DrainStarted, DrainState, DrainView,
     TimedOutDrain,
 };
-use super::fast_hash::FastSet;
-use super::model::{GroupName, InstanceId, Node, NodeName, PodClass, Snapshot, Timestamp};
+use super::model::{GroupName, InstanceId, Namespace, Node, NodeName, PodClass, PodName, PodUid, Snapshot, Timestamp};
 use super::policy::Policy;
 use super::signals::fold_signals;
 
@@ -28,7 +27,7 @@ pub struct NodeEvictions {
     /// No eviction on the node before this (the backoff after a refusal).
     pub(crate) retry_at: Option<Timestamp>,
     /// UIDs of the pods already evicted: they may take their grace period to go.
-    pub(crate) evicted: BTreeSet<String>,
+    pub(crate) evicted: BTreeSet<PodUid>,
     /// Whether this drain's first refusal was reported.
     pub(crate) told_blocked: bool,
     /// The watch has shown the node cordoned since the drain started. Until then an uncordoned
@@ -40,11 +39,11 @@ pub struct NodeEvictions {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodToEvict {
     /// Namespace.
-    pub namespace: String,
+    pub namespace: Namespace,
     /// Name.
-    pub name: String,
+    pub name: PodName,
     /// UID.
-    pub uid: String,
+    pub uid: PodUid,
 }
 
 /// The evictions due on one draining node in this pass: ordinary pods first, critical ones once
@@ -215,7 +214,7 @@ pub fn plan_draining(
     }
     // Ended drains are remembered only while their instance is around.
     if !next.finished.is_empty() {
-        let alive: FastSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
+        let alive = snapshot.live_instances();
         next.finished.retain(|i, _| alive.contains(i));
     }
 
@@ -308,7 +307,7 @@ impl DrainState {
             tried += 1;
             match result {
                 EvictionResult::Evicted | EvictionResult::Gone => {
-                    progress.evicted.insert(uid.to_string());
+                    progress.evicted.insert(PodUid::from(uid));
                 }
                 EvictionResult::Blocked => blocked += 1,
                 EvictionResult::Failed => {}

@@ -106,8 +106,8 @@ pub(crate) fn plan_give_backs(
     let chosen: FastSet<&NodeName> =
         snapshot.ledger.records.iter().flat_map(|r| r.giving_back.values().map(|g| &g.node)).collect();
     let covered = snapshot.ledger.index();
-    let risky: FastSet<&InstanceId> = at_risk.by_group.values().flat_map(|m| m.keys()).collect();
-    let alive: FastSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
+    let risky = at_risk.instances();
+    let alive = snapshot.live_instances();
     // Replacements serving a boost whose at-risk nodes are still there wait for their drain.
     let serving: FastSet<NodeName> = claim_replacements(snapshot, &snapshot.ledger, at_risk)
         .into_iter()

@@ -54,8 +54,7 @@ fn matches(node: &Node, instance: &InstanceId, facts: &InstanceFacts) -> bool {
         return true;
     }
     if let Some(dns) = facts.private_dns_name.as_deref().filter(|d| !d.is_empty()) {
-        let short = dns.split('.').next().unwrap_or_default();
-        if name.eq_ignore_ascii_case(dns) || name.eq_ignore_ascii_case(short) {
+        if name.eq_ignore_ascii_case(dns) || name.eq_ignore_ascii_case(dns.split('.').next().unwrap_or_default()) {
             return true;
         }
     }

@@ -21,6 +21,7 @@ pub(crate) mod raises;
 pub mod scaling;
 pub mod signals;
 pub mod sizing;
+mod text;
 
 pub use boost::{Boost, BoostPlan, BoostReason, Held, HoldReason};
 pub(crate) use drain::eviction_order;
@@ -37,8 +38,8 @@ pub use give_back::{GiveBack, GiveBackHow};
 pub use launches::{classify, launching_groups, LaunchFailure, ScalingActivity};
 pub use model::{
     BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, GiveBackNode, Group, GroupName, InstanceFacts,
-    InstanceId, InstanceLifecycle, MovedPart, Node, NodeName, OptOut, Pod, PodClass, Resources, Signal, SignalKind,
-    Snapshot, Timestamp, INTERRUPTION_NOTICE,
+    InstanceId, InstanceLifecycle, MovedPart, Namespace, Node, NodeName, OptOut, Pod, PodClass, PodName, PodUid,
+    Resources, Signal, SignalKind, Snapshot, Timestamp, INTERRUPTION_NOTICE,
 };
 pub use policy::{Policy, SizingMode};
 pub use raises::{resolve_raises, unresolved_groups, ResolvedRaise};

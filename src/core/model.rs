@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::fast_hash::FastMap;
+use super::fast_hash::{FastMap, FastSet};
 use super::flags::Flag;
+use super::text::Text;
 
 /// A point in time, in milliseconds since the Unix epoch. The core never reads a clock: `now` is
 /// always passed in.
@@ -56,30 +57,36 @@ macro_rules! name_type {
         $(#[$doc])*
         #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
         #[serde(transparent)]
-        pub struct $name(pub String);
+        pub struct $name(Text);
 
         impl $name {
             /// The name as a string slice.
             pub fn as_str(&self) -> &str {
-                &self.0
+                self.0.as_str()
             }
         }
 
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&self.0)
+                f.write_str(self.0.as_str())
             }
         }
 
         impl From<&str> for $name {
             fn from(s: &str) -> Self {
-                $name(s.to_string())
+                $name(Text::from(s))
             }
         }
 
         impl From<String> for $name {
             fn from(s: String) -> Self {
-                $name(s)
+                $name(Text::from(s))
+            }
+        }
+
+        impl From<&String> for $name {
+            fn from(s: &String) -> Self {
+                $name(Text::from(s.as_str()))
             }
         }
     };
@@ -96,6 +103,18 @@ name_type!(
 name_type!(
     /// A Kubernetes Node name.
     NodeName
+);
+name_type!(
+    /// A Kubernetes namespace's name.
+    Namespace
+);
+name_type!(
+    /// A Pod's name within its namespace.
+    PodName
+);
+name_type!(
+    /// A Pod's UID (`metadata.uid`).
+    PodUid
 );
 
 /// CPU and memory, in the units the scheduler counts.
@@ -216,11 +235,11 @@ impl PodClass {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pod {
     /// The pod's UID: the precondition of its eviction.
-    pub uid: String,
+    pub uid: PodUid,
     /// Namespace.
-    pub namespace: String,
+    pub namespace: Namespace,
     /// Name.
-    pub name: String,
+    pub name: PodName,
     /// Sum of its containers' requests (the scheduler's view).
     pub requests: Resources,
     /// How a drain treats it.
@@ -617,7 +636,10 @@ impl BoostLedger {
     /// Covered instances mapped to the position of their record, for planning passes that look
     /// many up.
     pub fn index(&self) -> FastMap<&InstanceId, usize> {
-        self.records.iter().enumerate().flat_map(|(k, r)| r.instances.iter().map(move |i| (i, k))).collect()
+        let covered = self.records.iter().map(|r| r.instances.len()).sum();
+        let mut index = FastMap::with_capacity_and_hasher(covered, Default::default());
+        index.extend(self.records.iter().enumerate().flat_map(|(k, r)| r.instances.iter().map(move |i| (i, k))));
+        index
     }
 
     /// All covered instances.
@@ -722,6 +744,16 @@ pub struct Snapshot {
     pub capacity_failures: BTreeMap<GroupName, Timestamp>,
 }
 
+impl Snapshot {
+    /// The instances the nodes run (Ready or not), for passes that ask of many whether they are
+    /// still around.
+    pub(crate) fn live_instances(&self) -> FastSet<&InstanceId> {
+        let mut live = FastSet::with_capacity_and_hasher(self.nodes.len(), Default::default());
+        live.extend(self.nodes.values().filter_map(|n| n.instance.as_ref()));
+        live
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod builders {
     //! Builders that read like sentences, for tests across the core.
@@ -776,7 +808,7 @@ pub(crate) mod builders {
         pub fn test(name: &str, group: &str) -> Node {
             Node {
                 name: name.into(),
-                instance: Some(InstanceId(format!("i-{name}"))),
+                instance: Some(InstanceId::from(format!("i-{name}"))),
                 group: Some(group.into()),
                 ready: true,
                 cordoned: false,
@@ -821,7 +853,7 @@ pub(crate) mod builders {
         /// An ordinary pod in `default`.
         pub fn test(name: &str, cpu_millis: u64, memory_bytes: u64) -> Pod {
             Pod {
-                uid: format!("uid-{name}"),
+                uid: format!("uid-{name}").into(),
                 namespace: "default".into(),
                 name: name.into(),
                 requests: Resources::new(cpu_millis, memory_bytes),
@@ -863,7 +895,7 @@ pub(crate) mod builders {
         /// A rebalance recommendation for node `node` (instance `i-<node>`) observed at `at` ms.
         pub fn rebalance(node: &str, at: i64) -> Signal {
             Signal {
-                instance: InstanceId(format!("i-{node}")),
+                instance: InstanceId::from(format!("i-{node}")),
                 node: node.into(),
                 kind: SignalKind::Rebalance,
                 observed_at: Timestamp::from_millis(at),

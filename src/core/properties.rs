@@ -41,9 +41,9 @@ fn node_strategy(group: usize, index: usize) -> impl Strategy<Value = Node> {
         prop::collection::vec((50u64..3000, 1u64..8), 0..8),
     )
         .prop_map(move |(ready, cordoned, deleting, created, pods)| Node {
-            name: NodeName(format!("g{group}-n{index}")),
-            instance: Some(InstanceId(format!("i-g{group}-n{index}"))),
-            group: Some(GroupName(format!("g{group}"))),
+            name: NodeName::from(format!("g{group}-n{index}")),
+            instance: Some(InstanceId::from(format!("i-g{group}-n{index}"))),
+            group: Some(GroupName::from(format!("g{group}"))),
             ready,
             cordoned,
             deleting_by_ca: deleting,
@@ -53,9 +53,9 @@ fn node_strategy(group: usize, index: usize) -> impl Strategy<Value = Node> {
                 .into_iter()
                 .enumerate()
                 .map(|(k, (cpu, mem))| Pod {
-                    uid: format!("u-{group}-{index}-{k}"),
+                    uid: format!("u-{group}-{index}-{k}").into(),
                     namespace: "default".into(),
-                    name: format!("p-{group}-{index}-{k}"),
+                    name: format!("p-{group}-{index}-{k}").into(),
                     requests: Resources::new(cpu, mem * GI / 2),
                     class: if k % 5 == 4 { PodClass::DaemonSet } else { PodClass::Ordinary },
                     opt_out: None,
@@ -79,7 +79,7 @@ fn group_strategy(index: usize) -> impl Strategy<Value = (Group, Vec<Node>)> {
             let nodes = (0..n_nodes).map(|k| node_strategy(index, k)).collect::<Vec<_>>();
             let max = min.max(desired) + max_extra % 6;
             let group = Group {
-                name: GroupName(format!("g{index}")),
+                name: GroupName::from(format!("g{index}")),
                 min,
                 max,
                 desired: desired.min(max).max(min),

@@ -134,6 +134,13 @@ impl AtRiskSet {
     pub fn is_empty(&self) -> bool {
         self.by_group.is_empty()
     }
+
+    /// Every at-risk instance, for passes that ask of many whether they are at risk.
+    pub(crate) fn instances(&self) -> FastSet<&InstanceId> {
+        let mut ids = FastSet::with_capacity_and_hasher(self.len(), Default::default());
+        ids.extend(self.by_group.values().flat_map(|m| m.keys()));
+        ids
+    }
 }
 
 /// Folds the snapshot's signals into at-risk sets.

@@ -291,7 +291,7 @@ pub fn classify_event(event: &Event, provider_id: Option<&str>) -> Classificatio
         kind: parsed.kind,
         mode,
         reason,
-        node: NodeName(node),
+        node: NodeName::from(node),
         instance,
         instance_source,
         notice_time: parsed.notice_time,

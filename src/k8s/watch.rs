@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
-use crate::core::{CaGroupView, Evidence, GroupName, NodeName, Pod, Signal, SignalKind, Timestamp};
+use crate::core::{CaGroupView, Evidence, GroupName, NodeName, Pod, PodUid, Signal, SignalKind, Timestamp};
 use crate::k8s::ca_status::parse_ca_status;
 use crate::k8s::convert::{node_from_kube, pod_from_kube, WatchedNode};
 use crate::k8s::nth::{classify_event, Classification, Ignored, NthSignal};
@@ -122,9 +122,9 @@ fn signal_key(s: &NthSignal) -> SignalKey {
 struct Store {
     nodes: HashMap<NodeName, WatchedNode>,
     /// Pods by UID, with their node.
-    pods: HashMap<String, (NodeName, Pod)>,
+    pods: HashMap<PodUid, (NodeName, Pod)>,
     /// Pod UIDs by node.
-    pods_by_node: HashMap<NodeName, HashSet<String>>,
+    pods_by_node: HashMap<NodeName, HashSet<PodUid>>,
     /// Signals by node and kind.
     signals: HashMap<SignalKey, SeenSignal>,
     /// When each tainted node's taint was first seen.
@@ -145,7 +145,7 @@ impl Store {
         self.ca_time.or(self.ca_seen_at)
     }
 
-    fn put_pod(&mut self, uid: String, node: NodeName, pod: Pod) {
+    fn put_pod(&mut self, uid: PodUid, node: NodeName, pod: Pod) {
         if let Some((old, _)) = self.pods.get(&uid) {
             if *old != node {
                 let old = old.clone();
@@ -156,13 +156,13 @@ impl Store {
         self.pods.insert(uid, (node, pod));
     }
 
-    fn remove_pod(&mut self, uid: &str) {
+    fn remove_pod(&mut self, uid: &PodUid) {
         if let Some((node, _)) = self.pods.remove(uid) {
             self.unlink(&node, uid);
         }
     }
 
-    fn unlink(&mut self, node: &NodeName, uid: &str) {
+    fn unlink(&mut self, node: &NodeName, uid: &PodUid) {
         if let Some(set) = self.pods_by_node.get_mut(node) {
             set.remove(uid);
             if set.is_empty() {
@@ -431,7 +431,7 @@ impl KubeCluster {
         }
     }
 
-    fn convert_pod(&self, pod: KubePod) -> Option<(String, Option<NodeName>, Pod)> {
+    fn convert_pod(&self, pod: KubePod) -> Option<(PodUid, Option<NodeName>, Pod)> {
         match pod_from_kube(&pod) {
             Ok((node, p)) => Some((p.uid.clone(), node, p)),
             Err(e) => {
@@ -519,7 +519,7 @@ impl KubeCluster {
         tainted
     }
 
-    fn apply_pods(store: &mut Store, change: Change<(String, Option<NodeName>, Pod)>) -> bool {
+    fn apply_pods(store: &mut Store, change: Change<(PodUid, Option<NodeName>, Pod)>) -> bool {
         match change {
             Change::Reset(pods) => {
                 store.pods.clear();
@@ -648,7 +648,8 @@ impl KubeCluster {
         };
         match parsed {
             Ok(status) => {
-                store.ca = status.node_groups.iter().map(|g| (GroupName(g.name.clone()), g.core_view())).collect();
+                store.ca =
+                    status.node_groups.iter().map(|g| (GroupName::from(g.name.clone()), g.core_view())).collect();
                 store.ca_time = status.time;
                 store.ca_seen_at = Some((self.clock)());
                 store.ca_found = true;
@@ -765,7 +766,7 @@ mod tests {
     }
 
     /// Applies the changes and marks every watch synced.
-    fn synced(c: &KubeCluster, nodes: Vec<WatchedNode>, pods: Vec<(String, Option<NodeName>, Pod)>) {
+    fn synced(c: &KubeCluster, nodes: Vec<WatchedNode>, pods: Vec<(PodUid, Option<NodeName>, Pod)>) {
         let mut store = c.write();
         c.apply_nodes(&mut store, Change::Reset(nodes));
         KubeCluster::apply_pods(&mut store, Change::Reset(pods));

@@ -565,9 +565,9 @@ impl World {
     pub(crate) fn core_pod(&self, pod: &SimPod) -> core::Pod {
         let w = &self.workloads[pod.workload];
         core::Pod {
-            uid: pod.uid.clone(),
+            uid: pod.uid.as_str().into(),
             namespace: "default".into(),
-            name: pod.name.clone(),
+            name: pod.name.as_str().into(),
             requests: w.requests,
             class: if w.critical { PodClass::Critical } else { PodClass::Ordinary },
             opt_out: None,

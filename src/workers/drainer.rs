@@ -485,7 +485,8 @@ where
             .enumerate()
             .flat_map(|(k, round)| {
                 round.pods.iter().map(move |p| {
-                    let pod = PodRef { namespace: p.namespace.clone(), name: p.name.clone(), uid: p.uid.clone() };
+                    let pod =
+                        PodRef { namespace: p.namespace.to_string(), name: p.name.to_string(), uid: p.uid.to_string() };
                     evict_within(writes, deadline, k, pod)
                 })
             })
@@ -1287,7 +1288,7 @@ mod tests {
         scaler.tick().await.unwrap();
         let chosen = rig.ledger.saved().records[0].giving_back.values().next().unwrap().node.clone();
         let pods = rig.cluster.current().unwrap().nodes[&chosen].pods.clone();
-        pods.iter().for_each(|p| rig.writes.block(&p.uid, true));
+        pods.iter().for_each(|p| rig.writes.block(p.uid.as_str(), true));
 
         drainer.tick().await.unwrap();
         tokio::time::advance(ctx.policy.drain_timeout).await;

@@ -133,7 +133,7 @@ impl World {
         for name in AT_RISK {
             rig.cluster.edit(|s| s.nodes.get_mut(&NodeName::from(name)).unwrap().cordoned = true);
             rig.cluster.signal(Signal {
-                instance: InstanceId(format!("i-{name}")),
+                instance: InstanceId::from(format!("i-{name}")),
                 node: name.into(),
                 kind: SignalKind::Rebalance,
                 observed_at: clock(),
@@ -251,7 +251,11 @@ async fn run(sizing: SizingMode, exhausted: bool, fault: Fault) -> Run {
         final_desired: world.rig.aws.desired("a"),
         highest_b,
         final_b: world.rig.aws.desired("b"),
-        at_risk_left: AT_RISK.iter().map(|n| InstanceId(format!("i-{n}"))).filter(|i| members.contains(i)).collect(),
+        at_risk_left: AT_RISK
+            .iter()
+            .map(|n| InstanceId::from(format!("i-{n}")))
+            .filter(|i| members.contains(i))
+            .collect(),
     }
 }
 

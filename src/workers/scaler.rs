@@ -952,7 +952,7 @@ mod tests {
     fn rebalance(cluster: &InMemoryCluster, name: &str, group: &str) {
         cluster.put_node(node(name, group));
         cluster.signal(Signal {
-            instance: InstanceId(format!("i-{name}")),
+            instance: InstanceId::from(format!("i-{name}")),
             node: name.into(),
             kind: SignalKind::Rebalance,
             observed_at: Timestamp::from_millis(1_000),
@@ -1115,7 +1115,7 @@ mod tests {
 
     fn event(rig: &FakeRig, name: &str, kind: SignalKind) {
         rig.cluster.signal(Signal {
-            instance: InstanceId(format!("i-{name}")),
+            instance: InstanceId::from(format!("i-{name}")),
             node: name.into(),
             kind,
             observed_at: Timestamp::from_millis(1_000),
@@ -1326,7 +1326,7 @@ mod tests {
         // The reconciler only annotates; nobody has cordoned the node yet.
         rig.cluster.put_node(Node::test("n1", "a"));
         rig.cluster.signal(Signal {
-            instance: InstanceId("i-n1".into()),
+            instance: InstanceId::from("i-n1"),
             node: "n1".into(),
             kind: SignalKind::Rotation,
             observed_at: Timestamp::from_millis(1_000),
@@ -1337,7 +1337,7 @@ mod tests {
         s.start(&[]).await.unwrap();
         s.tick().await.unwrap();
         assert_eq!(rig.aws.desired("a"), 4, "a replacement is bought before the drain");
-        assert!(rig.ledger.saved().covered().contains(&InstanceId("i-n1".into())));
+        assert!(rig.ledger.saved().covered().contains(&InstanceId::from("i-n1")));
     }
 
     #[tokio::test(start_paused = true)]
