@@ -127,6 +127,17 @@ async fn a_burst_across_twenty_groups_costs_one_write_per_group_within_a_quarter
             *m.entry(s.action.as_str()).or_default() += 1;
             m
         });
+    // When each read left, from the burst's start, beside the first and last write: a read that
+    // is no boosting pass's guard shows itself.
+    let at = |s: &Sent| format!("{}@{:.3}s", s.action, s.at.duration_since(burst_started).as_secs_f64());
+    let timeline: Vec<String> = sent
+        .iter()
+        .filter(|s| s.action.starts_with("Describe"))
+        .map(at)
+        .chain(writes.first().map(at))
+        .chain(writes.last().map(at))
+        .collect();
+    eprintln!("e2e burst reads and first/last write: {}", timeline.join(", "));
     from_first.sort();
     from_last.sort();
     let p = |v: &[Duration], q: f64| v[((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1].as_secs_f64();
