@@ -83,12 +83,6 @@ macro_rules! name_type {
                 $name(Text::from(s))
             }
         }
-
-        impl From<&String> for $name {
-            fn from(s: &String) -> Self {
-                $name(Text::from(s.as_str()))
-            }
-        }
     };
 }
 

@@ -1,7 +1,8 @@
 //! The string inside the core's names ([`super::InstanceId`], [`super::GroupName`],
-//! [`super::NodeName`]). A planning pass clones, hashes and compares thousands of them: EC2
-//! instance ids and most group names fit in the value itself (no allocation to clone, no pointer
-//! to follow to hash or compare), longer names are shared (a clone is a count, not a copy).
+//! [`super::NodeName`], and a pod's [`super::Namespace`], [`super::PodName`], [`super::PodUid`]).
+//! A planning pass clones, hashes and compares thousands of them: EC2 instance ids, most group
+//! names, namespaces and pod names fit in the value itself (no allocation to clone, no pointer to
+//! follow to hash or compare), longer names are shared (a clone is a count, not a copy).
 
 use std::cmp::Ordering;
 use std::fmt;
