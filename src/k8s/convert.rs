@@ -129,7 +129,7 @@ pub fn node_from_kube(node: &KubeNode) -> Result<WatchedNode, ConvertError> {
         nth_taint,
         rotation,
         node: Node {
-            name: NodeName::from(name.clone()),
+            name: NodeName::from(name.as_str()),
             instance: spec.and_then(|s| s.provider_id.as_deref()).and_then(instance_from_provider_id),
             group: None,
             ready,
@@ -238,7 +238,7 @@ pub fn pod_from_kube(pod: &KubePod) -> Result<(Option<NodeName>, Pod), ConvertEr
         .and_then(|s| s.termination_grace_period_seconds)
         .map_or(Pod::DEFAULT_GRACE_SECONDS, |g| u32::try_from(g.max(0)).unwrap_or(u32::MAX));
     Ok((
-        spec.and_then(|s| s.node_name.clone()).map(NodeName::from),
+        spec.and_then(|s| s.node_name.as_deref()).map(NodeName::from),
         Pod {
             uid: pod.metadata.uid.as_deref().unwrap_or_default().into(),
             namespace: namespace.into(),

@@ -649,7 +649,7 @@ impl KubeCluster {
         match parsed {
             Ok(status) => {
                 store.ca =
-                    status.node_groups.iter().map(|g| (GroupName::from(g.name.clone()), g.core_view())).collect();
+                    status.node_groups.iter().map(|g| (GroupName::from(g.name.as_str()), g.core_view())).collect();
                 store.ca_time = status.time;
                 store.ca_seen_at = Some((self.clock)());
                 store.ca_found = true;
