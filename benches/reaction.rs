@@ -245,6 +245,7 @@ fn ready_node(name: String, instance: InstanceId, group: Option<GroupName>) -> N
         ready: true,
         cordoned: false,
         deleting_by_ca: false,
+        opted_out: false,
         created: Timestamp::EPOCH,
         allocatable: Resources::new(4000, 16 << 30),
         pods: Vec::new(),

@@ -89,6 +89,10 @@ pub fn run(cli: Cli) -> Result<String, AppError> {
             let activities = crate::inspect_activities::inspect_scaling_activities(&input)?;
             Ok(crate::inspect_activities::render_scaling_activities(&activities, args.output))
         }
+        Command::Inspect(InspectCommand::Nodes(args)) => {
+            let input = read_input(&args.file)?;
+            Ok(crate::inspect_nodes::render_nodes(&crate::inspect_nodes::inspect_nodes(&input)?, args.output))
+        }
         Command::Simulate(args) => Ok(simulate_file(&args.scenario, args.baseline, args.output)?),
         Command::Crd => Ok(crate::instancegroup::api::crd_yaml()),
         Command::Run(args) => {

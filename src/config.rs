@@ -142,6 +142,9 @@ pub enum InspectCommand {
     /// A group's scaling activities (`aws autoscaling describe-scaling-activities
     /// --auto-scaling-group-name G`), classified as the launch watcher does.
     ScalingActivities(InspectArgs),
+    /// Nodes (`kubectl get nodes -o yaml|json`): their instance, the signal they carry, and
+    /// whether the booster acts on them (an operator's `spots-booster.io/disabled=true` opts out).
+    Nodes(InspectArgs),
 }
 
 /// Input and output of `inspect`.

@@ -52,6 +52,17 @@ pub enum InspectError {
     /// Nothing to classify.
     #[error("the input holds no Event")]
     NoEvents,
+    /// A document that is not a Node.
+    #[error("document {index}: not a core/v1 Node: {message}")]
+    NotANode {
+        /// 1-based document (or list item) number.
+        index: usize,
+        /// What is wrong, naming the field.
+        message: String,
+    },
+    /// Nothing to show.
+    #[error("the input holds no Node")]
+    NoNodes,
     /// Not what `aws autoscaling describe-scaling-activities` prints.
     #[error("not the output of aws autoscaling describe-scaling-activities: {0}")]
     NotActivities(String),
@@ -239,24 +250,20 @@ fn not_acted_on(kind: SignalKind) -> Option<&'static str> {
     })
 }
 
-/// Accepts one Event, several YAML documents, or a List (`kubectl get events -o yaml|json`).
-pub(crate) fn inspect_nth_events(input: &str, provider_id: Option<&str>) -> Result<Vec<InspectedEvent>, InspectError> {
+/// The objects in what `kubectl get … -o yaml|json` prints: one object, several YAML documents,
+/// or a List's items. An error names the 1-based document and why.
+pub(crate) fn objects(input: &str) -> Result<Vec<serde_yaml::Value>, (usize, String)> {
     let mut values = Vec::new();
-    // Event lists nest a few levels; deeper is hostile, and the YAML parser is quadratic on it.
+    // Lists nest a few levels; deeper is hostile, and the YAML parser is quadratic on it.
     if flow_depth(input) > MAX_FLOW_DEPTH {
-        return Err(InspectError::NotAnEvent {
-            index: 1,
-            message: format!("brackets nested more than {MAX_FLOW_DEPTH} deep"),
-        });
+        return Err((1, format!("brackets nested more than {MAX_FLOW_DEPTH} deep")));
     }
     if input.trim_start().starts_with(['{', '[']) {
-        let value: serde_json::Value =
-            serde_json::from_str(input).map_err(|e| InspectError::NotAnEvent { index: 1, message: e.to_string() })?;
+        let value: serde_json::Value = serde_json::from_str(input).map_err(|e| (1, e.to_string()))?;
         values.push(serde_yaml::to_value(value).expect("JSON is YAML"));
     } else {
         for (i, doc) in serde_yaml::Deserializer::from_str(input).enumerate() {
-            let value = serde::Deserialize::deserialize(doc)
-                .map_err(|e: serde_yaml::Error| InspectError::NotAnEvent { index: i + 1, message: e.to_string() })?;
+            let value = serde::Deserialize::deserialize(doc).map_err(|e: serde_yaml::Error| (i + 1, e.to_string()))?;
             if !matches!(value, serde_yaml::Value::Null) {
                 values.push(value);
             }
@@ -269,6 +276,12 @@ pub(crate) fn inspect_nth_events(input: &str, provider_id: Option<&str>) -> Resu
             None => items.push(value),
         }
     }
+    Ok(items)
+}
+
+/// Accepts one Event, several YAML documents, or a List (`kubectl get events -o yaml|json`).
+pub(crate) fn inspect_nth_events(input: &str, provider_id: Option<&str>) -> Result<Vec<InspectedEvent>, InspectError> {
+    let items = objects(input).map_err(|(index, message)| InspectError::NotAnEvent { index, message })?;
     if items.is_empty() {
         return Err(InspectError::NoEvents);
     }

@@ -18,6 +18,7 @@ pub mod core;
 pub mod fakes;
 pub(crate) mod inspect;
 pub(crate) mod inspect_activities;
+pub(crate) mod inspect_nodes;
 pub mod instancegroup;
 pub(crate) mod instancegroup_controller;
 pub mod k8s;

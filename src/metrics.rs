@@ -283,6 +283,8 @@ pub struct SignalMetrics {
     untrusted: IntCounterVec,
     /// Signals that made no instance at risk, by the core's reason; each counted once.
     dropped: IntCounterVec,
+    /// Nodes an operator opted out, as the leader last saw them.
+    opted_out: IntGauge,
 }
 
 impl SignalMetrics {
@@ -301,16 +303,26 @@ impl SignalMetrics {
                 "Signals that made no instance at risk, by reason (the untrusted ones included).",
                 &["reason"],
             ),
+            opted_out: int_gauge(
+                r,
+                "nodes_opted_out",
+                "Nodes an operator opted out with spots-booster.io/disabled=true (the leader's count; 0 on a follower).",
+            ),
         }
     }
 
     fn collectors(&self) -> Vec<&dyn Collector> {
-        vec![&self.seen, &self.untrusted, &self.dropped]
+        vec![&self.seen, &self.untrusted, &self.dropped, &self.opted_out]
     }
 
     /// Counts one signal that made no instance at risk.
     pub(crate) fn dropped(&self, reason: &crate::core::DropReason) {
         self.dropped.with_label_values(&[reason.as_str()]).inc();
+    }
+
+    /// Sets how many nodes are opted out.
+    pub(crate) fn opted_out_nodes(&self, nodes: usize) {
+        self.opted_out.set(i64::try_from(nodes).unwrap_or(i64::MAX));
     }
 
     /// Counts a signal the first time its group is known.
@@ -882,7 +894,7 @@ mod tests {
         for name in ["spots_booster_evictions_total", "spots_booster_reaction_seconds", "spots_booster_leader"] {
             assert!(m.names().contains(&name.to_string()), "{name}");
         }
-        assert_eq!(m.names().len(), 33);
+        assert_eq!(m.names().len(), 34);
     }
 
     #[test]

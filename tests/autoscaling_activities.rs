@@ -238,6 +238,7 @@ async fn a_boost_into_a_pool_without_capacity_lands_in_its_fallback_through_the_
             ready: true,
             cordoned: false,
             deleting_by_ca: false,
+            opted_out: false,
             created: Timestamp::EPOCH,
             allocatable: Resources::new(4000, 16 << 30),
             pods: Vec::new(),

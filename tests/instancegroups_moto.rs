@@ -154,6 +154,7 @@ fn join_nodes(view: &InMemoryCluster, group: &aws_sdk_autoscaling::types::AutoSc
             ready: true,
             cordoned: false,
             deleting_by_ca: false,
+            opted_out: false,
             created: Timestamp::EPOCH,
             allocatable: Resources::new(2000, 8 << 30),
             pods: vec![],

@@ -46,6 +46,7 @@ fn at_risk(group: usize, k: usize, instance: InstanceId, name: String) -> (Node,
         ready: true,
         cordoned: true,
         deleting_by_ca: false,
+        opted_out: false,
         created: Timestamp::EPOCH,
         allocatable: Resources::new(4000, 16 << 30),
         pods: vec![Pod {

@@ -72,6 +72,9 @@ pub enum DrainEnding {
     /// An operator uncordoned the node mid-drain: the drain stops for good and the instance is
     /// kept (noted in the ledger, so no later plan drains it again).
     Uncordoned,
+    /// An operator opted the node out mid-drain ([`crate::core::NODE_OPT_OUT`]): the drain stops
+    /// and the instance is kept, as for an uncordon.
+    OptedOut,
 }
 
 /// A drain that ends in this pass.
@@ -188,8 +191,13 @@ pub fn plan_draining(
             gives_back: drain.gives_back.clone(),
             ending,
         };
-        if progress.seen_cordoned && node.is_some_and(|n| !n.cordoned) {
-            ended.push(end(DrainEnding::Uncordoned));
+        let taken_back = match node {
+            Some(n) if n.opted_out => Some(DrainEnding::OptedOut),
+            Some(n) if progress.seen_cordoned && !n.cordoned => Some(DrainEnding::Uncordoned),
+            _ => None,
+        };
+        if let Some(ending) = taken_back {
+            ended.push(end(ending));
             next.in_progress.remove(&name);
             next.evictions.remove(&name);
             continue;
@@ -419,6 +427,19 @@ mod tests {
         let stopped = plan_draining(&s, &BTreeSet::new(), &seen.next, &policy(), NOW);
         assert_eq!(stopped.ended[0].ending, DrainEnding::Uncordoned);
         assert!(stopped.next.in_progress.is_empty() && stopped.evictions.is_empty());
+    }
+
+    #[test]
+    fn a_node_opted_out_mid_drain_stops_its_drain_and_is_never_drained_again() {
+        let mut s = ready_to_drain();
+        let started = plan_draining(&s, &BTreeSet::new(), &DrainState::default(), &policy(), NOW);
+        assert_eq!(started.drains.batches.len(), 1);
+        s.nodes.get_mut(&n1()).unwrap().opted_out = true;
+        let stopped = plan_draining(&s, &BTreeSet::new(), &started.next, &policy(), NOW);
+        assert_eq!(stopped.ended[0].ending, DrainEnding::OptedOut);
+        assert!(stopped.next.in_progress.is_empty() && stopped.evictions.is_empty());
+        let later = plan_draining(&s, &BTreeSet::new(), &stopped.next, &policy(), NOW);
+        assert!(later.drains.batches.is_empty() && later.evictions.is_empty(), "{later:?}");
     }
 
     #[test]

@@ -130,7 +130,7 @@ pub(crate) fn plan_give_backs(
         let mut candidates: Vec<(&Node, &InstanceId)> = snapshot
             .nodes
             .values()
-            .filter(|n| n.group.as_ref() == Some(name) && n.ready && !n.cordoned && !n.deleting_by_ca)
+            .filter(|n| n.group.as_ref() == Some(name) && n.ready && !n.cordoned && !n.deleting_by_ca && !n.opted_out)
             .filter_map(|n| n.instance.as_ref().map(|i| (n, i)))
             .filter(|(_, i)| members.is_some_and(|m| m.contains(*i)) && !covered.contains_key(i) && !risky.contains(i))
             .filter(|(n, _)| !chosen.contains(&n.name) && !serving.contains(&n.name))
@@ -262,6 +262,15 @@ mod tests {
         assert_eq!(chosen(&plan(&s)[0]), Some("n3"));
         s.instances.clear();
         assert!(plan(&s).is_empty(), "nothing verified while EC2 is not asked: wait");
+    }
+
+    #[test]
+    fn a_node_an_operator_opted_out_is_never_chosen() {
+        let group = Group::test("a").desired(5).members(["i-n2", "i-n3", "i-n9"]);
+        let mut s = snapshot(group, vec![record(&["i-1"], 1, 4)]);
+        assert_eq!(chosen(&plan(&s)[0]), Some("n2"), "the emptiest");
+        s.nodes.get_mut(&NodeName::from("n2")).unwrap().opted_out = true;
+        assert_eq!(chosen(&plan(&s)[0]), Some("n3"), "the next emptiest instead");
     }
 
     #[test]

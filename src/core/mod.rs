@@ -39,7 +39,7 @@ pub use launches::{classify, launching_groups, LaunchFailure, ScalingActivity};
 pub use model::{
     BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, GiveBackNode, Group, GroupName, InstanceFacts,
     InstanceId, InstanceLifecycle, MovedPart, Namespace, Node, NodeName, OptOut, Pod, PodClass, PodName, PodUid,
-    Resources, Signal, SignalKind, Snapshot, Timestamp, INTERRUPTION_NOTICE,
+    Resources, Signal, SignalKind, Snapshot, Timestamp, INTERRUPTION_NOTICE, NODE_OPT_OUT,
 };
 pub use policy::{Policy, SizingMode};
 pub use raises::{resolve_raises, unresolved_groups, ResolvedRaise};

@@ -285,6 +285,9 @@ impl OptOut {
     }
 }
 
+/// The Node label (or annotation) whose value `true` keeps a node out of the booster's hands.
+pub const NODE_OPT_OUT: &str = "spots-booster.io/disabled";
+
 /// A Node, with the pods bound to it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Node {
@@ -301,6 +304,10 @@ pub struct Node {
     /// Tainted `ToBeDeletedByClusterAutoscaler`: CA is removing it, so it is neither boosted for
     /// nor drained.
     pub deleting_by_ca: bool,
+    /// Labelled or annotated [`NODE_OPT_OUT`]`=true` by an operator: never boosted for, drained
+    /// or chosen to give capacity back; a drain under way stops.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub opted_out: bool,
     /// `metadata.creationTimestamp`: a node created after a boost was decided can serve as its
     /// replacement.
     pub created: Timestamp,
@@ -807,6 +814,7 @@ pub(crate) mod builders {
                 ready: true,
                 cordoned: false,
                 deleting_by_ca: false,
+                opted_out: false,
                 created: Timestamp::EPOCH,
                 allocatable: Resources::new(4000, 16 << 30),
                 internal_ips: Vec::new(),

@@ -47,6 +47,7 @@ fn node_strategy(group: usize, index: usize) -> impl Strategy<Value = Node> {
             ready,
             cordoned,
             deleting_by_ca: deleting,
+            opted_out: false,
             created: Timestamp::from_millis(created),
             allocatable: Resources::new(4000, 16 * GI),
             pods: pods

@@ -44,6 +44,8 @@ pub struct AtRisk {
 pub enum DropReason {
     /// The node is gone, or now runs another instance.
     NodeGone,
+    /// An operator opted the node out (`spots-booster.io/disabled=true`).
+    NodeOptedOut,
     /// The node's instance belongs to no known group.
     NoGroup,
     /// The group is listed in `--ignored-autoscaling-groups`.
@@ -63,6 +65,7 @@ impl DropReason {
     pub fn as_str(&self) -> &'static str {
         match self {
             DropReason::NodeGone => "node-gone",
+            DropReason::NodeOptedOut => "node-opted-out",
             DropReason::NoGroup => "no-group",
             DropReason::IgnoredGroup => "ignored-group",
             DropReason::Expired => "expired",
@@ -247,6 +250,9 @@ fn admit<'s>(
     boosted: bool,
 ) -> Result<&'s GroupName, DropReason> {
     let node = seen.node.ok_or(DropReason::NodeGone)?;
+    if node.opted_out {
+        return Err(DropReason::NodeOptedOut);
+    }
     if !boosted {
         identity::verify_against(node, seen.facts, seen.claimed_twice).map_err(DropReason::Untrusted)?;
         trusted(snapshot, (risk, seen.facts), node.cordoned).map_err(DropReason::Untrusted)?;
@@ -357,6 +363,22 @@ mod tests {
         let set = fold_signals(&s, &Policy::default(), Timestamp::from_millis(1));
         assert!(set.is_empty());
         assert!(set.dropped.iter().all(|d| d.reason == DropReason::NodeGone), "{:?}", set.dropped);
+    }
+
+    #[test]
+    fn a_node_an_operator_opted_out_is_never_at_risk_even_once_boosted() {
+        let mut s = snapshot().with_signal(Signal::rebalance("n1", 0)).with_signal(Signal::rebalance("n2", 0));
+        s.ledger.record(BoostRecord::test("spot-a", &["i-n2"], 1, 0));
+        for name in ["n1", "n2"] {
+            s.nodes.get_mut(&NodeName::from(name)).unwrap().opted_out = true;
+        }
+        let set = fold_signals(&s, &Policy::default(), Timestamp::from_millis(1));
+        assert!(set.is_empty(), "{set:?}");
+        assert_eq!(set.dropped.len(), 2);
+        assert!(set
+            .dropped
+            .iter()
+            .all(|d| d.reason == DropReason::NodeOptedOut && d.reason.as_str() == "node-opted-out"));
     }
 
     #[test]

@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::{Container, Node as KubeNode, Pod as KubePod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use thiserror::Error;
 
-use crate::core::{Node, NodeName, OptOut, Pod, PodClass, Resources, SignalKind, Timestamp};
+use crate::core::{Node, NodeName, OptOut, Pod, PodClass, Resources, SignalKind, Timestamp, NODE_OPT_OUT};
 use crate::k8s::nth::instance_from_provider_id;
 use crate::units::{parse_cpu_millis, parse_memory_bytes};
 
@@ -92,6 +92,14 @@ fn quantity(
     }
 }
 
+/// Whether an operator labelled or annotated the Node [`NODE_OPT_OUT`]`=true`.
+pub(crate) fn opted_out(node: &KubeNode) -> bool {
+    let set = |map: Option<&std::collections::BTreeMap<String, String>>| {
+        map.and_then(|m| m.get(NODE_OPT_OUT)).is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+    };
+    set(node.metadata.labels.as_ref()) || set(node.metadata.annotations.as_ref())
+}
+
 /// The domain view of a Node.
 pub fn node_from_kube(node: &KubeNode) -> Result<WatchedNode, ConvertError> {
     let name = node.metadata.name.clone().ok_or(ConvertError::NoName { kind: "Node" })?;
@@ -137,6 +145,7 @@ pub fn node_from_kube(node: &KubeNode) -> Result<WatchedNode, ConvertError> {
             deleting_by_ca: spec
                 .and_then(|s| s.taints.as_ref())
                 .is_some_and(|ts| ts.iter().any(|t| t.key == CA_DELETION_TAINT)),
+            opted_out: opted_out(node),
             created: node
                 .metadata
                 .creation_timestamp
@@ -282,6 +291,24 @@ mod tests {
         assert_eq!(w.node.allocatable, Resources::new(3920, 15 << 30));
         assert_eq!(w.node.created.as_millis(), 1_795_255_200_000);
         assert_eq!(w.nth_taint, Some((SignalKind::Rebalance, None)));
+    }
+
+    #[test]
+    fn an_operator_opts_a_node_out_by_label_or_annotation_set_to_true() {
+        let with = |field: &str, value: &str| {
+            node(serde_json::json!({"metadata": {"name": "n1", field: {NODE_OPT_OUT: value}}}))
+        };
+        for (field, value, out) in [
+            ("labels", "true", true),
+            ("annotations", "true", true),
+            ("labels", "True", true),
+            ("labels", "false", false),
+            ("annotations", "", false),
+            ("labels", "yes please", false),
+        ] {
+            assert_eq!(node_from_kube(&with(field, value)).unwrap().node.opted_out, out, "{field} {value:?}");
+        }
+        assert!(!node_from_kube(&node(serde_json::json!({"metadata": {"name": "n1"}}))).unwrap().node.opted_out);
     }
 
     #[test]

@@ -551,6 +551,7 @@ impl World {
                     ready: true,
                     cordoned: n.cordoned,
                     deleting_by_ca: false,
+                    opted_out: false,
                     created: n.created,
                     allocatable: n.allocatable,
                     pods,

@@ -430,10 +430,15 @@ where
         let mut kept = Vec::new();
         for e in ended {
             match e.ending {
-                DrainEnding::Uncordoned => {
-                    warn!(node = %e.node, "node uncordoned during its drain; drain stopped for good, instance kept");
+                DrainEnding::Uncordoned | DrainEnding::OptedOut => {
+                    let how = if e.ending == DrainEnding::OptedOut {
+                        "opted out (spots-booster.io/disabled)"
+                    } else {
+                        "uncordoned"
+                    };
+                    warn!(node = %e.node, how, "an operator took the node back during its drain; drain stopped for good, instance kept");
                     if let Some(reclaimed) = &e.gives_back {
-                        let why = "an operator uncordoned it".to_string();
+                        let why = format!("an operator {how} it");
                         self.give_back_left_to_ca(&e.group, &e.node, reclaimed, why).await;
                         continue;
                     }

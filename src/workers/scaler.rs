@@ -290,10 +290,12 @@ where
         if leading {
             self.export_sizes(&snapshot.groups, &snapshot.ledger, now);
             self.count_signals(&snapshot);
+            ctx.metrics.signals.opted_out_nodes(snapshot.nodes.values().filter(|n| n.opted_out).count());
         } else {
             // Only the leader reports what it acts on: with two replicas, sums and rates of the
             // followers' copies would double every group's numbers.
             ctx.metrics.scaler.forget_group_sizes();
+            ctx.metrics.signals.opted_out_nodes(0);
         }
 
         let acting = if leading { Acting::Leader } else { Acting::Follower };
