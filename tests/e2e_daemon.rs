@@ -196,6 +196,28 @@ fn the_e2e_ca_status_parses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real API server and moto: set SPOTS_BOOSTER_E2E_KUBECONFIG and SPOTS_BOOSTER_E2E_AWS_ENDPOINT, pass --include-ignored"]
 async fn a_rebalance_recommendation_is_boosted_drained_and_given_back() {
+    boosted_drained_and_given_back(As::Admin).await;
+}
+
+/// The same, installed the way users install it: `helm template` of the chart applied to the API
+/// server, and the daemon run with the chart's ServiceAccount's token, so its start-up permission
+/// check and every call go through the chart's RBAC alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real API server and moto: set SPOTS_BOOSTER_E2E_KUBECONFIG and SPOTS_BOOSTER_E2E_AWS_ENDPOINT, pass --include-ignored"]
+async fn installed_with_the_helm_chart_it_runs_as_the_charts_service_account() {
+    boosted_drained_and_given_back(As::ChartServiceAccount).await;
+}
+
+/// Whose credentials the daemon runs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum As {
+    /// The e2e kubeconfig's (an administrator).
+    Admin,
+    /// The Helm chart's ServiceAccount, bound by the chart's RBAC only.
+    ChartServiceAccount,
+}
+
+async fn boosted_drained_and_given_back(who: As) {
     let (kubeconfig, endpoint) = env();
     let suffix = run_suffix();
     let run = Arc::new(Run {
@@ -305,6 +327,10 @@ async fn a_rebalance_recommendation_is_boosted_drained_and_given_back() {
 
     // The booster.
     let port = free_port();
+    let kubeconfig = match who {
+        As::Admin => kubeconfig,
+        As::ChartServiceAccount => chart::install(&run.kube, &kubeconfig, &run.ns, &suffix).await,
+    };
     // tests/e2e_instancegroups.rs covers the reconciler; this run needs no CRD.
     let mut booster = start_booster(
         &kubeconfig,
@@ -409,4 +435,102 @@ async fn a_rebalance_recommendation_is_boosted_drained_and_given_back() {
         .send()
         .await;
     let _ = namespaces.delete(&run.ns, &DeleteParams::default()).await;
+    if who == As::ChartServiceAccount {
+        chart::uninstall(&run.kube, &suffix).await;
+    }
+}
+
+/// The chart on the e2e API server.
+mod chart {
+    use std::path::Path;
+    use std::process::Stdio;
+
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::DeleteParams;
+    use kube::{Api, Client};
+    use serde_json::{json, Value};
+    use tokio::io::AsyncWriteExt;
+
+    use super::support::tools::install as install_tool;
+
+    fn release(suffix: &str) -> String {
+        format!("sb-e2e-{suffix}")
+    }
+
+    /// `helm template` of the chart for a release in `ns` (cluster-scoped names made unique by the
+    /// run's suffix, the flags the e2e daemon runs with), applied with kubectl but for the
+    /// Deployment (no kubelet runs it here; the test runs the binary itself). Returns a kubeconfig
+    /// that authenticates as the chart's ServiceAccount.
+    pub async fn install(kube: &Client, kubeconfig: &str, ns: &str, suffix: &str) -> String {
+        let helm = install_tool("install-helm.sh", &["helm"], "helm.lock");
+        let kubectl = install_tool("install-helm.sh", &["kubectl"], "helm.lock");
+        let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/spots-booster");
+        let release = release(suffix);
+        let values = json!({
+            "fullnameOverride": release,
+            "instanceManagerNamespace": {"create": false},
+            "config": {
+                "eventsNamespace": ns,
+                "caStatusNamespace": ns,
+                "instanceGroups": false,
+                "nthTaintSignals": true,
+            },
+        });
+        let mut template = std::process::Command::new(&helm);
+        template.args(["template", &release, &chart.display().to_string(), "--namespace", ns]);
+        for (key, value) in values.as_object().unwrap() {
+            template.arg("--set-json").arg(format!("{key}={value}"));
+        }
+        let rendered = template.output().expect("helm template");
+        assert!(rendered.status.success(), "helm template: {}", String::from_utf8_lossy(&rendered.stderr));
+        let objects: Vec<Value> = serde_yaml::Deserializer::from_slice(&rendered.stdout)
+            .map(|d| serde::Deserialize::deserialize(d).unwrap())
+            .filter(|v: &Value| !v.is_null() && v["kind"] != "Deployment")
+            .collect();
+        let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+        for kind in ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service"] {
+            assert!(kinds.contains(&kind), "the chart renders a {kind}: {kinds:?}");
+        }
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+        let mut apply = tokio::process::Command::new(&kubectl)
+            .args(["--kubeconfig", kubeconfig, "apply", "--server-side", "--field-manager", "helm", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl apply");
+        apply.stdin.take().unwrap().write_all(list.to_string().as_bytes()).await.unwrap();
+        let applied = apply.wait_with_output().await.unwrap();
+        assert!(applied.status.success(), "kubectl apply: {}", String::from_utf8_lossy(&applied.stderr));
+        eprintln!("e2e chart: applied {}", String::from_utf8_lossy(&applied.stdout).trim().replace('\n', "; "));
+
+        // A token for the ServiceAccount, as the kubelet would mount it.
+        let request = http::Request::post(format!("/api/v1/namespaces/{ns}/serviceaccounts/{release}/token"))
+            .header("content-type", "application/json")
+            .body(
+                serde_json::to_vec(&json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                    "spec": {"expirationSeconds": 3600}}))
+                .unwrap(),
+            )
+            .unwrap();
+        let answer: Value = kube.request(request).await.expect("a token for the chart's ServiceAccount");
+        let token = answer["status"]["token"].as_str().expect("status.token").to_string();
+
+        // The e2e kubeconfig's cluster, with the ServiceAccount as its only user.
+        let mut config: Value = serde_yaml::from_str(&std::fs::read_to_string(kubeconfig).unwrap()).unwrap();
+        config["users"] = json!([{"name": "chart-service-account", "user": {"token": token}}]);
+        for context in config["contexts"].as_array_mut().expect("contexts") {
+            context["context"]["user"] = json!("chart-service-account");
+        }
+        let path = std::env::temp_dir().join(format!("spots-booster-e2e-chart-{suffix}.kubeconfig"));
+        std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
+        path.display().to_string()
+    }
+
+    /// Deletes the chart's cluster-scoped objects (the namespaced ones go with the namespace).
+    pub async fn uninstall(kube: &Client, suffix: &str) {
+        let name = release(suffix);
+        let _ = Api::<ClusterRoleBinding>::all(kube.clone()).delete(&name, &DeleteParams::default()).await;
+        let _ = Api::<ClusterRole>::all(kube.clone()).delete(&name, &DeleteParams::default()).await;
+    }
 }
