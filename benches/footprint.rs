@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use spots_booster::k8s::watch::{KubeCluster, WatchSettings};
 use spots_booster::metrics::Metrics;
 use spots_booster::ports::{AutoScaling, ClusterView};
+use spots_booster::workers::system_clock;
 use tokio::sync::Notify;
 
 fn rss_kib(field: &str) -> u64 {
@@ -211,7 +212,7 @@ fn main() {
             signal_grace: spots_booster::k8s::watch::SIGNAL_GRACE,
             ca_status_max_age: spots_booster::k8s::watch::CA_STATUS_MAX_AGE,
         };
-        let cluster = KubeCluster::new(settings, Arc::new(Notify::new()), Arc::new(Metrics::new()));
+        let cluster = KubeCluster::new(settings, Arc::new(Notify::new()), Arc::new(Metrics::new()), system_clock());
         let started = Instant::now();
         cluster.spawn_watches(&client);
         tokio::time::timeout(Duration::from_secs(300), cluster.wait_synced()).await.expect("synced");

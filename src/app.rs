@@ -201,8 +201,8 @@ pub(crate) async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
         },
         wake.clone(),
         metrics.clone(),
-    )
-    .with_clock(clock.clone());
+        clock.clone(),
+    );
     let (ca_cluster, ca_clock) = (cluster.clone(), clock.clone());
     metrics.on_scrape(Box::new(move |m| m.cluster.set_ca_status_age(ca_cluster.ca_status_age(ca_clock()))));
 

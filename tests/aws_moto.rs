@@ -238,7 +238,7 @@ async fn instances_map_to_their_groups_through_a_ttl_cache() {
     let mut ids: Vec<InstanceId> = groups.iter().flat_map(|g| g.instances.iter().map(|i| i.id.clone())).collect();
     ids.push("i-0000000000000beef".into());
 
-    let cache = InstanceGroupCache::new(Duration::from_secs(300));
+    let cache = InstanceGroupCache::new(Duration::from_secs(300), spots_booster::workers::system_clock());
     let map = cache.groups_of(&aws.autoscaling, &ids).await.unwrap();
     assert_eq!(map.values().filter(|g| g.as_ref().map(GroupName::as_str) == Some("plain")).count(), 2);
     assert_eq!(map.values().filter(|g| g.as_ref().map(GroupName::as_str) == Some("mixed")).count(), 3);

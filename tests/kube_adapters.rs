@@ -17,6 +17,7 @@ use spots_booster::metrics::Metrics;
 use spots_booster::ports::{
     ClusterView, ClusterWrites, EventSeverity, EventSink, EvictOutcome, Leadership, LedgerStore, NodeEvent, PodRef,
 };
+use spots_booster::workers::system_clock;
 use tokio::sync::Notify;
 
 #[path = "support/apiserver.rs"]
@@ -425,7 +426,7 @@ async fn a_candidate_creates_a_missing_lease_and_respects_a_live_holder() {
 #[tokio::test]
 async fn events_name_the_node_with_its_uid_so_kubectl_describe_finds_them() {
     let (client, mut server) = mocked().await;
-    let cluster = KubeCluster::new(settings(), Arc::new(Notify::new()), Arc::new(Metrics::new()));
+    let cluster = KubeCluster::new(settings(), Arc::new(Notify::new()), Arc::new(Metrics::new()), system_clock());
     let events = KubeEvents::new(client, Some("pod-a".into()), cluster);
     let publish = tokio::spawn(async move {
         events
@@ -473,7 +474,7 @@ async fn the_watches_use_server_side_selectors_and_sync_into_one_view() {
     let (client, mut server) = mocked().await;
     let wake = Arc::new(Notify::new());
     let metrics = Arc::new(Metrics::new());
-    let cluster = KubeCluster::new(settings(), wake.clone(), metrics.clone());
+    let cluster = KubeCluster::new(settings(), wake.clone(), metrics.clone(), system_clock());
     cluster.spawn_watches(&client);
     assert!(cluster.current().is_none());
 

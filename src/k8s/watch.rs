@@ -27,7 +27,7 @@ use crate::k8s::ca_status::parse_ca_status;
 use crate::k8s::convert::{node_from_kube, pod_from_kube, WatchedNode};
 use crate::k8s::nth::{classify_event, Classification, Ignored, NthSignal};
 use crate::metrics::{Metrics, ParseSource, UntrustedReason};
-use crate::ports::{system_clock, Clock, ClusterState, ClusterView};
+use crate::ports::{Clock, ClusterState, ClusterView};
 
 /// Objects per list page. Smaller than kube's 500: a page of 500 Nodes (each with its kubelet's
 /// image list) is tens of MiB while it is parsed, and that peak stays in the allocator.
@@ -207,9 +207,9 @@ enum Change<V> {
 }
 
 impl KubeCluster {
-    /// An empty, unsynced store on the system clock. `wake` is notified for every new signal (the
-    /// scaler's waker).
-    pub fn new(settings: WatchSettings, wake: Arc<Notify>, metrics: Arc<Metrics>) -> Self {
+    /// An empty, unsynced store. `wake` is notified for every new signal (the scaler's waker);
+    /// `clock` (the workers') tells when a signal was first seen and how old an Event is.
+    pub fn new(settings: WatchSettings, wake: Arc<Notify>, metrics: Arc<Metrics>, clock: Clock) -> Self {
         KubeCluster {
             store: Arc::default(),
             wake,
@@ -217,16 +217,9 @@ impl KubeCluster {
             settings: Arc::new(settings),
             synced: Arc::new(Notify::new()),
             joined: Arc::new(Notify::new()),
-            clock: system_clock(),
+            clock,
             ca_stale: Arc::default(),
         }
-    }
-
-    /// The same store reading `clock`: when a signal was first seen, and how long ago its last
-    /// Event went, are told on the workers' clock.
-    pub(crate) fn with_clock(mut self, clock: Clock) -> Self {
-        self.clock = clock;
-        self
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Store> {
@@ -740,10 +733,15 @@ impl ClusterView for KubeCluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ports::system_clock;
 
     const GRACE: Duration = Duration::from_millis(40);
 
     fn cluster(nth_taints: bool) -> KubeCluster {
+        cluster_on(nth_taints, system_clock())
+    }
+
+    fn cluster_on(nth_taints: bool, clock: Clock) -> KubeCluster {
         let settings = WatchSettings {
             events_namespace: "default".into(),
             ca_status_namespace: "kube-system".into(),
@@ -752,7 +750,7 @@ mod tests {
             signal_grace: GRACE,
             ca_status_max_age: CA_STATUS_MAX_AGE,
         };
-        KubeCluster::new(settings, Arc::new(Notify::new()), Arc::new(Metrics::new()))
+        KubeCluster::new(settings, Arc::new(Notify::new()), Arc::new(Metrics::new()), clock)
     }
 
     fn node(name: &str, taint: Option<SignalKind>) -> WatchedNode {
@@ -973,7 +971,7 @@ mod tests {
         // The fixture's `time` is 2024-09-03 14:05:12.634Z.
         let written = crate::timefmt::parse_rfc3339("2024-09-03T14:05:12.634Z").unwrap();
         let now = Arc::new(std::sync::atomic::AtomicI64::new(written.as_millis() + 60_000));
-        let c = cluster(false).with_clock(clock_at(&now));
+        let c = cluster_on(false, clock_at(&now));
         synced(&c, Vec::new(), Vec::new());
         let status = include_str!("../../tests/fixtures/ca-status/yaml-1.30.yaml");
         c.apply_ca(&mut c.write(), Change::Upsert(KubeCluster::parse_ca(ca_config_map(status))));
@@ -1001,7 +999,7 @@ mod tests {
     fn a_malformed_ca_status_keeps_the_last_good_view_and_is_counted() {
         let written = crate::timefmt::parse_rfc3339("2024-09-03T14:05:12.634Z").unwrap();
         let now = Arc::new(std::sync::atomic::AtomicI64::new(written.as_millis()));
-        let c = cluster(false).with_clock(clock_at(&now));
+        let c = cluster_on(false, clock_at(&now));
         synced(&c, Vec::new(), Vec::new());
         let good = include_str!("../../tests/fixtures/ca-status/yaml-1.30.yaml");
         let cm = ca_config_map;

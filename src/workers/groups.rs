@@ -20,7 +20,7 @@ use crate::core::{
     scheduled_events_needed, BoostLedger, Group, GroupName, InstanceFacts, InstanceId, Node, NodeName, Snapshot,
     Timestamp,
 };
-use crate::ports::{system_clock, AutoScaling, AwsError, Clock, ClusterState, GroupDescription, TagFilter};
+use crate::ports::{AutoScaling, AwsError, Clock, ClusterState, GroupDescription, TagFilter};
 
 /// The caches are only touched between calls, never across one, so a poisoned lock holds data
 /// as good as it was.
@@ -73,13 +73,8 @@ impl std::fmt::Debug for InstanceGroupCache {
 }
 
 impl InstanceGroupCache {
-    /// A cache whose answers live `ttl` on the system clock.
-    pub fn new(ttl: Duration) -> Self {
-        Self::on(ttl, system_clock())
-    }
-
     /// A cache whose answers live `ttl` on `clock`.
-    pub fn on(ttl: Duration, clock: Clock) -> Self {
+    pub fn new(ttl: Duration, clock: Clock) -> Self {
         InstanceGroupCache { ttl, entries: Mutex::new(HashMap::new()), clock }
     }
 
@@ -168,7 +163,7 @@ impl GroupBook {
             refresh,
             described: Mutex::new(BTreeMap::new()),
             absent: Mutex::new(BTreeMap::new()),
-            instances: InstanceGroupCache::on(instance_ttl, clock),
+            instances: InstanceGroupCache::new(instance_ttl, clock),
             facts: Mutex::new(HashMap::new()),
             scheduled: Mutex::new(HashMap::new()),
             selection: Mutex::new(Vec::new()),
@@ -412,6 +407,7 @@ mod tests {
     use super::*;
     use crate::core::Signal;
     use crate::fakes::{AsgCall, FakeAutoScaling};
+    use crate::ports::system_clock;
 
     fn describes(aws: &FakeAutoScaling) -> Vec<Vec<GroupName>> {
         aws.calls().into_iter().filter_map(|c| if let AsgCall::Describe(g) = c { Some(g) } else { None }).collect()
