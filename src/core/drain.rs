@@ -13,58 +13,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::drain_state::DrainState;
 use super::fast_hash::{FastMap, FastSet};
 use super::model::{
     BoostLedger, BoostRecord, GroupName, InstanceId, Node, NodeName, OptOut, Pod, PodClass, Snapshot, Timestamp,
 };
 use super::policy::Policy;
 use super::signals::{AtRisk, AtRiskSet};
-
-/// A drain the worker has started.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DrainStarted {
-    /// The group.
-    pub group: GroupName,
-    /// The node's instance.
-    pub instance: InstanceId,
-    /// When the batch started.
-    pub started_at: Timestamp,
-    /// Terminate with decrement once drained (see [`DrainTarget::decrement`]).
-    #[serde(default)]
-    pub decrement: bool,
-    /// When the instance goes, for a node with an interruption notice: its pods are evicted all
-    /// at once, longest grace period first.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deadline: Option<Timestamp>,
-    /// The instance AWS took first whose boosted node this drain gives back (see
-    /// [`super::give_back`]): never terminated unless fully drained.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gives_back: Option<InstanceId>,
-}
-
-/// How a drain ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum DrainEnd {
-    /// Every evictable pod left.
-    Drained,
-    /// `--drain-timeout` passed first.
-    TimedOut,
-}
-
-/// What the drain worker has done so far (kept by the worker, passed back to every plan).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DrainState {
-    /// Drains under way, by node.
-    pub in_progress: BTreeMap<NodeName, DrainStarted>,
-    /// Drains that ended, by instance (a node name may come back with a new instance).
-    pub finished: BTreeMap<InstanceId, DrainEnd>,
-    /// When each group's last batch started.
-    pub(crate) last_batch_at: BTreeMap<GroupName, Timestamp>,
-    /// Eviction progress per draining node.
-    #[serde(default)]
-    pub evictions: BTreeMap<NodeName, super::draining::NodeEvictions>,
-}
 
 /// Everything drain planning looks at.
 #[derive(Debug, Clone, Copy)]
@@ -218,7 +173,7 @@ impl Claim {
 
 /// What drain planning decided.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DrainPlan {
+pub struct BatchPlan {
     /// Batches to start now.
     pub batches: Vec<DrainBatch>,
     /// Drains past their deadline.
@@ -289,7 +244,7 @@ pub(crate) fn claim_replacements(snapshot: &Snapshot, ledger: &BoostLedger, at_r
 }
 
 /// Plans the next drain batches, timeouts and waits.
-pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> DrainPlan {
+pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> BatchPlan {
     let DrainView { snapshot, at_risk, state } = *view;
     let claims = claim_replacements(snapshot, &snapshot.ledger, at_risk);
     let claim_of: FastMap<&InstanceId, usize> =
@@ -302,7 +257,7 @@ pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp
             promised[k] = promised[k].saturating_add(1);
         }
     }
-    let mut plan = DrainPlan::default();
+    let mut plan = BatchPlan::default();
 
     for (node, started) in &state.in_progress {
         if now.since(started.started_at) >= policy.drain_timeout {
@@ -446,7 +401,7 @@ pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp
 /// Drains for the nodes the scaler chose to give back boosted capacity AWS took first: each is
 /// cordoned, drained and terminated with decrement, like an at-risk node with its replacement
 /// Ready. Resumed from the ledger after a restart.
-fn give_back_batches(snapshot: &Snapshot, state: &DrainState, plan: &mut DrainPlan) {
+fn give_back_batches(snapshot: &Snapshot, state: &DrainState, plan: &mut BatchPlan) {
     let mut per_group: BTreeMap<&GroupName, Vec<DrainTarget>> = BTreeMap::new();
     for record in &snapshot.ledger.records {
         for (reclaimed, chosen) in &record.giving_back {
@@ -569,6 +524,7 @@ pub(crate) fn eviction_backoff(refusals: u32, policy: &Policy) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::drain_state::{DrainStarted, FinishedDrain};
     use crate::core::model::{Group, Signal};
     use crate::core::signals::fold_signals;
 
@@ -600,7 +556,7 @@ mod tests {
         s
     }
 
-    fn plan(s: &Snapshot, state: &DrainState, policy: &Policy) -> DrainPlan {
+    fn plan(s: &Snapshot, state: &DrainState, policy: &Policy) -> BatchPlan {
         let at_risk = fold_signals(s, policy, NOW);
         next_batches(&DrainView { snapshot: s, at_risk: &at_risk, state }, policy, NOW)
     }
@@ -653,7 +609,7 @@ mod tests {
         s
     }
 
-    fn plan_at(s: &Snapshot, state: &DrainState, policy: &Policy, now: Timestamp) -> DrainPlan {
+    fn plan_at(s: &Snapshot, state: &DrainState, policy: &Policy, now: Timestamp) -> BatchPlan {
         let at_risk = fold_signals(s, policy, now);
         next_batches(&DrainView { snapshot: s, at_risk: &at_risk, state }, policy, now)
     }
@@ -793,7 +749,7 @@ mod tests {
         assert_eq!(plan(&s, &state, &policy).waiting[0].reason, DrainWait::ConcurrencyLimit);
 
         state.in_progress.clear();
-        state.finished.insert("i-n1".into(), DrainEnd::Drained);
+        state.finished.insert("i-n1".into(), FinishedDrain::Drained);
         let until = NOW.plus(policy.time_between_drains);
         assert_eq!(plan(&s, &state, &policy).waiting[0].reason, DrainWait::Spacing { until });
     }

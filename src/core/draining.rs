@@ -11,29 +11,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::drain::{
-    eviction_backoff, eviction_order, next_batches, DrainEnd, DrainPlan, DrainStarted, DrainState, DrainView,
-    TimedOutDrain,
-};
+use super::drain::{eviction_backoff, eviction_order, next_batches, BatchPlan, DrainView, TimedOutDrain};
+use super::drain_state::{DrainStarted, DrainState, FinishedDrain, NodeEvictions};
 use super::model::{GroupName, InstanceId, Namespace, Node, NodeName, PodClass, PodName, PodUid, Snapshot, Timestamp};
 use super::policy::Policy;
 use super::signals::fold_signals;
-
-/// Eviction progress on one draining node.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeEvictions {
-    /// PodDisruptionBudget refusals in a row.
-    pub(crate) refusals: u32,
-    /// No eviction on the node before this (the backoff after a refusal).
-    pub(crate) retry_at: Option<Timestamp>,
-    /// UIDs of the pods already evicted: they may take their grace period to go.
-    pub(crate) evicted: BTreeSet<PodUid>,
-    /// Whether this drain's first refusal was reported.
-    pub(crate) told_blocked: bool,
-    /// The watch has shown the node cordoned since the drain started. Until then an uncordoned
-    /// node is the drain's own cordon not seen yet, not an operator's uncordon.
-    pub(crate) seen_cordoned: bool,
-}
 
 /// One pod to evict, named as its eviction is: conditioned on the UID.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,7 +43,7 @@ pub struct EvictionRound {
 /// How a drain ends in this pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "how")]
-pub enum DrainEnding {
+pub enum HowDrainEnded {
     /// No evictable pod is left.
     Drained {
         /// The node is still there, so its instance is terminated.
@@ -91,14 +73,14 @@ pub struct EndedDrain {
     /// The instance AWS took first whose boosted node this drain gives back.
     pub gives_back: Option<InstanceId>,
     /// How it ends.
-    pub(crate) ending: DrainEnding,
+    pub(crate) ending: HowDrainEnded,
 }
 
 /// Everything one draining pass decided.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DrainingPlan {
     /// Batches to start, drains past their deadline, groups that wait, replacement claims.
-    pub drains: DrainPlan,
+    pub drains: BatchPlan,
     /// Claimed replacement nodes to protect from Cluster Autoscaler's scale-down.
     pub protect: Vec<NodeName>,
     /// Protected nodes no open boost claims any more: their protection is lifted.
@@ -154,7 +136,7 @@ pub fn plan_draining(
     for t in &drains.timed_out {
         next.in_progress.remove(&t.node);
         next.evictions.remove(&t.node);
-        next.finished.insert(t.instance.clone(), DrainEnd::TimedOut);
+        next.finished.insert(t.instance.clone(), FinishedDrain::TimedOut);
     }
     for batch in &drains.batches {
         next.last_batch_at.insert(batch.group.clone(), now);
@@ -192,8 +174,8 @@ pub fn plan_draining(
             ending,
         };
         let taken_back = match node {
-            Some(n) if n.opted_out => Some(DrainEnding::OptedOut),
-            Some(n) if progress.seen_cordoned && !n.cordoned => Some(DrainEnding::Uncordoned),
+            Some(n) if n.opted_out => Some(HowDrainEnded::OptedOut),
+            Some(n) if progress.seen_cordoned && !n.cordoned => Some(HowDrainEnded::Uncordoned),
             _ => None,
         };
         if let Some(ending) = taken_back {
@@ -215,10 +197,10 @@ pub fn plan_draining(
                 d.decrement = true;
             }
         }
-        ended.push(end(DrainEnding::Drained { terminate: node.is_some(), decrement }));
+        ended.push(end(HowDrainEnded::Drained { terminate: node.is_some(), decrement }));
         next.in_progress.remove(&name);
         next.evictions.remove(&name);
-        next.finished.insert(drain.instance.clone(), DrainEnd::Drained);
+        next.finished.insert(drain.instance.clone(), FinishedDrain::Drained);
     }
     // Ended drains are remembered only while their instance is around.
     if !next.finished.is_empty() {
@@ -251,7 +233,9 @@ fn may_decrement_now(
     let timed_out = timed_out.iter().filter(|t| t.terminate && t.decrement && ours(&t.instance)).count();
     let ended = ended
         .iter()
-        .filter(|e| matches!(e.ending, DrainEnding::Drained { terminate: true, decrement: true }) && ours(&e.instance))
+        .filter(|e| {
+            matches!(e.ending, HowDrainEnded::Drained { terminate: true, decrement: true }) && ours(&e.instance)
+        })
         .count();
     let promised = under_way.saturating_add(timed_out).saturating_add(ended);
     let giving = record.giving_back.len();
@@ -425,7 +409,7 @@ mod tests {
         assert!(seen.ended.is_empty());
         s.nodes.get_mut(&n1()).unwrap().cordoned = false;
         let stopped = plan_draining(&s, &BTreeSet::new(), &seen.next, &policy(), NOW);
-        assert_eq!(stopped.ended[0].ending, DrainEnding::Uncordoned);
+        assert_eq!(stopped.ended[0].ending, HowDrainEnded::Uncordoned);
         assert!(stopped.next.in_progress.is_empty() && stopped.evictions.is_empty());
     }
 
@@ -436,7 +420,7 @@ mod tests {
         assert_eq!(started.drains.batches.len(), 1);
         s.nodes.get_mut(&n1()).unwrap().opted_out = true;
         let stopped = plan_draining(&s, &BTreeSet::new(), &started.next, &policy(), NOW);
-        assert_eq!(stopped.ended[0].ending, DrainEnding::OptedOut);
+        assert_eq!(stopped.ended[0].ending, HowDrainEnded::OptedOut);
         assert!(stopped.next.in_progress.is_empty() && stopped.evictions.is_empty());
         let later = plan_draining(&s, &BTreeSet::new(), &stopped.next, &policy(), NOW);
         assert!(later.drains.batches.is_empty() && later.evictions.is_empty(), "{later:?}");
@@ -449,8 +433,8 @@ mod tests {
         let mut empty = s.clone();
         empty.nodes.get_mut(&n1()).unwrap().pods.clear();
         let p = plan_draining(&empty, &BTreeSet::new(), &started.next, &policy(), NOW);
-        assert_eq!(p.ended[0].ending, DrainEnding::Drained { terminate: true, decrement: true });
-        assert_eq!(p.next.finished.get(&InstanceId::from("i-n1")), Some(&DrainEnd::Drained));
+        assert_eq!(p.ended[0].ending, HowDrainEnded::Drained { terminate: true, decrement: true });
+        assert_eq!(p.next.finished.get(&InstanceId::from("i-n1")), Some(&FinishedDrain::Drained));
     }
 
     #[test]
@@ -466,13 +450,13 @@ mod tests {
         answered.ledger.records[0].raising_to = None;
         answered.nodes.get_mut(&n1()).unwrap().pods.clear();
         let p = plan_draining(&answered, &BTreeSet::new(), &started.next, &policy(), NOW);
-        assert_eq!(p.ended[0].ending, DrainEnding::Drained { terminate: true, decrement: true });
+        assert_eq!(p.ended[0].ending, HowDrainEnded::Drained { terminate: true, decrement: true });
 
         // Still in flight when it ends: terminated without, the capacity stays the boost's.
         let mut unanswered = s.clone();
         unanswered.nodes.get_mut(&n1()).unwrap().pods.clear();
         let p = plan_draining(&unanswered, &BTreeSet::new(), &started.next, &policy(), NOW);
-        assert_eq!(p.ended[0].ending, DrainEnding::Drained { terminate: true, decrement: false });
+        assert_eq!(p.ended[0].ending, HowDrainEnded::Drained { terminate: true, decrement: false });
     }
 
     #[test]
@@ -497,7 +481,7 @@ mod tests {
         s.nodes.get_mut(&n1()).unwrap().pods.clear();
         let p = plan_draining(&s, &BTreeSet::new(), &state, &policy(), NOW);
         let decrements: Vec<bool> =
-            p.ended.iter().map(|e| matches!(e.ending, DrainEnding::Drained { decrement: true, .. })).collect();
+            p.ended.iter().map(|e| matches!(e.ending, HowDrainEnded::Drained { decrement: true, .. })).collect();
         assert_eq!(decrements, vec![true, false], "{:?}", p.ended);
     }
 

@@ -7,6 +7,7 @@
 
 pub mod boost;
 pub mod drain;
+pub mod drain_state;
 pub mod draining;
 pub(crate) mod expiry;
 pub mod fallback;
@@ -25,12 +26,10 @@ mod text;
 
 pub use boost::{Boost, BoostPlan, BoostReason, Held, HoldReason};
 pub(crate) use drain::eviction_order;
-pub use drain::{
-    Claim, DrainBatch, DrainEnd, DrainPlan, DrainStarted, DrainState, DrainTarget, DrainView, DrainWait, TimedOutDrain,
-};
+pub use drain::{BatchPlan, Claim, DrainBatch, DrainTarget, DrainView, DrainWait, TimedOutDrain};
+pub use drain_state::{DrainStarted, DrainState, FinishedDrain, NodeEvictions};
 pub use draining::{
-    plan_draining, DrainEnding, DrainingPlan, EndedDrain, EvictionResult, EvictionRound, NodeEvictions, PodToEvict,
-    Refusal,
+    plan_draining, DrainingPlan, EndedDrain, EvictionResult, EvictionRound, HowDrainEnded, PodToEvict, Refusal,
 };
 pub use expiry::Expired;
 pub use fallback::{plan_take_backs, Fallback, TakeBack};

@@ -176,7 +176,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
                             );
                         }
                         1 => {
-                            drains.finished.insert(instance.clone(), DrainEnd::Drained);
+                            drains.finished.insert(instance.clone(), FinishedDrain::Drained);
                         }
                         2 => {}
                         _ => reclaimed.push(node.name.clone()),

@@ -26,8 +26,8 @@ use tracing::{info, warn};
 
 use super::{Observation, WorkerContext};
 use crate::core::{
-    eviction_order, plan_draining, DrainEnding, DrainPlan, DrainState, DrainWait, DrainingPlan, EndedDrain,
-    EvictionResult, EvictionRound, GroupName, InstanceId, Node, NodeName, Pod, Snapshot, Timestamp,
+    eviction_order, plan_draining, BatchPlan, DrainState, DrainWait, DrainingPlan, EndedDrain, EvictionResult,
+    EvictionRound, GroupName, HowDrainEnded, InstanceId, Node, NodeName, Pod, Snapshot, Timestamp,
 };
 use crate::metrics::{DrainOutcome, EvictionOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
@@ -251,7 +251,7 @@ where
     }
 
     /// Tells once per node that a pod's opt-out holds its voluntary drain back.
-    async fn tell_opted_out(&mut self, plan: &DrainPlan) {
+    async fn tell_opted_out(&mut self, plan: &BatchPlan) {
         let mut waiting = HashSet::new();
         for w in &plan.waiting {
             let DrainWait::OptedOut { node, .. } = &w.reason else { continue };
@@ -299,7 +299,7 @@ where
         }
     }
 
-    async fn end_timed_out(&mut self, plan: &DrainPlan, snapshot: &Snapshot, now: Timestamp, report: &mut DrainReport) {
+    async fn end_timed_out(&mut self, plan: &BatchPlan, snapshot: &Snapshot, now: Timestamp, report: &mut DrainReport) {
         for t in &plan.timed_out {
             let started_at = self.drains.in_progress.get(&t.node).map(|d| d.started_at);
             self.observe_end(&t.group, DrainOutcome::TimedOut, started_at, now);
@@ -367,7 +367,7 @@ where
 
     /// Starts the planned batches: cordons where needed and tells. Returns the targets it could
     /// not start (their cordon failed, or the lease went first).
-    async fn start_batches(&self, plan: &DrainPlan, snapshot: &Snapshot, report: &mut DrainReport) -> Vec<NodeName> {
+    async fn start_batches(&self, plan: &BatchPlan, snapshot: &Snapshot, report: &mut DrainReport) -> Vec<NodeName> {
         let mut not_started = Vec::new();
         let mut lost_lease = false;
         for batch in &plan.batches {
@@ -430,8 +430,8 @@ where
         let mut kept = Vec::new();
         for e in ended {
             match e.ending {
-                DrainEnding::Uncordoned | DrainEnding::OptedOut => {
-                    let how = if e.ending == DrainEnding::OptedOut {
+                HowDrainEnded::Uncordoned | HowDrainEnded::OptedOut => {
+                    let how = if e.ending == HowDrainEnded::OptedOut {
                         "opted out (spots-booster.io/disabled)"
                     } else {
                         "uncordoned"
@@ -444,7 +444,7 @@ where
                     }
                     kept.push(e.instance.clone());
                 }
-                DrainEnding::Drained { terminate, decrement } => {
+                HowDrainEnded::Drained { terminate, decrement } => {
                     self.observe_end(&e.group, DrainOutcome::Drained, Some(e.started_at), now);
                     if terminate {
                         report.drained.push(e.node.clone());
@@ -789,7 +789,7 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
-    use crate::core::DrainEnd;
+    use crate::core::FinishedDrain;
     use crate::core::{Evidence, Policy, Signal, SignalKind, SizingMode};
     use crate::fakes::{AsgCall, ClusterCall, FakeAutoScaling, FakeContext, FakeRig};
     use crate::metrics::Metrics;
@@ -1031,7 +1031,7 @@ mod tests {
             tokio::time::advance(Duration::from_secs(30)).await;
             drainer.tick().await.unwrap();
         }
-        assert_eq!(drainer.state().finished.get(&InstanceId::from("i-n1")), Some(&DrainEnd::TimedOut));
+        assert_eq!(drainer.state().finished.get(&InstanceId::from("i-n1")), Some(&FinishedDrain::TimedOut));
         assert!(terminations(&rig.aws).is_empty(), "--terminate-after-drain-timeout is off");
         assert!(rig.events.reasons_for("n1").contains(&"DrainTimedOut"));
         let evictions = rig.writes.calls().iter().filter(|c| matches!(c, ClusterCall::Evict(..))).count();
@@ -1214,7 +1214,7 @@ mod tests {
         }
         let waited = started.elapsed();
         assert!(waited >= ctx.policy.drain_timeout && waited <= ctx.policy.drain_timeout + Duration::from_secs(4));
-        assert_eq!(drainer.state().finished.get(&InstanceId::from("i-n1")), Some(&DrainEnd::TimedOut));
+        assert_eq!(drainer.state().finished.get(&InstanceId::from("i-n1")), Some(&FinishedDrain::TimedOut));
         assert!(rig.events.reasons_for("n1").contains(&"DrainTimedOut"));
         assert_eq!(terminations(&rig.aws).len(), 1);
         let told = rig.events.reasons_for("n1").iter().filter(|r| **r == "DrainBlockedByPDB").count();
