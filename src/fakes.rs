@@ -234,7 +234,7 @@ pub struct RecordedEvents(Arc<Mutex<Vec<NodeEvent>>>);
 impl RecordedEvents {
     /// Reasons of the Events about `node`, in order.
     pub fn reasons_for(&self, node: &str) -> Vec<&'static str> {
-        lock(&self.0).iter().filter(|e| e.node.as_str() == node).map(|e| e.reason).collect()
+        lock(&self.0).iter().filter(|e| e.node.as_str() == node).map(|e| e.reason.as_str()).collect()
     }
 }
 

@@ -53,6 +53,14 @@ fn links_stay_in_the_repository_and_resolve() {
 }
 
 #[test]
+fn every_node_event_reason_is_documented() {
+    let design = std::fs::read_to_string(Path::new(ROOT).join("docs/design.md")).unwrap();
+    for reason in spots_booster::ports::NodeEventReason::ALL {
+        assert!(design.contains(&format!("`{}`", reason.as_str())), "Event reason {reason:?} is not in docs/design.md");
+    }
+}
+
+#[test]
 fn every_metric_label_value_is_documented() {
     use spots_booster::metrics::{
         BoostOutcome, DrainOutcome, EvictionOutcome, GiveBackOutcome, LeaseChange, ParseSource, ReconcileResult,

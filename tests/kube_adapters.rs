@@ -15,7 +15,7 @@ use spots_booster::k8s::watch::{KubeCluster, WatchSettings};
 use spots_booster::k8s::writes::KubeWrites;
 use spots_booster::metrics::Metrics;
 use spots_booster::ports::{
-    ClusterView, ClusterWrites, EventSeverity, EventSink, EvictOutcome, Leadership, LedgerStore, NodeEvent, PodRef,
+    ClusterView, ClusterWrites, EventSink, EvictOutcome, Leadership, LedgerStore, NodeEvent, NodeEventReason, PodRef,
 };
 use spots_booster::workers::system_clock;
 use tokio::sync::Notify;
@@ -432,9 +432,7 @@ async fn events_name_the_node_with_its_uid_so_kubectl_describe_finds_them() {
         events
             .publish(NodeEvent {
                 node: "n1".into(),
-                reason: "BoostRequested",
-                action: "SetDesiredCapacity",
-                severity: EventSeverity::Normal,
+                reason: NodeEventReason::BoostRequested,
                 note: "desired capacity of spot-a 3 -> 4".into(),
             })
             .await
@@ -447,6 +445,10 @@ async fn events_name_the_node_with_its_uid_so_kubectl_describe_finds_them() {
     assert_eq!(seen.body["regarding"]["kind"], "Node");
     assert_eq!(seen.body["regarding"]["name"], "n1");
     assert_eq!(seen.body["reason"], "BoostRequested");
+    assert_eq!(
+        (seen.body["action"].as_str(), seen.body["type"].as_str()),
+        (Some("SetDesiredCapacity"), Some("Normal"))
+    );
     assert_eq!(seen.body["reportingController"], "spots-booster");
     assert_eq!(seen.body["reportingInstance"], "pod-a");
     publish.await.unwrap();

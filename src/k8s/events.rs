@@ -49,18 +49,18 @@ impl EventSink for KubeEvents {
     async fn publish(&self, event: NodeEvent) {
         let reference = node_reference(event.node.as_str(), self.cluster.node_uid(&event.node));
         let ev = Event {
-            type_: match event.severity {
+            type_: match event.reason.severity() {
                 EventSeverity::Normal => EventType::Normal,
                 EventSeverity::Warning => EventType::Warning,
             },
-            reason: event.reason.to_string(),
+            reason: event.reason.as_str().to_string(),
             // The API rejects notes over 1 kB.
             note: Some(event.note.chars().take(1000).collect()),
-            action: event.action.to_string(),
+            action: event.reason.action().to_string(),
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&ev, &reference).await {
-            warn!(node = %event.node, reason = event.reason, error = %e, "could not publish an Event");
+            warn!(node = %event.node, reason = event.reason.as_str(), error = %e, "could not publish an Event");
         }
     }
 }

@@ -227,15 +227,6 @@ impl ClusterWrites for SimWorld {
 
 impl EventSink for SimWorld {
     async fn publish(&self, event: NodeEvent) {
-        let action = match event.reason {
-            "BoostRequested" => "boost",
-            "BoostHeld" => "boost held",
-            "DrainStarted" => "drain started",
-            "DrainBlockedByPDB" => "evictions blocked by PDB",
-            "DrainTimedOut" => "drain timed out",
-            "InstanceTerminated" => "terminated",
-            other => other,
-        };
-        self.lock().log("booster", action, event.node.to_string(), event.note);
+        self.lock().log("booster", event.reason.timeline_label(), event.node.to_string(), event.note);
     }
 }

@@ -31,8 +31,8 @@ use crate::core::{
 };
 use crate::metrics::{DrainOutcome, EvictionOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
-    AutoScaling, AwsError, ClusterView, ClusterWrites, EventSeverity, EventSink, EvictOutcome, LedgerError,
-    LedgerStore, NodeEvent, PodRef, TagFilter, TerminateOutcome, AZ_REBALANCE_SUSPENDED_TAG,
+    AutoScaling, AwsError, ClusterView, ClusterWrites, EventSink, EvictOutcome, LedgerError, LedgerStore, NodeEvent,
+    NodeEventReason, PodRef, TagFilter, TerminateOutcome, AZ_REBALANCE_SUSPENDED_TAG,
 };
 use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
 
@@ -258,7 +258,7 @@ where
             waiting.insert(node.clone());
             if self.told_opted_out.insert(node.clone()) {
                 info!(%node, group = %w.group, reason = %w.reason, "drain deferred");
-                self.tell(node, "DrainDeferred", "Drain", EventSeverity::Normal, w.reason.to_string()).await;
+                self.tell(node, NodeEventReason::DrainDeferred, w.reason.to_string()).await;
             }
         }
         self.told_opted_out.retain(|n| waiting.contains(n));
@@ -273,12 +273,12 @@ where
         let opted: Vec<&Pod> = evictable.iter().copied().filter(|p| p.opt_out.is_some()).collect();
         if !opted.is_empty() {
             let note = format!("the instance is being interrupted; evicting pods that opted out: {}", named(opted));
-            self.tell(&node.name, "OptOutOverridden", "Drain", EventSeverity::Warning, note).await;
+            self.tell(&node.name, NodeEventReason::OptOutOverridden, note).await;
         }
         let bare: Vec<&Pod> = evictable.iter().copied().filter(|p| p.bare).collect();
         if !bare.is_empty() {
             let note = format!("evicting pods no controller will recreate: {}", named(bare));
-            self.tell(&node.name, "BarePodsEvicted", "Drain", EventSeverity::Warning, note).await;
+            self.tell(&node.name, NodeEventReason::BarePodsEvicted, note).await;
         }
     }
 
@@ -321,8 +321,7 @@ where
                 continue;
             }
             warn!(node = %t.node, left, "drain timed out; {then}");
-            self.tell(&t.node, "DrainTimedOut", "Drain", EventSeverity::Warning, format!("{left} pod(s) left; {then}"))
-                .await;
+            self.tell(&t.node, NodeEventReason::DrainTimedOut, format!("{left} pod(s) left; {then}")).await;
             if t.terminate {
                 self.to_terminate.insert(
                     t.node.clone(),
@@ -362,7 +361,7 @@ where
             "chosen to give back the node boosted for {reclaimed}, which AWS took first, but {why}: uncordoned; \
              Cluster Autoscaler removes the extra capacity of {group} when it finds it unneeded"
         );
-        self.tell(node, "GiveBackLeftToClusterAutoscaler", "Drain", EventSeverity::Warning, note).await;
+        self.tell(node, NodeEventReason::GiveBackLeftToClusterAutoscaler, note).await;
     }
 
     /// Starts the planned batches: cordons where needed and tells. Returns the targets it could
@@ -414,7 +413,7 @@ where
                 if target.early {
                     info!(node = %target.node, group = %batch.group, "draining before the replacements are Ready: the notice's deadline is near");
                 }
-                self.tell(&target.node, "DrainStarted", "Drain", EventSeverity::Normal, why).await;
+                self.tell(&target.node, NodeEventReason::DrainStarted, why).await;
                 let outcome =
                     if target.early { DrainOutcome::StartedBeforeReplacements } else { DrainOutcome::Started };
                 self.ctx.metrics.drainer.drain(batch.group.as_str(), outcome, None);
@@ -552,13 +551,7 @@ where
             refusal.wait.as_secs(),
             if refusal.moved { "" } else { ", doubling" }
         );
-        Some(NodeEvent {
-            node: round.node.clone(),
-            reason: "DrainBlockedByPDB",
-            action: "Evict",
-            severity: EventSeverity::Warning,
-            note,
-        })
+        Some(NodeEvent { node: round.node.clone(), reason: NodeEventReason::DrainBlockedByPdb, note })
     }
 
     /// Terminates drained instances, all at once; a failed termination is retried next tick.
@@ -683,8 +676,7 @@ where
             };
             info!(%node, instance = %p.instance, decremented, "instance terminated");
             self.ctx.metrics.drainer.terminated(p.group.as_str(), decremented);
-            self.tell(&node, "InstanceTerminated", "Terminate", EventSeverity::Normal, format!("{} {how}", p.instance))
-                .await;
+            self.tell(&node, NodeEventReason::InstanceTerminated, format!("{} {how}", p.instance)).await;
             if decremented && self.az_rebalance.contains(&p.group) {
                 self.warn_az_rebalance(&node, &p.group).await;
             }
@@ -712,7 +704,7 @@ where
                         "suspended Auto Scaling's AZRebalance on {group} before terminating with decrement; it is \
                          resumed when spots-booster runs without --suspend-az-rebalance"
                     );
-                    self.tell(node, "AZRebalanceSuspended", "Terminate", EventSeverity::Normal, note).await;
+                    self.tell(node, NodeEventReason::AzRebalanceSuspended, note).await;
                 }
                 Err(e) => warn!(%group, error = %e, "could not suspend AZRebalance; terminating anyway"),
             }
@@ -754,7 +746,7 @@ where
              launch and terminate instances of its own choosing, undrained, to even out Availability Zones; \
              suspend AZRebalance on the group (aws autoscaling suspend-processes --scaling-processes AZRebalance)"
         );
-        self.tell(node, "AZRebalanceRisk", "Terminate", EventSeverity::Warning, note).await;
+        self.tell(node, NodeEventReason::AzRebalanceRisk, note).await;
     }
 
     fn observe_end(&self, group: &GroupName, outcome: DrainOutcome, started_at: Option<Timestamp>, now: Timestamp) {
@@ -772,15 +764,8 @@ where
         }
     }
 
-    async fn tell(
-        &self,
-        node: &NodeName,
-        reason: &'static str,
-        action: &'static str,
-        severity: EventSeverity,
-        note: String,
-    ) {
-        self.ctx.events.publish(NodeEvent { node: node.clone(), reason, action, severity, note }).await;
+    async fn tell(&self, node: &NodeName, reason: NodeEventReason, note: String) {
+        self.ctx.events.publish(NodeEvent { node: node.clone(), reason, note }).await;
     }
 }
 

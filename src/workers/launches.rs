@@ -21,7 +21,7 @@ use tracing::warn;
 use super::WorkerContext;
 use crate::core::{classify, launching_groups, GroupName, InstanceId, LaunchFailure, Timestamp};
 use crate::ports::{
-    AutoScaling, AwsError, ClusterView, ClusterWrites, EventSeverity, EventSink, LedgerStore, NodeEvent,
+    AutoScaling, AwsError, ClusterView, ClusterWrites, EventSink, LedgerStore, NodeEvent, NodeEventReason,
 };
 use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
 
@@ -191,12 +191,12 @@ where
     async fn tell_failure(&self, group: &GroupName, instances: &[InstanceId], failure: &LaunchFailure, at: Timestamp) {
         let (reason, label, note) = match failure {
             LaunchFailure::Capacity { code } => (
-                "CapacityUnavailable",
+                NodeEventReason::CapacityUnavailable,
                 code.as_str(),
                 format!("{group} could not launch a replacement: {code} (no capacity in its pool); the boost waits"),
             ),
             LaunchFailure::Configuration { message } => (
-                "LaunchFailed",
+                NodeEventReason::LaunchFailed,
                 "configuration",
                 format!("{group} could not launch a replacement, a configuration error no other pool fixes: {message}"),
             ),
@@ -212,26 +212,17 @@ where
             format!("{group} launched none of its {missing} missing instance(s) within {timeout}s (--launch-timeout)");
         warn!(%group, missing, "{note}");
         self.ctx.metrics.scaler.launch_failure(group.as_str(), "no-progress");
-        self.tell(instances, "LaunchStalled", note).await;
+        self.tell(instances, NodeEventReason::LaunchStalled, note).await;
     }
 
     /// A Warning on the Node of each of `instances` the cluster still has.
-    async fn tell(&self, instances: &[InstanceId], reason: &'static str, note: String) {
+    async fn tell(&self, instances: &[InstanceId], reason: NodeEventReason, note: String) {
         let Some(state) = self.ctx.cluster.current() else { return };
         let by_instance: BTreeMap<&InstanceId, &crate::core::Node> =
             state.nodes.values().filter_map(|n| n.instance.as_ref().map(|i| (i, n))).collect();
         for instance in instances {
             let Some(node) = by_instance.get(instance) else { continue };
-            self.ctx
-                .events
-                .publish(NodeEvent {
-                    node: node.name.clone(),
-                    reason,
-                    action: "Launch",
-                    severity: EventSeverity::Warning,
-                    note: note.clone(),
-                })
-                .await;
+            self.ctx.events.publish(NodeEvent { node: node.name.clone(), reason, note: note.clone() }).await;
         }
     }
 }

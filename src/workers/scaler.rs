@@ -28,8 +28,8 @@ use crate::core::{
 };
 use crate::metrics::{BoostOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
-    AutoScaling, AwsError, ClusterView, ClusterWrites, DesiredWrite, EventSeverity, EventSink, LedgerError,
-    LedgerStore, NodeEvent, TagFilter, WriteOutcome,
+    AutoScaling, AwsError, ClusterView, ClusterWrites, DesiredWrite, EventSink, LedgerError, LedgerStore, NodeEvent,
+    NodeEventReason, TagFilter, WriteOutcome,
 };
 use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
 
@@ -614,9 +614,7 @@ where
                     for node in Self::nodes_of(snapshot, &instances) {
                         let event = NodeEvent {
                             node: node.name.clone(),
-                            reason: "BoostFellBack",
-                            action: "SetDesiredCapacity",
-                            severity: EventSeverity::Warning,
+                            reason: NodeEventReason::BoostFellBack,
                             note: note.clone(),
                         };
                         ctx.events.publish(event).await;
@@ -851,13 +849,7 @@ where
                 );
                 self.ctx
                     .events
-                    .publish(NodeEvent {
-                        node: node.name.clone(),
-                        reason: "BoostExpired",
-                        action: "Boost",
-                        severity: EventSeverity::Warning,
-                        note,
-                    })
+                    .publish(NodeEvent { node: node.name.clone(), reason: NodeEventReason::BoostExpired, note })
                     .await;
             }
         }
@@ -899,9 +891,7 @@ where
                 .events
                 .publish(NodeEvent {
                     node: node.name.clone(),
-                    reason: "BoostRequested",
-                    action: "SetDesiredCapacity",
-                    severity: EventSeverity::Normal,
+                    reason: NodeEventReason::BoostRequested,
                     note: note.clone(),
                 })
                 .await;
@@ -922,9 +912,7 @@ where
                     .events
                     .publish(NodeEvent {
                         node: node.name.clone(),
-                        reason: "BoostHeld",
-                        action: "SetDesiredCapacity",
-                        severity: EventSeverity::Warning,
+                        reason: NodeEventReason::BoostHeld,
                         note: note.clone(),
                     })
                     .await;
