@@ -21,7 +21,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 use thiserror::Error;
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::{Observation, WorkerContext};
@@ -134,7 +134,6 @@ async fn terminate<A: AutoScaling>(
 pub(crate) struct Drainer<A, C, L, W, E> {
     ctx: Arc<WorkerContext<A, C, L, W, E>>,
     settings: DrainerSettings,
-    wake: Arc<Notify>,
     drains: DrainState,
     to_terminate: BTreeMap<NodeName, PendingTermination>,
     heartbeat: Option<Heartbeat>,
@@ -159,7 +158,6 @@ where
         Drainer {
             ctx,
             settings,
-            wake: Arc::new(Notify::new()),
             drains: DrainState::default(),
             to_terminate: BTreeMap::new(),
             heartbeat: None,
@@ -182,30 +180,9 @@ where
         &self.drains
     }
 
-    /// Runs until `shutdown` turns true.
-    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Self {
-        loop {
-            if let Some(h) = &self.heartbeat {
-                h.beat();
-            }
-            tokio::select! {
-                _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(self.settings.tick) => {}
-                _ = shutdown.changed() => {}
-            }
-            if *shutdown.borrow() {
-                return self;
-            }
-            match self.tick().await {
-                Ok(_) | Err(DrainerError::NotSynced) => {}
-                Err(e) => {
-                    if let DrainerError::Ledger(l) = &e {
-                        self.ctx.metrics.ledger.error(l);
-                    }
-                    warn!(error = %e, "drainer tick failed; retrying at the next tick");
-                }
-            }
-        }
+    /// Runs until `shutdown` turns true: a pass every `tick` (the watch shows pods leaving).
+    pub async fn run(self, shutdown: watch::Receiver<bool>) -> Self {
+        super::run_worker(self, shutdown).await
     }
 
     /// One planning pass and the progress it allows.
@@ -766,6 +743,48 @@ where
 
     async fn tell(&self, node: &NodeName, reason: NodeEventReason, note: String) {
         self.ctx.events.publish(NodeEvent { node: node.clone(), reason, note }).await;
+    }
+}
+
+impl super::PassError for DrainerError {
+    fn not_synced(&self) -> bool {
+        matches!(self, DrainerError::NotSynced)
+    }
+
+    fn ledger(&self) -> Option<&LedgerError> {
+        match self {
+            DrainerError::Ledger(l) => Some(l),
+            _ => None,
+        }
+    }
+}
+
+impl<A, C, L, W, E> super::Worker for Drainer<A, C, L, W, E>
+where
+    A: AutoScaling,
+    C: ClusterView,
+    L: LedgerStore,
+    W: ClusterWrites,
+    E: EventSink,
+{
+    type Error = DrainerError;
+    const PASS_AT_START: bool = false;
+    const NAME: &'static str = "drainer";
+
+    fn heartbeat(&self) -> Option<&Heartbeat> {
+        self.heartbeat.as_ref()
+    }
+
+    fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.ctx.metrics
+    }
+
+    async fn next_pass_due(&mut self) {
+        tokio::time::sleep(self.settings.tick).await;
+    }
+
+    async fn pass_once(&mut self) -> Result<(), DrainerError> {
+        self.tick().await.map(|_| ())
     }
 }
 

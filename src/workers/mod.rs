@@ -19,9 +19,12 @@ use std::sync::Arc;
 
 use crate::core::{BoostLedger, Evidence, InstanceId, NodeName, Policy, Signal, SignalKind, Snapshot, Timestamp};
 use crate::metrics::Metrics;
-use crate::ports::{AutoScaling, AwsError, ClusterState, ClusterView, Leadership, LedgerStore};
+use crate::ports::{AutoScaling, AwsError, ClusterState, ClusterView, Leadership, LedgerError, LedgerStore};
+use crate::supervise::Heartbeat;
 use groups::GroupBook;
 use ledger::SharedLedger;
+use tokio::sync::watch;
+use tracing::warn;
 
 pub use crate::ports::{system_clock, Clock};
 
@@ -48,6 +51,63 @@ pub struct WorkerContext<A, C, L, W, E> {
     pub policy: Policy,
     /// `now` for the core.
     pub clock: Clock,
+}
+
+/// What the loop that drives a worker asks of it: the scaler and the drainer share
+/// [`run_worker`].
+pub(crate) trait Worker {
+    /// The error a pass may end with.
+    type Error: PassError;
+    /// Whether the first pass runs at once rather than after the first wait.
+    const PASS_AT_START: bool;
+    /// The worker's name in logs.
+    const NAME: &'static str;
+    /// Its `/livez` heartbeat, when registered.
+    fn heartbeat(&self) -> Option<&Heartbeat>;
+    /// The metrics a failed pass is counted in.
+    fn metrics(&self) -> &Metrics;
+    /// Returns once the next pass is due.
+    async fn next_pass_due(&mut self);
+    /// One pass.
+    async fn pass_once(&mut self) -> Result<(), Self::Error>;
+}
+
+/// How the loop treats a failed pass.
+pub(crate) trait PassError: std::fmt::Display {
+    /// A watch has not synced yet: nothing to report, the next pass tries again.
+    fn not_synced(&self) -> bool;
+    /// The ledger failed: counted in `ledger_errors_total`.
+    fn ledger(&self) -> Option<&LedgerError>;
+}
+
+/// Runs `worker` until `shutdown` turns true: beat, wait for the next pass (or shutdown), pass,
+/// log a failed pass and go on. Returns the worker, for tests that look at it afterwards.
+pub(crate) async fn run_worker<W: Worker>(mut worker: W, mut shutdown: watch::Receiver<bool>) -> W {
+    let mut first = W::PASS_AT_START;
+    loop {
+        if let Some(h) = worker.heartbeat() {
+            h.beat();
+        }
+        if !std::mem::take(&mut first) {
+            tokio::select! {
+                _ = worker.next_pass_due() => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+        if *shutdown.borrow() {
+            return worker;
+        }
+        match worker.pass_once().await {
+            Ok(()) => {}
+            Err(e) if e.not_synced() => {}
+            Err(e) => {
+                if let Some(l) = e.ledger() {
+                    worker.metrics().ledger.error(l);
+                }
+                warn!(worker = W::NAME, error = %e, "pass failed; retrying at the next wake-up or tick");
+            }
+        }
+    }
 }
 
 /// Waits for notifications on `notify` to pause: until none came for `quiet`, or `longest`

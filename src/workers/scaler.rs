@@ -229,34 +229,8 @@ where
     /// Runs until `shutdown` turns true. The first pass runs at once: it learns every node's
     /// group and every group's size before a signal needs them, and acts on signals that came
     /// while no replica ran.
-    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Self {
-        let mut first = true;
-        loop {
-            if let Some(h) = &self.heartbeat {
-                h.beat();
-            }
-            if !std::mem::take(&mut first) {
-                tokio::select! {
-                    _ = self.wake.notified() => self.settle().await,
-                    _ = tokio::time::sleep(self.settings.resync) => {}
-                    _ = shutdown.changed() => {}
-                }
-            }
-            if *shutdown.borrow() {
-                return self;
-            }
-            match self.pass(Pacing::PerGroup).instrument(debug_span!("scaler_pass")).await {
-                Ok(report) if !report.raced.is_empty() || report.settling > 0 => self.wake.notify_one(),
-                Ok(_) => {}
-                Err(ScalerError::NotSynced) => {}
-                Err(e) => {
-                    if let ScalerError::Ledger(l) = &e {
-                        self.ctx.metrics.ledger.error(l);
-                    }
-                    warn!(error = %e, "scaler tick failed; retrying at the next wake-up or resync");
-                }
-            }
-        }
+    pub async fn run(self, shutdown: watch::Receiver<bool>) -> Self {
+        super::run_worker(self, shutdown).await
     }
 
     /// Waits for a burst of wake-ups to pause: until no wake-up came for `coalesce_quiet`, or
@@ -921,6 +895,58 @@ where
         }
         let still: BTreeSet<&InstanceId> = held.iter().flat_map(|h| h.instances.iter()).collect();
         self.told_held.retain(|i, _| still.contains(i));
+    }
+}
+
+impl super::PassError for ScalerError {
+    fn not_synced(&self) -> bool {
+        matches!(self, ScalerError::NotSynced)
+    }
+
+    fn ledger(&self) -> Option<&LedgerError> {
+        match self {
+            ScalerError::Ledger(l) => Some(l),
+            _ => None,
+        }
+    }
+}
+
+impl<A, C, L, W, E> super::Worker for Scaler<A, C, L, W, E>
+where
+    A: AutoScaling,
+    C: ClusterView,
+    L: LedgerStore,
+    W: ClusterWrites,
+    E: EventSink,
+{
+    type Error = ScalerError;
+    const PASS_AT_START: bool = true;
+    const NAME: &'static str = "scaler";
+
+    fn heartbeat(&self) -> Option<&Heartbeat> {
+        self.heartbeat.as_ref()
+    }
+
+    fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.ctx.metrics
+    }
+
+    /// A wake-up (a new signal) and the pause after its burst, or the resync.
+    async fn next_pass_due(&mut self) {
+        tokio::select! {
+            _ = self.wake.notified() => self.settle().await,
+            _ = tokio::time::sleep(self.settings.resync) => {}
+        }
+    }
+
+    /// A pass that lets each group's write go once its burst ended; one that left writes for
+    /// later (settling, or raced) wakes the loop again.
+    async fn pass_once(&mut self) -> Result<(), ScalerError> {
+        let report = self.pass(Pacing::PerGroup).instrument(debug_span!("scaler_pass")).await?;
+        if !report.raced.is_empty() || report.settling > 0 {
+            self.wake.notify_one();
+        }
+        Ok(())
     }
 }
 
