@@ -8,6 +8,7 @@ use thiserror::Error;
 use tokio::sync::{watch, Notify};
 use tracing::{error, info, warn};
 
+use crate::aws::autoscaling::AwsAutoScaling;
 use crate::aws::nodegroups::AwsNodeGroups;
 use crate::aws::{load_sdk_config, AwsPorts};
 use crate::config::{Cli, Command, InspectCommand, InvalidPolicy, RunArgs};
@@ -135,6 +136,50 @@ async fn terminated() {
 /// The daemon.
 pub(crate) async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
     crate::telemetry::init(args.log_format, &args.log_level).map_err(AppError::Flag)?;
+    let started = connect_and_check(&args).await?;
+    let daemon = Daemon::build(&args, started).await?;
+    let mut tasks = Supervisor::default();
+    let heartbeats = Heartbeats::default();
+    let (stop, shutdown) = watch::channel(false);
+    daemon.spawn_admin(&args, &heartbeats, &mut tasks).await?;
+    daemon.spawn_elector(&args, &shutdown, &mut tasks);
+    for (name, watch) in daemon.cluster.watches(&daemon.client) {
+        tasks.spawn(name, Lifetime::Forever, watch);
+    }
+    let scaler = daemon.scaler(&args).await?;
+    // Workers start once every watch has synced: nothing is decided on a partial view.
+    let before_sync = tokio::select! {
+        _ = daemon.cluster.wait_synced() => None,
+        ended = tasks.first_end() => Some(Some(ended)),
+        _ = terminated() => Some(None),
+    };
+    let failed = match before_sync {
+        Some(outcome) => outcome,
+        None => {
+            daemon.spawn_workers(&args, scaler, &heartbeats, &shutdown, &mut tasks);
+            tokio::select! {
+                ended = tasks.first_end() => Some(ended),
+                _ = terminated() => None,
+            }
+        }
+    };
+    stop_daemon(failed, &stop, tasks).await
+}
+
+/// What connecting and the start-up checks establish.
+struct Started {
+    client: kube::Client,
+    identity: String,
+    leader_elect: bool,
+    timing: LeaseTiming,
+    policy: crate::core::Policy,
+    instance_groups: bool,
+    groups_store: KubeInstanceGroups,
+}
+
+/// Validates the flags, connects, checks every permission the daemon will use and, with
+/// InstanceGroups on, that their CRD is installed.
+async fn connect_and_check(args: &RunArgs) -> Result<Started, AppError> {
     let policy = args.policy.to_policy()?;
     let timing = LeaseTiming {
         lease_duration: args.leader.leader_elect_lease_duration,
@@ -143,7 +188,7 @@ pub(crate) async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
     };
     timing.validate().map_err(AppError::Flag)?;
     let leader_elect = args.leader.leader_elect.unwrap_or(args.kube.connection_mode == ConnectionMode::Incluster);
-    let identity = identity(&args);
+    let identity = identity(args);
 
     let client = connect(&args.kube).await?;
     let namespaces = Namespaces {
@@ -174,171 +219,239 @@ pub(crate) async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
         return Err(AppError::NoInstanceGroupCrd);
     }
     info!(%identity, leader_elect, dry_run = args.aws.dry_run, "connected to the cluster; permissions checked");
+    Ok(Started { client, identity, leader_elect, timing, policy, instance_groups, groups_store })
+}
 
-    let sdk = load_sdk_config(&args.aws).await;
-    let aws = AwsPorts::new(&sdk, args.aws.dry_run);
-    let metrics = Arc::new(Metrics::new());
-    let stats = aws.stats.clone();
-    metrics.on_scrape(Box::new(move |m| {
-        let totals = stats
-            .snapshot()
-            .into_iter()
-            .map(|(op, s)| (op, AwsCounts { calls: s.calls, errors: s.errors, throttles: s.throttles }))
-            .collect();
-        m.aws.sync(&totals);
-    }));
+/// The daemon's parts, built and connected, before any task runs.
+struct Daemon {
+    client: kube::Client,
+    identity: String,
+    leader_elect: bool,
+    timing: LeaseTiming,
+    instance_groups: bool,
+    groups_store: KubeInstanceGroups,
+    sdk: aws_config::SdkConfig,
+    aws: AwsPorts,
+    metrics: Arc<Metrics>,
+    cluster: KubeCluster,
+    wake: Arc<Notify>,
+    leadership: Leadership,
+    ctx: Arc<DaemonContext>,
+}
 
-    let wake = Arc::new(Notify::new());
-    let clock = system_clock();
-    let cluster = KubeCluster::new(
-        WatchSettings {
-            events_namespace: args.events_namespace.clone(),
-            ca_status_namespace: args.ca_status_namespace.clone(),
-            ca_status_name: args.ca_status_name.clone(),
-            nth_taints: args.nth_taint_signals,
-            signal_grace: SIGNAL_GRACE,
-            ca_status_max_age: args.ca_status_max_age,
-        },
-        wake.clone(),
-        metrics.clone(),
-        clock.clone(),
-    );
-    let (ca_cluster, ca_clock) = (cluster.clone(), clock.clone());
-    metrics.on_scrape(Box::new(move |m| m.cluster.set_ca_status_age(ca_cluster.ca_status_age(ca_clock()))));
+/// The workers' shared context with the real adapters.
+type DaemonContext = WorkerContext<AwsAutoScaling, KubeCluster, ConfigMapLedger, KubeWrites, KubeEvents>;
 
-    let leadership = if leader_elect { Leadership::follower() } else { Leadership::always() };
-    metrics.lease.leader.set(i64::from(leadership.is_leader()));
-    let mut store = ConfigMapLedger::new(client.clone(), &args.state_namespace, &args.ledger_configmap);
-    if args.aws.dry_run {
-        store = store.read_only();
+/// The scaler with the real adapters.
+type DaemonScaler = Scaler<AwsAutoScaling, KubeCluster, ConfigMapLedger, KubeWrites, KubeEvents>;
+
+impl Daemon {
+    /// AWS clients, metrics, the watched cluster, the ledger and the workers' context.
+    async fn build(args: &RunArgs, started: Started) -> Result<Daemon, AppError> {
+        let Started { client, identity, leader_elect, timing, policy, instance_groups, groups_store } = started;
+        let sdk = load_sdk_config(&args.aws).await;
+        let aws = AwsPorts::new(&sdk, args.aws.dry_run);
+        let metrics = Arc::new(Metrics::new());
+        let stats = aws.stats.clone();
+        metrics.on_scrape(Box::new(move |m| {
+            let totals = stats
+                .snapshot()
+                .into_iter()
+                .map(|(op, s)| (op, AwsCounts { calls: s.calls, errors: s.errors, throttles: s.throttles }))
+                .collect();
+            m.aws.sync(&totals);
+        }));
+
+        let wake = Arc::new(Notify::new());
+        let clock = system_clock();
+        let cluster = KubeCluster::new(
+            WatchSettings {
+                events_namespace: args.events_namespace.clone(),
+                ca_status_namespace: args.ca_status_namespace.clone(),
+                ca_status_name: args.ca_status_name.clone(),
+                nth_taints: args.nth_taint_signals,
+                signal_grace: SIGNAL_GRACE,
+                ca_status_max_age: args.ca_status_max_age,
+            },
+            wake.clone(),
+            metrics.clone(),
+            clock.clone(),
+        );
+        let (ca_cluster, ca_clock) = (cluster.clone(), clock.clone());
+        metrics.on_scrape(Box::new(move |m| m.cluster.set_ca_status_age(ca_cluster.ca_status_age(ca_clock()))));
+
+        let leadership = if leader_elect { Leadership::follower() } else { Leadership::always() };
+        metrics.lease.leader.set(i64::from(leadership.is_leader()));
+        let mut store = ConfigMapLedger::new(client.clone(), &args.state_namespace, &args.ledger_configmap);
+        if args.aws.dry_run {
+            store = store.read_only();
+        }
+        let ledger = SharedLedger::load(store).await?;
+        let ctx = Arc::new(WorkerContext {
+            aws: aws.autoscaling.clone(),
+            cluster: cluster.clone(),
+            writes: KubeWrites::new(client.clone(), args.aws.dry_run),
+            events: KubeEvents::new(client.clone(), Some(identity.clone()), cluster.clone()),
+            ledger,
+            groups: Arc::new(
+                GroupBook::new(std::time::Duration::from_secs(60), std::time::Duration::from_secs(3600), clock.clone())
+                    .with_learner(),
+            ),
+            leadership: leadership.clone(),
+            metrics: metrics.clone(),
+            policy,
+            clock,
+        });
+        Ok(Daemon {
+            client,
+            identity,
+            leader_elect,
+            timing,
+            instance_groups,
+            groups_store,
+            sdk,
+            aws,
+            metrics,
+            cluster,
+            wake,
+            leadership,
+            ctx,
+        })
     }
-    let ledger = SharedLedger::load(store).await?;
-    let ctx = Arc::new(WorkerContext {
-        aws: aws.autoscaling.clone(),
-        cluster: cluster.clone(),
-        writes: KubeWrites::new(client.clone(), args.aws.dry_run),
-        events: KubeEvents::new(client.clone(), Some(identity.clone()), cluster.clone()),
-        ledger,
-        groups: Arc::new(
-            GroupBook::new(std::time::Duration::from_secs(60), std::time::Duration::from_secs(3600), clock.clone())
-                .with_learner(),
-        ),
-        leadership: leadership.clone(),
-        metrics: metrics.clone(),
-        policy,
-        clock,
-    });
 
-    let mut tasks = Supervisor::default();
-    let ready_cluster = cluster.clone();
-    let heartbeats = Heartbeats::default();
-    let live = heartbeats.clone();
-    let probes = crate::admin::Probes {
-        ready: Arc::new(move || ready_cluster.is_synced()),
-        live: Arc::new(move || live.check()),
-    };
-    let (bound, admin) =
-        crate::admin::bind(&args.metrics_bind_address, metrics.clone(), probes, crate::admin::Limits::default())
-            .await?;
-    tasks.spawn("admin-server", Lifetime::Forever, admin);
-    info!(address = %bound, "serving /metrics, /livez and /readyz");
+    /// Serves `/metrics`, `/livez` and `/readyz`.
+    async fn spawn_admin(
+        &self,
+        args: &RunArgs,
+        heartbeats: &Heartbeats,
+        tasks: &mut Supervisor,
+    ) -> Result<(), AppError> {
+        let ready_cluster = self.cluster.clone();
+        let live = heartbeats.clone();
+        let probes = crate::admin::Probes {
+            ready: Arc::new(move || ready_cluster.is_synced()),
+            live: Arc::new(move || live.check()),
+        };
+        let (bound, admin) = crate::admin::bind(
+            &args.metrics_bind_address,
+            self.metrics.clone(),
+            probes,
+            crate::admin::Limits::default(),
+        )
+        .await?;
+        tasks.spawn("admin-server", Lifetime::Forever, admin);
+        info!(address = %bound, "serving /metrics, /livez and /readyz");
+        Ok(())
+    }
 
-    let (stop, shutdown) = watch::channel(false);
-    if leader_elect {
+    /// Elects a leader on the Lease, when leader election is on.
+    fn spawn_elector(&self, args: &RunArgs, shutdown: &watch::Receiver<bool>, tasks: &mut Supervisor) {
+        if !self.leader_elect {
+            return;
+        }
         let elector = LeaderElector::new(
-            client.clone(),
+            self.client.clone(),
             &args.state_namespace,
             &args.leader.leader_elect_lease_name,
-            &identity,
-            timing,
-            leadership.clone(),
-            metrics.clone(),
+            &self.identity,
+            self.timing.clone(),
+            self.leadership.clone(),
+            self.metrics.clone(),
         );
         tasks.spawn("leader-elector", Lifetime::UntilShutdown, elector.run(shutdown.clone()));
     }
 
-    for (name, watch) in cluster.watches(&client) {
-        tasks.spawn(name, Lifetime::Forever, watch);
-    }
-    let mut scaler =
-        Scaler::new(ctx.clone(), ScalerSettings { resync: args.resync_interval, ..ScalerSettings::default() })
-            .woken_by(wake);
-    match scaler.start(&args.aws.asg_tag_filter).await {
-        Ok(()) => {}
-        Err(ScalerError::Describe(e)) => return Err(AppError::Aws(e)),
-        Err(e) => warn!(error = %e, "could not describe the tagged groups yet"),
-    }
-    let failed = tokio::select! {
-        _ = cluster.wait_synced() => {
-            let settings = DrainerSettings {
-                tick: args.drain_interval,
-                suspend_az_rebalance: args.suspend_az_rebalance,
-                ..DrainerSettings::default()
-            };
-            let drainer = Drainer::new(ctx.clone(), settings);
-            let (drainer, scaler) = (drainer.beating(&heartbeats), scaler.beating(&heartbeats));
-            let launches = LaunchWatcher::new(
-                ctx.clone(),
-                LaunchWatchSettings { launch_timeout: args.launch_timeout, ..LaunchWatchSettings::default() },
-            )
-            .waking(scaler.waker())
-            .beating(&heartbeats);
-            let launches_stop = shutdown.clone();
-            tasks.spawn("worker:launches", Lifetime::UntilShutdown, async move {
-                launches.run(launches_stop).await;
-            });
-            let learner = NodeLearner::new(ctx.clone(), cluster.joins(), LearnerSettings::default()).beating(&heartbeats);
-            let learner_stop = shutdown.clone();
-            tasks.spawn("worker:learner", Lifetime::UntilShutdown, async move {
-                learner.run(learner_stop).await;
-            });
-            let (scaler_stop, drainer_stop) = (shutdown.clone(), shutdown.clone());
-            tasks.spawn("worker:scaler", Lifetime::UntilShutdown, async move {
-                scaler.run(scaler_stop).await;
-            });
-            tasks.spawn("worker:drainer", Lifetime::UntilShutdown, async move {
-                drainer.run(drainer_stop).await;
-            });
-            if instance_groups {
-                let reconciler = InstanceGroupReconciler {
-                    cloud: AwsNodeGroups::new(&sdk, aws.stats.clone()),
-                    store: groups_store,
-                    view: cluster.clone(),
-                    clock: ctx.clock.clone(),
-                    leadership: leadership.clone(),
-                    metrics: metrics.clone(),
-                    iam: crate::instancegroup::validate::IamRules::new(
-                        &args.instancegroup_allowed_policies,
-                        args.instancegroup_existing_roles,
-                        args.instancegroup_permissions_boundary.clone(),
-                    ),
-                };
-                let mut stopping = shutdown.clone();
-                let stopped = async move {
-                    let _ = stopping.wait_for(|stop| *stop).await;
-                };
-                tasks.spawn(
-                    "worker:instancegroups",
-                    Lifetime::UntilShutdown,
-                    crate::instancegroup_controller::run(
-                        reconciler,
-                        heartbeats.register("worker:instancegroups", crate::supervise::WORKER_SILENCE_LIMIT),
-                        client.clone(),
-                        args.instance_manager_namespace.clone(),
-                        args.instance_manager_configmap.clone(),
-                        stopped,
-                    ),
-                );
-            }
-            info!(instance_groups, "running");
-            tokio::select! {
-                ended = tasks.first_end() => Some(ended),
-                _ = terminated() => None,
-            }
+    /// The scaler, having described the tagged groups (AWS unreachable then is a start-up error).
+    async fn scaler(&self, args: &RunArgs) -> Result<DaemonScaler, AppError> {
+        let mut scaler =
+            Scaler::new(self.ctx.clone(), ScalerSettings { resync: args.resync_interval, ..ScalerSettings::default() })
+                .woken_by(self.wake.clone());
+        match scaler.start(&args.aws.asg_tag_filter).await {
+            Ok(()) => {}
+            Err(ScalerError::Describe(e)) => return Err(AppError::Aws(e)),
+            Err(e) => warn!(error = %e, "could not describe the tagged groups yet"),
         }
-        ended = tasks.first_end() => Some(ended),
-        _ = terminated() => None,
-    };
+        Ok(scaler)
+    }
+
+    /// The scaler, the drainer, the launch watcher, the node learner and, with InstanceGroups on,
+    /// their reconciler.
+    fn spawn_workers(
+        self,
+        args: &RunArgs,
+        scaler: DaemonScaler,
+        heartbeats: &Heartbeats,
+        shutdown: &watch::Receiver<bool>,
+        tasks: &mut Supervisor,
+    ) {
+        let ctx = &self.ctx;
+        let settings = DrainerSettings {
+            tick: args.drain_interval,
+            suspend_az_rebalance: args.suspend_az_rebalance,
+            ..DrainerSettings::default()
+        };
+        let drainer = Drainer::new(ctx.clone(), settings).beating(heartbeats);
+        let scaler = scaler.beating(heartbeats);
+        let launches = LaunchWatcher::new(
+            ctx.clone(),
+            LaunchWatchSettings { launch_timeout: args.launch_timeout, ..LaunchWatchSettings::default() },
+        )
+        .waking(scaler.waker())
+        .beating(heartbeats);
+        let learner =
+            NodeLearner::new(ctx.clone(), self.cluster.joins(), LearnerSettings::default()).beating(heartbeats);
+        let stop = || shutdown.clone();
+        let (launches_stop, learner_stop, scaler_stop, drainer_stop) = (stop(), stop(), stop(), stop());
+        tasks.spawn("worker:launches", Lifetime::UntilShutdown, async move {
+            launches.run(launches_stop).await;
+        });
+        tasks.spawn("worker:learner", Lifetime::UntilShutdown, async move {
+            learner.run(learner_stop).await;
+        });
+        tasks.spawn("worker:scaler", Lifetime::UntilShutdown, async move {
+            scaler.run(scaler_stop).await;
+        });
+        tasks.spawn("worker:drainer", Lifetime::UntilShutdown, async move {
+            drainer.run(drainer_stop).await;
+        });
+        if self.instance_groups {
+            let reconciler = InstanceGroupReconciler {
+                cloud: AwsNodeGroups::new(&self.sdk, self.aws.stats.clone()),
+                store: self.groups_store,
+                view: self.cluster.clone(),
+                clock: ctx.clock.clone(),
+                leadership: self.leadership.clone(),
+                metrics: self.metrics.clone(),
+                iam: crate::instancegroup::validate::IamRules::new(
+                    &args.instancegroup_allowed_policies,
+                    args.instancegroup_existing_roles,
+                    args.instancegroup_permissions_boundary.clone(),
+                ),
+            };
+            let mut stopping = shutdown.clone();
+            let stopped = async move {
+                let _ = stopping.wait_for(|stop| *stop).await;
+            };
+            tasks.spawn(
+                "worker:instancegroups",
+                Lifetime::UntilShutdown,
+                crate::instancegroup_controller::run(
+                    reconciler,
+                    heartbeats.register("worker:instancegroups", crate::supervise::WORKER_SILENCE_LIMIT),
+                    self.client.clone(),
+                    args.instance_manager_namespace.clone(),
+                    args.instance_manager_configmap.clone(),
+                    stopped,
+                ),
+            );
+        }
+        info!(instance_groups = self.instance_groups, "running");
+    }
+}
+
+/// Ends the daemon: a task that ended is an error (Kubernetes restarts the pod); a SIGTERM stops
+/// the workers, then releases the lease.
+async fn stop_daemon(failed: Option<TaskEnded>, stop: &watch::Sender<bool>, tasks: Supervisor) -> Result<(), AppError> {
     if let Some(ended) = failed {
         // Whatever ended, the daemon no longer does its whole job: exit so Kubernetes restarts it.
         error!(task = ended.task, how = %ended.how, "a task of the daemon ended; exiting");
