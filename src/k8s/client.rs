@@ -71,7 +71,7 @@ pub enum ConnectError {
     #[error("cannot check permissions (SelfSubjectAccessReview)")]
     AccessReview(#[source] kube::Error),
     /// Some permission the booster needs is missing.
-    #[error("missing RBAC permissions (see manifests/rbac.yaml):\n  {}", .0.join("\n  "))]
+    #[error("missing RBAC permissions (see the Helm chart's templates/rbac.yaml, or manifests/rbac.yaml):\n  {}", .0.join("\n  "))]
     Forbidden(Vec<String>),
 }
 
