@@ -280,12 +280,15 @@ pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp
         }
     }
 
+    // Hashed once: the candidates ask it for every at-risk node, and node names share long
+    // prefixes that make each ordered lookup a string of byte comparisons.
+    let draining: FastSet<&NodeName> = state.in_progress.keys().collect();
     for (group, instances) in &at_risk.by_group {
         let active = active.get(group).copied().unwrap_or(0);
         let mut candidates: Vec<_> = instances
             .values()
             .filter(|r| {
-                !state.in_progress.contains_key(&r.node)
+                !draining.contains(&r.node)
                     && !state.finished.contains_key(&r.instance)
                     && match records.get(&r.instance) {
                         Some(&k) => {
