@@ -14,7 +14,7 @@ use crate::k8s::ca_status::{
     check_size_and_depth, flow_depth, parse_ca_status, CaStatus, CaStatusFormat, ParseCaStatusError, MAX_FLOW_DEPTH,
 };
 use crate::k8s::nth::{classify_event, Classification};
-use crate::output::{structured, table, Width, TABLE_WIDTH};
+use crate::output::{structured, table, table_width};
 use crate::timefmt::{format_rfc3339, parse_go_time};
 
 /// CA's annotation with the time of the last status write.
@@ -120,11 +120,7 @@ pub(crate) fn inspect_ca_status(input: &str) -> Result<InspectedCaStatus, Inspec
 
 /// Renders an inspected status.
 pub(crate) fn render_ca_status(inspected: &InspectedCaStatus, output: OutputFormat) -> String {
-    let width = match output {
-        OutputFormat::Json | OutputFormat::Yaml => return structured(inspected, output == OutputFormat::Yaml),
-        OutputFormat::Table => Width::Fit(TABLE_WIDTH),
-        OutputFormat::Wide => Width::Unbounded,
-    };
+    let Some(width) = table_width(output) else { return structured(inspected, output == OutputFormat::Yaml) };
     let s = &inspected.status;
     let format = match s.format {
         CaStatusFormat::LegacyText => "legacy text (CA <= 1.29)",
@@ -318,11 +314,7 @@ pub(crate) fn inspect_nth_events(input: &str, provider_id: Option<&str>) -> Resu
 
 /// Renders classified Events.
 pub(crate) fn render_nth_events(events: &[InspectedEvent], output: OutputFormat) -> String {
-    let width = match output {
-        OutputFormat::Json | OutputFormat::Yaml => return structured(&events, output == OutputFormat::Yaml),
-        OutputFormat::Table => Width::Fit(TABLE_WIDTH),
-        OutputFormat::Wide => Width::Unbounded,
-    };
+    let Some(width) = table_width(output) else { return structured(&events, output == OutputFormat::Yaml) };
     let text = |v: serde_json::Value| v.as_str().map(String::from).unwrap_or_default();
     if output == OutputFormat::Table {
         // The Event's name (the node's plus a hash) is in `wide`: the node names it here.

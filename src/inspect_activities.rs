@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::OutputFormat;
 use crate::core::{classify, GroupName, LaunchFailure, ScalingActivity};
 use crate::inspect::InspectError;
-use crate::output::{structured, table, Width, TABLE_WIDTH};
+use crate::output::{structured, table, table_width};
 use crate::timefmt::{format_rfc3339, parse_rfc3339};
 use crate::yaml_guard::read_yaml;
 
@@ -66,11 +66,7 @@ pub(crate) fn inspect_scaling_activities(text: &str) -> Result<Vec<InspectedActi
 
 /// Prints the activities, newest first as AWS lists them.
 pub(crate) fn render_scaling_activities(activities: &[InspectedActivity], output: OutputFormat) -> String {
-    let width = match output {
-        OutputFormat::Json | OutputFormat::Yaml => return structured(&activities, output == OutputFormat::Yaml),
-        OutputFormat::Table => Width::Fit(TABLE_WIDTH),
-        OutputFormat::Wide => Width::Unbounded,
-    };
+    let Some(width) = table_width(output) else { return structured(&activities, output == OutputFormat::Yaml) };
     let header = ["STARTED", "GROUP", "STATUS", "BOOSTER READS", "REASON"];
     let rows: Vec<Vec<String>> = activities
         .iter()
@@ -97,6 +93,7 @@ pub(crate) fn render_scaling_activities(activities: &[InspectedActivity], output
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::output::TABLE_WIDTH;
 
     const ANSWER: &str = include_str!("../tests/fixtures/scaling-activities/spot-no-capacity.json");
 

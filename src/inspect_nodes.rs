@@ -11,7 +11,7 @@ use crate::config::OutputFormat;
 use crate::core::NODE_OPT_OUT;
 use crate::inspect::{objects, InspectError};
 use crate::k8s::convert::node_from_kube;
-use crate::output::{structured, table, Width, TABLE_WIDTH};
+use crate::output::{structured, table, table_width};
 
 /// One Node as the booster reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -75,11 +75,7 @@ pub(crate) fn inspect_nodes(input: &str) -> Result<Vec<InspectedNode>, InspectEr
 
 /// Prints the Nodes in the order given.
 pub(crate) fn render_nodes(nodes: &[InspectedNode], output: OutputFormat) -> String {
-    let width = match output {
-        OutputFormat::Json | OutputFormat::Yaml => return structured(&nodes, output == OutputFormat::Yaml),
-        OutputFormat::Table => Width::Fit(TABLE_WIDTH),
-        OutputFormat::Wide => Width::Unbounded,
-    };
+    let Some(width) = table_width(output) else { return structured(&nodes, output == OutputFormat::Yaml) };
     let yes_no = |b: bool| if b { "yes" } else { "no" }.to_string();
     let header = ["NODE", "INSTANCE", "READY", "CORDONED", "SIGNAL", "BOOSTER"];
     let rows: Vec<Vec<String>> = nodes

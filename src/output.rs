@@ -73,6 +73,16 @@ fn cut(cell: &str, width: usize) -> String {
     cell.chars().take(width.saturating_sub(1)).chain(['…']).collect()
 }
 
+/// The width a table printed as `output` fits in, or `None` when `output` is JSON or YAML.
+pub(crate) fn table_width(output: crate::config::OutputFormat) -> Option<Width> {
+    use crate::config::OutputFormat;
+    match output {
+        OutputFormat::Json | OutputFormat::Yaml => None,
+        OutputFormat::Table => Some(Width::Fit(TABLE_WIDTH)),
+        OutputFormat::Wide => Some(Width::Unbounded),
+    }
+}
+
 /// JSON (pretty) or YAML of a report.
 pub(crate) fn structured<T: Serialize>(value: &T, yaml: bool) -> String {
     if yaml {
