@@ -29,6 +29,15 @@ pub(crate) const READS_IN_FLIGHT: usize = 4;
 /// allows this many without throttling).
 pub(crate) const WRITES_IN_FLIGHT: usize = 32;
 
+/// How much of each group a `DescribeAutoScalingGroups` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Detail {
+    /// Sizes, tags, processes and the instance list.
+    WithInstances,
+    /// Everything but the instance list (`IncludeInstances=false`).
+    SizesOnly,
+}
+
 /// Auto Scaling through the SDK. With `dry_run`, reads happen and writes are logged and counted.
 #[derive(Debug, Clone)]
 pub struct AwsAutoScaling {
@@ -49,8 +58,17 @@ impl AwsAutoScaling {
         f
     }
 
-    async fn describe(&self, names: &[GroupName], filters: &[TagFilter]) -> Result<Vec<GroupDescription>, AwsError> {
-        let mut request = self.client.describe_auto_scaling_groups().max_records(100);
+    async fn describe(
+        &self,
+        names: &[GroupName],
+        filters: &[TagFilter],
+        detail: Detail,
+    ) -> Result<Vec<GroupDescription>, AwsError> {
+        let mut request = self
+            .client
+            .describe_auto_scaling_groups()
+            .max_records(100)
+            .include_instances(detail == Detail::WithInstances);
         for name in names {
             request = request.auto_scaling_group_names(name.as_str());
         }
@@ -70,6 +88,15 @@ impl AwsAutoScaling {
         Ok(groups)
     }
 
+    /// The named groups, in calls of at most [`GROUPS_PER_CALL`].
+    async fn describe_named(&self, names: &[GroupName], detail: Detail) -> Result<Vec<GroupDescription>, AwsError> {
+        let mut groups = Vec::new();
+        for chunk in names.chunks(GROUPS_PER_CALL) {
+            groups.extend(self.describe(chunk, &[], detail).await?);
+        }
+        Ok(groups)
+    }
+
     /// One batched re-read of the named groups, then every write its guard lets through, sent
     /// concurrently (at most [`WRITES_IN_FLIGHT`] at once): a burst across 20 groups costs one
     /// round trip, not 20. Outcomes come back in the order of `writes`.
@@ -77,10 +104,11 @@ impl AwsAutoScaling {
         &self,
         writes: &[DesiredWrite],
         guard: fn(&DesiredWrite, Option<&GroupDescription>) -> Guard,
+        detail: Detail,
     ) -> Result<WriteOutcomes, AwsError> {
         let names: Vec<GroupName> = writes.iter().map(|w| w.group.clone()).collect();
         let live: BTreeMap<GroupName, GroupDescription> =
-            self.describe_groups(&names).await?.into_iter().map(|g| (g.name.clone(), g)).collect();
+            self.describe_named(&names, detail).await?.into_iter().map(|g| (g.name.clone(), g)).collect();
         // Collected first: a lazy iterator of futures trips rustc's Send check of `async fn`s.
         let sends: Vec<_> = writes.iter().map(|w| self.send_guarded(w, guard(w, live.get(&w.group)))).collect();
         Ok(stream::iter(sends).buffered(WRITES_IN_FLIGHT).collect().await)
@@ -214,23 +242,21 @@ impl AutoScaling for AwsAutoScaling {
     }
 
     async fn describe_groups(&self, names: &[GroupName]) -> Result<Vec<GroupDescription>, AwsError> {
-        let mut groups = Vec::new();
-        for chunk in names.chunks(GROUPS_PER_CALL) {
-            groups.extend(self.describe(chunk, &[]).await?);
-        }
-        Ok(groups)
+        self.describe_named(names, Detail::WithInstances).await
     }
 
     async fn discover_groups(&self, filters: &[TagFilter]) -> Result<Vec<GroupDescription>, AwsError> {
-        self.describe(&[], filters).await
+        self.describe(&[], filters, Detail::WithInstances).await
     }
 
     async fn raise_desired(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {
-        self.guarded_writes(writes, DesiredWrite::guard).await
+        // The raise guard compares sizes only; a 50-node group's instance list is most of the
+        // answer and most of the time its read takes.
+        self.guarded_writes(writes, DesiredWrite::guard, Detail::SizesOnly).await
     }
 
     async fn lower_unlaunched(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {
-        self.guarded_writes(writes, DesiredWrite::unlaunched_guard).await
+        self.guarded_writes(writes, DesiredWrite::unlaunched_guard, Detail::WithInstances).await
     }
 
     async fn terminate_instance(&self, instance: &InstanceId, decrement: bool) -> Result<TerminateOutcome, AwsError> {
