@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::drain_state::DrainState;
 use super::fast_hash::{FastMap, FastSet};
+use super::ledger_edit::LedgerEdit;
 use super::model::{
     BoostLedger, BoostRecord, GroupName, InstanceId, Node, NodeName, OptOut, Pod, PodClass, Snapshot, Timestamp,
 };
@@ -467,14 +468,12 @@ fn opted_out(snapshot: &Snapshot, risk: &AtRisk) -> Option<DrainWait> {
     })
 }
 
-/// The ledger once closed boosts are dropped: a record closes when none of its instances has a
-/// node any more and each one's departure is accounted for (settled by the booster, or gone from
-/// its group with nothing left to give back; see [`super::give_back`]); its claimed replacements
-/// become spent. Spent names of nodes that are gone are forgotten, so the ledger stays as small as
-/// the cluster.
-pub(crate) fn close_finished_boosts(snapshot: &Snapshot, ledger: &BoostLedger, at_risk: &AtRiskSet) -> BoostLedger {
-    let open = ledger;
-    let mut ledger = BoostLedger { records: Vec::new(), spent: open.spent.clone() };
+/// The boosts to close: a record closes when none of its instances has a node any more and each
+/// one's departure is accounted for (settled by the booster, or gone from its group with nothing
+/// left to give back; see [`super::give_back`]); its claimed replacements become spent. Spent
+/// names of nodes that are gone are forgotten, so the ledger stays as small as the cluster.
+pub(crate) fn close_finished_boosts(snapshot: &Snapshot, open: &BoostLedger, at_risk: &AtRiskSet) -> Vec<LedgerEdit> {
+    let mut edits = Vec::new();
     if !open.records.is_empty() {
         let alive = snapshot.live_instances();
         let mut closed = Vec::new();
@@ -483,9 +482,7 @@ pub(crate) fn close_finished_boosts(snapshot: &Snapshot, ledger: &BoostLedger, a
             let accounted = |i: &InstanceId| {
                 record.settled.contains(i) || members.is_none_or(|m| !m.contains(i) && record.returned >= record.added)
             };
-            if record.instances.iter().any(|i| alive.contains(i) || !accounted(i)) {
-                ledger.records.push(record.clone());
-            } else {
+            if !record.instances.iter().any(|i| alive.contains(i) || !accounted(i)) {
                 closed.push(record);
             }
         }
@@ -493,15 +490,17 @@ pub(crate) fn close_finished_boosts(snapshot: &Snapshot, ledger: &BoostLedger, a
         if !closed.is_empty() {
             let claims = claim_replacements(snapshot, open, at_risk);
             for record in closed {
-                if let Some(claim) = claims.iter().find(|c| c.instances == record.instances && c.group == record.group)
-                {
-                    ledger.spent.extend(claim.nodes.iter().cloned());
-                }
+                let claim = claims.iter().find(|c| c.instances == record.instances && c.group == record.group);
+                let spent = claim.map(|c| c.nodes.clone()).unwrap_or_default();
+                edits.push(LedgerEdit::Close { id: record.id(), spent });
             }
         }
     }
-    ledger.spent.retain(|n| snapshot.nodes.contains_key(n));
-    ledger
+    let gone: Vec<NodeName> = open.spent.iter().filter(|n| !snapshot.nodes.contains_key(*n)).cloned().collect();
+    if !gone.is_empty() {
+        edits.push(LedgerEdit::ForgetSpent(gone));
+    }
+    edits
 }
 
 /// The pods a drain evicts, in order: ordinary pods first, critical ones last; DaemonSet, mirror
@@ -528,6 +527,7 @@ pub(crate) fn eviction_backoff(refusals: u32, policy: &Policy) -> Duration {
 mod tests {
     use super::*;
     use crate::core::drain_state::{DrainStarted, FinishedDrain};
+    use crate::core::ledger_edit::apply_all;
     use crate::core::model::{Group, Signal};
     use crate::core::signals::fold_signals;
 
@@ -797,7 +797,10 @@ mod tests {
         s.nodes.remove(&NodeName::from("n1"));
         s.nodes.remove(&NodeName::from("n2"));
         let at_risk = fold_signals(&s, &Policy::default(), NOW);
-        let ledger = close_finished_boosts(&s, &s.ledger, &at_risk);
+        let edits = close_finished_boosts(&s, &s.ledger, &at_risk);
+        assert_eq!(edits, vec![LedgerEdit::Close { id: s.ledger.records[0].id(), spent: vec!["new1".into()] }]);
+        let mut ledger = s.ledger.clone();
+        apply_all(&mut ledger, &edits);
         assert!(ledger.records.is_empty());
         assert_eq!(ledger.spent, BTreeSet::from(["new1".into()]));
     }

@@ -8,26 +8,29 @@
 use serde::{Deserialize, Serialize};
 
 use super::drain::claim_replacements;
-use super::model::{BoostExpiry, BoostLedger, BoostRecord, GroupName, InstanceId, Snapshot, Timestamp};
+use super::ledger_edit::{BoostId, LedgerEdit};
+use super::model::{BoostExpiry, BoostLedger, BoostRecord, Snapshot, Timestamp};
 use super::policy::Policy;
 use super::signals::AtRiskSet;
-use std::collections::BTreeSet;
 
 /// A boost that stops waiting now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Expired {
-    /// Its group.
-    pub group: GroupName,
-    /// Its at-risk instances.
-    pub instances: BTreeSet<InstanceId>,
-    /// When it was decided: with the group and instances, it names the ledger record.
-    pub at: Timestamp,
+    /// The boost.
+    pub record: BoostId,
     /// Why.
     pub(crate) why: BoostExpiry,
     /// Ready replacements it had claimed, and how many it added.
     pub ready: u32,
     /// Replacements it added.
     pub added: u32,
+}
+
+impl Expired {
+    /// Its mark in the ledger.
+    pub fn edit(&self) -> LedgerEdit {
+        LedgerEdit::Expire(self.record.clone(), self.why)
+    }
 }
 
 /// The open boosts that expire at `now`.
@@ -60,9 +63,7 @@ pub(crate) fn expire_boosts(
                 return None;
             };
             Some(Expired {
-                group: record.group.clone(),
-                instances: record.instances.clone(),
-                at: record.at,
+                record: record.id(),
                 why,
                 ready: u32::try_from(claim.nodes.len()).unwrap_or(u32::MAX),
                 added: record.added,

@@ -12,19 +12,20 @@
 //! desired capacity goes back down by what moved only while no instance of it can be terminated
 //! by that (the workers re-read before the write).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::model::{BoostLedger, Group, GroupName, InstanceId, Snapshot, Timestamp};
+use super::ledger_edit::{BoostId, LedgerEdit};
+use super::model::{BoostLedger, Group, GroupName, MovedPart, Snapshot, Timestamp};
 use super::policy::Policy;
 
 /// Nodes of one boost moved to a fallback group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fallback {
-    /// The group without capacity.
-    pub from: GroupName,
-    /// Its desired capacity now: lowered by `nodes` once the move is written, if no instance
+    /// The boost whose nodes move; its group is the one without capacity.
+    pub record: BoostId,
+    /// Its group's desired capacity now: lowered by `nodes` once the move is written, if no instance
     /// can be terminated by it.
     pub from_desired: u32,
     /// The fallback group.
@@ -33,10 +34,22 @@ pub struct Fallback {
     pub to_desired: u32,
     /// Nodes moved.
     pub nodes: u32,
-    /// The boost's at-risk instances and when it was decided (its ledger record).
-    pub instances: BTreeSet<InstanceId>,
-    /// When the boost was decided.
-    pub record_at: Timestamp,
+}
+
+impl Fallback {
+    /// The move as recorded on the boost's record at `at`, before the fallback's write: its
+    /// nodes leave the record's `added`, and the write is unanswered until confirmed.
+    pub fn moving(&self, at: Timestamp) -> LedgerEdit {
+        let part = MovedPart {
+            group: self.to.clone(),
+            added: self.nodes,
+            at,
+            raising_to: Some(self.to_desired.saturating_add(self.nodes)),
+            taken_back: false,
+            lowering_to: None,
+        };
+        LedgerEdit::Move(self.record.clone(), part)
+    }
 }
 
 /// Whether `group` failed to launch for want of capacity within `policy.capacity_cooldown`.
@@ -105,13 +118,11 @@ pub(crate) fn plan_fallbacks(
             missing -= nodes;
             *flight.entry(&to.name).or_default() += nodes;
             plan.push(Fallback {
-                from: name.clone(),
+                record: r.id(),
                 from_desired: group.desired,
                 to: to.name.clone(),
                 to_desired: to.desired,
                 nodes,
-                instances: r.instances.clone(),
-                record_at: r.at,
             });
         }
     }
@@ -121,16 +132,12 @@ pub(crate) fn plan_fallbacks(
 /// Lowering a boost's own group by nodes that moved to a fallback and will never launch there.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TakeBack {
-    /// The boost's own group.
-    pub group: GroupName,
-    /// Its desired capacity the plan starts from.
+    /// The boost; its group is the one lowered.
+    pub record: BoostId,
+    /// Its group's desired capacity the plan starts from.
     pub from: u32,
     /// Nodes taken back.
     pub nodes: u32,
-    /// The boost's at-risk instances.
-    pub instances: BTreeSet<InstanceId>,
-    /// When the boost was decided.
-    pub record_at: Timestamp,
     /// When its nodes moved.
     pub moved_at: Timestamp,
 }
@@ -149,20 +156,13 @@ pub fn plan_take_backs(snapshot: &Snapshot, ledger: &BoostLedger) -> Vec<TakeBac
         // Only when the guard would let it through: a group that lists more instances than the
         // lowered value (its capacity came back) keeps them, and is not asked again every pass.
         let listed = group.members.as_ref().map_or(u32::MAX, |m| u32::try_from(m.len()).unwrap_or(u32::MAX));
-        let fits = |p: &&super::model::MovedPart| {
+        let fits = |p: &&MovedPart| {
             let to = group.desired.saturating_sub(p.added);
             listed <= to && to >= group.min && to < group.desired
         };
         let due = r.moved.iter().filter(|p| p.raising_to.is_none() && !p.taken_back).find(fits);
-        if let Some(part) = due.filter(|_| !plan.iter().any(|t| t.group == r.group)) {
-            plan.push(TakeBack {
-                group: r.group.clone(),
-                from: group.desired,
-                nodes: part.added,
-                instances: r.instances.clone(),
-                record_at: r.at,
-                moved_at: part.at,
-            });
+        if let Some(part) = due.filter(|_| !plan.iter().any(|t| t.record.group == r.group)) {
+            plan.push(TakeBack { record: r.id(), from: group.desired, nodes: part.added, moved_at: part.at });
         }
     }
     plan
@@ -226,7 +226,7 @@ mod tests {
         assert_eq!(plan.len(), 1);
         let f = &plan[0];
         assert_eq!(
-            (f.from.as_str(), f.to.as_str(), f.nodes, f.to_desired, f.from_desired),
+            (f.record.group.as_str(), f.to.as_str(), f.nodes, f.to_desired, f.from_desired),
             ("spot-a", "spot-b", 3, 4, 8)
         );
 
@@ -311,7 +311,7 @@ mod tests {
         s.ledger.records[0].moved.push(part(None, false, None));
         let plan = plan_take_backs(&s, &s.ledger);
         assert_eq!(plan.len(), 1);
-        assert_eq!((plan[0].group.as_str(), plan[0].from, plan[0].nodes), ("spot-a", 8, 3));
+        assert_eq!((plan[0].record.group.as_str(), plan[0].from, plan[0].nodes), ("spot-a", 8, 3));
 
         // Its capacity came back and it launched them: nothing to take back, nothing asked.
         let mut back = s.clone();

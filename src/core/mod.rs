@@ -16,6 +16,7 @@ pub mod flags;
 pub(crate) mod give_back;
 pub(crate) mod identity;
 pub mod launches;
+pub mod ledger_edit;
 pub(crate) mod model;
 pub mod policy;
 pub(crate) mod raises;
@@ -35,6 +36,7 @@ pub use expiry::Expired;
 pub use fallback::{plan_take_backs, Fallback, TakeBack};
 pub use give_back::{GiveBack, GiveBackHow};
 pub use launches::{classify, launching_groups, LaunchFailure, ScalingActivity};
+pub use ledger_edit::{apply_all, BoostId, LedgerEdit};
 pub use model::{
     BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, GiveBackNode, Group, GroupName, InstanceFacts,
     InstanceId, InstanceLifecycle, MovedPart, Namespace, Node, NodeName, OptOut, Pod, PodClass, PodName, PodUid,

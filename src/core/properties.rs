@@ -335,15 +335,14 @@ proptest! {
     #[test]
     fn the_ledger_kept_closes_only_finished_boosts(case in case_strategy()) {
         let p = plan(&case.snapshot, &case.drains, &case.policy, NOW);
-        let key = |r: &BoostRecord| (r.group.clone(), r.instances.clone(), r.at);
-        let before: BTreeSet<_> = case.snapshot.ledger.records.iter().map(key).collect();
+        let before: BTreeSet<_> = case.snapshot.ledger.records.iter().map(BoostRecord::id).collect();
         let alive: BTreeSet<&InstanceId> = case.snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
         for r in &p.scaling.ledger.records {
-            prop_assert!(before.contains(&key(r)), "{r:?} appeared from nowhere");
+            prop_assert!(before.contains(&r.id()), "{r:?} appeared from nowhere");
         }
         for r in &case.snapshot.ledger.records {
             if r.instances.iter().any(|i| alive.contains(i)) {
-                prop_assert!(p.scaling.ledger.records.iter().any(|k| key(k) == key(r)), "{r:?} closed with a node left");
+                prop_assert!(p.scaling.ledger.records.iter().any(|k| k.is(&r.id())), "{r:?} closed with a node left");
             }
         }
         for spent in &p.scaling.ledger.spent {
@@ -363,6 +362,61 @@ proptest! {
         for (name, chosen) in chosen_per_group {
             let group = &case.snapshot.groups[name];
             prop_assert!(group.desired.saturating_sub(chosen) >= group.min, "{chosen} chosen in {group:?}");
+        }
+    }
+
+    #[test]
+    fn edits_saved_on_a_ledger_that_changed_since_the_plan_never_boost_twice_nor_return_more_than_added(
+        case in case_strategy(),
+        other_saved_first in any::<bool>(),
+        rotate in 0usize..8,
+        dropped in prop::collection::vec(any::<bool>(), 0..8),
+        returns in prop::collection::vec((0usize..8, 0usize..4), 0..12),
+        retried in any::<bool>(),
+    ) {
+        let p = plan(&case.snapshot, &case.drains, &case.policy, NOW);
+        let mut edits = p.scaling.closes.clone();
+        edits.extend(p.scaling.boosts.boosts.iter().map(|b| LedgerEdit::Open(b.record.clone())));
+        edits.extend(p.scaling.fallbacks.iter().map(|f| f.moving(NOW)));
+
+        // What happened to the ledger between the plan and the save.
+        let mut held = case.snapshot.ledger.clone();
+        if other_saved_first {
+            // Another replica planned a second later and saved its boosts first.
+            let other = plan(&case.snapshot, &case.drains, &case.policy, NOW.plus(std::time::Duration::from_secs(1)));
+            for b in other.scaling.boosts.boosts {
+                LedgerEdit::Open(b.record).apply(&mut held);
+            }
+        }
+        // A conflict's re-read: records in another order, some closed by the other writer.
+        if !held.records.is_empty() {
+            let k = rotate % held.records.len();
+            held.records.rotate_left(k);
+        }
+        let mut drop = dropped.iter().chain(std::iter::repeat(&false));
+        held.records.retain(|_| !*drop.next().unwrap());
+        // The drainer's returns, some of them retried after a lost answer.
+        for (r, t) in &returns {
+            let Some(record) = held.records.get(*r % held.records.len().max(1)) else { continue };
+            let Some(boosted) = record.instances.iter().next().cloned() else { continue };
+            let terminated = InstanceId::from(format!("i-replacement-{t}"));
+            if held.may_return(&boosted, &terminated) {
+                held.begin_return(&boosted, &terminated);
+            }
+        }
+
+        let mut applied = apply_all(&mut held, &edits);
+        if retried {
+            // A save whose answer was lost, made again (a restart).
+            applied = apply_all(&mut held, &edits);
+            prop_assert!(edits.iter().zip(&applied).all(|(e, a)| !a || !matches!(e, LedgerEdit::Open(_))), "reopened");
+        }
+        let mut covered = BTreeSet::new();
+        for r in &held.records {
+            prop_assert!(r.returned <= r.added, "{r:?} returns more than it added");
+            for i in &r.instances {
+                prop_assert!(covered.insert(i.clone()), "{i} boosted twice: {:?}", held.records);
+            }
         }
     }
 

@@ -10,7 +10,8 @@ use super::drain::close_finished_boosts;
 use super::expiry::{expire_boosts, Expired};
 use super::fallback::{plan_fallbacks, Fallback};
 use super::give_back::{plan_give_backs, GiveBack};
-use super::model::{BoostLedger, BoostRecord, Snapshot, Timestamp};
+use super::ledger_edit::{apply_all, LedgerEdit};
+use super::model::{BoostLedger, Snapshot, Timestamp};
 use super::policy::Policy;
 use super::signals::{fold_signals, AtRiskSet};
 
@@ -35,9 +36,14 @@ pub struct ScalingPlan {
     pub(crate) give_backs: Vec<GiveBack>,
     /// Open boosts that stop waiting now.
     pub expired: Vec<Expired>,
-    /// The ledger to keep: give-backs noted, expiries marked and finished boosts closed. The new
-    /// boosts' records are in `boosts`, not here: they are saved before their write.
+    /// The ledger the boosts were planned on: give-backs noted, expiries marked and finished
+    /// boosts closed. The new boosts' records are in `boosts`, not here: they are saved before
+    /// their write.
     pub ledger: BoostLedger,
+    /// The finished boosts to close (and the spent replacements to forget), as edits of whatever
+    /// ledger is held when they are saved.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub closes: Vec<LedgerEdit>,
     /// Boosts to make and instances held.
     pub boosts: BoostPlan,
     /// Nodes of boosts whose group has no capacity, moved to a fallback group.
@@ -59,32 +65,24 @@ pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting
         Acting::Follower => Vec::new(),
         Acting::Leader => expire_boosts(snapshot, &ledger, &at_risk, policy, now),
     };
-    for record in &mut ledger.records {
-        if let Some(e) = expired.iter().find(|e| e.names(record)) {
-            record.expired.get_or_insert(e.why);
-        }
-    }
-    let ledger = close_finished_boosts(snapshot, &ledger, &at_risk);
+    expired.iter().for_each(|e| {
+        e.edit().apply(&mut ledger);
+    });
+    let closes = close_finished_boosts(snapshot, &ledger, &at_risk);
+    apply_all(&mut ledger, &closes);
     let boosts = plan_boosts(snapshot, &ledger, &at_risk, policy, now);
     let fallbacks = match acting {
         Acting::Follower => Vec::new(),
         Acting::Leader => plan_fallbacks(snapshot, &ledger, policy, now),
     };
-    ScalingPlan { at_risk, give_backs, expired, ledger, boosts, fallbacks }
-}
-
-impl Expired {
-    /// Whether `record` is the boost that expires.
-    pub fn names(&self, record: &BoostRecord) -> bool {
-        (&self.group, &self.instances, self.at) == (&record.group, &record.instances, record.at)
-    }
+    ScalingPlan { at_risk, give_backs, expired, ledger, closes, boosts, fallbacks }
 }
 
 #[cfg(test)]
 mod tests {
 
     use super::*;
-    use crate::core::model::{BoostExpiry, Group, GroupName, InstanceId, Node, Signal};
+    use crate::core::model::{BoostExpiry, BoostRecord, Group, GroupName, InstanceId, Node, Signal};
     use crate::core::GiveBackHow;
 
     /// Group `a` had n1 boosted by one node at 10 s; AWS then took n1 (gone from the group's

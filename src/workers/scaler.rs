@@ -22,9 +22,9 @@ use tracing::{debug, debug_span, info, warn, Instrument};
 pub use super::{system_clock, Clock};
 use super::{Observation, WorkerContext};
 use crate::core::{
-    plan_scaling, plan_take_backs, resolve_raises, unresolved_groups, Acting, Boost, BoostExpiry, BoostLedger,
-    BoostRecord, DropReason, Expired, Fallback, GiveBack, GiveBackHow, GroupName, InstanceId, MovedPart, ScalingPlan,
-    Snapshot, TakeBack, Timestamp,
+    apply_all, plan_scaling, plan_take_backs, resolve_raises, unresolved_groups, Acting, Boost, BoostExpiry,
+    BoostLedger, DropReason, Expired, Fallback, GiveBack, GiveBackHow, GroupName, InstanceId, LedgerEdit, MovedPart,
+    ScalingPlan, Snapshot, TakeBack, Timestamp,
 };
 use crate::metrics::{BoostOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
@@ -174,10 +174,6 @@ enum Applied {
     Unknown,
 }
 
-fn record_key(r: &BoostRecord) -> (&GroupName, &BTreeSet<InstanceId>, Timestamp) {
-    (&r.group, &r.instances, r.at)
-}
-
 impl<A, C, L, W, E> Scaler<A, C, L, W, E>
 where
     A: AutoScaling,
@@ -289,7 +285,7 @@ where
         if leading {
             self.take_back_unlaunched(&snapshot).await?;
         }
-        let ScalingPlan { ledger: closed, boosts: plan, .. } = plan;
+        let ScalingPlan { closes, boosts: plan, .. } = plan;
         let mut report = TickReport {
             held: plan.held.iter().map(|h| h.instances.len()).sum(),
             fell_back: report_fallbacks,
@@ -316,19 +312,22 @@ where
         }
         report.settling = before - plan.boosts.len();
 
-        let new_records: Vec<BoostRecord> = plan.boosts.iter().map(|b| b.record.clone()).collect();
+        let opens: Vec<LedgerEdit> = plan.boosts.iter().map(|b| LedgerEdit::Open(b.record.clone())).collect();
+        let mut opened = Vec::new();
         ctx.ledger
             .update(|held| {
-                // Closing only drops records; the drainer may have noted returns, settlements or
-                // an operator's uncordon on the ones kept since `closed` was computed, so the
-                // held version of each kept record is the one to keep.
-                let mut next = closed.clone();
-                let kept: BTreeSet<_> = closed.records.iter().map(record_key).collect();
-                next.records = held.records.iter().filter(|r| kept.contains(&record_key(r))).cloned().collect();
-                next.records.extend(new_records.iter().cloned());
-                *held = next;
+                // Edits of the ledger held now: the drainer may have noted returns, settlements or
+                // an operator's uncordon since the plan, and a record covering one of a boost's
+                // instances refuses its opening.
+                apply_all(held, &closes);
+                opened = apply_all(held, &opens);
             })
             .await?;
+        for (boost, _) in plan.boosts.iter().zip(&opened).filter(|(_, opened)| !**opened) {
+            warn!(group = %boost.group, instances = boost.record.instances.len(), "a boost's instances are already covered by the ledger held now; not written");
+        }
+        let mut opened = opened.into_iter();
+        plan.boosts.retain(|_| opened.next().unwrap_or(false));
         stages.mark("ledger-save");
         for boost in plan.boosts.iter().filter(|b| !b.writes()) {
             ctx.metrics.scaler.boost(boost.group.as_str(), BoostOutcome::NoNodeNeeded);
@@ -526,41 +525,20 @@ where
     ) -> Result<(), ScalerError> {
         let ctx = &self.ctx;
         let now = (ctx.clock)();
-        let is = |r: &BoostRecord, f: &Fallback| r.group == f.from && r.instances == f.instances && r.at == f.record_at;
-        let mut applied: Vec<&Fallback> = Vec::new();
-        ctx.ledger
-            .update(|l| {
-                for f in moves {
-                    let Some(r) = l.records.iter_mut().find(|r| is(r, f)) else { continue };
-                    if r.added.saturating_sub(r.returned) < f.nodes || r.unconfirmed().is_some() {
-                        continue;
-                    }
-                    r.added -= f.nodes;
-                    r.moved.push(MovedPart {
-                        group: f.to.clone(),
-                        added: f.nodes,
-                        at: now,
-                        raising_to: Some(f.to_desired.saturating_add(f.nodes)),
-                        taken_back: false,
-                        lowering_to: None,
-                    });
-                    applied.push(f);
-                }
-            })
-            .await?;
+        let moves: Vec<(&Fallback, LedgerEdit)> = moves.iter().map(|f| (f, f.moving(now))).collect();
+        let mut made = Vec::new();
+        ctx.ledger.update(|l| made = moves.iter().map(|(_, m)| m.apply(l)).collect()).await?;
+        let applied: Vec<&(&Fallback, LedgerEdit)> =
+            moves.iter().zip(made).filter(|(_, made)| *made).map(|(m, _)| m).collect();
         if applied.is_empty() {
             return Ok(());
         }
-        let undo = |l: &mut BoostLedger, f: &Fallback| {
-            if let Some(r) = l.records.iter_mut().find(|r| is(r, f)) {
-                if let Some(k) = r.moved.iter().position(|p| p.group == f.to && p.at == now) {
-                    r.added = r.added.saturating_add(r.moved.remove(k).added);
-                }
-            }
+        let undo = |l: &mut BoostLedger, (_, m): &(&Fallback, LedgerEdit)| {
+            m.undo().map(|u| u.apply(l));
         };
         let writes: Vec<DesiredWrite> = applied
             .iter()
-            .map(|f| DesiredWrite {
+            .map(|(f, _)| DesiredWrite {
                 group: f.to.clone(),
                 expected: f.to_desired,
                 to: f.to_desired.saturating_add(f.nodes),
@@ -569,22 +547,23 @@ where
         let outcomes = match ctx.aws.raise_desired(&writes).await {
             Ok(outcomes) => outcomes,
             Err(e) => {
-                ctx.ledger.update(|l| applied.iter().for_each(|f| undo(l, f))).await?;
+                ctx.ledger.update(|l| applied.iter().for_each(|m| undo(l, m))).await?;
                 return Err(ScalerError::Raise(e));
             }
         };
         let (mut confirmed, mut undone) = (Vec::new(), Vec::new());
-        for (f, (group, outcome)) in applied.iter().zip(outcomes) {
+        for (m, (group, outcome)) in applied.iter().zip(outcomes) {
+            let f = m.0;
             match outcome {
                 Ok(WriteOutcome::Written { from, to } | WriteOutcome::DryRun { from, to }) => {
-                    warn!(from_group = %f.from, %group, nodes = f.nodes, from, to, "no capacity in the boosted group: its missing nodes moved to its fallback");
+                    warn!(from_group = %f.record.group, %group, nodes = f.nodes, from, to, "no capacity in the boosted group: its missing nodes moved to its fallback");
                     ctx.groups.note_desired(&group, to).await;
                     ctx.metrics.scaler.boost(group.as_str(), BoostOutcome::FellBack);
                     let note = format!(
                         "{} node(s) {} could not launch (no capacity) asked of {group} instead: {from} -> {to}",
-                        f.nodes, f.from
+                        f.nodes, f.record.group
                     );
-                    let instances: Vec<&InstanceId> = f.instances.iter().collect();
+                    let instances: Vec<&InstanceId> = f.record.instances.iter().collect();
                     for node in Self::nodes_of(snapshot, &instances) {
                         let event = NodeEvent {
                             node: node.name.clone(),
@@ -593,8 +572,8 @@ where
                         };
                         ctx.events.publish(event).await;
                     }
-                    report.push((f.from.clone(), group.clone(), f.nodes));
-                    confirmed.push(*f);
+                    report.push((f.record.group.clone(), group.clone(), f.nodes));
+                    confirmed.push(*m);
                 }
                 // Unknown: the next tick reads the fallback first (`core::raises`).
                 Err(e) if e.may_have_applied() => {
@@ -602,24 +581,16 @@ where
                 }
                 other => {
                     warn!(%group, outcome = ?other, "a fallback's write was not made; planned again");
-                    undone.push(*f);
+                    undone.push(*m);
                 }
             }
         }
         ctx.ledger
             .update(|l| {
-                undone.iter().for_each(|f| undo(l, f));
-                for f in &confirmed {
-                    let part = l
-                        .records
-                        .iter_mut()
-                        .filter(|r| is(r, f))
-                        .flat_map(|r| r.moved.iter_mut())
-                        .find(|p| p.group == f.to && p.at == now);
-                    if let Some(part) = part {
-                        part.raising_to = None;
-                    }
-                }
+                undone.iter().for_each(|m| undo(l, m));
+                confirmed.iter().for_each(|(_, m)| {
+                    m.confirm().map(|c| c.apply(l));
+                });
             })
             .await?;
         Ok(())
@@ -636,15 +607,17 @@ where
             return Ok(());
         }
         let edit = |l: &mut BoostLedger, t: &TakeBack, change: &dyn Fn(&mut MovedPart)| {
-            let record =
-                l.records.iter_mut().find(|r| r.group == t.group && r.instances == t.instances && r.at == t.record_at);
-            if let Some(part) = record.and_then(|r| r.moved.iter_mut().find(|p| p.at == t.moved_at)) {
+            if let Some(part) = l.find_mut(&t.record).and_then(|r| r.moved.iter_mut().find(|p| p.at == t.moved_at)) {
                 change(part);
             }
         };
         let writes: Vec<DesiredWrite> = plan
             .iter()
-            .map(|t| DesiredWrite { group: t.group.clone(), expected: t.from, to: t.from.saturating_sub(t.nodes) })
+            .map(|t| DesiredWrite {
+                group: t.record.group.clone(),
+                expected: t.from,
+                to: t.from.saturating_sub(t.nodes),
+            })
             .collect();
         ctx.ledger
             .update(|l| {
@@ -739,11 +712,12 @@ where
         self.ctx
             .ledger
             .update(|l| {
-                l.records.retain(|r| !undone.iter().any(|b| record_key(&b.record) == record_key(r)));
-                for r in l.records.iter_mut().filter(|r| written.iter().any(|b| record_key(&b.record) == record_key(r)))
-                {
-                    r.raising_to = None;
-                }
+                undone.iter().for_each(|b| {
+                    LedgerEdit::Withdraw(b.record.id()).apply(l);
+                });
+                written.iter().for_each(|b| {
+                    LedgerEdit::Confirm(b.record.id()).apply(l);
+                });
             })
             .await?;
         Ok(())
@@ -791,16 +765,14 @@ where
         self.ctx
             .ledger
             .update(|held| {
-                for record in &mut held.records {
-                    if let Some(e) = expired.iter().find(|e| e.names(record)) {
-                        record.expired.get_or_insert(e.why);
-                    }
-                }
+                expired.iter().for_each(|e| {
+                    e.edit().apply(held);
+                });
             })
             .await?;
         for e in expired {
             self.ctx.metrics.scaler.boost(
-                e.group.as_str(),
+                e.record.group.as_str(),
                 match e.why {
                     BoostExpiry::ReplacementTimeout => BoostOutcome::ExpiredReplacementTimeout,
                     BoostExpiry::MaxAge => BoostOutcome::ExpiredMaxAge,
@@ -812,14 +784,14 @@ where
                 }
                 BoostExpiry::MaxAge => "open longer than --max-boost-age".to_string(),
             };
-            warn!(group = %e.group, instances = e.instances.len(), reason = e.why.as_str(), "boost expired");
-            let ids: Vec<&InstanceId> = e.instances.iter().collect();
+            warn!(group = %e.record.group, instances = e.record.instances.len(), reason = e.why.as_str(), "boost expired");
+            let ids: Vec<&InstanceId> = e.record.instances.iter().collect();
             for node in Self::nodes_of(snapshot, &ids) {
                 let note = format!(
                     "{waited}: the boost of {} stops waiting, scale-down protection is lifted and the budget \
                      freed; this node is not drained for it and stays as NTH left it (uncordon it, or let the \
                      interruption take it)",
-                    e.group
+                    e.record.group
                 );
                 self.ctx
                     .events
