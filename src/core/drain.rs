@@ -720,8 +720,13 @@ mod tests {
         let decrements: Vec<bool> = p.batches[0].nodes.iter().map(|t| t.decrement).collect();
         assert_eq!(decrements, vec![true, false]);
 
-        s.ledger.begin_return(&"i-n1".into(), &"i-n1".into());
-        s.ledger.end_return(&"i-n1".into(), &"i-n1".into(), true);
+        apply_all(
+            &mut s.ledger,
+            &[
+                LedgerEdit::BeginReturn { boosted: "i-n1".into(), terminated: "i-n1".into() },
+                LedgerEdit::EndReturn { boosted: "i-n1".into(), terminated: "i-n1".into(), decremented: true },
+            ],
+        );
         s.nodes.remove(&NodeName::from("n1"));
         let p = plan(&s, &DrainState::default(), &Policy::default());
         assert!(!p.batches[0].nodes[0].decrement, "the one node added was already given back");

@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use super::drain::claim_replacements;
 use super::fast_hash::FastSet;
 use super::identity;
+use super::ledger_edit::LedgerEdit;
 use super::model::{GiveBackNode, GroupName, InstanceId, Node, NodeName, Snapshot, Timestamp};
 use super::policy::Policy;
 use super::signals::AtRiskSet;
@@ -164,17 +165,12 @@ pub(crate) fn plan_give_backs(
 }
 
 impl GiveBack {
-    /// Notes this give-back in the ledger: the chosen node is recorded before its cordon; an
-    /// instance with nothing to give back, or left to Cluster Autoscaler, is settled.
-    pub(crate) fn note(&self, ledger: &mut super::model::BoostLedger) {
-        let Some(record) = ledger.records.iter_mut().find(|r| r.instances.contains(&self.reclaimed)) else { return };
+    /// This give-back in the ledger: the chosen node is recorded before its cordon; an instance
+    /// with nothing to give back, or left to Cluster Autoscaler, is settled.
+    pub(crate) fn edit(&self) -> LedgerEdit {
         match &self.how {
-            GiveBackHow::Drain(node) => {
-                record.giving_back.entry(self.reclaimed.clone()).or_insert_with(|| node.clone());
-            }
-            GiveBackHow::AtFloor | GiveBackHow::LeftToClusterAutoscaler => {
-                record.settled.insert(self.reclaimed.clone());
-            }
+            GiveBackHow::Drain(node) => LedgerEdit::GiveBack { reclaimed: self.reclaimed.clone(), node: node.clone() },
+            GiveBackHow::AtFloor | GiveBackHow::LeftToClusterAutoscaler => LedgerEdit::Settle(self.reclaimed.clone()),
         }
     }
 }
@@ -184,6 +180,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
+    use crate::core::ledger_edit::apply_all;
     use crate::core::model::{BoostRecord, Group};
     use crate::core::signals::fold_signals;
 
@@ -340,14 +337,19 @@ mod tests {
         let group = Group::test("a").desired(5).members(["i-n7"]);
         let mut s = snapshot(group, vec![record(&["i-1", "i-2"], 1, 4)]);
         for g in plan(&s) {
-            g.note(&mut s.ledger);
+            g.edit().apply(&mut s.ledger);
         }
         let r = &s.ledger.records[0];
         assert_eq!(r.giving_back.keys().collect::<Vec<_>>(), vec![&InstanceId::from("i-1")]);
         assert_eq!(r.settled, BTreeSet::from([InstanceId::from("i-2")]));
-        s.ledger.begin_return(&"i-1".into(), &"i-n7".into());
-        s.ledger.end_give_back(&"i-1".into());
-        s.ledger.end_return(&"i-1".into(), &"i-n7".into(), true);
+        apply_all(
+            &mut s.ledger,
+            &[
+                LedgerEdit::BeginReturn { boosted: "i-1".into(), terminated: "i-n7".into() },
+                LedgerEdit::EndGiveBack("i-1".into()),
+                LedgerEdit::EndReturn { boosted: "i-1".into(), terminated: "i-n7".into(), decremented: true },
+            ],
+        );
         assert_eq!((s.ledger.records[0].returned, s.ledger.records[0].giving_back.len()), (1, 0));
     }
 }

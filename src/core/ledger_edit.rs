@@ -8,7 +8,9 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::model::{BoostExpiry, BoostLedger, BoostRecord, GroupName, InstanceId, MovedPart, NodeName, Timestamp};
+use super::model::{
+    BoostExpiry, BoostLedger, BoostRecord, GiveBackNode, GroupName, InstanceId, MovedPart, NodeName, Timestamp,
+};
 
 /// Which boost a record is: its group, its at-risk instances and when it was decided. No two
 /// records share one, and a plan made by any replica names the same boost the same way.
@@ -39,6 +41,60 @@ impl BoostLedger {
     pub(crate) fn find_mut(&mut self, id: &BoostId) -> Option<&mut BoostRecord> {
         self.records.iter_mut().find(|r| r.is(id))
     }
+
+    /// The record covering `instance`, if one does (at most one: openings never overlap).
+    fn covering_mut(&mut self, instance: &InstanceId) -> Option<&mut BoostRecord> {
+        self.records.iter_mut().find(|r| r.instances.contains(instance))
+    }
+}
+
+/// A drained instance about to be terminated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Termination {
+    /// The instance.
+    pub instance: InstanceId,
+    /// Whether its drain was planned to end in a termination with decrement.
+    pub decrement: bool,
+    /// The instance AWS took first whose boosted node this termination gives back.
+    pub gives_back: Option<InstanceId>,
+}
+
+/// What a termination does, as decided on the ledger held before the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TerminationDecision {
+    /// Terminate with decrement: its boost's return is already counted for it, or the boost is
+    /// confirmed and has a node left to return.
+    pub decrement: bool,
+    /// An earlier call for it was never answered: an instance already gone was ours.
+    pub retried: bool,
+}
+
+/// Decides each termination in order on `ledger` as it is held now, each seeing the returns the
+/// ones before it counted, and returns the edits to save before the calls: the instance (and the
+/// one it gives back for) settled, and the return counted for those that decrement.
+pub fn decide_terminations(
+    ledger: &BoostLedger,
+    pending: &[Termination],
+) -> (Vec<LedgerEdit>, Vec<TerminationDecision>) {
+    let mut held = ledger.clone();
+    let mut edits = Vec::new();
+    let mut decisions = Vec::with_capacity(pending.len());
+    for t in pending {
+        let boosted = t.gives_back.as_ref().unwrap_or(&t.instance);
+        let decision = TerminationDecision {
+            decrement: t.decrement && held.may_return(boosted, &t.instance),
+            retried: held.is_returning(boosted, &t.instance),
+        };
+        let mut these = vec![LedgerEdit::Settle(t.instance.clone())];
+        these.extend(t.gives_back.iter().map(|r| LedgerEdit::Settle(r.clone())));
+        if decision.decrement {
+            these.push(LedgerEdit::BeginReturn { boosted: boosted.clone(), terminated: t.instance.clone() });
+        }
+        apply_all(&mut held, &these);
+        edits.extend(these);
+        decisions.push(decision);
+    }
+    (edits, decisions)
 }
 
 /// One change to the ledger.
@@ -85,13 +141,56 @@ pub enum LedgerEdit {
         /// When the nodes moved.
         at: Timestamp,
     },
+    /// The instance's departure is accounted for: the booster terminates it (saved before the
+    /// call), or AWS took it and its node was given back or there is nothing to give back.
+    Settle(InstanceId),
+    /// Takes a [`LedgerEdit::Settle`] back: the instance left without the booster after all.
+    Unsettle(InstanceId),
+    /// An operator uncordoned the instance during its drain: it is never drained again.
+    Keep(InstanceId),
+    /// A node is chosen to give back the capacity boosted for `reclaimed`, which AWS took first;
+    /// saved before its cordon, so a restart resumes it instead of choosing a second one. The
+    /// first node chosen stays.
+    GiveBack {
+        /// The boosted instance AWS took.
+        reclaimed: InstanceId,
+        /// The node chosen.
+        node: GiveBackNode,
+    },
+    /// The give-back of `reclaimed` ended: its chosen node is forgotten.
+    EndGiveBack(InstanceId),
+    /// One of `boosted`'s boost nodes is returned by terminating `terminated` with decrement,
+    /// counted before the call; never counted twice for one termination, never past `added`.
+    BeginReturn {
+        /// The boosted instance (or the one AWS took, for a give-back).
+        boosted: InstanceId,
+        /// The instance terminated.
+        terminated: InstanceId,
+    },
+    /// AWS answered the termination: the count stays when it decremented, else it is taken back.
+    EndReturn {
+        /// The boosted instance.
+        boosted: InstanceId,
+        /// The instance terminated.
+        terminated: InstanceId,
+        /// Whether desired capacity went down with it.
+        decremented: bool,
+    },
 }
 
 impl LedgerEdit {
     /// The boost this edit is about, if one.
     pub fn boost(&self) -> Option<&BoostId> {
         match self {
-            LedgerEdit::Open(_) | LedgerEdit::ForgetSpent(_) => None,
+            LedgerEdit::Open(_)
+            | LedgerEdit::ForgetSpent(_)
+            | LedgerEdit::Settle(_)
+            | LedgerEdit::Unsettle(_)
+            | LedgerEdit::Keep(_)
+            | LedgerEdit::GiveBack { .. }
+            | LedgerEdit::EndGiveBack(_)
+            | LedgerEdit::BeginReturn { .. }
+            | LedgerEdit::EndReturn { .. } => None,
             LedgerEdit::Confirm(id)
             | LedgerEdit::Withdraw(id)
             | LedgerEdit::Expire(id, _)
@@ -148,6 +247,32 @@ impl LedgerEdit {
                 let Some(k) = r.moved.iter().position(|p| &p.group == to && p.at == *at) else { return false };
                 r.added = r.added.saturating_add(r.moved.remove(k).added);
                 true
+            }
+            LedgerEdit::Settle(i) => ledger.covering_mut(i).is_some_and(|r| r.settled.insert(i.clone())),
+            LedgerEdit::Unsettle(i) => ledger.covering_mut(i).is_some_and(|r| r.settled.remove(i)),
+            LedgerEdit::Keep(i) => ledger.covering_mut(i).is_some_and(|r| r.kept.insert(i.clone())),
+            LedgerEdit::GiveBack { reclaimed, node } => ledger.covering_mut(reclaimed).is_some_and(|r| {
+                let chosen = r.giving_back.contains_key(reclaimed);
+                r.giving_back.entry(reclaimed.clone()).or_insert_with(|| node.clone());
+                !chosen
+            }),
+            LedgerEdit::EndGiveBack(i) => ledger.covering_mut(i).is_some_and(|r| r.giving_back.remove(i).is_some()),
+            LedgerEdit::BeginReturn { boosted, terminated } => ledger.covering_mut(boosted).is_some_and(|r| {
+                let counts = !r.returning.contains(terminated) && r.returned < r.added;
+                if counts {
+                    r.returning.insert(terminated.clone());
+                    r.returned += 1;
+                }
+                counts
+            }),
+            LedgerEdit::EndReturn { boosted, terminated, decremented } => {
+                ledger.covering_mut(boosted).is_some_and(|r| {
+                    let answered = r.returning.remove(terminated);
+                    if answered && !decremented {
+                        r.returned = r.returned.saturating_sub(1);
+                    }
+                    answered
+                })
             }
         }
     }
@@ -238,5 +363,29 @@ mod tests {
         assert_eq!((l.records[0].added, l.records[0].moved.len()), (3, 0));
         assert!(open.undo().unwrap().apply(&mut l));
         assert!(l.records.is_empty());
+    }
+
+    #[test]
+    fn terminations_decrement_only_for_nodes_the_boost_has_left_to_return_each_counted_once() {
+        let record = BoostRecord::test("a", &["i-1", "i-2"], 1, 1_000);
+        let mut l = ledger(std::slice::from_ref(&record));
+        let t = |i: &str| Termination { instance: i.into(), decrement: true, gives_back: None };
+        let (edits, decided) = decide_terminations(&l, &[t("i-1"), t("i-2")]);
+        let d = |decrement, retried| TerminationDecision { decrement, retried };
+        assert_eq!(decided, vec![d(true, false), d(false, false)], "one node added, one returned");
+        apply_all(&mut l, &edits);
+        assert_eq!((l.records[0].returned, l.records[0].settled.len()), (1, 2));
+        // The first call's answer was lost: asked again, it still decrements, and is not counted twice.
+        let (again, decided) = decide_terminations(&l, &[t("i-1")]);
+        assert_eq!(decided, vec![d(true, true)]);
+        apply_all(&mut l, &again);
+        assert_eq!(l.records[0].returned, 1);
+        // AWS answered without a decrement: the count is taken back.
+        let end = LedgerEdit::EndReturn { boosted: "i-1".into(), terminated: "i-1".into(), decremented: false };
+        assert!(end.apply(&mut l));
+        assert_eq!(l.records[0].returned, 0);
+        // A boost whose write is unanswered returns nothing.
+        let unanswered = ledger(&[BoostRecord { raising_to: Some(4), ..record }]);
+        assert_eq!(decide_terminations(&unanswered, &[t("i-1")]).1, vec![d(false, false)]);
     }
 }

@@ -36,7 +36,7 @@ pub use expiry::Expired;
 pub use fallback::{plan_take_backs, Fallback, TakeBack};
 pub use give_back::{GiveBack, GiveBackHow};
 pub use launches::{classify, launching_groups, LaunchFailure, ScalingActivity};
-pub use ledger_edit::{apply_all, BoostId, LedgerEdit};
+pub use ledger_edit::{apply_all, decide_terminations, BoostId, LedgerEdit, Termination, TerminationDecision};
 pub use model::{
     BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, GiveBackNode, Group, GroupName, InstanceFacts,
     InstanceId, InstanceLifecycle, MovedPart, Namespace, Node, NodeName, OptOut, Pod, PodClass, PodName, PodUid,

@@ -653,37 +653,6 @@ impl BoostLedger {
         self.records.push(record);
     }
 
-    /// Notes that the booster is about to terminate `instance`: its departure is ours, not a
-    /// reclaim to give back.
-    pub(crate) fn note_settled(&mut self, instance: &InstanceId) {
-        if let Some(r) = self.records.iter_mut().find(|r| r.instances.contains(instance)) {
-            r.settled.insert(instance.clone());
-        }
-    }
-
-    /// Notes that an operator uncordoned `instance` during its drain: it is never drained again.
-    pub(crate) fn note_kept(&mut self, instance: &InstanceId) {
-        if let Some(r) = self.records.iter_mut().find(|r| r.instances.contains(instance)) {
-            r.kept.insert(instance.clone());
-        }
-    }
-
-    /// Takes back [`BoostLedger::note_settled`]: the instance left without the booster after all.
-    pub(crate) fn note_unsettled(&mut self, instance: &InstanceId) {
-        if let Some(r) = self.records.iter_mut().find(|r| r.instances.contains(instance)) {
-            r.settled.remove(instance);
-        }
-    }
-
-    /// Ends the give-back of `reclaimed`'s boosted node: the chosen node is forgotten. Whether
-    /// its termination gave a node back is counted by [`BoostLedger::begin_return`] and
-    /// [`BoostLedger::end_return`].
-    pub(crate) fn end_give_back(&mut self, reclaimed: &InstanceId) {
-        if let Some(r) = self.records.iter_mut().find(|r| r.instances.contains(reclaimed)) {
-            r.giving_back.remove(reclaimed);
-        }
-    }
-
     /// Whether terminating `terminated` may decrement desired capacity for the boost of
     /// `boosted` (the instance itself, or the instance AWS took whose node it gives back): its
     /// return is already counted, or the boost is confirmed and has a node left to return.
@@ -692,27 +661,6 @@ impl BoostLedger {
             .iter()
             .find(|r| r.instances.contains(boosted))
             .is_some_and(|r| r.returning.contains(terminated) || (r.raising_to.is_none() && r.returned < r.added))
-    }
-
-    /// Counts the return of one of `boosted`'s boost nodes before `terminated` is terminated with
-    /// decrement: an answer lost to a crash or a timeout leaves it counted, never counted twice.
-    pub(crate) fn begin_return(&mut self, boosted: &InstanceId, terminated: &InstanceId) {
-        if let Some(r) = self.records.iter_mut().find(|r| r.instances.contains(boosted)) {
-            if !r.returning.contains(terminated) && r.returned < r.added {
-                r.returning.insert(terminated.clone());
-                r.returned += 1;
-            }
-        }
-    }
-
-    /// Settles [`BoostLedger::begin_return`] once AWS answered: the count stays when desired
-    /// capacity was decremented, and is taken back when it was not.
-    pub(crate) fn end_return(&mut self, boosted: &InstanceId, terminated: &InstanceId, decremented: bool) {
-        if let Some(r) = self.records.iter_mut().find(|r| r.instances.contains(boosted)) {
-            if r.returning.remove(terminated) && !decremented {
-                r.returned = r.returned.saturating_sub(1);
-            }
-        }
     }
 
     /// Whether a termination with decrement of `terminated` for `boosted`'s boost was asked for

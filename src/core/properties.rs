@@ -400,15 +400,15 @@ proptest! {
             let Some(record) = held.records.get(*r % held.records.len().max(1)) else { continue };
             let Some(boosted) = record.instances.iter().next().cloned() else { continue };
             let terminated = InstanceId::from(format!("i-replacement-{t}"));
-            if held.may_return(&boosted, &terminated) {
-                held.begin_return(&boosted, &terminated);
-            }
+            let pending = [Termination { instance: terminated, decrement: true, gives_back: Some(boosted) }];
+            let (returning, _) = decide_terminations(&held, &pending);
+            apply_all(&mut held, &returning);
         }
 
-        let mut applied = apply_all(&mut held, &edits);
+        apply_all(&mut held, &edits);
         if retried {
             // A save whose answer was lost, made again (a restart).
-            applied = apply_all(&mut held, &edits);
+            let applied = apply_all(&mut held, &edits);
             prop_assert!(edits.iter().zip(&applied).all(|(e, a)| !a || !matches!(e, LedgerEdit::Open(_))), "reopened");
         }
         let mut covered = BTreeSet::new();

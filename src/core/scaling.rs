@@ -59,7 +59,9 @@ pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting
     let mut ledger = snapshot.ledger.clone();
     let give_backs = plan_give_backs(snapshot, &at_risk, policy, now);
     if acting == Acting::Leader {
-        give_backs.iter().for_each(|g| g.note(&mut ledger));
+        give_backs.iter().for_each(|g| {
+            g.edit().apply(&mut ledger);
+        });
     }
     let expired = match acting {
         Acting::Follower => Vec::new(),

@@ -26,8 +26,9 @@ use tracing::{info, warn};
 
 use super::{Observation, WorkerContext};
 use crate::core::{
-    eviction_order, plan_draining, BatchPlan, DrainState, DrainWait, DrainingPlan, EndedDrain, EvictionResult,
-    EvictionRound, GroupName, HowDrainEnded, InstanceId, Node, NodeName, Pod, Snapshot, Timestamp,
+    apply_all, decide_terminations, eviction_order, plan_draining, BatchPlan, DrainState, DrainWait, DrainingPlan,
+    EndedDrain, EvictionResult, EvictionRound, GroupName, HowDrainEnded, InstanceId, LedgerEdit, Node, NodeName, Pod,
+    Snapshot, Termination, Timestamp,
 };
 use crate::metrics::{DrainOutcome, EvictionOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
@@ -324,8 +325,7 @@ where
             .ctx
             .ledger
             .update(|l| {
-                l.note_settled(reclaimed);
-                l.end_give_back(reclaimed);
+                apply_all(l, &[LedgerEdit::Settle(reclaimed.clone()), LedgerEdit::EndGiveBack(reclaimed.clone())]);
             })
             .await;
         if let Err(e) = ended {
@@ -437,7 +437,9 @@ where
                     } else if let Some(reclaimed) = &e.gives_back {
                         // The chosen node went by itself (AWS or Cluster Autoscaler took it):
                         // another is chosen at the next plan.
-                        if let Err(err) = self.ctx.ledger.update(|l| l.end_give_back(reclaimed)).await {
+                        if let Err(err) =
+                            self.ctx.ledger.update(|l| _ = LedgerEdit::EndGiveBack(reclaimed.clone()).apply(l)).await
+                        {
                             warn!(node = %e.node, error = %err, "could not record a give-back node's departure");
                         }
                     }
@@ -446,7 +448,9 @@ where
         }
         if !kept.is_empty() {
             // Remembered in the ledger: no later plan, nor a restart, cordons and drains it again.
-            if let Err(e) = self.ctx.ledger.update(|l| kept.iter().for_each(|i| l.note_kept(i))).await {
+            if let Err(e) =
+                self.ctx.ledger.update(|l| kept.iter().for_each(|i| _ = LedgerEdit::Keep(i.clone()).apply(l))).await
+            {
                 warn!(error = %e, "could not record an operator's uncordon; the next plan may drain again");
             }
         }
@@ -551,23 +555,21 @@ where
         // the instance AWS took before the call keeps a restart from choosing a second node. A
         // decrement is counted before the call too (intent, then outcome): an answer lost to a
         // crash or a timeout never lets another termination decrement for the same node.
-        let mut decisions: Vec<(bool, bool)> = Vec::with_capacity(pending.len());
+        let terminations: Vec<Termination> = pending
+            .iter()
+            .map(|(_, p)| Termination {
+                instance: p.instance.clone(),
+                decrement: p.decrement,
+                gives_back: p.gives_back.clone(),
+            })
+            .collect();
+        let mut decisions = Vec::new();
         self.ctx
             .ledger
             .update(|l| {
-                for (_, p) in &pending {
-                    let boosted = p.gives_back.as_ref().unwrap_or(&p.instance);
-                    let retried = l.is_returning(boosted, &p.instance);
-                    let decrement = p.decrement && l.may_return(boosted, &p.instance);
-                    l.note_settled(&p.instance);
-                    if let Some(reclaimed) = &p.gives_back {
-                        l.note_settled(reclaimed);
-                    }
-                    if decrement {
-                        l.begin_return(boosted, &p.instance);
-                    }
-                    decisions.push((decrement, retried));
-                }
+                let (edits, decided) = decide_terminations(l, &terminations);
+                apply_all(l, &edits);
+                decisions = decided;
             })
             .await?;
         let aws = &self.ctx.aws;
@@ -575,9 +577,9 @@ where
         let calls: Vec<_> = pending
             .into_iter()
             .zip(decisions)
-            .map(|((node, p), (decrement, retried))| {
-                retried_of.insert(node.clone(), retried);
-                terminate(aws, node, p, decrement)
+            .map(|((node, p), decided)| {
+                retried_of.insert(node.clone(), decided.retried);
+                terminate(aws, node, p, decided.decrement)
             })
             .collect();
         let outcomes: Vec<_> =
@@ -635,11 +637,15 @@ where
         self.ctx
             .ledger
             .update(|l| {
-                answered.iter().for_each(|(boosted, terminated, decremented)| {
-                    l.end_return(boosted, terminated, *decremented);
+                let ended = answered.into_iter().map(|(boosted, terminated, decremented)| LedgerEdit::EndReturn {
+                    boosted,
+                    terminated,
+                    decremented,
                 });
-                taken_first.iter().for_each(|i| l.note_unsettled(i));
-                give_backs_ended.iter().for_each(|i| l.end_give_back(i));
+                let unsettled = taken_first.into_iter().map(LedgerEdit::Unsettle);
+                let edits: Vec<LedgerEdit> =
+                    ended.chain(unsettled).chain(give_backs_ended.into_iter().map(LedgerEdit::EndGiveBack)).collect();
+                apply_all(l, &edits);
             })
             .await?;
         for (node, p, decremented) in done {

@@ -677,7 +677,13 @@ where
             }
             return Ok(());
         }
-        ctx.ledger.update(|l| plan.iter().for_each(|g| g.note(l))).await?;
+        ctx.ledger
+            .update(|l| {
+                plan.iter().for_each(|g| {
+                    g.edit().apply(l);
+                });
+            })
+            .await?;
         for g in plan {
             let (group, reclaimed) = (&g.group, &g.reclaimed);
             match &g.how {
