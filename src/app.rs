@@ -31,8 +31,8 @@ use crate::workers::groups::GroupBook;
 use crate::workers::instancegroups::InstanceGroupReconciler;
 use crate::workers::launches::{LaunchWatchSettings, LaunchWatcher};
 use crate::workers::learner::{LearnerSettings, NodeLearner};
-use crate::workers::ledger::SharedLedger;
 use crate::workers::scaler::{Scaler, ScalerError, ScalerSettings};
+use crate::workers::Ports;
 use crate::workers::{system_clock, WorkerContext};
 
 /// Why a command failed.
@@ -286,22 +286,18 @@ impl Daemon {
         if args.aws.dry_run {
             store = store.read_only();
         }
-        let ledger = SharedLedger::load(store).await?;
-        let ctx = Arc::new(WorkerContext {
+        let ports = Ports {
             aws: aws.autoscaling.clone(),
             cluster: cluster.clone(),
+            ledger: store,
             writes: KubeWrites::new(client.clone(), args.aws.dry_run),
             events: KubeEvents::new(client.clone(), Some(identity.clone()), cluster.clone()),
-            ledger,
-            groups: Arc::new(
-                GroupBook::new(std::time::Duration::from_secs(60), std::time::Duration::from_secs(3600), clock.clone())
-                    .with_learner(),
-            ),
-            leadership: leadership.clone(),
-            metrics: metrics.clone(),
-            policy,
-            clock,
-        });
+        };
+        let groups =
+            GroupBook::new(std::time::Duration::from_secs(60), std::time::Duration::from_secs(3600), clock.clone())
+                .with_learner();
+        let ctx =
+            WorkerContext::new(ports, Arc::new(groups), leadership.clone(), metrics.clone(), policy, clock).await?;
         Ok(Daemon {
             client,
             identity,

@@ -740,22 +740,21 @@ impl FakeRig {
         clock: crate::workers::Clock,
         metrics: Arc<crate::metrics::Metrics>,
     ) -> Arc<crate::workers::WorkerContext<A, InMemoryCluster, MemoryLedger, FakeClusterWrites, RecordedEvents>> {
-        Arc::new(crate::workers::WorkerContext {
+        let ports = crate::workers::Ports {
             aws,
             cluster: self.cluster.clone(),
+            ledger: self.ledger.clone(),
             writes: self.writes.clone(),
             events: self.events.clone(),
-            ledger: crate::workers::ledger::SharedLedger::load(self.ledger.clone()).await.expect("memory ledger loads"),
-            groups: Arc::new(crate::workers::groups::GroupBook::new(
-                std::time::Duration::from_secs(60),
-                std::time::Duration::from_secs(3600),
-                clock.clone(),
-            )),
-            leadership: self.leadership.clone(),
-            metrics,
-            policy,
-            clock,
-        })
+        };
+        let groups = Arc::new(crate::workers::groups::GroupBook::new(
+            std::time::Duration::from_secs(60),
+            std::time::Duration::from_secs(3600),
+            clock.clone(),
+        ));
+        crate::workers::WorkerContext::new(ports, groups, self.leadership.clone(), metrics, policy, clock)
+            .await
+            .expect("memory ledger loads")
     }
 }
 

@@ -100,6 +100,14 @@ labels!(
         Drain => "drain",
         /// Terminating a drained instance.
         Terminate => "terminate",
+        /// Suspending or resuming `AZRebalance`.
+        SuspendProcesses => "suspend-processes",
+        /// Adding or removing a replacement's scale-down protection.
+        ScaleDownProtection => "scale-down-protection",
+        /// A Kubernetes Event.
+        Event => "event",
+        /// Saving the boost ledger.
+        LedgerSave => "ledger-save",
     }
 );
 

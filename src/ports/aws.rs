@@ -110,6 +110,12 @@ pub enum AwsError {
     /// A write named a group AWS does not know (checked before the call: moto answers 500).
     #[error("no Auto Scaling Group named {0}")]
     UnknownGroup(GroupName),
+    /// A write left to the leader: this replica does not hold the lease (nothing was sent).
+    #[error("{operation} left to the leader: this replica does not hold the lease")]
+    NotLeader {
+        /// The operation not made.
+        operation: &'static str,
+    },
     /// A desired capacity outside the group's bounds (checked before the call).
     #[error("desired capacity {requested} for {group} is outside its bounds {min}..={max}")]
     OutOfRange {
@@ -137,6 +143,7 @@ impl AwsError {
             | AwsError::TerminateInstance { failure: f, .. }
             | AwsError::AzRebalance { failure: f, .. } => f.kind.as_str(),
             AwsError::UnknownGroup(_) => "unknown-group",
+            AwsError::NotLeader { .. } => "not-leader",
             AwsError::OutOfRange { .. } => "out-of-range",
         }
     }

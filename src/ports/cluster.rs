@@ -93,6 +93,12 @@ pub enum ClusterWriteError {
         #[source]
         source: BoxError,
     },
+    /// A write left to the leader: this replica does not hold the lease (nothing was sent).
+    #[error("{operation} left to the leader: this replica does not hold the lease")]
+    NotLeader {
+        /// The operation not made.
+        operation: &'static str,
+    },
     /// Adding or removing the scale-down protection annotations.
     #[error("changing the scale-down protection of node {node} failed")]
     Protect {

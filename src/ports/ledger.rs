@@ -16,6 +16,9 @@ pub enum LedgerError {
     /// Writing it failed.
     #[error("saving the boost ledger failed")]
     Save(#[source] BoxError),
+    /// Not saved: this replica does not hold the lease.
+    #[error("the boost ledger is saved by the leader: this replica does not hold the lease")]
+    NotLeader,
 }
 
 impl LedgerError {
@@ -23,7 +26,7 @@ impl LedgerError {
     pub fn operation(&self) -> &'static str {
         match self {
             LedgerError::Load(_) => "load",
-            LedgerError::Save(_) => "save",
+            LedgerError::Save(_) | LedgerError::NotLeader => "save",
         }
     }
 }

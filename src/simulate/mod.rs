@@ -30,8 +30,8 @@ use crate::units::format_duration;
 use crate::workers::drainer::{Drainer, DrainerSettings};
 use crate::workers::groups::GroupBook;
 use crate::workers::launches::{LaunchWatchSettings, LaunchWatcher};
-use crate::workers::ledger::SharedLedger;
 use crate::workers::scaler::{Scaler, ScalerSettings};
+use crate::workers::Ports;
 use crate::workers::WorkerContext;
 use actors::{ClusterAutoscaler, Nth};
 use ledger::MemoryLedger;
@@ -159,18 +159,17 @@ impl Workers {
         let ledger = MemoryLedger::default();
         let clock_world = sim.clone();
         let clock: Clock = Arc::new(move || clock_world.lock().now);
-        let ctx = Arc::new(WorkerContext {
+        let ports = Ports {
             aws: sim.clone(),
             cluster: sim.clone(),
+            ledger: ledger.clone(),
             writes: sim.clone(),
             events: sim.clone(),
-            ledger: SharedLedger::load(ledger.clone()).await.expect("an in-memory ledger loads"),
-            groups: Arc::new(GroupBook::new(Duration::from_secs(60), Duration::from_secs(3600), clock.clone())),
-            leadership: Leadership::always(),
-            metrics: Arc::new(Metrics::new()),
-            policy,
-            clock,
-        });
+        };
+        let groups = Arc::new(GroupBook::new(Duration::from_secs(60), Duration::from_secs(3600), clock.clone()));
+        let ctx = WorkerContext::new(ports, groups, Leadership::always(), Arc::new(Metrics::new()), policy, clock)
+            .await
+            .expect("an in-memory ledger loads");
         let scaler = Scaler::new(ctx.clone(), ScalerSettings::default());
         Workers {
             launches: LaunchWatcher::new(ctx.clone(), LaunchWatchSettings::default()).waking(scaler.waker()),

@@ -262,9 +262,6 @@ where
 
     /// Replacement nodes keep Cluster Autoscaler's scale-down protection while their boost is open.
     async fn protect_replacements(&self, plan: &DrainingPlan) {
-        if !self.ctx.leadership.is_leader() {
-            return;
-        }
         for node in &plan.protect {
             if let Err(e) = self.ctx.writes.protect_from_scale_down(node, true).await {
                 warn!(%node, error = %e, "could not protect a replacement node from scale-down");
@@ -342,20 +339,11 @@ where
     }
 
     /// Starts the planned batches: cordons where needed and tells. Returns the targets it could
-    /// not start (their cordon failed, or the lease went first).
+    /// not start (their cordon failed: the gate fails it once the lease is gone).
     async fn start_batches(&self, plan: &BatchPlan, snapshot: &Snapshot, report: &mut DrainReport) -> Vec<NodeName> {
         let mut not_started = Vec::new();
-        let mut lost_lease = false;
         for batch in &plan.batches {
             for target in &batch.nodes {
-                if !lost_lease && !self.ctx.leadership.is_leader() {
-                    self.ctx.metrics.lease.not_leader(SkippedAction::Drain);
-                    lost_lease = true;
-                }
-                if lost_lease {
-                    not_started.push(target.node.clone());
-                    continue;
-                }
                 if target.cordon {
                     if let Err(e) = self.ctx.writes.cordon(&target.node).await {
                         warn!(node = %target.node, error = %e, "cordon failed; the drain waits for the next plan");
@@ -460,7 +448,7 @@ where
     /// holds another node back: every eviction is one call with a deadline, and the calls of every
     /// node run concurrently (at most `evictions_in_flight` at a time).
     async fn evict(&mut self, rounds: Vec<EvictionRound>, now: Timestamp, report: &mut DrainReport) {
-        if rounds.is_empty() || !self.ctx.leadership.is_leader() {
+        if rounds.is_empty() {
             return;
         }
         let writes = &self.ctx.writes;
@@ -540,10 +528,6 @@ where
     /// reclaim to give back), and decrements only while its boost still has a node to return.
     async fn terminate_drained(&mut self, report: &mut DrainReport) -> Result<(), DrainerError> {
         if self.to_terminate.is_empty() {
-            return Ok(());
-        }
-        if !self.ctx.leadership.is_leader() {
-            self.ctx.metrics.lease.not_leader(SkippedAction::Terminate);
             return Ok(());
         }
         let pending: Vec<(NodeName, PendingTermination)> =
@@ -762,6 +746,10 @@ impl super::PassError for DrainerError {
             DrainerError::Ledger(l) => Some(l),
             _ => None,
         }
+    }
+
+    fn lost_lease(&self) -> bool {
+        matches!(self, DrainerError::Ledger(LedgerError::NotLeader))
     }
 }
 

@@ -8,6 +8,7 @@ pub mod drainer;
 pub mod groups;
 pub mod instancegroups;
 pub mod launches;
+pub mod leader_only;
 pub mod learner;
 pub mod ledger;
 #[cfg(test)]
@@ -22,25 +23,26 @@ use crate::metrics::Metrics;
 use crate::ports::{AutoScaling, AwsError, ClusterState, ClusterView, Leadership, LedgerError, LedgerStore};
 use crate::supervise::Heartbeat;
 use groups::GroupBook;
+use leader_only::LeaderOnly;
 use ledger::SharedLedger;
 use tokio::sync::watch;
-use tracing::warn;
+use tracing::{info, warn};
 
 pub use crate::ports::{system_clock, Clock};
 
 /// Everything the workers share. `A`: Auto Scaling; `C`: the cluster view; `L`: the ledger
 /// store; `W`: cluster writes; `E`: the Event sink.
 pub struct WorkerContext<A, C, L, W, E> {
-    /// Auto Scaling.
-    pub aws: A,
+    /// Auto Scaling; writes only while leading.
+    pub aws: LeaderOnly<A>,
     /// The watched cluster.
     pub cluster: C,
-    /// Writes to the cluster.
-    pub writes: W,
-    /// Kubernetes Events.
-    pub events: E,
-    /// The boost ledger, persisted through `L`.
-    pub ledger: Arc<SharedLedger<L>>,
+    /// Writes to the cluster, made only while leading.
+    pub writes: LeaderOnly<W>,
+    /// Kubernetes Events, published only while leading.
+    pub events: LeaderOnly<E>,
+    /// The boost ledger, persisted through `L`, saved only while leading.
+    pub ledger: Arc<SharedLedger<LeaderOnly<L>>>,
     /// Groups and the instance → group cache.
     pub groups: Arc<GroupBook>,
     /// Whether this replica may write.
@@ -51,6 +53,46 @@ pub struct WorkerContext<A, C, L, W, E> {
     pub policy: Policy,
     /// `now` for the core.
     pub clock: Clock,
+}
+
+/// The ports a [`WorkerContext`] is built from, before the leadership gate.
+pub struct Ports<A, C, L, W, E> {
+    /// Auto Scaling.
+    pub aws: A,
+    /// The watched cluster.
+    pub cluster: C,
+    /// Where the ledger is saved.
+    pub ledger: L,
+    /// Writes to the cluster.
+    pub writes: W,
+    /// Kubernetes Events.
+    pub events: E,
+}
+
+impl<A, C, L: LedgerStore, W, E> WorkerContext<A, C, L, W, E> {
+    /// Puts every write port behind the leadership gate and loads the ledger through it.
+    pub async fn new(
+        ports: Ports<A, C, L, W, E>,
+        groups: Arc<GroupBook>,
+        leadership: Leadership,
+        metrics: Arc<Metrics>,
+        policy: Policy,
+        clock: Clock,
+    ) -> Result<Arc<Self>, LedgerError> {
+        let Ports { aws, cluster, ledger, writes, events } = ports;
+        Ok(Arc::new(WorkerContext {
+            aws: LeaderOnly::new(aws, &leadership, &metrics),
+            cluster,
+            writes: LeaderOnly::new(writes, &leadership, &metrics),
+            events: LeaderOnly::new(events, &leadership, &metrics),
+            ledger: SharedLedger::load(LeaderOnly::new(ledger, &leadership, &metrics)).await?,
+            groups,
+            leadership,
+            metrics,
+            policy,
+            clock,
+        }))
+    }
 }
 
 /// What the loop that drives a worker asks of it: the scaler and the drainer share
@@ -78,6 +120,8 @@ pub(crate) trait PassError: std::fmt::Display {
     fn not_synced(&self) -> bool;
     /// The ledger failed: counted in `ledger_errors_total`.
     fn ledger(&self) -> Option<&LedgerError>;
+    /// The lease went during the pass, and the gate dropped the write that ended it.
+    fn lost_lease(&self) -> bool;
 }
 
 /// Runs `worker` until `shutdown` turns true: beat, wait for the next pass (or shutdown), pass,
@@ -100,6 +144,9 @@ pub(crate) async fn run_worker<W: Worker>(mut worker: W, mut shutdown: watch::Re
         match worker.pass_once().await {
             Ok(()) => {}
             Err(e) if e.not_synced() => {}
+            Err(e) if e.lost_lease() => {
+                info!(worker = W::NAME, error = %e, "the lease went during the pass: its remaining writes are left to the new leader");
+            }
             Err(e) => {
                 if let Some(l) = e.ledger() {
                     worker.metrics().ledger.error(l);

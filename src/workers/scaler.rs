@@ -272,38 +272,27 @@ where
         let plan = plan_scaling(&snapshot, &ctx.policy, now, acting);
         stages.mark("plan");
         self.count_untrusted(&plan.at_risk);
+        if !leading {
+            return Ok(self.follow(&plan));
+        }
         let mut report_fallbacks = Vec::new();
         if !plan.give_backs.is_empty() {
-            self.give_back(&plan.give_backs, leading).await?;
+            self.give_back(&plan.give_backs).await?;
         }
         if !plan.expired.is_empty() {
             self.expire(&snapshot, &plan.expired).await?;
         }
-        if leading && !plan.fallbacks.is_empty() {
+        if !plan.fallbacks.is_empty() {
             self.fall_back(&snapshot, &plan.fallbacks, &mut report_fallbacks).await?;
         }
-        if leading {
-            self.take_back_unlaunched(&snapshot).await?;
-        }
+        self.take_back_unlaunched(&snapshot).await?;
         let ScalingPlan { closes, boosts: plan, .. } = plan;
         let mut report = TickReport {
             held: plan.held.iter().map(|h| h.instances.len()).sum(),
             fell_back: report_fallbacks,
             ..TickReport::default()
         };
-        if leading {
-            // Events are writes too: a follower tells nothing.
-            self.tell_held(&snapshot, &plan.held).await;
-        }
-
-        if !leading {
-            for boost in &plan.boosts {
-                ctx.metrics.scaler.boost(boost.group.as_str(), BoostOutcome::NotLeader);
-                ctx.metrics.lease.not_leader(SkippedAction::SetDesiredCapacity);
-            }
-            report.not_leader = plan.boosts.len();
-            return Ok(report);
-        }
+        self.tell_held(&snapshot, &plan.held).await;
 
         let mut plan = plan;
         let before = plan.boosts.len();
@@ -342,19 +331,19 @@ where
             return Ok(report);
         }
         let requests: Vec<DesiredWrite> = writes.iter().map(|(_, w)| w.clone()).collect();
-        if !ctx.leadership.is_leader() {
-            // Lost the lease while planning: the new leader re-plans from the saved ledger.
-            self.answer_writes(&[], writes.iter().map(|(b, _)| *b)).await?;
-            report.not_leader = writes.len();
-            ctx.metrics.lease.not_leader(SkippedAction::SetDesiredCapacity);
-            return Ok(report);
-        }
         let outcomes = match ctx.aws.raise_desired(&requests).await {
             Ok(outcomes) => outcomes,
             Err(e) => {
-                // The guard's re-read failed: nothing was written.
+                // Nothing was written: the guard's re-read failed, or the lease went since the
+                // ledger was saved. Then the withdrawal is not saved either, and the next leader
+                // resolves the unanswered records from their groups (`core::raises`).
+                let outcome = if matches!(e, AwsError::NotLeader { .. }) {
+                    BoostOutcome::NotLeader
+                } else {
+                    BoostOutcome::Failed
+                };
                 for (b, _) in &writes {
-                    ctx.metrics.scaler.boost(b.group.as_str(), BoostOutcome::Failed);
+                    ctx.metrics.scaler.boost(b.group.as_str(), outcome);
                 }
                 self.answer_writes(&[], writes.iter().map(|(b, _)| *b)).await?;
                 return Err(ScalerError::Raise(e));
@@ -666,17 +655,29 @@ where
         Ok(())
     }
 
+    /// A follower's pass ends at the plan: it reports what the leader would write and leaves it
+    /// to the leader (its ports would drop the writes anyway).
+    fn follow(&self, plan: &ScalingPlan) -> TickReport {
+        let m = &self.ctx.metrics;
+        for g in plan.give_backs.iter().filter(|g| matches!(g.how, GiveBackHow::Drain(_))) {
+            m.scaler.give_back(g.group.as_str(), GiveBackOutcome::NotLeader);
+        }
+        for boost in &plan.boosts.boosts {
+            m.scaler.boost(boost.group.as_str(), BoostOutcome::NotLeader);
+            m.lease.not_leader(SkippedAction::SetDesiredCapacity);
+        }
+        TickReport {
+            held: plan.boosts.held.iter().map(|h| h.instances.len()).sum(),
+            not_leader: plan.boosts.boosts.len(),
+            ..TickReport::default()
+        }
+    }
+
     /// Gives back boosted nodes whose at-risk instance AWS took first. Nothing lowers desired
     /// capacity here: the node chosen for each is recorded in the ledger and the drainer cordons,
     /// drains and terminates it with decrement; an instance with nothing to give back is settled.
-    async fn give_back(&self, plan: &[GiveBack], leading: bool) -> Result<(), ScalerError> {
+    async fn give_back(&self, plan: &[GiveBack]) -> Result<(), ScalerError> {
         let ctx = &self.ctx;
-        if !leading {
-            for g in plan.iter().filter(|g| matches!(g.how, GiveBackHow::Drain(_))) {
-                ctx.metrics.scaler.give_back(g.group.as_str(), GiveBackOutcome::NotLeader);
-            }
-            return Ok(());
-        }
         ctx.ledger
             .update(|l| {
                 plan.iter().for_each(|g| {
@@ -886,6 +887,10 @@ impl super::PassError for ScalerError {
             ScalerError::Ledger(l) => Some(l),
             _ => None,
         }
+    }
+
+    fn lost_lease(&self) -> bool {
+        matches!(self, ScalerError::Ledger(LedgerError::NotLeader) | ScalerError::Raise(AwsError::NotLeader { .. }))
     }
 }
 
@@ -1377,6 +1382,72 @@ mod tests {
         let report = follower.tick().await.unwrap();
         assert_eq!(report.raised, vec![(GroupName::from("a"), 4, 5)], "only n2: n1 is in the saved ledger");
         assert_eq!(rig.aws.desired("a"), 5);
+    }
+
+    /// A ledger store whose saves end this replica's lease once they are made.
+    struct LeaseGoesOnSave {
+        saved: crate::fakes::MemoryLedger,
+        leadership: Leadership,
+    }
+
+    impl LedgerStore for LeaseGoesOnSave {
+        async fn load(&self) -> Result<BoostLedger, LedgerError> {
+            self.saved.load().await
+        }
+
+        async fn save(&self, ledger: &BoostLedger) -> Result<(), LedgerError> {
+            self.saved.save(ledger).await?;
+            self.leadership.set(false);
+            Ok(())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_lost_after_the_ledger_save_stops_the_write_and_the_next_leader_boosts_once() {
+        let rig = FakeRig::new(FakeAutoScaling::default().with_group("a", 3, 50));
+        let metrics = Arc::new(Metrics::new());
+        let ports = crate::workers::Ports {
+            aws: rig.aws.clone(),
+            cluster: rig.cluster.clone(),
+            ledger: LeaseGoesOnSave { saved: rig.ledger.clone(), leadership: rig.leadership.clone() },
+            writes: rig.writes.clone(),
+            events: rig.events.clone(),
+        };
+        let groups = Arc::new(crate::workers::groups::GroupBook::new(
+            Duration::from_secs(60),
+            Duration::from_secs(3600),
+            paused_clock(),
+        ));
+        let ctx =
+            WorkerContext::new(ports, groups, rig.leadership.clone(), metrics.clone(), count_policy(), paused_clock())
+                .await
+                .unwrap();
+        let mut losing = Scaler::new(ctx, ScalerSettings::default());
+        rebalance(&rig.cluster, "n1", "a");
+
+        // Leading when the pass began; the lease goes as the boost's record is saved.
+        let err = losing.tick().await.unwrap_err();
+        assert!(super::super::PassError::lost_lease(&err), "{err}");
+        assert!(raises(&rig.aws).is_empty(), "the gate dropped the write");
+        assert_eq!(rig.aws.desired("a"), 3);
+        let saved = rig.ledger.saved();
+        assert_eq!(saved.records.len(), 1, "the record stays: its withdrawal was a write too");
+        assert_eq!(saved.records[0].raising_to, Some(4), "unanswered: the next leader reads the group first");
+        let skipped = metrics.encode();
+        assert!(
+            skipped.contains("spots_booster_skipped_not_leader_total{action=\"set-desired-capacity\"} 1"),
+            "{skipped}"
+        );
+        assert!(skipped.contains("spots_booster_skipped_not_leader_total{action=\"ledger-save\"} 1"), "{skipped}");
+
+        // A new leader resolves the unanswered record and boosts once.
+        rig.leadership.set(true);
+        let mut next = scaler(&rig).await;
+        let report = next.tick().await.unwrap();
+        assert_eq!(report.raised, vec![(GroupName::from("a"), 3, 4)]);
+        assert_eq!(raises(&rig.aws).len(), 1);
+        assert_eq!(next.tick().await.unwrap().raised, vec![], "boosted once");
+        assert_eq!(rig.aws.desired("a"), 4);
     }
 
     #[tokio::test(start_paused = true)]
