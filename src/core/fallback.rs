@@ -142,6 +142,23 @@ pub struct TakeBack {
     pub moved_at: Timestamp,
 }
 
+impl TakeBack {
+    /// Its intent, saved before the guarded write.
+    pub fn lowering(&self) -> LedgerEdit {
+        LedgerEdit::Lowering { id: self.record.clone(), moved_at: self.moved_at, to: self.to() }
+    }
+
+    /// AWS's answer: `lowered` when desired capacity went down.
+    pub fn lowered(&self, lowered: bool) -> LedgerEdit {
+        LedgerEdit::Lowered { id: self.record.clone(), moved_at: self.moved_at, lowered }
+    }
+
+    /// The desired capacity it asks for.
+    pub fn to(&self) -> u32 {
+        self.from.saturating_sub(self.nodes)
+    }
+}
+
 /// The groups to lower by nodes that moved to a fallback (one per group per pass), from their
 /// desired capacity in `snapshot`. The write is guarded: sent only while the group lists no more
 /// instances than the lowered value.

@@ -42,6 +42,11 @@ impl BoostLedger {
         self.records.iter_mut().find(|r| r.is(id))
     }
 
+    /// The part of `id`'s boost that moved at `moved_at`.
+    fn moved_part(&mut self, id: &BoostId, moved_at: Timestamp) -> Option<&mut MovedPart> {
+        self.find_mut(id).and_then(|r| r.moved.iter_mut().find(|p| p.at == moved_at))
+    }
+
     /// The record covering `instance`, if one does (at most one: openings never overlap).
     fn covering_mut(&mut self, instance: &InstanceId) -> Option<&mut BoostRecord> {
         self.records.iter_mut().find(|r| r.instances.contains(instance))
@@ -141,6 +146,25 @@ pub enum LedgerEdit {
         /// When the nodes moved.
         at: Timestamp,
     },
+    /// The boost's own group is about to be lowered to `to` by nodes that moved at `moved_at` and
+    /// never launched: saved before the guarded write.
+    Lowering {
+        /// The boost.
+        id: BoostId,
+        /// When the nodes moved.
+        moved_at: Timestamp,
+        /// The desired capacity asked for.
+        to: u32,
+    },
+    /// AWS answered the lowering: `lowered` when it went through, else it is asked again later.
+    Lowered {
+        /// The boost.
+        id: BoostId,
+        /// When the nodes moved.
+        moved_at: Timestamp,
+        /// Whether desired capacity went down.
+        lowered: bool,
+    },
     /// The instance's departure is accounted for: the booster terminates it (saved before the
     /// call), or AWS took it and its node was given back or there is nothing to give back.
     Settle(InstanceId),
@@ -197,7 +221,9 @@ impl LedgerEdit {
             | LedgerEdit::Close { id, .. }
             | LedgerEdit::Move(id, _)
             | LedgerEdit::ConfirmMove { id, .. }
-            | LedgerEdit::UndoMove { id, .. } => Some(id),
+            | LedgerEdit::UndoMove { id, .. }
+            | LedgerEdit::Lowering { id, .. }
+            | LedgerEdit::Lowered { id, .. } => Some(id),
         }
     }
 
@@ -248,6 +274,16 @@ impl LedgerEdit {
                 r.added = r.added.saturating_add(r.moved.remove(k).added);
                 true
             }
+            LedgerEdit::Lowering { id, moved_at, to } => {
+                ledger.moved_part(id, *moved_at).map(|p| p.lowering_to = Some(*to)).is_some()
+            }
+            LedgerEdit::Lowered { id, moved_at, lowered } => ledger
+                .moved_part(id, *moved_at)
+                .map(|p| {
+                    p.lowering_to = None;
+                    p.taken_back |= *lowered;
+                })
+                .is_some(),
             LedgerEdit::Settle(i) => ledger.covering_mut(i).is_some_and(|r| r.settled.insert(i.clone())),
             LedgerEdit::Unsettle(i) => ledger.covering_mut(i).is_some_and(|r| r.settled.remove(i)),
             LedgerEdit::Keep(i) => ledger.covering_mut(i).is_some_and(|r| r.kept.insert(i.clone())),
@@ -284,6 +320,9 @@ impl LedgerEdit {
             LedgerEdit::Open(record) => Some(LedgerEdit::Withdraw(record.id())),
             LedgerEdit::Move(id, part) => {
                 Some(LedgerEdit::UndoMove { id: id.clone(), to: part.group.clone(), at: part.at })
+            }
+            LedgerEdit::Lowering { id, moved_at, .. } => {
+                Some(LedgerEdit::Lowered { id: id.clone(), moved_at: *moved_at, lowered: false })
             }
             _ => None,
         }
@@ -387,5 +426,29 @@ mod tests {
         // A boost whose write is unanswered returns nothing.
         let unanswered = ledger(&[BoostRecord { raising_to: Some(4), ..record }]);
         assert_eq!(decide_terminations(&unanswered, &[t("i-1")]).1, vec![d(false, false)]);
+    }
+
+    #[test]
+    fn a_lowering_is_saved_before_its_write_and_settled_by_the_answer() {
+        let part = MovedPart {
+            group: "b".into(),
+            added: 2,
+            at: Timestamp::from_millis(5_000),
+            raising_to: None,
+            taken_back: false,
+            lowering_to: None,
+        };
+        let record = BoostRecord { moved: vec![part.clone()], ..BoostRecord::test("a", &["i-1"], 1, 1_000) };
+        let mut l = ledger(std::slice::from_ref(&record));
+        let lowering = LedgerEdit::Lowering { id: record.id(), moved_at: part.at, to: 6 };
+        assert!(lowering.apply(&mut l));
+        assert_eq!(l.records[0].moved[0].lowering_to, Some(6));
+        assert!(lowering.undo().unwrap().apply(&mut l), "not written: the intent goes");
+        assert_eq!((l.records[0].moved[0].lowering_to, l.records[0].moved[0].taken_back), (None, false));
+        lowering.apply(&mut l);
+        assert!(LedgerEdit::Lowered { id: record.id(), moved_at: part.at, lowered: true }.apply(&mut l));
+        assert_eq!((l.records[0].moved[0].lowering_to, l.records[0].moved[0].taken_back), (None, true));
+        let elsewhere = LedgerEdit::Lowering { id: record.id(), moved_at: Timestamp::from_millis(1), to: 6 };
+        assert!(!elsewhere.apply(&mut l), "no part moved then");
     }
 }

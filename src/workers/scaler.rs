@@ -23,8 +23,8 @@ pub use super::{system_clock, Clock};
 use super::{Observation, WorkerContext};
 use crate::core::{
     apply_all, plan_scaling, plan_take_backs, resolve_raises, unresolved_groups, Acting, Boost, BoostExpiry,
-    BoostLedger, DropReason, Expired, Fallback, GiveBack, GiveBackHow, GroupName, InstanceId, LedgerEdit, MovedPart,
-    ScalingPlan, Snapshot, TakeBack, Timestamp,
+    BoostLedger, DropReason, Expired, Fallback, GiveBack, GiveBackHow, GroupName, InstanceId, LedgerEdit, ScalingPlan,
+    Snapshot, TakeBack, Timestamp,
 };
 use crate::metrics::{BoostOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
@@ -595,41 +595,26 @@ where
         if plan.is_empty() {
             return Ok(());
         }
-        let edit = |l: &mut BoostLedger, t: &TakeBack, change: &dyn Fn(&mut MovedPart)| {
-            if let Some(part) = l.find_mut(&t.record).and_then(|r| r.moved.iter_mut().find(|p| p.at == t.moved_at)) {
-                change(part);
-            }
-        };
-        let writes: Vec<DesiredWrite> = plan
-            .iter()
-            .map(|t| DesiredWrite {
-                group: t.record.group.clone(),
-                expected: t.from,
-                to: t.from.saturating_sub(t.nodes),
-            })
-            .collect();
-        ctx.ledger
-            .update(|l| {
-                for (t, w) in plan.iter().zip(&writes) {
-                    edit(l, t, &|p| p.lowering_to = Some(w.to));
-                }
-            })
-            .await?;
+        let writes: Vec<DesiredWrite> =
+            plan.iter().map(|t| DesiredWrite { group: t.record.group.clone(), expected: t.from, to: t.to() }).collect();
+        let intents: Vec<LedgerEdit> = plan.iter().map(TakeBack::lowering).collect();
+        ctx.ledger.update(|l| _ = apply_all(l, &intents)).await?;
         let outcomes = match ctx.aws.lower_unlaunched(&writes).await {
             Ok(outcomes) => outcomes,
             Err(e) => {
                 // The re-read failed: nothing was written.
-                ctx.ledger.update(|l| plan.iter().for_each(|t| edit(l, t, &|p| p.lowering_to = None))).await?;
+                let undone: Vec<LedgerEdit> = intents.iter().filter_map(LedgerEdit::undo).collect();
+                ctx.ledger.update(|l| _ = apply_all(l, &undone)).await?;
                 return Err(ScalerError::Raise(e));
             }
         };
-        let mut settled: Vec<(&TakeBack, bool)> = Vec::new();
+        let mut settled: Vec<LedgerEdit> = Vec::new();
         for (t, (group, outcome)) in plan.iter().zip(outcomes) {
             match outcome {
                 Ok(WriteOutcome::Written { to, .. } | WriteOutcome::DryRun { to, .. }) => {
                     info!(%group, nodes = t.nodes, to, "desired capacity lowered by the nodes it could not launch");
                     ctx.groups.note_desired(&group, to).await;
-                    settled.push((t, true));
+                    settled.push(t.lowered(true));
                 }
                 // Unknown: the next tick reads the group first (`core::raises`).
                 Err(e) if e.may_have_applied() => warn!(%group, error = %e, "lowering a group has an unknown outcome"),
@@ -638,20 +623,11 @@ where
                     if let Ok(WriteOutcome::Raced { live }) = other {
                         ctx.groups.note_desired(&group, live).await;
                     }
-                    settled.push((t, false));
+                    settled.push(t.lowered(false));
                 }
             }
         }
-        ctx.ledger
-            .update(|l| {
-                for (t, lowered) in &settled {
-                    edit(l, t, &|p| {
-                        p.lowering_to = None;
-                        p.taken_back |= *lowered;
-                    });
-                }
-            })
-            .await?;
+        ctx.ledger.update(|l| _ = apply_all(l, &settled)).await?;
         Ok(())
     }
 
