@@ -963,3 +963,176 @@ impl NodeGroupCloud for AwsNodeGroups {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data() -> LaunchTemplateData {
+        LaunchTemplateData {
+            image_id: "ami-0abc".into(),
+            instance_type: "m5.large".into(),
+            instance_profile_arn: "arn:aws:iam::123456789012:instance-profile/spots-booster/ig".into(),
+            security_group_ids: vec!["sg-1".into(), "sg-2".into()],
+            key_name: Some("ops".into()),
+            user_data: "IyEvYmluL2Jhc2g=".into(),
+            block_devices: vec![BlockDevice {
+                device: "/dev/xvda".into(),
+                volume_type: "gp3".into(),
+                size: Some(50),
+                iops: Some(3000),
+                throughput: Some(125),
+                delete_on_termination: true,
+                encrypted: Some(true),
+                snapshot_id: None,
+            }],
+            metadata: Metadata {
+                http_endpoint: Some("enabled".into()),
+                http_tokens: Some("required".into()),
+                http_put_hop_limit: Some(2),
+            },
+            tag_specifications: BTreeMap::from([(
+                "instance".to_string(),
+                BTreeMap::from([("team".to_string(), "web".to_string())]),
+            )]),
+            spot_max_price: Some("0.05".into()),
+            placement: Placement { tenancy: Some("default".into()), ..Placement::default() },
+            licenses: vec!["arn:aws:license-manager:eu-west-1:123456789012:license-configuration:lic-1".into()],
+        }
+    }
+
+    #[test]
+    fn a_template_request_carries_every_field_of_the_launch_data() {
+        let d = data();
+        let r = template_request(&d);
+        assert_eq!((r.image_id(), r.instance_type().map(|t| t.as_str())), (Some("ami-0abc"), Some("m5.large")));
+        assert_eq!(r.iam_instance_profile().and_then(|p| p.arn()), Some(d.instance_profile_arn.as_str()));
+        assert_eq!(
+            (r.security_group_ids(), r.key_name()),
+            (&["sg-1".to_string(), "sg-2".to_string()][..], Some("ops"))
+        );
+        assert_eq!(r.user_data(), Some("IyEvYmluL2Jhc2g="));
+        let ebs = r.block_device_mappings()[0].ebs().unwrap();
+        assert_eq!(r.block_device_mappings()[0].device_name(), Some("/dev/xvda"));
+        assert_eq!(
+            (ebs.volume_type().map(|t| t.as_str()), ebs.volume_size(), ebs.iops(), ebs.throughput()),
+            (Some("gp3"), Some(50), Some(3000), Some(125))
+        );
+        assert_eq!((ebs.delete_on_termination(), ebs.encrypted(), ebs.snapshot_id()), (Some(true), Some(true), None));
+        let m = r.metadata_options().unwrap();
+        assert_eq!(
+            (
+                m.http_endpoint().map(|v| v.as_str()),
+                m.http_tokens().map(|v| v.as_str()),
+                m.http_put_response_hop_limit()
+            ),
+            (Some("enabled"), Some("required"), Some(2))
+        );
+        assert_eq!(m.instance_metadata_tags(), Some(&ec2::LaunchTemplateInstanceMetadataTagsState::Disabled));
+        let tags = &r.tag_specifications()[0];
+        assert_eq!(tags.resource_type().map(|t| t.as_str()), Some("instance"));
+        assert_eq!((tags.tags()[0].key(), tags.tags()[0].value()), (Some("team"), Some("web")));
+        let market = r.instance_market_options().unwrap();
+        assert_eq!(market.market_type(), Some(&ec2::MarketType::Spot));
+        assert_eq!(market.spot_options().and_then(|s| s.max_price()), Some("0.05"));
+        assert_eq!(r.placement().and_then(|p| p.tenancy()).map(|t| t.as_str()), Some("default"));
+        assert_eq!(r.license_specifications()[0].license_configuration_arn(), Some(d.licenses[0].as_str()));
+
+        // Defaults ask for nothing: no market options, no placement.
+        let plain =
+            template_request(&LaunchTemplateData { spot_max_price: None, placement: Placement::default(), ..d });
+        assert!(plain.instance_market_options().is_none() && plain.placement().is_none());
+    }
+
+    #[test]
+    fn launch_data_read_back_from_ec2_equals_what_was_asked_and_ignores_the_templates_own_tags() {
+        let d = data();
+        let device = &d.block_devices[0];
+        let answer = ec2::ResponseLaunchTemplateData::builder()
+            .image_id(&d.image_id)
+            .instance_type(ec2::InstanceType::from(d.instance_type.as_str()))
+            .iam_instance_profile(
+                ec2::LaunchTemplateIamInstanceProfileSpecification::builder().arn(&d.instance_profile_arn).build(),
+            )
+            // EC2 lists them in its own order.
+            .security_group_ids("sg-2")
+            .security_group_ids("sg-1")
+            .key_name("ops")
+            .user_data(&d.user_data)
+            .block_device_mappings(
+                ec2::LaunchTemplateBlockDeviceMapping::builder()
+                    .device_name(&device.device)
+                    .ebs(
+                        ec2::LaunchTemplateEbsBlockDevice::builder()
+                            .volume_type(ec2::VolumeType::Gp3)
+                            .volume_size(50)
+                            .iops(3000)
+                            .throughput(125)
+                            .delete_on_termination(true)
+                            .encrypted(true)
+                            .build(),
+                    )
+                    .build(),
+            )
+            .metadata_options(
+                ec2::LaunchTemplateInstanceMetadataOptions::builder()
+                    .http_endpoint(ec2::LaunchTemplateInstanceMetadataEndpointState::Enabled)
+                    .http_tokens(ec2::LaunchTemplateHttpTokensState::Required)
+                    .http_put_response_hop_limit(2)
+                    .build(),
+            )
+            .tag_specifications(
+                ec2::LaunchTemplateTagSpecification::builder()
+                    .resource_type(ec2::ResourceType::Instance)
+                    .tags(ec2::Tag::builder().key("team").value("web").build())
+                    .build(),
+            )
+            .tag_specifications(
+                ec2::LaunchTemplateTagSpecification::builder()
+                    .resource_type(ec2::ResourceType::LaunchTemplate)
+                    .tags(ec2::Tag::builder().key("owner").value("spots-booster").build())
+                    .build(),
+            )
+            .instance_market_options(
+                ec2::LaunchTemplateInstanceMarketOptions::builder()
+                    .market_type(ec2::MarketType::Spot)
+                    .spot_options(ec2::LaunchTemplateSpotMarketOptions::builder().max_price("0.05").build())
+                    .build(),
+            )
+            .placement(ec2::LaunchTemplatePlacement::builder().tenancy(ec2::Tenancy::Default).build())
+            .license_specifications(
+                ec2::LaunchTemplateLicenseConfiguration::builder().license_configuration_arn(&d.licenses[0]).build(),
+            )
+            .build();
+        assert_eq!(template_data_from_sdk(&answer), d);
+    }
+
+    #[test]
+    fn a_mixed_instances_policy_reads_back_as_it_was_written() {
+        let mixed = MixedInstances {
+            spot_allocation_strategy: "lowest-price".into(),
+            spot_pools: Some(3),
+            on_demand_base: 1,
+            on_demand_percent_above_base: 25,
+            overrides: vec![("m5.large".into(), 1), ("m5.xlarge".into(), 2)],
+        };
+        let policy = mixed_policy("ig-web", &mixed);
+        let d = policy.instances_distribution().unwrap();
+        assert_eq!(d.on_demand_allocation_strategy(), Some("prioritized"));
+        let spec = policy.launch_template().and_then(|t| t.launch_template_specification()).unwrap();
+        assert_eq!(spec.version(), Some("$Latest"), "new template versions apply without touching the group");
+        assert_eq!(mixed_from_sdk(&policy), (Some("ig-web".to_string()), mixed.clone()));
+
+        // Spot pools mean something only to lowest-price: read back without them otherwise.
+        let optimized = MixedInstances { spot_allocation_strategy: "capacity-optimized".into(), ..mixed };
+        let (_, read) = mixed_from_sdk(&mixed_policy("ig-web", &optimized));
+        assert_eq!(read, MixedInstances { spot_pools: None, ..optimized });
+    }
+
+    #[test]
+    fn group_tags_propagate_to_the_instances_launched() {
+        let tag = asg_tag("ig-web", "team", "web");
+        assert_eq!((tag.resource_id(), tag.resource_type()), (Some("ig-web"), Some("auto-scaling-group")));
+        assert_eq!((tag.key(), tag.value(), tag.propagate_at_launch()), (Some("team"), Some("web"), Some(true)));
+    }
+}
