@@ -203,30 +203,6 @@ pub enum LedgerEdit {
 }
 
 impl LedgerEdit {
-    /// The boost this edit is about, if one.
-    pub fn boost(&self) -> Option<&BoostId> {
-        match self {
-            LedgerEdit::Open(_)
-            | LedgerEdit::ForgetSpent(_)
-            | LedgerEdit::Settle(_)
-            | LedgerEdit::Unsettle(_)
-            | LedgerEdit::Keep(_)
-            | LedgerEdit::GiveBack { .. }
-            | LedgerEdit::EndGiveBack(_)
-            | LedgerEdit::BeginReturn { .. }
-            | LedgerEdit::EndReturn { .. } => None,
-            LedgerEdit::Confirm(id)
-            | LedgerEdit::Withdraw(id)
-            | LedgerEdit::Expire(id, _)
-            | LedgerEdit::Close { id, .. }
-            | LedgerEdit::Move(id, _)
-            | LedgerEdit::ConfirmMove { id, .. }
-            | LedgerEdit::UndoMove { id, .. }
-            | LedgerEdit::Lowering { id, .. }
-            | LedgerEdit::Lowered { id, .. } => Some(id),
-        }
-    }
-
     /// Applies the edit to `ledger`. Returns whether it applied: `false` for a refused opening or
     /// move, or an edit whose record is no longer there.
     pub fn apply(&self, ledger: &mut BoostLedger) -> bool {

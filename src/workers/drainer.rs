@@ -747,10 +747,6 @@ impl super::PassError for DrainerError {
             _ => None,
         }
     }
-
-    fn lost_lease(&self) -> bool {
-        matches!(self, DrainerError::Ledger(LedgerError::NotLeader))
-    }
 }
 
 impl<A, C, L, W, E> super::Worker for Drainer<A, C, L, W, E>

@@ -121,7 +121,9 @@ pub(crate) trait PassError: std::fmt::Display {
     /// The ledger failed: counted in `ledger_errors_total`.
     fn ledger(&self) -> Option<&LedgerError>;
     /// The lease went during the pass, and the gate dropped the write that ended it.
-    fn lost_lease(&self) -> bool;
+    fn lost_lease(&self) -> bool {
+        matches!(self.ledger(), Some(LedgerError::NotLeader))
+    }
 }
 
 /// Runs `worker` until `shutdown` turns true: beat, wait for the next pass (or shutdown), pass,
