@@ -1,0 +1,213 @@
+//! IAM: the node role and its instance profile, created and deleted for managed roles, read for
+//! the ones an InstanceGroup brings.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use aws_sdk_autoscaling::error::ProvideErrorMetadata;
+use tracing::info;
+
+use super::AwsNodeGroups;
+use crate::instancegroup::design::RoleChoice;
+use crate::instancegroup::launch::TAG_CLUSTER_NAME;
+use crate::ports::nodegroups::{CloudError, RoleFacts};
+
+/// The IAM path of every role and instance profile the daemon creates: `iam:PassRole` is granted
+/// on this path only, so no other role can be handed to an instance.
+const NODE_ROLE_PATH: &str = "/spots-booster/";
+
+/// Trust policy of a created node role.
+const EC2_TRUST_POLICY: &str = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#;
+
+impl AwsNodeGroups {
+    pub(super) async fn ensure_role(&self, role: &RoleChoice, cluster: &str) -> Result<RoleFacts, CloudError> {
+        match role {
+            RoleChoice::Managed { name, policies, boundary } => {
+                self.ensure_managed_role(name, policies, boundary.as_deref(), cluster).await
+            }
+            RoleChoice::Existing { role_name, profile_name } => {
+                let (profile_arn, roles) = self.profile_arn_with_role(profile_name).await?.ok_or_else(|| {
+                    CloudError::NotFound { what: "instance profile", name: profile_name.clone(), scope: None }
+                })?;
+                let role = role_name.clone().or_else(|| roles.first().cloned());
+                let role_arn = match role {
+                    Some(name) => Some(self.role_arn(&name).await?.ok_or(CloudError::NotFound {
+                        what: "IAM role",
+                        name,
+                        scope: None,
+                    })?),
+                    None => None,
+                };
+                Ok(RoleFacts { role_arn, profile_arn })
+            }
+        }
+    }
+
+    pub(super) async fn delete_role(&self, name: &str) -> Result<(), CloudError> {
+        if let Some((_, roles)) = self.profile_arn_with_role(name).await? {
+            for role in roles {
+                self.iam
+                    .remove_role_from_instance_profile()
+                    .instance_profile_name(name)
+                    .role_name(&role)
+                    .send()
+                    .await
+                    .map_err(|e| self.call("iam:RemoveRoleFromInstanceProfile", name, e))?;
+            }
+            self.iam
+                .delete_instance_profile()
+                .instance_profile_name(name)
+                .send()
+                .await
+                .map_err(|e| self.call("iam:DeleteInstanceProfile", name, e))?;
+        }
+        if self.role_arn(name).await?.is_none() {
+            return Ok(());
+        }
+        let attached = self
+            .iam
+            .list_attached_role_policies()
+            .role_name(name)
+            .send()
+            .await
+            .map_err(|e| self.call("iam:ListAttachedRolePolicies", name, e))?;
+        for policy in attached.attached_policies() {
+            if let Some(arn) = policy.policy_arn() {
+                self.iam
+                    .detach_role_policy()
+                    .role_name(name)
+                    .policy_arn(arn)
+                    .send()
+                    .await
+                    .map_err(|e| self.call("iam:DetachRolePolicy", name, e))?;
+            }
+        }
+        match self.iam.delete_role().role_name(name).send().await {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == Some("NoSuchEntity") => Ok(()),
+            Err(e) => Err(self.call("iam:DeleteRole", name, e)),
+        }
+    }
+
+    async fn profile_arn_with_role(&self, profile: &str) -> Result<Option<(String, Vec<String>)>, CloudError> {
+        match self.iam.get_instance_profile().instance_profile_name(profile).send().await {
+            Ok(out) => Ok(out
+                .instance_profile()
+                .map(|p| (p.arn().to_string(), p.roles().iter().map(|r| r.role_name().to_string()).collect()))),
+            Err(e) if e.code() == Some("NoSuchEntity") => Ok(None),
+            Err(e) => Err(self.call("iam:GetInstanceProfile", profile, e)),
+        }
+    }
+
+    async fn role_arn(&self, name: &str) -> Result<Option<String>, CloudError> {
+        match self.iam.get_role().role_name(name).send().await {
+            Ok(out) => Ok(out.role().map(|r| r.arn().to_string())),
+            Err(e) if e.code() == Some("NoSuchEntity") => Ok(None),
+            Err(e) => Err(self.call("iam:GetRole", name, e)),
+        }
+    }
+
+    async fn ensure_managed_role(
+        &self,
+        name: &str,
+        policies: &BTreeSet<String>,
+        boundary: Option<&str>,
+        cluster: &str,
+    ) -> Result<RoleFacts, CloudError> {
+        let owner = aws_sdk_iam::types::Tag::builder()
+            .key(TAG_CLUSTER_NAME)
+            .value(cluster)
+            .build()
+            .expect("key and value are set");
+        let role_arn = match self.role_arn(name).await? {
+            Some(arn) => arn,
+            None => {
+                info!(role = name, "creating node role");
+                let out = self
+                    .iam
+                    .create_role()
+                    .role_name(name)
+                    .path(NODE_ROLE_PATH)
+                    .assume_role_policy_document(EC2_TRUST_POLICY)
+                    .description("Node role created by spots-booster for an InstanceGroup")
+                    .set_permissions_boundary(boundary.map(String::from))
+                    .tags(owner.clone())
+                    .send()
+                    .await
+                    .map_err(|e| self.call("iam:CreateRole", name, e))?;
+                out.role().map(|r| r.arn().to_string()).unwrap_or_default()
+            }
+        };
+        let attached: BTreeSet<String> = self
+            .iam
+            .list_attached_role_policies()
+            .role_name(name)
+            .send()
+            .await
+            .map_err(|e| self.call("iam:ListAttachedRolePolicies", name, e))?
+            .attached_policies()
+            .iter()
+            .filter_map(|p| p.policy_arn().map(String::from))
+            .collect();
+        for arn in policies.difference(&attached) {
+            self.iam
+                .attach_role_policy()
+                .role_name(name)
+                .policy_arn(arn)
+                .send()
+                .await
+                .map_err(|e| self.call("iam:AttachRolePolicy", name, e))?;
+        }
+        for arn in attached.difference(policies) {
+            self.iam
+                .detach_role_policy()
+                .role_name(name)
+                .policy_arn(arn)
+                .send()
+                .await
+                .map_err(|e| self.call("iam:DetachRolePolicy", name, e))?;
+        }
+        let (profile_arn, roles) = match self.profile_arn_with_role(name).await? {
+            Some((arn, roles)) => (Some(arn), roles),
+            None => {
+                self.iam
+                    .create_instance_profile()
+                    .instance_profile_name(name)
+                    .path(NODE_ROLE_PATH)
+                    .tags(owner.clone())
+                    .send()
+                    .await
+                    .map_err(|e| self.call("iam:CreateInstanceProfile", name, e))?;
+                (None, Vec::new())
+            }
+        };
+        if let Some(profile_arn) = profile_arn.filter(|_| roles.iter().any(|r| r == name)) {
+            // Already in place: nothing to wait for.
+            return Ok(RoleFacts { role_arn: Some(role_arn), profile_arn });
+        }
+        if !roles.iter().any(|r| r == name) {
+            self.iam
+                .add_role_to_instance_profile()
+                .instance_profile_name(name)
+                .role_name(name)
+                .send()
+                .await
+                .map_err(|e| self.call("iam:AddRoleToInstanceProfile", name, e))?;
+        }
+        // IAM is eventually consistent: wait, bounded, until the profile reads back with its role.
+        let deadline = tokio::time::Instant::now() + self.profile_wait;
+        let mut pause = Duration::from_millis(200);
+        loop {
+            if let Some((arn, roles)) = self.profile_arn_with_role(name).await? {
+                if roles.iter().any(|r| r == name) {
+                    return Ok(RoleFacts { role_arn: Some(role_arn), profile_arn: arn });
+                }
+            }
+            if tokio::time::Instant::now() + pause > deadline {
+                return Err(CloudError::Timeout(format!("instance profile {name} to carry role {name}")));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(5));
+        }
+    }
+}
