@@ -820,6 +820,19 @@ impl FakeInstanceGroupStore {
         }
     }
 
+    /// Sets an InstanceGroup's finalizers, as kube-runtime's `finalizer()` does in the daemon;
+    /// one marked for deletion goes with its last finalizer.
+    pub fn set_finalizers(&self, namespace: &str, name: &str, finalizers: &[String]) {
+        let mut state = lock(&self.0);
+        let key = (namespace.to_string(), name.to_string());
+        if let Some(group) = state.groups.get_mut(&key) {
+            group.metadata.finalizers = Some(finalizers.to_vec());
+            if finalizers.is_empty() && group.metadata.deletion_timestamp.is_some() {
+                state.groups.remove(&key);
+            }
+        }
+    }
+
     /// One InstanceGroup as stored.
     pub fn get(&self, namespace: &str, name: &str) -> Option<crate::instancegroup::InstanceGroup> {
         lock(&self.0).groups.get(&(namespace.to_string(), name.to_string())).cloned()
@@ -832,10 +845,6 @@ impl FakeInstanceGroupStore {
 }
 
 impl crate::ports::instancegroups::InstanceGroupStore for FakeInstanceGroupStore {
-    async fn list(&self) -> Result<Vec<crate::instancegroup::InstanceGroup>, crate::ports::instancegroups::StoreError> {
-        Ok(lock(&self.0).groups.values().cloned().collect())
-    }
-
     async fn patch_status(
         &self,
         namespace: &str,
@@ -844,41 +853,10 @@ impl crate::ports::instancegroups::InstanceGroupStore for FakeInstanceGroupStore
     ) -> Result<(), crate::ports::instancegroups::StoreError> {
         let mut state = lock(&self.0);
         let Some(group) = state.groups.get_mut(&(namespace.to_string(), name.to_string())) else {
-            return Err(crate::ports::instancegroups::StoreError::Api {
-                operation: "patch status of",
-                object: format!("{namespace}/{name}"),
-                message: "404 NotFound".into(),
-                conflict: false,
-            });
+            return Err(crate::ports::instancegroups::StoreError::Gone(format!("{namespace}/{name}")));
         };
         group.status = Some(status.clone());
         state.status_writes += 1;
-        Ok(())
-    }
-
-    async fn set_finalizers(
-        &self,
-        namespace: &str,
-        name: &str,
-        from: &[String],
-        finalizers: &[String],
-    ) -> Result<(), crate::ports::instancegroups::StoreError> {
-        let mut state = lock(&self.0);
-        let key = (namespace.to_string(), name.to_string());
-        if let Some(group) = state.groups.get_mut(&key) {
-            if group.metadata.finalizers.as_deref().unwrap_or_default() != from {
-                return Err(crate::ports::instancegroups::StoreError::Api {
-                    operation: "set finalizers of",
-                    object: format!("{namespace}/{name}"),
-                    message: "the finalizers changed since they were read".into(),
-                    conflict: true,
-                });
-            }
-            group.metadata.finalizers = Some(finalizers.to_vec());
-            if finalizers.is_empty() && group.metadata.deletion_timestamp.is_some() {
-                state.groups.remove(&key);
-            }
-        }
         Ok(())
     }
 

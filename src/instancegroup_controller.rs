@@ -1,7 +1,8 @@
 //! Drives the InstanceGroup reconciler from kube-runtime's `Controller`: watch-driven (a change to
 //! a group, or to the boundaries ConfigMap, reconciles at once; no periodic list), one reconcile
-//! per object at a time, requeues and backoff from the runtime. The reconciler itself stays behind
-//! its ports; this is the only place where it meets kube's types.
+//! per object at a time, requeues and backoff from the runtime, our finalizer added and removed by
+//! kube-runtime's `finalizer()`. The reconciler itself stays behind its ports; this is the only
+//! place where it meets kube's types.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -10,6 +11,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::finalizer::{self, finalizer, Event};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher};
 use kube::runtime::WatchStreamExt;
@@ -17,13 +19,14 @@ use kube::{Api, Client};
 use thiserror::Error;
 use tracing::{debug, info, warn};
 
+use crate::instancegroup::api::FINALIZER;
 use crate::instancegroup::boundaries::InstanceManagerConfig;
 use crate::instancegroup::InstanceGroup;
 use crate::ports::instancegroups::InstanceGroupStore;
 use crate::ports::nodegroups::NodeGroupCloud;
 use crate::ports::ClusterView;
 use crate::supervise::Heartbeat;
-use crate::workers::instancegroups::{InstanceGroupReconciler, Requeue, REQUEUE, RESYNC};
+use crate::workers::instancegroups::{Cleanup, InstanceGroupReconciler, Requeue, REQUEUE, RESYNC};
 
 /// How soon a follower looks again: a new leader picks every group up within this.
 const FOLLOWER_RECHECK: Duration = Duration::from_secs(5);
@@ -39,13 +42,21 @@ const RECONCILE_DEADLINE: Duration = Duration::from_secs(240);
 /// How often the worker beats while its controller runs.
 const BEAT_EVERY: Duration = Duration::from_secs(10);
 
-/// A reconcile that failed a step; the runtime retries it with backoff.
+/// Why a reconcile ends without its work done; the runtime looks again.
 #[derive(Debug, Error)]
-#[error("InstanceGroup {0} did not reconcile; retrying with backoff")]
-pub(crate) struct RetryLater(String);
+pub(crate) enum RetryLater {
+    /// A step failed (the reconciler logged and reported it): again with backoff.
+    #[error("InstanceGroup {0} did not reconcile; retrying with backoff")]
+    Failed(String),
+    /// Its Auto Scaling group is still going: the finalizer stays, and the next look comes at
+    /// the usual requeue, not with a growing backoff.
+    #[error("InstanceGroup {0} is still being deleted")]
+    StillDeleting(String),
+}
 
 struct Context<C, S, V> {
     reconciler: InstanceGroupReconciler<C, S, V>,
+    client: Client,
     groups: Store<InstanceGroup>,
     boundaries: tokio::sync::Mutex<Option<InstanceManagerConfig>>,
     backoff: Mutex<HashMap<ObjectRef<InstanceGroup>, Duration>>,
@@ -70,6 +81,7 @@ pub(crate) async fn run<C, S, V>(
     let controller = Controller::new(groups, watcher::Config::default());
     let context = Arc::new(Context {
         reconciler,
+        client: client.clone(),
         groups: controller.store(),
         boundaries: tokio::sync::Mutex::new(None),
         backoff: Mutex::new(HashMap::new()),
@@ -84,7 +96,11 @@ pub(crate) async fn run<C, S, V>(
                 // A requeue for a group deleted meanwhile: nothing to do.
                 Err(e @ controller::Error::ObjectNotFound(_)) => debug!(error = %e, "InstanceGroup gone"),
                 // The reconciler has logged and reported its own failures.
-                Err(controller::Error::ReconcilerFailed(..)) | Ok(_) => {}
+                Err(controller::Error::ReconcilerFailed(
+                    finalizer::Error::ApplyFailed(_) | finalizer::Error::CleanupFailed(_),
+                    _,
+                ))
+                | Ok(_) => {}
                 Err(e) => warn!(error = %e, "InstanceGroup controller"),
             }
         });
@@ -112,7 +128,10 @@ fn config_changes(client: Client, namespace: &str, name: &str) -> impl Stream<It
         .filter_map(|change| async move { change.ok().map(|_| ()) })
 }
 
-async fn reconcile<C, S, V>(ig: Arc<InstanceGroup>, ctx: Arc<Context<C, S, V>>) -> Result<Action, RetryLater>
+async fn reconcile<C, S, V>(
+    ig: Arc<InstanceGroup>,
+    ctx: Arc<Context<C, S, V>>,
+) -> Result<Action, finalizer::Error<RetryLater>>
 where
     C: NodeGroupCloud + 'static,
     S: InstanceGroupStore + 'static,
@@ -122,39 +141,54 @@ where
     if !r.leadership.is_leader() {
         return Ok(Action::requeue(FOLLOWER_RECHECK));
     }
-    let config = {
-        let mut last = ctx.boundaries.lock().await;
-        *last = r.boundaries(last.take()).await;
-        last.clone()
-    };
     let all: Vec<InstanceGroup> = ctx.groups.state().iter().map(|g| (**g).clone()).collect();
     let key = ObjectRef::from_obj(&*ig);
-    let requeue = within(RECONCILE_DEADLINE, &key, r.reconcile(&ig, config.as_ref(), &all)).await;
+    let api: Api<InstanceGroup> =
+        Api::namespaced(ctx.client.clone(), ig.metadata.namespace.as_deref().unwrap_or_default());
+    let outcome = finalizer(&api, FINALIZER, ig, |event| async {
+        match event {
+            Event::Apply(ig) => {
+                let config = {
+                    let mut last = ctx.boundaries.lock().await;
+                    *last = r.boundaries(last.take()).await;
+                    last.clone()
+                };
+                match within(RECONCILE_DEADLINE, &key, Requeue::Retry, r.reconcile(&ig, config.as_ref())).await {
+                    Requeue::Retry => Err(RetryLater::Failed(key.to_string())),
+                    Requeue::After(d) => Ok(Action::requeue(d)),
+                    Requeue::OnChange => Ok(Action::requeue(RESYNC)),
+                }
+            }
+            Event::Cleanup(ig) => {
+                let timed_out = Cleanup::Again(Requeue::Retry);
+                match within(RECONCILE_DEADLINE, &key, timed_out, r.clean_up(&ig, &all)).await {
+                    Cleanup::Done => Ok(Action::await_change()),
+                    Cleanup::Again(Requeue::Retry) => Err(RetryLater::Failed(key.to_string())),
+                    Cleanup::Again(_) => Err(RetryLater::StillDeleting(key.to_string())),
+                }
+            }
+        }
+    })
+    .await;
     r.report_states(all.iter());
-    match requeue {
-        Requeue::Retry => Err(RetryLater(key.to_string())),
-        Requeue::After(d) => {
-            forget_backoff(&ctx, &key);
-            Ok(Action::requeue(d))
-        }
-        Requeue::OnChange => {
-            forget_backoff(&ctx, &key);
-            Ok(Action::requeue(RESYNC))
-        }
+    if outcome.is_ok() {
+        forget_backoff(&ctx, &key);
     }
+    outcome
 }
 
-/// `reconcile`'s answer, or a retry once `deadline` passed without one.
-async fn within(
+/// `work`'s answer, or `timed_out` once `deadline` passed without one.
+async fn within<T>(
     deadline: Duration,
     key: &ObjectRef<InstanceGroup>,
-    reconcile: impl std::future::Future<Output = Requeue>,
-) -> Requeue {
-    match tokio::time::timeout(deadline, reconcile).await {
-        Ok(requeue) => requeue,
+    timed_out: T,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    match tokio::time::timeout(deadline, work).await {
+        Ok(answer) => answer,
         Err(_) => {
             warn!(instancegroup = %key, deadline_seconds = deadline.as_secs(), "reconcile took too long; abandoned and retried with backoff");
-            Requeue::Retry
+            timed_out
         }
     }
 }
@@ -164,8 +198,15 @@ fn forget_backoff<C, S, V>(ctx: &Context<C, S, V>, key: &ObjectRef<InstanceGroup
 }
 
 /// Exponential backoff per group, from [`REQUEUE`] doubling to [`MAX_BACKOFF`], as
-/// controller-runtime does.
-fn error_policy<C, S, V>(ig: Arc<InstanceGroup>, _error: &RetryLater, ctx: Arc<Context<C, S, V>>) -> Action {
+/// controller-runtime does; a deletion waiting on its Auto Scaling group looks again at [`REQUEUE`].
+fn error_policy<C, S, V>(
+    ig: Arc<InstanceGroup>,
+    error: &finalizer::Error<RetryLater>,
+    ctx: Arc<Context<C, S, V>>,
+) -> Action {
+    if let finalizer::Error::CleanupFailed(RetryLater::StillDeleting(_)) = error {
+        return Action::requeue(REQUEUE);
+    }
     let mut backoff = ctx.backoff.lock().unwrap_or_else(|p| p.into_inner());
     let next = backoff.get(&ObjectRef::from_obj(&*ig)).map_or(REQUEUE, |b| (*b * 2).min(MAX_BACKOFF));
     backoff.insert(ObjectRef::from_obj(&*ig), next);
@@ -179,9 +220,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_reconcile_that_hangs_is_abandoned_and_retried() {
         let key = ObjectRef::new("stuck").within("tenant-a");
-        let hung = within(RECONCILE_DEADLINE, &key, std::future::pending::<Requeue>());
+        let hung = within(RECONCILE_DEADLINE, &key, Requeue::Retry, std::future::pending::<Requeue>());
         assert!(matches!(hung.await, Requeue::Retry));
-        let quick = within(RECONCILE_DEADLINE, &key, async { Requeue::OnChange });
+        let quick = within(RECONCILE_DEADLINE, &key, Requeue::Retry, async { Requeue::OnChange });
         assert!(matches!(quick.await, Requeue::OnChange));
     }
 }

@@ -21,8 +21,6 @@ use crate::ports::instancegroups::{CustomKind, InstanceGroupStore, StoreError};
 
 /// Attempts at an aws-auth edit when someone else writes it at the same time.
 const AWS_AUTH_ATTEMPTS: usize = 5;
-/// Objects per list page.
-const PAGE: u32 = 100;
 
 /// InstanceGroups and what goes with them, through the API server.
 #[derive(Clone)]
@@ -133,57 +131,13 @@ impl KubeInstanceGroups {
 }
 
 impl InstanceGroupStore for KubeInstanceGroups {
-    async fn list(&self) -> Result<Vec<InstanceGroup>, StoreError> {
-        let api: Api<InstanceGroup> = Api::all(self.client.clone());
-        let mut groups = Vec::new();
-        let mut params = ListParams::default().limit(PAGE);
-        loop {
-            let page = api.list(&params).await.map_err(|e| api_error("list", "instancegroups", e))?;
-            groups.extend(page.items);
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => return Ok(groups),
-            }
-        }
-    }
-
     async fn patch_status(&self, namespace: &str, name: &str, status: &InstanceGroupStatus) -> Result<(), StoreError> {
         let api: Api<InstanceGroup> = Api::namespaced(self.client.clone(), namespace);
         let patch = json!({ "status": status });
-        api.patch_status(name, &params(), &Patch::Merge(&patch))
-            .await
-            .map(|_| ())
-            .map_err(|e| api_error("patch status of", format!("{namespace}/{name}"), e))
-    }
-
-    async fn set_finalizers(
-        &self,
-        namespace: &str,
-        name: &str,
-        from: &[String],
-        to: &[String],
-    ) -> Result<(), StoreError> {
-        let api: Api<InstanceGroup> = Api::namespaced(self.client.clone(), namespace);
-        // A JSON patch that tests the list as read: another controller's finalizer added since
-        // fails the test (422) instead of being dropped; an unrelated write does not get in the way.
-        let ops = if from.is_empty() {
-            json!([{ "op": "add", "path": "/metadata/finalizers", "value": to }])
-        } else {
-            json!([
-                { "op": "test", "path": "/metadata/finalizers", "value": from },
-                { "op": "replace", "path": "/metadata/finalizers", "value": to },
-            ])
-        };
-        let patch: json_patch::Patch = serde_json::from_value(ops).map_err(|e| StoreError::Api {
-            operation: "set finalizers of",
-            object: format!("{namespace}/{name}"),
-            message: e.to_string(),
-            conflict: false,
-        })?;
-        api.patch(name, &params(), &Patch::<()>::Json(patch))
-            .await
-            .map(|_| ())
-            .map_err(|e| api_error("set finalizers of", format!("{namespace}/{name}"), e))
+        api.patch_status(name, &params(), &Patch::Merge(&patch)).await.map(|_| ()).map_err(|e| match e {
+            kube::Error::Api(status) if status.code == 404 => StoreError::Gone(format!("{namespace}/{name}")),
+            e => api_error("patch status of", format!("{namespace}/{name}"), e),
+        })
     }
 
     async fn config_map(&self) -> Result<Option<BTreeMap<String, String>>, StoreError> {

@@ -22,6 +22,9 @@ pub enum StoreError {
         /// 409: someone else wrote first; read again and retry.
         conflict: bool,
     },
+    /// The InstanceGroup is gone from the API server (deleted once its finalizers went).
+    #[error("InstanceGroup {0} is gone")]
+    Gone(String),
     /// The `crd` strategy's CustomResourceDefinition does not exist.
     #[error("spec.strategy.crd.crdName: no CustomResourceDefinition {0:?}")]
     NoSuchCrd(String),
@@ -45,24 +48,13 @@ pub struct CustomKind {
 
 /// The Kubernetes side of InstanceGroups.
 pub trait InstanceGroupStore: Send + Sync {
-    /// Every InstanceGroup in the cluster.
-    fn list(&self) -> impl Future<Output = Result<Vec<InstanceGroup>, StoreError>> + Send;
     /// Replaces `status` (a merge patch on the status subresource; spec is never written).
+    /// [`StoreError::Gone`] when the object no longer exists.
     fn patch_status(
         &self,
         namespace: &str,
         name: &str,
         status: &InstanceGroupStatus,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Changes `metadata.finalizers` from `from` (as last read) to `to`, guarded by the list
-    /// itself rather than the resourceVersion: the daemon's own status write bumps the version
-    /// between its read and this write, and must not make the finalizer impossible to remove.
-    fn set_finalizers(
-        &self,
-        namespace: &str,
-        name: &str,
-        from: &[String],
-        to: &[String],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// The `instance-manager` ConfigMap's data, if it exists.
     fn config_map(&self) -> impl Future<Output = Result<Option<BTreeMap<String, String>>, StoreError>> + Send;

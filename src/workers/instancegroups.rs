@@ -10,7 +10,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use crate::core::{GroupName, InstanceId, NodeName, SignalKind, Timestamp};
-use crate::instancegroup::api::{Condition, InstanceGroup, InstanceGroupSpec, InstanceGroupStatus, FINALIZER};
+use crate::instancegroup::api::{Condition, InstanceGroup, InstanceGroupSpec, InstanceGroupStatus};
 use crate::instancegroup::boundaries::InstanceManagerConfig;
 use crate::instancegroup::crd_strategy::{self, CrdStep};
 use crate::instancegroup::design::{CrdPlan, GroupDesign, Strategy};
@@ -31,7 +31,6 @@ use crate::workers::Clock;
 pub(crate) const REQUEUE: Duration = Duration::from_secs(10);
 /// Terminal states are re-checked this often, so out-of-band AWS edits are reverted.
 pub(crate) const RESYNC: Duration = Duration::from_secs(600);
-const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 /// The states upstream writes to `status.currentState`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -131,6 +130,24 @@ impl ReconcileError {
     }
 }
 
+/// Where a deletion stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cleanup {
+    /// Everything the group made is gone (or was never its own): its finalizer may go.
+    Done,
+    /// Not yet (its Auto Scaling group is going, or a step failed): look again.
+    Again(Requeue),
+}
+
+/// What one reconcile does.
+#[derive(Clone, Copy)]
+enum Work<'a> {
+    /// Brings AWS to the spec, with the ConfigMap when it applies.
+    Apply(Option<&'a InstanceManagerConfig>),
+    /// Deletes what the group made; the others share aws-auth roles.
+    CleanUp(&'a [InstanceGroup]),
+}
+
 /// When to look at a group again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Requeue {
@@ -219,14 +236,10 @@ where
         (spec, config.md5.clone())
     }
 
-    /// Reconciles one InstanceGroup with the ConfigMap `config` (unless its namespace opted out).
-    /// `all` is every InstanceGroup (aws-auth sharing at deletion).
-    pub async fn reconcile(
-        &self,
-        ig: &InstanceGroup,
-        config: Option<&InstanceManagerConfig>,
-        all: &[InstanceGroup],
-    ) -> Requeue {
+    /// Brings AWS and `status` to `ig`'s spec, with the ConfigMap `config` (unless its namespace
+    /// opted out). The controller calls it once the group carries our finalizer and is not being
+    /// deleted.
+    pub async fn reconcile(&self, ig: &InstanceGroup, config: Option<&InstanceManagerConfig>) -> Requeue {
         let config = match config {
             Some(config) => match self.store.namespace_excluded(&key(ig).0).await {
                 Ok(excluded) => Some(config).filter(|_| !excluded),
@@ -237,21 +250,26 @@ where
             },
             None => None,
         };
-        self.reconcile_status(ig, config, all).await.0
+        self.reconcile_status(ig, Work::Apply(config)).await.0
     }
 
-    async fn reconcile_status(
-        &self,
-        ig: &InstanceGroup,
-        config: Option<&InstanceManagerConfig>,
-        all: &[InstanceGroup],
-    ) -> (Requeue, InstanceGroupStatus) {
+    /// Deletes what `ig` made (its Auto Scaling group first, then its launch template, role and
+    /// aws-auth entry, unless another of `all` maps the same role) and writes `Deleted`. The
+    /// controller calls it while our finalizer holds the deleted group, and removes the finalizer
+    /// on [`Cleanup::Done`].
+    pub async fn clean_up(&self, ig: &InstanceGroup, all: &[InstanceGroup]) -> Cleanup {
+        match self.reconcile_status(ig, Work::CleanUp(all)).await {
+            (Requeue::OnChange, status) if status.current_state == State::Deleted => Cleanup::Done,
+            (requeue, _) => Cleanup::Again(requeue),
+        }
+    }
+
+    async fn reconcile_status(&self, ig: &InstanceGroup, work: Work<'_>) -> (Requeue, InstanceGroupStatus) {
         let before = ig.status.clone().unwrap_or_default();
         let mut status = before.clone();
-        let outcome = if ig.metadata.deletion_timestamp.is_some() {
-            self.delete(ig, &mut status, all).await
-        } else {
-            self.apply(ig, config, &mut status).await
+        let outcome = match work {
+            Work::CleanUp(all) => self.delete(ig, &mut status, all).await,
+            Work::Apply(config) => self.apply(ig, config, &mut status).await,
         };
         let requeue = match outcome {
             Ok(requeue) => {
@@ -302,12 +320,6 @@ where
         status: &mut InstanceGroupStatus,
     ) -> Result<Requeue, ReconcileError> {
         let (namespace, name) = key(ig);
-        let finalizers = ig.metadata.finalizers.clone().unwrap_or_default();
-        if !finalizers.iter().any(|f| f == FINALIZER) {
-            let mut with = finalizers.clone();
-            with.push(FINALIZER.to_string());
-            self.store.set_finalizers(&namespace, &name, &finalizers, &with).await?;
-        }
         let (spec, md5) = Self::effective_spec(ig, config);
         status.config_md5 = md5;
         status.provisioner =
@@ -595,10 +607,6 @@ where
         all: &[InstanceGroup],
     ) -> Result<Requeue, ReconcileError> {
         let (namespace, name) = key(ig);
-        let finalizers = ig.metadata.finalizers.clone().unwrap_or_default();
-        if !finalizers.iter().any(|f| f == FINALIZER) {
-            return Ok(Requeue::OnChange);
-        }
         let configuration = ig.spec.eks.as_ref().map(|e| &e.configuration);
         let prefix = match (&status.active_scaling_group_name, configuration) {
             (asg, _) if !asg.is_empty() => asg.clone(),
@@ -624,9 +632,7 @@ where
                 warn!(%namespace, %name, %message, "InstanceGroup deleted without its AWS resources");
                 self.event(ig, "ReconcileFailed", &message, true).await;
                 status.current_state = State::Deleted.into();
-                self.store.patch_status(&namespace, &name, status).await?;
-                let remaining: Vec<String> = finalizers.iter().filter(|f| *f != FINALIZER).cloned().collect();
-                self.store.set_finalizers(&namespace, &name, &finalizers, &remaining).await?;
+                self.write_deleted(&namespace, &name, status).await?;
                 return Ok(Requeue::OnChange);
             }
             if let Some(facts) = facts {
@@ -661,9 +667,7 @@ where
             }
         }
         status.current_state = State::Deleted.into();
-        self.store.patch_status(&namespace, &name, status).await?;
-        let remaining: Vec<String> = finalizers.iter().filter(|f| *f != FINALIZER).cloned().collect();
-        self.store.set_finalizers(&namespace, &name, &finalizers, &remaining).await?;
+        self.write_deleted(&namespace, &name, status).await?;
         self.event(
             ig,
             "InstanceGroupDeleted",
@@ -672,6 +676,15 @@ where
         )
         .await;
         Ok(Requeue::OnChange)
+    }
+
+    /// Writes the `Deleted` status. An object already gone was cleaned up by an earlier pass
+    /// that a requeue of its last, stale copy repeats: nothing is left to write.
+    async fn write_deleted(&self, namespace: &str, name: &str, status: &InstanceGroupStatus) -> Result<(), StoreError> {
+        match self.store.patch_status(namespace, name, status).await {
+            Ok(()) | Err(StoreError::Gone(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// The boundaries ConfigMap as it is now: `None` when there is none, `last` (the last good
@@ -695,115 +708,11 @@ where
 
     /// Reports how many InstanceGroups are in each state (`status.currentState`, `Init` before
     /// the first).
-    pub(crate) fn report_states<'g>(&self, groups: impl Iterator<Item = &'g InstanceGroup>) {
+    pub fn report_states<'g>(&self, groups: impl Iterator<Item = &'g InstanceGroup>) {
         self.metrics.instancegroups.states(groups.map(|ig| {
             ig.status.as_ref().map(|s| s.current_state.as_str()).filter(|s| !s.is_empty()).unwrap_or("Init")
         }));
     }
-
-    /// One pass over a listing: reconciles the InstanceGroups that changed (generation, the
-    /// ConfigMap, their namespace's opt-out) or whose time came. Returns how many were reconciled.
-    /// The daemon is watch-driven (`instancegroup_controller`); this drives the reconciler where
-    /// there is no watch (the in-memory store of the tests).
-    pub async fn pass(&self, schedule: &mut Schedule) -> usize {
-        let groups = match self.store.list().await {
-            Ok(groups) => groups,
-            Err(e) => {
-                warn!(error = %e, "listing InstanceGroups failed");
-                return 0;
-            }
-        };
-        schedule.config = self.boundaries(schedule.config.take()).await;
-        let md5 = schedule.config.as_ref().map(|c| c.md5.clone()).unwrap_or_default();
-        // One opt-out lookup per namespace and pass; `None` when it failed (those groups wait).
-        let mut excluded: HashMap<String, Option<bool>> = HashMap::new();
-        if !md5.is_empty() {
-            for ig in &groups {
-                if let std::collections::hash_map::Entry::Vacant(slot) = excluded.entry(key(ig).0) {
-                    let opted_out = self.store.namespace_excluded(slot.key()).await;
-                    if let Err(e) = &opted_out {
-                        warn!(namespace = %slot.key(), error = %e, "reading the namespace's opt-out failed");
-                    }
-                    slot.insert(opted_out.ok());
-                }
-            }
-        }
-        let now = (self.clock)();
-        schedule.due.retain(|k, _| groups.iter().any(|g| &key(g) == k));
-        schedule.states.retain(|k, _| groups.iter().any(|g| &key(g) == k));
-        for ig in &groups {
-            let current = ig.status.as_ref().map(|s| s.current_state.clone()).filter(|s| !s.is_empty());
-            schedule.states.entry(key(ig)).or_insert_with(|| current.unwrap_or_else(|| "Init".into()));
-        }
-        let mut reconciled = 0;
-        for ig in &groups {
-            let k = key(ig);
-            let opted_out = match excluded.get(&k.0) {
-                Some(None) => continue,
-                Some(Some(opted_out)) => *opted_out,
-                None => false,
-            };
-            let config = schedule.config.as_ref().filter(|_| !opted_out);
-            let applied = config.map(|c| c.md5.clone()).unwrap_or_default();
-            let due = match schedule.due.get(&k) {
-                None => true,
-                Some(seen) => {
-                    seen.generation != ig.metadata.generation
-                        || seen.deleting != ig.metadata.deletion_timestamp.is_some()
-                        || seen.config_md5 != applied
-                        || now >= seen.at
-                }
-            };
-            if !due {
-                continue;
-            }
-            reconciled += 1;
-            let (wait, status) = self.reconcile_status(ig, config, &groups).await;
-            schedule.states.insert(k.clone(), status.current_state);
-            let wait = match wait {
-                Requeue::Retry => {
-                    let next = schedule.backoff.get(&k).map_or(REQUEUE, |b| (*b * 2).min(MAX_BACKOFF));
-                    schedule.backoff.insert(k.clone(), next);
-                    next
-                }
-                Requeue::After(d) => {
-                    schedule.backoff.remove(&k);
-                    d
-                }
-                Requeue::OnChange => {
-                    schedule.backoff.remove(&k);
-                    RESYNC
-                }
-            };
-            let deleting = ig.metadata.deletion_timestamp.is_some();
-            schedule.due.insert(
-                k,
-                Seen { generation: ig.metadata.generation, deleting, config_md5: applied, at: now.plus(wait) },
-            );
-        }
-        self.metrics
-            .instancegroups
-            .states(groups.iter().map(|ig| schedule.states.get(&key(ig)).map_or("Init", String::as_str)));
-        reconciled
-    }
-}
-
-/// What the reconciler last did with one InstanceGroup.
-#[derive(Debug, Clone)]
-struct Seen {
-    generation: Option<i64>,
-    deleting: bool,
-    config_md5: String,
-    at: Timestamp,
-}
-
-/// What the reconciler remembers between passes (in memory: a restart reconciles everything once).
-#[derive(Debug, Default)]
-pub struct Schedule {
-    due: HashMap<(String, String), Seen>,
-    backoff: HashMap<(String, String), Duration>,
-    config: Option<InstanceManagerConfig>,
-    states: HashMap<(String, String), String>,
 }
 
 /// Refuses what AWS holds under `prefix` when its tags name another owner than `ours`.
