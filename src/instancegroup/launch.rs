@@ -66,6 +66,22 @@ pub(crate) fn foreign_owner(
     })
 }
 
+/// A launch template as AWS holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateFacts {
+    /// Name.
+    pub name: String,
+    /// Latest version number.
+    pub(crate) latest_version: String,
+    /// Data of the latest version.
+    pub data: LaunchTemplateData,
+    /// When the template was created (`YYYYMMDDhhmmss`, UTC): with the version, it names the
+    /// `crd` strategy's resources.
+    pub created: String,
+    /// Its tags: whose it is.
+    pub tags: BTreeMap<String, String>,
+}
+
 /// Cloud facts the launch template is built from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Resolved {
@@ -371,7 +387,7 @@ fn same_mixed(a: &MixedInstances, b: &MixedInstances) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::instancegroup::validate::{validate, ObjectInfo};
     use crate::instancegroup::InstanceGroup;
@@ -389,7 +405,7 @@ mod tests {
         validate(&info, &ig.spec, &crate::instancegroup::validate::IamRules::default()).expect("valid")
     }
 
-    fn resolved() -> Resolved {
+    pub(crate) fn resolved() -> Resolved {
         Resolved {
             subnet_ids: vec!["subnet-1".into(), "subnet-2".into()],
             security_group_ids: vec!["sg-2".into(), "sg-1".into()],
@@ -398,7 +414,7 @@ mod tests {
         }
     }
 
-    fn facts_for(asg: &AsgDesign) -> AsgFacts {
+    pub(crate) fn facts_for(asg: &AsgDesign) -> AsgFacts {
         AsgFacts {
             name: GroupName::from(asg.name.as_str()),
             min_size: asg.min_size,

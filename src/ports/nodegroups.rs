@@ -7,24 +7,9 @@ use std::future::Future;
 use super::{AwsFailure, FailureKind};
 use crate::core::GroupName;
 use crate::instancegroup::design::RoleChoice;
+pub use crate::instancegroup::launch::TemplateFacts;
 use crate::instancegroup::launch::{AsgChanges, AsgDesign, AsgFacts, LaunchTemplateData};
 use crate::instancegroup::userdata::ClusterInfo;
-
-/// A launch template as AWS holds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TemplateFacts {
-    /// Name.
-    pub name: String,
-    /// Latest version number.
-    pub(crate) latest_version: String,
-    /// Data of the latest version.
-    pub data: LaunchTemplateData,
-    /// When the template was created (`YYYYMMDDhhmmss`, UTC): with the version, it names the
-    /// `crd` strategy's resources.
-    pub created: String,
-    /// Its tags: whose it is.
-    pub tags: BTreeMap<String, String>,
-}
 
 /// The node role and instance profile in use.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

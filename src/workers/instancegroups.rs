@@ -3,100 +3,30 @@
 //! is marked; the scaler and drainer replace, drain and terminate it), so nodes are drained before
 //! they are terminated and a rotation never races the booster's own drains.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tracing::{info, warn};
 
-use crate::core::{GroupName, InstanceId, NodeName, SignalKind, Timestamp};
-use crate::instancegroup::api::{Condition, InstanceGroup, InstanceGroupSpec, InstanceGroupStatus};
+use crate::core::{GroupName, Timestamp};
+use crate::instancegroup::api::{InstanceGroup, InstanceGroupSpec, InstanceGroupStatus};
 use crate::instancegroup::boundaries::InstanceManagerConfig;
 use crate::instancegroup::crd_strategy::{self, CrdStep};
-use crate::instancegroup::design::{CrdPlan, GroupDesign, Strategy};
-use crate::instancegroup::launch::{
-    asg_changes, asg_design, drift, foreign_owner, launch_template_data, owner_tags, owner_tags_of, AsgFacts, Resolved,
+use crate::instancegroup::design::{CrdPlan, GroupDesign};
+use crate::instancegroup::launch::{owner_tags, owner_tags_of, AsgFacts, Resolved};
+use crate::instancegroup::plan::{
+    cleanup_step, converge, group_step, owned, set_condition, template_step, CleanupSeen, CleanupStep, GroupStep,
+    NodeStep, NodesSeen, Owned, TemplateStep,
 };
-use crate::instancegroup::rolling::{self, NodeFacts, RollingInput, RollingStep};
+pub use crate::instancegroup::plan::{Requeue, State, REQUEUE, RESYNC};
 use crate::instancegroup::validate::{
     managed_role_name, validate, FieldError, FieldErrorKind, IamRules, ObjectInfo, ValidateError,
 };
 use crate::metrics::{Metrics, ReconcileResult};
 use crate::ports::instancegroups::{InstanceGroupStore, StoreError};
-use crate::ports::nodegroups::{CloudError, NodeGroupCloud, TemplateFacts};
+use crate::ports::nodegroups::{CloudError, NodeGroupCloud};
 use crate::ports::{ClusterView, Leadership};
 use crate::workers::Clock;
-
-/// Non-terminal states are looked at again after this long (upstream's fixed requeue).
-pub(crate) const REQUEUE: Duration = Duration::from_secs(10);
-/// Terminal states are re-checked this often, so out-of-band AWS edits are reverted.
-pub(crate) const RESYNC: Duration = Duration::from_secs(600);
-
-/// The states upstream writes to `status.currentState`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum State {
-    /// Being created.
-    InitCreate,
-    /// AWS resources being changed.
-    ReconcileModifying,
-    /// Nodes being rotated.
-    InitUpgrade,
-    /// Everything matches and every node is Ready.
-    Ready,
-    /// Invalid spec or a failed step.
-    Error,
-    /// A rotation is needed but upgrades are locked.
-    Locked,
-    /// The ASG is being deleted.
-    Deleting,
-    /// Everything is gone; the finalizer is removed.
-    Deleted,
-}
-
-impl State {
-    /// Every state.
-    pub const ALL: [State; 8] = [
-        State::InitCreate,
-        State::ReconcileModifying,
-        State::InitUpgrade,
-        State::Ready,
-        State::Error,
-        State::Locked,
-        State::Deleting,
-        State::Deleted,
-    ];
-
-    /// The name upstream writes.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            State::InitCreate => "InitCreate",
-            State::ReconcileModifying => "ReconcileModifying",
-            State::InitUpgrade => "InitUpgrade",
-            State::Ready => "Ready",
-            State::Error => "Error",
-            State::Locked => "Locked",
-            State::Deleting => "Deleting",
-            State::Deleted => "Deleted",
-        }
-    }
-
-    /// The state a status names, `None` for one no version writes.
-    pub fn parse(text: &str) -> Option<State> {
-        State::ALL.into_iter().find(|s| s.as_str() == text)
-    }
-}
-
-impl From<State> for String {
-    fn from(state: State) -> String {
-        state.as_str().to_string()
-    }
-}
-
-impl PartialEq<State> for String {
-    fn eq(&self, state: &State) -> bool {
-        self == state.as_str()
-    }
-}
 
 /// Reconciling one InstanceGroup failed.
 #[derive(Debug, thiserror::Error)]
@@ -108,15 +38,8 @@ pub(crate) enum ReconcileError {
     #[error(transparent)]
     Store(#[from] StoreError),
     /// An AWS resource under this InstanceGroup's name belongs to another.
-    #[error("{what} {name} belongs to {owner}: not adopted, changed or deleted")]
-    Owned {
-        /// `launch template`, `Auto Scaling group`.
-        what: &'static str,
-        /// Its name.
-        name: String,
-        /// Whose it is, by its tags.
-        owner: String,
-    },
+    #[error(transparent)]
+    Owned(#[from] Owned),
 }
 
 impl ReconcileError {
@@ -124,7 +47,7 @@ impl ReconcileError {
         match self {
             ReconcileError::Cloud(e) => e.is_transient(),
             // Refused, not failed: retrying changes nothing until someone acts.
-            ReconcileError::Store(StoreError::AwsAuth(_)) | ReconcileError::Owned { .. } => false,
+            ReconcileError::Store(StoreError::AwsAuth(_)) | ReconcileError::Owned(_) => false,
             ReconcileError::Store(_) => true,
         }
     }
@@ -148,17 +71,6 @@ enum Work<'a> {
     CleanUp(&'a [InstanceGroup]),
 }
 
-/// When to look at a group again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Requeue {
-    /// After this long.
-    After(Duration),
-    /// Only when it changes (or at the next resync).
-    OnChange,
-    /// A step failed: again with exponential backoff, as controller-runtime does.
-    Retry,
-}
-
 /// The InstanceGroup reconciler. `C`: AWS; `S`: Kubernetes; `V`: the watched cluster (nodes).
 pub struct InstanceGroupReconciler<C, S, V> {
     /// AWS.
@@ -177,31 +89,8 @@ pub struct InstanceGroupReconciler<C, S, V> {
     pub iam: IamRules,
 }
 
-fn rfc3339(at: Timestamp) -> String {
-    jiff::Timestamp::from_millisecond(at.as_millis()).map(|t| t.to_string()).unwrap_or_default()
-}
-
 fn key(ig: &InstanceGroup) -> (String, String) {
     (ig.metadata.namespace.clone().unwrap_or_default(), ig.metadata.name.clone().unwrap_or_default())
-}
-
-/// Sets a condition, keeping its transition time when its status did not change.
-fn set_condition(status: &mut InstanceGroupStatus, kind: &str, ok: bool, reason: &str, message: String, now: &str) {
-    let value = if ok { "True" } else { "False" };
-    let previous = status.conditions.iter().find(|c| c.condition_type == kind);
-    let since = match previous {
-        Some(c) if c.status == value => c.last_transition_time.clone(),
-        _ => now.to_string(),
-    };
-    status.conditions.retain(|c| c.condition_type != kind);
-    status.conditions.push(Condition {
-        condition_type: kind.to_string(),
-        status: value.to_string(),
-        reason: reason.to_string(),
-        message,
-        last_transition_time: since,
-    });
-    status.conditions.sort_by(|a, b| a.condition_type.cmp(&b.condition_type));
 }
 
 impl<C, S, V> InstanceGroupReconciler<C, S, V>
@@ -210,8 +99,8 @@ where
     S: InstanceGroupStore,
     V: ClusterView,
 {
-    fn now(&self) -> String {
-        rfc3339((self.clock)())
+    fn now(&self) -> Timestamp {
+        (self.clock)()
     }
 
     /// The spec with the ConfigMap applied, and the hash to record. `config` is `None` when there
@@ -291,7 +180,7 @@ where
                     status.current_state = State::Error.into();
                 }
                 let reason = if transient { "TransientError" } else { "ReconcileFailed" };
-                set_condition(&mut status, "Reconciled", false, reason, message.clone(), &self.now());
+                set_condition(&mut status, "Reconciled", false, reason, message.clone(), self.now());
                 self.event(ig, reason, &message, true).await;
                 Requeue::Retry
             }
@@ -335,7 +224,7 @@ where
             Err(invalid) => {
                 let message = invalid.to_string();
                 status.current_state = State::Error.into();
-                set_condition(status, "Reconciled", false, invalid.reason(), message.clone(), &self.now());
+                set_condition(status, "Reconciled", false, invalid.reason(), message.clone(), self.now());
                 if ig
                     .status
                     .as_ref()
@@ -363,38 +252,27 @@ where
         let security_group_ids = self.cloud.security_group_ids(vpc.as_deref(), &design.security_groups).await?;
         let resolved =
             Resolved { subnet_ids, security_group_ids, instance_profile_arn: role.profile_arn.clone(), cluster };
-        let data = launch_template_data(&design, &resolved);
-        let mut template_created = String::new();
-        let version = match template {
-            None => {
+        let version = match template_step(&design, &resolved, template.as_ref()) {
+            TemplateStep::Current(version) => version,
+            TemplateStep::Create(data) => {
                 let version = self.cloud.create_launch_template(&design.prefix, &owner_tags(&design), &data).await?;
                 info!(%namespace, %name, template = %design.prefix, "launch template created");
                 version
             }
-            Some(current) => {
-                template_created = current.created.clone();
-                let drifted = drift(&current.data, &data);
-                if drifted.is_empty() {
-                    current.latest_version
-                } else {
-                    let version = self.cloud.create_template_version(&design.prefix, &data).await?;
-                    let message = format!("launch template version {version}: {} changed", drifted.join(", "));
-                    info!(%namespace, %name, %message, "launch template drift");
-                    self.event(ig, "LaunchTemplateUpdated", &message, false).await;
-                    version
-                }
+            TemplateStep::NewVersion(data, drifted) => {
+                let version = self.cloud.create_template_version(&design.prefix, &data).await?;
+                let message = format!("launch template version {version}: {} changed", drifted.join(", "));
+                info!(%namespace, %name, %message, "launch template drift");
+                self.event(ig, "LaunchTemplateUpdated", &message, false).await;
+                version
             }
         };
         status.latest_template_version = version.clone();
         status.nodes_instance_role_arn = role.role_arn.clone().unwrap_or_default();
-
-        let facts = group;
-        let running = facts.iter().flat_map(|f| &f.instances).filter_map(|i| i.instance_type.clone()).collect();
-        let wanted = asg_design(&design, &resolved, &running);
         status.current_min = Some(design.min_size.into());
         status.current_max = Some(design.max_size.into());
-        let facts = match facts {
-            None => {
+        let facts = match (group_step(&design, &resolved, group.as_ref()), group) {
+            (GroupStep::Create(wanted), _) => {
                 self.cloud.create_scaling_group(&wanted).await?;
                 self.event(ig, "InstanceGroupCreated", &format!("Auto Scaling Group {} created", design.prefix), false)
                     .await;
@@ -402,22 +280,18 @@ where
                     self.store.upsert_aws_auth(arn).await?;
                 }
                 status.current_state = State::InitCreate.into();
-                set_condition(
-                    status,
-                    "Reconciled",
-                    true,
-                    "Created",
-                    format!("Auto Scaling Group {} created", design.prefix),
-                    &self.now(),
-                );
+                let message = format!("Auto Scaling Group {} created", design.prefix);
+                set_condition(status, "Reconciled", true, "Created", message, self.now());
                 return Ok(Requeue::After(REQUEUE));
             }
-            Some(facts) => facts,
+            (GroupStep::Update(wanted, changes), Some(facts)) => {
+                if !changes.is_empty() {
+                    self.cloud.update_scaling_group(&wanted, &changes).await?;
+                }
+                facts
+            }
+            (GroupStep::Update(..), None) => unreachable!("group_step updates only a group that exists"),
         };
-        let changes = asg_changes(&facts, &wanted);
-        if !changes.is_empty() {
-            self.cloud.update_scaling_group(&wanted, &changes).await?;
-        }
         // Before any readiness wait: a hand-edited aws-auth must not lock new nodes out.
         if let Some(arn) = &role.role_arn {
             self.store.upsert_aws_auth(arn).await?;
@@ -428,14 +302,14 @@ where
             true,
             "Applied",
             format!("launch template version {version} and the Auto Scaling Group match the spec"),
-            &self.now(),
+            self.now(),
         );
-        let launch_id = format!("{template_created}-{version}");
+        let launch_id = format!("{}-{version}", template.map(|t| t.created).unwrap_or_default());
         self.converge_nodes(ig, &design, &facts, (&version, &launch_id), status).await
     }
 
-    /// Rotation and readiness: `InitUpgrade` while drifted nodes remain, `Ready` once none do
-    /// and every instance is a Ready node.
+    /// Rotation and readiness, as [`converge`] decides them: marks the nodes to rotate, or runs
+    /// the `crd` strategy's step.
     async fn converge_nodes(
         &self,
         ig: &InstanceGroup,
@@ -444,93 +318,33 @@ where
         (version, launch_id): (&str, &str),
         status: &mut InstanceGroupStatus,
     ) -> Result<Requeue, ReconcileError> {
-        let view = self.view.current();
-        let mut nodes: BTreeMap<InstanceId, NodeFacts> = BTreeMap::new();
-        let mut node_names: HashMap<InstanceId, NodeName> = HashMap::new();
-        if let Some(view) = &view {
-            for node in view.nodes.values() {
-                let Some(instance) = &node.instance else { continue };
-                node_names.insert(instance.clone(), node.name.clone());
-                nodes.insert(
-                    instance.clone(),
-                    NodeFacts { ready: node.ready, rotating: false, busy: node.cordoned || node.deleting_by_ca },
-                );
-            }
-            for signal in &view.signals {
-                if let Some(facts) = nodes.get_mut(&signal.instance) {
-                    if signal.kind == SignalKind::Rotation {
-                        facts.rotating = true;
-                    } else {
-                        facts.busy = true;
+        let seen = self.view.current().map(|view| NodesSeen::new(view.nodes.values(), &view.signals));
+        let convergence = converge(design, facts, version, seen.as_ref(), status, self.now());
+        *status = convergence.status;
+        match convergence.step {
+            NodeStep::Converged | NodeStep::Locked | NodeStep::Wait => {}
+            NodeStep::Crd(plan, (done_state, done_requeue)) => {
+                return Ok(match self.crd_step(ig, design, &plan, launch_id, status).await? {
+                    true => {
+                        status.current_state = done_state.into();
+                        done_requeue
                     }
-                }
+                    false if status.current_state == State::Error => Requeue::OnChange,
+                    false => Requeue::After(REQUEUE),
+                });
             }
-        }
-        let live: Vec<_> = facts.instances.iter().filter(|i| !i.lifecycle_state.starts_with("Terminating")).collect();
-        let ready = live.iter().filter(|i| nodes.get(&i.id).is_some_and(|n| n.ready)).count();
-        let all_ready = view.is_some() && ready == live.len() && live.len() >= design.min_size as usize;
-        set_condition(
-            status,
-            "NodesReady",
-            all_ready,
-            if all_ready { "NodesReady" } else { "NodesNotReady" },
-            format!("{ready} of {} instances are Ready nodes", live.len()),
-            &self.now(),
-        );
-        let converged = |status: &mut InstanceGroupStatus| {
-            status.current_state = if all_ready { State::Ready } else { State::ReconcileModifying }.into();
-            Ok(if all_ready { Requeue::OnChange } else { Requeue::After(REQUEUE) })
-        };
-        let drifted = rolling::drifted_instances(&facts.instances, &design.prefix, version);
-        if drifted.is_empty() {
-            return converged(status);
-        }
-        if design.lock_upgrades {
-            status.current_state = State::Locked.into();
-            return Ok(Requeue::OnChange);
-        }
-        status.current_state = State::InitUpgrade.into();
-        let max_unavailable = match &design.strategy {
-            Strategy::RollingUpdate { max_unavailable } => *max_unavailable,
-            Strategy::Crd(plan) => {
-                return match self.crd_step(ig, design, plan, launch_id, status).await? {
-                    true => converged(status),
-                    false => Ok(if status.current_state == State::Error {
-                        Requeue::OnChange
-                    } else {
-                        Requeue::After(REQUEUE)
-                    }),
-                };
-            }
-        };
-        if view.is_none() {
-            return Ok(Requeue::After(REQUEUE));
-        }
-        let step = rolling::next_step(&RollingInput {
-            instances: &facts.instances,
-            template_name: &design.prefix,
-            latest_version: version,
-            max_unavailable,
-            desired: facts.desired,
-            nodes: &nodes,
-        });
-        if let RollingStep::Rotate(ids) = step {
-            let at = self.now();
-            for id in &ids {
-                if let Some(node) = node_names.get(id) {
+            NodeStep::Rotate { nodes, of } => {
+                let at = crate::instancegroup::plan::rfc3339(self.now());
+                for (_, node) in &nodes {
                     self.store.mark_for_rotation(node.as_str(), &at).await?;
                 }
+                let ids: Vec<String> = nodes.iter().map(|(id, _)| id.to_string()).collect();
+                let message = format!("rotating {} of {of} drifted instances: {}", ids.len(), ids.join(", "));
+                info!(namespace = ?ig.metadata.namespace, name = ?ig.metadata.name, %message);
+                self.event(ig, "RotatingNodes", &message, false).await;
             }
-            let message = format!(
-                "rotating {} of {} drifted instances: {}",
-                ids.len(),
-                drifted.len(),
-                ids.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
-            );
-            info!(namespace = ?ig.metadata.namespace, name = ?ig.metadata.name, %message);
-            self.event(ig, "RotatingNodes", &message, false).await;
         }
-        Ok(Requeue::After(REQUEUE))
+        Ok(convergence.requeue)
     }
 
     /// One step of the `crd` strategy; true once its resource succeeded.
@@ -546,7 +360,7 @@ where
             Ok(wanted) => wanted,
             Err(e) => {
                 status.current_state = State::Error.into();
-                set_condition(status, "Reconciled", false, "InvalidSpec", e.to_string(), &self.now());
+                set_condition(status, "Reconciled", false, "InvalidSpec", e.to_string(), self.now());
                 self.event(ig, "InvalidSpec", &e.to_string(), true).await;
                 return Ok(false);
             }
@@ -592,7 +406,7 @@ where
             }
             CrdStep::Failed(message) => {
                 status.current_state = State::Error.into();
-                set_condition(status, "Reconciled", false, "UpgradeFailed", message.clone(), &self.now());
+                set_condition(status, "Reconciled", false, "UpgradeFailed", message.clone(), self.now());
                 self.event(ig, "InstanceGroupUpgradeFailed", &message, true).await;
             }
             CrdStep::Wait(_) => {}
@@ -618,52 +432,58 @@ where
             let cluster = configuration.map_or("", |c| c.cluster_name.as_str());
             let ours = owner_tags_of(cluster, &namespace, &name, ig.metadata.uid.as_deref());
             let template_name = if status.active_launch_template_name.is_empty() {
-                &prefix
+                prefix.clone()
             } else {
-                &status.active_launch_template_name
+                status.active_launch_template_name.clone()
             };
             let facts = self.cloud.scaling_group(&group).await?;
-            let template = self.cloud.launch_template(template_name).await?;
-            if let Err(ReconcileError::Owned { what, name: other, owner }) =
-                owned(&ours, &prefix, template.as_ref(), facts.as_ref())
-            {
-                // Another InstanceGroup's: left whole, and this one lets go of its finalizer.
-                let message = format!("{what} {other} belongs to {owner}: left as it is");
-                warn!(%namespace, %name, %message, "InstanceGroup deleted without its AWS resources");
-                self.event(ig, "ReconcileFailed", &message, true).await;
-                status.current_state = State::Deleted.into();
-                self.write_deleted(&namespace, &name, status).await?;
-                return Ok(Requeue::OnChange);
-            }
-            if let Some(facts) = facts {
-                if facts.status.is_none() {
-                    self.cloud.delete_scaling_group(&group).await?;
-                    self.event(
-                        ig,
-                        "InstanceGroupDeleting",
-                        &format!("Auto Scaling Group {prefix} force-deleted"),
-                        false,
-                    )
-                    .await;
+            let template = self.cloud.launch_template(&template_name).await?;
+            let role_arn = status.nodes_instance_role_arn.clone();
+            let seen = CleanupSeen {
+                ours: &ours,
+                prefix: &prefix,
+                group: facts.as_ref(),
+                template: template.as_ref(),
+                role_arn: &role_arn,
+                role_shared: all.iter().any(|other| {
+                    key(other) != (namespace.clone(), name.clone())
+                        && other.status.as_ref().is_some_and(|s| s.nodes_instance_role_arn == role_arn)
+                }),
+                own_role: configuration.is_some_and(|c| {
+                    c.role_name.as_deref().unwrap_or("").is_empty()
+                        && c.instance_profile_name.as_deref().unwrap_or("").is_empty()
+                }),
+            };
+            match cleanup_step(&seen) {
+                CleanupStep::LetGo(Owned { what, name: other, owner }) => {
+                    // Another InstanceGroup's: left whole, and this one lets go of its finalizer.
+                    let message = format!("{what} {other} belongs to {owner}: left as it is");
+                    warn!(%namespace, %name, %message, "InstanceGroup deleted without its AWS resources");
+                    self.event(ig, "ReconcileFailed", &message, true).await;
+                    status.current_state = State::Deleted.into();
+                    self.write_deleted(&namespace, &name, status).await?;
+                    return Ok(Requeue::OnChange);
                 }
-                status.current_state = State::Deleting.into();
-                return Ok(Requeue::After(REQUEUE));
-            }
-            self.cloud.delete_launch_template(template_name).await?;
-            let role_arn = &status.nodes_instance_role_arn;
-            let shared = all.iter().any(|other| {
-                key(other) != (namespace.clone(), name.clone())
-                    && other.status.as_ref().is_some_and(|s| &s.nodes_instance_role_arn == role_arn)
-            });
-            if !role_arn.is_empty() && !shared {
-                self.store.remove_aws_auth(role_arn).await?;
-            }
-            let own_role = configuration.is_some_and(|c| {
-                c.role_name.as_deref().unwrap_or("").is_empty()
-                    && c.instance_profile_name.as_deref().unwrap_or("").is_empty()
-            });
-            if own_role {
-                self.cloud.delete_role(&managed_role_name(&prefix)).await?;
+                CleanupStep::DeleteGroup => {
+                    self.cloud.delete_scaling_group(&group).await?;
+                    let message = format!("Auto Scaling Group {prefix} force-deleted");
+                    self.event(ig, "InstanceGroupDeleting", &message, false).await;
+                    status.current_state = State::Deleting.into();
+                    return Ok(Requeue::After(REQUEUE));
+                }
+                CleanupStep::WaitForGroup => {
+                    status.current_state = State::Deleting.into();
+                    return Ok(Requeue::After(REQUEUE));
+                }
+                CleanupStep::DeleteRest { unmap_role, delete_role } => {
+                    self.cloud.delete_launch_template(&template_name).await?;
+                    if let Some(role_arn) = unmap_role {
+                        self.store.remove_aws_auth(&role_arn).await?;
+                    }
+                    if delete_role {
+                        self.cloud.delete_role(&managed_role_name(&prefix)).await?;
+                    }
+                }
             }
         }
         status.current_state = State::Deleted.into();
@@ -713,24 +533,6 @@ where
             ig.status.as_ref().map(|s| s.current_state.as_str()).filter(|s| !s.is_empty()).unwrap_or("Init")
         }));
     }
-}
-
-/// Refuses what AWS holds under `prefix` when its tags name another owner than `ours`.
-fn owned(
-    ours: &BTreeMap<String, String>,
-    prefix: &str,
-    template: Option<&TemplateFacts>,
-    group: Option<&AsgFacts>,
-) -> Result<(), ReconcileError> {
-    if let Some(owner) = group.and_then(|g| foreign_owner(&g.tags, ours, true)) {
-        return Err(ReconcileError::Owned { what: "Auto Scaling group", name: prefix.to_string(), owner });
-    }
-    if let Some(t) = template {
-        if let Some(owner) = foreign_owner(&t.tags, ours, false) {
-            return Err(ReconcileError::Owned { what: "launch template", name: t.name.clone(), owner });
-        }
-    }
-    Ok(())
 }
 
 fn error_chain(err: &dyn std::error::Error) -> String {

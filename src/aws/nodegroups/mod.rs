@@ -1,7 +1,7 @@
 //! [`NodeGroupCloud`] on the SDK, one file per service: EKS for the cluster's endpoint
-//! ([`eks`]), EC2 for subnets and security groups ([`network`]) and launch templates
-//! ([`launch_templates`]), IAM for the node role ([`iam`]), Auto Scaling for the group
-//! ([`scaling_groups`]).
+//! (`eks`), EC2 for subnets and security groups (`network`) and launch templates
+//! (`launch_templates`), IAM for the node role (`iam`), Auto Scaling for the group
+//! (`scaling_groups`).
 
 mod eks;
 mod iam;
