@@ -844,7 +844,7 @@ impl FakeInstanceGroupStore {
     }
 }
 
-impl crate::ports::instancegroups::InstanceGroupStore for FakeInstanceGroupStore {
+impl crate::ports::instancegroups::GroupStatus for FakeInstanceGroupStore {
     async fn patch_status(
         &self,
         namespace: &str,
@@ -860,6 +860,19 @@ impl crate::ports::instancegroups::InstanceGroupStore for FakeInstanceGroupStore
         Ok(())
     }
 
+    async fn event(
+        &self,
+        group: &crate::ports::instancegroups::GroupRef,
+        reason: &str,
+        message: &str,
+        warning: bool,
+    ) -> Result<(), crate::ports::instancegroups::StoreError> {
+        lock(&self.0).events.push((group.name.clone(), reason.to_string(), message.to_string(), warning));
+        Ok(())
+    }
+}
+
+impl crate::ports::instancegroups::Boundaries for FakeInstanceGroupStore {
     async fn config_map(&self) -> Result<Option<BTreeMap<String, String>>, crate::ports::instancegroups::StoreError> {
         Ok(lock(&self.0).config.clone())
     }
@@ -867,7 +880,9 @@ impl crate::ports::instancegroups::InstanceGroupStore for FakeInstanceGroupStore
     async fn namespace_excluded(&self, namespace: &str) -> Result<bool, crate::ports::instancegroups::StoreError> {
         Ok(lock(&self.0).excluded.contains(namespace))
     }
+}
 
+impl crate::ports::instancegroups::AwsAuth for FakeInstanceGroupStore {
     async fn upsert_aws_auth(&self, role_arn: &str) -> Result<(), crate::ports::instancegroups::StoreError> {
         let mut guard = lock(&self.0);
         let state = &mut *guard;
@@ -884,12 +899,16 @@ impl crate::ports::instancegroups::InstanceGroupStore for FakeInstanceGroupStore
         }
         Ok(())
     }
+}
 
+impl crate::ports::instancegroups::Rotations for FakeInstanceGroupStore {
     async fn mark_for_rotation(&self, node: &str, _at: &str) -> Result<(), crate::ports::instancegroups::StoreError> {
         lock(&self.0).rotations.push(node.to_string());
         Ok(())
     }
+}
 
+impl crate::ports::instancegroups::CustomResources for FakeInstanceGroupStore {
     async fn custom_kind(
         &self,
         crd_name: &str,
@@ -935,18 +954,6 @@ impl crate::ports::instancegroups::InstanceGroupStore for FakeInstanceGroupStore
         name: &str,
     ) -> Result<(), crate::ports::instancegroups::StoreError> {
         lock(&self.0).custom.remove(&(kind.plural.clone(), namespace.to_string(), name.to_string()));
-        Ok(())
-    }
-
-    async fn event(
-        &self,
-        group: &crate::instancegroup::InstanceGroup,
-        reason: &str,
-        message: &str,
-        warning: bool,
-    ) -> Result<(), crate::ports::instancegroups::StoreError> {
-        let name = group.metadata.name.clone().unwrap_or_default();
-        lock(&self.0).events.push((name, reason.to_string(), message.to_string(), warning));
         Ok(())
     }
 }

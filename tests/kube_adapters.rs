@@ -633,7 +633,7 @@ fn instance_groups(client: Client) -> Arc<spots_booster::k8s::instancegroups::Ku
 #[tokio::test]
 async fn instancegroup_status_goes_to_the_subresource_as_a_merge_patch() {
     use spots_booster::instancegroup::InstanceGroupStatus;
-    use spots_booster::ports::instancegroups::InstanceGroupStore;
+    use spots_booster::ports::instancegroups::GroupStatus;
     let (client, mut server) = mocked().await;
     let store = instance_groups(client);
 
@@ -654,8 +654,30 @@ async fn instancegroup_status_goes_to_the_subresource_as_a_merge_patch() {
 }
 
 #[tokio::test]
+async fn an_instancegroup_event_names_the_object_by_kind_namespace_name_and_uid() {
+    use spots_booster::ports::instancegroups::{GroupRef, GroupStatus};
+    let (client, mut server) = mocked().await;
+    let store = instance_groups(client);
+    let group = GroupRef { namespace: "tenant-a".into(), name: "batch".into(), uid: Some("uid-1".into()) };
+    let publish = tokio::spawn(async move { store.event(&group, "RotatingNodes", "rotating 1 of 3", false).await });
+    let seen = answer(&mut server, |seen| reply(201, seen.body.clone())).await;
+    assert_eq!(
+        (seen.method.as_str(), seen.path.as_str()),
+        ("POST", "/apis/events.k8s.io/v1/namespaces/tenant-a/events"),
+        "in the object's namespace, where `kubectl describe` looks"
+    );
+    assert_eq!(
+        seen.body["regarding"],
+        json!({"apiVersion": "instancemgr.keikoproj.io/v1alpha1", "kind": "InstanceGroup",
+               "namespace": "tenant-a", "name": "batch", "uid": "uid-1"})
+    );
+    assert_eq!((seen.body["reason"].as_str(), seen.body["type"].as_str()), (Some("RotatingNodes"), Some("Normal")));
+    publish.await.unwrap().unwrap();
+}
+
+#[tokio::test]
 async fn aws_auth_is_created_when_missing_and_replaced_with_its_resource_version_after_a_conflict() {
-    use spots_booster::ports::instancegroups::InstanceGroupStore;
+    use spots_booster::ports::instancegroups::AwsAuth;
     let (client, mut server) = mocked().await;
     let store = instance_groups(client);
     let arn = "arn:aws:iam::1:role/nodes";
@@ -716,7 +738,7 @@ async fn aws_auth_is_created_when_missing_and_replaced_with_its_resource_version
 
 #[tokio::test]
 async fn a_rotation_is_a_node_annotation_and_the_boundaries_come_from_their_configmap() {
-    use spots_booster::ports::instancegroups::InstanceGroupStore;
+    use spots_booster::ports::instancegroups::{Boundaries, Rotations};
     let (client, mut server) = mocked().await;
     let store = instance_groups(client);
 

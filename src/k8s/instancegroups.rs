@@ -17,7 +17,9 @@ use crate::instancegroup::boundaries::ANNOTATION_CONFIG_EXCLUDED;
 use crate::k8s::convert::ROTATE_ANNOTATION;
 use crate::k8s::events::REPORTING_CONTROLLER;
 use crate::k8s::writes::FIELD_MANAGER;
-use crate::ports::instancegroups::{CustomKind, InstanceGroupStore, StoreError};
+use crate::ports::instancegroups::{
+    AwsAuth, Boundaries, CustomKind, CustomResources, GroupRef, GroupStatus, Rotations, StoreError,
+};
 
 /// Attempts at an aws-auth edit when someone else writes it at the same time.
 const AWS_AUTH_ATTEMPTS: usize = 5;
@@ -130,7 +132,7 @@ impl KubeInstanceGroups {
     }
 }
 
-impl InstanceGroupStore for KubeInstanceGroups {
+impl GroupStatus for KubeInstanceGroups {
     async fn patch_status(&self, namespace: &str, name: &str, status: &InstanceGroupStatus) -> Result<(), StoreError> {
         let api: Api<InstanceGroup> = Api::namespaced(self.client.clone(), namespace);
         let patch = json!({ "status": status });
@@ -140,6 +142,30 @@ impl InstanceGroupStore for KubeInstanceGroups {
         })
     }
 
+    async fn event(&self, group: &GroupRef, reason: &str, message: &str, warning: bool) -> Result<(), StoreError> {
+        let reference = ObjectReference {
+            api_version: Some(InstanceGroup::api_version(&()).to_string()),
+            kind: Some(InstanceGroup::kind(&()).to_string()),
+            namespace: Some(group.namespace.clone()),
+            name: Some(group.name.clone()),
+            uid: group.uid.clone(),
+            ..ObjectReference::default()
+        };
+        let event = Event {
+            type_: if warning { EventType::Warning } else { EventType::Normal },
+            reason: reason.to_string(),
+            note: Some(message.chars().take(1000).collect()),
+            action: "Reconcile".to_string(),
+            secondary: None,
+        };
+        self.recorder
+            .publish(&event, &reference)
+            .await
+            .map_err(|e| api_error("publish event about", format!("{}/{}", group.namespace, group.name), e))
+    }
+}
+
+impl Boundaries for KubeInstanceGroups {
     async fn config_map(&self) -> Result<Option<BTreeMap<String, String>>, StoreError> {
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.config_namespace);
         let cm = api
@@ -157,7 +183,9 @@ impl InstanceGroupStore for KubeInstanceGroups {
             .and_then(|a| a.get(ANNOTATION_CONFIG_EXCLUDED).cloned())
             .is_some_and(|v| v.eq_ignore_ascii_case("true")))
     }
+}
 
+impl AwsAuth for KubeInstanceGroups {
     async fn upsert_aws_auth(&self, role_arn: &str) -> Result<(), StoreError> {
         self.edit_aws_auth(true, |data, owned| aws_auth::upsert_node_role(data, owned, role_arn)).await
     }
@@ -165,7 +193,9 @@ impl InstanceGroupStore for KubeInstanceGroups {
     async fn remove_aws_auth(&self, role_arn: &str) -> Result<(), StoreError> {
         self.edit_aws_auth(false, |data, owned| aws_auth::remove_role(data, owned, role_arn)).await
     }
+}
 
+impl Rotations for KubeInstanceGroups {
     async fn mark_for_rotation(&self, node: &str, at: &str) -> Result<(), StoreError> {
         let api: Api<KubeNode> = Api::all(self.client.clone());
         let patch = json!({ "metadata": { "annotations": { ROTATE_ANNOTATION: at } } });
@@ -174,7 +204,9 @@ impl InstanceGroupStore for KubeInstanceGroups {
             .map(|_| ())
             .map_err(|e| api_error("annotate node", node, e))
     }
+}
 
+impl CustomResources for KubeInstanceGroups {
     async fn custom_kind(&self, crd_name: &str) -> Result<CustomKind, StoreError> {
         let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
         let crd = if crd_name.contains('.') {
@@ -225,20 +257,5 @@ impl InstanceGroupStore for KubeInstanceGroups {
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
             Err(e) => Err(api_error("delete", format!("{namespace}/{name}"), e)),
         }
-    }
-
-    async fn event(&self, group: &InstanceGroup, reason: &str, message: &str, warning: bool) -> Result<(), StoreError> {
-        let reference: ObjectReference = group.object_ref(&());
-        let event = Event {
-            type_: if warning { EventType::Warning } else { EventType::Normal },
-            reason: reason.to_string(),
-            note: Some(message.chars().take(1000).collect()),
-            action: "Reconcile".to_string(),
-            secondary: None,
-        };
-        self.recorder
-            .publish(&event, &reference)
-            .await
-            .map_err(|e| api_error("publish event about", group.metadata.name.clone().unwrap_or_default(), e))
     }
 }

@@ -1,11 +1,13 @@
-//! The port the InstanceGroup reconciler acts through on Kubernetes. Implemented on kube in
+//! The ports the InstanceGroup reconciler acts through on Kubernetes, one trait per concern (the
+//! group's status and Events, the boundaries ConfigMap, aws-auth, rotations, the `crd` strategy's
+//! resources), in our own values: no kube object crosses them. Implemented on kube in
 //! `k8s::instancegroups` (request shapes tested on a mocked API server) and in memory by
 //! `fakes::FakeInstanceGroupStore`.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 
-use crate::instancegroup::api::{InstanceGroup, InstanceGroupStatus};
+use crate::instancegroup::api::InstanceGroupStatus;
 
 /// A Kubernetes call made for an InstanceGroup failed.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +35,17 @@ pub enum StoreError {
     AwsAuth(#[from] crate::instancegroup::aws_auth::EditAwsAuthError),
 }
 
+/// The InstanceGroup an Event is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupRef {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its uid: which incarnation of the name.
+    pub uid: Option<String>,
+}
+
 /// A custom resource kind the `crd` strategy submits, resolved from its CRD.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CustomKind {
@@ -46,8 +59,8 @@ pub struct CustomKind {
     pub plural: String,
 }
 
-/// The Kubernetes side of InstanceGroups.
-pub trait InstanceGroupStore: Send + Sync {
+/// What the user sees of a reconcile: the status subresource and Events on the object.
+pub trait GroupStatus: Send + Sync {
     /// Replaces `status` (a merge patch on the status subresource; spec is never written).
     /// [`StoreError::Gone`] when the object no longer exists.
     fn patch_status(
@@ -56,16 +69,40 @@ pub trait InstanceGroupStore: Send + Sync {
         name: &str,
         status: &InstanceGroupStatus,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Records a Kubernetes Event on the InstanceGroup.
+    fn event(
+        &self,
+        group: &GroupRef,
+        reason: &str,
+        message: &str,
+        warning: bool,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// The `instance-manager` ConfigMap (the platform's defaults and restrictions) and the namespaces opted out of it.
+pub trait Boundaries: Send + Sync {
     /// The `instance-manager` ConfigMap's data, if it exists.
     fn config_map(&self) -> impl Future<Output = Result<Option<BTreeMap<String, String>>, StoreError>> + Send;
     /// Whether the namespace opted out of the ConfigMap (`config-excluded: "true"`).
     fn namespace_excluded(&self, namespace: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
+
+/// The node role's entry in `kube-system/aws-auth`, which lets the group's nodes join.
+pub trait AwsAuth: Send + Sync {
     /// Maps the node role in `kube-system/aws-auth` (created if missing).
     fn upsert_aws_auth(&self, role_arn: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Unmaps the node role from `kube-system/aws-auth`.
     fn remove_aws_auth(&self, role_arn: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// Nodes handed to the booster to replace, drain and terminate.
+pub trait Rotations: Send + Sync {
     /// Annotates a node for rotation: the booster replaces, drains and terminates it.
     fn mark_for_rotation(&self, node: &str, at: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// The `crd` upgrade strategy's resources, of a kind resolved from its CustomResourceDefinition.
+pub trait CustomResources: Send + Sync {
     /// Resolves `<plural>` or `<plural>.<group>` through its CustomResourceDefinition.
     fn custom_kind(&self, crd_name: &str) -> impl Future<Output = Result<CustomKind, StoreError>> + Send;
     /// Every resource of the kind in the namespace, as JSON.
@@ -87,12 +124,9 @@ pub trait InstanceGroupStore: Send + Sync {
         namespace: &str,
         name: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Records a Kubernetes Event on the InstanceGroup.
-    fn event(
-        &self,
-        group: &InstanceGroup,
-        reason: &str,
-        message: &str,
-        warning: bool,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
+
+/// The Kubernetes side of InstanceGroups: every concern above, as one adapter provides them.
+pub trait InstanceGroupStore: GroupStatus + Boundaries + AwsAuth + Rotations + CustomResources {}
+
+impl<T: GroupStatus + Boundaries + AwsAuth + Rotations + CustomResources> InstanceGroupStore for T {}

@@ -23,7 +23,7 @@ use crate::instancegroup::validate::{
     managed_role_name, validate, FieldError, FieldErrorKind, IamRules, ObjectInfo, ValidateError,
 };
 use crate::metrics::{Metrics, ReconcileResult};
-use crate::ports::instancegroups::{InstanceGroupStore, StoreError};
+use crate::ports::instancegroups::{GroupRef, InstanceGroupStore, StoreError};
 use crate::ports::nodegroups::{CloudError, NodeGroupCloud};
 use crate::ports::{ClusterView, Leadership};
 use crate::workers::Clock;
@@ -197,7 +197,9 @@ where
     }
 
     async fn event(&self, ig: &InstanceGroup, reason: &str, message: &str, warning: bool) {
-        if let Err(e) = self.store.event(ig, reason, message, warning).await {
+        let (namespace, name) = key(ig);
+        let group = GroupRef { namespace, name, uid: ig.metadata.uid.clone() };
+        if let Err(e) = self.store.event(&group, reason, message, warning).await {
             warn!(reason, error = %e, "InstanceGroup Event not recorded");
         }
     }
