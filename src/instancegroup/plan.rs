@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use super::api::{Condition, InstanceGroupStatus};
+use super::crd_strategy::CrdStep;
 use super::design::{CrdPlan, GroupDesign, Strategy};
 use super::launch::{
     asg_changes, asg_design, drift, foreign_owner, launch_template_data, AsgChanges, AsgDesign, AsgFacts,
@@ -193,23 +194,40 @@ pub(crate) fn template_step(
 
 /// What the Auto Scaling group needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum GroupStep {
-    /// There is none: create it (then map the role, and look again soon).
+pub(crate) enum GroupStep<'f> {
+    /// There is none: create it (then map the role; see [`created`]).
     Create(AsgDesign),
-    /// It exists: apply these changes (none when it matches); DesiredCapacity is never among them.
-    Update(AsgDesign, Box<AsgChanges>),
+    /// It exists as `facts` say: apply these changes (none when it matches); DesiredCapacity is
+    /// never among them.
+    Update(AsgDesign, Box<AsgChanges>, &'f AsgFacts),
+}
+
+/// The status once the group was created: `InitCreate`, and a look again soon.
+pub(crate) fn created(status: &InstanceGroupStatus, group: &str, now: Timestamp) -> (InstanceGroupStatus, Requeue) {
+    let mut status = status.clone();
+    status.current_state = State::InitCreate.into();
+    set_condition(&mut status, "Reconciled", true, "Created", format!("Auto Scaling Group {group} created"), now);
+    (status, Requeue::After(REQUEUE))
+}
+
+/// The status once the template (at `version`) and the group match the spec.
+pub(crate) fn applied(status: &InstanceGroupStatus, version: &str, now: Timestamp) -> InstanceGroupStatus {
+    let mut status = status.clone();
+    let message = format!("launch template version {version} and the Auto Scaling Group match the spec");
+    set_condition(&mut status, "Reconciled", true, "Applied", message, now);
+    status
 }
 
 /// The group's step. The instance types running now stay in the mixed policy's overrides, so a
 /// changed type list never strands running nodes outside the group's policy.
-pub(crate) fn group_step(design: &GroupDesign, resolved: &Resolved, facts: Option<&AsgFacts>) -> GroupStep {
+pub(crate) fn group_step<'f>(design: &GroupDesign, resolved: &Resolved, facts: Option<&'f AsgFacts>) -> GroupStep<'f> {
     let running = facts.iter().flat_map(|f| &f.instances).filter_map(|i| i.instance_type.clone()).collect();
     let wanted = asg_design(design, resolved, &running);
     match facts {
         None => GroupStep::Create(wanted),
         Some(facts) => {
             let changes = asg_changes(facts, &wanted);
-            GroupStep::Update(wanted, Box::new(changes))
+            GroupStep::Update(wanted, Box::new(changes), facts)
         }
     }
 }
@@ -342,6 +360,102 @@ pub(crate) fn converge(
     Convergence { status, step, requeue }
 }
 
+/// A Kubernetes Event the plan asks for, about the group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Note {
+    /// Its reason.
+    pub reason: &'static str,
+    /// What happened.
+    pub message: String,
+    /// Warning or Normal.
+    pub warning: bool,
+}
+
+/// A spec that cannot be reconciled as it is: `Error`, and the `Reconciled` condition saying
+/// why. The Event is told once per message (`told` is the status as last written), not at every
+/// resync.
+pub(crate) fn refuse(
+    told: Option<&InstanceGroupStatus>,
+    status: &InstanceGroupStatus,
+    reason: &'static str,
+    message: String,
+    now: Timestamp,
+) -> (InstanceGroupStatus, Option<Note>) {
+    let mut status = status.clone();
+    status.current_state = State::Error.into();
+    set_condition(&mut status, "Reconciled", false, reason, message.clone(), now);
+    let last = told.and_then(|s| s.conditions.iter().find(|c| c.condition_type == "Reconciled"));
+    let note = (last.map(|c| &c.message) != Some(&message)).then_some(Note { reason, message, warning: true });
+    (status, note)
+}
+
+/// A step that failed: a transient failure (throttled, unavailable, timed out) keeps the state,
+/// any other is `Error`; the `Reconciled` condition and a Warning say which.
+pub(crate) fn fail(
+    status: &InstanceGroupStatus,
+    transient: bool,
+    message: String,
+    now: Timestamp,
+) -> (InstanceGroupStatus, Note) {
+    let mut status = status.clone();
+    if !transient {
+        status.current_state = State::Error.into();
+    }
+    let reason = if transient { "TransientError" } else { "ReconcileFailed" };
+    set_condition(&mut status, "Reconciled", false, reason, message.clone(), now);
+    (status, Note { reason, message, warning: true })
+}
+
+/// The `crd` strategy's resource, as the status and Events tell it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CrdResource<'a> {
+    /// Its kind.
+    pub kind: &'a str,
+    /// Its namespace.
+    pub namespace: &'a str,
+    /// Its name.
+    pub name: &'a str,
+}
+
+/// What a `crd` step writes to the status and tells, once its calls are made; `retries` are the
+/// retries used before it.
+pub(crate) fn crd_outcome(
+    step: &CrdStep,
+    resource: CrdResource<'_>,
+    retries: u32,
+    status: &InstanceGroupStatus,
+    now: Timestamp,
+) -> (InstanceGroupStatus, Option<Note>) {
+    let mut status = status.clone();
+    let CrdResource { kind, namespace, name } = resource;
+    let note = |reason, message, warning| Some(Note { reason, message, warning });
+    let told = match step {
+        CrdStep::Done => {
+            status.strategy_retry_count = Some(0);
+            None
+        }
+        CrdStep::Submit(_) => {
+            status.strategy_resource_name = name.to_string();
+            status.strategy_resource_namespace = namespace.to_string();
+            note("UpgradeSubmitted", format!("{kind} {namespace}/{name} submitted"), false)
+        }
+        CrdStep::Delete(stale) => {
+            note("UpgradeReplaced", format!("deleted {} for an older configuration", stale.join(", ")), false)
+        }
+        CrdStep::Retry(failed) => {
+            status.strategy_retry_count = Some(i64::from(retries) + 1);
+            note("UpgradeRetried", format!("{failed} failed; retry {}", retries.saturating_add(1)), true)
+        }
+        CrdStep::Failed(message) => {
+            status.current_state = State::Error.into();
+            set_condition(&mut status, "Reconciled", false, "UpgradeFailed", message.clone(), now);
+            note("InstanceGroupUpgradeFailed", message.clone(), true)
+        }
+        CrdStep::Wait(_) => None,
+    };
+    (status, told)
+}
+
 /// What a deletion does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum CleanupStep {
@@ -454,10 +568,10 @@ mod tests {
         let (d, r) = (design(), resolved());
         assert!(matches!(group_step(&d, &r, None), GroupStep::Create(_)));
         let mut facts = running(vec![instance("i-1", "1")]);
-        let GroupStep::Update(_, changes) = group_step(&d, &r, Some(&facts)) else { panic!("the group exists") };
+        let GroupStep::Update(_, changes, _) = group_step(&d, &r, Some(&facts)) else { panic!("the group exists") };
         assert!(changes.is_empty(), "{changes:?}");
         facts.instances[0].instance_type = Some("c5.9xlarge".into());
-        let GroupStep::Update(wanted, _) = group_step(&d, &r, Some(&facts)) else { panic!("the group exists") };
+        let GroupStep::Update(wanted, ..) = group_step(&d, &r, Some(&facts)) else { panic!("the group exists") };
         let overrides = &wanted.mixed_instances.expect("a spot design is mixed").overrides;
         assert!(overrides.iter().any(|(t, _)| t == "c5.9xlarge"), "{overrides:?}");
     }
@@ -533,5 +647,49 @@ mod tests {
             cleanup_step(&seen(Some(&theirs), false)),
             CleanupStep::LetGo(Owned { what: "Auto Scaling group", .. })
         ));
+    }
+
+    #[test]
+    fn a_refusal_is_an_error_told_once_per_message() {
+        let before = InstanceGroupStatus { current_state: "Ready".into(), ..Default::default() };
+        let (status, note) = refuse(Some(&before), &before, "InvalidSpec", "spec.x: bad".into(), NOW);
+        assert_eq!(status.current_state, State::Error);
+        assert_eq!(note.map(|n| (n.reason, n.warning)), Some(("InvalidSpec", true)));
+        let (_, again) = refuse(Some(&status), &status, "InvalidSpec", "spec.x: bad".into(), NOW);
+        assert_eq!(again, None, "a resync of the same refusal tells nobody again");
+        let (_, changed) = refuse(Some(&status), &status, "InvalidSpec", "spec.y: bad".into(), NOW);
+        assert!(changed.is_some(), "a new reason is told");
+    }
+
+    #[test]
+    fn a_transient_failure_keeps_the_state_and_any_other_is_an_error() {
+        let before = InstanceGroupStatus { current_state: "Ready".into(), ..Default::default() };
+        let (status, note) = fail(&before, true, "throttled".into(), NOW);
+        assert_eq!((status.current_state.as_str(), note.reason), ("Ready", "TransientError"));
+        let (status, note) = fail(&before, false, "denied".into(), NOW);
+        assert_eq!((status.current_state.as_str(), note.reason), ("Error", "ReconcileFailed"));
+        let reconciled = status.conditions.iter().find(|c| c.condition_type == "Reconciled").unwrap();
+        assert_eq!((reconciled.status.as_str(), reconciled.message.as_str()), ("False", "denied"));
+    }
+
+    #[test]
+    fn each_crd_step_writes_its_status_and_tells_what_it_did() {
+        let resource = CrdResource { kind: "Workflow", namespace: "argo", name: "rotate-1" };
+        let before = InstanceGroupStatus { strategy_retry_count: Some(1), ..Default::default() };
+        let (status, note) = crd_outcome(&CrdStep::Submit(serde_json::Value::Null), resource, 1, &before, NOW);
+        assert_eq!(
+            (status.strategy_resource_namespace.as_str(), status.strategy_resource_name.as_str()),
+            ("argo", "rotate-1")
+        );
+        assert_eq!(note.unwrap().message, "Workflow argo/rotate-1 submitted");
+        let (status, note) = crd_outcome(&CrdStep::Retry("rotate-1".into()), resource, 1, &before, NOW);
+        assert_eq!(status.strategy_retry_count, Some(2));
+        assert_eq!(note.map(|n| (n.reason, n.warning)), Some(("UpgradeRetried", true)));
+        let (status, note) = crd_outcome(&CrdStep::Failed("out of retries".into()), resource, 3, &before, NOW);
+        assert_eq!((status.current_state.as_str(), note.unwrap().reason), ("Error", "InstanceGroupUpgradeFailed"));
+        let (status, note) = crd_outcome(&CrdStep::Done, resource, 1, &before, NOW);
+        assert_eq!((status.strategy_retry_count, note), (Some(0), None));
+        let (status, note) = crd_outcome(&CrdStep::Wait("running".into()), resource, 1, &before, NOW);
+        assert_eq!((status, note), (before, None));
     }
 }

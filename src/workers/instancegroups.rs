@@ -15,8 +15,8 @@ use crate::instancegroup::crd_strategy::{self, CrdStep};
 use crate::instancegroup::design::{CrdPlan, GroupDesign};
 use crate::instancegroup::launch::{owner_tags, owner_tags_of, AsgFacts, Resolved};
 use crate::instancegroup::plan::{
-    cleanup_step, converge, group_step, owned, set_condition, template_step, CleanupSeen, CleanupStep, GroupStep,
-    NodeStep, NodesSeen, Owned, TemplateStep,
+    applied, cleanup_step, converge, crd_outcome, created, fail, group_step, owned, refuse, template_step, CleanupSeen,
+    CleanupStep, CrdResource, GroupStep, NodeStep, NodesSeen, Note, Owned, TemplateStep,
 };
 pub use crate::instancegroup::plan::{Requeue, State, REQUEUE, RESYNC};
 use crate::instancegroup::validate::{
@@ -176,12 +176,9 @@ where
                 });
                 let message = error_chain(&err);
                 warn!(namespace = ?ig.metadata.namespace, name = ?ig.metadata.name, error = %message, "InstanceGroup reconcile failed");
-                if !transient {
-                    status.current_state = State::Error.into();
-                }
-                let reason = if transient { "TransientError" } else { "ReconcileFailed" };
-                set_condition(&mut status, "Reconciled", false, reason, message.clone(), self.now());
-                self.event(ig, reason, &message, true).await;
+                let note;
+                (status, note) = fail(&status, transient, message, self.now());
+                self.tell(ig, Some(note)).await;
                 Requeue::Retry
             }
         };
@@ -194,6 +191,12 @@ where
             }
         }
         (requeue, status)
+    }
+
+    async fn tell(&self, ig: &InstanceGroup, note: Option<Note>) {
+        if let Some(Note { reason, message, warning }) = note {
+            self.event(ig, reason, &message, warning).await;
+        }
     }
 
     async fn event(&self, ig: &InstanceGroup, reason: &str, message: &str, warning: bool) {
@@ -224,18 +227,9 @@ where
         let design = match spec.and_then(|spec| validate(&info, &spec, &self.iam)) {
             Ok(design) => design,
             Err(invalid) => {
-                let message = invalid.to_string();
-                status.current_state = State::Error.into();
-                set_condition(status, "Reconciled", false, invalid.reason(), message.clone(), self.now());
-                if ig
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.iter().find(|c| c.condition_type == "Reconciled"))
-                    .map(|c| &c.message)
-                    != Some(&message)
-                {
-                    self.event(ig, invalid.reason(), &message, true).await;
-                }
+                let note;
+                (*status, note) = refuse(ig.status.as_ref(), status, invalid.reason(), invalid.to_string(), self.now());
+                self.tell(ig, note).await;
                 return Ok(Requeue::OnChange);
             }
         };
@@ -273,41 +267,32 @@ where
         status.nodes_instance_role_arn = role.role_arn.clone().unwrap_or_default();
         status.current_min = Some(design.min_size.into());
         status.current_max = Some(design.max_size.into());
-        let facts = match (group_step(&design, &resolved, group.as_ref()), group) {
-            (GroupStep::Create(wanted), _) => {
+        let facts = match group_step(&design, &resolved, group.as_ref()) {
+            GroupStep::Create(wanted) => {
                 self.cloud.create_scaling_group(&wanted).await?;
                 self.event(ig, "InstanceGroupCreated", &format!("Auto Scaling Group {} created", design.prefix), false)
                     .await;
                 if let Some(arn) = &role.role_arn {
                     self.store.upsert_aws_auth(arn).await?;
                 }
-                status.current_state = State::InitCreate.into();
-                let message = format!("Auto Scaling Group {} created", design.prefix);
-                set_condition(status, "Reconciled", true, "Created", message, self.now());
-                return Ok(Requeue::After(REQUEUE));
+                let requeue;
+                (*status, requeue) = created(status, &design.prefix, self.now());
+                return Ok(requeue);
             }
-            (GroupStep::Update(wanted, changes), Some(facts)) => {
+            GroupStep::Update(wanted, changes, facts) => {
                 if !changes.is_empty() {
                     self.cloud.update_scaling_group(&wanted, &changes).await?;
                 }
                 facts
             }
-            (GroupStep::Update(..), None) => unreachable!("group_step updates only a group that exists"),
         };
         // Before any readiness wait: a hand-edited aws-auth must not lock new nodes out.
         if let Some(arn) = &role.role_arn {
             self.store.upsert_aws_auth(arn).await?;
         }
-        set_condition(
-            status,
-            "Reconciled",
-            true,
-            "Applied",
-            format!("launch template version {version} and the Auto Scaling Group match the spec"),
-            self.now(),
-        );
+        *status = applied(status, &version, self.now());
         let launch_id = format!("{}-{version}", template.map(|t| t.created).unwrap_or_default());
-        self.converge_nodes(ig, &design, &facts, (&version, &launch_id), status).await
+        self.converge_nodes(ig, &design, facts, (&version, &launch_id), status).await
     }
 
     /// Rotation and readiness, as [`converge`] decides them: marks the nodes to rotate, or runs
@@ -361,9 +346,9 @@ where
         let wanted = match crd_strategy::resource(plan, ig, &design.prefix, launch_id) {
             Ok(wanted) => wanted,
             Err(e) => {
-                status.current_state = State::Error.into();
-                set_condition(status, "Reconciled", false, "InvalidSpec", e.to_string(), self.now());
-                self.event(ig, "InvalidSpec", &e.to_string(), true).await;
+                let note;
+                (*status, note) = refuse(None, status, "InvalidSpec", e.to_string(), self.now());
+                self.tell(ig, note).await;
                 return Ok(false);
             }
         };
@@ -372,48 +357,22 @@ where
         let name = wanted["metadata"]["name"].as_str().unwrap_or_default().to_string();
         let existing = self.store.list_custom(&kind, &namespace).await?;
         let retries = u32::try_from(status.strategy_retry_count.unwrap_or(0)).unwrap_or(0);
-        match crd_strategy::next_step(plan, wanted, &design.prefix, launch_id, &existing, retries) {
-            CrdStep::Done => {
-                status.strategy_retry_count = Some(0);
-                return Ok(true);
-            }
-            CrdStep::Submit(object) => {
-                self.store.create_custom(&kind, &object).await?;
-                status.strategy_resource_name = name.clone();
-                status.strategy_resource_namespace = namespace.clone();
-                self.event(ig, "UpgradeSubmitted", &format!("{} {namespace}/{name} submitted", kind.kind), false).await;
-            }
+        let step = crd_strategy::next_step(plan, wanted, &design.prefix, launch_id, &existing, retries);
+        match &step {
+            CrdStep::Submit(object) => self.store.create_custom(&kind, object).await?,
             CrdStep::Delete(stale) => {
-                for old in &stale {
+                for old in stale {
                     self.store.delete_custom(&kind, &namespace, old).await?;
                 }
-                self.event(
-                    ig,
-                    "UpgradeReplaced",
-                    &format!("deleted {} for an older configuration", stale.join(", ")),
-                    false,
-                )
-                .await;
             }
-            CrdStep::Retry(failed) => {
-                self.store.delete_custom(&kind, &namespace, &failed).await?;
-                status.strategy_retry_count = Some(i64::from(retries) + 1);
-                self.event(
-                    ig,
-                    "UpgradeRetried",
-                    &format!("{failed} failed; retry {}", retries.saturating_add(1)),
-                    true,
-                )
-                .await;
-            }
-            CrdStep::Failed(message) => {
-                status.current_state = State::Error.into();
-                set_condition(status, "Reconciled", false, "UpgradeFailed", message.clone(), self.now());
-                self.event(ig, "InstanceGroupUpgradeFailed", &message, true).await;
-            }
-            CrdStep::Wait(_) => {}
+            CrdStep::Retry(failed) => self.store.delete_custom(&kind, &namespace, failed).await?,
+            CrdStep::Done | CrdStep::Failed(_) | CrdStep::Wait(_) => {}
         }
-        Ok(false)
+        let resource = CrdResource { kind: &kind.kind, namespace: &namespace, name: &name };
+        let note;
+        (*status, note) = crd_outcome(&step, resource, retries, status, self.now());
+        self.tell(ig, note).await;
+        Ok(step == CrdStep::Done)
     }
 
     async fn delete(
