@@ -170,6 +170,14 @@ where
         }
     })
     .await;
+    let outcome = match outcome {
+        // A stale copy of a deleted group, cleaned up again: the object went with our finalizer.
+        Err(finalizer::Error::RemoveFinalizer(kube::Error::Api(status))) if status.code == 404 => {
+            debug!(instancegroup = %key, "InstanceGroup already gone with its finalizer");
+            Ok(Action::await_change())
+        }
+        outcome => outcome,
+    };
     r.report_states(all.iter());
     if outcome.is_ok() {
         forget_backoff(&ctx, &key);
