@@ -64,29 +64,40 @@ impl AwsNodeGroups {
         if self.role_arn(name).await?.is_none() {
             return Ok(());
         }
-        let attached = self
-            .iam
-            .list_attached_role_policies()
-            .role_name(name)
-            .send()
-            .await
-            .map_err(|e| self.call("iam:ListAttachedRolePolicies", name, e))?;
-        for policy in attached.attached_policies() {
-            if let Some(arn) = policy.policy_arn() {
-                self.iam
-                    .detach_role_policy()
-                    .role_name(name)
-                    .policy_arn(arn)
-                    .send()
-                    .await
-                    .map_err(|e| self.call("iam:DetachRolePolicy", name, e))?;
-            }
+        for arn in self.attached_policies(name).await? {
+            self.detach_policy(name, &arn).await?;
         }
         match self.iam.delete_role().role_name(name).send().await {
             Ok(_) => Ok(()),
             Err(e) if e.code() == Some("NoSuchEntity") => Ok(()),
             Err(e) => Err(self.call("iam:DeleteRole", name, e)),
         }
+    }
+
+    /// The ARNs of the managed policies attached to role `name`.
+    async fn attached_policies(&self, name: &str) -> Result<BTreeSet<String>, CloudError> {
+        Ok(self
+            .iam
+            .list_attached_role_policies()
+            .role_name(name)
+            .send()
+            .await
+            .map_err(|e| self.call("iam:ListAttachedRolePolicies", name, e))?
+            .attached_policies()
+            .iter()
+            .filter_map(|p| p.policy_arn().map(String::from))
+            .collect())
+    }
+
+    async fn detach_policy(&self, name: &str, arn: &str) -> Result<(), CloudError> {
+        self.iam
+            .detach_role_policy()
+            .role_name(name)
+            .policy_arn(arn)
+            .send()
+            .await
+            .map_err(|e| self.call("iam:DetachRolePolicy", name, e))?;
+        Ok(())
     }
 
     async fn profile_arn_with_role(&self, profile: &str) -> Result<Option<(String, Vec<String>)>, CloudError> {
@@ -138,17 +149,7 @@ impl AwsNodeGroups {
                 out.role().map(|r| r.arn().to_string()).unwrap_or_default()
             }
         };
-        let attached: BTreeSet<String> = self
-            .iam
-            .list_attached_role_policies()
-            .role_name(name)
-            .send()
-            .await
-            .map_err(|e| self.call("iam:ListAttachedRolePolicies", name, e))?
-            .attached_policies()
-            .iter()
-            .filter_map(|p| p.policy_arn().map(String::from))
-            .collect();
+        let attached = self.attached_policies(name).await?;
         for arn in policies.difference(&attached) {
             self.iam
                 .attach_role_policy()
@@ -159,13 +160,7 @@ impl AwsNodeGroups {
                 .map_err(|e| self.call("iam:AttachRolePolicy", name, e))?;
         }
         for arn in attached.difference(policies) {
-            self.iam
-                .detach_role_policy()
-                .role_name(name)
-                .policy_arn(arn)
-                .send()
-                .await
-                .map_err(|e| self.call("iam:DetachRolePolicy", name, e))?;
+            self.detach_policy(name, arn).await?;
         }
         let (profile_arn, roles) = match self.profile_arn_with_role(name).await? {
             Some((arn, roles)) => (Some(arn), roles),
