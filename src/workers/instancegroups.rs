@@ -1,7 +1,9 @@
 //! Reconciles InstanceGroups into launch templates, Auto Scaling Groups, node roles and aws-auth
 //! entries, with upstream's states and status fields. Rotations go through the booster (the node
 //! is marked; the scaler and drainer replace, drain and terminate it), so nodes are drained before
-//! they are terminated and a rotation never races the booster's own drains.
+//! they are terminated and a rotation never races the booster's own drains. The decisions are
+//! `instancegroup::plan`'s; this observes what AWS and the cluster hold, asks it, and makes the
+//! calls its steps name.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
