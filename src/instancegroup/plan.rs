@@ -476,6 +476,16 @@ pub(crate) enum CleanupStep {
     },
 }
 
+impl CleanupStep {
+    /// The state the group is in once the step is carried out.
+    pub(crate) fn state(&self) -> State {
+        match self {
+            CleanupStep::DeleteGroup | CleanupStep::WaitForGroup => State::Deleting,
+            CleanupStep::LetGo(_) | CleanupStep::DeleteRest { .. } => State::Deleted,
+        }
+    }
+}
+
 /// What a deletion finds: the resources under the group's name and whose they are.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CleanupSeen<'a> {
@@ -633,9 +643,14 @@ mod tests {
         let going = AsgFacts { status: Some("Delete in progress".into()), ..facts.clone() };
         assert_eq!(cleanup_step(&seen(Some(&going), false)), CleanupStep::WaitForGroup);
         assert_eq!(
+            (CleanupStep::DeleteGroup.state(), CleanupStep::WaitForGroup.state()),
+            (State::Deleting, State::Deleting)
+        );
+        assert_eq!(
             cleanup_step(&seen(None, false)),
             CleanupStep::DeleteRest { unmap_role: Some("arn:aws:iam::1:role/r".into()), delete_role: true }
         );
+        assert_eq!(cleanup_step(&seen(None, false)).state(), State::Deleted);
         assert_eq!(
             cleanup_step(&seen(None, true)),
             CleanupStep::DeleteRest { unmap_role: None, delete_role: true },

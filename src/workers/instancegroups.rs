@@ -417,13 +417,16 @@ where
                         && c.instance_profile_name.as_deref().unwrap_or("").is_empty()
                 }),
             };
-            match cleanup_step(&seen) {
+            let step = cleanup_step(&seen);
+            // Written once the step's calls are made: a failed call leaves the state as it was.
+            let state = step.state().into();
+            match step {
                 CleanupStep::LetGo(Owned { what, name: other, owner }) => {
                     // Another InstanceGroup's: left whole, and this one lets go of its finalizer.
                     let message = format!("{what} {other} belongs to {owner}: left as it is");
                     warn!(%namespace, %name, %message, "InstanceGroup deleted without its AWS resources");
                     self.event(ig, "ReconcileFailed", &message, true).await;
-                    status.current_state = State::Deleted.into();
+                    status.current_state = state;
                     self.write_deleted(&namespace, &name, status).await?;
                     return Ok(Requeue::OnChange);
                 }
@@ -431,11 +434,11 @@ where
                     self.cloud.delete_scaling_group(&group).await?;
                     let message = format!("Auto Scaling Group {prefix} force-deleted");
                     self.event(ig, "InstanceGroupDeleting", &message, false).await;
-                    status.current_state = State::Deleting.into();
+                    status.current_state = state;
                     return Ok(Requeue::After(REQUEUE));
                 }
                 CleanupStep::WaitForGroup => {
-                    status.current_state = State::Deleting.into();
+                    status.current_state = state;
                     return Ok(Requeue::After(REQUEUE));
                 }
                 CleanupStep::DeleteRest { unmap_role, delete_role } => {
