@@ -64,6 +64,9 @@ labels!(
         Held => "held",
         /// The at-risk pods fit elsewhere.
         NoNodeNeeded => "no-node-needed",
+        /// The ledger held at its save already covered one of its instances (another replica's
+        /// or an earlier pass's boost): not opened, not written.
+        Covered => "covered",
         /// A follower left it to the leader.
         NotLeader => "not-leader",
         /// Replacements not Ready within `--replacement-timeout`.

@@ -146,6 +146,27 @@ pub enum LedgerEdit {
         /// When the nodes moved.
         at: Timestamp,
     },
+    /// A boost whose write's answer never came, resolved from its group (see `core::raises`):
+    /// `kept` of its nodes are there, the rest never were. Kept none, the record goes and its
+    /// instances are planned again. Applies only while the write is still unanswered.
+    Resolve {
+        /// The boost.
+        id: BoostId,
+        /// The nodes the group shows.
+        kept: u32,
+    },
+    /// As [`LedgerEdit::Resolve`], for a move to a fallback group: the nodes not kept are the
+    /// boost's own again.
+    ResolveMove {
+        /// The boost.
+        id: BoostId,
+        /// The fallback group.
+        to: GroupName,
+        /// When the nodes moved.
+        at: Timestamp,
+        /// The nodes the fallback shows.
+        kept: u32,
+    },
     /// The boost's own group is about to be lowered to `to` by nodes that moved at `moved_at` and
     /// never launched: saved before the guarded write.
     Lowering {
@@ -248,6 +269,36 @@ impl LedgerEdit {
                 let Some(r) = ledger.find_mut(id) else { return false };
                 let Some(k) = r.moved.iter().position(|p| &p.group == to && p.at == *at) else { return false };
                 r.added = r.added.saturating_add(r.moved.remove(k).added);
+                true
+            }
+            LedgerEdit::Resolve { id, kept } => {
+                let Some(k) = ledger.records.iter().position(|r| r.is(id) && r.raising_to.is_some()) else {
+                    return false;
+                };
+                let r = &mut ledger.records[k];
+                r.raising_to = None;
+                r.added = (*kept).min(r.added);
+                r.returned = r.returned.min(r.added);
+                if r.added == 0 {
+                    ledger.records.remove(k);
+                }
+                true
+            }
+            LedgerEdit::ResolveMove { id, to, at, kept } => {
+                let Some(r) = ledger.find_mut(id) else { return false };
+                let Some(k) = r.moved.iter().position(|p| &p.group == to && p.at == *at && p.raising_to.is_some())
+                else {
+                    return false;
+                };
+                let part = &mut r.moved[k];
+                let kept = (*kept).min(part.added);
+                let back = part.added - kept;
+                part.raising_to = None;
+                part.added = kept;
+                if kept == 0 {
+                    r.moved.remove(k);
+                }
+                r.added = r.added.saturating_add(back);
                 true
             }
             LedgerEdit::Lowering { id, moved_at, to } => {

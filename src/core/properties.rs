@@ -375,7 +375,10 @@ proptest! {
         retried in any::<bool>(),
     ) {
         let p = plan(&case.snapshot, &case.drains, &case.policy, NOW);
-        let mut edits = p.scaling.closes.clone();
+        // Boosts whose write's answer was lost, resolved from their groups as read.
+        let live = case.snapshot.groups.values().map(|g| (g.name.clone(), g.desired)).collect();
+        let (mut edits, _) = resolve_raises(&case.snapshot.ledger, &live);
+        edits.extend(p.scaling.closes.iter().cloned());
         edits.extend(p.scaling.boosts.boosts.iter().map(|b| LedgerEdit::Open(b.record.clone())));
         edits.extend(p.scaling.fallbacks.iter().map(|f| f.moving(NOW)));
 
@@ -466,6 +469,7 @@ proptest! {
             plan(&snapshot, &case.drains, &case.policy, now);
         }
         let live = snapshot.groups.values().map(|g| (g.name.clone(), g.desired)).collect();
-        resolve_raises(&mut snapshot.ledger, &live);
+        let (edits, _) = resolve_raises(&snapshot.ledger, &live);
+        apply_all(&mut snapshot.ledger, &edits);
     }
 }

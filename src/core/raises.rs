@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::ledger_edit::LedgerEdit;
 use super::model::{BoostLedger, GroupName, InstanceId};
 
 /// What reading its group told of one boost whose write's answer never came.
@@ -45,57 +46,43 @@ pub fn unresolved_groups(ledger: &BoostLedger) -> BTreeSet<GroupName> {
 /// shows is kept: all of it when desired reached what was asked, none when desired is at most
 /// what the group had without it (the record is dropped and its instances planned again), and in
 /// between the part above that (the rest was never added, or someone else lowered it since:
-/// either way it is not there to give back).
-pub fn resolve_raises(ledger: &mut BoostLedger, live: &BTreeMap<GroupName, u32>) -> Vec<ResolvedRaise> {
+/// either way it is not there to give back). Returns the edits that resolve them, to apply in
+/// order, and what each raise came to.
+pub fn resolve_raises(ledger: &BoostLedger, live: &BTreeMap<GroupName, u32>) -> (Vec<LedgerEdit>, Vec<ResolvedRaise>) {
+    let mut edits = Vec::new();
     let mut resolved = Vec::new();
-    // Moves to a fallback first: what did not apply goes back to the boost's own group.
-    for r in &mut ledger.records {
+    let mut tell = |group: &GroupName, instances: &BTreeSet<InstanceId>, asked: u32, added: u32| {
+        let desired = live.get(group).copied();
+        let without = asked.saturating_sub(added);
+        let kept = desired.map_or(0, |d| d.saturating_sub(without).min(added));
+        resolved.push(ResolvedRaise { group: group.clone(), instances: instances.clone(), asked, live: desired, kept });
+        kept
+    };
+    for r in &ledger.records {
+        let id = r.id();
         // A lowering of the own group applied when desired is at most what it asked for; else it
         // is planned again (its guard re-reads).
         let own = live.get(&r.group).copied();
-        for part in &mut r.moved {
-            if let Some(asked) = part.lowering_to.take() {
-                part.taken_back = own.is_none_or(|d| d <= asked);
+        for part in &r.moved {
+            if let Some(asked) = part.lowering_to {
+                let lowered = own.is_none_or(|d| d <= asked);
+                edits.push(LedgerEdit::Lowered { id: id.clone(), moved_at: part.at, lowered });
             }
         }
-        let instances = r.instances.clone();
-        let mut back = 0u32;
-        r.moved.retain_mut(|part| {
-            let Some(asked) = part.raising_to.take() else { return true };
-            let desired = live.get(&part.group).copied();
-            let without = asked.saturating_sub(part.added);
-            let kept = desired.map_or(0, |d| d.saturating_sub(without).min(part.added));
-            resolved.push(ResolvedRaise {
-                group: part.group.clone(),
-                instances: instances.clone(),
-                asked,
-                live: desired,
-                kept,
-            });
-            back = back.saturating_add(part.added - kept);
-            part.added = kept;
-            kept > 0
-        });
-        r.added = r.added.saturating_add(back);
+        // Moves to a fallback first: what did not apply goes back to the boost's own group.
+        let mut added = r.added;
+        for part in &r.moved {
+            let Some(asked) = part.raising_to else { continue };
+            let kept = tell(&part.group, &r.instances, asked, part.added);
+            added = added.saturating_add(part.added - kept);
+            edits.push(LedgerEdit::ResolveMove { id: id.clone(), to: part.group.clone(), at: part.at, kept });
+        }
+        if let Some(asked) = r.raising_to {
+            let kept = tell(&r.group, &r.instances, asked, added);
+            edits.push(LedgerEdit::Resolve { id, kept });
+        }
     }
-    ledger.records.retain_mut(|r| {
-        let Some(asked) = r.raising_to else { return true };
-        let desired = live.get(&r.group).copied();
-        let without = asked.saturating_sub(r.added);
-        let kept = desired.map_or(0, |d| d.saturating_sub(without).min(r.added));
-        resolved.push(ResolvedRaise {
-            group: r.group.clone(),
-            instances: r.instances.clone(),
-            asked,
-            live: desired,
-            kept,
-        });
-        r.raising_to = None;
-        r.added = kept;
-        r.returned = r.returned.min(kept);
-        kept > 0
-    });
-    resolved
+    (edits, resolved)
 }
 
 #[cfg(test)]
@@ -109,6 +96,13 @@ mod tests {
         BoostLedger { records: vec![record, BoostRecord::test("b", &["i-3"], 1, 0)], ..Default::default() }
     }
 
+    /// Resolves `ledger` in place, as the scaler does: the edits applied in order.
+    fn resolve(ledger: &mut BoostLedger, live: &BTreeMap<GroupName, u32>) -> Vec<ResolvedRaise> {
+        let (edits, resolved) = resolve_raises(ledger, live);
+        assert!(edits.iter().all(|e| e.apply(ledger)), "every edit applies to the ledger it came from");
+        resolved
+    }
+
     fn live(desired: u32) -> BTreeMap<GroupName, u32> {
         BTreeMap::from([(GroupName::from("a"), desired), (GroupName::from("b"), 9)])
     }
@@ -117,13 +111,13 @@ mod tests {
     fn a_raise_the_group_shows_is_confirmed_and_one_it_does_not_is_dropped_to_be_planned_again() {
         let mut ledger = pending(2, 7);
         assert_eq!(unresolved_groups(&ledger), BTreeSet::from([GroupName::from("a")]));
-        let resolved = resolve_raises(&mut ledger, &live(7));
+        let resolved = resolve(&mut ledger, &live(7));
         assert_eq!(resolved.iter().map(|r| r.kept).collect::<Vec<_>>(), vec![2]);
         assert_eq!((ledger.records[0].added, ledger.records[0].raising_to), (2, None));
         assert!(unresolved_groups(&ledger).is_empty());
 
         let mut ledger = pending(2, 7);
-        let resolved = resolve_raises(&mut ledger, &live(5));
+        let resolved = resolve(&mut ledger, &live(5));
         assert_eq!(resolved[0].kept, 0, "desired is what it was without the boost: never applied");
         assert_eq!(ledger.records.len(), 1, "dropped; the other group's record is untouched");
         assert_eq!(ledger.records[0].group, GroupName::from("b"));
@@ -132,15 +126,15 @@ mod tests {
     #[test]
     fn only_the_part_of_a_raise_the_group_shows_can_be_given_back() {
         let mut ledger = pending(3, 8);
-        let resolved = resolve_raises(&mut ledger, &live(6));
+        let resolved = resolve(&mut ledger, &live(6));
         assert_eq!((resolved[0].kept, ledger.records[0].added), (1, 1));
 
         let mut ledger = pending(3, 8);
-        resolve_raises(&mut ledger, &live(12));
+        resolve(&mut ledger, &live(12));
         assert_eq!(ledger.records[0].added, 3, "raised further by someone else: all of ours is there");
 
         let mut ledger = pending(3, 8);
-        let resolved = resolve_raises(&mut ledger, &BTreeMap::new());
+        let resolved = resolve(&mut ledger, &BTreeMap::new());
         assert_eq!((resolved.len(), resolved[0].live, ledger.records.len()), (1, None, 1), "group a is gone");
     }
 
@@ -159,13 +153,13 @@ mod tests {
         ledger.records[0].raising_to = None;
         ledger.records[0].moved.push(moved(Some(3)));
         assert_eq!(unresolved_groups(&ledger), BTreeSet::from([GroupName::from("a")]));
-        resolve_raises(&mut ledger, &live(3));
+        resolve(&mut ledger, &live(3));
         assert!(ledger.records[0].moved[0].taken_back, "desired is what the lowering asked: it applied");
 
         let mut ledger = pending(0, 0);
         ledger.records[0].raising_to = None;
         ledger.records[0].moved.push(moved(Some(3)));
-        resolve_raises(&mut ledger, &live(5));
+        resolve(&mut ledger, &live(5));
         let part = &ledger.records[0].moved[0];
         assert!(!part.taken_back && part.lowering_to.is_none(), "not applied: planned again, never twice");
     }

@@ -312,25 +312,28 @@ where
                 opened = apply_all(held, &opens);
             })
             .await?;
-        for (boost, _) in plan.boosts.iter().zip(&opened).filter(|(_, opened)| !**opened) {
-            warn!(group = %boost.group, instances = boost.record.instances.len(), "a boost's instances are already covered by the ledger held now; not written");
+        let mut boosts = Vec::with_capacity(plan.boosts.len());
+        for ((boost, open), opened) in plan.boosts.iter().zip(&opens).zip(opened) {
+            if opened {
+                boosts.push((boost, open));
+            } else {
+                warn!(group = %boost.group, instances = boost.record.instances.len(), "a boost's instances are already covered by the ledger held now; not written");
+                ctx.metrics.scaler.boost(boost.group.as_str(), BoostOutcome::Covered);
+            }
         }
-        let mut opened = opened.into_iter();
-        plan.boosts.retain(|_| opened.next().unwrap_or(false));
         stages.mark("ledger-save");
-        for boost in plan.boosts.iter().filter(|b| !b.writes()) {
+        for (boost, _) in boosts.iter().filter(|(b, _)| !b.writes()) {
             ctx.metrics.scaler.boost(boost.group.as_str(), BoostOutcome::NoNodeNeeded);
         }
-        let writes: Vec<(&Boost, DesiredWrite)> = plan
-            .boosts
+        let writes: Vec<(&Boost, &LedgerEdit, DesiredWrite)> = boosts
             .iter()
-            .filter(|b| b.writes())
-            .map(|b| (b, DesiredWrite { group: b.group.clone(), expected: b.from, to: b.to }))
+            .filter(|(b, _)| b.writes())
+            .map(|&(b, open)| (b, open, DesiredWrite { group: b.group.clone(), expected: b.from, to: b.to }))
             .collect();
         if writes.is_empty() {
             return Ok(report);
         }
-        let requests: Vec<DesiredWrite> = writes.iter().map(|(_, w)| w.clone()).collect();
+        let requests: Vec<DesiredWrite> = writes.iter().map(|(.., w)| w.clone()).collect();
         let outcomes = match ctx.aws.raise_desired(&requests).await {
             Ok(outcomes) => outcomes,
             Err(e) => {
@@ -342,10 +345,10 @@ where
                 } else {
                     BoostOutcome::Failed
                 };
-                for (b, _) in &writes {
+                for (b, ..) in &writes {
                     ctx.metrics.scaler.boost(b.group.as_str(), outcome);
                 }
-                self.answer_writes(&[], writes.iter().map(|(b, _)| *b)).await?;
+                self.answer_writes(&[], writes.iter().map(|(_, open, _)| *open)).await?;
                 return Err(ScalerError::Raise(e));
             }
         };
@@ -354,7 +357,7 @@ where
 
         let mut answered = Vec::new();
         let mut undone = Vec::new();
-        for ((boost, _), (group, outcome)) in writes.iter().zip(outcomes) {
+        for (&(boost, open, _), (group, outcome)) in writes.iter().zip(outcomes) {
             let outcome = match outcome {
                 Err(e) if e.may_have_applied() => match self.applied_anyway(&group, boost).await {
                     Applied::Yes => {
@@ -375,7 +378,7 @@ where
             match outcome {
                 Ok(WriteOutcome::Written { from, to } | WriteOutcome::DryRun { from, to }) => {
                     info!(%group, from, to, instances = boost.record.instances.len(), reason = %boost.reason, "boosted");
-                    answered.push(*boost);
+                    answered.push(open);
                     ctx.groups.note_desired(&group, to).await;
                     ctx.metrics.scaler.desired(group.as_str(), to);
                     let dry = matches!(outcome, Ok(WriteOutcome::DryRun { .. }));
@@ -396,7 +399,7 @@ where
                     ctx.groups.note_desired(&group, live).await;
                     ctx.metrics.scaler.boost(group.as_str(), BoostOutcome::Raced);
                     report.raced.push(group);
-                    undone.push(*boost);
+                    undone.push(open);
                 }
                 Err(e) => {
                     warn!(%group, error = %e, category = e.category(), "boost not written");
@@ -405,7 +408,7 @@ where
                         ctx.groups.invalidate(&group).await;
                     }
                     report.failed.push((group, e.category()));
-                    undone.push(*boost);
+                    undone.push(open);
                 }
             }
         }
@@ -486,7 +489,13 @@ where
             live.insert(g.name, g.desired);
         }
         let mut resolved = Vec::new();
-        ctx.ledger.update(|l| resolved = resolve_raises(l, &live)).await?;
+        ctx.ledger
+            .update(|l| {
+                let edits;
+                (edits, resolved) = resolve_raises(l, &live);
+                apply_all(l, &edits);
+            })
+            .await?;
         for r in resolved {
             let (group, asked, kept) = (&r.group, r.asked, r.kept);
             match r.live {
@@ -681,26 +690,23 @@ where
         Ok(())
     }
 
-    /// Records what AWS answered: the boosts in `written` are confirmed, those in `undone` were
-    /// not written and are removed, so they are planned again.
+    /// Records what AWS answered to the writes of the boosts opened by these edits: those in
+    /// `written` are confirmed, those in `undone` were not written and are taken back, so their
+    /// instances are planned again.
     async fn answer_writes<'b>(
         &self,
-        written: &[&Boost],
-        undone: impl Iterator<Item = &'b Boost>,
+        written: &[&LedgerEdit],
+        undone: impl Iterator<Item = &'b LedgerEdit>,
     ) -> Result<(), ScalerError> {
-        let undone: Vec<&Boost> = undone.collect();
-        if written.is_empty() && undone.is_empty() {
+        let answers: Vec<LedgerEdit> =
+            undone.filter_map(LedgerEdit::undo).chain(written.iter().filter_map(|e| e.confirm())).collect();
+        if answers.is_empty() {
             return Ok(());
         }
         self.ctx
             .ledger
             .update(|l| {
-                undone.iter().for_each(|b| {
-                    LedgerEdit::Withdraw(b.record.id()).apply(l);
-                });
-                written.iter().for_each(|b| {
-                    LedgerEdit::Confirm(b.record.id()).apply(l);
-                });
+                apply_all(l, &answers);
             })
             .await?;
         Ok(())
