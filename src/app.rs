@@ -9,15 +9,16 @@ use tokio::sync::{watch, Notify};
 use tracing::{error, info, warn};
 
 use crate::aws::autoscaling::AwsAutoScaling;
-use crate::aws::nodegroups::AwsNodeGroups;
 use crate::aws::{load_sdk_config, AwsPorts};
 use crate::config::{Cli, Command, InspectCommand, InvalidPolicy, RunArgs};
 use crate::inspect::{
     inspect_ca_status, inspect_nth_events, read_input, render_ca_status, render_nth_events, InspectError,
 };
+use crate::instancegroup::aws::AwsNodeGroups;
+use crate::instancegroup::k8s::KubeInstanceGroups;
+use crate::instancegroup::reconciler::InstanceGroupReconciler;
 use crate::k8s::client::{check_permissions, connect, ConnectError, ConnectionMode, Namespaces};
 use crate::k8s::events::KubeEvents;
-use crate::k8s::instancegroups::KubeInstanceGroups;
 use crate::k8s::leader::{LeaderElector, LeaseTiming};
 use crate::k8s::ledger::ConfigMapLedger;
 use crate::k8s::watch::{KubeCluster, WatchSettings, SIGNAL_GRACE};
@@ -28,7 +29,6 @@ use crate::simulate::{simulate_file, SimulateError};
 use crate::supervise::{Heartbeats, Lifetime, Supervisor, TaskEnded};
 use crate::workers::drainer::{Drainer, DrainerSettings};
 use crate::workers::groups::GroupBook;
-use crate::workers::instancegroups::InstanceGroupReconciler;
 use crate::workers::launches::{LaunchWatchSettings, LaunchWatcher};
 use crate::workers::learner::{LearnerSettings, NodeLearner};
 use crate::workers::scaler::{Scaler, ScalerError, ScalerSettings};
@@ -431,7 +431,7 @@ impl Daemon {
             tasks.spawn(
                 "worker:instancegroups",
                 Lifetime::UntilShutdown,
-                crate::instancegroup_controller::run(
+                crate::instancegroup::controller::run(
                     reconciler,
                     heartbeats.register("worker:instancegroups", crate::supervise::WORKER_SILENCE_LIMIT),
                     self.client.clone(),

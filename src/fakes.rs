@@ -778,7 +778,7 @@ pub struct InstanceGroupStoreState {
     /// Status patches made.
     pub status_writes: usize,
     /// CustomResourceDefinitions by name (`<plural>.<group>`).
-    pub crds: BTreeMap<String, crate::ports::instancegroups::CustomKind>,
+    pub crds: BTreeMap<String, crate::instancegroup::store::CustomKind>,
     /// Custom resources by `(plural, namespace, name)`.
     pub custom: BTreeMap<(String, String, String), serde_json::Value>,
 }
@@ -844,16 +844,16 @@ impl FakeInstanceGroupStore {
     }
 }
 
-impl crate::ports::instancegroups::GroupStatus for FakeInstanceGroupStore {
+impl crate::instancegroup::store::GroupStatus for FakeInstanceGroupStore {
     async fn patch_status(
         &self,
         namespace: &str,
         name: &str,
         status: &crate::instancegroup::InstanceGroupStatus,
-    ) -> Result<(), crate::ports::instancegroups::StoreError> {
+    ) -> Result<(), crate::instancegroup::store::StoreError> {
         let mut state = lock(&self.0);
         let Some(group) = state.groups.get_mut(&(namespace.to_string(), name.to_string())) else {
-            return Err(crate::ports::instancegroups::StoreError::Gone(format!("{namespace}/{name}")));
+            return Err(crate::instancegroup::store::StoreError::Gone(format!("{namespace}/{name}")));
         };
         group.status = Some(status.clone());
         state.status_writes += 1;
@@ -862,28 +862,28 @@ impl crate::ports::instancegroups::GroupStatus for FakeInstanceGroupStore {
 
     async fn event(
         &self,
-        group: &crate::ports::instancegroups::GroupRef,
+        group: &crate::instancegroup::store::GroupRef,
         reason: &str,
         message: &str,
         warning: bool,
-    ) -> Result<(), crate::ports::instancegroups::StoreError> {
+    ) -> Result<(), crate::instancegroup::store::StoreError> {
         lock(&self.0).events.push((group.name.clone(), reason.to_string(), message.to_string(), warning));
         Ok(())
     }
 }
 
-impl crate::ports::instancegroups::Boundaries for FakeInstanceGroupStore {
-    async fn config_map(&self) -> Result<Option<BTreeMap<String, String>>, crate::ports::instancegroups::StoreError> {
+impl crate::instancegroup::store::Boundaries for FakeInstanceGroupStore {
+    async fn config_map(&self) -> Result<Option<BTreeMap<String, String>>, crate::instancegroup::store::StoreError> {
         Ok(lock(&self.0).config.clone())
     }
 
-    async fn namespace_excluded(&self, namespace: &str) -> Result<bool, crate::ports::instancegroups::StoreError> {
+    async fn namespace_excluded(&self, namespace: &str) -> Result<bool, crate::instancegroup::store::StoreError> {
         Ok(lock(&self.0).excluded.contains(namespace))
     }
 }
 
-impl crate::ports::instancegroups::AwsAuth for FakeInstanceGroupStore {
-    async fn upsert_aws_auth(&self, role_arn: &str) -> Result<(), crate::ports::instancegroups::StoreError> {
+impl crate::instancegroup::store::AwsAuth for FakeInstanceGroupStore {
+    async fn upsert_aws_auth(&self, role_arn: &str) -> Result<(), crate::instancegroup::store::StoreError> {
         let mut guard = lock(&self.0);
         let state = &mut *guard;
         let data = state.aws_auth.get_or_insert_with(BTreeMap::new);
@@ -891,7 +891,7 @@ impl crate::ports::instancegroups::AwsAuth for FakeInstanceGroupStore {
         Ok(())
     }
 
-    async fn remove_aws_auth(&self, role_arn: &str) -> Result<(), crate::ports::instancegroups::StoreError> {
+    async fn remove_aws_auth(&self, role_arn: &str) -> Result<(), crate::instancegroup::store::StoreError> {
         let mut guard = lock(&self.0);
         let state = &mut *guard;
         if let Some(data) = state.aws_auth.as_mut() {
@@ -901,32 +901,32 @@ impl crate::ports::instancegroups::AwsAuth for FakeInstanceGroupStore {
     }
 }
 
-impl crate::ports::instancegroups::Rotations for FakeInstanceGroupStore {
-    async fn mark_for_rotation(&self, node: &str, _at: &str) -> Result<(), crate::ports::instancegroups::StoreError> {
+impl crate::instancegroup::store::Rotations for FakeInstanceGroupStore {
+    async fn mark_for_rotation(&self, node: &str, _at: &str) -> Result<(), crate::instancegroup::store::StoreError> {
         lock(&self.0).rotations.push(node.to_string());
         Ok(())
     }
 }
 
-impl crate::ports::instancegroups::CustomResources for FakeInstanceGroupStore {
+impl crate::instancegroup::store::CustomResources for FakeInstanceGroupStore {
     async fn custom_kind(
         &self,
         crd_name: &str,
-    ) -> Result<crate::ports::instancegroups::CustomKind, crate::ports::instancegroups::StoreError> {
+    ) -> Result<crate::instancegroup::store::CustomKind, crate::instancegroup::store::StoreError> {
         let state = lock(&self.0);
         state
             .crds
             .iter()
             .find(|(name, kind)| *name == crd_name || kind.plural == crd_name)
             .map(|(_, kind)| kind.clone())
-            .ok_or_else(|| crate::ports::instancegroups::StoreError::NoSuchCrd(crd_name.to_string()))
+            .ok_or_else(|| crate::instancegroup::store::StoreError::NoSuchCrd(crd_name.to_string()))
     }
 
     async fn list_custom(
         &self,
-        kind: &crate::ports::instancegroups::CustomKind,
+        kind: &crate::instancegroup::store::CustomKind,
         namespace: &str,
-    ) -> Result<Vec<serde_json::Value>, crate::ports::instancegroups::StoreError> {
+    ) -> Result<Vec<serde_json::Value>, crate::instancegroup::store::StoreError> {
         let state = lock(&self.0);
         Ok(state
             .custom
@@ -938,9 +938,9 @@ impl crate::ports::instancegroups::CustomResources for FakeInstanceGroupStore {
 
     async fn create_custom(
         &self,
-        kind: &crate::ports::instancegroups::CustomKind,
+        kind: &crate::instancegroup::store::CustomKind,
         object: &serde_json::Value,
-    ) -> Result<(), crate::ports::instancegroups::StoreError> {
+    ) -> Result<(), crate::instancegroup::store::StoreError> {
         let namespace = object["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
         let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
         lock(&self.0).custom.entry((kind.plural.clone(), namespace, name)).or_insert_with(|| object.clone());
@@ -949,10 +949,10 @@ impl crate::ports::instancegroups::CustomResources for FakeInstanceGroupStore {
 
     async fn delete_custom(
         &self,
-        kind: &crate::ports::instancegroups::CustomKind,
+        kind: &crate::instancegroup::store::CustomKind,
         namespace: &str,
         name: &str,
-    ) -> Result<(), crate::ports::instancegroups::StoreError> {
+    ) -> Result<(), crate::instancegroup::store::StoreError> {
         lock(&self.0).custom.remove(&(kind.plural.clone(), namespace.to_string(), name.to_string()));
         Ok(())
     }

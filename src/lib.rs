@@ -5,8 +5,9 @@
 //! The crate is a library plus a thin binary. [`core`] is the pure scaling core; [`k8s`] holds the
 //! parsers for what the cluster says; [`ports`] are the traits workers act through, implemented on
 //! AWS in [`aws`] (and, for tests, in memory in `fakes`, behind the `test-kit` feature);
-//! [`workers`] run the core's decisions; [`inspect`] and [`simulate`] are commands that need no
-//! cluster.
+//! [`workers`] run the core's decisions; [`instancegroup`] is the InstanceGroup half, decisions,
+//! ports, reconciler and adapters in one folder; [`inspect`] and [`simulate`] are commands that
+//! need no cluster.
 
 pub(crate) mod admin;
 pub mod app;
@@ -20,7 +21,6 @@ pub(crate) mod inspect;
 pub(crate) mod inspect_activities;
 pub(crate) mod inspect_nodes;
 pub mod instancegroup;
-pub(crate) mod instancegroup_controller;
 pub mod k8s;
 pub mod metrics;
 pub(crate) mod output;

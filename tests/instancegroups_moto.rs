@@ -10,16 +10,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_config::SdkConfig;
-use spots_booster::aws::nodegroups::AwsNodeGroups;
 use spots_booster::aws::CallStats;
 use spots_booster::core::{Evidence, InstanceId, Node, NodeName, Resources, Signal, SignalKind, Timestamp};
 use spots_booster::fakes::{FakeInstanceGroupStore, InMemoryCluster};
 use spots_booster::instancegroup::api::FINALIZER;
+use spots_booster::instancegroup::aws::AwsNodeGroups;
 use spots_booster::instancegroup::boundaries::InstanceManagerConfig;
+use spots_booster::instancegroup::reconciler::{Cleanup, InstanceGroupReconciler, Requeue, State};
 use spots_booster::instancegroup::validate::IamRules;
 use spots_booster::instancegroup::InstanceGroup;
 use spots_booster::ports::Leadership;
-use spots_booster::workers::instancegroups::{Cleanup, InstanceGroupReconciler, Requeue, State};
 use support::moto::moto;
 
 const NS: &str = "teams";
@@ -341,7 +341,7 @@ async fn create_ready_image_change_rotation_resize_and_delete() {
 
     // Every delete step again, on what is already gone: done, whatever moto answers for a
     // missing object (`DeleteLaunchTemplate` of a missing name is `MissingParameter`).
-    use spots_booster::ports::nodegroups::NodeGroupCloud;
+    use spots_booster::instancegroup::cloud::NodeGroupCloud;
     r.cloud.delete_scaling_group(&ASG.into()).await.unwrap();
     r.cloud.delete_launch_template(ASG).await.unwrap();
     r.cloud.delete_role(ASG).await.unwrap();
@@ -549,7 +549,7 @@ async fn the_boundaries_configmap_is_applied_its_changes_followed_and_the_namesp
 #[tokio::test]
 async fn the_crd_strategy_submits_follows_retries_and_finishes() {
     use spots_booster::instancegroup::api::{CrdStrategy, UpgradeStrategy};
-    use spots_booster::ports::instancegroups::CustomKind;
+    use spots_booster::instancegroup::store::CustomKind;
     let (moto, _guard) = moto().await;
     let config = moto.sdk_config().await;
     let world = seed(&config).await;
@@ -711,7 +711,7 @@ async fn an_instancegroup_whose_aws_names_collide_with_another_s_takes_nothing_o
 
 #[tokio::test]
 async fn subnet_and_security_group_ids_of_another_vpc_are_refused() {
-    use spots_booster::ports::nodegroups::{CloudError, NodeGroupCloud};
+    use spots_booster::instancegroup::cloud::{CloudError, NodeGroupCloud};
     let (moto, _guard) = moto().await;
     let config = moto.sdk_config().await;
     let world = seed(&config).await;

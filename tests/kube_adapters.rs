@@ -621,8 +621,8 @@ async fn a_leader_that_cannot_renew_steps_down_at_its_deadline_and_releases_on_s
     assert!(!leadership.is_leader());
 }
 
-fn instance_groups(client: Client) -> Arc<spots_booster::k8s::instancegroups::KubeInstanceGroups> {
-    Arc::new(spots_booster::k8s::instancegroups::KubeInstanceGroups::new(
+fn instance_groups(client: Client) -> Arc<spots_booster::instancegroup::k8s::KubeInstanceGroups> {
+    Arc::new(spots_booster::instancegroup::k8s::KubeInstanceGroups::new(
         client,
         Some("spots-booster-0".into()),
         "instance-manager".into(),
@@ -632,8 +632,8 @@ fn instance_groups(client: Client) -> Arc<spots_booster::k8s::instancegroups::Ku
 
 #[tokio::test]
 async fn instancegroup_status_goes_to_the_subresource_as_a_merge_patch() {
+    use spots_booster::instancegroup::store::GroupStatus;
     use spots_booster::instancegroup::InstanceGroupStatus;
-    use spots_booster::ports::instancegroups::GroupStatus;
     let (client, mut server) = mocked().await;
     let store = instance_groups(client);
 
@@ -655,7 +655,7 @@ async fn instancegroup_status_goes_to_the_subresource_as_a_merge_patch() {
 
 #[tokio::test]
 async fn an_instancegroup_event_names_the_object_by_kind_namespace_name_and_uid() {
-    use spots_booster::ports::instancegroups::{GroupRef, GroupStatus};
+    use spots_booster::instancegroup::store::{GroupRef, GroupStatus};
     let (client, mut server) = mocked().await;
     let store = instance_groups(client);
     let group = GroupRef { namespace: "tenant-a".into(), name: "batch".into(), uid: Some("uid-1".into()) };
@@ -677,7 +677,7 @@ async fn an_instancegroup_event_names_the_object_by_kind_namespace_name_and_uid(
 
 #[tokio::test]
 async fn aws_auth_is_created_when_missing_and_replaced_with_its_resource_version_after_a_conflict() {
-    use spots_booster::ports::instancegroups::AwsAuth;
+    use spots_booster::instancegroup::store::AwsAuth;
     let (client, mut server) = mocked().await;
     let store = instance_groups(client);
     let arn = "arn:aws:iam::1:role/nodes";
@@ -738,7 +738,7 @@ async fn aws_auth_is_created_when_missing_and_replaced_with_its_resource_version
 
 #[tokio::test]
 async fn a_rotation_is_a_node_annotation_and_the_boundaries_come_from_their_configmap() {
-    use spots_booster::ports::instancegroups::{Boundaries, Rotations};
+    use spots_booster::instancegroup::store::{Boundaries, Rotations};
     let (client, mut server) = mocked().await;
     let store = instance_groups(client);
 

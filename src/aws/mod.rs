@@ -6,7 +6,6 @@ pub mod autoscaling;
 pub mod calls;
 pub mod ec2;
 pub mod errors;
-pub mod nodegroups;
 
 use std::time::Duration;
 
@@ -34,7 +33,7 @@ pub const IAM_ACTIONS: &[&str] = &[
     // covered by the InstanceGroup reconciler's actions below.
     "ec2:DescribeInstances",
     "ec2:DescribeInstanceStatus",
-    // InstanceGroup reconciliation (`aws::nodegroups`).
+    // InstanceGroup reconciliation (`instancegroup::aws`).
     "autoscaling:CreateAutoScalingGroup",
     "autoscaling:UpdateAutoScalingGroup",
     "autoscaling:DeleteAutoScalingGroup",

@@ -1,7 +1,7 @@
 //! The InstanceGroup reconciler's decisions, without I/O. Given a validated design and what AWS
 //! and the cluster hold, these say what to do to the launch template and the Auto Scaling group,
 //! which nodes to rotate, what a deletion does next, and the state, conditions and requeue that
-//! follow. `workers::instancegroups` observes, asks, and carries the steps out; the order is the
+//! follow. `instancegroup::reconciler` observes, asks, and carries the steps out; the order is the
 //! one observation needs: resources first (a new template version is numbered by AWS), then nodes
 //! against the version now latest.
 

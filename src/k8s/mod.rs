@@ -6,7 +6,6 @@ pub mod ca_status;
 pub mod client;
 pub mod convert;
 pub mod events;
-pub mod instancegroups;
 pub mod leader;
 pub mod ledger;
 pub mod nth;

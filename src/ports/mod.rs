@@ -6,10 +6,8 @@ mod aws;
 mod clock;
 mod cluster;
 mod events;
-pub mod instancegroups;
 mod leadership;
 mod ledger;
-pub mod nodegroups;
 
 pub use aws::*;
 pub use clock::*;

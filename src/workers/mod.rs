@@ -6,7 +6,6 @@
 
 pub mod drainer;
 pub mod groups;
-pub mod instancegroups;
 pub mod launches;
 pub mod leader_only;
 pub mod learner;

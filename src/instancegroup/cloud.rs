@@ -1,15 +1,15 @@
 //! The port the InstanceGroup reconciler acts through on AWS, in our own terms. Implemented on the
-//! SDK in `aws::nodegroups` (tested against moto) and in memory by tests.
+//! SDK in `instancegroup::aws` (tested against moto) and in memory by tests.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 
-use super::{AwsFailure, FailureKind};
 use crate::core::GroupName;
 use crate::instancegroup::design::RoleChoice;
 pub use crate::instancegroup::launch::TemplateFacts;
 use crate::instancegroup::launch::{AsgChanges, AsgDesign, AsgFacts, LaunchTemplateData};
 use crate::instancegroup::userdata::ClusterInfo;
+use crate::ports::{AwsFailure, FailureKind};
 
 /// The node role and instance profile in use.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

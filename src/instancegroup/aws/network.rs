@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use aws_sdk_ec2::types as ec2;
 
 use super::AwsNodeGroups;
-use crate::ports::nodegroups::CloudError;
+use crate::instancegroup::cloud::CloudError;
 
 impl AwsNodeGroups {
     /// Ids for `refs` (ids, or `Name` tags), all in `vpc` when it is known: an id of another

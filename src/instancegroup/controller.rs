@@ -21,12 +21,12 @@ use tracing::{debug, info, warn};
 
 use crate::instancegroup::api::FINALIZER;
 use crate::instancegroup::boundaries::InstanceManagerConfig;
+use crate::instancegroup::cloud::NodeGroupCloud;
+use crate::instancegroup::reconciler::{Cleanup, InstanceGroupReconciler, Requeue, REQUEUE, RESYNC};
+use crate::instancegroup::store::InstanceGroupStore;
 use crate::instancegroup::InstanceGroup;
-use crate::ports::instancegroups::InstanceGroupStore;
-use crate::ports::nodegroups::NodeGroupCloud;
 use crate::ports::ClusterView;
 use crate::supervise::Heartbeat;
-use crate::workers::instancegroups::{Cleanup, InstanceGroupReconciler, Requeue, REQUEUE, RESYNC};
 
 /// How soon a follower looks again: a new leader picks every group up within this.
 const FOLLOWER_RECHECK: Duration = Duration::from_secs(5);

@@ -14,13 +14,13 @@ use std::time::Duration;
 
 use aws_sdk_autoscaling::error::ProvideErrorMetadata;
 
-use super::calls::CallStats;
-use super::errors::failure;
+use crate::aws::calls::CallStats;
+use crate::aws::errors::failure;
 use crate::core::GroupName;
+use crate::instancegroup::cloud::{CloudError, NodeGroupCloud, RoleFacts, TemplateFacts};
 use crate::instancegroup::design::RoleChoice;
 use crate::instancegroup::launch::{AsgChanges, AsgDesign, AsgFacts, LaunchTemplateData};
 use crate::instancegroup::userdata::ClusterInfo;
-use crate::ports::nodegroups::{CloudError, NodeGroupCloud, RoleFacts, TemplateFacts};
 
 /// The SDK clients the reconciler uses.
 #[derive(Debug, Clone)]

@@ -8,9 +8,9 @@ use aws_sdk_autoscaling::error::ProvideErrorMetadata;
 use tracing::info;
 
 use super::AwsNodeGroups;
+use crate::instancegroup::cloud::{CloudError, RoleFacts};
 use crate::instancegroup::design::RoleChoice;
 use crate::instancegroup::launch::TAG_CLUSTER_NAME;
-use crate::ports::nodegroups::{CloudError, RoleFacts};
 
 /// The IAM path of every role and instance profile the daemon creates: `iam:PassRole` is granted
 /// on this path only, so no other role can be handed to an instance.

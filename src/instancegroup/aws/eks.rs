@@ -3,8 +3,8 @@
 use aws_sdk_autoscaling::error::ProvideErrorMetadata;
 
 use super::AwsNodeGroups;
+use crate::instancegroup::cloud::CloudError;
 use crate::instancegroup::userdata::ClusterInfo;
-use crate::ports::nodegroups::CloudError;
 
 impl AwsNodeGroups {
     pub(super) async fn describe_cluster(&self, name: &str) -> Result<ClusterInfo, CloudError> {

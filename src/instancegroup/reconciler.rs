@@ -13,6 +13,7 @@ use tracing::{info, warn};
 use crate::core::{GroupName, Timestamp};
 use crate::instancegroup::api::{InstanceGroup, InstanceGroupSpec, InstanceGroupStatus};
 use crate::instancegroup::boundaries::InstanceManagerConfig;
+use crate::instancegroup::cloud::{CloudError, NodeGroupCloud};
 use crate::instancegroup::crd_strategy::{self, CrdStep};
 use crate::instancegroup::design::{CrdPlan, GroupDesign};
 use crate::instancegroup::launch::{owner_tags, owner_tags_of, AsgFacts, Resolved};
@@ -21,12 +22,11 @@ use crate::instancegroup::plan::{
     CleanupStep, CrdResource, GroupStep, NodeStep, NodesSeen, Note, Owned, TemplateStep,
 };
 pub use crate::instancegroup::plan::{Requeue, State, REQUEUE, RESYNC};
+use crate::instancegroup::store::{GroupRef, InstanceGroupStore, StoreError};
 use crate::instancegroup::validate::{
     managed_role_name, validate, FieldError, FieldErrorKind, IamRules, ObjectInfo, ValidateError,
 };
 use crate::metrics::{Metrics, ReconcileResult};
-use crate::ports::instancegroups::{GroupRef, InstanceGroupStore, StoreError};
-use crate::ports::nodegroups::{CloudError, NodeGroupCloud};
 use crate::ports::{ClusterView, Leadership};
 use crate::workers::Clock;
 

@@ -7,9 +7,9 @@ use aws_sdk_autoscaling::types as asg;
 
 use super::{not_found, AwsNodeGroups};
 use crate::core::{GroupName, InstanceId};
+use crate::instancegroup::cloud::CloudError;
 use crate::instancegroup::design::{LifecycleHook, MixedInstances, WarmPool};
 use crate::instancegroup::launch::{AsgChanges, AsgDesign, AsgFacts, GroupInstance};
-use crate::ports::nodegroups::CloudError;
 
 impl AwsNodeGroups {
     pub(super) async fn scaling_group(&self, name: &GroupName) -> Result<Option<AsgFacts>, CloudError> {

@@ -14,12 +14,12 @@ use serde_json::json;
 use crate::instancegroup::api::{InstanceGroup, InstanceGroupStatus};
 use crate::instancegroup::aws_auth::{self, EditAwsAuthError};
 use crate::instancegroup::boundaries::ANNOTATION_CONFIG_EXCLUDED;
+use crate::instancegroup::store::{
+    AwsAuth, Boundaries, CustomKind, CustomResources, GroupRef, GroupStatus, Rotations, StoreError,
+};
 use crate::k8s::convert::ROTATE_ANNOTATION;
 use crate::k8s::events::REPORTING_CONTROLLER;
 use crate::k8s::writes::FIELD_MANAGER;
-use crate::ports::instancegroups::{
-    AwsAuth, Boundaries, CustomKind, CustomResources, GroupRef, GroupStatus, Rotations, StoreError,
-};
 
 /// Attempts at an aws-auth edit when someone else writes it at the same time.
 const AWS_AUTH_ATTEMPTS: usize = 5;

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use aws_sdk_ec2::types as ec2;
 
 use super::{not_found, AwsNodeGroups};
+use crate::instancegroup::cloud::{CloudError, TemplateFacts};
 use crate::instancegroup::design::{Metadata, Placement};
 use crate::instancegroup::launch::{BlockDevice, LaunchTemplateData};
-use crate::ports::nodegroups::{CloudError, TemplateFacts};
 
 impl AwsNodeGroups {
     pub(super) async fn launch_template(&self, name: &str) -> Result<Option<TemplateFacts>, CloudError> {

@@ -1,7 +1,7 @@
 //! The ports the InstanceGroup reconciler acts through on Kubernetes, one trait per concern (the
 //! group's status and Events, the boundaries ConfigMap, aws-auth, rotations, the `crd` strategy's
 //! resources), in our own values: no kube object crosses them. Implemented on kube in
-//! `k8s::instancegroups` (request shapes tested on a mocked API server) and in memory by
+//! `instancegroup::k8s` (request shapes tested on a mocked API server) and in memory by
 //! `fakes::FakeInstanceGroupStore`.
 
 use std::collections::BTreeMap;
