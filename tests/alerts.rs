@@ -8,8 +8,7 @@ use std::process::Command;
 use serde_yaml::Value;
 use spots_booster::metrics::Metrics;
 
-#[path = "support/tools.rs"]
-mod tools;
+use crate::support::tools;
 
 const RULE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/prometheusrule.yaml");
 const TESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/alerts/rules-test.yaml");

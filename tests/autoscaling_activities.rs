@@ -11,8 +11,7 @@ use spots_booster::core::{classify, GroupName, LaunchFailure, Timestamp};
 use spots_booster::ports::AutoScaling;
 use support::serve;
 
-#[path = "support/aws_loopback.rs"]
-mod support;
+use crate::support::aws_loopback as support;
 
 const SPOT: &str = "Could not launch Spot Instances. InsufficientInstanceCapacity - There is no Spot capacity \
                     available that matches your request. Launching EC2 instance failed.";

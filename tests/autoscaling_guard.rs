@@ -9,8 +9,7 @@ use spots_booster::aws::AwsPorts;
 use spots_booster::ports::{AutoScaling, DesiredWrite, WriteOutcome};
 use support::serve;
 
-#[path = "support/aws_loopback.rs"]
-mod support;
+use crate::support::aws_loopback as support;
 
 /// Answers as Auto Scaling does: `spot-a` at desired 2 (min 0, max 10) running two instances,
 /// listed only when the request does not say `IncludeInstances=false`. Records every body.

@@ -1,7 +1,7 @@
 //! The AWS adapters on real emulator state: moto in server mode, reached through the SDK's
 //! endpoint override, with groups created through the SDK as a user's tooling would.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -11,8 +11,7 @@ use spots_booster::aws::AwsPorts;
 use spots_booster::ports::{AutoScaling, AwsError, DesiredWrite, FailureKind};
 use support::serve;
 
-#[path = "support/aws_loopback.rs"]
-mod support;
+use crate::support::aws_loopback as support;
 
 const THROTTLED: &str = r#"<ErrorResponse xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/"><Error><Type>Sender</Type><Code>Throttling</Code><Message>Rate exceeded</Message></Error><RequestId>7a62c49f-347e-4fc4-9331-6e8eEXAMPLE</RequestId></ErrorResponse>"#;
 

@@ -5,7 +5,7 @@
 //!
 //! helm and kubectl are installed on first use by `scripts/install-helm.sh`.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

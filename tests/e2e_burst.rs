@@ -18,7 +18,7 @@ use support::e2e::{
 };
 use support::recording_proxy::{recording_proxy, Sent};
 
-mod support;
+use crate::support;
 
 const GROUPS: usize = 20;
 const GROUP_SIZE: i32 = 5;

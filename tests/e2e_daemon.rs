@@ -24,7 +24,7 @@ use support::e2e::{
     schedulable_nodes, scrape, start_booster,
 };
 
-mod support;
+use crate::support;
 
 /// What the test saw while playing kubelet and scheduler.
 #[derive(Debug, Default, Clone)]

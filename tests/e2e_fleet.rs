@@ -26,7 +26,7 @@ use support::e2e::{
     run_suffix, scrape, start_booster,
 };
 
-mod support;
+use crate::support;
 
 const GROUP_SIZE: i32 = 12;
 const DRAIN_TIMEOUT_SECS: u64 = 40;

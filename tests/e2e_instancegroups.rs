@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use spots_booster::instancegroup::InstanceGroup;
 use support::e2e::{aws, env, free_port, kube_client, register_node};
 
-mod support;
+use crate::support;
 
 async fn wait_for<T>(what: &str, limit: Duration, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + limit;

@@ -22,7 +22,7 @@ use support::e2e::{
 };
 use support::recording_proxy::recording_proxy;
 
-mod support;
+use crate::support;
 
 async fn cordon(kube: &Client, node: &str) {
     let nodes: Api<Node> = Api::all(kube.clone());

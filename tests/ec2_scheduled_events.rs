@@ -11,8 +11,7 @@ use spots_booster::core::InstanceId;
 use spots_booster::ports::AutoScaling;
 use support::serve;
 
-#[path = "support/aws_loopback.rs"]
-mod support;
+use crate::support::aws_loopback as support;
 
 /// Per instance, the descriptions of its scheduled events.
 type Fleet = BTreeMap<&'static str, Vec<&'static str>>;

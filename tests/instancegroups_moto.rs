@@ -3,7 +3,7 @@
 //! version and a rotation, a bounds change that leaves DesiredCapacity alone, and a deletion that
 //! leaves nothing behind. The test plays kubelet: it adds a Ready node for every instance.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -20,8 +20,7 @@ use spots_booster::ports::{
 use spots_booster::workers::system_clock;
 use tokio::sync::Notify;
 
-#[path = "support/apiserver.rs"]
-mod apiserver;
+use crate::support::apiserver;
 use apiserver::{pdb_refusal, reply, ApiServer};
 
 /// The daemon's own client (`build_client`, as `run` builds it) against a local server.

@@ -1,7 +1,7 @@
 //! The scaler worker over the real Auto Scaling adapter and moto: a storm of rebalance signals
 //! becomes one guarded write per group, with the AWS calls counted at the SDK.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

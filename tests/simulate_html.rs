@@ -6,8 +6,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-#[path = "support/tools.rs"]
-mod tools;
+use crate::support::tools;
 
 fn simulate_html(scenario: &str) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_spots-booster"))
