@@ -31,3 +31,27 @@ mod manifests;
 mod scaler_moto;
 mod scenarios;
 mod simulate_html;
+
+/// With `autotests = false` a new file in `tests/` is never compiled unless it is declared: each
+/// must be a module above or a `[[test]]` of Cargo.toml, or its tests would silently not run.
+#[test]
+fn every_file_in_tests_is_compiled() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    let mut undeclared = Vec::new();
+    for entry in std::fs::read_dir(root.join("tests")).expect("tests/") {
+        let path = entry.expect("a tests/ entry").path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".rs")) else {
+            continue;
+        };
+        let module = include_str!("integration.rs").lines().any(|l| l.trim() == format!("mod {name};"));
+        let target = manifest.contains(&format!("path = \"tests/{name}.rs\""));
+        if !module && !target {
+            undeclared.push(format!("tests/{name}.rs"));
+        }
+    }
+    assert!(
+        undeclared.is_empty(),
+        "not compiled: add `mod <name>;` to tests/integration.rs (or a [[test]] to Cargo.toml): {undeclared:?}"
+    );
+}
