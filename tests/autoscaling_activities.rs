@@ -6,12 +6,12 @@
 
 use std::sync::{Arc, Mutex};
 
+use aws_loopback::serve;
 use spots_booster::aws::AwsPorts;
 use spots_booster::core::{classify, GroupName, LaunchFailure, Timestamp};
 use spots_booster::ports::AutoScaling;
-use support::serve;
 
-use crate::support::aws_loopback as support;
+use crate::support::aws_loopback;
 
 const SPOT: &str = "Could not launch Spot Instances. InsufficientInstanceCapacity - There is no Spot capacity \
                     available that matches your request. Launching EC2 instance failed.";
@@ -63,7 +63,7 @@ fn autoscaling_server() -> (String, Arc<Mutex<Vec<String>>>) {
 #[tokio::test]
 async fn failed_launches_since_a_boost_are_read_and_classified() {
     let (endpoint, asked) = autoscaling_server();
-    let config = support::sdk_loader(endpoint).load().await;
+    let config = aws_loopback::sdk_loader(endpoint).load().await;
     let aws = AwsPorts::new(&config, false);
     let since: Timestamp =
         Timestamp::from_millis("2026-11-25T10:00:00Z".parse::<jiff::Timestamp>().unwrap().as_millisecond());
@@ -226,7 +226,7 @@ async fn a_boost_into_a_pool_without_capacity_lands_in_its_fallback_through_the_
         ),
     ]);
     let (endpoint, writes) = stateful_server(groups);
-    let config = support::sdk_loader(endpoint).load().await;
+    let config = aws_loopback::sdk_loader(endpoint).load().await;
     let aws = AwsPorts::new(&config, false);
     let rig = FakeRig::new(FakeAutoScaling::default());
     for (node, group) in [("a1", "spot-a"), ("a2", "spot-a"), ("a3", "spot-a"), ("b1", "spot-b"), ("b2", "spot-b")] {

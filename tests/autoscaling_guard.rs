@@ -5,11 +5,11 @@
 
 use std::sync::{Arc, Mutex};
 
+use aws_loopback::serve;
 use spots_booster::aws::AwsPorts;
 use spots_booster::ports::{AutoScaling, DesiredWrite, WriteOutcome};
-use support::serve;
 
-use crate::support::aws_loopback as support;
+use crate::support::aws_loopback;
 
 /// Answers as Auto Scaling does: `spot-a` at desired 2 (min 0, max 10) running two instances,
 /// listed only when the request does not say `IncludeInstances=false`. Records every body.
@@ -60,7 +60,7 @@ fn describes(asked: &Mutex<Vec<String>>) -> Vec<String> {
 #[tokio::test]
 async fn the_raise_guard_reads_sizes_without_instances_and_writes_from_them() {
     let (endpoint, asked) = autoscaling_server();
-    let aws = AwsPorts::new(&support::sdk_loader(endpoint).load().await, false);
+    let aws = AwsPorts::new(&aws_loopback::sdk_loader(endpoint).load().await, false);
 
     let outcomes = aws.autoscaling.raise_desired(&[DesiredWrite { group: "spot-a".into(), expected: 2, to: 3 }]).await;
 
@@ -79,7 +79,7 @@ async fn the_raise_guard_reads_sizes_without_instances_and_writes_from_them() {
 #[tokio::test]
 async fn the_lowering_guard_and_the_group_reads_still_list_the_instances() {
     let (endpoint, asked) = autoscaling_server();
-    let aws = AwsPorts::new(&support::sdk_loader(endpoint).load().await, false);
+    let aws = AwsPorts::new(&aws_loopback::sdk_loader(endpoint).load().await, false);
 
     let groups = aws.autoscaling.describe_groups(&["spot-a".into()]).await.expect("describe");
     assert_eq!(groups[0].members().count(), 2, "membership comes from the instance list");

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_config::retry::RetryConfig;
+use aws_loopback::serve;
 use spots_booster::aws::AwsPorts;
 use spots_booster::ports::{AutoScaling, AwsError, DesiredWrite, FailureKind};
-use support::serve;
 
-use crate::support::aws_loopback as support;
+use crate::support::aws_loopback;
 
 const THROTTLED: &str = r#"<ErrorResponse xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/"><Error><Type>Sender</Type><Code>Throttling</Code><Message>Rate exceeded</Message></Error><RequestId>7a62c49f-347e-4fc4-9331-6e8eEXAMPLE</RequestId></ErrorResponse>"#;
 
@@ -29,7 +29,7 @@ fn throttling_server() -> (String, Arc<AtomicUsize>) {
 #[tokio::test]
 async fn throttles_are_retried_then_reported_as_throttled() {
     let (endpoint, seen) = throttling_server();
-    let config = support::sdk_loader(endpoint)
+    let config = aws_loopback::sdk_loader(endpoint)
         // Standard mode: adaptive mode's client-side rate limiter (what `load_sdk_config` sets,
         // see its unit test) would add tens of seconds of deliberate pacing after the throttles.
         .retry_config(RetryConfig::standard().with_max_attempts(3).with_initial_backoff(Duration::from_millis(5)))

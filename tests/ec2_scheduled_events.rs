@@ -6,12 +6,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
+use aws_loopback::serve;
 use spots_booster::aws::AwsPorts;
 use spots_booster::core::InstanceId;
 use spots_booster::ports::AutoScaling;
-use support::serve;
 
-use crate::support::aws_loopback as support;
+use crate::support::aws_loopback;
 
 /// Per instance, the descriptions of its scheduled events.
 type Fleet = BTreeMap<&'static str, Vec<&'static str>>;
@@ -82,7 +82,7 @@ async fn only_instances_with_a_pending_scheduled_event_are_listed() {
         ("i-0000000000000dddd", vec![]),
     ]);
     let (endpoint, asked) = ec2_server(fleet);
-    let config = support::sdk_loader(endpoint).load().await;
+    let config = aws_loopback::sdk_loader(endpoint).load().await;
     let aws = AwsPorts::new(&config, false);
     let ids: Vec<InstanceId> = ["aaaa", "bbbb", "cccc", "dddd"]
         .iter()
