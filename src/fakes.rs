@@ -227,20 +227,50 @@ impl ClusterWrites for FakeClusterWrites {
     }
 }
 
-/// Events kept in memory.
+/// Events kept in memory, each publish taking as long as an API round trip is set to.
 #[derive(Debug, Clone, Default)]
-pub struct RecordedEvents(Arc<Mutex<Vec<NodeEvent>>>);
+pub struct RecordedEvents {
+    told: Arc<Mutex<Vec<NodeEvent>>>,
+    round_trip: Arc<Mutex<std::time::Duration>>,
+    /// Publishes in flight now, and the most at once so far.
+    in_flight: Arc<Mutex<(usize, usize)>>,
+}
 
 impl RecordedEvents {
     /// Reasons of the Events about `node`, in order.
     pub fn reasons_for(&self, node: &str) -> Vec<&'static str> {
-        lock(&self.0).iter().filter(|e| e.node.as_str() == node).map(|e| e.reason.as_str()).collect()
+        lock(&self.told).iter().filter(|e| e.node.as_str() == node).map(|e| e.reason.as_str()).collect()
+    }
+
+    /// Every Event published so far.
+    pub fn count(&self) -> usize {
+        lock(&self.told).len()
+    }
+
+    /// From now on each publish takes `round_trip` (of Tokio's time) before it is recorded.
+    pub fn taking(&self, round_trip: std::time::Duration) {
+        *lock(&self.round_trip) = round_trip;
+    }
+
+    /// The most publishes that were in flight at once.
+    pub fn most_in_flight(&self) -> usize {
+        lock(&self.in_flight).1
     }
 }
 
 impl EventSink for RecordedEvents {
     async fn publish(&self, event: NodeEvent) {
-        lock(&self.0).push(event);
+        {
+            let mut at_once = lock(&self.in_flight);
+            at_once.0 += 1;
+            at_once.1 = at_once.1.max(at_once.0);
+        }
+        let round_trip = *lock(&self.round_trip);
+        if !round_trip.is_zero() {
+            tokio::time::sleep(round_trip).await;
+        }
+        lock(&self.told).push(event);
+        lock(&self.in_flight).0 -= 1;
     }
 }
 

@@ -18,7 +18,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 use thiserror::Error;
 use tokio::sync::watch;
@@ -476,7 +475,7 @@ where
                 tells.push(event);
             }
         }
-        join_all(tells.into_iter().map(|e| self.ctx.events.publish(e))).await;
+        super::publish_all(&self.ctx.events, tells).await;
     }
 
     /// Books one node's eviction outcomes: metrics, and the core's progress and backoff. Returns

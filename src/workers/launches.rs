@@ -220,10 +220,12 @@ where
         let Some(state) = self.ctx.cluster.current() else { return };
         let by_instance: BTreeMap<&InstanceId, &crate::core::Node> =
             state.nodes.values().filter_map(|n| n.instance.as_ref().map(|i| (i, n))).collect();
-        for instance in instances {
-            let Some(node) = by_instance.get(instance) else { continue };
-            self.ctx.events.publish(NodeEvent { node: node.name.clone(), reason, note: note.clone() }).await;
-        }
+        let told = instances
+            .iter()
+            .filter_map(|i| by_instance.get(i))
+            .map(|node| NodeEvent { node: node.name.clone(), reason, note: note.clone() })
+            .collect();
+        super::publish_all(&self.ctx.events, told).await;
     }
 }
 

@@ -19,8 +19,8 @@ use thiserror::Error;
 use tokio::sync::{watch, Notify};
 use tracing::{debug, debug_span, info, warn, Instrument};
 
+use super::{publish_all, Observation, WorkerContext};
 pub use super::{system_clock, Clock};
-use super::{Observation, WorkerContext};
 use crate::core::{
     apply_all, plan_scaling, plan_take_backs, resolve_raises, unresolved_groups, Acting, Boost, BoostExpiry,
     BoostLedger, DropReason, Expired, Fallback, GiveBack, GiveBackHow, GroupName, InstanceId, LedgerEdit, ScalingPlan,
@@ -357,6 +357,7 @@ where
 
         let mut answered = Vec::new();
         let mut undone = Vec::new();
+        let mut told = Vec::new();
         for (&(boost, open, _), (group, outcome)) in writes.iter().zip(outcomes) {
             let outcome = match outcome {
                 Err(e) if e.may_have_applied() => match self.applied_anyway(&group, boost).await {
@@ -391,7 +392,7 @@ where
                             debug!(%group, %instance, reaction_ms = issued.since(*seen).as_millis(), "signal → write");
                         }
                     }
-                    self.tell_boost(&snapshot, boost, from, to, dry).await;
+                    told.extend(Self::boost_events(&snapshot, boost, from, to, dry));
                     report.raised.push((group, from, to));
                 }
                 Ok(WriteOutcome::Raced { live }) => {
@@ -412,7 +413,10 @@ where
                 }
             }
         }
-        self.answer_writes(&answered, undone.into_iter()).await?;
+        // Both before the next pass, neither waiting for the other.
+        let (_, saved) =
+            tokio::join!(publish_all(&ctx.events, told), self.answer_writes(&answered, undone.into_iter()));
+        saved?;
         stages.report(&ctx.metrics, &report.raised);
         // A group that failed for want of capacity will not launch these either: plan again at
         // once, so they move to its fallback without waiting for the next failed activity.
@@ -549,7 +553,7 @@ where
                 return Err(ScalerError::Raise(e));
             }
         };
-        let (mut confirmed, mut undone) = (Vec::new(), Vec::new());
+        let (mut confirmed, mut undone, mut told) = (Vec::new(), Vec::new(), Vec::new());
         for (m, (group, outcome)) in applied.iter().zip(outcomes) {
             let f = m.0;
             match outcome {
@@ -562,14 +566,11 @@ where
                         f.nodes, f.record.group
                     );
                     let instances: Vec<&InstanceId> = f.record.instances.iter().collect();
-                    for node in Self::nodes_of(snapshot, &instances) {
-                        let event = NodeEvent {
-                            node: node.name.clone(),
-                            reason: NodeEventReason::BoostFellBack,
-                            note: note.clone(),
-                        };
-                        ctx.events.publish(event).await;
-                    }
+                    told.extend(Self::nodes_of(snapshot, &instances).into_iter().map(|node| NodeEvent {
+                        node: node.name.clone(),
+                        reason: NodeEventReason::BoostFellBack,
+                        note: note.clone(),
+                    }));
                     report.push((f.record.group.clone(), group.clone(), f.nodes));
                     confirmed.push(*m);
                 }
@@ -583,14 +584,14 @@ where
                 }
             }
         }
-        ctx.ledger
-            .update(|l| {
-                undone.iter().for_each(|m| undo(l, m));
-                confirmed.iter().for_each(|(_, m)| {
-                    m.confirm().map(|c| c.apply(l));
-                });
-            })
-            .await?;
+        let answered = ctx.ledger.update(|l| {
+            undone.iter().for_each(|m| undo(l, m));
+            confirmed.iter().for_each(|(_, m)| {
+                m.confirm().map(|c| c.apply(l));
+            });
+        });
+        let (_, saved) = tokio::join!(publish_all(&ctx.events, told), answered);
+        saved?;
         Ok(())
     }
 
@@ -813,7 +814,7 @@ where
         snapshot.nodes.values().filter(|n| n.instance.as_ref().is_some_and(|i| instances.contains(&i))).collect()
     }
 
-    async fn tell_boost(&self, snapshot: &Snapshot, boost: &Boost, from: u32, to: u32, dry: bool) {
+    fn boost_events(snapshot: &Snapshot, boost: &Boost, from: u32, to: u32, dry: bool) -> Vec<NodeEvent> {
         let note = format!(
             "{}desired capacity of {} {from} -> {to}: {}",
             if dry { "dry run: " } else { "" },
@@ -821,19 +822,18 @@ where
             boost.reason
         );
         let instances: Vec<&InstanceId> = boost.record.instances.iter().collect();
-        for node in Self::nodes_of(snapshot, &instances) {
-            self.ctx
-                .events
-                .publish(NodeEvent {
-                    node: node.name.clone(),
-                    reason: NodeEventReason::BoostRequested,
-                    note: note.clone(),
-                })
-                .await;
-        }
+        Self::nodes_of(snapshot, &instances)
+            .into_iter()
+            .map(|node| NodeEvent {
+                node: node.name.clone(),
+                reason: NodeEventReason::BoostRequested,
+                note: note.clone(),
+            })
+            .collect()
     }
 
     async fn tell_held(&mut self, snapshot: &Snapshot, held: &[crate::core::Held]) {
+        let mut told = Vec::new();
         for h in held {
             let note = format!("boost of {} held: {}", h.group, h.reason);
             let instances: Vec<&InstanceId> = h.instances.iter().collect();
@@ -843,19 +843,17 @@ where
                     continue;
                 }
                 self.ctx.metrics.scaler.boost(h.group.as_str(), BoostOutcome::Held);
-                self.ctx
-                    .events
-                    .publish(NodeEvent {
-                        node: node.name.clone(),
-                        reason: NodeEventReason::BoostHeld,
-                        note: note.clone(),
-                    })
-                    .await;
+                told.push(NodeEvent {
+                    node: node.name.clone(),
+                    reason: NodeEventReason::BoostHeld,
+                    note: note.clone(),
+                });
                 self.told_held.insert(instance, note.clone());
             }
         }
         let still: BTreeSet<&InstanceId> = held.iter().flat_map(|h| h.instances.iter()).collect();
         self.told_held.retain(|i, _| still.contains(i));
+        publish_all(&self.ctx.events, told).await;
     }
 }
 
@@ -970,6 +968,34 @@ mod tests {
 
     fn raises(aws: &FakeAutoScaling) -> Vec<Vec<DesiredWrite>> {
         aws.calls().into_iter().filter_map(|c| if let AsgCall::Raise(w) = c { Some(w) } else { None }).collect()
+    }
+
+    /// The Events telling a wave's nodes their groups were raised go out together: with each
+    /// publish taking a 20 ms round trip, 40 nodes in 20 groups cost the pass a few round trips,
+    /// not 40 in a row before its next step and the next pass.
+    #[tokio::test(start_paused = true)]
+    async fn a_pass_tells_a_wave_s_nodes_at_once_not_one_round_trip_after_another() {
+        let mut aws = FakeAutoScaling::default();
+        for g in 0..20 {
+            aws = aws.with_group(&format!("g{g:02}"), 3, 50);
+        }
+        let rig = FakeRig::new(aws);
+        let mut s = scaler(&rig).await;
+        for g in 0..20 {
+            for k in 0..2 {
+                rebalance(&rig.cluster, &format!("n{g:02}-{k}"), &format!("g{g:02}"));
+            }
+        }
+        let round_trip = Duration::from_millis(20);
+        rig.events.taking(round_trip);
+        let started = tokio::time::Instant::now();
+        let report = s.tick().await.unwrap();
+        let took = started.elapsed();
+
+        assert_eq!(report.raised.len(), 20, "{report:?}");
+        assert_eq!(rig.events.count(), 40, "one BoostRequested per at-risk node");
+        assert_eq!(rig.events.most_in_flight(), crate::workers::EVENTS_IN_FLIGHT);
+        assert!(took <= round_trip * 3, "the pass waited {took:?} for its Events (40 round trips: 800 ms)");
     }
 
     /// A lone signal waits for the wake-up's quiet only; a group's own quiet (longer) is for a
