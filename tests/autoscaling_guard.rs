@@ -93,3 +93,44 @@ async fn the_lowering_guard_and_the_group_reads_still_list_the_instances() {
     assert!(reads.iter().all(|r| r.contains("IncludeInstances=true")), "{reads:?}");
     assert!(!asked.lock().unwrap().iter().any(|b| b.contains("Action=SetDesiredCapacity")), "nothing lowered");
 }
+
+/// The loopback fleet the reaction bench measures against (`support::aws_fleet`) answers the
+/// adapter as AWS does: group reads with and without instances, instance lookups in Auto Scaling
+/// and EC2, and writes that change desired capacity within the group's bounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bench_s_loopback_fleet_answers_the_adapter_as_aws_does() {
+    use spots_booster::core::InstanceLifecycle;
+
+    use crate::support::aws_fleet;
+
+    let fleet = aws_fleet::fleet("probe", 3, 4);
+    let aws = AwsPorts::new(&aws_loopback::sdk_loader(aws_fleet::serve_fleet(fleet.clone())).load().await, false);
+    let names: Vec<_> = ["probe-00", "probe-02"].map(Into::into).to_vec();
+
+    let groups = aws.autoscaling.describe_groups(&names).await.expect("describe");
+    assert_eq!(
+        groups.iter().map(|g| (g.name.as_str(), g.desired, g.max)).collect::<Vec<_>>(),
+        [("probe-00", 4, 1000), ("probe-02", 4, 1000)]
+    );
+    let members: Vec<_> = groups[1].members().cloned().collect();
+    assert_eq!(members.len(), 4);
+    let of = aws.autoscaling.groups_of(&members).await.expect("groups of");
+    assert!(members.iter().all(|i| of[i].as_str() == "probe-02"), "{of:?}");
+    let facts = aws.autoscaling.instance_facts(&members).await.expect("facts");
+    assert!(
+        facts.values().all(|f| f.lifecycle == InstanceLifecycle::Spot && f.private_dns_name.is_some()),
+        "{facts:?}"
+    );
+
+    let writes = [
+        DesiredWrite { group: "probe-00".into(), expected: 4, to: 6 },
+        DesiredWrite { group: "probe-01".into(), expected: 3, to: 5 },
+        DesiredWrite { group: "probe-02".into(), expected: 4, to: 1001 },
+    ];
+    let outcomes = aws.autoscaling.raise_desired(&writes).await.expect("guarded writes");
+    assert_eq!(outcomes[0].1.as_ref().ok(), Some(&WriteOutcome::Written { from: 4, to: 6 }), "{outcomes:?}");
+    assert_eq!(outcomes[1].1.as_ref().ok(), Some(&WriteOutcome::Raced { live: 4 }), "{outcomes:?}");
+    assert!(outcomes[2].1.is_err(), "above max: {outcomes:?}");
+    let desired: Vec<u32> = fleet.lock().unwrap().values().map(|g| g.desired).collect();
+    assert_eq!(desired, [6, 4, 4]);
+}

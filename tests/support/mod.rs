@@ -1,4 +1,5 @@
 pub mod apiserver;
+pub mod aws_fleet;
 pub mod aws_loopback;
 pub mod e2e;
 pub mod moto;
