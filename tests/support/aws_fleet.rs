@@ -13,9 +13,11 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
+
+use super::aws_loopback::next_request;
 
 /// One Auto Scaling group of the fleet.
 #[derive(Debug, Clone)]
@@ -69,8 +71,8 @@ pub fn serve_fleet(fleet: Fleet) -> String {
 fn serve_connection(stream: TcpStream, fleet: &Fleet) {
     let mut reader = BufReader::new(stream.try_clone().expect("a clonable stream"));
     let mut writer = stream;
-    while let Some(body) = read_body(&mut reader) {
-        let form = parse_form(&body);
+    while let Some((_, body)) = next_request(&mut reader) {
+        let form = parse_form(&String::from_utf8_lossy(&body));
         let (status, xml) = answer(&form, fleet);
         let sent = write!(
             writer,
@@ -81,31 +83,6 @@ fn serve_connection(stream: TcpStream, fleet: &Fleet) {
             return;
         }
     }
-}
-
-/// One request's form body, or `None` once the connection is closed.
-fn read_body(reader: &mut BufReader<TcpStream>) -> Option<String> {
-    let mut length = 0;
-    let mut any = false;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        if line == "\r\n" {
-            if any {
-                break;
-            }
-            continue;
-        }
-        any = true;
-        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-            length = v.trim().parse().unwrap_or(0);
-        }
-    }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).ok()?;
-    Some(String::from_utf8_lossy(&body).into_owned())
 }
 
 /// The form's fields, percent-decoded, in order.

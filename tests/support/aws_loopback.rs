@@ -43,11 +43,20 @@ pub fn sdk_loader(endpoint: String) -> aws_config::ConfigLoader {
 /// Reads one request's head and body from `stream`.
 fn read_request(stream: &TcpStream) -> (String, Vec<u8>) {
     let mut reader = BufReader::new(stream.try_clone().expect("a clonable stream"));
+    next_request(&mut reader).unwrap_or_default()
+}
+
+/// Reads the next request's head and body from a kept-alive connection, or `None` once the
+/// client has closed it.
+pub fn next_request(reader: &mut BufReader<TcpStream>) -> Option<(String, Vec<u8>)> {
     let mut head = String::new();
     let mut length = 0;
     loop {
         let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+        if reader.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        if line == "\r\n" {
             break;
         }
         if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
@@ -56,6 +65,6 @@ fn read_request(stream: &TcpStream) -> (String, Vec<u8>) {
         head.push_str(&line);
     }
     let mut body = vec![0; length];
-    let _ = reader.read_exact(&mut body);
-    (head, body)
+    reader.read_exact(&mut body).ok()?;
+    Some((head, body))
 }
