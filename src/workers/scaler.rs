@@ -566,11 +566,7 @@ where
                         f.nodes, f.record.group
                     );
                     let instances: Vec<&InstanceId> = f.record.instances.iter().collect();
-                    told.extend(Self::nodes_of(snapshot, &instances).into_iter().map(|node| NodeEvent {
-                        node: node.name.clone(),
-                        reason: NodeEventReason::BoostFellBack,
-                        note: note.clone(),
-                    }));
+                    told.extend(Self::node_events(snapshot, &instances, NodeEventReason::BoostFellBack, &note));
                     report.push((f.record.group.clone(), group.clone(), f.nodes));
                     confirmed.push(*m);
                 }
@@ -822,13 +818,19 @@ where
             boost.reason
         );
         let instances: Vec<&InstanceId> = boost.record.instances.iter().collect();
-        Self::nodes_of(snapshot, &instances)
+        Self::node_events(snapshot, &instances, NodeEventReason::BoostRequested, &note)
+    }
+
+    /// An Event of `reason` saying `note` on the Node of each of `instances` the snapshot has.
+    fn node_events(
+        snapshot: &Snapshot,
+        instances: &[&InstanceId],
+        reason: NodeEventReason,
+        note: &str,
+    ) -> Vec<NodeEvent> {
+        Self::nodes_of(snapshot, instances)
             .into_iter()
-            .map(|node| NodeEvent {
-                node: node.name.clone(),
-                reason: NodeEventReason::BoostRequested,
-                note: note.clone(),
-            })
+            .map(|node| NodeEvent { node: node.name.clone(), reason, note: note.to_string() })
             .collect()
     }
 
