@@ -112,9 +112,13 @@ async fn a_burst_across_twenty_groups_costs_one_write_per_group_within_a_quarter
     }
     let mut from_first = Vec::new();
     let mut from_last = Vec::new();
+    let mut written_again = Vec::new();
     for (g, group) in groups.iter().enumerate() {
         let at = per_group.get(group.as_str()).unwrap_or_else(|| panic!("{group} was never boosted: {writes:?}"));
-        assert_eq!(at.len(), 1, "one write for {group}, got {}", at.len());
+        if at.len() > 1 {
+            written_again.push((group.as_str(), at.len()));
+        }
+        // From the group's first write: a second one is reported below, then fails the test.
         from_first.push(at[0].duration_since(signalled[g].0));
         from_last.push(at[0].saturating_duration_since(signalled[g].1));
     }
@@ -169,6 +173,7 @@ async fn a_burst_across_twenty_groups_costs_one_write_per_group_within_a_quarter
         stages.join(", "),
         reaction
     );
+    assert!(written_again.is_empty(), "one write per group; written more than once: {written_again:?}");
     assert!(
         p(&from_first, 0.99) <= 0.5,
         "every group written within half a second of its first signal: {from_first:?}"

@@ -22,7 +22,7 @@ use tracing::{debug, debug_span, info, warn, Instrument};
 use super::{publish_all, Observation, WorkerContext};
 pub use super::{system_clock, Clock};
 use crate::core::{
-    apply_all, plan_scaling, plan_take_backs, resolve_raises, unresolved_groups, Acting, Boost, BoostExpiry,
+    apply_all, plan_scaling, plan_take_backs, resolve_raises, unresolved_groups, Acting, AtRiskSet, Boost, BoostExpiry,
     BoostLedger, DropReason, Expired, Fallback, GiveBack, GiveBackHow, GroupName, InstanceId, LedgerEdit, ScalingPlan,
     Snapshot, TakeBack, Timestamp,
 };
@@ -286,7 +286,7 @@ where
             self.fall_back(&snapshot, &plan.fallbacks, &mut report_fallbacks).await?;
         }
         self.take_back_unlaunched(&snapshot).await?;
-        let ScalingPlan { closes, boosts: plan, .. } = plan;
+        let ScalingPlan { closes, boosts: plan, at_risk, .. } = plan;
         let mut report = TickReport {
             held: plan.held.iter().map(|h| h.instances.len()).sum(),
             fell_back: report_fallbacks,
@@ -297,7 +297,8 @@ where
         let mut plan = plan;
         let before = plan.boosts.len();
         if pacing == Pacing::PerGroup && self.wave_arriving(&first_seen, now) {
-            plan.boosts.retain(|b| !self.settling(b, &first_seen, now));
+            let quiet = self.group_quiet_in_wave(&at_risk, &first_seen, now);
+            plan.boosts.retain(|b| !self.settling(b, &first_seen, now, quiet));
         }
         report.settling = before - plan.boosts.len();
 
@@ -442,17 +443,52 @@ where
             .is_some_and(|newest| now.since(*newest) < self.settings.coalesce_quiet)
     }
 
+    /// How long a group must go without a new at-risk node before its burst counts as ended, in
+    /// the wave arriving now: `group_quiet`, or half again the widest gap this wave has shown
+    /// between two nodes of one group if that is longer, never past `coalesce_max`. NTH handles a
+    /// group's nodes one API call after another, so a busy API server spaces them further apart
+    /// (86–185 ms on a loaded two-core control plane, against the 50 ms that suits a quiet one),
+    /// and a fixed quiet wrote such groups once per node. Before any group of the wave has shown
+    /// a second node, the floor is all there is to go on.
+    fn group_quiet_in_wave(
+        &self,
+        at_risk: &AtRiskSet,
+        first_seen: &BTreeMap<InstanceId, Timestamp>,
+        now: Timestamp,
+    ) -> Duration {
+        let ScalerSettings { group_quiet, coalesce_max, .. } = self.settings;
+        let this_wave = |t: &Timestamp| *t <= now && now.since(*t) < coalesce_max * 2;
+        let widest = at_risk
+            .by_group
+            .values()
+            .filter_map(|instances| {
+                let mut seen: Vec<Timestamp> =
+                    instances.keys().filter_map(|i| first_seen.get(i)).copied().filter(this_wave).collect();
+                seen.sort_unstable();
+                // A gap past `coalesce_max` parts two bursts of the group, not two nodes of one.
+                seen.windows(2).map(|w| w[1].since(w[0])).filter(|gap| *gap < coalesce_max).max()
+            })
+            .max()
+            .unwrap_or_default();
+        (widest * 3 / 2).min(coalesce_max).max(group_quiet)
+    }
+
     /// Whether `boost`'s group is still in the middle of its burst: a node of it became at risk
-    /// less than `group_quiet` ago, and its first less than `coalesce_max` ago. Its write waits for
-    /// the next pass, so the burst costs one write; the other groups' writes do not wait for it.
-    /// A time ahead of `now` (another clock) never holds a write back.
-    fn settling(&self, boost: &Boost, first_seen: &BTreeMap<InstanceId, Timestamp>, now: Timestamp) -> bool {
+    /// less than `group_quiet` ago (see [`Self::group_quiet_in_wave`]), and its first less than
+    /// `coalesce_max` ago. Its write waits for the next pass, so the burst costs one write; the
+    /// other groups' writes do not wait for it. A time ahead of `now` (another clock) never holds
+    /// a write back.
+    fn settling(
+        &self,
+        boost: &Boost,
+        first_seen: &BTreeMap<InstanceId, Timestamp>,
+        now: Timestamp,
+        group_quiet: Duration,
+    ) -> bool {
         let seen = || boost.record.instances.iter().filter_map(|i| first_seen.get(i)).copied();
         match (seen().max(), seen().min()) {
             (Some(newest), Some(oldest)) => {
-                newest <= now
-                    && now.since(newest) < self.settings.group_quiet
-                    && now.since(oldest) < self.settings.coalesce_max
+                newest <= now && now.since(newest) < group_quiet && now.since(oldest) < self.settings.coalesce_max
             }
             _ => false,
         }
@@ -790,7 +826,7 @@ where
 
     /// Counts each instance whose signals made it no risk once per reason (`signals_dropped_total`),
     /// and those whose Events are not believed also by why (`signals_untrusted_total`), saying so.
-    fn count_untrusted(&mut self, at_risk: &crate::core::AtRiskSet) {
+    fn count_untrusted(&mut self, at_risk: &AtRiskSet) {
         let mut live = BTreeSet::new();
         for d in &at_risk.dropped {
             live.insert((d.instance.clone(), d.reason.as_str()));
@@ -1098,6 +1134,43 @@ mod tests {
         let per_group = |g: &str| raises(&rig.aws).iter().flatten().filter(|w| w.group.as_str() == g).count();
         assert_eq!((per_group("a"), per_group("b")), (1, 1), "one write per group: {:?}", rig.aws.calls());
         assert_eq!((rig.aws.desired("a"), rig.aws.desired("b")), (5, 19));
+    }
+
+    /// A busy API server: NTH's calls for one group's two nodes land 100–130 ms apart, while
+    /// `c`'s nodes keep the wave arriving every 10 ms. Once `d` has shown a 100 ms gap, `b` (quiet
+    /// for 80 ms, past the 50 ms floor) waits for its second node instead of being written twice.
+    #[tokio::test(start_paused = true)]
+    async fn a_wave_whose_groups_come_slowly_waits_as_long_as_they_take() {
+        let rig = FakeRig::new(
+            FakeAutoScaling::default().with_group("b", 3, 50).with_group("c", 3, 50).with_group("d", 3, 50),
+        );
+        let ctx = rig.context(count_policy(), paused_clock(), Arc::new(Metrics::new())).await;
+        let settings = ScalerSettings::default();
+        assert_eq!(settings.group_quiet, Duration::from_millis(50), "the floor this wave outlasts");
+        let s = Scaler::new(ctx.clone(), settings);
+        let wake = s.waker();
+        let (stop, shutdown) = watch::channel(false);
+        let task = tokio::spawn(s.run(shutdown));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let mut arrivals: Vec<(u64, String, &str)> =
+            vec![(0, "d0".into(), "d"), (100, "d1".into(), "d"), (40, "b0".into(), "b"), (170, "b1".into(), "b")];
+        arrivals.extend((0..=30).map(|k| (k * 10, format!("c{k}"), "c")));
+        arrivals.sort();
+        let mut at = 0;
+        for (t, name, group) in arrivals {
+            tokio::time::sleep(Duration::from_millis(t - at)).await;
+            at = t;
+            rig.cluster.put_node(node(&name, group));
+            rig.cluster.signal(Signal { observed_at: (ctx.clock)(), ..Signal::rebalance(&name, 0) });
+            wake.notify_one();
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        stop.send(true).unwrap();
+        task.await.unwrap();
+
+        let per_group = |g: &str| raises(&rig.aws).iter().flatten().filter(|w| w.group.as_str() == g).count();
+        assert_eq!(per_group("b"), 1, "b written once, with both nodes: {:?}", rig.aws.calls());
+        assert_eq!((rig.aws.desired("b"), rig.aws.desired("c"), rig.aws.desired("d")), (5, 34, 5));
     }
 
     /// Group `a` of `size` Ready nodes n1..n<size>, listed by Auto Scaling as its instances; as
