@@ -296,7 +296,7 @@ where
 
         let mut plan = plan;
         let before = plan.boosts.len();
-        if pacing == Pacing::PerGroup {
+        if pacing == Pacing::PerGroup && !plan.boosts.is_empty() {
             let quiet = self.group_quiet_in_wave(&at_risk, &first_seen, now);
             // A wave whose groups came slowly is not over at the cluster's first lull: a loaded
             // API server hands the watches their events in clumps, tens of milliseconds apart.
