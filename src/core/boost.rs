@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::fast_hash::FastMap;
 use super::model::{BoostLedger, BoostRecord, Group, GroupName, InstanceId, Node, Resources, Snapshot, Timestamp};
 use super::policy::{Policy, SizingMode};
-use super::signals::{AtRisk, AtRiskSet};
+use super::signals::{AtRisk, AtRiskNodes, AtRiskSet};
 use super::sizing::nodes_for_pods;
 
 /// One boost to execute: raise `group` from `from` to `to`.
@@ -167,7 +167,7 @@ struct GroupFacts {
 pub(crate) fn plan_boosts(
     snapshot: &Snapshot,
     ledger: &BoostLedger,
-    at_risk: &AtRiskSet,
+    (at_risk, nodes): (&AtRiskSet, &AtRiskNodes<'_>),
     policy: &Policy,
     now: Timestamp,
 ) -> BoostPlan {
@@ -204,16 +204,16 @@ pub(crate) fn plan_boosts(
             // What CA's health check counts is what decides whether CA calls the group Unhealthy.
             facts.ready = ready;
         }
-        plan_group(snapshot, group, facts, &pending, policy, now, &mut plan);
+        let pending_nodes: Vec<&Node> = pending.iter().filter_map(|r| nodes.of(r)).collect();
+        plan_group(group, facts, (&pending, &pending_nodes), policy, now, &mut plan);
     }
     plan
 }
 
 fn plan_group(
-    snapshot: &Snapshot,
     group: &Group,
     facts: GroupFacts,
-    pending: &[&AtRisk],
+    (pending, nodes): (&[&AtRisk], &[&Node]),
     policy: &Policy,
     now: Timestamp,
     plan: &mut BoostPlan,
@@ -243,8 +243,7 @@ fn plan_group(
     ];
     let (room, binding) = rooms.iter().min_by_key(|(room, _)| *room).cloned().expect("three rooms");
 
-    let nodes: Vec<&Node> = pending.iter().filter_map(|r| snapshot.nodes.get(&r.node)).collect();
-    let capacity = group.node_allocatable.unwrap_or_else(|| smallest_allocatable(&nodes));
+    let capacity = group.node_allocatable.unwrap_or_else(|| smallest_allocatable(nodes));
     let needed_for = |k: usize| -> u32 {
         match policy.sizing {
             SizingMode::Count => k as u32,
@@ -334,13 +333,14 @@ fn smallest_allocatable(nodes: &[&Node]) -> Resources {
 mod tests {
     use super::*;
     use crate::core::model::{Node, Signal};
-    use crate::core::signals::fold_signals;
+    use crate::core::signals::fold_signals_with_nodes;
 
     const GI: u64 = 1 << 30;
     const NOW: Timestamp = Timestamp::from_millis(60_000);
 
     fn plan(s: &Snapshot, policy: &Policy) -> BoostPlan {
-        plan_boosts(s, &s.ledger, &fold_signals(s, policy, NOW), policy, NOW)
+        let (at_risk, nodes) = fold_signals_with_nodes(s, policy, NOW);
+        plan_boosts(s, &s.ledger, (&at_risk, &nodes), policy, NOW)
     }
 
     /// A group of `size` Ready nodes n1..n<size>, each with `pods_each` 500m/1Gi pods.

@@ -20,7 +20,7 @@ use super::model::{
     BoostLedger, BoostRecord, GroupName, InstanceId, Node, NodeName, OptOut, Pod, PodClass, Snapshot, Timestamp,
 };
 use super::policy::Policy;
-use super::signals::{AtRisk, AtRiskSet};
+use super::signals::{AtRisk, AtRiskNodes, AtRiskSet};
 
 /// Everything drain planning looks at.
 #[derive(Debug, Clone, Copy)]
@@ -29,6 +29,8 @@ pub struct DrainView<'a> {
     pub snapshot: &'a Snapshot,
     /// Folded signals.
     pub at_risk: &'a AtRiskSet,
+    /// The node of every instance at risk.
+    pub(crate) nodes: &'a AtRiskNodes<'a>,
     /// The worker's progress.
     pub state: &'a DrainState,
 }
@@ -189,7 +191,8 @@ pub struct BatchPlan {
 pub(crate) fn claim_replacements(snapshot: &Snapshot, ledger: &BoostLedger, at_risk: &AtRiskSet) -> Vec<Claim> {
     let boosted = ledger.index();
     let risky = at_risk.instances();
-    let mut by_group: FastMap<&GroupName, Vec<&Node>> = FastMap::default();
+    // Each candidate with whether a record has claimed it yet: a node is in one group's list only.
+    let mut by_group: FastMap<&GroupName, Vec<(&Node, bool)>> = FastMap::default();
     for node in snapshot.nodes.values() {
         let Some(group) = node.group.as_ref() else {
             continue;
@@ -199,57 +202,54 @@ pub(crate) fn claim_replacements(snapshot: &Snapshot, ledger: &BoostLedger, at_r
         }
         let at_risk_or_boosted = node.instance.as_ref().is_some_and(|i| boosted.contains_key(i) || risky.contains(i));
         if !at_risk_or_boosted && !ledger.spent.contains(&node.name) {
-            by_group.entry(group).or_default().push(node);
+            by_group.entry(group).or_default().push((node, false));
         }
     }
     for nodes in by_group.values_mut() {
-        nodes.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
+        nodes.sort_by(|(a, _), (b, _)| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
     }
 
     let mut records: Vec<&BoostRecord> = ledger.records.iter().collect();
     records.sort_by_key(|r| r.at);
-    let mut taken: FastSet<&NodeName> = FastSet::default();
     records
         .into_iter()
         .map(|record| {
             // Its own group's new nodes, then those of the fallbacks its missing nodes moved to.
             let parts = std::iter::once((&record.group, record.at, record.added))
                 .chain(record.moved.iter().map(|p| (&p.group, p.at, p.added)));
-            let mut nodes: Vec<&NodeName> = Vec::new();
+            let mut nodes: Vec<NodeName> = Vec::new();
             let mut needed = 0u32;
             for (group, since, added) in parts {
                 needed = needed.saturating_add(added);
                 // An expired boost waits on nothing: it claims (and protects) no node.
-                let claimed = by_group
-                    .get(group)
-                    .filter(|_| record.expired.is_none())
-                    .into_iter()
-                    .flatten()
-                    // creationTimestamp has whole seconds: a node that joined in the boost's own
-                    // second must count, or a fast replacement would never be claimed.
-                    .filter(|n| n.created >= since.whole_second() && !taken.contains(&n.name))
-                    .take(added as usize)
-                    .map(|n| &n.name)
-                    .collect::<Vec<_>>();
-                taken.extend(claimed.iter().copied());
-                nodes.extend(claimed);
+                let Some(candidates) = by_group.get_mut(group).filter(|_| record.expired.is_none()) else {
+                    continue;
+                };
+                nodes.extend(
+                    candidates
+                        .iter_mut()
+                        // creationTimestamp has whole seconds: a node that joined in the boost's
+                        // own second must count, or a fast replacement would never be claimed.
+                        .filter(|(n, taken)| n.created >= since.whole_second() && !*taken)
+                        .take(added as usize)
+                        .map(|(n, taken)| {
+                            *taken = true;
+                            n.name.clone()
+                        }),
+                );
             }
-            Claim {
-                group: record.group.clone(),
-                instances: record.instances.clone(),
-                nodes: nodes.into_iter().cloned().collect(),
-                needed,
-            }
+            Claim { group: record.group.clone(), instances: record.instances.clone(), nodes, needed }
         })
         .collect()
 }
 
 /// Plans the next drain batches, timeouts and waits.
 pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp) -> BatchPlan {
-    let DrainView { snapshot, at_risk, state } = *view;
+    let DrainView { snapshot, at_risk, nodes: at_risk_nodes, state } = *view;
     let claims = claim_replacements(snapshot, &snapshot.ledger, at_risk);
-    let claim_of: FastMap<&InstanceId, usize> =
-        claims.iter().enumerate().flat_map(|(k, c)| c.instances.iter().map(move |i| (i, k))).collect();
+    let mut claim_of: FastMap<&InstanceId, usize> =
+        FastMap::with_capacity_and_hasher(claims.iter().map(|c| c.instances.len()).sum(), Default::default());
+    claim_of.extend(claims.iter().enumerate().flat_map(|(k, c)| c.instances.iter().map(move |i| (i, k))));
     let records = snapshot.ledger.index();
     // Per record: terminations already promised a decrement by drains under way or planned now.
     let mut promised = vec![0u32; snapshot.ledger.records.len()];
@@ -307,7 +307,7 @@ pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp
                     }
             })
             .collect();
-        candidates.retain(|r| match opted_out(snapshot, r) {
+        candidates.retain(|r| match opted_out(at_risk_nodes.of(r), r) {
             Some(reason) => {
                 plan.waiting.push(Waiting { group: group.clone(), reason });
                 false
@@ -328,7 +328,7 @@ pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp
         for risk in candidates {
             let claim = records.get(&risk.instance).map(|&k| (claim_of[&risk.instance], k));
             let complete = claim.is_some_and(|(index, _)| claims[index].complete());
-            let drain_by = risk.deadline.map(|d| latest_drain_start(snapshot, risk, d, policy));
+            let drain_by = risk.deadline.map(|d| latest_drain_start(at_risk_nodes.of(risk), d, policy));
             match (complete, drain_by) {
                 (true, Some(_)) => due_now.push((risk, false)),
                 (true, None) => ready.push(risk),
@@ -374,7 +374,7 @@ pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp
             DrainTarget {
                 node: r.node.clone(),
                 instance: r.instance.clone(),
-                cordon: !snapshot.nodes.get(&r.node).is_some_and(|n| n.cordoned),
+                cordon: !at_risk_nodes.of(r).is_some_and(|n| n.cordoned),
                 decrement,
                 deadline: r.deadline,
                 early,
@@ -435,31 +435,23 @@ fn give_back_batches(snapshot: &Snapshot, state: &DrainState, plan: &mut BatchPl
     }
 }
 
-/// The last moment `risk`'s node may start draining and still give each of its pods its grace
+/// The last moment an at-risk `node` may start draining and still give each of its pods its grace
 /// period, plus `--interruption-drain-lead` for the evictions to be sent and retried, before
 /// `deadline`.
-pub(crate) fn latest_drain_start(
-    snapshot: &Snapshot,
-    risk: &AtRisk,
-    deadline: Timestamp,
-    policy: &Policy,
-) -> Timestamp {
-    let longest_grace = snapshot
-        .nodes
-        .get(&risk.node)
-        .and_then(|n| n.pods.iter().filter(|p| p.class.is_evictable()).map(Pod::grace).max())
-        .unwrap_or_default();
+pub(crate) fn latest_drain_start(node: Option<&Node>, deadline: Timestamp, policy: &Policy) -> Timestamp {
+    let longest_grace =
+        node.and_then(|n| n.pods.iter().filter(|p| p.class.is_evictable()).map(Pod::grace).max()).unwrap_or_default();
     deadline.minus(longest_grace.saturating_add(policy.interruption_drain_lead))
 }
 
 /// Why a voluntary drain leaves `risk`'s node alone: a pod on it that opted out. A spot
 /// interruption or a scheduled event takes the instance anyway, so those drain regardless, once
 /// AWS confirmed they can be real: a notice anyone could have written never overrides an opt-out.
-fn opted_out(snapshot: &Snapshot, risk: &AtRisk) -> Option<DrainWait> {
+fn opted_out(node: Option<&Node>, risk: &AtRisk) -> Option<DrainWait> {
     if risk.confirmed && risk.kinds.iter().any(|k| k.drained_by_nth()) {
         return None;
     }
-    let node = snapshot.nodes.get(&risk.node)?;
+    let node = node?;
     let pod = node.pods.iter().find(|p| p.class.is_evictable() && p.opt_out.is_some())?;
     Some(DrainWait::OptedOut {
         node: node.name.clone(),
@@ -506,7 +498,9 @@ pub(crate) fn close_finished_boosts(snapshot: &Snapshot, open: &BoostLedger, at_
 /// The pods a drain evicts, in order: ordinary pods first, critical ones last; DaemonSet, mirror
 /// and finished pods are left alone.
 pub(crate) fn eviction_order(node: &Node) -> Vec<&Pod> {
-    let mut pods: Vec<&Pod> = node.pods.iter().filter(|p| p.class.is_evictable()).collect();
+    // Sized for every pod: growing it pod by pod costs more than the sort, over thousands of nodes.
+    let mut pods: Vec<&Pod> = Vec::with_capacity(node.pods.len());
+    pods.extend(node.pods.iter().filter(|p| p.class.is_evictable()));
     pods.sort_by(|a, b| {
         (a.class == PodClass::Critical)
             .cmp(&(b.class == PodClass::Critical))
@@ -529,7 +523,7 @@ mod tests {
     use crate::core::drain_state::{DrainStarted, FinishedDrain};
     use crate::core::ledger_edit::apply_all;
     use crate::core::model::{Group, Signal};
-    use crate::core::signals::fold_signals;
+    use crate::core::signals::{fold_signals, fold_signals_with_nodes};
 
     const NOW: Timestamp = Timestamp::from_millis(600_000);
 
@@ -560,8 +554,8 @@ mod tests {
     }
 
     fn plan(s: &Snapshot, state: &DrainState, policy: &Policy) -> BatchPlan {
-        let at_risk = fold_signals(s, policy, NOW);
-        next_batches(&DrainView { snapshot: s, at_risk: &at_risk, state }, policy, NOW)
+        let (at_risk, nodes) = fold_signals_with_nodes(s, policy, NOW);
+        next_batches(&DrainView { snapshot: s, at_risk: &at_risk, nodes: &nodes, state }, policy, NOW)
     }
 
     #[test]
@@ -613,8 +607,8 @@ mod tests {
     }
 
     fn plan_at(s: &Snapshot, state: &DrainState, policy: &Policy, now: Timestamp) -> BatchPlan {
-        let at_risk = fold_signals(s, policy, now);
-        next_batches(&DrainView { snapshot: s, at_risk: &at_risk, state }, policy, now)
+        let (at_risk, nodes) = fold_signals_with_nodes(s, policy, now);
+        next_batches(&DrainView { snapshot: s, at_risk: &at_risk, nodes: &nodes, state }, policy, now)
     }
 
     #[test]

@@ -15,7 +15,7 @@ use super::drain::{eviction_backoff, eviction_order, next_batches, BatchPlan, Dr
 use super::drain_state::{DrainStarted, DrainState, FinishedDrain, NodeEvictions};
 use super::model::{GroupName, InstanceId, Namespace, Node, NodeName, PodClass, PodName, PodUid, Snapshot, Timestamp};
 use super::policy::Policy;
-use super::signals::fold_signals;
+use super::signals::fold_signals_with_nodes;
 
 /// One pod to evict, named as its eviction is: conditioned on the UID.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,8 +125,8 @@ pub fn plan_draining(
     policy: &Policy,
     now: Timestamp,
 ) -> DrainingPlan {
-    let at_risk = fold_signals(snapshot, policy, now);
-    let drains = next_batches(&DrainView { snapshot, at_risk: &at_risk, state }, policy, now);
+    let (at_risk, nodes) = fold_signals_with_nodes(snapshot, policy, now);
+    let drains = next_batches(&DrainView { snapshot, at_risk: &at_risk, nodes: &nodes, state }, policy, now);
 
     let claimed: BTreeSet<&NodeName> = drains.claims.iter().flat_map(|c| c.nodes.iter()).collect();
     let protect = claimed.iter().filter(|n| !protected.contains(**n)).map(|n| (*n).clone()).collect();
@@ -256,12 +256,14 @@ fn due(node: &Node, drain: &DrainStarted, progress: &NodeEvictions, now: Timesta
     if drain.deadline.is_some() {
         order.sort_by_key(|p| std::cmp::Reverse(p.grace_seconds));
     }
-    let pods: Vec<PodToEvict> = order
-        .iter()
-        .filter(|p| !(p.class == PodClass::Critical && hold_critical))
-        .filter(|p| !progress.evicted.contains(&p.uid))
-        .map(|p| PodToEvict { namespace: p.namespace.clone(), name: p.name.clone(), uid: p.uid.clone() })
-        .collect();
+    let mut pods: Vec<PodToEvict> = Vec::with_capacity(order.len());
+    pods.extend(
+        order
+            .iter()
+            .filter(|p| !(p.class == PodClass::Critical && hold_critical))
+            .filter(|p| !progress.evicted.contains(&p.uid))
+            .map(|p| PodToEvict { namespace: p.namespace.clone(), name: p.name.clone(), uid: p.uid.clone() }),
+    );
     (!pods.is_empty()).then(|| EvictionRound { node: node.name.clone(), group: drain.group.clone(), pods })
 }
 

@@ -79,7 +79,7 @@ mod tests {
     use super::*;
     use crate::core::boost::plan_boosts;
     use crate::core::model::{BoostRecord, Group, Node};
-    use crate::core::signals::fold_signals;
+    use crate::core::signals::{fold_signals, fold_signals_with_nodes};
     use crate::core::Signal;
 
     fn boosted() -> Snapshot {
@@ -105,8 +105,9 @@ mod tests {
 
         s.ledger.records[0].expired = Some(BoostExpiry::ReplacementTimeout);
         assert!(expire_boosts(&s, &s.ledger, &at_risk, &policy, at).is_empty(), "told once");
-        let at_risk = fold_signals(&s, &policy, at);
-        assert!(plan_boosts(&s, &s.ledger, &at_risk, &policy, at).boosts.is_empty(), "its instance stays covered");
+        let (at_risk, nodes) = fold_signals_with_nodes(&s, &policy, at);
+        let plan = plan_boosts(&s, &s.ledger, (&at_risk, &nodes), &policy, at);
+        assert!(plan.boosts.is_empty(), "its instance stays covered");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use super::give_back::{plan_give_backs, GiveBack};
 use super::ledger_edit::{apply_all, LedgerEdit};
 use super::model::{BoostLedger, Snapshot, Timestamp};
 use super::policy::Policy;
-use super::signals::{fold_signals, AtRiskSet};
+use super::signals::{fold_signals_with_nodes, AtRiskSet};
 
 /// Who plans, and so which of its decisions are meant to be carried out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,7 +53,7 @@ pub struct ScalingPlan {
 
 /// Plans one scaling pass over `snapshot` at `now`.
 pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting: Acting) -> ScalingPlan {
-    let at_risk = fold_signals(snapshot, policy, now);
+    let (at_risk, nodes) = fold_signals_with_nodes(snapshot, policy, now);
     // The later stages plan on the ledger as the earlier ones leave it; the rest of the snapshot
     // (thousands of nodes and their pods) is never copied.
     let mut ledger = snapshot.ledger.clone();
@@ -72,7 +72,7 @@ pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting
     });
     let closes = close_finished_boosts(snapshot, &ledger, &at_risk);
     apply_all(&mut ledger, &closes);
-    let boosts = plan_boosts(snapshot, &ledger, &at_risk, policy, now);
+    let boosts = plan_boosts(snapshot, &ledger, (&at_risk, &nodes), policy, now);
     let fallbacks = match acting {
         Acting::Follower => Vec::new(),
         Acting::Leader => plan_fallbacks(snapshot, &ledger, policy, now),

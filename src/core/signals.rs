@@ -146,8 +146,37 @@ impl AtRiskSet {
     }
 }
 
+/// The node each at-risk instance runs on, as the fold found it. The later stages of one pass
+/// look a node up here, by its instance id (inline, hashed without following a pointer), instead
+/// of by its name in the snapshot's ordered map: a long node name costs a string compare at every
+/// level of that map, each through a pointer to memory the pass has not touched yet.
+/// The fold's own map of positions serves as the index: nothing more is hashed to build it.
+#[derive(Debug)]
+pub(crate) struct AtRiskNodes<'s> {
+    position: FastMap<&'s InstanceId, usize>,
+    /// By position: the node, when the instance is at risk.
+    nodes: Vec<Option<&'s Node>>,
+}
+
+impl<'s> AtRiskNodes<'s> {
+    /// The node `risk`'s instance runs on under the name its signals gave.
+    pub(crate) fn of(&self, risk: &AtRisk) -> Option<&'s Node> {
+        self.position.get(&risk.instance).and_then(|&k| self.nodes[k])
+    }
+}
+
 /// Folds the snapshot's signals into at-risk sets.
+#[cfg(test)]
 pub(crate) fn fold_signals(snapshot: &Snapshot, policy: &Policy, now: Timestamp) -> AtRiskSet {
+    fold_signals_with_nodes(snapshot, policy, now).0
+}
+
+/// [`fold_signals`], with the node of every instance at risk.
+pub(crate) fn fold_signals_with_nodes<'s>(
+    snapshot: &'s Snapshot,
+    policy: &Policy,
+    now: Timestamp,
+) -> (AtRiskSet, AtRiskNodes<'s>) {
     // A small map of positions into a vector: the map stays in cache while thousands of
     // instances are looked up three times each (signals, nodes, EC2's facts).
     let mut position: FastMap<&InstanceId, usize> =
@@ -210,19 +239,24 @@ pub(crate) fn fold_signals(snapshot: &Snapshot, policy: &Policy, now: Timestamp)
     let known: FastSet<&GroupName> = snapshot.groups.keys().collect();
     let mut by_group: FastMap<&GroupName, BTreeMap<InstanceId, AtRisk>> = FastMap::default();
     let mut set = AtRiskSet::default();
+    let mut nodes = Vec::with_capacity(merged.len());
     for Folding { mut risk, node, facts, claims } in merged {
         risk.confirmed = confirmed_by_aws(snapshot, &risk, facts);
         let seen = Seen { node, facts, claimed_twice: claims > 1 };
         match admit(snapshot, (&known, policy), now, (&risk, seen), boosted.contains_key(&risk.instance)) {
-            Ok(group) => {
+            Ok((group, node)) => {
+                nodes.push(Some(node));
                 by_group.entry(group).or_default().insert(risk.instance.clone(), risk);
             }
-            Err(reason) => set.dropped.push(Dropped { instance: risk.instance, reason }),
+            Err(reason) => {
+                nodes.push(None);
+                set.dropped.push(Dropped { instance: risk.instance, reason });
+            }
         }
     }
     set.by_group = by_group.into_iter().map(|(g, instances)| (g.clone(), instances)).collect();
     set.dropped.sort_unstable_by(|a, b| a.instance.cmp(&b.instance));
-    set
+    (set, AtRiskNodes { position, nodes })
 }
 
 /// A signalled instance while its signals fold: the node that runs it under the name the
@@ -248,7 +282,7 @@ fn admit<'s>(
     now: Timestamp,
     (risk, seen): (&AtRisk, Seen<'s>),
     boosted: bool,
-) -> Result<&'s GroupName, DropReason> {
+) -> Result<(&'s GroupName, &'s Node), DropReason> {
     let node = seen.node.ok_or(DropReason::NodeGone)?;
     if node.opted_out {
         return Err(DropReason::NodeOptedOut);
@@ -270,7 +304,7 @@ fn admit<'s>(
     if !boosted && now.since(risk.first_seen) > policy.signal_max_age {
         return Err(DropReason::Expired);
     }
-    Ok(group)
+    Ok((group, node))
 }
 
 /// An at-risk instance only Events speak for counts once its node is cordoned (NTH's first act)

@@ -7,7 +7,13 @@ use super::policy::Policy;
 
 /// A pod's demand once over-subscription is applied.
 fn demand(pod: &Pod, over_subscription_percent: u32) -> Resources {
-    let grow = |v: u64| (u128::from(v) * (100 + u128::from(over_subscription_percent))).div_ceil(100) as u64;
+    let percent = 100 + u64::from(over_subscription_percent);
+    // In 64 bits whenever the product fits (every real request): a 128-bit division is a call
+    // per pod, and sizing runs over every pod of every at-risk node.
+    let grow = |v: u64| match v.checked_mul(percent) {
+        Some(product) => product.div_ceil(100),
+        None => (u128::from(v) * u128::from(percent)).div_ceil(100) as u64,
+    };
     Resources::new(grow(pod.requests.cpu_millis), grow(pod.requests.memory_bytes))
 }
 
@@ -21,12 +27,14 @@ pub(crate) fn nodes_for_pods<'p>(
     policy: &Policy,
 ) -> u32 {
     let bin = node_allocatable.saturating_sub(policy.reserved_per_node);
+    // A share is finite and never negative, so its bits order as the number does: the sort
+    // compares integers.
     let share = |d: &Resources| {
         let cpu = d.cpu_millis as f64 / bin.cpu_millis.max(1) as f64;
         let mem = d.memory_bytes as f64 / bin.memory_bytes.max(1) as f64;
-        cpu.max(mem)
+        cpu.max(mem).to_bits()
     };
-    let mut demands: Vec<(f64, Resources)> = pods
+    let mut demands: Vec<(u64, Resources)> = pods
         .into_iter()
         .filter(|p| p.class.is_evictable())
         .map(|p| demand(p, policy.over_subscription_percent))
@@ -35,9 +43,7 @@ pub(crate) fn nodes_for_pods<'p>(
         .collect();
     // Largest share of a node first; ties broken by the raw numbers so the result never depends
     // on input order (equal keys are equal demands, so an unstable sort is as good).
-    demands.sort_unstable_by(|(sa, a), (sb, b)| {
-        sb.total_cmp(sa).then(b.cpu_millis.cmp(&a.cpu_millis)).then(b.memory_bytes.cmp(&a.memory_bytes))
-    });
+    demands.sort_unstable_by_key(|(share, d)| std::cmp::Reverse((*share, d.cpu_millis, d.memory_bytes)));
 
     let mut free: Vec<Resources> = Vec::new();
     for (_, d) in demands {

@@ -70,6 +70,9 @@ impl PartialEq for Text {
         match (&self.0, &other.0) {
             // Unused bytes are zero, so whole arrays compare: a few word compares, no call.
             (Repr::Inline { len: a, bytes: x }, Repr::Inline { len: b, bytes: y }) => a == b && x == y,
+            // A name cloned from the same object (a taint's signal and its Node) is one
+            // allocation: no need to read it.
+            (Repr::Shared(x), Repr::Shared(y)) if Arc::ptr_eq(x, y) => true,
             _ => self.as_bytes() == other.as_bytes(),
         }
     }
@@ -106,6 +109,7 @@ fn words(bytes: &[u8; INLINE]) -> (u128, u64) {
 }
 
 impl Hash for Text {
+    #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
         match &self.0 {
             // Only `From<&str>` builds a `Text`, and it keeps every string that fits inline, so
