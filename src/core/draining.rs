@@ -162,7 +162,11 @@ pub fn plan_draining(
     let draining: Vec<(NodeName, DrainStarted)> =
         next.in_progress.iter().map(|(n, d)| (n.clone(), d.clone())).collect();
     for (name, drain) in draining {
-        let node = snapshot.nodes.get(&name).filter(|n| n.instance.as_ref() == Some(&drain.instance));
+        // Most drains are of at-risk nodes, found by instance without a walk of the ordered map.
+        let node = nodes
+            .running(&drain.instance)
+            .filter(|n| n.name == name)
+            .or_else(|| snapshot.nodes.get(&name).filter(|n| n.instance.as_ref() == Some(&drain.instance)));
         let progress = next.evictions.entry(name.clone()).or_default();
         progress.seen_cordoned |= node.is_some_and(|n| n.cordoned);
         let end = |ending| EndedDrain {

@@ -46,15 +46,14 @@ pub(crate) fn verify_against(node: &Node, facts: Option<&InstanceFacts>, claimed
 }
 
 fn matches(node: &Node, instance: &InstanceId, facts: &InstanceFacts) -> bool {
-    let name = node.name.as_str();
-    let id = instance.as_str();
-    if name.eq_ignore_ascii_case(id)
-        || (starts_with_ignore_case(name, id) && name.as_bytes().get(id.len()) == Some(&b'.'))
-    {
+    let name = node.name.as_bytes();
+    let id = instance.as_bytes();
+    if name.eq_ignore_ascii_case(id) || (starts_with_ignore_case(name, id) && name.get(id.len()) == Some(&b'.')) {
         return true;
     }
-    if let Some(dns) = facts.private_dns_name.as_deref().filter(|d| !d.is_empty()) {
-        if name.eq_ignore_ascii_case(dns) || name.eq_ignore_ascii_case(dns.split('.').next().unwrap_or_default()) {
+    if let Some(dns) = facts.private_dns_name.as_deref().map(str::as_bytes).filter(|d| !d.is_empty()) {
+        let host = dns.split(|b| *b == b'.').next().unwrap_or_default();
+        if name.eq_ignore_ascii_case(dns) || name.eq_ignore_ascii_case(host) {
             return true;
         }
     }
@@ -64,16 +63,15 @@ fn matches(node: &Node, instance: &InstanceId, facts: &InstanceFacts) -> bool {
     facts.private_ip.as_ref().is_some_and(|ip| node.internal_ips.iter().any(|a| a == ip))
 }
 
-fn starts_with_ignore_case(s: &str, prefix: &str) -> bool {
-    s.as_bytes().get(..prefix.len()).is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()))
+fn starts_with_ignore_case(s: &[u8], prefix: &[u8]) -> bool {
+    s.get(..prefix.len()).is_some_and(|head| head.eq_ignore_ascii_case(prefix))
 }
 
 /// Names EC2 hands out: `ip-10-0-1-2…` and `i-0123abcd…`.
-fn ec2_shaped(name: &str) -> bool {
-    let after = |prefix: &str| {
-        starts_with_ignore_case(name, prefix).then(|| name.as_bytes().get(prefix.len()).copied()).flatten()
-    };
-    after("ip-").is_some_and(|c| c.is_ascii_digit()) || after("i-").is_some_and(|c| c.is_ascii_hexdigit())
+fn ec2_shaped(name: &[u8]) -> bool {
+    let after =
+        |prefix: &[u8]| starts_with_ignore_case(name, prefix).then(|| name.get(prefix.len()).copied()).flatten();
+    after(b"ip-").is_some_and(|c| c.is_ascii_digit()) || after(b"i-").is_some_and(|c| c.is_ascii_hexdigit())
 }
 
 #[cfg(test)]

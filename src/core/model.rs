@@ -98,6 +98,19 @@ name_type!(
     /// A Kubernetes Node name.
     NodeName
 );
+
+// Identity checks compare these byte by byte, thousands per pass: their bytes, unchecked.
+impl InstanceId {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+impl NodeName {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
 name_type!(
     /// A Kubernetes namespace's name.
     Namespace

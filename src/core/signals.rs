@@ -161,7 +161,12 @@ pub(crate) struct AtRiskNodes<'s> {
 impl<'s> AtRiskNodes<'s> {
     /// The node `risk`'s instance runs on under the name its signals gave.
     pub(crate) fn of(&self, risk: &AtRisk) -> Option<&'s Node> {
-        self.position.get(&risk.instance).and_then(|&k| self.nodes[k])
+        self.running(&risk.instance)
+    }
+
+    /// The node `instance` runs on, when the instance is at risk.
+    pub(crate) fn running(&self, instance: &InstanceId) -> Option<&'s Node> {
+        self.position.get(instance).and_then(|&k| self.nodes[k])
     }
 }
 

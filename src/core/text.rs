@@ -36,7 +36,8 @@ impl Text {
         }
     }
 
-    fn as_bytes(&self) -> &[u8] {
+    /// The text's bytes, without the UTF-8 check that [`Text::as_str`] makes of inline text.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
         match &self.0 {
             Repr::Inline { len, bytes } => &bytes[..usize::from(*len)],
             Repr::Shared(s) => s.as_bytes(),
