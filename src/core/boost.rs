@@ -194,18 +194,19 @@ pub(crate) fn plan_boosts(
         let Some(group) = snapshot.groups.get(group_name) else {
             continue;
         };
-        let mut pending: Vec<&AtRisk> = instances.values().filter(|r| !covered.contains_key(&r.instance)).collect();
+        // Each with its node, so a prefix of the instances is a prefix of their nodes.
+        let mut pending: Vec<(&AtRisk, Option<&Node>)> =
+            instances.values().filter(|r| !covered.contains_key(&r.instance)).map(|r| (r, nodes.of(r))).collect();
         if pending.is_empty() {
             continue;
         }
-        pending.sort_by(|a, b| a.first_seen.cmp(&b.first_seen).then_with(|| a.instance.cmp(&b.instance)));
+        pending.sort_by(|(a, _), (b, _)| a.first_seen.cmp(&b.first_seen).then_with(|| a.instance.cmp(&b.instance)));
         let mut facts = facts.get(group_name).copied().unwrap_or_default();
         if let Some(ready) = group.ca.as_ref().and_then(|ca| ca.ready) {
             // What CA's health check counts is what decides whether CA calls the group Unhealthy.
             facts.ready = ready;
         }
-        let pending_nodes: Vec<&Node> = pending.iter().filter_map(|r| nodes.of(r)).collect();
-        plan_group(group, facts, (&pending, &pending_nodes), policy, now, &mut plan);
+        plan_group(group, facts, &pending, policy, now, &mut plan);
     }
     plan
 }
@@ -213,7 +214,7 @@ pub(crate) fn plan_boosts(
 fn plan_group(
     group: &Group,
     facts: GroupFacts,
-    (pending, nodes): (&[&AtRisk], &[&Node]),
+    pending: &[(&AtRisk, Option<&Node>)],
     policy: &Policy,
     now: Timestamp,
     plan: &mut BoostPlan,
@@ -221,7 +222,7 @@ fn plan_group(
     let hold = |plan: &mut BoostPlan, from: usize, reason: HoldReason| {
         plan.held.push(Held {
             group: group.name.clone(),
-            instances: pending[from..].iter().map(|r| r.instance.clone()).collect(),
+            instances: pending[from..].iter().map(|(r, _)| r.instance.clone()).collect(),
             reason,
         });
     };
@@ -243,14 +244,16 @@ fn plan_group(
     ];
     let (room, binding) = rooms.iter().min_by_key(|(room, _)| *room).cloned().expect("three rooms");
 
-    let capacity = group.node_allocatable.unwrap_or_else(|| smallest_allocatable(nodes));
+    let nodes = |k: usize| pending[..k].iter().filter_map(|(_, n)| *n);
+    let capacity = group.node_allocatable.unwrap_or_else(|| smallest_allocatable(nodes(pending.len())));
     let needed_for = |k: usize| -> u32 {
         match policy.sizing {
             SizingMode::Count => k as u32,
             SizingMode::Pods => {
-                let packed = nodes_for_pods(nodes[..k].iter().flat_map(|n| n.pods.iter()), capacity, policy);
+                let packed = nodes_for_pods(nodes(k).flat_map(|n| n.pods.iter()), capacity, policy);
                 let drained_by_nth =
-                    pending[..k].iter().filter(|r| r.kinds.iter().any(|kind| kind.drained_by_nth())).count() as u32;
+                    pending[..k].iter().filter(|(r, _)| r.kinds.iter().any(|kind| kind.drained_by_nth())).count()
+                        as u32;
                 packed.max(drained_by_nth)
             }
         }
@@ -290,7 +293,7 @@ fn plan_group(
         reason,
         record: BoostRecord {
             group: group.name.clone(),
-            instances: pending[..covered].iter().map(|r| r.instance.clone()).collect::<BTreeSet<_>>(),
+            instances: pending[..covered].iter().map(|(r, _)| r.instance.clone()).collect::<BTreeSet<_>>(),
             added,
             returned: 0,
             at: now,
@@ -321,9 +324,8 @@ fn ca_tolerated_target(ready: u32, policy: &Policy) -> u32 {
     u32::try_from((ready + ok).max(by_percentage)).unwrap_or(u32::MAX)
 }
 
-fn smallest_allocatable(nodes: &[&Node]) -> Resources {
+fn smallest_allocatable<'n>(nodes: impl Iterator<Item = &'n Node>) -> Resources {
     nodes
-        .iter()
         .map(|n| n.allocatable)
         .reduce(|a, b| Resources::new(a.cpu_millis.min(b.cpu_millis), a.memory_bytes.min(b.memory_bytes)))
         .unwrap_or_default()
