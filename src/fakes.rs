@@ -311,6 +311,8 @@ struct FakeAsgState {
     instance_lookups: usize,
     group_lookups: usize,
     activities: BTreeMap<GroupName, Vec<crate::core::ScalingActivity>>,
+    /// How long a raise's writes apply after its guard's read (none: at once, atomically).
+    write_latency: std::time::Duration,
 }
 
 /// Auto Scaling in memory, with the same guards as the real adapter.
@@ -422,6 +424,14 @@ impl FakeAutoScaling {
             .get(&GroupName::from(group))
             .map(|g| g.instances.iter().map(|i| i.id.clone()).collect())
             .unwrap_or_default()
+    }
+
+    /// Raises answer `latency` after their guard's read and apply then, as the real adapter's
+    /// read and writes are two round trips: a write sent meanwhile is guarded against the size
+    /// before them. Injected faults do not apply to slow raises.
+    pub fn slow_writes(self, latency: std::time::Duration) -> Self {
+        lock(&self.0).write_latency = latency;
+        self
     }
 
     /// Makes the next `n` calls fail as throttled.
@@ -626,7 +636,30 @@ impl AutoScaling for FakeAutoScaling {
     }
 
     async fn raise_desired(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {
-        self.guarded(writes, AsgCall::Raise(writes.to_vec()), DesiredWrite::guard)
+        let latency = lock(&self.0).write_latency;
+        if latency.is_zero() {
+            return self.guarded(writes, AsgCall::Raise(writes.to_vec()), DesiredWrite::guard);
+        }
+        let live = {
+            let mut s = lock(&self.0);
+            s.calls.push(AsgCall::Raise(writes.to_vec()));
+            s.groups.clone()
+        };
+        tokio::time::sleep(latency).await;
+        let mut s = lock(&self.0);
+        Ok(writes
+            .iter()
+            .map(|w| {
+                let outcome = match DesiredWrite::guard(w, live.get(&w.group)) {
+                    Guard::Settled(outcome) => outcome,
+                    Guard::Send { from } => {
+                        s.groups.get_mut(&w.group).expect("known group").desired = w.to;
+                        Ok(WriteOutcome::Written { from, to: w.to })
+                    }
+                };
+                (w.group.clone(), outcome)
+            })
+            .collect())
     }
 
     async fn lower_unlaunched(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {

@@ -4,6 +4,7 @@
 //! The scaler and the drainer share one [`WorkerContext`]: the ports, the ledger, the group book,
 //! the leadership flag and the metrics. Every replica runs both and plans; only the leader writes.
 
+mod boost_writes;
 pub mod drainer;
 pub mod groups;
 pub mod launches;
@@ -144,20 +145,26 @@ pub(crate) async fn run_worker<W: Worker>(mut worker: W, mut shutdown: watch::Re
         if *shutdown.borrow() {
             return worker;
         }
-        match worker.pass_once().await {
-            Ok(()) => {}
-            Err(e) if e.not_synced() => {}
-            Err(e) if e.lost_lease() => {
-                info!(worker = W::NAME, error = %e, "the lease went during the pass: its remaining writes are left to the new leader");
-            }
-            Err(e) => {
-                if let Some(l) = e.ledger() {
-                    worker.metrics().ledger.error(l);
-                }
-                warn!(worker = W::NAME, error = %e, "pass failed; retrying at the next wake-up or tick");
-            }
+        if let Err(e) = worker.pass_once().await {
+            report_failed_pass(W::NAME, worker.metrics(), &e);
         }
     }
+}
+
+/// Tells of a failed pass of `worker` (or of the writes it sent on): nothing while a watch has
+/// not synced, the lost lease as what it is, anything else as a warning, a ledger failure counted.
+pub(crate) fn report_failed_pass(worker: &str, metrics: &Metrics, e: &impl PassError) {
+    if e.not_synced() {
+        return;
+    }
+    if e.lost_lease() {
+        info!(worker, error = %e, "the lease went during the pass: its remaining writes are left to the new leader");
+        return;
+    }
+    if let Some(l) = e.ledger() {
+        metrics.ledger.error(l);
+    }
+    warn!(worker, error = %e, "pass failed; retrying at the next wake-up or tick");
 }
 
 /// Kubernetes Events a pass sends at once.

@@ -19,6 +19,7 @@ use thiserror::Error;
 use tokio::sync::{watch, Notify};
 use tracing::{debug, debug_span, info, warn, Instrument};
 
+use super::boost_writes::{write_and_answer, BoostWrite, Flight, Landed, LANDING_ON_SHUTDOWN};
 use super::{publish_all, Observation, WorkerContext};
 pub use super::{system_clock, Clock};
 use crate::core::{
@@ -105,18 +106,18 @@ pub struct TickReport {
 }
 
 /// Where a pass's time went, stage by stage (monotonic time: durations, never `now`).
-struct Stages {
+pub(super) struct Stages {
     last: tokio::time::Instant,
     took: Vec<(&'static str, Duration)>,
 }
 
 impl Stages {
-    fn start() -> Self {
+    pub(super) fn start() -> Self {
         Stages { last: tokio::time::Instant::now(), took: Vec::new() }
     }
 
     /// Ends the stage named `stage`.
-    fn mark(&mut self, stage: &'static str) {
+    pub(super) fn mark(&mut self, stage: &'static str) {
         let at = tokio::time::Instant::now();
         self.took.push((stage, at.duration_since(self.last)));
         self.last = at;
@@ -124,7 +125,7 @@ impl Stages {
 
     /// Records the stages of a pass that raised some group (passes that write nothing are not
     /// what a reaction is made of) and logs them at debug level.
-    fn report(&self, metrics: &crate::metrics::Metrics, raised: &[(GroupName, u32, u32)]) {
+    pub(super) fn report(&self, metrics: &crate::metrics::Metrics, raised: &[(GroupName, u32, u32)]) {
         if raised.is_empty() {
             return;
         }
@@ -164,23 +165,18 @@ pub struct Scaler<A, C, L, W, E> {
     /// The last hold reason published per instance, so a held boost is told once, not per plan.
     told_held: HashMap<InstanceId, String>,
     was_leader: bool,
+    /// Boost writes sent from the loop and not answered yet.
+    flights: Vec<Flight>,
     heartbeat: Option<Heartbeat>,
-}
-
-/// Whether a write whose answer was an error applied, as a re-read of its group shows.
-enum Applied {
-    Yes,
-    No,
-    Unknown,
 }
 
 impl<A, C, L, W, E> Scaler<A, C, L, W, E>
 where
-    A: AutoScaling,
-    C: ClusterView,
-    L: LedgerStore,
-    W: ClusterWrites,
-    E: EventSink,
+    A: AutoScaling + 'static,
+    C: ClusterView + 'static,
+    L: LedgerStore + 'static,
+    W: ClusterWrites + 'static,
+    E: EventSink + 'static,
 {
     /// A scaler over the shared context.
     pub fn new(ctx: Arc<WorkerContext<A, C, L, W, E>>, settings: ScalerSettings) -> Self {
@@ -192,6 +188,7 @@ where
             untrusted: BTreeSet::new(),
             told_held: HashMap::new(),
             was_leader: false,
+            flights: Vec::new(),
             heartbeat: None,
         }
     }
@@ -226,7 +223,28 @@ where
     /// group and every group's size before a signal needs them, and acts on signals that came
     /// while no replica ran.
     pub async fn run(self, shutdown: watch::Receiver<bool>) -> Self {
-        super::run_worker(self, shutdown).await
+        let mut scaler = super::run_worker(self, shutdown).await;
+        if tokio::time::timeout(LANDING_ON_SHUTDOWN, scaler.land_all()).await.is_err() {
+            warn!("boost writes still unanswered at shutdown; the next leader resolves them by a read");
+        }
+        scaler
+    }
+
+    /// Waits for every write in flight to be answered.
+    async fn land_all(&mut self) {
+        for flight in std::mem::take(&mut self.flights) {
+            flight.land().await;
+        }
+    }
+
+    /// Whether `plan` asks for more than boosts and closes of records outside `flying`.
+    fn beyond_boosts(plan: &ScalingPlan, ledger: &BoostLedger, flying: &BTreeSet<GroupName>) -> bool {
+        let in_flight =
+            |id: &crate::core::BoostId| ledger.records.iter().any(|r| r.id() == *id && flying.contains(&r.group));
+        !plan.give_backs.is_empty()
+            || !plan.expired.is_empty()
+            || !plan.fallbacks.is_empty()
+            || plan.closes.iter().any(|c| matches!(c, LedgerEdit::Close { id, .. } if in_flight(id)))
     }
 
     /// Waits for a burst of wake-ups to pause: until no wake-up came for `coalesce_quiet`, or
@@ -250,8 +268,22 @@ where
             ctx.ledger.reload().await?;
         }
         self.was_leader = leading;
-        if leading {
+        if pacing == Pacing::Now {
+            self.land_all().await;
+        }
+        let (landed, flying): (Vec<Flight>, Vec<Flight>) =
+            std::mem::take(&mut self.flights).into_iter().partition(Flight::landed);
+        self.flights = flying;
+        for flight in landed {
+            flight.land().await;
+        }
+        let flying: BTreeSet<GroupName> = self.flights.iter().flat_map(|f| f.groups().iter().cloned()).collect();
+        if leading && flying.is_empty() {
             self.resolve_unknown_raises().await?;
+        } else if leading && !unresolved_groups(&ctx.ledger.current().await).is_subset(&flying) {
+            // Unanswered writes other than those in flight are resolved by a read first, once
+            // the flights land (each wakes the loop).
+            return Ok(TickReport::default());
         }
         let now = (ctx.clock)();
         let Observation { snapshot, first_seen, .. } =
@@ -275,6 +307,11 @@ where
         if !leading {
             return Ok(self.follow(&plan));
         }
+        if !flying.is_empty() && Self::beyond_boosts(&plan, &snapshot.ledger, &flying) {
+            // Give-backs, expiries and fallbacks change the ledger the boosts were planned on,
+            // and may touch the groups in flight: all wait for the landing, which wakes the loop.
+            return Ok(TickReport::default());
+        }
         let mut report_fallbacks = Vec::new();
         if !plan.give_backs.is_empty() {
             self.give_back(&plan.give_backs).await?;
@@ -285,7 +322,9 @@ where
         if !plan.fallbacks.is_empty() {
             self.fall_back(&snapshot, &plan.fallbacks, &mut report_fallbacks).await?;
         }
-        self.take_back_unlaunched(&snapshot).await?;
+        if flying.is_empty() {
+            self.take_back_unlaunched(&snapshot).await?;
+        }
         let ScalingPlan { closes, boosts: plan, at_risk, .. } = plan;
         let mut report = TickReport {
             held: plan.held.iter().map(|h| h.instances.len()).sum(),
@@ -305,6 +344,9 @@ where
             }
         }
         report.settling = before - plan.boosts.len();
+        // A group's next write waits for its last one's answer: planned from the size before it,
+        // it would undo it. Its landing wakes the loop.
+        plan.boosts.retain(|b| !flying.contains(&b.group));
 
         let opens: Vec<LedgerEdit> = plan.boosts.iter().map(|b| LedgerEdit::Open(b.record.clone())).collect();
         let mut opened = Vec::new();
@@ -330,107 +372,41 @@ where
         for (boost, _) in boosts.iter().filter(|(b, _)| !b.writes()) {
             ctx.metrics.scaler.boost(boost.group.as_str(), BoostOutcome::NoNodeNeeded);
         }
-        let writes: Vec<(&Boost, &LedgerEdit, DesiredWrite)> = boosts
-            .iter()
+        let writes: Vec<BoostWrite> = boosts
+            .into_iter()
             .filter(|(b, _)| b.writes())
-            .map(|&(b, open)| (b, open, DesiredWrite { group: b.group.clone(), expected: b.from, to: b.to }))
+            .map(|(boost, open)| {
+                let instances: Vec<&InstanceId> = boost.record.instances.iter().collect();
+                BoostWrite {
+                    nodes: Self::nodes_of(&snapshot, &instances).into_iter().map(|n| n.name.clone()).collect(),
+                    seen: instances.iter().filter_map(|i| first_seen.get(*i)).copied().collect(),
+                    boost: boost.clone(),
+                    open: open.clone(),
+                }
+            })
             .collect();
         if writes.is_empty() {
             return Ok(report);
         }
-        let requests: Vec<DesiredWrite> = writes.iter().map(|(.., w)| w.clone()).collect();
-        let outcomes = match ctx.aws.raise_desired(&requests).await {
-            Ok(outcomes) => outcomes,
-            Err(e) => {
-                // Nothing was written: the guard's re-read failed, or the lease went since the
-                // ledger was saved. Then the withdrawal is not saved either, and the next leader
-                // resolves the unanswered records from their groups (`core::raises`).
-                let outcome = if matches!(e, AwsError::NotLeader { .. }) {
-                    BoostOutcome::NotLeader
-                } else {
-                    BoostOutcome::Failed
-                };
-                for (b, ..) in &writes {
-                    ctx.metrics.scaler.boost(b.group.as_str(), outcome);
-                }
-                self.answer_writes(&[], writes.iter().map(|(_, open, _)| *open)).await?;
-                return Err(ScalerError::Raise(e));
-            }
-        };
-        let issued = (ctx.clock)();
-        stages.mark("write");
-
-        let mut answered = Vec::new();
-        let mut undone = Vec::new();
-        let mut told = Vec::new();
-        for (&(boost, open, _), (group, outcome)) in writes.iter().zip(outcomes) {
-            let outcome = match outcome {
-                Err(e) if e.may_have_applied() => match self.applied_anyway(&group, boost).await {
-                    Applied::Yes => {
-                        warn!(%group, error = %e, "SetDesiredCapacity failed but the group shows it applied; kept as written");
-                        Ok(WriteOutcome::Written { from: boost.from, to: boost.to })
-                    }
-                    Applied::No => Err(e),
-                    Applied::Unknown => {
-                        // Neither taken back nor confirmed: the next tick reads the group first.
-                        warn!(%group, error = %e, "SetDesiredCapacity's outcome is unknown; resolved from the group before anything else is written");
-                        ctx.metrics.scaler.boost(group.as_str(), BoostOutcome::Failed);
-                        report.failed.push((group, e.category()));
-                        continue;
-                    }
-                },
-                other => other,
+        if pacing == Pacing::Now {
+            let landed = write_and_answer(&ctx, writes, stages).await?;
+            // A group that failed for want of capacity will not launch these either: plan again
+            // at once, so they move to its fallback without waiting for the next failed activity.
+            let failing = |g: &GroupName| {
+                crate::core::fallback::failing(&snapshot, g, &ctx.policy, now)
+                    && snapshot.groups.get(g).is_some_and(|g| !g.fallbacks.is_empty())
             };
-            match outcome {
-                Ok(WriteOutcome::Written { from, to } | WriteOutcome::DryRun { from, to }) => {
-                    info!(%group, from, to, instances = boost.record.instances.len(), reason = %boost.reason, "boosted");
-                    answered.push(open);
-                    ctx.groups.note_desired(&group, to).await;
-                    ctx.metrics.scaler.desired(group.as_str(), to);
-                    let dry = matches!(outcome, Ok(WriteOutcome::DryRun { .. }));
-                    ctx.metrics
-                        .scaler
-                        .boost(group.as_str(), if dry { BoostOutcome::DryRun } else { BoostOutcome::Written });
-                    for instance in &boost.record.instances {
-                        if let Some(seen) = first_seen.get(instance) {
-                            ctx.metrics.scaler.observe_reaction(issued.since(*seen));
-                            debug!(%group, %instance, reaction_ms = issued.since(*seen).as_millis(), "signal → write");
-                        }
-                    }
-                    told.extend(Self::boost_events(&snapshot, boost, from, to, dry));
-                    report.raised.push((group, from, to));
-                }
-                Ok(WriteOutcome::Raced { live }) => {
-                    info!(%group, planned_from = boost.from, live, "desired capacity changed since the plan; re-planning");
-                    ctx.groups.note_desired(&group, live).await;
-                    ctx.metrics.scaler.boost(group.as_str(), BoostOutcome::Raced);
-                    report.raced.push(group);
-                    undone.push(open);
-                }
-                Err(e) => {
-                    warn!(%group, error = %e, category = e.category(), "boost not written");
-                    ctx.metrics.scaler.boost(group.as_str(), BoostOutcome::Failed);
-                    if matches!(e, AwsError::UnknownGroup(_)) {
-                        ctx.groups.invalidate(&group).await;
-                    }
-                    report.failed.push((group, e.category()));
-                    undone.push(open);
-                }
+            if landed.raised.iter().any(|(g, ..)| failing(g)) {
+                self.wake.notify_one();
             }
-        }
-        // Both before the next pass, neither waiting for the other.
-        let (_, saved) =
-            tokio::join!(publish_all(&ctx.events, told), self.answer_writes(&answered, undone.into_iter()));
-        saved?;
-        stages.report(&ctx.metrics, &report.raised);
-        // A group that failed for want of capacity will not launch these either: plan again at
-        // once, so they move to its fallback without waiting for the next failed activity.
-        let failing = |g: &GroupName| {
-            crate::core::fallback::failing(&snapshot, g, &ctx.policy, now)
-                && snapshot.groups.get(g).is_some_and(|g| !g.fallbacks.is_empty())
-        };
-        if report.raised.iter().any(|(g, ..)| failing(g)) {
-            self.wake.notify_one();
+            let Landed { raised, raced, failed } = landed;
+            report.raised = raised;
+            report.raced = raced;
+            report.failed.extend(failed);
+        } else {
+            // Its landing wakes the loop, which plans its groups again (a capacity failure's
+            // fallback included) and whatever waited for it.
+            self.flights.push(Flight::send(ctx.clone(), writes, stages, self.wake.clone()));
         }
         Ok(report)
     }
@@ -495,23 +471,6 @@ where
                 newest <= now && now.since(newest) < group_quiet && now.since(oldest) < self.settings.coalesce_max
             }
             _ => false,
-        }
-    }
-
-    /// Re-reads the group after an ambiguous failure: whether its desired capacity shows the
-    /// write went through though its answer was lost. Re-planning from the raised value would
-    /// boost the same instances twice; keeping a write that never applied would give back
-    /// capacity never added.
-    async fn applied_anyway(&self, group: &GroupName, boost: &Boost) -> Applied {
-        self.ctx.groups.invalidate(group).await;
-        match self.ctx.aws.describe_groups(std::slice::from_ref(group)).await {
-            Ok(live) => match live.first().map(|g| g.desired) {
-                Some(desired) if desired >= boost.to => Applied::Yes,
-                Some(desired) if desired <= boost.from => Applied::No,
-                // Gone, or moved by someone else too: resolved like a crash, from the next read.
-                _ => Applied::Unknown,
-            },
-            Err(_) => Applied::Unknown,
         }
     }
 
@@ -727,28 +686,6 @@ where
         Ok(())
     }
 
-    /// Records what AWS answered to the writes of the boosts opened by these edits: those in
-    /// `written` are confirmed, those in `undone` were not written and are taken back, so their
-    /// instances are planned again.
-    async fn answer_writes<'b>(
-        &self,
-        written: &[&LedgerEdit],
-        undone: impl Iterator<Item = &'b LedgerEdit>,
-    ) -> Result<(), ScalerError> {
-        let answers: Vec<LedgerEdit> =
-            undone.filter_map(LedgerEdit::undo).chain(written.iter().filter_map(|e| e.confirm())).collect();
-        if answers.is_empty() {
-            return Ok(());
-        }
-        self.ctx
-            .ledger
-            .update(|l| {
-                apply_all(l, &answers);
-            })
-            .await?;
-        Ok(())
-    }
-
     fn export_sizes(&self, groups: &BTreeMap<GroupName, crate::core::Group>, ledger: &BoostLedger, now: Timestamp) {
         let m = &self.ctx.metrics.scaler;
         // Per group: nodes added and not given back, and the oldest open boost's age.
@@ -850,17 +787,6 @@ where
         snapshot.nodes.values().filter(|n| n.instance.as_ref().is_some_and(|i| instances.contains(&i))).collect()
     }
 
-    fn boost_events(snapshot: &Snapshot, boost: &Boost, from: u32, to: u32, dry: bool) -> Vec<NodeEvent> {
-        let note = format!(
-            "{}desired capacity of {} {from} -> {to}: {}",
-            if dry { "dry run: " } else { "" },
-            boost.group,
-            boost.reason
-        );
-        let instances: Vec<&InstanceId> = boost.record.instances.iter().collect();
-        Self::node_events(snapshot, &instances, NodeEventReason::BoostRequested, &note)
-    }
-
     /// An Event of `reason` saying `note` on the Node of each of `instances` the snapshot has.
     fn node_events(
         snapshot: &Snapshot,
@@ -918,11 +844,11 @@ impl super::PassError for ScalerError {
 
 impl<A, C, L, W, E> super::Worker for Scaler<A, C, L, W, E>
 where
-    A: AutoScaling,
-    C: ClusterView,
-    L: LedgerStore,
-    W: ClusterWrites,
-    E: EventSink,
+    A: AutoScaling + 'static,
+    C: ClusterView + 'static,
+    L: LedgerStore + 'static,
+    W: ClusterWrites + 'static,
+    E: EventSink + 'static,
 {
     type Error = ScalerError;
     const PASS_AT_START: bool = true;
@@ -1138,6 +1064,77 @@ mod tests {
         let per_group = |g: &str| raises(&rig.aws).iter().flatten().filter(|w| w.group.as_str() == g).count();
         assert_eq!((per_group("a"), per_group("b")), (1, 1), "one write per group: {:?}", rig.aws.calls());
         assert_eq!((rig.aws.desired("a"), rig.aws.desired("b")), (5, 19));
+    }
+
+    /// Raises that take `latency` to answer (AWS under load) under the worker's loop; returns the
+    /// rig, a way to signal a node now, and the loop's stop switch and task.
+    async fn slow_aws_loop(
+        latency: Duration,
+    ) -> (FakeRig, impl Fn(&str, &str), watch::Sender<bool>, tokio::task::JoinHandle<TestScaler>) {
+        let rig =
+            FakeRig::new(FakeAutoScaling::default().with_group("a", 3, 50).with_group("b", 3, 50).slow_writes(latency));
+        let ctx = rig.context(count_policy(), paused_clock(), Arc::new(Metrics::new())).await;
+        let s = Scaler::new(ctx.clone(), ScalerSettings::default());
+        let wake = s.waker();
+        let (stop, shutdown) = watch::channel(false);
+        let task = tokio::spawn(s.run(shutdown));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let cluster = rig.cluster.clone();
+        let signal_now = move |name: &str, group: &str| {
+            cluster.put_node(node(name, group));
+            cluster.signal(Signal { observed_at: (ctx.clock)(), ..Signal::rebalance(name, 0) });
+            wake.notify_one();
+        };
+        (rig, signal_now, stop, task)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_group_whose_burst_ends_during_another_s_slow_write_is_written_before_that_write_answers() {
+        let (rig, signal_now, stop, task) = slow_aws_loop(Duration::from_millis(500)).await;
+        signal_now("a0", "a");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(raises(&rig.aws).len(), 1, "a's write is out: {:?}", rig.aws.calls());
+        signal_now("b0", "b");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let sent = raises(&rig.aws);
+        assert_eq!(sent.len(), 2, "b is written while a's write is unanswered: {sent:?}");
+        assert_eq!(sent[1].iter().map(|w| w.group.as_str()).collect::<Vec<_>>(), ["b"]);
+        assert_eq!(rig.aws.desired("a"), 3, "a's write has not applied yet");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        stop.send(true).unwrap();
+        task.await.unwrap();
+        assert_eq!((rig.aws.desired("a"), rig.aws.desired("b")), (4, 4));
+        assert_eq!(raises(&rig.aws).len(), 2, "one write per group: {:?}", rig.aws.calls());
+        assert!(rig.ledger.saved().records.iter().all(|r| r.raising_to.is_none()), "both answered");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_group_at_risk_again_during_its_slow_write_is_written_after_it_answers_from_the_size_it_raised() {
+        let (rig, signal_now, stop, task) = slow_aws_loop(Duration::from_millis(500)).await;
+        signal_now("a0", "a");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        signal_now("a1", "a");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(raises(&rig.aws).len(), 1, "a's next write waits for the answer: {:?}", rig.aws.calls());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        stop.send(true).unwrap();
+        task.await.unwrap();
+        let sent = raises(&rig.aws);
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        assert_eq!((sent[1][0].expected, sent[1][0].to), (4, 5), "planned from the size the first write made");
+        assert_eq!(rig.aws.desired("a"), 5, "one node per at-risk node, none undone");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_in_flight_at_shutdown_is_answered_before_the_loop_ends() {
+        let (rig, signal_now, stop, task) = slow_aws_loop(Duration::from_millis(500)).await;
+        signal_now("a0", "a");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(rig.ledger.saved().records[0].raising_to, Some(4), "saved before the write");
+        stop.send(true).unwrap();
+        task.await.unwrap();
+        assert_eq!(rig.aws.desired("a"), 4);
+        assert_eq!(rig.ledger.saved().records[0].raising_to, None, "answered, not left to a read after a restart");
     }
 
     /// A busy API server: NTH's calls for one group's two nodes land 100–130 ms apart, while

@@ -1,0 +1,265 @@
+//! A pass's boost writes, from the guarded `SetDesiredCapacity` calls to the ledger's answer. The
+//! scaler's loop sends them apart from the pass that planned them ([`Flight`]), so the next pass
+//! plans while AWS answers: a group whose burst ends during a slow write is written then, not
+//! after it. The groups of writes in flight are planned again only once they land.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use super::scaler::{ScalerError, Stages};
+use super::{publish_all, WorkerContext};
+use crate::core::{apply_all, Boost, GroupName, LedgerEdit, NodeName, Timestamp};
+use crate::metrics::BoostOutcome;
+use crate::ports::{
+    AutoScaling, AwsError, ClusterView, ClusterWrites, DesiredWrite, EventSink, LedgerStore, NodeEvent,
+    NodeEventReason, WriteOutcome,
+};
+
+/// One boost whose record is saved, and what its write needs to be told and measured.
+pub(super) struct BoostWrite {
+    pub(super) boost: Boost,
+    /// The edit that opened its record (answered by its confirmation or its undoing).
+    pub(super) open: LedgerEdit,
+    /// The Nodes of its at-risk instances, told of the write.
+    pub(super) nodes: Vec<NodeName>,
+    /// When each of its instances was first seen at risk, for the reaction histogram.
+    pub(super) seen: Vec<Timestamp>,
+}
+
+/// What AWS answered to a pass's boost writes.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Landed {
+    /// `(group, from, to)` of every write that applied (or would have, in dry run).
+    pub(super) raised: Vec<(GroupName, u32, u32)>,
+    /// Groups whose write lost a race; re-planned.
+    pub(super) raced: Vec<GroupName>,
+    /// Groups whose write failed, with the error category.
+    pub(super) failed: Vec<(GroupName, &'static str)>,
+}
+
+/// Whether a write whose answer was an error applied, as a re-read of its group shows.
+enum Applied {
+    Yes,
+    No,
+    Unknown,
+}
+
+/// Boost writes sent from the scaler's loop and not answered yet.
+pub(super) struct Flight {
+    groups: BTreeSet<GroupName>,
+    task: JoinHandle<()>,
+}
+
+impl Flight {
+    /// Sends `writes` on their own task, which wakes the scaler once they are answered: boosts of
+    /// their groups that waited for them, and whatever they left to plan again, are planned then.
+    pub(super) fn send<A, C, L, W, E>(
+        ctx: Arc<WorkerContext<A, C, L, W, E>>,
+        writes: Vec<BoostWrite>,
+        stages: Stages,
+        wake: Arc<Notify>,
+    ) -> Flight
+    where
+        A: AutoScaling + 'static,
+        C: ClusterView + 'static,
+        L: LedgerStore + 'static,
+        W: ClusterWrites + 'static,
+        E: EventSink + 'static,
+    {
+        let groups = writes.iter().map(|w| w.boost.group.clone()).collect();
+        let task = tokio::spawn(async move {
+            if let Err(e) = write_and_answer(&ctx, writes, stages).await {
+                super::report_failed_pass("scaler", &ctx.metrics, &e);
+            }
+            wake.notify_one();
+        });
+        Flight { groups, task }
+    }
+
+    /// Whether its writes are answered (or its task ended otherwise).
+    pub(super) fn landed(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// The groups it writes.
+    pub(super) fn groups(&self) -> &BTreeSet<GroupName> {
+        &self.groups
+    }
+
+    /// Waits for it to land.
+    pub(super) async fn land(self) {
+        if let Err(e) = self.task.await {
+            warn!(error = %e, "a boost write's task ended without its answer; its groups are resolved from a read");
+        }
+    }
+}
+
+/// Sends one guarded write per boost (concurrently, after one read of their groups), then saves
+/// what AWS answered: applied writes are confirmed, raced and failed ones taken back so their
+/// instances are planned again, and a write whose outcome stays unknown is left for
+/// `core::raises` to resolve from a read of its group. Tells each boost's Nodes.
+pub(super) async fn write_and_answer<A, C, L, W, E>(
+    ctx: &WorkerContext<A, C, L, W, E>,
+    writes: Vec<BoostWrite>,
+    mut stages: Stages,
+) -> Result<Landed, ScalerError>
+where
+    A: AutoScaling,
+    C: ClusterView,
+    L: LedgerStore,
+    W: ClusterWrites,
+    E: EventSink,
+{
+    let mut landed = Landed::default();
+    if writes.is_empty() {
+        return Ok(landed);
+    }
+    let requests: Vec<DesiredWrite> = writes
+        .iter()
+        .map(|w| DesiredWrite { group: w.boost.group.clone(), expected: w.boost.from, to: w.boost.to })
+        .collect();
+    let outcomes = match ctx.aws.raise_desired(&requests).await {
+        Ok(outcomes) => outcomes,
+        Err(e) => {
+            // Nothing was written: the guard's re-read failed, or the lease went since the
+            // ledger was saved. Then the withdrawal is not saved either, and the next leader
+            // resolves the unanswered records from their groups (`core::raises`).
+            let outcome =
+                if matches!(e, AwsError::NotLeader { .. }) { BoostOutcome::NotLeader } else { BoostOutcome::Failed };
+            for w in &writes {
+                ctx.metrics.scaler.boost(w.boost.group.as_str(), outcome);
+            }
+            answer(ctx, &[], writes.iter().map(|w| &w.open)).await?;
+            return Err(ScalerError::Raise(e));
+        }
+    };
+    let issued = (ctx.clock)();
+    stages.mark("write");
+
+    let mut answered = Vec::new();
+    let mut undone = Vec::new();
+    let mut told = Vec::new();
+    for (w, (group, outcome)) in writes.iter().zip(outcomes) {
+        let boost = &w.boost;
+        let outcome = match outcome {
+            Err(e) if e.may_have_applied() => match applied_anyway(ctx, &group, boost).await {
+                Applied::Yes => {
+                    warn!(%group, error = %e, "SetDesiredCapacity failed but the group shows it applied; kept as written");
+                    Ok(WriteOutcome::Written { from: boost.from, to: boost.to })
+                }
+                Applied::No => Err(e),
+                Applied::Unknown => {
+                    // Neither taken back nor confirmed: the next pass reads the group first.
+                    warn!(%group, error = %e, "SetDesiredCapacity's outcome is unknown; resolved from the group before anything else is written");
+                    ctx.metrics.scaler.boost(group.as_str(), BoostOutcome::Failed);
+                    landed.failed.push((group, e.category()));
+                    continue;
+                }
+            },
+            other => other,
+        };
+        match outcome {
+            Ok(WriteOutcome::Written { from, to } | WriteOutcome::DryRun { from, to }) => {
+                info!(%group, from, to, instances = boost.record.instances.len(), reason = %boost.reason, "boosted");
+                answered.push(&w.open);
+                ctx.groups.note_desired(&group, to).await;
+                ctx.metrics.scaler.desired(group.as_str(), to);
+                let dry = matches!(outcome, Ok(WriteOutcome::DryRun { .. }));
+                ctx.metrics
+                    .scaler
+                    .boost(group.as_str(), if dry { BoostOutcome::DryRun } else { BoostOutcome::Written });
+                for seen in &w.seen {
+                    let reaction = issued.since(*seen);
+                    ctx.metrics.scaler.observe_reaction(reaction);
+                    debug!(%group, reaction_ms = reaction.as_millis(), "signal → write");
+                }
+                let note = format!(
+                    "{}desired capacity of {} {from} -> {to}: {}",
+                    if dry { "dry run: " } else { "" },
+                    boost.group,
+                    boost.reason
+                );
+                told.extend(w.nodes.iter().map(|node| NodeEvent {
+                    node: node.clone(),
+                    reason: NodeEventReason::BoostRequested,
+                    note: note.clone(),
+                }));
+                landed.raised.push((group, from, to));
+            }
+            Ok(WriteOutcome::Raced { live }) => {
+                info!(%group, planned_from = boost.from, live, "desired capacity changed since the plan; re-planning");
+                ctx.groups.note_desired(&group, live).await;
+                ctx.metrics.scaler.boost(group.as_str(), BoostOutcome::Raced);
+                landed.raced.push(group);
+                undone.push(&w.open);
+            }
+            Err(e) => {
+                warn!(%group, error = %e, category = e.category(), "boost not written");
+                ctx.metrics.scaler.boost(group.as_str(), BoostOutcome::Failed);
+                if matches!(e, AwsError::UnknownGroup(_)) {
+                    ctx.groups.invalidate(&group).await;
+                }
+                landed.failed.push((group, e.category()));
+                undone.push(&w.open);
+            }
+        }
+    }
+    // Both before the groups are planned again, neither waiting for the other.
+    let (_, saved) = tokio::join!(publish_all(&ctx.events, told), answer(ctx, &answered, undone.into_iter()));
+    saved?;
+    stages.report(&ctx.metrics, &landed.raised);
+    Ok(landed)
+}
+
+/// Re-reads the group after an ambiguous failure: whether its desired capacity shows the write
+/// went through though its answer was lost. Re-planning from the raised value would boost the
+/// same instances twice; keeping a write that never applied would give back capacity never added.
+async fn applied_anyway<A, C, L, W, E>(ctx: &WorkerContext<A, C, L, W, E>, group: &GroupName, boost: &Boost) -> Applied
+where
+    A: AutoScaling,
+    L: LedgerStore,
+{
+    ctx.groups.invalidate(group).await;
+    match ctx.aws.describe_groups(std::slice::from_ref(group)).await {
+        Ok(live) => match live.first().map(|g| g.desired) {
+            Some(desired) if desired >= boost.to => Applied::Yes,
+            Some(desired) if desired <= boost.from => Applied::No,
+            // Gone, or moved by someone else too: resolved like a crash, from the next read.
+            _ => Applied::Unknown,
+        },
+        Err(_) => Applied::Unknown,
+    }
+}
+
+/// Records what AWS answered to the writes of the boosts opened by these edits: those in
+/// `written` are confirmed, those in `undone` were not written and are taken back, so their
+/// instances are planned again.
+async fn answer<'b, A, C, L, W, E>(
+    ctx: &WorkerContext<A, C, L, W, E>,
+    written: &[&LedgerEdit],
+    undone: impl Iterator<Item = &'b LedgerEdit>,
+) -> Result<(), ScalerError>
+where
+    L: LedgerStore,
+{
+    let answers: Vec<LedgerEdit> =
+        undone.filter_map(LedgerEdit::undo).chain(written.iter().filter_map(|e| e.confirm())).collect();
+    if answers.is_empty() {
+        return Ok(());
+    }
+    ctx.ledger
+        .update(|l| {
+            apply_all(l, &answers);
+        })
+        .await?;
+    Ok(())
+}
+
+/// How long the scaler's loop waits for writes in flight when it stops: long enough for an AWS
+/// answer and a ledger save, so a restart finds them answered rather than resolving them by a read.
+pub(super) const LANDING_ON_SHUTDOWN: Duration = Duration::from_secs(10);
