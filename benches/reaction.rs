@@ -11,6 +11,10 @@
 //!   no instance lists when not asked, requests served concurrently), so what is measured is the
 //!   daemon's own time from signal to write. Goal: per group p99 ≤ 60 ms.
 //!
+//! Last, waves spread over a quarter second as NTH sends them through a busy API server, against
+//! the loopback Auto Scaling answering each request in 150 ms: a pass's writes must not hold back
+//! the groups whose burst ends while AWS answers them.
+//!
 //! `cargo bench --bench reaction` (installs and starts moto like the tests do).
 
 #[path = "../tests/support/aws_fleet.rs"]
@@ -131,86 +135,126 @@ async fn main() {
         written.iter().all(|d| *d == GROUP_SIZE as u32 + 2 * BURSTS as u32),
         "every group raised by two nodes per burst: {written:?}"
     );
+    wave(Duration::from_millis(150)).await;
 }
 
 const BURSTS: usize = 5;
 const GROUP_SIZE: i32 = 20;
 
-/// Bursts of two recommendations in each of 20 groups named `wave-NN` (of `GROUP_SIZE` running
-/// instances each) reached through `config`; per group, the time from the burst to its write, and
-/// the number of writes per burst.
-async fn burst(config: &aws_config::SdkConfig, against: &str) {
-    let aws = AwsPorts::new(config, false);
-    aws.stats.keep_send_times(4096);
-    let rig = FakeRig::new(FakeAutoScaling::default());
-    let cluster = rig.cluster.clone();
-    let waves: Vec<GroupName> = (0..GROUPS).map(|g| format!("wave-{g:02}").into()).collect();
-    let mut members: Vec<Vec<(NodeName, InstanceId)>> = Vec::new();
-    for nodes in named_instances(&aws, &waves).await {
-        for (name, id) in &nodes {
+/// The scaler and the learner as the daemon runs them, over groups named `wave-NN` (of
+/// `GROUP_SIZE` running instances each) reached through `config`, once the learner has learnt
+/// every node's group and every group's size.
+struct Daemon {
+    aws: AwsPorts,
+    cluster: spots_booster::fakes::InMemoryCluster,
+    /// Each group's nodes and their instances.
+    members: Vec<Vec<(NodeName, InstanceId)>>,
+    wake: Arc<Notify>,
+    metrics: Arc<Metrics>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// The reads the reaction path may make.
+const READS: [&str; 3] = ["DescribeAutoScalingGroups", "DescribeAutoScalingInstances", "DescribeInstances"];
+
+impl Daemon {
+    async fn start(config: &aws_config::SdkConfig) -> Daemon {
+        let aws = AwsPorts::new(config, false);
+        aws.stats.keep_send_times(4096);
+        let rig = FakeRig::new(FakeAutoScaling::default());
+        let cluster = rig.cluster.clone();
+        let waves: Vec<GroupName> = (0..GROUPS).map(|g| format!("wave-{g:02}").into()).collect();
+        let members = named_instances(&aws, &waves).await;
+        for (name, id) in members.iter().flatten() {
             // As the watches see it: the node does not name its group.
             cluster.put_node(ready_node(name.to_string(), id.clone(), None));
         }
-        members.push(nodes);
-    }
-    let policy = Policy { sizing: SizingMode::Count, max_boost_per_group: 1000, ..Policy::default() };
-    let metrics = Arc::new(Metrics::new());
-    let ctx = rig.context_with(aws.autoscaling.clone(), policy, system_clock(), metrics.clone()).await;
-    // The daemon as it runs: the learner beside the scaler.
-    let learner = NodeLearner::new(ctx.clone(), Arc::new(Notify::new()), LearnerSettings::default());
-    let scaler = Scaler::new(ctx, ScalerSettings::default());
-    let wake = scaler.waker();
-    let (stop, shutdown) = watch::channel(false);
-    let learning = tokio::spawn(learner.run(shutdown.clone()));
-    let task = tokio::spawn(scaler.run(shutdown));
-    // The daemon has been running when a burst comes: its learner has learnt every node's group
-    // and every group's size.
-    let reads = ["DescribeAutoScalingGroups", "DescribeAutoScalingInstances", "DescribeInstances"];
-    let mut last = u64::MAX;
-    loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let now: u64 = reads.iter().map(|r| aws.stats.calls(r)).sum();
-        if std::mem::replace(&mut last, now) == now {
-            break;
+        let policy = Policy { sizing: SizingMode::Count, max_boost_per_group: 1000, ..Policy::default() };
+        let metrics = Arc::new(Metrics::new());
+        let ctx = rig.context_with(aws.autoscaling.clone(), policy, system_clock(), metrics.clone()).await;
+        let learner = NodeLearner::new(ctx.clone(), Arc::new(Notify::new()), LearnerSettings::default());
+        let scaler = Scaler::new(ctx, ScalerSettings::default());
+        let wake = scaler.waker();
+        let (stop, shutdown) = watch::channel(false);
+        let learning = {
+            let shutdown = shutdown.clone();
+            tokio::spawn(learner.run(shutdown))
+        };
+        let scaling = tokio::spawn(async move { drop(scaler.run(shutdown).await) });
+        let daemon = Daemon { aws, cluster, members, wake, metrics, stop, tasks: vec![learning, scaling] };
+        // The daemon has been running when a burst comes: its learner's reads are over.
+        let mut last = u64::MAX;
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let now = daemon.reads();
+            if std::mem::replace(&mut last, now) == now {
+                break;
+            }
         }
+        daemon
     }
 
+    fn reads(&self) -> u64 {
+        READS.iter().map(|r| self.aws.stats.calls(r)).sum()
+    }
+
+    /// NTH's taint on the `k`th node of group `g`.
+    fn signal(&self, g: usize, k: usize) {
+        let (name, instance) = self.members[g][k].clone();
+        self.cluster.edit(|s| s.nodes.get_mut(&name).unwrap().cordoned = true);
+        self.cluster.signal(Signal {
+            instance,
+            node: name,
+            kind: SignalKind::Rebalance,
+            observed_at: system_clock()(),
+            evidence: Evidence::NodeTaint,
+            notice_deadline: None,
+        });
+        self.wake.notify_one();
+    }
+
+    /// Prints the scaler's stage histogram and stops.
+    async fn stop(self) {
+        for line in self.metrics.encode().lines().filter(|l| {
+            l.starts_with("spots_booster_scaler_stage_seconds_sum")
+                || l.starts_with("spots_booster_scaler_stage_seconds_count")
+        }) {
+            println!("  {line}");
+        }
+        self.stop.send(true).unwrap();
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Bursts of two recommendations in each of 20 groups within a few milliseconds, through
+/// `config`; per group, the time from the burst to its write, and the writes per burst.
+async fn burst(config: &aws_config::SdkConfig, against: &str) {
+    let daemon = Daemon::start(config).await;
     let mut latencies = Vec::new();
     let mut writes_per_burst = Vec::new();
     let mut reads_per_burst = Vec::new();
     for b in 0..BURSTS {
-        let before = aws.stats.sent_at("SetDesiredCapacity").len();
-        let reads_before: u64 = reads.iter().map(|r| aws.stats.calls(r)).sum();
+        let before = daemon.aws.stats.sent_at("SetDesiredCapacity").len();
+        let reads_before = daemon.reads();
         let entered = Instant::now();
-        for nodes in &members {
-            for k in [2 * b, 2 * b + 1] {
-                let (name, instance) = nodes[k].clone();
-                cluster.edit(|s| s.nodes.get_mut(&name).unwrap().cordoned = true);
-                cluster.signal(Signal {
-                    instance,
-                    node: name,
-                    kind: SignalKind::Rebalance,
-                    observed_at: system_clock()(),
-                    evidence: Evidence::NodeTaint,
-                    notice_deadline: None,
-                });
-                wake.notify_one();
-            }
+        for g in 0..GROUPS {
+            daemon.signal(g, 2 * b);
+            daemon.signal(g, 2 * b + 1);
         }
         let deadline = Instant::now() + Duration::from_secs(5);
-        while aws.stats.sent_at("SetDesiredCapacity").len() < before + GROUPS && Instant::now() < deadline {
+        while daemon.aws.stats.sent_at("SetDesiredCapacity").len() < before + GROUPS && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_micros(200)).await;
         }
         // Anything more for this burst would come within the coalescing window.
         tokio::time::sleep(Duration::from_millis(400)).await;
-        let sent = aws.stats.sent_at("SetDesiredCapacity");
+        let sent = daemon.aws.stats.sent_at("SetDesiredCapacity");
         writes_per_burst.push(sent.len() - before);
-        reads_per_burst.push(reads.iter().map(|r| aws.stats.calls(r)).sum::<u64>() - reads_before);
+        reads_per_burst.push(daemon.reads() - reads_before);
         latencies.extend(sent[before..].iter().map(|t| t.duration_since(entered)));
     }
-    stop.send(true).unwrap();
-    let _ = tokio::join!(task, learning);
-
     latencies.sort();
     let (p50, p99, max) = (percentile(&latencies, 0.50), percentile(&latencies, 0.99), *latencies.last().unwrap());
     println!(
@@ -220,12 +264,74 @@ async fn burst(config: &aws_config::SdkConfig, against: &str) {
     println!("  per group: p50 {:.1} ms   p99 {:.1} ms   max {:.1} ms", ms(p50), ms(p99), ms(max));
     println!("  writes per burst: {writes_per_burst:?} (one per group: {GROUPS})");
     println!("  reads per burst: {reads_per_burst:?} (DescribeAutoScalingGroups, -Instances, DescribeInstances)");
-    for line in metrics.encode().lines().filter(|l| {
-        l.starts_with("spots_booster_scaler_stage_seconds_sum")
-            || l.starts_with("spots_booster_scaler_stage_seconds_count")
-    }) {
-        println!("  {line}");
+    daemon.stop().await;
+}
+
+const WAVES: usize = 3;
+/// A wave as NTH sends it through a busy API server: the groups' turns this far apart…
+const GROUP_TURNS: Duration = Duration::from_millis(12);
+/// …and a group's second node this long after its first (86–185 ms on a loaded control plane).
+const SECOND_NODE_AFTER: Duration = Duration::from_millis(120);
+
+/// Waves of two recommendations per group spread over a quarter second, against the loopback
+/// fleet answering every request in `latency`; per group, the time from its first signal to its
+/// write arriving. The writes of one pass must not hold back the groups whose burst ends while
+/// AWS answers them.
+async fn wave(latency: Duration) {
+    let fleet = aws_fleet::fleet("wave", GROUPS, GROUP_SIZE as usize);
+    let config = aws_loopback::sdk_loader(aws_fleet::serve_fleet_answering_in(fleet.clone(), latency)).load().await;
+    let daemon = Daemon::start(&config).await;
+    let mut from_first = Vec::new();
+    let mut writes_per_wave = Vec::new();
+    let mut reads_per_wave = Vec::new();
+    for w in 0..WAVES {
+        let reads_before = daemon.reads();
+        let written_before: Vec<usize> = fleet.lock().unwrap().values().map(|g| g.written_at.len()).collect();
+        let start = tokio::time::Instant::now();
+        let mut turns: Vec<(Duration, usize, usize)> = (0..GROUPS)
+            .flat_map(|g| {
+                let first = GROUP_TURNS * g as u32;
+                [(first, g, 2 * w), (first + SECOND_NODE_AFTER, g, 2 * w + 1)]
+            })
+            .collect();
+        turns.sort();
+        let mut first_signal = vec![None; GROUPS];
+        for (at, g, k) in turns {
+            tokio::time::sleep_until(start + at).await;
+            first_signal[g].get_or_insert_with(Instant::now);
+            daemon.signal(g, k);
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let groups = fleet.lock().unwrap();
+        let mut writes = 0;
+        for ((g, group), before) in groups.values().enumerate().zip(written_before) {
+            let this_wave = &group.written_at[before..];
+            writes += this_wave.len();
+            let first = first_signal[g].expect("signalled");
+            from_first.push(this_wave.first().map_or(Duration::MAX, |t| t.duration_since(first)));
+        }
+        writes_per_wave.push(writes);
+        reads_per_wave.push(daemon.reads() - reads_before);
     }
+    assert!(from_first.iter().all(|d| *d < Duration::MAX), "every group written in every wave");
+    from_first.sort();
+    let (p50, p99, max) = (percentile(&from_first, 0.50), percentile(&from_first, 0.99), *from_first.last().unwrap());
+    println!(
+        "wave reaction (2 signals in each of {GROUPS} groups, turns {} ms apart, a group's second node {} ms after \
+         its first), {WAVES} waves against a loopback Auto Scaling answering each request in {} ms:",
+        GROUP_TURNS.as_millis(),
+        SECOND_NODE_AFTER.as_millis(),
+        latency.as_millis()
+    );
+    println!(
+        "  per group, from its first signal to its write: p50 {:.1} ms   p99 {:.1} ms   max {:.1} ms",
+        ms(p50),
+        ms(p99),
+        ms(max)
+    );
+    println!("  writes per wave: {writes_per_wave:?} (one per group: {GROUPS})");
+    println!("  reads per wave: {reads_per_wave:?} (DescribeAutoScalingGroups, -Instances, DescribeInstances)");
+    daemon.stop().await;
 }
 
 fn ms(d: Duration) -> f64 {

@@ -28,6 +28,8 @@ pub struct FleetGroup {
     pub desired: u32,
     /// Its instances, in service, with the private DNS names their Nodes carry.
     pub instances: Vec<(String, String)>,
+    /// When each `SetDesiredCapacity` naming it arrived.
+    pub written_at: Vec<std::time::Instant>,
 }
 
 /// The fleet the server answers from, by group name; tests read it to see what was written.
@@ -46,7 +48,10 @@ pub fn fleet(prefix: &str, groups: usize, size: usize) -> Fleet {
                 })
                 .collect();
             let size = u32::try_from(size).unwrap();
-            (format!("{prefix}-{g:02}"), FleetGroup { min: 0, max: 1000, desired: size, instances })
+            (
+                format!("{prefix}-{g:02}"),
+                FleetGroup { min: 0, max: 1000, desired: size, instances, written_at: Vec::new() },
+            )
         })
         .collect();
     Arc::new(Mutex::new(fleet))
@@ -55,24 +60,38 @@ pub fn fleet(prefix: &str, groups: usize, size: usize) -> Fleet {
 /// Serves `fleet` on a free loopback port for the rest of the process; returns the endpoint (for
 /// `--aws-endpoint-url`, or `support::aws_loopback::sdk_loader`).
 pub fn serve_fleet(fleet: Fleet) -> String {
+    serve_fleet_answering_in(fleet, std::time::Duration::ZERO)
+}
+
+/// As [`serve_fleet`], each request answered `latency` after it arrived (AWS's control plane
+/// takes tens to hundreds of milliseconds), a write applying when it is answered. Requests on
+/// separate connections wait side by side, as AWS serves them.
+pub fn serve_fleet_answering_in(fleet: Fleet, latency: std::time::Duration) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}", listener.local_addr().unwrap());
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { continue };
             let fleet = fleet.clone();
-            std::thread::spawn(move || serve_connection(stream, &fleet));
+            std::thread::spawn(move || serve_connection(stream, &fleet, latency));
         }
     });
     endpoint
 }
 
 /// Answers requests on one kept-alive connection until the client closes it.
-fn serve_connection(stream: TcpStream, fleet: &Fleet) {
+fn serve_connection(stream: TcpStream, fleet: &Fleet, latency: std::time::Duration) {
     let mut reader = BufReader::new(stream.try_clone().expect("a clonable stream"));
     let mut writer = stream;
     while let Some((_, body)) = next_request(&mut reader) {
         let form = parse_form(&String::from_utf8_lossy(&body));
+        if field(&form, "Action") == Some("SetDesiredCapacity") {
+            let name = field(&form, "AutoScalingGroupName").unwrap_or_default();
+            if let Some(g) = fleet.lock().unwrap().get_mut(name) {
+                g.written_at.push(std::time::Instant::now());
+            }
+        }
+        std::thread::sleep(latency);
         let (status, xml) = answer(&form, fleet);
         let sent = write!(
             writer,
