@@ -4,6 +4,7 @@
 //! after it. The groups of writes in flight are planned again only once they land.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,15 +53,20 @@ enum Applied {
 /// Boost writes sent from the scaler's loop and not answered yet.
 pub(super) struct Flight {
     groups: BTreeSet<GroupName>,
+    /// A pass ran while they flew and left something for after their answer.
+    wanted: Arc<AtomicBool>,
     task: JoinHandle<()>,
 }
 
 impl Flight {
-    /// Sends `writes` on their own task, which wakes the scaler once they are answered: boosts of
-    /// their groups that waited for them, and whatever they left to plan again, are planned then.
+    /// Sends `writes` on their own task. Once they are answered it wakes the scaler when a write
+    /// raced, when a group raised is failing for want of capacity (in `failing`: its nodes move
+    /// to a fallback at once), or when a pass waited for them ([`Flight::want`]); not merely
+    /// because a write failed, which would retry it in a loop.
     pub(super) fn send<A, C, L, W, E>(
         ctx: Arc<WorkerContext<A, C, L, W, E>>,
         writes: Vec<BoostWrite>,
+        failing: BTreeSet<GroupName>,
         stages: Stages,
         wake: Arc<Notify>,
     ) -> Flight
@@ -72,13 +78,28 @@ impl Flight {
         E: EventSink + 'static,
     {
         let groups = writes.iter().map(|w| w.boost.group.clone()).collect();
-        let task = tokio::spawn(async move {
-            if let Err(e) = write_and_answer(&ctx, writes, stages).await {
-                super::report_failed_pass("scaler", &ctx.metrics, &e);
-            }
-            wake.notify_one();
-        });
-        Flight { groups, task }
+        let wanted = Arc::new(AtomicBool::new(false));
+        let task = {
+            let wanted = wanted.clone();
+            tokio::spawn(async move {
+                let again = match write_and_answer(&ctx, writes, stages).await {
+                    Ok(landed) => !landed.raced.is_empty() || landed.raised.iter().any(|(g, ..)| failing.contains(g)),
+                    Err(e) => {
+                        super::report_failed_pass("scaler", &ctx.metrics, &e);
+                        false
+                    }
+                };
+                if again || wanted.load(Ordering::Acquire) {
+                    wake.notify_one();
+                }
+            })
+        };
+        Flight { groups, wanted, task }
+    }
+
+    /// Asks for a pass once its writes are answered.
+    pub(super) fn want(&self) {
+        self.wanted.store(true, Ordering::Release);
     }
 
     /// Whether its writes are answered (or its task ended otherwise).

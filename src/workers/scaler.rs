@@ -278,6 +278,9 @@ where
             flight.land().await;
         }
         let flying: BTreeSet<GroupName> = self.flights.iter().flat_map(|f| f.groups().iter().cloned()).collect();
+        // Whatever this pass leaves for them (boosts of their groups, give-backs, expiries,
+        // fallbacks, take-backs, lost answers) is planned once they land.
+        self.flights.iter().for_each(Flight::want);
         if leading && flying.is_empty() {
             self.resolve_unknown_raises().await?;
         } else if leading && !unresolved_groups(&ctx.ledger.current().await).is_subset(&flying) {
@@ -388,15 +391,21 @@ where
         if writes.is_empty() {
             return Ok(report);
         }
+        // A group that failed for want of capacity will not launch these either: once raised it
+        // is planned again at once, so they move to its fallback without waiting for the next
+        // failed activity.
+        let failing: BTreeSet<GroupName> = writes
+            .iter()
+            .map(|w| &w.boost.group)
+            .filter(|g| {
+                crate::core::fallback::failing(&snapshot, g, &ctx.policy, now)
+                    && snapshot.groups.get(*g).is_some_and(|g| !g.fallbacks.is_empty())
+            })
+            .cloned()
+            .collect();
         if pacing == Pacing::Now {
             let landed = write_and_answer(&ctx, writes, stages).await?;
-            // A group that failed for want of capacity will not launch these either: plan again
-            // at once, so they move to its fallback without waiting for the next failed activity.
-            let failing = |g: &GroupName| {
-                crate::core::fallback::failing(&snapshot, g, &ctx.policy, now)
-                    && snapshot.groups.get(g).is_some_and(|g| !g.fallbacks.is_empty())
-            };
-            if landed.raised.iter().any(|(g, ..)| failing(g)) {
+            if landed.raised.iter().any(|(g, ..)| failing.contains(g)) {
                 self.wake.notify_one();
             }
             let Landed { raised, raced, failed } = landed;
@@ -404,9 +413,7 @@ where
             report.raced = raced;
             report.failed.extend(failed);
         } else {
-            // Its landing wakes the loop, which plans its groups again (a capacity failure's
-            // fallback included) and whatever waited for it.
-            self.flights.push(Flight::send(ctx.clone(), writes, stages, self.wake.clone()));
+            self.flights.push(Flight::send(ctx.clone(), writes, failing, stages, self.wake.clone()));
         }
         Ok(report)
     }
@@ -1123,6 +1130,26 @@ mod tests {
         assert_eq!(sent.len(), 2, "{sent:?}");
         assert_eq!((sent[1][0].expected, sent[1][0].to), (4, 5), "planned from the size the first write made");
         assert_eq!(rig.aws.desired("a"), 5, "one node per at-risk node, none undone");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_keeps_failing_is_tried_again_at_the_next_signal_not_in_a_loop() {
+        let (rig, signal_now, stop, task) = slow_aws_loop(Duration::ZERO).await;
+        signal_now("a0", "a");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(rig.aws.desired("a"), 4, "a's size is known");
+        rig.aws.throttle_next(u32::MAX);
+        signal_now("a1", "a");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(raises(&rig.aws).len(), 2, "one failed attempt, then quiet: {:?}", rig.aws.calls());
+        signal_now("a2", "a");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(raises(&rig.aws).len(), 3, "the next signal's pass tries again: {:?}", rig.aws.calls());
+        rig.aws.throttle_next(0);
+        tokio::time::sleep(ScalerSettings::default().resync).await;
+        stop.send(true).unwrap();
+        task.await.unwrap();
+        assert_eq!(rig.aws.desired("a"), 6, "the resync's pass wrote both");
     }
 
     #[tokio::test(start_paused = true)]
