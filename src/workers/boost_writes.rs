@@ -4,7 +4,7 @@
 //! after it. The groups of writes in flight are planned again only once they land.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,10 +53,16 @@ enum Applied {
 /// Boost writes sent from the scaler's loop and not answered yet.
 pub(super) struct Flight {
     groups: BTreeSet<GroupName>,
-    /// A pass ran while they flew and left something for after their answer.
-    wanted: Arc<AtomicBool>,
+    /// [`FLYING`], [`WANTED`] (a pass ran while they flew and left something for after their
+    /// answer) or [`LANDED`]: one word, so a pass asking for a wake-up and the task ending never
+    /// miss each other.
+    state: Arc<AtomicU8>,
     task: JoinHandle<()>,
 }
+
+const FLYING: u8 = 0;
+const WANTED: u8 = 1;
+const LANDED: u8 = 2;
 
 impl Flight {
     /// Sends `writes` on their own task. Once they are answered it wakes the scaler when a write
@@ -78,9 +84,9 @@ impl Flight {
         E: EventSink + 'static,
     {
         let groups = writes.iter().map(|w| w.boost.group.clone()).collect();
-        let wanted = Arc::new(AtomicBool::new(false));
+        let state = Arc::new(AtomicU8::new(FLYING));
         let task = {
-            let wanted = wanted.clone();
+            let state = state.clone();
             tokio::spawn(async move {
                 let again = match write_and_answer(&ctx, writes, stages).await {
                     Ok(landed) => !landed.raced.is_empty() || landed.raised.iter().any(|(g, ..)| failing.contains(g)),
@@ -89,22 +95,26 @@ impl Flight {
                         false
                     }
                 };
-                if again || wanted.load(Ordering::Acquire) {
+                if state.swap(LANDED, Ordering::AcqRel) == WANTED || again {
                     wake.notify_one();
                 }
             })
         };
-        Flight { groups, wanted, task }
+        Flight { groups, state, task }
     }
 
-    /// Asks for a pass once its writes are answered.
-    pub(super) fn want(&self) {
-        self.wanted.store(true, Ordering::Release);
+    /// Asks for a pass once its writes are answered; false when they already are (no pass
+    /// follows for this asking, and its groups are free to plan).
+    pub(super) fn want(&self) -> bool {
+        match self.state.compare_exchange(FLYING, WANTED, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => true,
+            Err(state) => state == WANTED,
+        }
     }
 
     /// Whether its writes are answered (or its task ended otherwise).
     pub(super) fn landed(&self) -> bool {
-        self.task.is_finished()
+        self.state.load(Ordering::Acquire) == LANDED || self.task.is_finished()
     }
 
     /// The groups it writes.

@@ -277,10 +277,11 @@ where
         for flight in landed {
             flight.land().await;
         }
-        let flying: BTreeSet<GroupName> = self.flights.iter().flat_map(|f| f.groups().iter().cloned()).collect();
-        // Whatever this pass leaves for them (boosts of their groups, give-backs, expiries,
-        // fallbacks, take-backs, lost answers) is planned once they land.
-        self.flights.iter().for_each(Flight::want);
+        // Whatever this pass leaves for the flights still in the air (boosts of their groups,
+        // give-backs, expiries, fallbacks, take-backs, lost answers) is planned once they land;
+        // one that landed since the line above is not in flight.
+        let flying: BTreeSet<GroupName> =
+            self.flights.iter().filter(|f| f.want()).flat_map(|f| f.groups().iter().cloned()).collect();
         if leading && flying.is_empty() {
             self.resolve_unknown_raises().await?;
         } else if leading && !unresolved_groups(&ctx.ledger.current().await).is_subset(&flying) {
