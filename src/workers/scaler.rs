@@ -1036,18 +1036,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_group_whose_burst_ended_is_written_while_another_s_signals_still_arrive() {
-        let rig = FakeRig::new(FakeAutoScaling::default().with_group("a", 3, 50).with_group("b", 3, 50));
-        let ctx = rig.context(count_policy(), paused_clock(), Arc::new(Metrics::new())).await;
-        let s = Scaler::new(ctx.clone(), ScalerSettings::default());
-        let wake = s.waker();
-        let (stop, shutdown) = watch::channel(false);
-        let task = tokio::spawn(s.run(shutdown));
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        let signal_now = |name: &str, group: &str| {
-            rig.cluster.put_node(node(name, group));
-            rig.cluster.signal(Signal { observed_at: (ctx.clock)(), ..Signal::rebalance(name, 0) });
-            wake.notify_one();
-        };
+        let (rig, signal_now, stop, task) = looping_scaler(Duration::ZERO).await;
         // `a`: two signals 5 ms apart. `b`: one every 10 ms for 150 ms.
         let mut written_a_at = None;
         for k in 0..16 {
@@ -1074,9 +1063,10 @@ mod tests {
         assert_eq!((rig.aws.desired("a"), rig.aws.desired("b")), (5, 19));
     }
 
-    /// Raises that take `latency` to answer (AWS under load) under the worker's loop; returns the
-    /// rig, a way to signal a node now, and the loop's stop switch and task.
-    async fn slow_aws_loop(
+    /// The worker's loop over groups `a` and `b` (desired 3, max 50), raises taking `latency` to
+    /// answer (AWS under load; zero: at once); returns the rig, a way to signal a node now, and
+    /// the loop's stop switch and task.
+    async fn looping_scaler(
         latency: Duration,
     ) -> (FakeRig, impl Fn(&str, &str), watch::Sender<bool>, tokio::task::JoinHandle<TestScaler>) {
         let rig =
@@ -1098,7 +1088,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_group_whose_burst_ends_during_another_s_slow_write_is_written_before_that_write_answers() {
-        let (rig, signal_now, stop, task) = slow_aws_loop(Duration::from_millis(500)).await;
+        let (rig, signal_now, stop, task) = looping_scaler(Duration::from_millis(500)).await;
         signal_now("a0", "a");
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(raises(&rig.aws).len(), 1, "a's write is out: {:?}", rig.aws.calls());
@@ -1118,7 +1108,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_group_at_risk_again_during_its_slow_write_is_written_after_it_answers_from_the_size_it_raised() {
-        let (rig, signal_now, stop, task) = slow_aws_loop(Duration::from_millis(500)).await;
+        let (rig, signal_now, stop, task) = looping_scaler(Duration::from_millis(500)).await;
         signal_now("a0", "a");
         tokio::time::sleep(Duration::from_millis(100)).await;
         signal_now("a1", "a");
@@ -1135,7 +1125,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_write_that_keeps_failing_is_tried_again_at_the_next_signal_not_in_a_loop() {
-        let (rig, signal_now, stop, task) = slow_aws_loop(Duration::ZERO).await;
+        let (rig, signal_now, stop, task) = looping_scaler(Duration::ZERO).await;
         signal_now("a0", "a");
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(rig.aws.desired("a"), 4, "a's size is known");
@@ -1155,7 +1145,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_write_in_flight_at_shutdown_is_answered_before_the_loop_ends() {
-        let (rig, signal_now, stop, task) = slow_aws_loop(Duration::from_millis(500)).await;
+        let (rig, signal_now, stop, task) = looping_scaler(Duration::from_millis(500)).await;
         signal_now("a0", "a");
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(rig.ledger.saved().records[0].raising_to, Some(4), "saved before the write");
