@@ -879,10 +879,11 @@ where
     }
 
     /// A pass that lets each group's write go once its burst ended; one that left writes for
-    /// later (settling, or raced) wakes the loop again.
+    /// later (settling) wakes the loop again.
     async fn pass_once(&mut self) -> Result<(), ScalerError> {
         let report = self.pass(Pacing::PerGroup).instrument(debug_span!("scaler_pass")).await?;
-        if !report.raced.is_empty() || report.settling > 0 {
+        // A raced write wakes the loop from its flight, which alone knows of it.
+        if report.settling > 0 {
             self.wake.notify_one();
         }
         Ok(())
