@@ -1,6 +1,7 @@
-//! The AWS emulator for tests: moto in server mode on a free loopback port, installed on first
-//! use by `scripts/install-moto.sh`, one server per test binary, reset before every test, and
-//! stopped when the test process exits (its stdin pipe closes).
+//! The AWS emulator for tests: moto in server mode on free loopback ports, installed on first
+//! use by `scripts/install-moto.sh`. A test binary keeps a small pool of servers (one per test
+//! thread the machine runs, at most 4), each started on first use, leased to one test at a time and
+//! reset before it; they stop when the test process exits (their stdin pipes close).
 
 #![allow(dead_code)]
 
@@ -15,6 +16,7 @@ use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_autoscaling::config::Credentials;
 use aws_sdk_autoscaling::types::{LaunchTemplateSpecification, Tag};
 use aws_sdk_ec2::types::{InstanceType, RequestLaunchTemplateData};
+use futures::future::select_all;
 use tokio::sync::{Mutex, MutexGuard};
 
 /// A running moto server.
@@ -25,15 +27,33 @@ pub struct Moto {
     _child: Child,
 }
 
-static MOTO: OnceLock<Moto> = OnceLock::new();
-static EXCLUSIVE: Mutex<()> = Mutex::const_new(());
+/// One server of the pool: started on its first lease, one test at a time.
+struct Slot {
+    server: OnceLock<Moto>,
+    lease: Mutex<()>,
+}
 
-/// The binary's moto server, started on first use, with its state wiped; the guard keeps other
-/// tests of this binary off it until dropped.
+/// Moto serves one request at a time per server, and the tests against it wait mostly on its
+/// answers: with one server for the binary, every other test thread that reached a moto test
+/// waited behind it.
+fn pool() -> &'static [Slot] {
+    static POOL: OnceLock<Vec<Slot>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let servers = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
+        (0..servers).map(|_| Slot { server: OnceLock::new(), lease: Mutex::const_new(()) }).collect()
+    })
+}
+
+/// A moto server of this binary with its state wiped; the guard keeps other tests of this binary
+/// off it until dropped. A free server if there is one, else the first to be freed.
 pub async fn moto() -> (&'static Moto, MutexGuard<'static, ()>) {
-    let guard = EXCLUSIVE.lock().await;
-    let moto = tokio::task::spawn_blocking(|| {
-        let moto = MOTO.get_or_init(Moto::start);
+    let free = pool().iter().find_map(|slot| slot.lease.try_lock().ok().map(|guard| (slot, guard)));
+    let (slot, guard) = match free {
+        Some(leased) => leased,
+        None => select_all(pool().iter().map(|slot| Box::pin(async move { (slot, slot.lease.lock().await) }))).await.0,
+    };
+    let moto = tokio::task::spawn_blocking(move || {
+        let moto = slot.server.get_or_init(Moto::start);
         moto.reset();
         moto
     })
