@@ -29,6 +29,7 @@ pub struct Moto {
 
 /// One server of the pool: started on its first lease, one test at a time.
 struct Slot {
+    port: u16,
     server: OnceLock<Moto>,
     lease: Mutex<()>,
 }
@@ -40,7 +41,16 @@ fn pool() -> &'static [Slot] {
     static POOL: OnceLock<Vec<Slot>> = OnceLock::new();
     POOL.get_or_init(|| {
         let servers = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
-        (0..servers).map(|_| Slot { server: OnceLock::new(), lease: Mutex::const_new(()) }).collect()
+        // Bound side by side, the ports differ: two servers of the pool never share one.
+        let free: Vec<TcpListener> =
+            (0..servers).map(|_| TcpListener::bind("127.0.0.1:0").expect("a free port")).collect();
+        free.iter()
+            .map(|l| Slot {
+                port: l.local_addr().expect("a bound port").port(),
+                server: OnceLock::new(),
+                lease: Mutex::const_new(()),
+            })
+            .collect()
     })
 }
 
@@ -53,7 +63,7 @@ pub async fn moto() -> (&'static Moto, MutexGuard<'static, ()>) {
         None => select_all(pool().iter().map(|slot| Box::pin(async move { (slot, slot.lease.lock().await) }))).await.0,
     };
     let moto = tokio::task::spawn_blocking(move || {
-        let moto = slot.server.get_or_init(Moto::start);
+        let moto = slot.server.get_or_init(|| Moto::start(slot.port));
         moto.reset();
         moto
     })
@@ -67,9 +77,8 @@ fn install() -> PathBuf {
 }
 
 impl Moto {
-    fn start() -> Moto {
+    fn start(port: u16) -> Moto {
         let server = install();
-        let port = TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().unwrap().port();
         // The shell waits on our pipe: when this process exits the pipe closes and moto is killed.
         let script = format!(
             "'{}' -H 127.0.0.1 -p {port} >/dev/null 2>&1 & pid=$!; cat >/dev/null; kill $pid",
