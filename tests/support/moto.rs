@@ -30,6 +30,8 @@ pub struct Moto {
 /// One server of the pool: started on its first lease, one test at a time.
 struct Slot {
     port: u16,
+    /// The port held until the server starts on it.
+    reserved: std::sync::Mutex<Option<TcpListener>>,
     server: OnceLock<Moto>,
     lease: Mutex<()>,
 }
@@ -41,14 +43,16 @@ fn pool() -> &'static [Slot] {
     static POOL: OnceLock<Vec<Slot>> = OnceLock::new();
     POOL.get_or_init(|| {
         let servers = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
-        // Bound side by side, the ports differ: two servers of the pool never share one.
-        let free: Vec<TcpListener> =
-            (0..servers).map(|_| TcpListener::bind("127.0.0.1:0").expect("a free port")).collect();
-        free.iter()
-            .map(|l| Slot {
-                port: l.local_addr().expect("a bound port").port(),
-                server: OnceLock::new(),
-                lease: Mutex::const_new(()),
+        // Held until their server starts, the ports differ: two servers never share one.
+        (0..servers)
+            .map(|_| {
+                let held = TcpListener::bind("127.0.0.1:0").expect("a free port");
+                Slot {
+                    port: held.local_addr().expect("a bound port").port(),
+                    reserved: std::sync::Mutex::new(Some(held)),
+                    server: OnceLock::new(),
+                    lease: Mutex::const_new(()),
+                }
             })
             .collect()
     })
@@ -63,7 +67,10 @@ pub async fn moto() -> (&'static Moto, MutexGuard<'static, ()>) {
         None => select_all(pool().iter().map(|slot| Box::pin(async move { (slot, slot.lease.lock().await) }))).await.0,
     };
     let moto = tokio::task::spawn_blocking(move || {
-        let moto = slot.server.get_or_init(|| Moto::start(slot.port));
+        let moto = slot.server.get_or_init(|| {
+            drop(slot.reserved.lock().unwrap().take());
+            Moto::start(slot.port)
+        });
         moto.reset();
         moto
     })
