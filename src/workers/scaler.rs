@@ -167,6 +167,9 @@ pub struct Scaler<A, C, L, W, E> {
     was_leader: bool,
     /// Boost writes sent from the loop and not answered yet.
     flights: Vec<Flight>,
+    /// The widest gap between two nodes of one group that the last wave to show one had: how
+    /// far apart NTH's calls land on this API server, until the wave arriving shows its own.
+    last_wave_gap: Duration,
     heartbeat: Option<Heartbeat>,
 }
 
@@ -189,6 +192,7 @@ where
             told_held: HashMap::new(),
             was_leader: false,
             flights: Vec::new(),
+            last_wave_gap: Duration::ZERO,
             heartbeat: None,
         }
     }
@@ -436,29 +440,41 @@ where
     /// between two nodes of one group if that is longer, never past `coalesce_max`. NTH handles a
     /// group's nodes one API call after another, so a busy API server spaces them further apart
     /// (86–185 ms on a loaded two-core control plane, against the 50 ms that suits a quiet one),
-    /// and a fixed quiet wrote such groups once per node. Before any group of the wave has shown
-    /// a second node, the floor is all there is to go on.
+    /// and a fixed quiet wrote such groups once per node. Until a wave of several groups shows a
+    /// second node of one, the last wave's widest gap stands in for its own: at a wave's head no
+    /// group has had the time to show one, and the floor wrote the first groups once per node. A
+    /// lone group's signals are never held for an earlier wave's pace.
     fn group_quiet_in_wave(
-        &self,
+        &mut self,
         at_risk: &AtRiskSet,
         first_seen: &BTreeMap<InstanceId, Timestamp>,
         now: Timestamp,
     ) -> Duration {
         let ScalerSettings { group_quiet, coalesce_max, .. } = self.settings;
         let this_wave = |t: &Timestamp| *t <= now && now.since(*t) < coalesce_max * 2;
+        let mut groups_in_wave = 0usize;
         let widest = at_risk
             .by_group
             .values()
             .filter_map(|instances| {
                 let mut seen: Vec<Timestamp> =
                     instances.keys().filter_map(|i| first_seen.get(i)).copied().filter(this_wave).collect();
+                groups_in_wave += usize::from(!seen.is_empty());
                 seen.sort_unstable();
                 // A gap past `coalesce_max` parts two bursts of the group, not two nodes of one.
                 seen.windows(2).map(|w| w[1].since(w[0])).filter(|gap| *gap < coalesce_max).max()
             })
             .max()
             .unwrap_or_default();
-        (widest * 3 / 2).min(coalesce_max).max(group_quiet)
+        let gap = if !widest.is_zero() {
+            self.last_wave_gap = widest;
+            widest
+        } else if groups_in_wave > 1 {
+            self.last_wave_gap
+        } else {
+            Duration::ZERO
+        };
+        (gap * 3 / 2).min(coalesce_max).max(group_quiet)
     }
 
     /// Whether `boost`'s group is still in the middle of its burst: a node of it became at risk
@@ -1192,6 +1208,54 @@ mod tests {
         let per_group = |g: &str| raises(&rig.aws).iter().flatten().filter(|w| w.group.as_str() == g).count();
         assert_eq!(per_group("b"), 1, "b written once, with both nodes: {:?}", rig.aws.calls());
         assert_eq!((rig.aws.desired("b"), rig.aws.desired("c"), rig.aws.desired("d")), (5, 31, 5));
+    }
+
+    /// On that busy API server a wave's head groups are written before any group has shown its
+    /// second node: the first wave, with nothing to go on but the floor, writes `a` and `b` once
+    /// per node. The next wave's head waits for the spacing the first one showed and writes each
+    /// group once; a lone signal after it is written at the cluster's quiet, not held for it.
+    #[tokio::test(start_paused = true)]
+    async fn the_next_wave_waits_for_the_spacing_the_last_one_showed() {
+        let rig = FakeRig::new(
+            FakeAutoScaling::default().with_group("a", 3, 50).with_group("b", 3, 50).with_group("c", 3, 50),
+        );
+        let ctx = rig.context(count_policy(), paused_clock(), Arc::new(Metrics::new())).await;
+        let settings = ScalerSettings::default();
+        let s = Scaler::new(ctx.clone(), settings.clone());
+        let wake = s.waker();
+        let (stop, shutdown) = watch::channel(false);
+        let task = tokio::spawn(s.run(shutdown));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let arrive = |name: &str, group: &str| {
+            rig.cluster.put_node(node(name, group));
+            rig.cluster.signal(Signal { observed_at: (ctx.clock)(), ..Signal::rebalance(name, 0) });
+            wake.notify_one();
+        };
+        let writes_to = |g: &str| raises(&rig.aws).iter().flatten().filter(|w| w.group.as_str() == g).count();
+        let mut per_wave = Vec::new();
+        for wave in [0, 1] {
+            // Each group's second node 100 ms after its first, `b` 10 ms behind `a`.
+            let names = |group: &str, k: usize| format!("{group}{}", 2 * wave + k);
+            arrive(&names("a", 0), "a");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            arrive(&names("b", 0), "b");
+            tokio::time::sleep(Duration::from_millis(90)).await;
+            arrive(&names("a", 1), "a");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            arrive(&names("b", 1), "b");
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            per_wave.push((writes_to("a"), writes_to("b")));
+        }
+        arrive("c0", "c");
+        tokio::time::sleep(settings.coalesce_quiet + Duration::from_millis(5)).await;
+        let lone_written = rig.aws.desired("c");
+        stop.send(true).unwrap();
+        task.await.unwrap();
+
+        assert_eq!(per_wave[0], (2, 2), "the first wave, at the floor: once per node: {:?}", rig.aws.calls());
+        assert_eq!(per_wave[1], (3, 3), "the next wave, at the first one's pace: once: {:?}", rig.aws.calls());
+        assert_eq!((rig.aws.desired("a"), rig.aws.desired("b")), (7, 7));
+        assert_eq!(lone_written, 4, "a lone signal is written at the cluster's quiet: {:?}", rig.aws.calls());
     }
 
     /// Group `a` of `size` Ready nodes n1..n<size>, listed by Auto Scaling as its instances; as
