@@ -1216,21 +1216,7 @@ mod tests {
     /// group once; a lone signal after it is written at the cluster's quiet, not held for it.
     #[tokio::test(start_paused = true)]
     async fn the_next_wave_waits_for_the_spacing_the_last_one_showed() {
-        let rig = FakeRig::new(
-            FakeAutoScaling::default().with_group("a", 3, 50).with_group("b", 3, 50).with_group("c", 3, 50),
-        );
-        let ctx = rig.context(count_policy(), paused_clock(), Arc::new(Metrics::new())).await;
-        let settings = ScalerSettings::default();
-        let s = Scaler::new(ctx.clone(), settings.clone());
-        let wake = s.waker();
-        let (stop, shutdown) = watch::channel(false);
-        let task = tokio::spawn(s.run(shutdown));
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        let arrive = |name: &str, group: &str| {
-            rig.cluster.put_node(node(name, group));
-            rig.cluster.signal(Signal { observed_at: (ctx.clock)(), ..Signal::rebalance(name, 0) });
-            wake.notify_one();
-        };
+        let (rig, arrive, stop, task) = looping_scaler(Duration::ZERO).await;
         let writes_to = |g: &str| raises(&rig.aws).iter().flatten().filter(|w| w.group.as_str() == g).count();
         let mut per_wave = Vec::new();
         for wave in [0, 1] {
@@ -1246,16 +1232,17 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(2)).await;
             per_wave.push((writes_to("a"), writes_to("b")));
         }
-        arrive("c0", "c");
-        tokio::time::sleep(settings.coalesce_quiet + Duration::from_millis(5)).await;
-        let lone_written = rig.aws.desired("c");
+        let desired_after_waves = (rig.aws.desired("a"), rig.aws.desired("b"));
+        arrive("a4", "a");
+        tokio::time::sleep(ScalerSettings::default().coalesce_quiet + Duration::from_millis(5)).await;
+        let lone_written = rig.aws.desired("a");
         stop.send(true).unwrap();
         task.await.unwrap();
 
         assert_eq!(per_wave[0], (2, 2), "the first wave, at the floor: once per node: {:?}", rig.aws.calls());
         assert_eq!(per_wave[1], (3, 3), "the next wave, at the first one's pace: once: {:?}", rig.aws.calls());
-        assert_eq!((rig.aws.desired("a"), rig.aws.desired("b")), (7, 7));
-        assert_eq!(lone_written, 4, "a lone signal is written at the cluster's quiet: {:?}", rig.aws.calls());
+        assert_eq!(desired_after_waves, (7, 7));
+        assert_eq!(lone_written, 8, "a lone signal is written at the cluster's quiet: {:?}", rig.aws.calls());
     }
 
     /// Group `a` of `size` Ready nodes n1..n<size>, listed by Auto Scaling as its instances; as
