@@ -61,11 +61,9 @@ fn pool() -> &'static [Slot] {
 /// A moto server of this binary with its state wiped; the guard keeps other tests of this binary
 /// off it until dropped. A free server if there is one, else the first to be freed.
 pub async fn moto() -> (&'static Moto, MutexGuard<'static, ()>) {
-    let free = pool().iter().find_map(|slot| slot.lease.try_lock().ok().map(|guard| (slot, guard)));
-    let (slot, guard) = match free {
-        Some(leased) => leased,
-        None => select_all(pool().iter().map(|slot| Box::pin(async move { (slot, slot.lease.lock().await) }))).await.0,
-    };
+    // A free server's lock is taken at the first poll, in the pool's order.
+    let ((slot, guard), ..) =
+        select_all(pool().iter().map(|slot| Box::pin(async move { (slot, slot.lease.lock().await) }))).await;
     let moto = tokio::task::spawn_blocking(move || {
         let moto = slot.server.get_or_init(|| {
             drop(slot.reserved.lock().unwrap().take());
