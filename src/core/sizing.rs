@@ -154,10 +154,14 @@ mod tests {
             .filter(|d| *d != Resources::default())
             .collect();
         let share = |d: &Resources| {
-            (d.cpu_millis as f64 / bin.cpu_millis.max(1) as f64).max(d.memory_bytes as f64 / bin.memory_bytes.max(1) as f64)
+            (d.cpu_millis as f64 / bin.cpu_millis.max(1) as f64)
+                .max(d.memory_bytes as f64 / bin.memory_bytes.max(1) as f64)
         };
         demands.sort_by(|a, b| {
-            share(b).total_cmp(&share(a)).then(b.cpu_millis.cmp(&a.cpu_millis)).then(b.memory_bytes.cmp(&a.memory_bytes))
+            share(b)
+                .total_cmp(&share(a))
+                .then(b.cpu_millis.cmp(&a.cpu_millis))
+                .then(b.memory_bytes.cmp(&a.memory_bytes))
         });
         let mut free: Vec<Resources> = Vec::new();
         for d in demands {
