@@ -29,8 +29,7 @@ pub(crate) fn nodes_for_pods<'p>(
 ) -> u32 {
     let bin = node_allocatable.saturating_sub(policy.reserved_per_node);
     // Replicas ask alike: each distinct request is grown, ordered and packed once, with its count,
-    // instead of once per pod (a group's nodes hold a few workloads' replicas each).
-    // Sized for a few workloads: growing from empty rehashes three times per group.
+    // instead of once per pod. Sized for a few workloads (growing from empty rehashes thrice).
     let mut alike: FastMap<Resources, u32> = FastMap::with_capacity_and_hasher(16, Default::default());
     for pod in pods.into_iter().filter(|p| p.class.is_evictable()) {
         let n = alike.entry(pod.requests).or_default();
