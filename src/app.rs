@@ -250,7 +250,9 @@ impl Daemon {
     async fn build(args: &RunArgs, started: Started) -> Result<Daemon, AppError> {
         let Started { client, identity, leader_elect, timing, policy, instance_groups, groups_store } = started;
         let sdk = load_sdk_config(&args.aws).await;
-        let aws = AwsPorts::new(&sdk, args.aws.dry_run);
+        let mut aws = AwsPorts::new(&sdk, args.aws.dry_run);
+        let clock = system_clock();
+        aws.autoscaling = aws.autoscaling.reusing_guard_reads(args.aws.guard_read_max_age, clock.clone());
         let metrics = Arc::new(Metrics::new());
         let stats = aws.stats.clone();
         metrics.on_scrape(Box::new(move |m| {
@@ -263,7 +265,6 @@ impl Daemon {
         }));
 
         let wake = Arc::new(Notify::new());
-        let clock = system_clock();
         let cluster = KubeCluster::new(
             WatchSettings {
                 events_namespace: args.events_namespace.clone(),

@@ -9,7 +9,7 @@ use aws_loopback::serve;
 use spots_booster::aws::AwsPorts;
 use spots_booster::ports::{AutoScaling, DesiredWrite, WriteOutcome};
 
-use crate::support::aws_loopback;
+use crate::support::{aws_fleet, aws_loopback};
 
 /// Answers as Auto Scaling does: `spot-a` at desired 2 (min 0, max 10) running two instances,
 /// listed only when the request does not say `IncludeInstances=false`. Records every body.
@@ -101,8 +101,6 @@ async fn the_lowering_guard_and_the_group_reads_still_list_the_instances() {
 async fn the_bench_s_loopback_fleet_answers_the_adapter_as_aws_does() {
     use spots_booster::core::InstanceLifecycle;
 
-    use crate::support::aws_fleet;
-
     let fleet = aws_fleet::fleet("probe", 3, 4);
     let aws = AwsPorts::new(&aws_loopback::sdk_loader(aws_fleet::serve_fleet(fleet.clone())).load().await, false);
     let names: Vec<_> = ["probe-00", "probe-02"].map(Into::into).to_vec();
@@ -133,4 +131,127 @@ async fn the_bench_s_loopback_fleet_answers_the_adapter_as_aws_does() {
     assert!(outcomes[2].1.is_err(), "above max: {outcomes:?}");
     let desired: Vec<u32> = fleet.lock().unwrap().values().map(|g| g.desired).collect();
     assert_eq!(desired, [6, 4, 4]);
+}
+
+/// A clock the test moves by hand, and the adapter on the loopback fleet reusing guard reads
+/// for `max_age`.
+async fn reusing_fleet(
+    fleet: &aws_fleet::Fleet,
+    max_age: std::time::Duration,
+) -> (spots_booster::aws::AwsAutoScaling, Arc<std::sync::atomic::AtomicI64>) {
+    use spots_booster::core::Timestamp;
+    let now = Arc::new(std::sync::atomic::AtomicI64::new(1_000_000));
+    let read = now.clone();
+    let clock: spots_booster::ports::Clock =
+        Arc::new(move || Timestamp::from_millis(read.load(std::sync::atomic::Ordering::Relaxed)));
+    let aws = AwsPorts::new(&aws_loopback::sdk_loader(aws_fleet::serve_fleet(fleet.clone())).load().await, false);
+    (aws.autoscaling.reusing_guard_reads(max_age, clock), now)
+}
+
+fn reads_and_writes(fleet: &aws_fleet::Fleet) -> Vec<(usize, usize)> {
+    fleet.lock().unwrap().values().map(|g| (g.reads, g.written_at.len())).collect()
+}
+
+/// A wave reaches three groups one after another: the first raise's guard read takes the other
+/// two along, so theirs are written without a read while it is younger than the max age; a group
+/// written is read again before its next write, and an old read is read again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_guard_read_serves_a_wave_s_later_groups_for_the_max_age() {
+    use std::sync::atomic::Ordering::Relaxed;
+
+    let fleet = aws_fleet::fleet("wave", 3, 4);
+    let (asg, now) = reusing_fleet(&fleet, std::time::Duration::from_secs(1)).await;
+    let names: Vec<_> = ["wave-00", "wave-01", "wave-02"].map(Into::into).to_vec();
+    asg.describe_groups(&names).await.expect("the book's sync read");
+    now.fetch_add(60_000, Relaxed);
+    let raise = |group: &str, expected, to| vec![DesiredWrite { group: group.into(), expected, to }];
+    let written = |from, to| Some(WriteOutcome::Written { from, to });
+
+    let first = asg.raise_desired(&raise("wave-00", 4, 5)).await.expect("raise");
+    assert_eq!(first[0].1.as_ref().ok(), written(4, 5).as_ref());
+    assert_eq!(reads_and_writes(&fleet), [(2, 1), (2, 0), (2, 0)], "one guard read, the others taken along");
+
+    now.fetch_add(300, Relaxed);
+    let both = asg.raise_desired(&[raise("wave-01", 4, 6), raise("wave-02", 4, 5)].concat()).await.expect("raise");
+    assert_eq!(both.iter().map(|(_, o)| o.as_ref().ok().copied()).collect::<Vec<_>>(), [written(4, 6), written(4, 5)]);
+    assert_eq!(reads_and_writes(&fleet), [(2, 1), (2, 1), (2, 1)], "written from the read 300 ms old");
+
+    now.fetch_add(100, Relaxed);
+    let again = asg.raise_desired(&raise("wave-00", 5, 6)).await.expect("raise");
+    assert_eq!(again[0].1.as_ref().ok(), written(5, 6).as_ref());
+    assert_eq!(
+        reads_and_writes(&fleet),
+        [(3, 2), (3, 1), (3, 1)],
+        "written since its read: read again, the others along"
+    );
+
+    now.fetch_add(1_000, Relaxed);
+    let late = asg.raise_desired(&raise("wave-01", 6, 7)).await.expect("raise");
+    assert_eq!(late[0].1.as_ref().ok(), written(6, 7).as_ref());
+    assert_eq!(reads_and_writes(&fleet)[1], (4, 2), "its last read was a second old");
+    let desired: Vec<u32> = fleet.lock().unwrap().values().map(|g| g.desired).collect();
+    assert_eq!(desired, [6, 7, 5]);
+}
+
+/// Sizes read along disagree with the plan (someone changed the group, and the plan knew):
+/// settled as raced with no write, and the group is read before the write planned again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_that_disagrees_with_a_recent_read_is_raced_and_read_again() {
+    let fleet = aws_fleet::fleet("race", 2, 4);
+    let (asg, _) = reusing_fleet(&fleet, std::time::Duration::from_secs(1)).await;
+    asg.describe_groups(&["race-00".into(), "race-01".into()]).await.expect("read");
+    fleet.lock().unwrap().get_mut("race-01").unwrap().desired = 7;
+
+    let raised = asg.raise_desired(&[DesiredWrite { group: "race-01".into(), expected: 7, to: 8 }]).await;
+    assert_eq!(raised.expect("raise")[0].1.as_ref().ok(), Some(&WriteOutcome::Raced { live: 4 }));
+    assert_eq!(reads_and_writes(&fleet)[1], (1, 0), "no write from a read that disagrees");
+
+    let replanned = asg.raise_desired(&[DesiredWrite { group: "race-01".into(), expected: 7, to: 8 }]).await;
+    assert_eq!(replanned.expect("raise")[0].1.as_ref().ok(), Some(&WriteOutcome::Written { from: 7, to: 8 }));
+    assert_eq!(reads_and_writes(&fleet)[1], (2, 1));
+}
+
+/// `--guard-read-max-age 0`, and every adapter built without it: each raise reads its group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_max_age_every_raise_reads_its_groups_alone() {
+    let fleet = aws_fleet::fleet("zero", 2, 4);
+    let (asg, _) = reusing_fleet(&fleet, std::time::Duration::ZERO).await;
+    asg.describe_groups(&["zero-00".into(), "zero-01".into()]).await.expect("read");
+    for (to, group) in [(5, "zero-00"), (5, "zero-01")] {
+        let raised = asg.raise_desired(&[DesiredWrite { group: group.into(), expected: 4, to }]).await;
+        assert_eq!(raised.expect("raise")[0].1.as_ref().ok(), Some(&WriteOutcome::Written { from: 4, to }));
+    }
+    assert_eq!(reads_and_writes(&fleet), [(2, 1), (2, 1)], "a read of its own before each write, none along");
+}
+
+/// Two passes of a wave a moment apart, against an Auto Scaling answering in 200 ms: the second
+/// pass's group is in the first pass's guard read, still in flight, so its write waits for that
+/// answer instead of sending a read of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_group_a_read_in_flight_asks_for_waits_for_that_read() {
+    use std::sync::atomic::Ordering::Relaxed;
+
+    let fleet = aws_fleet::fleet("slow", 2, 4);
+    let endpoint = aws_fleet::serve_fleet_answering_in(fleet.clone(), std::time::Duration::from_millis(200));
+    let now = Arc::new(std::sync::atomic::AtomicI64::new(1_000_000));
+    let read = now.clone();
+    let clock: spots_booster::ports::Clock =
+        Arc::new(move || spots_booster::core::Timestamp::from_millis(read.load(Relaxed)));
+    let aws = AwsPorts::new(&aws_loopback::sdk_loader(endpoint).load().await, false);
+    let asg = aws.autoscaling.reusing_guard_reads(std::time::Duration::from_secs(1), clock);
+    asg.describe_groups(&["slow-00".into(), "slow-01".into()]).await.expect("the book's sync read");
+    now.fetch_add(60_000, Relaxed);
+
+    let first = {
+        let asg = asg.clone();
+        tokio::spawn(
+            async move { asg.raise_desired(&[DesiredWrite { group: "slow-00".into(), expected: 4, to: 5 }]).await },
+        )
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(60)).await;
+    let second = asg.raise_desired(&[DesiredWrite { group: "slow-01".into(), expected: 4, to: 6 }]).await;
+    let first = first.await.expect("first pass");
+    assert_eq!(first.expect("raise")[0].1.as_ref().ok(), Some(&WriteOutcome::Written { from: 4, to: 5 }));
+    assert_eq!(second.expect("raise")[0].1.as_ref().ok(), Some(&WriteOutcome::Written { from: 4, to: 6 }));
+    assert_eq!(reads_and_writes(&fleet), [(2, 1), (2, 1)], "one guard read for both passes");
 }

@@ -1,6 +1,8 @@
 //! [`AutoScaling`] on `aws-sdk-autoscaling`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
 
 use aws_sdk_autoscaling::types::{AutoScalingGroup, Filter, Tag};
 use aws_sdk_autoscaling::Client;
@@ -10,10 +12,11 @@ use tracing::{info, warn};
 use super::calls::CallStats;
 use super::ec2::AwsInstances;
 use super::errors::failure;
+use super::recent_sizes::RecentSizes;
 use crate::core::{GroupName, InstanceFacts, InstanceId, ScalingActivity, Timestamp};
 use crate::ports::{
-    AutoScaling, AwsError, AwsFailure, DesiredWrite, FailureKind, GroupDescription, GroupInstance, Guard, TagFilter,
-    TerminateOutcome, WriteOutcome, WriteOutcomes, AZ_REBALANCE_SUSPENDED_TAG,
+    system_clock, AutoScaling, AwsError, AwsFailure, Clock, DesiredWrite, FailureKind, GroupDescription, GroupInstance,
+    Guard, TagFilter, TerminateOutcome, WriteOutcome, WriteOutcomes, AZ_REBALANCE_SUSPENDED_TAG,
 };
 
 /// Names per `DescribeAutoScalingGroups` call.
@@ -45,12 +48,24 @@ pub struct AwsAutoScaling {
     ec2: AwsInstances,
     stats: CallStats,
     dry_run: bool,
+    /// Groups' sizes from recent reads, shared by every clone: the guard of writes soon after.
+    recent: Arc<RecentSizes>,
 }
 
 impl AwsAutoScaling {
     /// Wraps a client whose interceptors feed `stats`, and EC2 for what Auto Scaling does not say.
+    /// Every raise reads its groups first; see [`AwsAutoScaling::reusing_guard_reads`].
     pub fn new(client: Client, ec2: AwsInstances, stats: CallStats, dry_run: bool) -> Self {
-        AwsAutoScaling { client, ec2, stats, dry_run }
+        let recent = Arc::new(RecentSizes::new(Duration::ZERO, system_clock()));
+        AwsAutoScaling { client, ec2, stats, dry_run, recent }
+    }
+
+    /// Lets a read of a group's sizes serve as the guard of its raises for `max_age` after it was
+    /// sent, on `clock`, and has every guard read take along the other groups described (see
+    /// `recent_sizes`): a burst across many groups costs one read, not one per pass.
+    pub fn reusing_guard_reads(mut self, max_age: Duration, clock: Clock) -> Self {
+        self.recent = Arc::new(RecentSizes::new(max_age, clock));
+        self
     }
 
     fn failed(&self, operation: &str, f: AwsFailure) -> AwsFailure {
@@ -88,13 +103,71 @@ impl AwsAutoScaling {
         Ok(groups)
     }
 
-    /// The named groups, in calls of at most [`GROUPS_PER_CALL`].
+    /// The named groups, in calls of at most [`GROUPS_PER_CALL`]; their sizes are noted for the
+    /// raise guard.
     async fn describe_named(&self, names: &[GroupName], detail: Detail) -> Result<Vec<GroupDescription>, AwsError> {
         let mut groups = Vec::new();
         for chunk in names.chunks(GROUPS_PER_CALL) {
-            groups.extend(self.describe(chunk, &[], detail).await?);
+            let read_at = self.recent.now();
+            let in_flight = self.recent.reading(chunk);
+            let answered = self.describe(chunk, &[], detail).await?;
+            self.recent.note(chunk, &answered, read_at);
+            drop(in_flight);
+            groups.extend(answered);
         }
         Ok(groups)
+    }
+
+    /// The raise guard's view of the written groups: recent sizes where a read found them less
+    /// than the allowed age ago, the answer of a read in flight that asks for them, and one
+    /// batched read for the rest, which fills its last call with the other groups described so
+    /// the next writes of a burst find theirs.
+    async fn guard_view(&self, writes: &[DesiredWrite]) -> Result<BTreeMap<GroupName, GroupDescription>, AwsError> {
+        let mut live = BTreeMap::new();
+        let mut unread = Vec::new();
+        let mut awaited = Vec::new();
+        for w in writes {
+            if let Some(sizes) = self.recent.fresh(&w.group) {
+                live.insert(w.group.clone(), sizes);
+            } else if let Some(answer) = self.recent.read_in_flight(&w.group) {
+                awaited.push((w.group.clone(), answer));
+            } else if !unread.contains(&w.group) {
+                unread.push(w.group.clone());
+            }
+        }
+        let (own, ()) = tokio::join!(self.guard_read(unread), async {
+            for (_, answer) in &mut awaited {
+                // Closed once the read's answer is noted, or it failed: either way, look.
+                let _ = answer.changed().await;
+            }
+        });
+        live.extend(own?);
+        // A read awaited that failed, or whose answer lacks the group, leaves it to a read now.
+        let missed: Vec<GroupName> = awaited
+            .into_iter()
+            .filter_map(|(group, _)| match self.recent.fresh(&group) {
+                Some(sizes) => {
+                    live.insert(group, sizes);
+                    None
+                }
+                None => Some(group),
+            })
+            .collect();
+        live.extend(self.guard_read(missed).await?);
+        Ok(live)
+    }
+
+    /// One guard read of `unread` (none if it is empty), its last call filled with other
+    /// groups described; the answers for `unread` by name.
+    async fn guard_read(&self, mut unread: Vec<GroupName>) -> Result<BTreeMap<GroupName, GroupDescription>, AwsError> {
+        if unread.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let asked: BTreeSet<GroupName> = unread.iter().cloned().collect();
+        let room = unread.len().div_ceil(GROUPS_PER_CALL) * GROUPS_PER_CALL - unread.len();
+        unread.extend(self.recent.to_read_along(&unread, room));
+        let read = self.describe_named(&unread, Detail::SizesOnly).await?;
+        Ok(read.into_iter().filter(|g| asked.contains(&g.name)).map(|g| (g.name.clone(), g)).collect())
     }
 
     /// One batched re-read of the named groups, then every write its guard lets through, sent
@@ -106,12 +179,20 @@ impl AwsAutoScaling {
         guard: fn(&DesiredWrite, Option<&GroupDescription>) -> Guard,
         detail: Detail,
     ) -> Result<WriteOutcomes, AwsError> {
-        let names: Vec<GroupName> = writes.iter().map(|w| w.group.clone()).collect();
-        let live: BTreeMap<GroupName, GroupDescription> =
-            self.describe_named(&names, detail).await?.into_iter().map(|g| (g.name.clone(), g)).collect();
+        let live: BTreeMap<GroupName, GroupDescription> = match detail {
+            Detail::SizesOnly => self.guard_view(writes).await?,
+            Detail::WithInstances => {
+                let names: Vec<GroupName> = writes.iter().map(|w| w.group.clone()).collect();
+                self.describe_named(&names, detail).await?.into_iter().map(|g| (g.name.clone(), g)).collect()
+            }
+        };
+        // Whatever the guards decide, the sizes seen are no guard for another write to these.
+        writes.iter().for_each(|w| self.recent.writing(&w.group));
         // Collected first: a lazy iterator of futures trips rustc's Send check of `async fn`s.
         let sends: Vec<_> = writes.iter().map(|w| self.send_guarded(w, guard(w, live.get(&w.group)))).collect();
-        Ok(stream::iter(sends).buffered(WRITES_IN_FLIGHT).collect().await)
+        let outcomes: WriteOutcomes = stream::iter(sends).buffered(WRITES_IN_FLIGHT).collect().await;
+        writes.iter().for_each(|w| self.recent.answered(&w.group));
+        Ok(outcomes)
     }
 
     /// Sends one write its guard let through (or settles it without a call).
@@ -246,7 +327,10 @@ impl AutoScaling for AwsAutoScaling {
     }
 
     async fn discover_groups(&self, filters: &[TagFilter]) -> Result<Vec<GroupDescription>, AwsError> {
-        self.describe(&[], filters, Detail::WithInstances).await
+        let read_at = self.recent.now();
+        let found = self.describe(&[], filters, Detail::WithInstances).await?;
+        self.recent.note(&[], &found, read_at);
+        Ok(found)
     }
 
     async fn raise_desired(&self, writes: &[DesiredWrite]) -> Result<WriteOutcomes, AwsError> {
@@ -274,14 +358,20 @@ impl AutoScaling for AwsAutoScaling {
             info!(%instance, %group, decrement, "dry run: would terminate instance");
             return Ok(TerminateOutcome::DryRun);
         }
-        match self
+        if decrement {
+            self.recent.writing(&group);
+        }
+        let terminated = self
             .client
             .terminate_instance_in_auto_scaling_group()
             .instance_id(instance.as_str())
             .should_decrement_desired_capacity(decrement)
             .send()
-            .await
-        {
+            .await;
+        if decrement {
+            self.recent.answered(&group);
+        }
+        match terminated {
             Ok(_) => Ok(TerminateOutcome::Terminated { decremented: decrement }),
             Err(e) => {
                 let f = failure(e);

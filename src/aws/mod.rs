@@ -6,6 +6,7 @@ pub mod autoscaling;
 pub mod calls;
 pub mod ec2;
 pub mod errors;
+mod recent_sizes;
 
 use std::time::Duration;
 
@@ -94,6 +95,12 @@ pub struct AwsArgs {
     /// Longest one attempt of an AWS operation may take before it is retried.
     #[arg(long, env = "SPOTS_BOOSTER_AWS_ATTEMPT_TIMEOUT", default_value = "10s", value_parser = duration)]
     pub(crate) aws_attempt_timeout: Duration,
+    /// How long a read of a group's sizes serves as the guard of a boost written to it (see
+    /// docs/design.md): a wave's later groups are written without a read of their own, and a
+    /// Cluster Autoscaler scale-up within that window before a boost is overwritten by it. 0
+    /// reads every group right before its write.
+    #[arg(long, env = "SPOTS_BOOSTER_GUARD_READ_MAX_AGE", default_value = "1s", value_parser = duration)]
+    pub(crate) guard_read_max_age: Duration,
     /// Boost only groups whose tags match: KEY or KEY=VALUE, repeatable (all must match). The
     /// matching groups are described at start-up; the others' at-risk nodes are held.
     #[arg(long, env = "SPOTS_BOOSTER_ASG_TAG_FILTER", value_delimiter = ',')]
@@ -171,6 +178,7 @@ mod tests {
             aws_max_attempts: 7,
             aws_operation_timeout: Duration::from_secs(3),
             aws_attempt_timeout: Duration::from_secs(1),
+            guard_read_max_age: Duration::from_secs(1),
             asg_tag_filter: Vec::new(),
             dry_run: false,
         };
@@ -202,6 +210,7 @@ mod tests {
             aws_max_attempts: 2,
             aws_operation_timeout: Duration::from_millis(600),
             aws_attempt_timeout: Duration::from_millis(200),
+            guard_read_max_age: Duration::ZERO,
             asg_tag_filter: Vec::new(),
             dry_run: false,
         };

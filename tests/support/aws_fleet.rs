@@ -30,6 +30,8 @@ pub struct FleetGroup {
     pub instances: Vec<(String, String)>,
     /// When each `SetDesiredCapacity` naming it arrived.
     pub written_at: Vec<std::time::Instant>,
+    /// How many `DescribeAutoScalingGroups` named it.
+    pub reads: usize,
 }
 
 /// The fleet the server answers from, by group name; tests read it to see what was written.
@@ -50,7 +52,7 @@ pub fn fleet(prefix: &str, groups: usize, size: usize) -> Fleet {
             let size = u32::try_from(size).unwrap();
             (
                 format!("{prefix}-{g:02}"),
-                FleetGroup { min: 0, max: 1000, desired: size, instances, written_at: Vec::new() },
+                FleetGroup { min: 0, max: 1000, desired: size, instances, written_at: Vec::new(), reads: 0 },
             )
         })
         .collect();
@@ -89,6 +91,14 @@ fn serve_connection(stream: TcpStream, fleet: &Fleet, latency: std::time::Durati
             let name = field(&form, "AutoScalingGroupName").unwrap_or_default();
             if let Some(g) = fleet.lock().unwrap().get_mut(name) {
                 g.written_at.push(std::time::Instant::now());
+            }
+        }
+        if field(&form, "Action") == Some("DescribeAutoScalingGroups") {
+            let mut fleet = fleet.lock().unwrap();
+            for name in list(&form, "AutoScalingGroupNames.") {
+                if let Some(g) = fleet.get_mut(name) {
+                    g.reads += 1;
+                }
             }
         }
         std::thread::sleep(latency);
