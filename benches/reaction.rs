@@ -60,7 +60,8 @@ async fn main() {
         moto::create_group(&config, &format!("spot-{g:02}"), (0, 1000, at_risk), "us-east-1a", &[]).await;
     }
 
-    let aws = AwsPorts::new(&config, false);
+    let mut aws = AwsPorts::new(&config, false);
+    aws.autoscaling = aws.autoscaling.reusing_guard_reads(GUARD_READ_MAX_AGE, system_clock());
     let spot: Vec<GroupName> = (0..GROUPS).map(|g| format!("spot-{g:02}").into()).collect();
     let instances = named_instances(&aws, &spot).await;
     aws.stats.keep_send_times(4096);
@@ -155,12 +156,16 @@ struct Daemon {
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
+/// `--guard-read-max-age`'s default: the bench measures the daemon as it runs.
+const GUARD_READ_MAX_AGE: Duration = Duration::from_secs(1);
+
 /// The reads the reaction path may make.
 const READS: [&str; 3] = ["DescribeAutoScalingGroups", "DescribeAutoScalingInstances", "DescribeInstances"];
 
 impl Daemon {
     async fn start(config: &aws_config::SdkConfig) -> Daemon {
-        let aws = AwsPorts::new(config, false);
+        let mut aws = AwsPorts::new(config, false);
+        aws.autoscaling = aws.autoscaling.reusing_guard_reads(GUARD_READ_MAX_AGE, system_clock());
         aws.stats.keep_send_times(4096);
         let rig = FakeRig::new(FakeAutoScaling::default());
         let cluster = rig.cluster.clone();
@@ -296,6 +301,7 @@ async fn wave(latency: Duration) {
     let mut from_first = Vec::new();
     let mut writes_per_wave = Vec::new();
     let mut reads_per_wave = Vec::new();
+    let mut read_times = Vec::new();
     for w in 0..WAVES {
         let reads_before = daemon.reads();
         let written_before: Vec<usize> = fleet.lock().unwrap().values().map(|g| g.written_at.len()).collect();
@@ -324,6 +330,17 @@ async fn wave(latency: Duration) {
         }
         writes_per_wave.push(writes);
         reads_per_wave.push(daemon.reads() - reads_before);
+        let mut sent: Vec<(Instant, &str)> = READS
+            .iter()
+            .flat_map(|op| daemon.aws.stats.sent_at(op).into_iter().map(move |t| (t, *op)))
+            .filter(|(t, _)| *t >= start.into_std())
+            .collect();
+        sent.sort();
+        read_times.push(
+            sent.iter()
+                .map(|(t, op)| format!("{op}@{:.0}ms", ms(t.duration_since(start.into_std()))))
+                .collect::<Vec<_>>(),
+        );
     }
     assert!(from_first.iter().all(|d| *d < Duration::MAX), "every group written in every wave");
     from_first.sort();
@@ -343,6 +360,7 @@ async fn wave(latency: Duration) {
     );
     println!("  writes per wave: {writes_per_wave:?} (one per group: {GROUPS})");
     println!("  reads per wave: {reads_per_wave:?} (DescribeAutoScalingGroups, -Instances, DescribeInstances)");
+    println!("  reads sent, from each wave's start: {read_times:?}");
     daemon.stop().await;
 }
 
