@@ -152,9 +152,10 @@ fn reads_and_writes(fleet: &aws_fleet::Fleet) -> Vec<(usize, usize)> {
     fleet.lock().unwrap().values().map(|g| (g.reads, g.written_at.len())).collect()
 }
 
-/// A wave reaches three groups one after another: the first raise's guard read takes the other
-/// two along, so theirs are written without a read while it is younger than the max age; a group
-/// written is read again before its next write, and an old read is read again.
+/// A wave reaches three groups one after another. The first guard read, alone in its second (a
+/// lone notice, as far as anyone can tell), reads its own group; the second takes the other two
+/// along, so the third group's write, and the first group's next one, go without a read while
+/// that read is younger than the max age. A second later a read is alone again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_guard_read_serves_a_wave_s_later_groups_for_the_max_age() {
     use std::sync::atomic::Ordering::Relaxed;
@@ -169,26 +170,27 @@ async fn one_guard_read_serves_a_wave_s_later_groups_for_the_max_age() {
 
     let first = asg.raise_desired(&raise("wave-00", 4, 5)).await.expect("raise");
     assert_eq!(first[0].1.as_ref().ok(), written(4, 5).as_ref());
-    assert_eq!(reads_and_writes(&fleet), [(2, 1), (2, 0), (2, 0)], "one guard read, the others taken along");
+    assert_eq!(reads_and_writes(&fleet), [(2, 1), (1, 0), (1, 0)], "a lone guard read reads its group alone");
 
-    now.fetch_add(300, Relaxed);
-    let both = asg.raise_desired(&[raise("wave-01", 4, 6), raise("wave-02", 4, 5)].concat()).await.expect("raise");
-    assert_eq!(both.iter().map(|(_, o)| o.as_ref().ok().copied()).collect::<Vec<_>>(), [written(4, 6), written(4, 5)]);
-    assert_eq!(reads_and_writes(&fleet), [(2, 1), (2, 1), (2, 1)], "written from the read 300 ms old");
+    now.fetch_add(200, Relaxed);
+    let second = asg.raise_desired(&raise("wave-01", 4, 6)).await.expect("raise");
+    assert_eq!(second[0].1.as_ref().ok(), written(4, 6).as_ref());
+    assert_eq!(reads_and_writes(&fleet), [(3, 1), (2, 1), (2, 0)], "a wave: the others taken along");
+
+    now.fetch_add(100, Relaxed);
+    let third = asg.raise_desired(&raise("wave-02", 4, 5)).await.expect("raise");
+    assert_eq!(third[0].1.as_ref().ok(), written(4, 5).as_ref());
+    assert_eq!(reads_and_writes(&fleet), [(3, 1), (2, 1), (2, 1)], "written from the read 100 ms old");
 
     now.fetch_add(100, Relaxed);
     let again = asg.raise_desired(&raise("wave-00", 5, 6)).await.expect("raise");
     assert_eq!(again[0].1.as_ref().ok(), written(5, 6).as_ref());
-    assert_eq!(
-        reads_and_writes(&fleet),
-        [(3, 2), (3, 1), (3, 1)],
-        "written since its read: read again, the others along"
-    );
+    assert_eq!(reads_and_writes(&fleet)[0], (3, 2), "read along after its first write was answered");
 
     now.fetch_add(1_000, Relaxed);
     let late = asg.raise_desired(&raise("wave-01", 6, 7)).await.expect("raise");
     assert_eq!(late[0].1.as_ref().ok(), written(6, 7).as_ref());
-    assert_eq!(reads_and_writes(&fleet)[1], (4, 2), "its last read was a second old");
+    assert_eq!(reads_and_writes(&fleet), [(3, 2), (3, 2), (2, 1)], "its last read a second old; read alone");
     let desired: Vec<u32> = fleet.lock().unwrap().values().map(|g| g.desired).collect();
     assert_eq!(desired, [6, 7, 5]);
 }
@@ -225,13 +227,14 @@ async fn with_no_max_age_every_raise_reads_its_groups_alone() {
 }
 
 /// Two passes of a wave a moment apart, against an Auto Scaling answering in 200 ms: the second
-/// pass's group is in the first pass's guard read, still in flight, so its write waits for that
-/// answer instead of sending a read of its own.
+/// pass's group is in the first pass's guard read (the wave's second, so it takes the others
+/// along), still in flight, so its write waits for that answer instead of sending a read of its
+/// own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_whose_group_a_read_in_flight_asks_for_waits_for_that_read() {
     use std::sync::atomic::Ordering::Relaxed;
 
-    let fleet = aws_fleet::fleet("slow", 2, 4);
+    let fleet = aws_fleet::fleet("slow", 3, 4);
     let endpoint = aws_fleet::serve_fleet_answering_in(fleet.clone(), std::time::Duration::from_millis(200));
     let now = Arc::new(std::sync::atomic::AtomicI64::new(1_000_000));
     let read = now.clone();
@@ -239,8 +242,10 @@ async fn a_write_whose_group_a_read_in_flight_asks_for_waits_for_that_read() {
         Arc::new(move || spots_booster::core::Timestamp::from_millis(read.load(Relaxed)));
     let aws = AwsPorts::new(&aws_loopback::sdk_loader(endpoint).load().await, false);
     let asg = aws.autoscaling.reusing_guard_reads(std::time::Duration::from_secs(1), clock);
-    asg.describe_groups(&["slow-00".into(), "slow-01".into()]).await.expect("the book's sync read");
+    asg.describe_groups(&["slow-00".into(), "slow-01".into(), "slow-02".into()]).await.expect("the book's sync read");
     now.fetch_add(60_000, Relaxed);
+    let head = asg.raise_desired(&[DesiredWrite { group: "slow-02".into(), expected: 4, to: 5 }]).await;
+    assert_eq!(head.expect("raise")[0].1.as_ref().ok(), Some(&WriteOutcome::Written { from: 4, to: 5 }));
 
     let first = {
         let asg = asg.clone();
@@ -253,5 +258,5 @@ async fn a_write_whose_group_a_read_in_flight_asks_for_waits_for_that_read() {
     let first = first.await.expect("first pass");
     assert_eq!(first.expect("raise")[0].1.as_ref().ok(), Some(&WriteOutcome::Written { from: 4, to: 5 }));
     assert_eq!(second.expect("raise")[0].1.as_ref().ok(), Some(&WriteOutcome::Written { from: 4, to: 6 }));
-    assert_eq!(reads_and_writes(&fleet), [(2, 1), (2, 1)], "one guard read for both passes");
+    assert_eq!(reads_and_writes(&fleet), [(2, 1), (2, 1), (3, 1)], "one guard read for both passes");
 }

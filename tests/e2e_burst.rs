@@ -178,9 +178,9 @@ async fn a_burst_across_twenty_groups_costs_one_write_per_group_within_a_quarter
         p(&from_first, 0.99) <= 0.5,
         "every group written within half a second of its first signal: {from_first:?}"
     );
-    // A wave takes a pass per clump of groups whose burst ended, but the first pass's guard read
-    // takes every group along and serves the later passes' writes (`--guard-read-max-age`, 1 s);
-    // one more read may come from a pass after the last write. No node is looked up.
+    // A wave takes a pass per clump of groups whose burst ended, but its second guard read takes
+    // every group along and serves the later passes' writes (`--guard-read-max-age`, 1 s); the
+    // launch watcher may poll once after the writes. No node is looked up.
     let lookups: usize =
         reads.iter().filter(|(action, _)| **action != "DescribeAutoScalingGroups").map(|(_, n)| n).sum();
     assert_eq!(lookups, 0, "every node's group and instance were learnt before the burst: {reads:?}");

@@ -3,12 +3,13 @@
 //! A boost is written only if its group's desired capacity is still what the plan started from,
 //! which takes a read of the group before the write. A wave of interruption notices reaches a
 //! cluster's groups over a few hundred milliseconds and is answered in several passes; a read per
-//! pass made the burst's later groups wait a round trip each time. So a guard read asks, in the
-//! same call, for the other groups this process knows, and any read of a group's sizes serves as
-//! the guard of its writes for `max_age` after it was sent. A group once written is read again
-//! before its next write, and a write whose group a read in flight asks for waits for that read
-//! instead of sending its own. The price is the window: a change Cluster Autoscaler makes to a group
-//! within `max_age` before a boost is overwritten by it (CA asks again at its next scan).
+//! pass made the burst's later groups wait a round trip each time. So any read of a group's sizes
+//! serves as the guard of its writes for `max_age` after it was sent, and a guard read that
+//! follows another within `max_age` (a wave) asks, in the same call, for the other groups this
+//! process knows. A write whose group a read in flight asks for waits for that read instead of
+//! sending its own, and a group written is read again before its next write. The price is the
+//! window: a change Cluster Autoscaler makes to a group within `max_age` before a boost is
+//! overwritten by it, lowered to the boost's value if CA went higher (docs/design.md).
 //! `--guard-read-max-age 0` reads before every write.
 
 use std::collections::BTreeMap;
@@ -62,6 +63,8 @@ pub(crate) struct RecentSizes {
     /// a channel closed once its answer is noted (or it failed).
     in_flight: Mutex<BTreeMap<u64, Asking>>,
     next_read: std::sync::atomic::AtomicU64,
+    /// When the last guard read was sent: one within `max_age` of the next means a wave.
+    last_guard_read: Mutex<Option<Timestamp>>,
 }
 
 /// The groups a read in flight asks for, and the channel closed once its answer is noted.
@@ -102,6 +105,7 @@ impl RecentSizes {
             known: Mutex::new(BTreeMap::new()),
             in_flight: Mutex::new(BTreeMap::new()),
             next_read: std::sync::atomic::AtomicU64::new(0),
+            last_guard_read: Mutex::new(None),
         }
     }
 
@@ -195,15 +199,20 @@ impl RecentSizes {
         }
     }
 
-    /// Up to `room` known groups outside `asked` whose sizes are not fresh, the longest unread
-    /// first (none with a write in flight, whose read would not count, nor one a read in flight
-    /// asks for): what a guard read adds
-    /// to its last call, so the groups a burst reaches next are read already.
+    /// What a guard read about to be sent adds to its last call, so the groups a wave reaches
+    /// next are read already: nothing for the first guard read in `max_age` (a lone notice reads
+    /// its own group, the smallest answer), and from the second on up to `room` known groups
+    /// outside `asked` whose sizes are not fresh, the longest unread first (none with a write in
+    /// flight, whose read would not count, nor one a read in flight asks for).
     pub(crate) fn to_read_along(&self, asked: &[GroupName], room: usize) -> Vec<GroupName> {
-        if !self.kept() || room == 0 {
+        if !self.kept() {
             return Vec::new();
         }
         let now = self.now();
+        let last = lock(&self.last_guard_read).replace(now);
+        if room == 0 || last.is_none_or(|last| now.since(last) >= self.max_age) {
+            return Vec::new();
+        }
         let reading: Vec<GroupName> =
             lock(&self.in_flight).values().flat_map(|(asked, _)| asked.iter().cloned()).collect();
         let known = self.known();
@@ -268,6 +277,7 @@ mod tests {
     #[test]
     fn a_group_written_counts_only_reads_sent_after_its_answer() {
         let (r, now) = recent(1_000);
+        r.to_read_along(&[], 0); // a guard read just went: a wave is under way
         r.note(&names(&["a"]), &[group("a", 3)], Timestamp::from_millis(10_000));
         r.writing(&"a".into());
         assert!(r.fresh(&"a".into()).is_none());
@@ -287,6 +297,7 @@ mod tests {
     #[test]
     fn a_group_gone_from_the_answer_is_forgotten() {
         let (r, _) = recent(1_000);
+        r.to_read_along(&[], 0); // a guard read just went: a wave is under way
         r.note(&names(&["a", "b"]), &[group("a", 3), group("b", 2)], Timestamp::from_millis(9_000));
         r.note(&names(&["b"]), &[], Timestamp::from_millis(10_000));
         assert!(r.fresh(&"b".into()).is_none());
@@ -303,22 +314,26 @@ mod tests {
     }
 
     #[test]
-    fn a_read_takes_along_the_longest_unread_groups_it_has_room_for() {
+    fn a_read_takes_along_the_longest_unread_groups_it_has_room_for_once_a_wave_shows() {
         let (r, now) = recent(1_000);
         r.note(&[], &[group("a", 1)], Timestamp::from_millis(8_000));
         r.note(&[], &[group("b", 1)], Timestamp::from_millis(7_000));
-        r.note(&[], &[group("c", 1)], Timestamp::from_millis(9_500));
+        r.note(&[], &[group("c", 1)], Timestamp::from_millis(10_500));
         r.note(&[], &[group("d", 1)], Timestamp::from_millis(6_000));
+        assert!(r.to_read_along(&[], 5).is_empty(), "the first guard read in a second: a lone notice");
+        now.store(10_999, Ordering::Relaxed);
         assert_eq!(r.to_read_along(&names(&["d"]), 5), names(&["b", "a"]), "c is fresh, d asked already");
         assert_eq!(r.to_read_along(&[], 1), names(&["d"]));
-        now.store(20_000, Ordering::Relaxed);
         assert_eq!(r.to_read_along(&[], 0), Vec::<GroupName>::new());
+        now.store(12_000, Ordering::Relaxed);
+        assert!(r.to_read_along(&[], 5).is_empty(), "a second after the last: a new wave, or none");
     }
 
     #[tokio::test]
     async fn a_read_in_flight_is_found_by_its_groups_and_wakes_its_waiters_when_dropped() {
         let (r, _) = recent(1_000);
         let r = Arc::new(r);
+        r.to_read_along(&[], 0); // a guard read just went: a wave is under way
         r.note(&[], &[group("c", 1)], Timestamp::from_millis(1_000));
         let read = r.reading(&names(&["a", "b"])).expect("kept");
         let mut waiting = r.read_in_flight(&"b".into()).expect("b is asked for");
