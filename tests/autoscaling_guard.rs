@@ -260,3 +260,31 @@ async fn a_write_whose_group_a_read_in_flight_asks_for_waits_for_that_read() {
     assert_eq!(second.expect("raise")[0].1.as_ref().ok(), Some(&WriteOutcome::Written { from: 4, to: 6 }));
     assert_eq!(reads_and_writes(&fleet), [(2, 1), (2, 1), (3, 1)], "one guard read for both passes");
 }
+
+/// A read with instances (the group book's) is not waited for: its answer can take longer than a
+/// read of sizes, so a raise sends its own guard read beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raise_does_not_wait_for_a_read_with_instances() {
+    use std::sync::atomic::Ordering::Relaxed;
+
+    let fleet = aws_fleet::fleet("book", 1, 4);
+    let endpoint = aws_fleet::serve_fleet_answering_in(fleet.clone(), std::time::Duration::from_millis(200));
+    let now = Arc::new(std::sync::atomic::AtomicI64::new(1_000_000));
+    let read = now.clone();
+    let clock: spots_booster::ports::Clock =
+        Arc::new(move || spots_booster::core::Timestamp::from_millis(read.load(Relaxed)));
+    let aws = AwsPorts::new(&aws_loopback::sdk_loader(endpoint).load().await, false);
+    let asg = aws.autoscaling.reusing_guard_reads(std::time::Duration::from_secs(1), clock);
+    asg.describe_groups(&["book-00".into()]).await.expect("the book's sync read");
+    now.fetch_add(60_000, Relaxed);
+
+    let refresh = {
+        let asg = asg.clone();
+        tokio::spawn(async move { asg.describe_groups(&["book-00".into()]).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(60)).await;
+    let raised = asg.raise_desired(&[DesiredWrite { group: "book-00".into(), expected: 4, to: 5 }]).await;
+    assert_eq!(raised.expect("raise")[0].1.as_ref().ok(), Some(&WriteOutcome::Written { from: 4, to: 5 }));
+    refresh.await.expect("refresh").expect("read");
+    assert_eq!(reads_and_writes(&fleet), [(3, 1)], "the sync read, the book's refresh and the guard's own");
+}

@@ -61,8 +61,9 @@ impl AwsAutoScaling {
     }
 
     /// Lets a read of a group's sizes serve as the guard of its raises for `max_age` after it was
-    /// sent, on `clock`, and has every guard read take along the other groups described (see
-    /// `recent_sizes`): a burst across many groups costs one read, not one per pass.
+    /// sent, on `clock`, and has a guard read that follows another within `max_age` take along
+    /// the other groups described (see `recent_sizes`): a wave across many groups costs a read or
+    /// two, not one per pass.
     pub fn reusing_guard_reads(mut self, max_age: Duration, clock: Clock) -> Self {
         self.recent = Arc::new(RecentSizes::new(max_age, clock));
         self
@@ -104,12 +105,13 @@ impl AwsAutoScaling {
     }
 
     /// The named groups, in calls of at most [`GROUPS_PER_CALL`]; their sizes are noted for the
-    /// raise guard.
+    /// raise guard. A guard's read (sizes only) is registered while in flight, for other raises
+    /// to wait for; a read with instances is not: its answer can take longer than their own.
     async fn describe_named(&self, names: &[GroupName], detail: Detail) -> Result<Vec<GroupDescription>, AwsError> {
         let mut groups = Vec::new();
         for chunk in names.chunks(GROUPS_PER_CALL) {
             let read_at = self.recent.now();
-            let in_flight = self.recent.reading(chunk);
+            let in_flight = if detail == Detail::SizesOnly { self.recent.reading(chunk) } else { None };
             let answered = self.describe(chunk, &[], detail).await?;
             self.recent.note(chunk, &answered, read_at);
             drop(in_flight);
@@ -119,9 +121,9 @@ impl AwsAutoScaling {
     }
 
     /// The raise guard's view of the written groups: recent sizes where a read found them less
-    /// than the allowed age ago, the answer of a read in flight that asks for them, and one
-    /// batched read for the rest, which fills its last call with the other groups described so
-    /// the next writes of a burst find theirs.
+    /// than the allowed age ago, the answer of a guard read in flight that asks for them, and one
+    /// batched read for the rest, which in a wave fills its last call with the other groups
+    /// described so the wave's next writes find theirs.
     async fn guard_view(&self, writes: &[DesiredWrite]) -> Result<BTreeMap<GroupName, GroupDescription>, AwsError> {
         let mut live = BTreeMap::new();
         let mut unread = Vec::new();

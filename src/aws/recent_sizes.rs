@@ -113,7 +113,7 @@ impl RecentSizes {
         lock(&self.known)
     }
 
-    /// Registers a read of `asked` about to be sent, so writes of those groups wait for it.
+    /// Registers a guard read of `asked` about to be sent, so writes of those groups wait for it.
     pub(crate) fn reading(self: &Arc<Self>, asked: &[GroupName]) -> Option<ReadInFlight> {
         if !self.kept() {
             return None;
