@@ -83,6 +83,7 @@ pub fn serve_fleet_answering_in(fleet: Fleet, latency: std::time::Duration) -> S
 
 /// Answers requests on one kept-alive connection until the client closes it.
 fn serve_connection(stream: TcpStream, fleet: &Fleet, latency: std::time::Duration) {
+    let _ = stream.set_nodelay(true);
     let mut reader = BufReader::new(stream.try_clone().expect("a clonable stream"));
     let mut writer = stream;
     while let Some((_, body)) = next_request(&mut reader) {
@@ -103,12 +104,13 @@ fn serve_connection(stream: TcpStream, fleet: &Fleet, latency: std::time::Durati
         }
         std::thread::sleep(latency);
         let (status, xml) = answer(&form, fleet);
-        let sent = write!(
-            writer,
+        // One write of the whole answer: written piece by piece, Nagle's algorithm held the later
+        // pieces for the client's delayed acknowledgement (40 ms), a stall AWS does not have.
+        let response = format!(
             "HTTP/1.1 {status}\r\nContent-Type: text/xml;charset=UTF-8\r\nContent-Length: {}\r\n\r\n{xml}",
             xml.len()
         );
-        if sent.is_err() {
+        if writer.write_all(response.as_bytes()).is_err() {
             return;
         }
     }
