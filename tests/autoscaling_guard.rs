@@ -139,12 +139,22 @@ async fn reusing_fleet(
     fleet: &aws_fleet::Fleet,
     max_age: std::time::Duration,
 ) -> (spots_booster::aws::AwsAutoScaling, Arc<std::sync::atomic::AtomicI64>) {
+    reusing_fleet_answering_in(fleet, max_age, std::time::Duration::ZERO).await
+}
+
+/// As [`reusing_fleet`], the fleet answering each request `latency` after it arrived.
+async fn reusing_fleet_answering_in(
+    fleet: &aws_fleet::Fleet,
+    max_age: std::time::Duration,
+    latency: std::time::Duration,
+) -> (spots_booster::aws::AwsAutoScaling, Arc<std::sync::atomic::AtomicI64>) {
     use spots_booster::core::Timestamp;
     let now = Arc::new(std::sync::atomic::AtomicI64::new(1_000_000));
     let read = now.clone();
     let clock: spots_booster::ports::Clock =
         Arc::new(move || Timestamp::from_millis(read.load(std::sync::atomic::Ordering::Relaxed)));
-    let aws = AwsPorts::new(&aws_loopback::sdk_loader(aws_fleet::serve_fleet(fleet.clone())).load().await, false);
+    let endpoint = aws_fleet::serve_fleet_answering_in(fleet.clone(), latency);
+    let aws = AwsPorts::new(&aws_loopback::sdk_loader(endpoint).load().await, false);
     (aws.autoscaling.reusing_guard_reads(max_age, clock), now)
 }
 
@@ -235,13 +245,9 @@ async fn a_write_whose_group_a_read_in_flight_asks_for_waits_for_that_read() {
     use std::sync::atomic::Ordering::Relaxed;
 
     let fleet = aws_fleet::fleet("slow", 3, 4);
-    let endpoint = aws_fleet::serve_fleet_answering_in(fleet.clone(), std::time::Duration::from_millis(200));
-    let now = Arc::new(std::sync::atomic::AtomicI64::new(1_000_000));
-    let read = now.clone();
-    let clock: spots_booster::ports::Clock =
-        Arc::new(move || spots_booster::core::Timestamp::from_millis(read.load(Relaxed)));
-    let aws = AwsPorts::new(&aws_loopback::sdk_loader(endpoint).load().await, false);
-    let asg = aws.autoscaling.reusing_guard_reads(std::time::Duration::from_secs(1), clock);
+    let (asg, now) =
+        reusing_fleet_answering_in(&fleet, std::time::Duration::from_secs(1), std::time::Duration::from_millis(200))
+            .await;
     asg.describe_groups(&["slow-00".into(), "slow-01".into(), "slow-02".into()]).await.expect("the book's sync read");
     now.fetch_add(60_000, Relaxed);
     let head = asg.raise_desired(&[DesiredWrite { group: "slow-02".into(), expected: 4, to: 5 }]).await;
@@ -268,13 +274,9 @@ async fn a_raise_does_not_wait_for_a_read_with_instances() {
     use std::sync::atomic::Ordering::Relaxed;
 
     let fleet = aws_fleet::fleet("book", 1, 4);
-    let endpoint = aws_fleet::serve_fleet_answering_in(fleet.clone(), std::time::Duration::from_millis(200));
-    let now = Arc::new(std::sync::atomic::AtomicI64::new(1_000_000));
-    let read = now.clone();
-    let clock: spots_booster::ports::Clock =
-        Arc::new(move || spots_booster::core::Timestamp::from_millis(read.load(Relaxed)));
-    let aws = AwsPorts::new(&aws_loopback::sdk_loader(endpoint).load().await, false);
-    let asg = aws.autoscaling.reusing_guard_reads(std::time::Duration::from_secs(1), clock);
+    let (asg, now) =
+        reusing_fleet_answering_in(&fleet, std::time::Duration::from_secs(1), std::time::Duration::from_millis(200))
+            .await;
     asg.describe_groups(&["book-00".into()]).await.expect("the book's sync read");
     now.fetch_add(60_000, Relaxed);
 
