@@ -141,7 +141,9 @@ where
     if !r.leadership.is_leader() {
         return Ok(Action::requeue(FOLLOWER_RECHECK));
     }
-    let all: Vec<InstanceGroup> = ctx.groups.state().iter().map(|g| (**g).clone()).collect();
+    // The store's objects are shared, not copied: every reconcile reads them for the state
+    // gauge, and only a deletion needs the others' specs.
+    let all: Vec<Arc<InstanceGroup>> = ctx.groups.state();
     let key = ObjectRef::from_obj(&*ig);
     let api: Api<InstanceGroup> =
         Api::namespaced(ctx.client.clone(), ig.metadata.namespace.as_deref().unwrap_or_default());
@@ -161,7 +163,9 @@ where
             }
             Event::Cleanup(ig) => {
                 let timed_out = Cleanup::Again(Requeue::Retry);
-                match within(RECONCILE_DEADLINE, &key, timed_out, r.clean_up(&ig, &all)).await {
+                // Whether another group still maps the role: only a deletion asks.
+                let others: Vec<InstanceGroup> = all.iter().map(|g| (**g).clone()).collect();
+                match within(RECONCILE_DEADLINE, &key, timed_out, r.clean_up(&ig, &others)).await {
                     Cleanup::Done => Ok(Action::await_change()),
                     Cleanup::Again(Requeue::Retry) => Err(RetryLater::Failed(key.to_string())),
                     Cleanup::Again(_) => Err(RetryLater::StillDeleting(key.to_string())),
@@ -178,7 +182,7 @@ where
         }
         outcome => outcome,
     };
-    r.report_states(all.iter());
+    r.report_states(all.iter().map(|g| &**g));
     if outcome.is_ok() {
         forget_backoff(&ctx, &key);
     }

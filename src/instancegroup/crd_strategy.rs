@@ -25,6 +25,13 @@ pub(crate) enum RenderError {
     /// A path that names no field.
     #[error("spec.strategy.crd.spec: {0:?} names no field of the InstanceGroup")]
     NoField(String),
+    /// A path that names an object or a list: only scalar fields are substituted (the whole
+    /// InstanceGroup holds the template itself, and would grow with every action).
+    #[error("spec.strategy.crd.spec: {0:?} names an object or a list; only a field holding a string, number or boolean can be substituted")]
+    NotScalar(String),
+    /// The rendered resource would pass [`MAX_RENDERED_BYTES`]: refused before it is built.
+    #[error("spec.strategy.crd.spec: the rendered resource would exceed {MAX_RENDERED_BYTES} bytes")]
+    TooLarge,
     /// `{{` without `}}`.
     #[error("spec.strategy.crd.spec: unclosed template action")]
     Unclosed,
@@ -44,6 +51,11 @@ pub(crate) enum RenderError {
         own: String,
     },
 }
+
+/// The most a rendered `crd` resource may take: far above any resource the API server stores
+/// (etcd refuses objects over 1.5 MiB; a custom resource this size is already unusual), far below
+/// the daemon's memory limit whatever the template repeats.
+pub(crate) const MAX_RENDERED_BYTES: usize = 256 * 1024;
 
 fn find<'a>(object: &'a Value, segment: &str) -> Option<&'a Value> {
     object.as_object()?.iter().find(|(k, _)| k.eq_ignore_ascii_case(segment)).map(|(_, v)| v)
@@ -65,11 +77,12 @@ fn evaluate(object: &Value, path: &str) -> Result<String, RenderError> {
         });
         current = next.ok_or_else(|| RenderError::NoField(path.to_string()))?;
     }
-    Ok(match current {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    })
+    match current {
+        Value::String(s) => Ok(s.clone()),
+        Value::Null => Ok(String::new()),
+        Value::Bool(_) | Value::Number(_) => Ok(current.to_string()),
+        Value::Object(_) | Value::Array(_) => Err(RenderError::NotScalar(path.to_string())),
+    }
 }
 
 /// Renders the template with the InstanceGroup in scope.
@@ -77,17 +90,24 @@ pub(crate) fn render(template: &str, ig: &InstanceGroup) -> Result<String, Rende
     let object = serde_json::to_value(ig).expect("an InstanceGroup always serialises");
     let mut out = String::new();
     let mut rest = template;
+    let push = |out: &mut String, piece: &str| {
+        if out.len().saturating_add(piece.len()) > MAX_RENDERED_BYTES {
+            return Err(RenderError::TooLarge);
+        }
+        out.push_str(piece);
+        Ok(())
+    };
     while let Some(start) = rest.find("{{") {
-        out.push_str(&rest[..start]);
+        push(&mut out, &rest[..start])?;
         let end = rest[start..].find("}}").ok_or(RenderError::Unclosed)? + start;
         let action = rest[start + 2..end].trim().trim_start_matches('-').trim_end_matches('-').trim();
         if !action.starts_with('.') || action.contains(char::is_whitespace) || action.contains('|') {
             return Err(RenderError::Unsupported(action.to_string()));
         }
-        out.push_str(&evaluate(&object, action)?);
+        push(&mut out, &evaluate(&object, action)?)?;
         rest = &rest[end + 2..];
     }
-    out.push_str(rest);
+    push(&mut out, rest)?;
     Ok(out)
 }
 
@@ -256,6 +276,26 @@ mod tests {
     }
 
     #[test]
+    fn only_scalars_are_substituted_and_the_rendered_size_is_capped_before_it_is_built() {
+        let ig = ig();
+        for whole in ["{{ .InstanceGroup }}", "{{ .InstanceGroup.Spec }}", "{{ .InstanceGroup.Metadata }}"] {
+            assert!(matches!(render(whole, &ig), Err(RenderError::NotScalar(_))), "{whole}");
+        }
+        // A 64 KiB template that repeats itself: refused, never rendered to hundreds of MB.
+        let mut big = ig.clone();
+        let action = "{{ .InstanceGroup.Spec.Strategy.Crd.Spec }}";
+        let template = action.repeat(64 * 1024 / action.len());
+        big.spec.strategy = Some(crate::instancegroup::api::UpgradeStrategy {
+            strategy_type: Some("crd".into()),
+            crd: Some(crate::instancegroup::api::CrdStrategy { spec: template.clone(), ..Default::default() }),
+            ..Default::default()
+        });
+        assert_eq!(render(&template, &big), Err(RenderError::TooLarge));
+        let text = RenderError::TooLarge.to_string();
+        assert!(text.contains("spec.strategy.crd.spec") && text.contains("262144"), "{text}");
+    }
+
+    #[test]
     fn the_resource_is_named_for_the_launch_and_annotated_with_its_scope() {
         let r = resource(&plan(Concurrency::Forbid, Some(3)), &ig(), "asg-1", "20261121-2").unwrap();
         assert_eq!(r["metadata"]["name"], "batch-spot-20261121-2");
@@ -279,10 +319,10 @@ mod tests {
         let mut bad = plan(Concurrency::Forbid, Some(3));
         bad.template = "just: text".into();
         assert!(matches!(resource(&bad, &ig(), "a", "1"), Err(RenderError::NotAResource(_))));
-        bad.template = format!("apiVersion: v1\nkind: Pod\nspec: {}", "{a: ".repeat(100_000));
+        bad.template = format!("apiVersion: v1\nkind: Pod\nspec: {}", "{a: ".repeat(60_000));
         let err = resource(&bad, &ig(), "a", "1").unwrap_err().to_string();
         assert!(
-            err.starts_with("spec.strategy.crd.spec: the rendered resource is not valid: nested 100000 levels"),
+            err.starts_with("spec.strategy.crd.spec: the rendered resource is not valid: nested 60000 levels"),
             "{err}"
         );
     }
