@@ -202,6 +202,55 @@ fn the_chart_ships_the_same_alerts_and_dashboard_as_the_repository() {
     }
 }
 
+#[test]
+fn the_node_vouching_policy_is_the_kustomize_components_named_for_the_release() {
+    let read = |p: PathBuf| std::fs::read_to_string(p).unwrap();
+    assert_eq!(
+        read(chart().join("files/node-vouching-policy.yaml")),
+        read(Path::new(ROOT).join("manifests/components/node-vouching/node-vouching-policy.yaml")),
+        "files/node-vouching-policy.yaml is the kustomize component's policy"
+    );
+    // An overlay as a user writes one (kustomize refuses one inside the base it builds on).
+    let overlay = Path::new(ROOT).join("target/node-vouching-overlay");
+    std::fs::create_dir_all(&overlay).unwrap();
+    let kustomization = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+                         resources:\n  - ../../manifests\ncomponents:\n  - ../../manifests/components/node-vouching\n";
+    std::fs::write(overlay.join("kustomization.yaml"), kustomization).unwrap();
+    let kustomized = run("kubectl", &["kustomize", &overlay.display().to_string()]).unwrap_or_else(|e| panic!("{e}"));
+    let mut overlay = by_key(documents(&kustomized));
+    // The release's namespace belongs to Helm (`--create-namespace`), not to the chart.
+    overlay.remove(&("Namespace".into(), String::new(), "spots-booster".into()));
+    let chart =
+        by_key(render_ok(&[("nodeVouchingPolicy.enabled", json!(true))]).into_iter().map(without_helm).collect());
+    assert_eq!(overlay.keys().collect::<Vec<_>>(), chart.keys().collect::<Vec<_>>(), "the same objects");
+    assert!(overlay.keys().any(|(kind, _, _)| kind == "ValidatingAdmissionPolicy"), "{:?}", overlay.keys());
+    for (key, object) in &overlay {
+        assert_eq!(object, &chart[key], "{key:?} differs between the kustomize overlay and the chart");
+    }
+
+    let objects = render(
+        "prod",
+        &[
+            ("nodeVouchingPolicy.enabled", json!(true)),
+            ("nodeVouchingPolicy.allowedWriters", json!(["system:serviceaccount:nth:handler"])),
+        ],
+    )
+    .unwrap();
+    let policy = find(&objects, "ValidatingAdmissionPolicy", "prod-spots-booster-node-vouching");
+    let allowed = policy["spec"]["variables"].as_array().unwrap().iter().find(|v| v["name"] == "allowed").unwrap();
+    assert_eq!(
+        allowed["expression"],
+        "['system:serviceaccount:spots-booster:prod-spots-booster', 'system:serviceaccount:nth:handler']",
+        "the release's own ServiceAccount, whatever its name"
+    );
+    assert_eq!(policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"], json!(["nodes", "nodes/status"]));
+    let binding = find(&objects, "ValidatingAdmissionPolicyBinding", "prod-spots-booster-node-vouching");
+    assert_eq!(binding["spec"]["policyName"], "prod-spots-booster-node-vouching");
+    assert!(render_ok(&[]).iter().all(|o| o["kind"] != "ValidatingAdmissionPolicy"), "opt-in");
+    let err = render("spots-booster", &[("nodeVouchingPolicy.allowedWriters", json!(["a'b"]))]).unwrap_err();
+    assert!(err.contains("allowedWriters"), "a quote would break the expression: {err}");
+}
+
 /// Every long flag of `spots-booster run`, kebab-case.
 fn run_flags() -> BTreeSet<String> {
     let cli = Cli::command();
