@@ -70,11 +70,13 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                     ready: true,
                     cordoned: at_risk,
                     deleting_by_ca: false,
+                    scale_down_disabled: false,
                     opted_out: false,
                     created: Timestamp::from_millis(i64::try_from(k).expect("a small index")),
                     allocatable: Resources::new(4000, 16 * GI),
                     pods,
                     internal_ips: Vec::new(),
+                    pods_known: true,
                 },
             );
             if at_risk {
@@ -136,11 +138,13 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                         ready: true,
                         cordoned: false,
                         deleting_by_ca: false,
+                        scale_down_disabled: false,
                         opted_out: false,
                         created: Timestamp::from_millis(150_000),
                         allocatable: Resources::new(4000, 16 * GI),
                         pods: Vec::new(),
                         internal_ips: Vec::new(),
+                        pods_known: true,
                     },
                 );
             }

@@ -400,10 +400,12 @@ fn ready_node(name: String, instance: InstanceId, group: Option<GroupName>) -> N
         ready: true,
         cordoned: false,
         deleting_by_ca: false,
+        scale_down_disabled: false,
         opted_out: false,
         created: Timestamp::EPOCH,
         allocatable: Resources::new(4000, 16 << 30),
         pods: Vec::new(),
         internal_ips: Vec::new(),
+        pods_known: true,
     }
 }

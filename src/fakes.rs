@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::core::{GroupName, InstanceFacts, InstanceId, InstanceLifecycle, Node, NodeName, Signal};
+use crate::core::{GroupName, InstanceFacts, InstanceId, InstanceLifecycle, Node, NodeName, Pod, Signal};
 use crate::ports::{
     AutoScaling, AwsError, AwsFailure, ClusterState, ClusterView, ClusterWriteError, ClusterWrites, DesiredWrite,
     EventSink, EvictOutcome, FailureKind, GroupDescription, GroupInstance, Guard, NodeEvent, PodRef, TagFilter,
@@ -59,8 +59,23 @@ impl InMemoryCluster {
 }
 
 impl ClusterView for InMemoryCluster {
+    /// As the watches show it: pods only on the nodes a view carries them for
+    /// ([`crate::ports::pods_in_view`]); the rest stay in the store for [`Self::attach_pods`].
     fn current(&self) -> Option<ClusterState> {
-        lock(&self.0).clone()
+        let mut state = lock(&self.0).clone()?;
+        state.prune_pods();
+        Some(state)
+    }
+
+    fn attach_pods(&self, nodes: &mut BTreeMap<NodeName, Node>, names: &BTreeSet<NodeName>) {
+        let store = lock(&self.0);
+        let Some(state) = store.as_ref() else { return };
+        for name in names {
+            if let (Some(node), Some(held)) = (nodes.get_mut(name).filter(|n| !n.pods_known), state.nodes.get(name)) {
+                node.pods.clone_from(&held.pods);
+                node.pods_known = true;
+            }
+        }
     }
 }
 
@@ -78,6 +93,8 @@ pub enum ClusterCall {
     Evict(PodRef, Result<EvictOutcome, String>),
     /// `protect_from_scale_down`.
     Protect(NodeName, bool),
+    /// `live_pods`.
+    LivePods(NodeName),
 }
 
 #[derive(Debug, Default)]
@@ -89,6 +106,9 @@ struct FakeWritesState {
     lingering: BTreeSet<String>,
     fail_evictions: bool,
     fail_cordons: bool,
+    fail_pod_reads: bool,
+    /// Pods bound to a node that the view has not shown yet (a watch behind the API server).
+    unwatched: BTreeMap<NodeName, Vec<Pod>>,
     /// Pods (by UID) whose eviction call never answers, as with a stalled API server.
     stalled: BTreeSet<String>,
 }
@@ -142,6 +162,16 @@ impl FakeClusterWrites {
         lock(&self.state).fail_cordons = fail;
     }
 
+    /// Binds `pod` to `node` where only a live read sees it: the view's watch has not caught up.
+    pub fn bind_unwatched(&self, node: &str, pod: Pod) {
+        lock(&self.state).unwatched.entry(node.into()).or_default().push(pod);
+    }
+
+    /// Makes every live read of a node's pods fail with a server error (or succeed again).
+    pub fn fail_pod_reads(&self, fail: bool) {
+        lock(&self.state).fail_pod_reads = fail;
+    }
+
     /// UIDs of the pods evicted so far.
     pub fn evicted(&self) -> Vec<String> {
         lock(&self.state)
@@ -156,6 +186,20 @@ impl FakeClusterWrites {
 }
 
 impl ClusterWrites for FakeClusterWrites {
+    async fn live_pods(&self, node: &NodeName) -> Result<Vec<Pod>, ClusterWriteError> {
+        let fail = {
+            let mut st = lock(&self.state);
+            st.calls.push(ClusterCall::LivePods(node.clone()));
+            st.fail_pod_reads
+        };
+        if fail {
+            return Err(ClusterWriteError::ListPods { node: node.clone(), source: "500 Internal Server Error".into() });
+        }
+        let mut pods = self.cluster.edit(|s| s.nodes.get(node).map(|n| n.pods.clone())).flatten().unwrap_or_default();
+        pods.extend(lock(&self.state).unwatched.get(node).into_iter().flatten().cloned());
+        Ok(pods)
+    }
+
     async fn uncordon(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
         lock(&self.state).calls.push(ClusterCall::Uncordon(node.clone()));
         self.cluster.edit(|s| {
@@ -194,20 +238,28 @@ impl ClusterWrites for FakeClusterWrites {
             Ok(EvictOutcome::Blocked)
         } else {
             let linger = st.lingering.contains(&pod.uid);
-            let found = self
-                .cluster
-                .edit(|s| {
-                    let mut found = false;
-                    for n in s.nodes.values_mut() {
-                        let before = n.pods.len();
-                        if !linger {
-                            n.pods.retain(|p| p.uid.as_str() != pod.uid);
+            let mut unwatched = false;
+            for pods in st.unwatched.values_mut() {
+                unwatched |= pods.iter().any(|p| p.uid.as_str() == pod.uid);
+                if !linger {
+                    pods.retain(|p| p.uid.as_str() != pod.uid);
+                }
+            }
+            let found = unwatched
+                || self
+                    .cluster
+                    .edit(|s| {
+                        let mut found = false;
+                        for n in s.nodes.values_mut() {
+                            let before = n.pods.len();
+                            if !linger {
+                                n.pods.retain(|p| p.uid.as_str() != pod.uid);
+                            }
+                            found |= n.pods.len() != before || n.pods.iter().any(|p| p.uid.as_str() == pod.uid);
                         }
-                        found |= n.pods.len() != before || n.pods.iter().any(|p| p.uid.as_str() == pod.uid);
-                    }
-                    found
-                })
-                .unwrap_or(false);
+                        found
+                    })
+                    .unwrap_or(false);
             Ok(if found { EvictOutcome::Evicted } else { EvictOutcome::Gone })
         };
         st.calls.push(ClusterCall::Evict(pod.clone(), outcome.clone()));
@@ -221,6 +273,10 @@ impl ClusterWrites for FakeClusterWrites {
                 s.protected.insert(node.clone());
             } else {
                 s.protected.remove(node);
+            }
+            // Both annotations go on and come off together, as the adapter writes them.
+            if let Some(n) = s.nodes.get_mut(node) {
+                n.scale_down_disabled = protect;
             }
         });
         Ok(())
@@ -307,7 +363,9 @@ struct FakeAsgState {
     on_demand: BTreeSet<InstanceId>,
     dns_names: BTreeMap<InstanceId, String>,
     not_in_ec2: BTreeSet<InstanceId>,
-    scheduled: BTreeSet<InstanceId>,
+    scheduled: BTreeMap<InstanceId, crate::core::Timestamp>,
+    interrupted: BTreeSet<InstanceId>,
+    interruption_lookups: usize,
     instance_lookups: usize,
     group_lookups: usize,
     activities: BTreeMap<GroupName, Vec<crate::core::ScalingActivity>>,
@@ -483,9 +541,19 @@ impl FakeAutoScaling {
         );
     }
 
-    /// EC2 lists a pending scheduled event for `instance`.
-    pub fn schedule_event(&self, instance: &str) {
-        lock(&self.0).scheduled.insert(instance.into());
+    /// EC2 lists a pending scheduled event for `instance`, starting at `not_before`.
+    pub fn schedule_event(&self, instance: &str, not_before: crate::core::Timestamp) {
+        lock(&self.0).scheduled.insert(instance.into(), not_before);
+    }
+
+    /// EC2 marks `instance`'s spot request for termination: an interruption notice is real.
+    pub fn interrupt(&self, instance: &str) {
+        lock(&self.0).interrupted.insert(instance.into());
+    }
+
+    /// `DescribeSpotInstanceRequests` calls so far.
+    pub fn interruption_lookups(&self) -> usize {
+        lock(&self.0).interruption_lookups
     }
 
     /// `instance` leaves its group, desired capacity unchanged (Auto Scaling's own scale-in).
@@ -744,9 +812,18 @@ impl AutoScaling for FakeAutoScaling {
         Ok(s.activities.get(group).into_iter().flatten().filter(|a| a.started >= since).cloned().collect())
     }
 
-    async fn scheduled_events(&self, instances: &[InstanceId]) -> Result<BTreeSet<InstanceId>, AwsError> {
+    async fn scheduled_events(
+        &self,
+        instances: &[InstanceId],
+    ) -> Result<BTreeMap<InstanceId, crate::core::Timestamp>, AwsError> {
         let s = lock(&self.0);
-        Ok(instances.iter().filter(|i| s.scheduled.contains(*i)).cloned().collect())
+        Ok(instances.iter().filter_map(|i| s.scheduled.get(i).map(|at| (i.clone(), *at))).collect())
+    }
+
+    async fn spot_interruptions(&self, instances: &[InstanceId]) -> Result<BTreeSet<InstanceId>, AwsError> {
+        let mut s = lock(&self.0);
+        s.interruption_lookups += 1;
+        Ok(instances.iter().filter(|i| s.interrupted.contains(*i)).cloned().collect())
     }
 }
 

@@ -237,11 +237,13 @@ async fn a_boost_into_a_pool_without_capacity_lands_in_its_fallback_through_the_
             ready: true,
             cordoned: false,
             deleting_by_ca: false,
+            scale_down_disabled: false,
             opted_out: false,
             created: Timestamp::EPOCH,
             allocatable: Resources::new(4000, 16 << 30),
             pods: Vec::new(),
             internal_ips: Vec::new(),
+            pods_known: true,
         });
     }
     let ctx = rig

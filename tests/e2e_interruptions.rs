@@ -438,3 +438,90 @@ async fn a_boost_whose_instance_aws_took_first_is_given_back_through_a_drained_n
     let _ = booster.wait().await;
     cluster.clean_up().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real API server and moto: set SPOTS_BOOSTER_E2E_KUBECONFIG and SPOTS_BOOSTER_E2E_AWS_ENDPOINT, pass --include-ignored"]
+async fn a_give_back_drains_a_node_by_its_live_pods_never_one_with_an_opted_out_or_bare_pod() {
+    let (kubeconfig, endpoint) = env();
+    let mut cluster = Cluster::start(&kubeconfig, &endpoint, "giveback", 4, Duration::from_secs(10)).await;
+    let ids: Vec<String> = cluster.initial.iter().cloned().collect();
+    let nodes: Vec<String> = ids.iter().map(|i| cluster.node_name(i)).collect();
+    cluster.watched = nodes.iter().cloned().collect();
+    cluster.deploy(4).await;
+    // web pods on the interrupted node and on nodes[3]; nodes[1] runs a pod that opted out and
+    // nodes[2] one nothing recreates, and nothing else.
+    let mut placement = vec![nodes[0].clone(), nodes[3].clone(), nodes[3].clone(), nodes[3].clone()];
+    cluster.settle(&mut placement, 4).await;
+    let pods: Api<Pod> = Api::namespaced(cluster.kube.clone(), &cluster.ns);
+    for (name, node, annotations) in
+        [("keep", &nodes[1], json!({"karpenter.sh/do-not-disrupt": "true"})), ("lonely", &nodes[2], json!({}))]
+    {
+        let pod = json!({"metadata": {"name": name, "annotations": annotations},
+            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0, "automountServiceAccountToken": false,
+                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.9"}]}});
+        pods.create(&Default::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
+    }
+
+    let port = free_port();
+    let mut booster = cluster.booster(&kubeconfig, &endpoint, port).await;
+    // A notice 30 s ahead on nodes[0]; AWS takes the instance 1.5 s later and the group replaces it.
+    cluster.notice(&nodes[0], Duration::from_secs(90)).await;
+    let noticed = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    cluster.reclaim(&ids[0]).await;
+    let deadline = noticed + Duration::from_secs(150);
+    // Each new node gets a web pod as it joins (the Deployment grows by one, pinned to it): every
+    // node a give-back could take runs a pod, which a view of uncordoned nodes does not show.
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(cluster.kube.clone(), &cluster.ns);
+    let (mut replicas, mut placement, mut grown) = (4, Vec::new(), BTreeSet::new());
+    loop {
+        let joined: Vec<String> = cluster.seen.lock().unwrap().joined.keys().cloned().collect();
+        for node in joined.into_iter().filter(|n| !nodes.contains(n)) {
+            if grown.insert(node.clone()) {
+                replicas += 1;
+                placement.push(node);
+                let scale = json!({"spec": {"replicas": replicas}});
+                deployments.patch("web", &PatchParams::default(), &Patch::Merge(&scale)).await.unwrap();
+            }
+        }
+        cluster.play(&mut placement, true).await;
+        let text = scrape(port).await;
+        let given = format!("spots_booster_give_backs_total{{group=\"{}\",outcome=\"written\"}}", cluster.group);
+        if metric(&text, &given) >= 1.0 && cluster.desired().await == 4 {
+            break;
+        }
+        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited");
+        assert!(Instant::now() < deadline, "the boost was never given back: {text}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    for _ in 0..4 {
+        cluster.play(&mut Vec::new(), true).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let joined: Vec<String> = cluster.seen.lock().unwrap().joined.keys().cloned().collect();
+    let mut given = Vec::new();
+    let mut drain_notes = Vec::new();
+    for node in &joined {
+        for e in booster_events_on(&cluster.kube, node).await {
+            if e.reason.as_deref() == Some("DrainStarted")
+                && e.note.as_deref().is_some_and(|n| n.contains("giving back"))
+            {
+                given.push(node.clone());
+                drain_notes.push(e.note.unwrap_or_default());
+            }
+        }
+    }
+    let killed = cluster.seen.lock().unwrap().killed.clone();
+    eprintln!("give-back by live pods: {given:?} ({drain_notes:?}); pods killed {killed:?}");
+    assert_eq!(given.len(), 1, "{given:?}");
+    assert!(!drain_notes[0].contains("evicting 0 pod(s)"), "its pods were read: {drain_notes:?}");
+    assert!(![&nodes[0], &nodes[1], &nodes[2]].contains(&&given[0]), "never a node with an opted-out or bare pod");
+    let killed_elsewhere: Vec<&String> = killed.iter().filter(|k| !k.ends_with(&nodes[0])).collect();
+    assert!(killed_elsewhere.is_empty(), "the node given back was drained, not killed: {killed_elsewhere:?}");
+    for name in ["keep", "lonely"] {
+        assert!(pods.get_opt(name).await.unwrap().is_some(), "{name} is still there");
+    }
+    let _ = booster.start_kill();
+    let _ = booster.wait().await;
+    cluster.clean_up().await;
+}

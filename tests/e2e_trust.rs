@@ -192,10 +192,10 @@ async fn as_user(kubeconfig: &str, user: &str) -> Client {
     Client::try_from(config).unwrap()
 }
 
-/// The shipped `manifests/node-vouching-policy.yaml`, scoped to this run: its own names, the
+/// The shipped `manifests/components/node-vouching/node-vouching-policy.yaml`, scoped to this run: its own names, the
 /// run's Nodes only, and the run's booster ServiceAccount as the one allowed writer.
 fn vouching_policy(suffix: &str, booster: &str) -> (serde_json::Value, serde_json::Value) {
-    let text = std::fs::read_to_string("manifests/node-vouching-policy.yaml").unwrap();
+    let text = std::fs::read_to_string("manifests/components/node-vouching/node-vouching-policy.yaml").unwrap();
     let mut docs: Vec<serde_json::Value> =
         text.split("\n---\n").map(|d| serde_yaml::from_str::<serde_json::Value>(d).unwrap()).collect();
     let (mut policy, mut binding) = (docs.remove(0), docs.remove(0));
@@ -228,7 +228,7 @@ async fn only_the_allowed_writers_may_set_what_vouches_for_a_node() {
     let name = format!("sb-vouch-{suffix}");
     let roles: Api<ClusterRole> = Api::all(kube.clone());
     let role = json!({"metadata": {"name": name},
-        "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch", "update"]}]});
+        "rules": [{"apiGroups": [""], "resources": ["nodes", "nodes/status"], "verbs": ["get", "patch", "update"]}]});
     roles.create(&PostParams::default(), &serde_json::from_value(role).unwrap()).await.unwrap();
     let bindings: Api<ClusterRoleBinding> = Api::all(kube.clone());
     let binding = json!({"metadata": {"name": name},
@@ -275,12 +275,197 @@ async fn only_the_allowed_writers_may_set_what_vouches_for_a_node() {
         .await
         .expect_err("a kubelet may not mark a Node for rotation");
 
+    // Metadata written through the status subresource is stored for Nodes: guarded there too.
+    let status_patch = |client: Client, body: serde_json::Value| {
+        let node = node.clone();
+        async move { Api::<Node>::all(client).patch_status(&node, &PatchParams::default(), &Patch::Merge(body)).await }
+    };
+    let refused = status_patch(tenant_client.clone(), rotate("2026-11-25T11:00:00Z")).await.unwrap_err();
+    assert!(matches!(&refused, kube::Error::Api(s) if s.code == 403), "through nodes/status: {refused}");
+    let opt_out = |how: &str| json!({"metadata": {how: {"spots-booster.io/disabled": "true"}}});
+    for how in ["labels", "annotations"] {
+        let refused = patch(tenant_client.clone(), opt_out(how)).await.unwrap_err();
+        assert!(matches!(&refused, kube::Error::Api(s) if s.code == 403), "an opt-out {how} from a tenant: {refused}");
+        let refused = status_patch(tenant_client.clone(), opt_out(how)).await.unwrap_err();
+        assert!(matches!(&refused, kube::Error::Api(s) if s.code == 403), "through nodes/status: {refused}");
+    }
+    let marker = json!({"metadata": {"annotations": {"spots-booster.io/scale-down-protected": "true"}}});
+    patch(tenant_client.clone(), marker).await.expect_err("the booster's scale-down marker is its own");
+    status_patch(tenant_client.clone(), json!({"metadata": {"labels": {"team": "a"}}}))
+        .await
+        .expect("other metadata passes");
+
     patch(as_user(&kubeconfig, &booster).await, rotate("2026-11-25T10:00:00Z")).await.expect("the booster may");
     patch(kube.clone(), nth_taint).await.expect("system:masters may");
+    // The taint's time vouches for the notice's deadline: moving it is refused too.
+    let moved = json!({"spec": {"taints": [{"key": "aws-node-termination-handler/spot-itn", "value": "x",
+        "effect": "NoSchedule", "timeAdded": "2020-01-01T00:00:00Z"}]}});
+    let refused = patch(tenant_client.clone(), moved.clone()).await.unwrap_err();
+    assert!(matches!(&refused, kube::Error::Api(s) if s.code == 403), "a taint's timeAdded from a tenant: {refused}");
+    patch(kube.clone(), moved).await.expect("system:masters may move it");
 
     policy_bindings.delete(&name, &Default::default()).await.unwrap();
     policies.delete(&name, &Default::default()).await.unwrap();
     bindings.delete(&name, &Default::default()).await.unwrap();
     roles.delete(&name, &Default::default()).await.unwrap();
     Api::<Node>::all(kube.clone()).delete(&node, &Default::default()).await.unwrap();
+}
+
+/// A bare pod `name` bound to `node` at creation (no scheduler, no controller), with `annotations`.
+async fn bare_pod(kube: &Client, ns: &str, name: &str, node: &str, annotations: serde_json::Value) {
+    use k8s_openapi::api::core::v1::Pod;
+    let pod = json!({"metadata": {"name": name, "annotations": annotations},
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0, "automountServiceAccountToken": false,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.9"}]}});
+    Api::<Pod>::namespaced(kube.clone(), ns)
+        .create(&PostParams::default(), &serde_json::from_value(pod).unwrap())
+        .await
+        .unwrap();
+}
+
+/// Waits up to `within` for `probe`; false if it never held.
+async fn eventually<F: std::future::Future<Output = bool>>(within: Duration, mut probe: impl FnMut() -> F) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if probe().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real API server and moto: set SPOTS_BOOSTER_E2E_KUBECONFIG and SPOTS_BOOSTER_E2E_AWS_ENDPOINT, pass --include-ignored"]
+async fn a_node_claiming_a_boosted_instance_takes_no_drain_and_a_forged_past_notice_overrides_nothing() {
+    use k8s_openapi::api::core::v1::Pod;
+    use support::e2e::booster_events_on;
+    let (kubeconfig, endpoint) = env();
+    let suffix = run_suffix();
+    let (ns, group) = (format!("sb-claim-{suffix}"), format!("sb-claim-{suffix}"));
+    let kube = kube_client(&kubeconfig).await;
+    let sdk = aws(&endpoint).await;
+    create_namespace(&kube, &ns).await;
+    let image = create_group(&sdk, &group, 1, 10).await;
+    let asg = aws_sdk_autoscaling::Client::new(&sdk);
+    // A spot instance joins the group (moto launches the group's own on demand).
+    let spot = aws_sdk_ec2::Client::new(&sdk)
+        .run_instances()
+        .image_id(&image)
+        .instance_type(InstanceType::M5Large)
+        .min_count(1)
+        .max_count(1)
+        .instance_market_options(InstanceMarketOptionsRequest::builder().market_type(MarketType::Spot).build())
+        .send()
+        .await
+        .unwrap();
+    let spot = spot.instances()[0].instance_id().unwrap().to_string();
+    asg.attach_instances().auto_scaling_group_name(&group).instance_ids(&spot).send().await.unwrap();
+    let members = || async {
+        let out = asg.describe_auto_scaling_groups().auto_scaling_group_names(&group).send().await.unwrap();
+        let g = &out.auto_scaling_groups()[0];
+        let ids: Vec<String> = g.instances().iter().map(|i| i.instance_id().unwrap().to_string()).collect();
+        (g.desired_capacity().unwrap(), ids)
+    };
+    let (_, ids) = members().await;
+    let name = |id: &str| format!("{id}.{suffix}.e2e.internal");
+    for id in &ids {
+        register_node(&kube, &name(id), "us-east-1a", id, &suffix).await;
+    }
+    let victim = ids.iter().find(|i| **i != spot).unwrap().clone();
+    let other = spot.clone();
+    // The victim runs a pod nothing recreates; the spot node a pod that opted out.
+    bare_pod(&kube, &ns, "lonely", &name(&victim), json!({})).await;
+    bare_pod(&kube, &ns, "keep", &name(&other), json!({"karpenter.sh/do-not-disrupt": "true"})).await;
+
+    let port = free_port();
+    let mut booster = start_booster(
+        &kubeconfig,
+        &endpoint,
+        &ns,
+        port,
+        &[
+            "--leader-elect",
+            "false",
+            "--instance-groups",
+            "false",
+            "--sizing",
+            "count",
+            "--nth-taint-signals",
+            "true",
+            "--drain-interval",
+            "1s",
+        ],
+    );
+    assert!(
+        eventually(Duration::from_secs(60), || async { metric(&scrape(port).await, "spots_booster_synced") >= 1.0 })
+            .await,
+        "spots-booster never synced"
+    );
+
+    // NTH's rebalance on the victim: boosted.
+    let nodes: Api<Node> = Api::all(kube.clone());
+    let taint = |key: &str, added: &str| json!({"spec": {"unschedulable": true, "taints": [{"key": key, "effect": "NoSchedule", "timeAdded": added}]}});
+    let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let rebalance = "aws-node-termination-handler/rebalance-recommendation";
+    nodes.patch(&name(&victim), &PatchParams::default(), &Patch::Merge(taint(rebalance, &now))).await.unwrap();
+    assert!(eventually(Duration::from_secs(20), || async { members().await.0 == 3 }).await, "never boosted");
+
+    // A Node registered later under the victim's providerID, with an older notice of its own and
+    // no pods: it must not take the victim's drain.
+    let forged = format!("ip-10-251-{}-7.ec2.internal", suffix.len());
+    register_node(&kube, &forged, "us-east-1a", &victim, &suffix).await;
+    nodes
+        .patch(&forged, &PatchParams::default(), &Patch::Merge(taint(rebalance, "2026-01-01T00:00:00Z")))
+        .await
+        .unwrap();
+    // The boost's instance joins Ready: the victim's replacement.
+    let (_, now_ids) = members().await;
+    for id in now_ids.iter().filter(|i| !ids.contains(i)) {
+        register_node(&kube, &name(id), "us-east-1a", id, &suffix).await;
+    }
+    let pods: Api<Pod> = Api::namespaced(kube.clone(), &ns);
+    assert!(
+        eventually(Duration::from_secs(30), || async { pods.get_opt("lonely").await.unwrap().is_none() }).await,
+        "the victim's own Node was never drained"
+    );
+    let on_forged: Vec<String> = booster_events_on(&kube, &forged).await.into_iter().filter_map(|e| e.reason).collect();
+    assert!(!on_forged.iter().any(|r| r == "DrainStarted"), "the forged Node took a drain: {on_forged:?}");
+    let on_victim: Vec<String> =
+        booster_events_on(&kube, &name(&victim)).await.into_iter().filter_map(|e| e.reason).collect();
+    assert!(on_victim.iter().any(|r| r == "BarePodsEvicted"), "evicted, not killed: {on_victim:?}");
+
+    // A forged IMDS-shaped interruption on the cordoned spot node, dated in the past: trusted
+    // enough to boost (cordoned, spot), never confirmed (EC2 reports no interruption for it), so
+    // it overrides no opt-out and drains nothing at once.
+    nodes
+        .patch(&name(&other), &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": true}})))
+        .await
+        .unwrap();
+    let events: Api<Event> = Api::namespaced(kube.clone(), &ns);
+    let itn = json!({"metadata": {"name": format!("{}.itn", name(&other)), "annotations": {"instance-id": other}},
+        "involvedObject": {"kind": "Node", "name": name(&other), "namespace": ns},
+        "reason": "SpotInterruption", "message": "Spot ITN received. Instance will be interrupted at 2026-01-01T00:00:00Z \n",
+        "type": "Normal", "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z",
+        "source": {"component": "aws-node-termination-handler", "host": name(&other)},
+        "reportingComponent": "aws-node-termination-handler", "reportingInstance": name(&other)});
+    events.create(&PostParams::default(), &serde_json::from_value(itn).unwrap()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(pods.get_opt("keep").await.unwrap().is_some(), "the opted-out pod was evicted for a forged notice");
+    let on_other: Vec<String> =
+        booster_events_on(&kube, &name(&other)).await.into_iter().filter_map(|e| e.reason).collect();
+    assert!(!on_other.iter().any(|r| r == "OptOutOverridden" || r == "DrainStarted"), "{on_other:?}");
+    assert!(members().await.1.contains(&other), "the other instance is still there");
+    eprintln!("e2e claims: the forged Node took nothing ({on_forged:?}); the victim's own Node drained ({on_victim:?}); the forged past notice on the other: {on_other:?}");
+
+    assert!(booster.try_wait().unwrap().is_none(), "still running");
+    booster.kill().await.unwrap();
+    for n in nodes
+        .list(&kube::api::ListParams::default().labels(&format!("spots-booster-e2e={suffix}")))
+        .await
+        .unwrap()
+        .items
+    {
+        let _ = nodes.delete(n.metadata.name.as_deref().unwrap_or_default(), &Default::default()).await;
+    }
 }

@@ -3,12 +3,12 @@
 //! whole call when one id is unknown); the adapter must find the instances with a pending event
 //! and not those whose events are over.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use aws_loopback::serve;
 use spots_booster::aws::AwsPorts;
-use spots_booster::core::InstanceId;
+use spots_booster::core::{InstanceId, Timestamp};
 use spots_booster::ports::AutoScaling;
 
 use crate::support::aws_loopback;
@@ -19,10 +19,13 @@ type Fleet = BTreeMap<&'static str, Vec<&'static str>>;
 fn status_item(id: &str, events: &[&str]) -> String {
     let events: String = events
         .iter()
-        .map(|d| {
+        .enumerate()
+        .map(|(k, d)| {
+            // Each later event of the list starts an hour earlier.
+            let hour = 9 - k;
             format!(
                 "<item><code>instance-retirement</code><description>{d}</description>\
-                 <notBefore>2026-11-27T00:00:00.000Z</notBefore></item>"
+                 <notBefore>2026-11-27T0{hour}:00:00.000Z</notBefore></item>"
             )
         })
         .collect();
@@ -76,7 +79,7 @@ fn ec2_server(fleet: Fleet) -> (String, Arc<Mutex<Vec<Vec<String>>>>) {
 #[tokio::test]
 async fn only_instances_with_a_pending_scheduled_event_are_listed() {
     let fleet: Fleet = BTreeMap::from([
-        ("i-0000000000000aaaa", vec!["The instance is running on degraded hardware"]),
+        ("i-0000000000000aaaa", vec!["The instance is running on degraded hardware", "Scheduled reboot"]),
         ("i-0000000000000bbbb", vec!["[Completed] The instance is running on degraded hardware"]),
         ("i-0000000000000cccc", vec!["[Canceled] Scheduled reboot"]),
         ("i-0000000000000dddd", vec![]),
@@ -89,7 +92,9 @@ async fn only_instances_with_a_pending_scheduled_event_are_listed() {
         .map(|s| InstanceId::from(format!("i-0000000000000{s}").as_str()))
         .collect();
     let found = aws.autoscaling.scheduled_events(&ids).await.unwrap();
-    assert_eq!(found, BTreeSet::from([ids[0].clone()]), "completed and cancelled events are over");
+    // 2026-11-27T08:00:00Z: the earlier of its two events.
+    let starts = Timestamp::from_millis(1_795_766_400_000);
+    assert_eq!(found, BTreeMap::from([(ids[0].clone(), starts)]), "completed and cancelled events are over");
     assert_eq!(asked.lock().unwrap().len(), 1, "one call for four ids");
 
     // An instance gone since its notice fails EC2's whole call: the others are still answered.
@@ -97,7 +102,7 @@ async fn only_instances_with_a_pending_scheduled_event_are_listed() {
     with_gone.push("i-00000000000000ff".into());
     asked.lock().unwrap().clear();
     let found = aws.autoscaling.scheduled_events(&with_gone).await.unwrap();
-    assert_eq!(found, BTreeSet::from([ids[0].clone()]));
+    assert_eq!(found, BTreeMap::from([(ids[0].clone(), starts)]));
     assert_eq!(asked.lock().unwrap().len(), 1 + with_gone.len(), "the batch, then each id alone");
     assert_eq!(aws.stats.calls("DescribeInstanceStatus"), 7);
 }

@@ -189,11 +189,13 @@ fn join_nodes(view: &InMemoryCluster, group: &aws_sdk_autoscaling::types::AutoSc
             ready: true,
             cordoned: false,
             deleting_by_ca: false,
+            scale_down_disabled: false,
             opted_out: false,
             created: Timestamp::EPOCH,
             allocatable: Resources::new(2000, 8 << 30),
             pods: vec![],
             internal_ips: Vec::new(),
+            pods_known: true,
         });
         names.push(name);
     }

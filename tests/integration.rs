@@ -24,6 +24,7 @@ mod e2e_instancegroups;
 mod e2e_interruptions;
 mod e2e_trust;
 mod ec2_scheduled_events;
+mod ec2_spot_requests;
 mod fuzz;
 mod instancegroups_moto;
 mod kube_adapters;

@@ -46,6 +46,7 @@ fn at_risk(group: usize, k: usize, instance: InstanceId, name: String) -> (Node,
         ready: true,
         cordoned: true,
         deleting_by_ca: false,
+        scale_down_disabled: false,
         opted_out: false,
         created: Timestamp::EPOCH,
         allocatable: Resources::new(4000, 16 << 30),
@@ -60,6 +61,7 @@ fn at_risk(group: usize, k: usize, instance: InstanceId, name: String) -> (Node,
             grace_seconds: 30,
         }],
         internal_ips: Vec::new(),
+        pods_known: true,
     };
     let now = system_clock()();
     (

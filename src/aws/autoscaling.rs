@@ -279,8 +279,12 @@ impl AutoScaling for AwsAutoScaling {
         self.ec2.facts(instances).await
     }
 
-    async fn scheduled_events(&self, instances: &[InstanceId]) -> Result<BTreeSet<InstanceId>, AwsError> {
+    async fn scheduled_events(&self, instances: &[InstanceId]) -> Result<BTreeMap<InstanceId, Timestamp>, AwsError> {
         self.ec2.scheduled_events(instances).await
+    }
+
+    async fn spot_interruptions(&self, instances: &[InstanceId]) -> Result<BTreeSet<InstanceId>, AwsError> {
+        self.ec2.spot_interruptions(instances).await
     }
 
     async fn scaling_activities(&self, group: &GroupName, since: Timestamp) -> Result<Vec<ScalingActivity>, AwsError> {

@@ -7,7 +7,7 @@ use aws_sdk_ec2::Client;
 
 use super::calls::CallStats;
 use super::errors::failure;
-use crate::core::{InstanceFacts, InstanceId, InstanceLifecycle as Lifecycle};
+use crate::core::{InstanceFacts, InstanceId, InstanceLifecycle as Lifecycle, Timestamp};
 use crate::ports::{AwsError, AwsFailure};
 
 /// Ids per `DescribeInstances` filter value list.
@@ -18,6 +18,20 @@ const STATUS_IDS_PER_CALL: usize = 100;
 
 /// The prefixes EC2 gives a scheduled event's description once it is over.
 const EVENT_OVER: &[&str] = &["[Completed]", "[Canceled]", "[Cancelled]"];
+
+/// Whether a spot request's status code says EC2 interrupts (or interrupted) its instance:
+/// `marked-for-termination`, `marked-for-stop`, `marked-for-hibernation`, and the
+/// `instance-terminated-…`, `instance-stopped-…` and `instance-hibernated-…` codes EC2 writes
+/// for price, capacity and constraints. The user's own stops and terminations (`…-by-user`) and
+/// scheduled ones are not interruptions.
+fn interrupted_by_ec2(code: &str) -> bool {
+    if code.starts_with("marked-for-") {
+        return true;
+    }
+    let by_ec2 =
+        ["instance-terminated-", "instance-stopped-", "instance-hibernated-"].iter().any(|p| code.starts_with(p));
+    by_ec2 && !code.ends_with("-by-user") && !code.ends_with("-by-schedule")
+}
 
 /// EC2 through the SDK.
 #[derive(Debug, Clone)]
@@ -64,9 +78,13 @@ impl AwsInstances {
         Ok(map)
     }
 
-    /// Those of `instances` with a scheduled event that is neither completed nor cancelled.
-    pub async fn scheduled_events(&self, instances: &[InstanceId]) -> Result<BTreeSet<InstanceId>, AwsError> {
-        let mut found = BTreeSet::new();
+    /// Those of `instances` with a scheduled event that is neither completed nor cancelled, each
+    /// with the earliest such event's `NotBefore`.
+    pub async fn scheduled_events(
+        &self,
+        instances: &[InstanceId],
+    ) -> Result<BTreeMap<InstanceId, Timestamp>, AwsError> {
+        let mut found = BTreeMap::new();
         for chunk in instances.chunks(STATUS_IDS_PER_CALL) {
             match self.status_of(chunk, &mut found).await {
                 Ok(()) => {}
@@ -87,7 +105,11 @@ impl AwsInstances {
         Ok(found)
     }
 
-    async fn status_of(&self, ids: &[InstanceId], found: &mut BTreeSet<InstanceId>) -> Result<(), AwsFailure> {
+    async fn status_of(
+        &self,
+        ids: &[InstanceId],
+        found: &mut BTreeMap<InstanceId, Timestamp>,
+    ) -> Result<(), AwsFailure> {
         let mut pages = self
             .client
             .describe_instance_status()
@@ -99,20 +121,87 @@ impl AwsInstances {
             let page = page.map_err(|e| self.failed("DescribeInstanceStatus", failure(e)))?;
             for status in page.instance_statuses() {
                 let Some(id) = status.instance_id() else { continue };
-                let pending = status.events().iter().any(|e| {
-                    let description = e.description().unwrap_or_default();
-                    !EVENT_OVER.iter().any(|p| description.starts_with(p))
-                });
-                if pending {
-                    found.insert(InstanceId::from(id));
+                let starts = status
+                    .events()
+                    .iter()
+                    .filter(|e| !EVENT_OVER.iter().any(|p| e.description().unwrap_or_default().starts_with(p)))
+                    // EC2 always gives a pending event's NotBefore; one without is taken as now.
+                    .map(|e| {
+                        e.not_before().map_or(Timestamp::EPOCH, |t| Timestamp::from_millis(t.to_millis().unwrap_or(0)))
+                    })
+                    .min();
+                if let Some(starts) = starts {
+                    found.insert(InstanceId::from(id), starts);
                 }
             }
         }
         Ok(())
     }
 
+    /// Those of `instances` whose spot request EC2 reports interrupted: marked for termination,
+    /// stop or hibernation, or already interrupted by EC2 (not by the user). Ids with no spot
+    /// request, or unknown to EC2, are simply absent (a filter, not a list of request ids).
+    pub async fn spot_interruptions(&self, instances: &[InstanceId]) -> Result<BTreeSet<InstanceId>, AwsError> {
+        let mut found = BTreeSet::new();
+        for chunk in instances.chunks(IDS_PER_CALL) {
+            let ids = Filter::builder()
+                .name("instance-id")
+                .set_values(Some(chunk.iter().map(|i| i.to_string()).collect()))
+                .build();
+            let mut pages =
+                self.client.describe_spot_instance_requests().filters(ids).max_results(1000).into_paginator().send();
+            while let Some(page) = pages.next().await {
+                let page = page.map_err(|e| {
+                    AwsError::DescribeSpotInstanceRequests(self.failed("DescribeSpotInstanceRequests", failure(e)))
+                })?;
+                for request in page.spot_instance_requests() {
+                    let (Some(id), Some(code)) = (request.instance_id(), request.status().and_then(|s| s.code()))
+                    else {
+                        continue;
+                    };
+                    if interrupted_by_ec2(code) {
+                        found.insert(InstanceId::from(id));
+                    }
+                }
+            }
+        }
+        Ok(found)
+    }
+
     fn failed(&self, operation: &'static str, f: AwsFailure) -> AwsFailure {
         self.stats.record_failure(operation, f.kind);
         f
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::interrupted_by_ec2;
+
+    #[test]
+    fn interruptions_are_ec2_s_codes_not_the_user_s() {
+        for code in [
+            "marked-for-termination",
+            "marked-for-stop",
+            "marked-for-hibernation",
+            "instance-terminated-by-price",
+            "instance-terminated-no-capacity",
+            "instance-terminated-capacity-oversubscribed",
+            "instance-terminated-launch-group-constraint",
+            "instance-stopped-by-price",
+            "instance-stopped-no-capacity",
+        ] {
+            assert!(interrupted_by_ec2(code), "{code}");
+        }
+        for code in [
+            "fulfilled",
+            "pending-fulfillment",
+            "instance-terminated-by-user",
+            "instance-stopped-by-user",
+            "request-canceled-and-instance-running",
+            "capacity-not-available",
+        ] {
+            assert!(!interrupted_by_ec2(code), "{code}");
+        }
     }
 }

@@ -34,6 +34,8 @@ pub const IAM_ACTIONS: &[&str] = &[
     // covered by the InstanceGroup reconciler's actions below.
     "ec2:DescribeInstances",
     "ec2:DescribeInstanceStatus",
+    // Whether EC2 itself reports a spot interruption: what confirms a notice.
+    "ec2:DescribeSpotInstanceRequests",
     // InstanceGroup reconciliation (`instancegroup::aws`).
     "autoscaling:CreateAutoScalingGroup",
     "autoscaling:UpdateAutoScalingGroup",

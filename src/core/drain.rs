@@ -18,6 +18,7 @@ use super::fast_hash::{FastMap, FastSet};
 use super::ledger_edit::LedgerEdit;
 use super::model::{
     BoostLedger, BoostRecord, GroupName, InstanceId, Node, NodeName, OptOut, Pod, PodClass, Snapshot, Timestamp,
+    INTERRUPTION_NOTICE,
 };
 use super::policy::Policy;
 use super::signals::{AtRisk, AtRiskNodes, AtRiskSet};
@@ -188,6 +189,7 @@ pub struct BatchPlan {
 }
 
 /// Claims Ready replacement nodes for every ledger record, oldest record first, oldest node first.
+/// One claim per record, in the ledger's order, so callers may pair them index by index.
 pub(crate) fn claim_replacements(snapshot: &Snapshot, ledger: &BoostLedger, at_risk: &AtRiskSet) -> Vec<Claim> {
     let boosted = ledger.index();
     let risky = at_risk.instances();
@@ -209,11 +211,11 @@ pub(crate) fn claim_replacements(snapshot: &Snapshot, ledger: &BoostLedger, at_r
         nodes.sort_by(|(a, _), (b, _)| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
     }
 
-    let mut records: Vec<&BoostRecord> = ledger.records.iter().collect();
-    records.sort_by_key(|r| r.at);
-    records
+    let mut oldest_first: Vec<(usize, &BoostRecord)> = ledger.records.iter().enumerate().collect();
+    oldest_first.sort_by_key(|(_, r)| r.at);
+    let mut claims: Vec<(usize, Claim)> = oldest_first
         .into_iter()
-        .map(|record| {
+        .map(|(k, record)| {
             // Its own group's new nodes, then those of the fallbacks its missing nodes moved to.
             let parts = std::iter::once((&record.group, record.at, record.added))
                 .chain(record.moved.iter().map(|p| (&p.group, p.at, p.added)));
@@ -238,9 +240,11 @@ pub(crate) fn claim_replacements(snapshot: &Snapshot, ledger: &BoostLedger, at_r
                         }),
                 );
             }
-            Claim { group: record.group.clone(), instances: record.instances.clone(), nodes, needed }
+            (k, Claim { group: record.group.clone(), instances: record.instances.clone(), nodes, needed })
         })
-        .collect()
+        .collect();
+    claims.sort_unstable_by_key(|(k, _)| *k);
+    claims.into_iter().map(|(_, claim)| claim).collect()
 }
 
 /// Plans the next drain batches, timeouts and waits.
@@ -320,19 +324,21 @@ pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp
         candidates.sort_by(|a, b| a.first_seen.cmp(&b.first_seen).then_with(|| a.instance.cmp(&b.instance)));
 
         // Nodes with a deadline drain as soon as their replacements are Ready, or once waiting
-        // longer would leave their pods too little time, outside the voluntary-drain limits: the
-        // instance goes anyway. The rest wait for their replacements, within the limits.
+        // longer would leave their pods too little time; outside the voluntary-drain limits once
+        // AWS confirms the notice (the instance goes anyway), within them while only a taint or an
+        // Event says so. The rest wait for their replacements, within the limits.
         let mut due_now: Vec<(&AtRisk, bool)> = Vec::new();
-        let mut ready = Vec::new();
+        let mut ready: Vec<(&AtRisk, bool)> = Vec::new();
         let mut not_ready: BTreeMap<usize, (Vec<InstanceId>, &Claim, Option<Timestamp>)> = BTreeMap::new();
         for risk in candidates {
             let claim = records.get(&risk.instance).map(|&k| (claim_of[&risk.instance], k));
             let complete = claim.is_some_and(|(index, _)| claims[index].complete());
             let drain_by = risk.deadline.map(|d| latest_drain_start(at_risk_nodes.of(risk), d, policy));
             match (complete, drain_by) {
-                (true, Some(_)) => due_now.push((risk, false)),
-                (true, None) => ready.push(risk),
-                (false, Some(by)) if now >= by => due_now.push((risk, true)),
+                (true, Some(_)) if risk.confirmed => due_now.push((risk, false)),
+                (true, _) => ready.push((risk, false)),
+                (false, Some(by)) if now >= by && risk.confirmed => due_now.push((risk, true)),
+                (false, Some(by)) if now >= by => ready.push((risk, true)),
                 (false, _) => {
                     if let Some((index, _)) = claim {
                         let entry = not_ready.entry(index).or_insert_with(|| (Vec::new(), &claims[index], None));
@@ -390,7 +396,7 @@ pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp
             } else if let Some(until) = until.filter(|until| now < *until) {
                 plan.waiting.push(Waiting { group: group.clone(), reason: DrainWait::Spacing { until } });
             } else {
-                nodes.extend(ready.into_iter().take(slots as usize).map(|r| target(r, false)));
+                nodes.extend(ready.into_iter().take(slots as usize).map(|(r, early)| target(r, early)));
             }
         }
         if !nodes.is_empty() {
@@ -437,11 +443,13 @@ fn give_back_batches(snapshot: &Snapshot, state: &DrainState, plan: &mut BatchPl
 
 /// The last moment an at-risk `node` may start draining and still give each of its pods its grace
 /// period, plus `--interruption-drain-lead` for the evictions to be sent and retried, before
-/// `deadline`.
+/// `deadline`. A grace period counts for at most a spot notice's two minutes: any pod's owner
+/// writes it, and an hour asked for would otherwise pull every deadline drain of the node (a
+/// scheduled event's days ahead included) to now; no notice gives more anyway.
 pub(crate) fn latest_drain_start(node: Option<&Node>, deadline: Timestamp, policy: &Policy) -> Timestamp {
     let longest_grace =
         node.and_then(|n| n.pods.iter().filter(|p| p.class.is_evictable()).map(Pod::grace).max()).unwrap_or_default();
-    deadline.minus(longest_grace.saturating_add(policy.interruption_drain_lead))
+    deadline.minus(longest_grace.min(INTERRUPTION_NOTICE).saturating_add(policy.interruption_drain_lead))
 }
 
 /// Why a voluntary drain leaves `risk`'s node alone: a pod on it that opted out. A spot
@@ -498,9 +506,16 @@ pub(crate) fn close_finished_boosts(snapshot: &Snapshot, open: &BoostLedger, at_
 /// The pods a drain evicts, in order: ordinary pods first, critical ones last; DaemonSet, mirror
 /// and finished pods are left alone.
 pub(crate) fn eviction_order(node: &Node) -> Vec<&Pod> {
+    eviction_order_of(&node.pods, &[])
+}
+
+/// [`eviction_order`] of a node's pods as a view shows them (`seen`) and as a live read found
+/// them (`read`), each pod once.
+pub(crate) fn eviction_order_of<'p>(seen: &'p [Pod], read: &'p [Pod]) -> Vec<&'p Pod> {
     // Sized for every pod: growing it pod by pod costs more than the sort, over thousands of nodes.
-    let mut pods: Vec<&Pod> = Vec::with_capacity(node.pods.len());
-    pods.extend(node.pods.iter().filter(|p| p.class.is_evictable()));
+    let mut pods: Vec<&Pod> = Vec::with_capacity(seen.len() + read.len());
+    pods.extend(seen.iter().filter(|p| p.class.is_evictable()));
+    pods.extend(read.iter().filter(|p| p.class.is_evictable() && !seen.iter().any(|s| s.uid == p.uid)));
     pods.sort_by(|a, b| {
         (a.class == PodClass::Critical)
             .cmp(&(b.class == PodClass::Critical))
@@ -617,10 +632,14 @@ mod tests {
         s.nodes.get_mut(&NodeName::from("n1")).unwrap().pods[0].opt_out = Some(OptOut::DoNotDisrupt);
         let late = Timestamp::from_millis(60_000);
         let p = plan_at(&s, &DrainState::default(), &Policy::default(), late);
-        assert_eq!(p.batches.len(), 1, "spot, as EC2 says: the notice is real, the opt-out yields: {p:?}");
+        assert!(p.batches.is_empty(), "spot, but only NTH's taint says it is interrupted: a warning");
+        s.spot_interrupted.insert("i-n1".into());
+        let p = plan_at(&s, &DrainState::default(), &Policy::default(), late);
+        assert_eq!(p.batches.len(), 1, "EC2 marked its spot request: the opt-out yields: {p:?}");
 
-        // The same taint on an instance EC2 says is on-demand: no spot notice could be real.
+        // The same taint on an instance EC2 says is on-demand (it has no spot request to mark).
         s.instances.get_mut(&InstanceId::from("i-n1")).unwrap().lifecycle = crate::core::InstanceLifecycle::OnDemand;
+        s.spot_interrupted.clear();
         let p = plan_at(&s, &DrainState::default(), &Policy::default(), late);
         assert!(p.batches.is_empty(), "{p:?}");
         assert!(matches!(p.waiting[0].reason, DrainWait::OptedOut { .. }), "{p:?}");
@@ -661,6 +680,19 @@ mod tests {
     }
 
     #[test]
+    fn a_grace_period_counts_for_at_most_a_notice_s_two_minutes() {
+        // A scheduled event an hour ahead; a tenant's pod asks a day to stop.
+        let mut s = interrupted(0);
+        s.signals[0].kind = crate::core::SignalKind::Scheduled;
+        s.scheduled_events.insert("i-n1".into(), Timestamp::from_millis(3_600_000));
+        s.nodes.get_mut(&NodeName::from("n1")).unwrap().pods[1].grace_seconds = 86_400;
+        let by = Timestamp::from_millis(3_600_000 - 120_000 - 60_000);
+        let before = Timestamp::from_millis(by.as_millis() - 1);
+        assert!(plan_at(&s, &DrainState::default(), &Policy::default(), before).batches.is_empty());
+        assert_eq!(plan_at(&s, &DrainState::default(), &Policy::default(), by).batches.len(), 1);
+    }
+
+    #[test]
     fn the_notices_own_time_is_the_deadline() {
         // NTH said the instance goes at 45 s: due at 45 - 30 - 60 < 0, so at once.
         let mut s = interrupted(0);
@@ -677,14 +709,25 @@ mod tests {
     }
 
     #[test]
-    fn deadline_drains_ignore_the_voluntary_drain_limits() {
-        let s = interrupted(0);
+    fn only_a_notice_aws_confirms_drains_outside_the_voluntary_drain_limits() {
+        let mut s = interrupted(0);
         let policy = Policy { max_concurrent_drains: 1, ..Policy::default() };
         let mut state = DrainState::default();
         state.in_progress.insert("n3".into(), DrainStarted::test("i-n3", NOW, false));
         state.last_batch_at.insert("a".into(), Timestamp::from_millis(29_000));
+        // NTH's taint alone (or an Event): a warning, drained within the limits.
+        let p = plan_at(&s, &state, &policy, Timestamp::from_millis(30_000));
+        assert!(p.batches.is_empty(), "{p:?}");
+        assert_eq!(p.waiting[0].reason, DrainWait::ConcurrencyLimit);
+        state.in_progress.clear();
+        let p = plan_at(&s, &state, &policy, Timestamp::from_millis(31_000));
+        assert!(p.batches.is_empty(), "--time-between-drains holds it too: {p:?}");
+        // EC2 marked the spot request for termination: the instance goes whatever the limits say.
+        state.in_progress.insert("n3".into(), DrainStarted::test("i-n3", NOW, false));
+        s.spot_interrupted.insert("i-n1".into());
         let p = plan_at(&s, &state, &policy, Timestamp::from_millis(30_000));
         assert_eq!(p.batches[0].nodes[0].node.as_str(), "n1");
+        assert!(p.batches[0].nodes[0].early);
     }
 
     #[test]

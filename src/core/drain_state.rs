@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::model::{GroupName, InstanceId, NodeName, PodUid, Timestamp};
+use super::model::{GroupName, InstanceId, NodeName, Pod, PodUid, Timestamp};
 
 /// A drain the worker has started.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,4 +68,24 @@ pub struct NodeEvictions {
     /// The watch has shown the node cordoned since the drain started. Until then an uncordoned
     /// node is the drain's own cordon not seen yet, not an operator's uncordon.
     pub(crate) seen_cordoned: bool,
+    /// The evictable pods a live read of the node found, since the last pass: the next pass
+    /// evicts those the view lacks and ends the drain only if the read found none. It counts for
+    /// that one pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) live: Option<Vec<Pod>>,
+}
+
+impl DrainState {
+    /// Folds a live read of a draining node's pods (asked for by
+    /// [`super::DrainingPlan::verify`]) into its progress, for the next pass. Returns whether the
+    /// read found no evictable pod, so the next pass may end the drain.
+    pub fn record_live_read(&mut self, node: &NodeName, pods: Vec<Pod>) -> bool {
+        if !self.in_progress.contains_key(node) {
+            return false;
+        }
+        let evictable: Vec<Pod> = pods.into_iter().filter(|p| p.class.is_evictable()).collect();
+        let empty = evictable.is_empty();
+        self.evictions.entry(node.clone()).or_default().live = Some(evictable);
+        empty
+    }
 }

@@ -6,14 +6,18 @@
 //! plan and folds what happened back in with [`DrainingPlan::withdraw`] and
 //! [`DrainState::record_round`]; it decides nothing itself.
 
+use std::cell::OnceCell;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::drain::{eviction_backoff, eviction_order, next_batches, BatchPlan, DrainView, TimedOutDrain};
+use super::drain::{eviction_backoff, eviction_order_of, next_batches, BatchPlan, DrainView, TimedOutDrain};
 use super::drain_state::{DrainStarted, DrainState, FinishedDrain, NodeEvictions};
-use super::model::{GroupName, InstanceId, Namespace, Node, NodeName, PodClass, PodName, PodUid, Snapshot, Timestamp};
+use super::identity;
+use super::model::{
+    GroupName, InstanceId, Namespace, Node, NodeName, Pod, PodClass, PodName, PodUid, Snapshot, Timestamp,
+};
 use super::policy::Policy;
 use super::signals::fold_signals_with_nodes;
 
@@ -81,14 +85,20 @@ pub struct EndedDrain {
 pub struct DrainingPlan {
     /// Batches to start, drains past their deadline, groups that wait, replacement claims.
     pub drains: BatchPlan,
-    /// Claimed replacement nodes to protect from Cluster Autoscaler's scale-down.
+    /// Claimed replacement nodes to protect from Cluster Autoscaler's scale-down (recorded in the
+    /// ledger before the patch: [`crate::core::LedgerEdit::Protect`]).
     pub protect: Vec<NodeName>,
-    /// Protected nodes no open boost claims any more: their protection is lifted.
+    /// Nodes the booster protected that no open boost claims any more: their protection is
+    /// lifted, then forgotten ([`crate::core::LedgerEdit::Unprotect`]).
     pub(crate) unprotect: Vec<NodeName>,
     /// Drains that end, in node order.
     pub ended: Vec<EndedDrain>,
     /// Evictions due now, in node order (the batches started in this pass included).
     pub evictions: Vec<EvictionRound>,
+    /// Drains with nothing left to evict as far as the view shows: no drain ends before a live
+    /// read of its node's pods, made after its cordon, finds none. The worker reads each and
+    /// folds it in with [`DrainState::record_live_read`] for the next pass.
+    pub verify: Vec<NodeName>,
     /// The drain state once every decision above is carried out.
     pub next: DrainState,
 }
@@ -117,20 +127,43 @@ pub struct Refusal {
     pub first: bool,
 }
 
-/// Plans one draining pass. `protected`: the nodes that carry the scale-down protection now.
+/// Plans one draining pass. `marked`: the nodes that carry the booster's scale-down marker now
+/// (anyone may write it: it only tells whether the booster's own protection is still in place).
 pub fn plan_draining(
     snapshot: &Snapshot,
-    protected: &BTreeSet<NodeName>,
+    marked: &BTreeSet<NodeName>,
     state: &DrainState,
     policy: &Policy,
     now: Timestamp,
 ) -> DrainingPlan {
     let (at_risk, nodes) = fold_signals_with_nodes(snapshot, policy, now);
-    let drains = next_batches(&DrainView { snapshot, at_risk: &at_risk, nodes: &nodes, state }, policy, now);
+    let mut drains = next_batches(&DrainView { snapshot, at_risk: &at_risk, nodes: &nodes, state }, policy, now);
+    // Every termination verifies its Node against EC2 in the pass that decides it: a Node that
+    // no longer does (EC2 names the instance otherwise, or another Node is believed for it) is
+    // never terminated, whatever the ledger or the drain's start said.
+    let contested = OnceCell::new();
+    let verified =
+        |n: &Node| identity::verify(snapshot, contested.get_or_init(|| identity::contested(snapshot)), n).is_ok();
+    for t in drains.timed_out.iter_mut().filter(|t| t.terminate) {
+        let node = snapshot.nodes.get(&t.node).filter(|n| n.instance.as_ref() == Some(&t.instance));
+        t.terminate = node.is_none_or(&verified);
+    }
 
+    // The scale-down protection is the booster's as the ledger records it. A node already carrying
+    // Cluster Autoscaler's annotation, put there by someone else, is never taken over (so never
+    // stripped); one the booster protected whose marker went is protected again.
     let claimed: BTreeSet<&NodeName> = drains.claims.iter().flat_map(|c| c.nodes.iter()).collect();
-    let protect = claimed.iter().filter(|n| !protected.contains(**n)).map(|n| (*n).clone()).collect();
-    let unprotect = protected.iter().filter(|n| !claimed.contains(n)).cloned().collect();
+    let ours = &snapshot.ledger.protected;
+    let protect = claimed
+        .iter()
+        .filter(|n| match snapshot.nodes.get(**n) {
+            Some(_) if ours.contains(**n) => !marked.contains(**n),
+            Some(node) => !node.scale_down_disabled,
+            None => false,
+        })
+        .map(|n| (*n).clone())
+        .collect();
+    let unprotect = ours.iter().filter(|n| !claimed.contains(n)).cloned().collect();
 
     let mut next = state.clone();
     for t in &drains.timed_out {
@@ -159,6 +192,7 @@ pub fn plan_draining(
 
     let mut ended = Vec::new();
     let mut evictions = Vec::new();
+    let mut verify = Vec::new();
     let draining: Vec<(NodeName, DrainStarted)> =
         next.in_progress.iter().map(|(n, d)| (n.clone(), d.clone())).collect();
     for (name, drain) in draining {
@@ -188,11 +222,31 @@ pub fn plan_draining(
             next.evictions.remove(&name);
             continue;
         }
-        if let Some(node) = node.filter(|n| n.pods.iter().any(|p| p.class.is_evictable())) {
-            if let Some(round) = due(node, &drain, progress, now) {
-                evictions.push(round);
+        // A live read counts for the one pass after it: the view may change right after.
+        let live = progress.live.take();
+        if let Some(node) = node {
+            let seen: &[Pod] = if node.pods_known { &node.pods } else { &[] };
+            let left = eviction_order_of(seen, live.as_deref().unwrap_or_default());
+            if !left.is_empty() {
+                let only_read = !left.iter().any(|p| seen.iter().any(|s| s.uid == p.uid));
+                match due(&name, left, &drain, progress, now) {
+                    Some(round) => evictions.push(round),
+                    // Evicted, still going: a view that carries them shows them leave; pods only
+                    // a read found are read again.
+                    None if only_read => verify.push(name),
+                    None => {}
+                }
+                continue;
             }
-            continue;
+            if live.is_none() {
+                // Nothing left as far as the view knows: a live read says so, or not.
+                verify.push(name);
+                continue;
+            }
+            if !verified(node) {
+                // Empty, but not the instance it names: nothing is terminated for it.
+                continue;
+            }
         }
         let decrement = drain.decrement
             || (node.is_some() && may_decrement_now(snapshot, (&next, &drains.timed_out, &ended), &drain));
@@ -212,7 +266,7 @@ pub fn plan_draining(
         next.finished.retain(|i, _| alive.contains(i));
     }
 
-    DrainingPlan { drains, protect, unprotect, ended, evictions, next }
+    DrainingPlan { drains, protect, unprotect, ended, evictions, verify, next }
 }
 
 /// Whether a drain that started without a decrement may terminate with one now. It started
@@ -247,14 +301,20 @@ fn may_decrement_now(
     record.returned.saturating_add(spoken_for) < record.added
 }
 
-/// The pods of `node` that may be evicted now (none while its backoff runs). A drain against a
-/// deadline evicts every pod at once, longest grace period first, so each has its grace period
-/// before the instance goes; others evict critical pods only once no ordinary one is left.
-fn due(node: &Node, drain: &DrainStarted, progress: &NodeEvictions, now: Timestamp) -> Option<EvictionRound> {
+/// The pods of node `name` that may be evicted now, of those `left` in eviction order (none
+/// while its backoff runs). A drain against a deadline evicts every pod at once, longest grace
+/// period first, so each has its grace period before the instance goes; others evict critical
+/// pods only once no ordinary one is left.
+fn due(
+    name: &NodeName,
+    mut order: Vec<&Pod>,
+    drain: &DrainStarted,
+    progress: &NodeEvictions,
+    now: Timestamp,
+) -> Option<EvictionRound> {
     if progress.retry_at.is_some_and(|at| now < at) {
         return None;
     }
-    let mut order = eviction_order(node);
     let ordinary_left = order.iter().any(|p| p.class == PodClass::Ordinary);
     let hold_critical = ordinary_left && drain.deadline.is_none();
     if drain.deadline.is_some() {
@@ -268,7 +328,7 @@ fn due(node: &Node, drain: &DrainStarted, progress: &NodeEvictions, now: Timesta
             .filter(|p| !progress.evicted.contains(&p.uid))
             .map(|p| PodToEvict { namespace: p.namespace.clone(), name: p.name.clone(), uid: p.uid.clone() }),
     );
-    (!pods.is_empty()).then(|| EvictionRound { node: node.name.clone(), group: drain.group.clone(), pods })
+    (!pods.is_empty()).then(|| EvictionRound { node: name.clone(), group: drain.group.clone(), pods })
 }
 
 impl DrainingPlan {
@@ -284,6 +344,7 @@ impl DrainingPlan {
         self.next.evictions.remove(node);
         self.ended.retain(|e| &e.node != node);
         self.evictions.retain(|r| &r.node != node);
+        self.verify.retain(|n| n != node);
     }
 }
 
@@ -329,7 +390,7 @@ impl DrainState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::model::{BoostRecord, Group, Pod, Signal};
+    use crate::core::model::{BoostRecord, Evidence, Group, Node, Pod, Signal};
 
     const NOW: Timestamp = Timestamp::from_millis(600_000);
 
@@ -357,6 +418,101 @@ mod tests {
         NodeName::from("n1")
     }
 
+    /// `state` once a live read of `node` found no pod.
+    fn read_empty(mut state: DrainState, node: &str) -> DrainState {
+        assert!(state.record_live_read(&NodeName::from(node), Vec::new()), "{node} is draining");
+        state
+    }
+
+    fn uids(round: &EvictionRound) -> Vec<&str> {
+        round.pods.iter().map(|p| p.uid.as_str()).collect()
+    }
+
+    #[test]
+    fn a_drain_ends_only_once_a_live_read_finds_its_node_empty() {
+        let s = ready_to_drain();
+        let started = plan_draining(&s, &BTreeSet::new(), &DrainState::default(), &policy(), NOW);
+        let mut empty = s.clone();
+        empty.nodes.get_mut(&n1()).unwrap().pods.clear();
+        let looked = plan_draining(&empty, &BTreeSet::new(), &started.next, &policy(), NOW);
+        assert!(looked.ended.is_empty(), "the view shows no pod: not enough to terminate");
+        assert_eq!(looked.verify, vec![n1()]);
+
+        // The read finds a pod the view lacks (bound just before the cordon): evicted, not ended.
+        let mut state = looked.next;
+        let found = vec![Pod::test("late", 100, 1 << 20), Pod::test("ds", 1, 1).class(PodClass::DaemonSet)];
+        assert!(!state.record_live_read(&n1(), found));
+        let p = plan_draining(&empty, &BTreeSet::new(), &state, &policy(), NOW);
+        assert!(p.ended.is_empty());
+        assert_eq!(uids(&p.evictions[0]), vec!["uid-late"], "the DaemonSet pod stays");
+
+        // Evicted and still going: read again, and a read counts for one pass only.
+        let mut state = p.next;
+        state.record_round(&n1(), [("uid-late", EvictionResult::Evicted)], &policy(), NOW);
+        let p = plan_draining(&empty, &BTreeSet::new(), &state, &policy(), NOW);
+        assert!(p.ended.is_empty() && p.evictions.is_empty(), "{p:?}");
+        assert_eq!(p.verify, vec![n1()]);
+        let p = plan_draining(&empty, &BTreeSet::new(), &read_empty(p.next, "n1"), &policy(), NOW);
+        assert_eq!(p.ended[0].ending, HowDrainEnded::Drained { terminate: true, decrement: true });
+    }
+
+    #[test]
+    fn a_node_registered_later_under_a_boosted_instance_takes_no_drain() {
+        // The ledger remembers i-n1 and its signal came through "a-forged", a Node someone
+        // registered with i-n1's providerID (empty, cordoned). EC2 named i-n1 "n1".
+        let mut s = ready_to_drain();
+        s.signals = vec![Signal {
+            instance: "i-n1".into(),
+            evidence: Evidence::Ledger,
+            ..Signal::rebalance("a-forged", 1_000)
+        }];
+        let forged = Node::test("a-forged", "a").with_instance("i-n1").cordoned();
+        s.nodes.insert(forged.name.clone(), forged);
+        let p = plan_draining(&s, &BTreeSet::new(), &DrainState::default(), &policy(), NOW);
+        let started: Vec<&NodeName> = p.drains.batches.iter().flat_map(|b| b.nodes.iter().map(|t| &t.node)).collect();
+        assert_eq!(started, vec![&n1()], "the Node EC2 named is the one drained");
+        assert_eq!(uids(&p.evictions[0]), vec!["uid-n1-p0", "uid-n1-p1"]);
+
+        // The real Node gone from the view: the forged one alone is still not the instance.
+        s.nodes.remove(&n1());
+        let p = plan_draining(&s, &BTreeSet::new(), &DrainState::default(), &policy(), NOW);
+        assert!(p.drains.batches.is_empty(), "{:?}", p.drains);
+
+        // A drain under way whose Node stops verifying is never terminated, drained or timed out.
+        let s = ready_to_drain();
+        let started = plan_draining(&s, &BTreeSet::new(), &DrainState::default(), &policy(), NOW);
+        let mut moved = s.clone();
+        moved.nodes.get_mut(&n1()).unwrap().pods.clear();
+        moved.instances.get_mut(&InstanceId::from("i-n1")).unwrap().private_dns_name =
+            Some("ip-10-9-9-9.ec2.internal".into());
+        let p = plan_draining(&moved, &BTreeSet::new(), &read_empty(started.next.clone(), "n1"), &policy(), NOW);
+        assert!(p.ended.is_empty(), "{:?}", p.ended);
+        let forced = Policy { terminate_after_drain_timeout: true, ..policy() };
+        let late = NOW.plus(forced.drain_timeout);
+        let p = plan_draining(&moved, &BTreeSet::new(), &started.next, &forced, late);
+        assert_eq!(p.drains.timed_out.len(), 1);
+        assert!(!p.drains.timed_out[0].terminate, "timed out, but not the instance it names: kept");
+    }
+
+    #[test]
+    fn a_node_whose_pods_the_view_left_out_is_never_taken_for_drained() {
+        let s = ready_to_drain();
+        let started = plan_draining(&s, &BTreeSet::new(), &DrainState::default(), &policy(), NOW);
+        let mut unknown = s.clone();
+        let node = unknown.nodes.remove(&n1()).unwrap().pods_unknown();
+        unknown.nodes.insert(n1(), node);
+        let p = plan_draining(&unknown, &BTreeSet::new(), &started.next, &policy(), NOW);
+        assert!(p.ended.is_empty() && p.evictions.is_empty(), "{p:?}");
+        assert_eq!(p.verify, vec![n1()]);
+
+        // The live read finds its pods: they are evicted, though the view still lacks them.
+        let mut state = p.next;
+        assert!(!state.record_live_read(&n1(), s.nodes[&n1()].pods.clone()));
+        let p = plan_draining(&unknown, &BTreeSet::new(), &state, &policy(), NOW);
+        assert_eq!(uids(&p.evictions[0]), vec!["uid-n1-p0", "uid-n1-p1"]);
+        assert!(p.ended.is_empty());
+    }
+
     #[test]
     fn a_started_batch_is_evicted_in_the_same_pass_and_its_replacement_protected() {
         let p = plan_draining(&ready_to_drain(), &BTreeSet::new(), &DrainState::default(), &policy(), NOW);
@@ -366,6 +522,30 @@ mod tests {
         assert_eq!(p.evictions[0].pods.len(), 2);
         assert_eq!(p.next.in_progress[&n1()].started_at, NOW);
         assert!(p.next.evictions[&n1()].seen_cordoned, "NTH's cordon: nothing of ours to wait for");
+    }
+
+    #[test]
+    fn only_the_protection_the_ledger_records_as_the_boosters_is_ever_lifted_or_put_back() {
+        let mut s = ready_to_drain();
+        let p = plan_draining(&s, &BTreeSet::new(), &DrainState::default(), &policy(), NOW);
+        assert_eq!(p.protect, vec![NodeName::from("r1")]);
+        // An admin protected r1 already: never taken over.
+        s.nodes.get_mut(&NodeName::from("r1")).unwrap().scale_down_disabled = true;
+        let p = plan_draining(&s, &BTreeSet::new(), &DrainState::default(), &policy(), NOW);
+        assert!(p.protect.is_empty(), "{:?}", p.protect);
+        // A tenant's spoofed marker on n2, where an admin put the annotation: nothing to lift.
+        s.nodes.get_mut(&NodeName::from("n2")).unwrap().scale_down_disabled = true;
+        let marked = BTreeSet::from([NodeName::from("n2")]);
+        let p = plan_draining(&s, &marked, &DrainState::default(), &policy(), NOW);
+        assert!(p.unprotect.is_empty(), "{:?}", p.unprotect);
+        // The booster's own protection of a node no boost claims any more is lifted.
+        s.ledger.protected.insert(NodeName::from("n2"));
+        let p = plan_draining(&s, &marked, &DrainState::default(), &policy(), NOW);
+        assert_eq!(p.unprotect, vec![NodeName::from("n2")]);
+        // Its own on a claimed node whose marker went is put back.
+        s.ledger.protected.insert(NodeName::from("r1"));
+        let p = plan_draining(&s, &marked, &DrainState::default(), &policy(), NOW);
+        assert_eq!(p.protect, vec![NodeName::from("r1")]);
     }
 
     #[test]
@@ -438,7 +618,7 @@ mod tests {
         let started = plan_draining(&s, &BTreeSet::new(), &DrainState::default(), &policy(), NOW);
         let mut empty = s.clone();
         empty.nodes.get_mut(&n1()).unwrap().pods.clear();
-        let p = plan_draining(&empty, &BTreeSet::new(), &started.next, &policy(), NOW);
+        let p = plan_draining(&empty, &BTreeSet::new(), &read_empty(started.next, "n1"), &policy(), NOW);
         assert_eq!(p.ended[0].ending, HowDrainEnded::Drained { terminate: true, decrement: true });
         assert_eq!(p.next.finished.get(&InstanceId::from("i-n1")), Some(&FinishedDrain::Drained));
     }
@@ -455,13 +635,13 @@ mod tests {
         let mut answered = s.clone();
         answered.ledger.records[0].raising_to = None;
         answered.nodes.get_mut(&n1()).unwrap().pods.clear();
-        let p = plan_draining(&answered, &BTreeSet::new(), &started.next, &policy(), NOW);
+        let p = plan_draining(&answered, &BTreeSet::new(), &read_empty(started.next.clone(), "n1"), &policy(), NOW);
         assert_eq!(p.ended[0].ending, HowDrainEnded::Drained { terminate: true, decrement: true });
 
         // Still in flight when it ends: terminated without, the capacity stays the boost's.
         let mut unanswered = s.clone();
         unanswered.nodes.get_mut(&n1()).unwrap().pods.clear();
-        let p = plan_draining(&unanswered, &BTreeSet::new(), &started.next, &policy(), NOW);
+        let p = plan_draining(&unanswered, &BTreeSet::new(), &read_empty(started.next, "n1"), &policy(), NOW);
         assert_eq!(p.ended[0].ending, HowDrainEnded::Drained { terminate: true, decrement: false });
     }
 
@@ -485,6 +665,7 @@ mod tests {
             );
         }
         s.nodes.get_mut(&n1()).unwrap().pods.clear();
+        let state = read_empty(read_empty(state, "n1"), "n2");
         let p = plan_draining(&s, &BTreeSet::new(), &state, &policy(), NOW);
         let decrements: Vec<bool> =
             p.ended.iter().map(|e| matches!(e.ending, HowDrainEnded::Drained { decrement: true, .. })).collect();

@@ -111,6 +111,22 @@ mod tests {
     }
 
     #[test]
+    fn each_boost_is_judged_by_its_own_claim_whatever_the_ledgers_order() {
+        // The ledger lists the newer boost (of n2, at 100 s) first. Only the older one (of n1, at
+        // 0 s) has a replacement: r1, created at 20 s, before the newer boost.
+        let policy = Policy::default();
+        let mut s = boosted().with_node(Node::test("n2", "a").cordoned()).with_signal(Signal::rebalance("n2", 0));
+        s.ledger.records.insert(0, BoostRecord::test("a", &["i-n2"], 1, 100_000));
+        s = s.with_node(Node::test("r1", "a").created_at(20_000));
+        let at_risk = fold_signals(&s, &policy, Timestamp::EPOCH);
+        let at = Timestamp::from_millis(100_000).plus(policy.replacement_timeout);
+        let expired = expire_boosts(&s, &s.ledger, &at_risk, &policy, at);
+        assert_eq!(expired.len(), 1, "{expired:?}");
+        assert_eq!(expired[0].record, s.ledger.records[0].id(), "the newer boost, whose replacement never came");
+        assert_eq!(expired[0].ready, 0);
+    }
+
+    #[test]
     fn a_boost_with_its_replacement_ready_expires_only_at_the_maximum_age() {
         let policy = Policy::default();
         let mut s = boosted();

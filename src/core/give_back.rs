@@ -9,17 +9,20 @@
 //! leaves only through the drainer: for each such instance, while its boost still has a node to
 //! return, one node of the group is chosen (Ready, schedulable, not at risk nor serving a boost,
 //! no pod that opted out of disruption or that nothing recreates; fewest pods, newest first),
+//! by its pods as the watch holds them (a view leaves most nodes' pods out: [`pods_needed`] names
+//! the nodes whose pods are attached for this; a node whose pods are unknown is never chosen),
 //! recorded in the ledger, then cordoned, drained and terminated with decrement by the drainer.
 //! Never below the size the group had before its oldest open boost, nor below MinSize, and not
 //! while Cluster Autoscaler's own scale-up is in flight (its target leads the live value). Nor
 //! while instances of the group are still joining: the room they bring is what the give-back
 //! removes, so choosing before they are Ready would evict pods into a cluster without room (and
 //! the group's own replacement for the instance taken, once Ready and empty, is the natural node
-//! to give back). When no node qualifies before `--replacement-timeout`, the capacity is left to
-//! Cluster Autoscaler.
+//! to give back). When every node that could be given back carries a pod that opted out or that
+//! nothing recreates, or no node qualifies before `--replacement-timeout`, the capacity is left
+//! to Cluster Autoscaler.
 
 use std::cell::OnceCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -40,9 +43,28 @@ pub enum GiveBackHow {
     /// Nothing to give back: the boost returned all it added, or the group is at the size it had
     /// before (or at MinSize). The instance is only settled.
     AtFloor,
-    /// No node of the group could be drained for it in time: Cluster Autoscaler scales the group
-    /// down when it finds the room unneeded.
-    LeftToClusterAutoscaler,
+    /// No node of the group can be drained for it: Cluster Autoscaler scales the group down when
+    /// it finds the room unneeded.
+    LeftToClusterAutoscaler {
+        /// Why no node was drained.
+        why: LeftWhy,
+    },
+}
+
+/// Why a give-back is left to Cluster Autoscaler.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "why")]
+pub enum LeftWhy {
+    /// No node of the group qualified before `--replacement-timeout`.
+    NoNodeInTime,
+    /// Every node that could be given back carries a pod that opted out of disruption or that
+    /// nothing recreates; `node` is one, with some of those `pods`.
+    PodsProtected {
+        /// One such node.
+        node: NodeName,
+        /// Some of its pods that keep it, as `namespace/name`.
+        pods: Vec<String>,
+    },
 }
 
 /// One instance AWS took first, and how its boost's node is given back.
@@ -56,6 +78,94 @@ pub struct GiveBack {
     pub how: GiveBackHow,
 }
 
+/// An instance AWS took first, still to be given back.
+struct Taken<'s> {
+    instance: &'s InstanceId,
+    /// Its boost still has a node to return.
+    returns: bool,
+    /// When its boost was decided.
+    boosted_at: Timestamp,
+}
+
+/// What the give-backs start from: per group, the instances that left it without the booster,
+/// and the floor (the size before its oldest open boost) and the nodes already being given back.
+struct TakenFirst<'s> {
+    per_group: BTreeMap<&'s GroupName, Vec<Taken<'s>>>,
+    floors: BTreeMap<&'s GroupName, u32>,
+    in_flight: BTreeMap<&'s GroupName, u32>,
+    /// Instances with a Ready node (running, whatever the lists say).
+    running: OnceCell<FastSet<&'s InstanceId>>,
+}
+
+impl<'s> TakenFirst<'s> {
+    fn of(snapshot: &'s Snapshot) -> Self {
+        let running = OnceCell::new();
+        let mut per_group: BTreeMap<&GroupName, Vec<Taken<'_>>> = BTreeMap::new();
+        let mut floors: BTreeMap<&GroupName, u32> = BTreeMap::new();
+        let mut in_flight: BTreeMap<&GroupName, u32> = BTreeMap::new();
+        for record in &snapshot.ledger.records {
+            let Some(members) = snapshot.groups.get(&record.group).and_then(|g| g.members.as_ref()) else { continue };
+            let floor = floors.entry(&record.group).or_insert(u32::MAX);
+            *floor = (*floor).min(record.before);
+            let giving = u32::try_from(record.giving_back.len()).unwrap_or(u32::MAX);
+            *in_flight.entry(&record.group).or_default() += giving;
+            // A boost whose write is not known to have applied has nothing to give back yet.
+            let added = if record.raising_to.is_some() { 0 } else { record.added };
+            let mut left = added.saturating_sub(record.returned).saturating_sub(giving);
+            let taken = |i: &&InstanceId| {
+                !members.contains(*i)
+                    && !record.settled.contains(*i)
+                    && !record.giving_back.contains_key(*i)
+                    && !running_instances(&running, snapshot).contains(*i)
+            };
+            for instance in record.instances.iter().filter(taken) {
+                let returns = left > 0;
+                left = left.saturating_sub(1);
+                per_group.entry(&record.group).or_default().push(Taken { instance, returns, boosted_at: record.at });
+            }
+        }
+        TakenFirst { per_group, floors, in_flight, running }
+    }
+
+    fn running(&self, snapshot: &'s Snapshot) -> &FastSet<&'s InstanceId> {
+        running_instances(&self.running, snapshot)
+    }
+}
+
+// An instance whose node is still Ready is running, whatever the list says: never taken. Looked
+// up only for instances missing from their group's list, so built only then.
+fn running_instances<'c, 's>(
+    cell: &'c OnceCell<FastSet<&'s InstanceId>>,
+    snapshot: &'s Snapshot,
+) -> &'c FastSet<&'s InstanceId> {
+    cell.get_or_init(|| snapshot.nodes.values().filter(|n| n.ready).filter_map(|n| n.instance.as_ref()).collect())
+}
+
+/// Whether `node` of `group` may be looked at to give capacity back (before its pods are).
+fn may_give_back(node: &Node, group: &GroupName) -> bool {
+    node.group.as_ref() == Some(group) && node.ready && !node.cordoned && !node.deleting_by_ca && !node.opted_out
+}
+
+/// The nodes whose pods the give-backs need and a view may have left out (see
+/// [`Node::pods_known`]): the nodes of every group with an instance still to give back, and the
+/// nodes already chosen for one. A node is chosen, and drained, only by its pods.
+pub fn pods_needed(snapshot: &Snapshot) -> BTreeSet<NodeName> {
+    let mut needed: BTreeSet<NodeName> = snapshot
+        .ledger
+        .records
+        .iter()
+        .flat_map(|r| r.giving_back.values().map(|g| g.node.clone()))
+        .filter(|n| snapshot.nodes.get(n).is_some_and(|n| !n.pods_known))
+        .collect();
+    let taken = TakenFirst::of(snapshot);
+    for (group, _) in taken.per_group.iter().filter(|(_, t)| t.iter().any(|t| t.returns)) {
+        needed.extend(
+            snapshot.nodes.values().filter(|n| !n.pods_known && may_give_back(n, group)).map(|n| n.name.clone()),
+        );
+    }
+    needed
+}
+
 /// The give-backs to start now, for instances that left their group without the booster.
 pub(crate) fn plan_give_backs(
     snapshot: &Snapshot,
@@ -63,46 +173,11 @@ pub(crate) fn plan_give_backs(
     policy: &Policy,
     now: Timestamp,
 ) -> Vec<GiveBack> {
-    // An instance whose node is still Ready is running, whatever the list says: never taken.
-    // Looked up only for instances missing from their group's list, so built only then.
-    let running: OnceCell<FastSet<&InstanceId>> = OnceCell::new();
-    let running = || {
-        running
-            .get_or_init(|| snapshot.nodes.values().filter(|n| n.ready).filter_map(|n| n.instance.as_ref()).collect())
-    };
-    struct Taken<'s> {
-        instance: &'s InstanceId,
-        returns: bool,
-        waited_out: bool,
-    }
-    let mut per_group: BTreeMap<&GroupName, Vec<Taken<'_>>> = BTreeMap::new();
-    let mut floors: BTreeMap<&GroupName, u32> = BTreeMap::new();
-    let mut in_flight: BTreeMap<&GroupName, u32> = BTreeMap::new();
-    for record in &snapshot.ledger.records {
-        let Some(members) = snapshot.groups.get(&record.group).and_then(|g| g.members.as_ref()) else { continue };
-        let floor = floors.entry(&record.group).or_insert(u32::MAX);
-        *floor = (*floor).min(record.before);
-        let giving = u32::try_from(record.giving_back.len()).unwrap_or(u32::MAX);
-        *in_flight.entry(&record.group).or_default() += giving;
-        // A boost whose write is not known to have applied has nothing to give back yet.
-        let added = if record.raising_to.is_some() { 0 } else { record.added };
-        let mut left = added.saturating_sub(record.returned).saturating_sub(giving);
-        let taken = |i: &&InstanceId| {
-            !members.contains(*i)
-                && !record.settled.contains(*i)
-                && !record.giving_back.contains_key(*i)
-                && !running().contains(*i)
-        };
-        for instance in record.instances.iter().filter(taken) {
-            let returns = left > 0;
-            left = left.saturating_sub(1);
-            let waited_out = now.since(record.at) >= policy.replacement_timeout;
-            per_group.entry(&record.group).or_default().push(Taken { instance, returns, waited_out });
-        }
-    }
-    if per_group.is_empty() {
+    let taken_first = TakenFirst::of(snapshot);
+    if taken_first.per_group.is_empty() {
         return Vec::new();
     }
+    let running = || taken_first.running(snapshot);
 
     let chosen: FastSet<&NodeName> =
         snapshot.ledger.records.iter().flat_map(|r| r.giving_back.values().map(|g| &g.node)).collect();
@@ -116,52 +191,74 @@ pub(crate) fn plan_give_backs(
         .flat_map(|c| c.nodes)
         .collect();
 
-    let twice = identity::claimed_twice(snapshot);
+    let serving_in = |group: &GroupName| {
+        snapshot.nodes.values().any(|n| n.group.as_ref() == Some(group) && serving.contains(&n.name))
+    };
+    let contested = identity::contested(snapshot);
     let mut plan = Vec::new();
-    for (name, taken) in per_group {
-        let Some(group) = snapshot.groups.get(name) else { continue };
+    for (name, taken) in &taken_first.per_group {
+        let Some(group) = snapshot.groups.get(*name) else { continue };
         if group.ca.as_ref().is_some_and(|ca| ca.cloud_provider_target > group.desired) {
             // CA is scaling the group up: live desired is about to be CA's, not ours to lower.
             continue;
         }
         let members = group.members.as_ref();
         let joining = members.is_some_and(|m| m.iter().any(|i| !running().contains(i)));
-        let floor = floors.get(name).copied().unwrap_or(0).max(group.min);
-        let mut room = group.desired.saturating_sub(floor).saturating_sub(in_flight.get(name).copied().unwrap_or(0));
-        let mut candidates: Vec<(&Node, &InstanceId)> = snapshot
+        let floor = taken_first.floors.get(name).copied().unwrap_or(0).max(group.min);
+        let in_flight = taken_first.in_flight.get(name).copied().unwrap_or(0);
+        let mut room = group.desired.saturating_sub(floor).saturating_sub(in_flight);
+        let eligible: Vec<(&Node, &InstanceId)> = snapshot
             .nodes
             .values()
-            .filter(|n| n.group.as_ref() == Some(name) && n.ready && !n.cordoned && !n.deleting_by_ca && !n.opted_out)
+            .filter(|n| may_give_back(n, name) && n.pods_known)
             .filter_map(|n| n.instance.as_ref().map(|i| (n, i)))
             .filter(|(_, i)| members.is_some_and(|m| m.contains(*i)) && !covered.contains_key(i) && !risky.contains(i))
             .filter(|(n, _)| !chosen.contains(&n.name) && !serving.contains(&n.name))
-            .filter(|(n, _)| !n.pods.iter().any(|p| p.class.is_evictable() && (p.opt_out.is_some() || p.bare)))
             // Its instance is terminated: only a node EC2 agrees is that instance.
-            .filter(|(n, _)| identity::verify(snapshot, &twice, n).is_ok())
+            .filter(|(n, _)| identity::verify(snapshot, &contested, n).is_ok())
             .collect();
+        // A node carrying a pod that opted out of disruption, or that nothing recreates, is never
+        // given back: the capacity is Cluster Autoscaler's to remove when every node carries one.
+        let (mut candidates, protecting): (Vec<_>, Vec<_>) =
+            eligible.into_iter().partition(|(n, _)| protected_pods(n).is_empty());
         let evictable = |n: &Node| n.pods.iter().filter(|p| p.class.is_evictable()).count();
         candidates.sort_by(|(a, _), (b, _)| {
             evictable(a).cmp(&evictable(b)).then_with(|| b.created.cmp(&a.created)).then_with(|| a.name.cmp(&b.name))
         });
         let mut candidates = candidates.into_iter();
         for t in taken {
+            let waited_out = now.since(t.boosted_at) >= policy.replacement_timeout;
             let how = if !t.returns || room == 0 {
                 GiveBackHow::AtFloor
-            } else if joining && !t.waited_out {
+            } else if joining && !waited_out {
                 continue;
             } else if let Some((node, instance)) = candidates.next() {
                 room -= 1;
                 GiveBackHow::Drain(GiveBackNode { node: node.name.clone(), instance: instance.clone(), chosen_at: now })
-            } else if t.waited_out {
-                GiveBackHow::LeftToClusterAutoscaler
+            } else if let Some((node, _)) = protecting.first().filter(|_| waited_out || !serving_in(name)) {
+                // No node is freed later by a drain it serves: waiting changes nothing.
+                let pods = protected_pods(node).into_iter().take(3).collect();
+                GiveBackHow::LeftToClusterAutoscaler { why: LeftWhy::PodsProtected { node: node.name.clone(), pods } }
+            } else if waited_out {
+                GiveBackHow::LeftToClusterAutoscaler { why: LeftWhy::NoNodeInTime }
             } else {
                 // The group's own replacement for the taken instance may still be joining.
                 continue;
             };
-            plan.push(GiveBack { group: name.clone(), reclaimed: t.instance.clone(), how });
+            plan.push(GiveBack { group: (*name).clone(), reclaimed: t.instance.clone(), how });
         }
     }
     plan
+}
+
+/// The evictable pods of `node` that keep it from being given back, as `namespace/name`: those
+/// that opted out of disruption and those no controller recreates.
+fn protected_pods(node: &Node) -> Vec<String> {
+    node.pods
+        .iter()
+        .filter(|p| p.class.is_evictable() && (p.opt_out.is_some() || p.bare))
+        .map(|p| format!("{}/{}", p.namespace, p.name))
+        .collect()
 }
 
 impl GiveBack {
@@ -170,7 +267,9 @@ impl GiveBack {
     pub(crate) fn edit(&self) -> LedgerEdit {
         match &self.how {
             GiveBackHow::Drain(node) => LedgerEdit::GiveBack { reclaimed: self.reclaimed.clone(), node: node.clone() },
-            GiveBackHow::AtFloor | GiveBackHow::LeftToClusterAutoscaler => LedgerEdit::Settle(self.reclaimed.clone()),
+            GiveBackHow::AtFloor | GiveBackHow::LeftToClusterAutoscaler { .. } => {
+                LedgerEdit::Settle(self.reclaimed.clone())
+            }
         }
     }
 }
@@ -243,7 +342,8 @@ mod tests {
 
         let late = Timestamp::EPOCH.plus(Policy::default().replacement_timeout);
         let p = plan_give_backs(&s, &fold_signals(&s, &Policy::default(), late), &Policy::default(), late);
-        assert_eq!(p[0].how, GiveBackHow::LeftToClusterAutoscaler, "after --replacement-timeout");
+        let why = LeftWhy::PodsProtected { node: "n2".into(), pods: vec!["default/n2-p0".into()] };
+        assert_eq!(p[0].how, GiveBackHow::LeftToClusterAutoscaler { why }, "after --replacement-timeout");
     }
 
     #[test]
@@ -254,11 +354,51 @@ mod tests {
         let mut s = snapshot(group, vec![record(&["i-1"], 1, 4)]);
         s.describe(&Node::test("ip-10-0-7-7.ec2.internal", "a").with_instance("i-n9"));
         assert_eq!(chosen(&plan(&s)[0]), Some("n2"), "the emptiest verified node instead");
-        // Two Nodes claiming i-n2: neither is believed.
+        // A second Node claiming i-n2: n2 carries the name EC2 gave i-n2, so it is still believed.
         s.nodes.insert("n7".into(), Node::test("n7", "a").with_instance("i-n2"));
+        assert_eq!(chosen(&plan(&s)[0]), Some("n2"));
+        // A third, under EC2's name too: none of them is.
+        s.nodes.insert("n2.ec2.internal".into(), Node::test("n2.ec2.internal", "a").with_instance("i-n2"));
+        s.instances.get_mut(&InstanceId::from("i-n2")).unwrap().private_dns_name = Some("n2.ec2.internal".into());
         assert_eq!(chosen(&plan(&s)[0]), Some("n3"));
         s.instances.clear();
         assert!(plan(&s).is_empty(), "nothing verified while EC2 is not asked: wait");
+    }
+
+    #[test]
+    fn a_node_whose_pods_the_view_left_out_is_never_chosen_but_named_for_its_pods() {
+        // n2 looks empty only because the view carries no pods for it (uncordoned, no signal).
+        let group = Group::test("a").desired(5).members(["i-n2", "i-n3", "i-n9"]);
+        let mut s = snapshot(group, vec![record(&["i-1"], 1, 4)]);
+        let n2 = s.nodes.remove(&NodeName::from("n2")).unwrap().with_pods(4, 1, 1).pods_unknown();
+        s.nodes.insert(n2.name.clone(), n2);
+        assert_eq!(chosen(&plan(&s)[0]), Some("n3"), "the emptiest node whose pods are known");
+        assert_eq!(pods_needed(&s), BTreeSet::from([NodeName::from("n2")]));
+
+        // Nothing to give back: no pods are needed.
+        let group = Group::test("a").desired(4).members(["i-n2", "i-n3"]);
+        let mut s = snapshot(group, vec![]);
+        s.nodes.values_mut().for_each(|n| n.pods_known = false);
+        assert!(pods_needed(&s).is_empty());
+    }
+
+    #[test]
+    fn when_every_node_carries_an_opted_out_or_bare_pod_the_capacity_is_left_to_ca_at_once() {
+        let group = Group::test("a").desired(5).members(["i-n2", "i-n3"]);
+        let mut s = snapshot(group, vec![record(&["i-1"], 1, 4)]);
+        for (name, opted) in [("n2", true), ("n3", false)] {
+            let node = s.nodes.get_mut(&NodeName::from(name)).unwrap();
+            node.pods = Node::test(name, "a").with_pods(1, 1, 1).pods;
+            if opted {
+                node.pods[0].opt_out = Some(crate::core::OptOut::NotSafeToEvict);
+            } else {
+                node.pods[0].bare = true;
+            }
+        }
+        let p = plan(&s);
+        let why = LeftWhy::PodsProtected { node: "n2".into(), pods: vec!["default/n2-p0".into()] };
+        assert_eq!(p[0].how, GiveBackHow::LeftToClusterAutoscaler { why }, "before --replacement-timeout");
+        assert_eq!(p[0].edit(), LedgerEdit::Settle("i-1".into()), "settled: no node is chosen later");
     }
 
     #[test]

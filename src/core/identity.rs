@@ -9,32 +9,53 @@
 //! did not give (custom hostnames): a name shaped like an EC2 name that does not match is a lie
 //! no address can mend.
 
-use super::fast_hash::{FastMap, FastSet};
-use super::model::{InstanceFacts, InstanceId, Node, Snapshot};
+use super::fast_hash::FastMap;
+use super::model::{InstanceFacts, InstanceId, Node, NodeName, Snapshot};
 use super::signals::Distrust;
 
-/// The instances that more than one Node claims: none of those Nodes is believed.
-pub(crate) fn claimed_twice(snapshot: &Snapshot) -> FastSet<&InstanceId> {
-    let mut claims: FastMap<&InstanceId, u32> =
+/// The instances more than one Node claims, each with the claimant believed: the one Node whose
+/// name EC2 gave that instance (its private DNS name, or its id). Any Node may name any instance
+/// in its providerID, so a claim alone decides nothing; when both or neither carry EC2's name,
+/// none is believed (and the instance's notices are refused, which the refusals' metric shows).
+pub(crate) fn contested(snapshot: &Snapshot) -> FastMap<&InstanceId, Option<&NodeName>> {
+    let mut claims: FastMap<&InstanceId, (u32, u32, Option<&NodeName>)> =
         FastMap::with_capacity_and_hasher(snapshot.nodes.len(), Default::default());
-    for instance in snapshot.nodes.values().filter_map(|n| n.instance.as_ref()) {
-        *claims.entry(instance).or_default() += 1;
+    for node in snapshot.nodes.values() {
+        let Some(instance) = node.instance.as_ref() else { continue };
+        let (count, named, believed) = claims.entry(instance).or_default();
+        *count += 1;
+        if named_by_ec2(node, instance, snapshot.instances.get(instance)) {
+            *named += 1;
+            *believed = Some(&node.name);
+        }
     }
-    claims.into_iter().filter(|(_, n)| *n > 1).map(|(i, _)| i).collect()
+    claims
+        .into_iter()
+        .filter(|(_, (count, _, _))| *count > 1)
+        .map(|(i, (_, named, believed))| (i, believed.filter(|_| named == 1)))
+        .collect()
 }
 
-/// Whether `node` is verified as the instance it names, given the instances claimed twice.
-pub(crate) fn verify(snapshot: &Snapshot, twice: &FastSet<&InstanceId>, node: &Node) -> Result<(), Distrust> {
+/// Whether `node` is verified as the instance it names, given the instances [`contested`].
+pub(crate) fn verify(
+    snapshot: &Snapshot,
+    contested: &FastMap<&InstanceId, Option<&NodeName>>,
+    node: &Node,
+) -> Result<(), Distrust> {
     let instance = node.instance.as_ref();
     let facts = instance.and_then(|i| snapshot.instances.get(i));
-    verify_against(node, facts, instance.is_some_and(|i| twice.contains(i)))
+    let believed = match instance.and_then(|i| contested.get(i)) {
+        None => true,
+        Some(believed) => *believed == Some(&node.name),
+    };
+    verify_against(node, facts, !believed)
 }
 
 /// [`verify`], with EC2's description of the node's instance (if any) and whether another Node
-/// claims that instance too already found.
-pub(crate) fn verify_against(node: &Node, facts: Option<&InstanceFacts>, claimed_twice: bool) -> Result<(), Distrust> {
+/// is believed for that instance (or none is) already found.
+pub(crate) fn verify_against(node: &Node, facts: Option<&InstanceFacts>, disbelieved: bool) -> Result<(), Distrust> {
     let Some(instance) = node.instance.as_ref() else { return Err(Distrust::IdentityMismatch) };
-    if claimed_twice {
+    if disbelieved {
         return Err(Distrust::ClaimedTwice);
     }
     let facts = facts.ok_or(Distrust::InstanceNotDescribed)?;
@@ -45,19 +66,27 @@ pub(crate) fn verify_against(node: &Node, facts: Option<&InstanceFacts>, claimed
     }
 }
 
-fn matches(node: &Node, instance: &InstanceId, facts: &InstanceFacts) -> bool {
+/// The strong evidence: the Node's name is the one EC2 gave the instance (its id, or its private
+/// DNS name or that name's host part). A kubelet may write only the Node its credential names.
+pub(crate) fn named_by_ec2(node: &Node, instance: &InstanceId, facts: Option<&InstanceFacts>) -> bool {
     let name = node.name.as_bytes();
     let id = instance.as_bytes();
     if name.eq_ignore_ascii_case(id) || (starts_with_ignore_case(name, id) && name.get(id.len()) == Some(&b'.')) {
         return true;
     }
-    if let Some(dns) = facts.private_dns_name.as_deref().map(str::as_bytes).filter(|d| !d.is_empty()) {
-        let host = dns.split(|b| *b == b'.').next().unwrap_or_default();
-        if name.eq_ignore_ascii_case(dns) || name.eq_ignore_ascii_case(host) {
-            return true;
-        }
+    let Some(dns) = facts.and_then(|f| f.private_dns_name.as_deref()).map(str::as_bytes).filter(|d| !d.is_empty())
+    else {
+        return false;
+    };
+    let host = dns.split(|b| *b == b'.').next().unwrap_or_default();
+    name.eq_ignore_ascii_case(dns) || name.eq_ignore_ascii_case(host)
+}
+
+fn matches(node: &Node, instance: &InstanceId, facts: &InstanceFacts) -> bool {
+    if named_by_ec2(node, instance, Some(facts)) {
+        return true;
     }
-    if ec2_shaped(name) {
+    if ec2_shaped(node.name.as_bytes()) {
         return false;
     }
     facts.private_ip.as_ref().is_some_and(|ip| node.internal_ips.iter().any(|a| a == ip))
@@ -101,8 +130,8 @@ mod tests {
             s.instances.insert(n.instance.clone().unwrap(), f);
         }
         s.nodes.insert(n.name.clone(), n.clone());
-        let twice = claimed_twice(&s);
-        verify(&s, &twice, &n)
+        let contested = contested(&s);
+        verify(&s, &contested, &n)
     }
 
     #[test]
@@ -144,15 +173,31 @@ mod tests {
     }
 
     #[test]
-    fn an_instance_two_nodes_claim_is_believed_for_neither() {
+    fn of_two_nodes_claiming_an_instance_the_one_ec2_named_is_believed() {
         let mut s = Snapshot::default().with_group(Group::test("g"));
         let real = node("ip-10-0-1-2.ec2.internal", "i-0a", &[]);
         let forged = node("workers-7", "i-0a", &["10.0.1.2"]);
         s.instances.insert("i-0a".into(), facts("ip-10-0-1-2.ec2.internal", "10.0.1.2"));
         s.nodes.insert(real.name.clone(), real.clone());
         s.nodes.insert(forged.name.clone(), forged.clone());
-        let twice = claimed_twice(&s);
-        assert_eq!(verify(&s, &twice, &real), Err(Distrust::ClaimedTwice));
-        assert_eq!(verify(&s, &twice, &forged), Err(Distrust::ClaimedTwice));
+        let contested = contested(&s);
+        assert_eq!(verify(&s, &contested, &real), Ok(()), "a forged claim never silences the real node");
+        assert_eq!(verify(&s, &contested, &forged), Err(Distrust::ClaimedTwice));
+
+        // Both carry EC2's name (the short host and the full DNS name): neither is believed.
+        let twin = node("ip-10-0-1-2", "i-0a", &[]);
+        s.nodes.insert(twin.name.clone(), twin.clone());
+        let contested = super::contested(&s);
+        assert_eq!(verify(&s, &contested, &real), Err(Distrust::ClaimedTwice));
+        assert_eq!(verify(&s, &contested, &twin), Err(Distrust::ClaimedTwice));
+
+        // Neither does: neither is believed, though the address would verify a lone custom name.
+        let mut s = Snapshot::default().with_group(Group::test("g"));
+        s.instances.insert("i-0a".into(), facts("ip-10-0-1-2.ec2.internal", "10.0.1.2"));
+        for n in [node("workers-7", "i-0a", &["10.0.1.2"]), node("workers-8", "i-0a", &["10.0.1.2"])] {
+            s.nodes.insert(n.name.clone(), n);
+        }
+        let contested = super::contested(&s);
+        assert!(s.nodes.values().all(|n| verify(&s, &contested, n) == Err(Distrust::ClaimedTwice)));
     }
 }

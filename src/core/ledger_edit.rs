@@ -193,6 +193,11 @@ pub enum LedgerEdit {
     Unsettle(InstanceId),
     /// An operator uncordoned the instance during its drain: it is never drained again.
     Keep(InstanceId),
+    /// The booster puts Cluster Autoscaler's scale-down protection on the node (saved before the
+    /// patch): the protection is its own to take off.
+    Protect(NodeName),
+    /// The booster took its protection off the node, or the node is gone.
+    Unprotect(NodeName),
     /// A node is chosen to give back the capacity boosted for `reclaimed`, which AWS took first;
     /// saved before its cordon, so a restart resumes it instead of choosing a second one. The
     /// first node chosen stays.
@@ -314,6 +319,8 @@ impl LedgerEdit {
             LedgerEdit::Settle(i) => ledger.covering_mut(i).is_some_and(|r| r.settled.insert(i.clone())),
             LedgerEdit::Unsettle(i) => ledger.covering_mut(i).is_some_and(|r| r.settled.remove(i)),
             LedgerEdit::Keep(i) => ledger.covering_mut(i).is_some_and(|r| r.kept.insert(i.clone())),
+            LedgerEdit::Protect(node) => ledger.protected.insert(node.clone()),
+            LedgerEdit::Unprotect(node) => ledger.protected.remove(node),
             LedgerEdit::GiveBack { reclaimed, node } => ledger.covering_mut(reclaimed).is_some_and(|r| {
                 let chosen = r.giving_back.contains_key(reclaimed);
                 r.giving_back.entry(reclaimed.clone()).or_insert_with(|| node.clone());

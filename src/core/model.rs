@@ -317,6 +317,10 @@ pub struct Node {
     /// Tainted `ToBeDeletedByClusterAutoscaler`: CA is removing it, so it is neither boosted for
     /// nor drained.
     pub deleting_by_ca: bool,
+    /// Annotated `cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`, by whomever: a
+    /// protection the booster did not record as its own is never taken over, nor taken off.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub scale_down_disabled: bool,
     /// Labelled or annotated [`NODE_OPT_OUT`]`=true` by an operator: never boosted for, drained
     /// or chosen to give capacity back; a drain under way stops.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -326,8 +330,14 @@ pub struct Node {
     pub created: Timestamp,
     /// Allocatable resources.
     pub allocatable: Resources,
-    /// Pods bound to the node.
+    /// Pods bound to the node, when [`Node::pods_known`].
     pub pods: Vec<Pod>,
+    /// Whether `pods` are the node's pods. The watches attach pods only to the nodes sizing and
+    /// draining look at (signalled, cordoned, or named by [`crate::core::pods_needed`]): on any
+    /// other node an empty list means "not looked at", never "no pods", and such a node is
+    /// neither chosen to give capacity back nor counted as drained.
+    #[serde(default)]
+    pub pods_known: bool,
     /// The addresses of type `InternalIP` the Node reports: a node whose name is its own cannot
     /// be verified by name (see [`crate::core::identity`]) is verified by these.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -639,6 +649,11 @@ pub struct BoostLedger {
     /// again, so a later boost waits for capacity of its own.
     #[serde(default)]
     pub(crate) spent: BTreeSet<NodeName>,
+    /// Nodes the booster put Cluster Autoscaler's scale-down protection on (saved before the
+    /// patch): the only ones it ever takes it off. The marker annotation on a Node is anyone's
+    /// to write, so it never says whose protection an annotation is.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub(crate) protected: BTreeSet<NodeName>,
 }
 
 impl BoostLedger {
@@ -698,9 +713,15 @@ pub struct Snapshot {
     #[serde(default)]
     pub instances: BTreeMap<InstanceId, InstanceFacts>,
     /// Instances with an EC2 scheduled event that has not completed or been cancelled, among
-    /// those a scheduled-maintenance notice named.
+    /// those a scheduled-maintenance notice named, with the event's earliest `NotBefore`: EC2's
+    /// word, not the notice's, is when the instance goes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub scheduled_events: BTreeMap<InstanceId, Timestamp>,
+    /// Instances EC2 itself reports interrupted (their spot request marked for termination, stop
+    /// or hibernation, or already interrupted), among those a spot-interruption notice named:
+    /// only these notices are confirmed.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
-    pub scheduled_events: BTreeSet<InstanceId>,
+    pub spot_interrupted: BTreeSet<InstanceId>,
     /// When each group last failed to launch for want of capacity (its scaling activities).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub capacity_failures: BTreeMap<GroupName, Timestamp>,
@@ -775,16 +796,24 @@ pub(crate) mod builders {
                 ready: true,
                 cordoned: false,
                 deleting_by_ca: false,
+                scale_down_disabled: false,
                 opted_out: false,
                 created: Timestamp::EPOCH,
                 allocatable: Resources::new(4000, 16 << 30),
                 internal_ips: Vec::new(),
                 pods: Vec::new(),
+                pods_known: true,
             }
         }
         /// Names another instance in its providerID.
         pub(crate) fn with_instance(mut self, id: &str) -> Node {
             self.instance = Some(id.into());
+            self
+        }
+        /// Leaves its pods out, as the watches do for a node nothing looks at.
+        pub fn pods_unknown(mut self) -> Node {
+            self.pods.clear();
+            self.pods_known = false;
             self
         }
         /// Marks it cordoned.

@@ -47,6 +47,7 @@ fn node_strategy(group: usize, index: usize) -> impl Strategy<Value = Node> {
             ready,
             cordoned,
             deleting_by_ca: deleting,
+            scale_down_disabled: false,
             opted_out: false,
             created: Timestamp::from_millis(created),
             allocatable: Resources::new(4000, 16 * GI),
@@ -65,6 +66,7 @@ fn node_strategy(group: usize, index: usize) -> impl Strategy<Value = Node> {
                 })
                 .collect(),
             internal_ips: Vec::new(),
+            pods_known: true,
         })
 }
 

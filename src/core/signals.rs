@@ -10,7 +10,8 @@ use super::fast_hash::{FastMap, FastSet};
 use super::flags::FlagSet;
 use super::identity;
 use super::model::{
-    Evidence, GroupName, InstanceFacts, InstanceId, InstanceLifecycle, Node, NodeName, SignalKind, Snapshot, Timestamp,
+    Evidence, GroupName, InstanceFacts, InstanceId, InstanceLifecycle, Node, NodeName, Signal, SignalKind, Snapshot,
+    Timestamp,
 };
 use super::policy::Policy;
 
@@ -202,32 +203,23 @@ pub(crate) fn fold_signals_with_nodes<'s>(
                 node: None,
                 facts: None,
                 claims: 0,
+                named_by_ec2: 0,
+                ec2_named: None,
+                notices: Vec::new(),
             });
             merged.len() - 1
         });
-        let entry = &mut merged[k].risk;
-        if let Some(deadline) = s.deadline() {
-            entry.deadline = Some(entry.deadline.map_or(deadline, |d| d.min(deadline)));
+        if s.kind.has_deadline() {
+            merged[k].notices.push(s);
         }
+        let entry = &mut merged[k].risk;
         entry.kinds.insert(s.kind);
         entry.evidence.insert(s.evidence);
         if s.observed_at < entry.first_seen {
             entry.first_seen = s.observed_at;
         }
     }
-    // One pass over the nodes finds each signalled instance's node and how many Nodes claim it:
-    // lookups by instance id, not by node name.
-    for node in snapshot.nodes.values() {
-        if let Some(&k) = node.instance.as_ref().and_then(|i| position.get(i)) {
-            let folding = &mut merged[k];
-            folding.claims += 1;
-            if node.name == folding.risk.node {
-                folding.node = Some(node);
-            }
-        }
-    }
-
-    // EC2's facts the same way when most instances are signalled; a few are looked up.
+    // EC2's facts by instance: most instances signalled, a walk of the facts; a few, lookups.
     if merged.len().saturating_mul(8) >= snapshot.instances.len() {
         for (instance, facts) in &snapshot.instances {
             if let Some(&k) = position.get(instance) {
@@ -240,14 +232,41 @@ pub(crate) fn fold_signals_with_nodes<'s>(
         }
     }
 
+    // One pass over the nodes finds each signalled instance's node, how many Nodes claim it and
+    // which of them carries the name EC2 gave it: lookups by instance id, not by node name.
+    for node in snapshot.nodes.values() {
+        if let Some(&k) = node.instance.as_ref().and_then(|i| position.get(i)) {
+            let folding = &mut merged[k];
+            folding.claims += 1;
+            if node.name == folding.risk.node {
+                folding.node = Some(node);
+            }
+            if identity::named_by_ec2(node, &folding.risk.instance, folding.facts) {
+                folding.named_by_ec2 += 1;
+                folding.ec2_named = Some(node);
+            }
+        }
+    }
+
     let boosted = snapshot.ledger.index();
     let known: FastSet<&GroupName> = snapshot.groups.keys().collect();
     let mut by_group: FastMap<&GroupName, BTreeMap<InstanceId, AtRisk>> = FastMap::default();
     let mut set = AtRiskSet::default();
     let mut nodes = Vec::with_capacity(merged.len());
-    for Folding { mut risk, node, facts, claims } in merged {
-        risk.confirmed = confirmed_by_aws(snapshot, &risk, facts);
-        let seen = Seen { node, facts, claimed_twice: claims > 1 };
+    for Folding { mut risk, mut node, facts, claims, named_by_ec2, ec2_named, notices } in merged {
+        risk.confirmed = confirmed_by_aws(snapshot, &risk);
+        risk.deadline = notice_deadline(snapshot, &risk.instance, facts, &notices);
+        // A contested instance is the Node's EC2 named, whichever Node the signal came through;
+        // when both or neither carry that name, none is believed.
+        let believed = match ec2_named.filter(|_| claims > 1 && named_by_ec2 == 1) {
+            Some(named) => {
+                node = Some(named);
+                risk.node = named.name.clone();
+                true
+            }
+            None => claims <= 1,
+        };
+        let seen = Seen { node, facts, claimed_twice: !believed };
         match admit(snapshot, (&known, policy), now, (&risk, seen), boosted.contains_key(&risk.instance)) {
             Ok((group, node)) => {
                 nodes.push(Some(node));
@@ -265,12 +284,17 @@ pub(crate) fn fold_signals_with_nodes<'s>(
 }
 
 /// A signalled instance while its signals fold: the node that runs it under the name the
-/// signals gave, EC2's facts, and how many Nodes claim it.
+/// signals gave, EC2's facts, how many Nodes claim it, and how many of those (and the last one)
+/// carry the name EC2 gave it.
 struct Folding<'s> {
     risk: AtRisk,
     node: Option<&'s Node>,
     facts: Option<&'s InstanceFacts>,
     claims: u32,
+    named_by_ec2: u32,
+    ec2_named: Option<&'s Node>,
+    /// Its signals of kinds that take the instance at a set time.
+    notices: Vec<&'s Signal>,
 }
 
 /// What the snapshot holds about a signalled instance.
@@ -292,8 +316,10 @@ fn admit<'s>(
     if node.opted_out {
         return Err(DropReason::NodeOptedOut);
     }
+    // The ledger vouches for a notice, never for a Node: a boosted instance's Node is verified
+    // against EC2 at every pass, so a Node registered later under its providerID takes nothing.
+    identity::verify_against(node, seen.facts, seen.claimed_twice).map_err(DropReason::Untrusted)?;
     if !boosted {
-        identity::verify_against(node, seen.facts, seen.claimed_twice).map_err(DropReason::Untrusted)?;
         trusted(snapshot, (risk, seen.facts), node.cordoned).map_err(DropReason::Untrusted)?;
     }
     let group = node.group.as_ref().filter(|g| known.contains(g)).ok_or(DropReason::NoGroup)?;
@@ -335,21 +361,62 @@ fn trusted(
             None => return Err(Distrust::InstanceNotDescribed),
         }
     }
-    if risk.kinds.contains(&SignalKind::Scheduled) && !snapshot.scheduled_events.contains(&risk.instance) {
+    if risk.kinds.contains(&SignalKind::Scheduled) && !snapshot.scheduled_events.contains_key(&risk.instance) {
         return Err(Distrust::NoScheduledEvent);
     }
     Ok(())
 }
 
-/// Whether AWS confirms every kind with a deadline reported for `risk` (and there is one).
-fn confirmed_by_aws(snapshot: &Snapshot, risk: &AtRisk, facts: Option<&InstanceFacts>) -> bool {
+/// Whether AWS confirms every kind with a deadline reported for `risk` (and there is one): EC2
+/// lists a pending scheduled event, or reports the spot instance interrupted. A notice only an
+/// Event or a taint speaks for is a warning: it boosts, but neither overrides opt-outs nor drains
+/// outside the voluntary-drain limits.
+fn confirmed_by_aws(snapshot: &Snapshot, risk: &AtRisk) -> bool {
     let mut deadline_kinds = risk.kinds.iter().filter(|k| k.has_deadline()).peekable();
     deadline_kinds.peek().is_some()
         && deadline_kinds.all(|k| match k {
-            SignalKind::Scheduled => snapshot.scheduled_events.contains(&risk.instance),
-            k if k.spot_only() => facts.is_some_and(|f| f.lifecycle == InstanceLifecycle::Spot),
+            SignalKind::Scheduled => snapshot.scheduled_events.contains_key(&risk.instance),
+            SignalKind::SpotInterruption => snapshot.spot_interrupted.contains(&risk.instance),
             _ => false,
         })
+}
+
+/// When the instance goes: the deadline of the first notice seen whose kind passed its own
+/// check, so a later notice never brings it forward. A scheduled event's is EC2's `NotBefore`
+/// (none while EC2 lists no event); a spot interruption's counts when a taint or the ledger
+/// vouches for it or EC2 says the instance is spot; an Event's word on any other kind sets none.
+fn notice_deadline(
+    snapshot: &Snapshot,
+    instance: &InstanceId,
+    facts: Option<&InstanceFacts>,
+    notices: &[&Signal],
+) -> Option<Timestamp> {
+    let spot = facts.is_some_and(|f| f.lifecycle == InstanceLifecycle::Spot);
+    notices
+        .iter()
+        .filter_map(|n| {
+            let deadline = match n.kind {
+                SignalKind::Scheduled => snapshot.scheduled_events.get(instance).copied(),
+                SignalKind::SpotInterruption if n.evidence != Evidence::Event || spot => n.deadline(),
+                _ if n.evidence != Evidence::Event => n.deadline(),
+                _ => None,
+            };
+            deadline.map(|d| (n.observed_at, d))
+        })
+        .min()
+        .map(|(_, d)| d)
+}
+
+/// The instances a spot-interruption notice names, on nodes still running them: whether EC2
+/// reports them interrupted decides whether the notice is confirmed.
+pub(crate) fn spot_interruptions_needed(snapshot: &Snapshot) -> BTreeSet<InstanceId> {
+    snapshot
+        .signals
+        .iter()
+        .filter(|s| s.kind == SignalKind::SpotInterruption)
+        .filter(|s| snapshot.nodes.get(&s.node).is_some_and(|n| n.instance.as_ref() == Some(&s.instance)))
+        .map(|s| s.instance.clone())
+        .collect()
 }
 
 /// The instances a scheduled-maintenance notice names, on nodes still running them, not
@@ -370,7 +437,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::core::model::{BoostRecord, Group, Node, Signal};
+    use crate::core::model::{BoostRecord, Group, Node};
 
     fn snapshot() -> Snapshot {
         Snapshot::default()
@@ -448,8 +515,61 @@ mod tests {
         assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::NotSpot)));
         s.instances.get_mut(&InstanceId::from("i-n1")).unwrap().lifecycle = InstanceLifecycle::Spot;
         assert_eq!(why(&s), None);
-        let set = fold_signals(&s, &Policy::default(), Timestamp::EPOCH);
-        assert!(set.by_group[&GroupName::from("spot-a")][&InstanceId::from("i-n1")].confirmed, "spot: AWS confirms");
+        let confirmed = |s: &Snapshot| {
+            fold_signals(s, &Policy::default(), Timestamp::EPOCH).by_group[&GroupName::from("spot-a")]
+                [&InstanceId::from("i-n1")]
+                .confirmed
+        };
+        assert!(!confirmed(&s), "spot, so it may be real: a warning until EC2 reports the interruption");
+        s.spot_interrupted.insert("i-n1".into());
+        assert!(confirmed(&s), "EC2 marked the spot request for termination");
+    }
+
+    #[test]
+    fn the_first_notice_that_passed_its_check_sets_the_deadline() {
+        let deadline = |s: &Snapshot| {
+            fold_signals(s, &Policy::default(), Timestamp::EPOCH).by_group[&GroupName::from("spot-a")]
+                [&InstanceId::from("i-n1")]
+                .deadline
+        };
+        // NTH's taint at 10 s: the instance goes at 130 s.
+        let mut s = snapshot().with_signal(Signal::interruption("n1", 10_000));
+        assert_eq!(deadline(&s), Some(Timestamp::from_millis(130_000)));
+        // A later Event saying it goes at 20 s brings nothing forward.
+        let forged = Signal {
+            observed_at: Timestamp::from_millis(15_000),
+            notice_deadline: Some(Timestamp::from_millis(20_000)),
+            ..event("n1", SignalKind::SpotInterruption)
+        };
+        s.signals.push(forged.clone());
+        assert_eq!(deadline(&s), Some(Timestamp::from_millis(130_000)));
+        // Alone, on an instance EC2 says is on-demand, the Event's kind fails its check: no deadline.
+        let mut s = snapshot().with_signal(Signal {
+            kind: SignalKind::Rotation,
+            evidence: Evidence::Rotation,
+            ..Signal::rebalance("n1", 0)
+        });
+        s.signals.push(forged);
+        s.instances.get_mut(&InstanceId::from("i-n1")).unwrap().lifecycle = InstanceLifecycle::OnDemand;
+        assert_eq!(deadline(&s), None);
+        // An Auto Scaling lifecycle Event merged into a genuine rotation adds none either.
+        let lifecycle =
+            Signal { notice_deadline: Some(Timestamp::from_millis(1_000)), ..event("n1", SignalKind::AsgLifecycle) };
+        s.signals.push(lifecycle);
+        assert_eq!(deadline(&s), None);
+        // A scheduled event goes at EC2's NotBefore, not at the notice's word.
+        let scheduled = Signal {
+            kind: SignalKind::Scheduled,
+            notice_deadline: Some(Timestamp::from_millis(5_000)),
+            ..Signal::rebalance("n1", 0)
+        };
+        let mut s = snapshot().with_signal(scheduled);
+        assert_eq!(deadline(&s), None, "EC2 lists no event for it");
+        s.scheduled_events.insert("i-n1".into(), Timestamp::from_millis(7_200_000));
+        assert_eq!(deadline(&s), Some(Timestamp::from_millis(7_200_000)));
+        assert_eq!(spot_interruptions_needed(&s), BTreeSet::new());
+        s.signals.push(Signal::interruption("n1", 0));
+        assert_eq!(spot_interruptions_needed(&s), BTreeSet::from([InstanceId::from("i-n1")]));
     }
 
     #[test]
@@ -462,12 +582,35 @@ mod tests {
         assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::IdentityMismatch)));
         s.describe(&Node::test("n1", "spot-a"));
         assert_eq!(why(&s), None);
-        // A second Node claiming the same instance: neither is believed.
-        s.nodes.insert("n9".into(), Node::test("n9", "spot-a").with_instance("i-n1"));
-        assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::ClaimedTwice)));
-        // Once boosted, the ledger vouches: it was verified then.
+        // Once boosted, the ledger vouches for the notice, never for the Node: verified each pass.
         s.ledger.record(BoostRecord::test("spot-a", &["i-n1"], 1, 0));
         assert_eq!(why(&s), None);
+        s.describe(&Node::test("ip-10-0-9-9.ec2.internal", "spot-a").with_instance("i-n1"));
+        assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::IdentityMismatch)));
+    }
+
+    #[test]
+    fn a_second_node_claiming_an_instance_never_silences_the_node_ec2_named() {
+        // n9 names n1's instance in its providerID (kubelet's --provider-id is user data). The
+        // genuine notice on n1 still counts; one that came through n9 is n1's too.
+        let mut s = snapshot().with_signal(Signal::interruption("n1", 0));
+        s.nodes.insert("n9".into(), Node::test("n9", "spot-a").with_instance("i-n1"));
+        let set = fold_signals(&s, &Policy::default(), Timestamp::EPOCH);
+        assert_eq!(set.by_group[&GroupName::from("spot-a")][&InstanceId::from("i-n1")].node, NodeName::from("n1"));
+        s.signals = vec![Signal { instance: "i-n1".into(), ..Signal::interruption("n9", 0) }];
+        let set = fold_signals(&s, &Policy::default(), Timestamp::EPOCH);
+        assert_eq!(set.by_group[&GroupName::from("spot-a")][&InstanceId::from("i-n1")].node, NodeName::from("n1"));
+
+        // Both carry EC2's name for it, or neither does: refused, and counted as such.
+        s.nodes.insert("i-n1".into(), Node::test("i-n1", "spot-a").with_instance("i-n1"));
+        assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::ClaimedTwice)));
+        s.nodes.remove(&NodeName::from("n1"));
+        s.instances.get_mut(&InstanceId::from("i-n1")).unwrap().private_dns_name =
+            Some("ip-10-0-1-1.ec2.internal".into());
+        s.nodes.remove(&NodeName::from("i-n1"));
+        s.nodes.insert("n8".into(), Node::test("n8", "spot-a").with_instance("i-n1"));
+        s.signals = vec![Signal { instance: "i-n1".into(), ..Signal::interruption("n9", 0) }];
+        assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::ClaimedTwice)));
     }
 
     #[test]
@@ -476,7 +619,7 @@ mod tests {
         s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = true;
         assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::NoScheduledEvent)), "on-demand or spot alike");
         assert_eq!(scheduled_events_needed(&s), BTreeSet::from([InstanceId::from("i-n1")]));
-        s.scheduled_events.insert("i-n1".into());
+        s.scheduled_events.insert("i-n1".into(), Timestamp::from_millis(3_600_000));
         let set = fold_signals(&s, &Policy::default(), Timestamp::EPOCH);
         assert!(set.by_group[&GroupName::from("spot-a")][&InstanceId::from("i-n1")].confirmed);
 

@@ -145,6 +145,7 @@ pub fn node_from_kube(node: &KubeNode) -> Result<WatchedNode, ConvertError> {
             deleting_by_ca: spec
                 .and_then(|s| s.taints.as_ref())
                 .is_some_and(|ts| ts.iter().any(|t| t.key == CA_DELETION_TAINT)),
+            scale_down_disabled: annotations.is_some_and(|a| a.get(SCALE_DOWN_DISABLED).is_some_and(|v| v == "true")),
             opted_out: opted_out(node),
             created: node
                 .metadata
@@ -153,6 +154,7 @@ pub fn node_from_kube(node: &KubeNode) -> Result<WatchedNode, ConvertError> {
                 .map_or(Timestamp::EPOCH, |t| Timestamp::from_millis(t.0.as_millisecond())),
             allocatable: Resources::new(cpu, memory),
             pods: Vec::new(),
+            pods_known: false,
             internal_ips: status
                 .and_then(|s| s.addresses.as_ref())
                 .map(|addresses| {

@@ -22,12 +22,14 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
-use crate::core::{CaGroupView, Evidence, GroupName, NodeName, Pod, PodUid, Signal, SignalKind, Timestamp};
+use crate::core::{
+    CaGroupView, Evidence, GroupName, Node, NodeName, Pod, PodUid, Signal, SignalKind, Timestamp, INTERRUPTION_NOTICE,
+};
 use crate::k8s::ca_status::parse_ca_status;
 use crate::k8s::convert::{node_from_kube, pod_from_kube, WatchedNode};
 use crate::k8s::nth::{classify_event, Classification, Ignored, NthSignal};
 use crate::metrics::{Metrics, ParseSource, UntrustedReason};
-use crate::ports::{Clock, ClusterState, ClusterView};
+use crate::ports::{pods_in_view, Clock, ClusterState, ClusterView};
 
 /// Objects per list page. Smaller than kube's 500: a page of 500 Nodes (each with its kubelet's
 /// image list) is tens of MiB while it is parsed, and that peak stays in the allocator.
@@ -104,6 +106,22 @@ const EVENT_LAG: Duration = Duration::from_secs(60);
 /// Event keys remembered as naming another instance than their node's (counted once each).
 const MISMATCHES_REMEMBERED: usize = 10_000;
 
+/// The most of an Event's own text (its name, its message) a log line carries: its author chose
+/// it, and a log is no place for 1 MiB of it.
+const TOLD_TEXT: usize = 200;
+
+/// `text`, cut to [`TOLD_TEXT`] bytes on a character boundary, marked when cut.
+fn told_text(text: &str) -> String {
+    if text.len() <= TOLD_TEXT {
+        return text.to_string();
+    }
+    let mut end = TOLD_TEXT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &text[..end], text.len())
+}
+
 /// Whether the Event names an instance its (known) node does not run.
 fn is_about_another_node(store: &Store, signal: &NthSignal) -> bool {
     store.nodes.get(&signal.node).is_some_and(|w| !signal.about(&w.node.name, w.uid.as_deref()))
@@ -156,6 +174,14 @@ impl Store {
         self.pods.insert(uid, (node, pod));
     }
 
+    /// The pods bound to `node`, by UID.
+    fn pods_of(&self, node: &NodeName) -> Vec<Pod> {
+        let Some(uids) = self.pods_by_node.get(node) else { return Vec::new() };
+        let mut pods: Vec<Pod> = uids.iter().filter_map(|u| self.pods.get(u)).map(|(_, p)| p.clone()).collect();
+        pods.sort_by(|a, b| a.uid.cmp(&b.uid));
+        pods
+    }
+
     fn remove_pod(&mut self, uid: &PodUid) {
         if let Some((node, _)) = self.pods.remove(uid) {
             self.unlink(&node, uid);
@@ -185,6 +211,9 @@ pub struct KubeCluster {
     clock: Clock,
     /// Whether the last view left CA's status out as too old (told once per change).
     ca_stale: Arc<std::sync::atomic::AtomicBool>,
+    /// Events already told of as ignored (up to [`MISMATCHES_REMEMBERED`]): anyone may write
+    /// Events, so one is logged and counted once, not at every relist or update.
+    told: Arc<std::sync::Mutex<HashSet<String>>>,
 }
 
 impl Debug for KubeCluster {
@@ -219,7 +248,15 @@ impl KubeCluster {
             joined: Arc::new(Notify::new()),
             clock,
             ca_stale: Arc::default(),
+            told: Arc::default(),
         }
+    }
+
+    /// Whether the ignored Event `key` is told now: the first time only, while fewer than
+    /// [`MISMATCHES_REMEMBERED`] are remembered.
+    fn first_told(&self, key: &str) -> bool {
+        let mut told = self.told.lock().unwrap_or_else(|p| p.into_inner());
+        told.len() < MISMATCHES_REMEMBERED && told.insert(key.to_string())
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Store> {
@@ -448,15 +485,21 @@ impl KubeCluster {
         match classify_event(&event, None) {
             Classification::Signal(s) => Some((key, Some(s))),
             Classification::Ignored { because: because @ Ignored::UnrecognisedQueueMessage(_) } => {
-                self.metrics.cluster.parse_error(ParseSource::NthEvent).inc();
-                warn!(event = %key, reason = %because, "NTH Event not understood; ignored");
+                if self.first_told(&key) {
+                    self.metrics.cluster.parse_error(ParseSource::NthEvent).inc();
+                    let reason = told_text(&because.to_string());
+                    warn!(event = %told_text(&key), %reason, "NTH Event not understood; ignored");
+                }
                 Some((key, None))
             }
             Classification::Ignored { because: because @ Ignored::NotFromNth(_) }
                 if crate::k8s::nth::is_notice_reason(event.reason.as_deref().unwrap_or_default()) =>
             {
-                self.metrics.signals.untrusted(UntrustedReason::NotFromNth);
-                warn!(event = %key, reason = %because, "an interruption notice not written by NTH; ignored");
+                if self.first_told(&key) {
+                    self.metrics.signals.untrusted(UntrustedReason::NotFromNth);
+                    let reason = told_text(&because.to_string());
+                    warn!(event = %told_text(&key), %reason, "an interruption notice not written by NTH; ignored");
+                }
                 Some((key, None))
             }
             Classification::Ignored { because } => {
@@ -689,6 +732,9 @@ impl ClusterView for KubeCluster {
             // (less the lag of a watch): an old `firstTimestamp` cannot expire a genuine notice.
             signal.observed_at =
                 Some(signal.observed_at.map_or(seen.seen, |at| at.clamp(seen.seen.minus(EVENT_LAG), seen.seen)));
+            // Nor does the time its message names lie further back than a notice's two minutes
+            // before the watch saw it: an Event dated in the past cannot make a deadline "now".
+            signal.notice_time = signal.notice_time.map(|t| t.max(seen.seen.minus(INTERRUPTION_NOTICE)));
             if let Some(core) = signal.to_core(now) {
                 let first = state.first_seen.entry(core.instance.clone()).or_insert(seen.seen);
                 *first = (*first).min(seen.seen);
@@ -715,11 +761,9 @@ impl ClusterView for KubeCluster {
         for (name, w) in &store.nodes {
             let mut node = w.node.clone();
             // Draining nodes are cordoned: their pods must be seen even if their signal is not.
-            if signalled.contains(name) || node.cordoned {
-                if let Some(uids) = store.pods_by_node.get(name) {
-                    node.pods = uids.iter().filter_map(|u| store.pods.get(u)).map(|(_, p)| p.clone()).collect();
-                    node.pods.sort_by(|a, b| a.uid.cmp(&b.uid));
-                }
+            if pods_in_view(&node, signalled.contains(name)) {
+                node.pods = store.pods_of(name);
+                node.pods_known = true;
             }
             if w.protected {
                 state.protected.insert(name.clone());
@@ -727,6 +771,16 @@ impl ClusterView for KubeCluster {
             state.nodes.insert(name.clone(), node);
         }
         Some(state)
+    }
+
+    fn attach_pods(&self, nodes: &mut BTreeMap<NodeName, Node>, names: &BTreeSet<NodeName>) {
+        let store = self.read();
+        for name in names {
+            if let Some(node) = nodes.get_mut(name).filter(|n| !n.pods_known) {
+                node.pods = store.pods_of(name);
+                node.pods_known = true;
+            }
+        }
     }
 }
 
@@ -754,7 +808,7 @@ mod tests {
     }
 
     fn node(name: &str, taint: Option<SignalKind>) -> WatchedNode {
-        let mut node = crate::core::Node::test(name, "unused");
+        let mut node = Node::test(name, "unused");
         node.group = None; // as the watch sees it: groups come from Auto Scaling
         WatchedNode { node, protected: false, uid: None, nth_taint: taint.map(|k| (k, None)), rotation: None }
     }
@@ -921,6 +975,44 @@ mod tests {
         assert_eq!(signals[0].instance.as_str(), "i-n1");
         let age = (c.clock)().since(signals[0].observed_at);
         assert!(age >= EVENT_LAG && age < EVENT_LAG + Duration::from_secs(5), "{age:?}");
+    }
+
+    #[test]
+    fn a_notice_dated_in_the_past_is_clamped_to_two_minutes_before_the_watch_saw_it() {
+        let c = cluster(false);
+        synced(&c, vec![node("n1", None)], Vec::new());
+        // NTH's IMDS shape, on n1, saying the instance went in 2024.
+        let mut event: k8s_openapi::api::core::v1::Event =
+            serde_yaml::from_str(include_str!("../../tests/fixtures/nth/imds-spot-itn.yaml")).unwrap();
+        event.involved_object.name = Some("n1".into());
+        event.source.as_mut().unwrap().host = Some("n1".into());
+        event.reporting_instance = Some("n1".into());
+        event.metadata.annotations.as_mut().unwrap().insert("instance-id".into(), "i-n1".into());
+        let (k, s) = c.convert_event(event).unwrap();
+        c.apply_events(&mut c.write(), Change::Upsert((k, s)));
+        let signals = c.current().unwrap().signals;
+        let deadline = signals[0].deadline().unwrap();
+        let earliest = (c.clock)().minus(INTERRUPTION_NOTICE).minus(Duration::from_secs(5));
+        assert!(deadline >= earliest, "{deadline:?} is older than two minutes before it was seen");
+    }
+
+    #[test]
+    fn an_ignored_event_is_told_once_and_its_text_cut() {
+        let c = cluster(false);
+        synced(&c, vec![node("n1", None)], Vec::new());
+        let mut forged = nth_event("n1", "forged");
+        forged.source = None;
+        forged.reporting_component = None;
+        forged.reason = Some("SpotInterruption".into());
+        for _ in 0..5 {
+            c.convert_event(forged.clone());
+        }
+        let text = c.metrics.encode();
+        assert!(text.contains("spots_booster_signals_untrusted_total{reason=\"not-from-nth\"} 1"), "{text}");
+        let long = "é".repeat(1_000);
+        let cut = told_text(&long);
+        assert!(cut.len() < TOLD_TEXT + 32 && cut.ends_with("(2000 bytes)"), "{cut}");
+        assert_eq!(told_text("short"), "short");
     }
 
     #[test]

@@ -1,16 +1,17 @@
 //! The booster's writes to the cluster: cordon, evict (UID precondition; 404/409 done, 429
-//! blocked), and the scale-down protection annotations on replacement nodes.
+//! blocked), and the scale-down protection annotations on replacement nodes; and the live read of
+//! a node's pods a termination waits for.
 
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod as KubePod};
 use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Preconditions};
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-use crate::core::NodeName;
-use crate::k8s::convert::{PROTECTED_BY_US, SCALE_DOWN_DISABLED};
-use crate::ports::{ClusterWriteError, ClusterWrites, EvictOutcome, PodRef};
+use crate::core::{NodeName, Pod};
+use crate::k8s::convert::{pod_from_kube, PROTECTED_BY_US, SCALE_DOWN_DISABLED};
+use crate::ports::{BoxError, ClusterWriteError, ClusterWrites, EvictOutcome, PodRef};
 
 /// The field manager our patches are recorded under.
 pub(crate) const FIELD_MANAGER: &str = "spots-booster";
@@ -63,6 +64,15 @@ impl KubeWrites {
 }
 
 impl ClusterWrites for KubeWrites {
+    async fn live_pods(&self, node: &NodeName) -> Result<Vec<Pod>, ClusterWriteError> {
+        let failed = |source: BoxError| ClusterWriteError::ListPods { node: node.clone(), source };
+        let pods: Api<KubePod> = Api::all(self.client.clone());
+        // No resourceVersion: a consistent read, never an older cache's.
+        let fields = format!("spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed");
+        let listed = pods.list(&ListParams::default().fields(&fields)).await.map_err(|e| failed(e.into()))?;
+        listed.items.iter().map(|p| pod_from_kube(p).map(|(_, pod)| pod).map_err(|e| failed(e.into()))).collect()
+    }
+
     async fn cordon(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
         self.set_unschedulable(node, json!(true))
             .await

@@ -98,6 +98,9 @@ pub enum AwsError {
     /// EC2 `DescribeInstanceStatus`.
     #[error("DescribeInstanceStatus failed")]
     DescribeInstanceStatus(#[source] AwsFailure),
+    /// EC2 `DescribeSpotInstanceRequests`.
+    #[error("DescribeSpotInstanceRequests failed")]
+    DescribeSpotInstanceRequests(#[source] AwsFailure),
     /// `DescribeScalingActivities`.
     #[error("DescribeScalingActivities of {group} failed")]
     DescribeScalingActivities {
@@ -138,6 +141,7 @@ impl AwsError {
             | AwsError::DescribeAutoScalingInstances(f)
             | AwsError::DescribeInstances(f)
             | AwsError::DescribeInstanceStatus(f)
+            | AwsError::DescribeSpotInstanceRequests(f)
             | AwsError::DescribeScalingActivities { failure: f, .. }
             | AwsError::SetDesiredCapacity { failure: f, .. }
             | AwsError::TerminateInstance { failure: f, .. }
@@ -433,8 +437,17 @@ pub trait AutoScaling: Send + Sync {
     ) -> impl Future<Output = Result<BTreeMap<InstanceId, InstanceFacts>, AwsError>> + Send;
 
     /// Those of `instances` EC2 lists a scheduled event for that has neither completed nor been
-    /// cancelled (`DescribeInstanceStatus`).
+    /// cancelled (`DescribeInstanceStatus`), each with the earliest such event's `NotBefore`.
     fn scheduled_events(
+        &self,
+        instances: &[InstanceId],
+    ) -> impl Future<Output = Result<BTreeMap<InstanceId, Timestamp>, AwsError>> + Send;
+
+    /// Those of `instances` whose spot request EC2 reports interrupted
+    /// (`DescribeSpotInstanceRequests`): marked for termination, stop or hibernation, or already
+    /// interrupted for price, capacity or a constraint. What confirms a spot-interruption notice:
+    /// only AWS writes it. Instances with no spot request are simply absent.
+    fn spot_interruptions(
         &self,
         instances: &[InstanceId],
     ) -> impl Future<Output = Result<BTreeSet<InstanceId>, AwsError>> + Send;

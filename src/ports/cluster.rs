@@ -7,13 +7,14 @@ use std::future::Future;
 use thiserror::Error;
 
 use super::BoxError;
-use crate::core::{CaGroupView, GroupName, InstanceId, Node, NodeName, Signal, Timestamp};
+use crate::core::{CaGroupView, GroupName, InstanceId, Node, NodeName, Pod, Signal, Timestamp};
 
 /// The cluster as the watches see it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ClusterState {
-    /// Nodes, each with its group when known. Pods are attached at least to nodes that have a
-    /// signal or are cordoned (the only ones sizing and draining look at).
+    /// Nodes, each with its group when known. Pods are attached to the nodes that have a signal
+    /// or are cordoned ([`pods_in_view`]), and to those [`ClusterView::attach_pods`] is asked for;
+    /// [`Node::pods_known`] says which.
     pub nodes: BTreeMap<NodeName, Node>,
     /// NTH signals.
     pub signals: Vec<Signal>,
@@ -26,11 +27,36 @@ pub struct ClusterState {
     pub first_seen: BTreeMap<InstanceId, Timestamp>,
 }
 
+/// Whether a view carries a node's pods: only a signalled or cordoned node's, the ones sizing
+/// and draining look at, so a view of a large cluster does not copy every pod. The fakes and
+/// `simulate` follow the same rule, so tests see the partial view the daemon sees.
+pub fn pods_in_view(node: &Node, signalled: bool) -> bool {
+    signalled || node.cordoned
+}
+
+impl ClusterState {
+    /// Leaves out the pods a view does not carry ([`pods_in_view`]) and marks the rest known.
+    pub fn prune_pods(&mut self) {
+        let signalled: BTreeSet<&NodeName> = self.signals.iter().map(|s| &s.node).collect();
+        for node in self.nodes.values_mut() {
+            node.pods_known = pods_in_view(node, signalled.contains(&node.name));
+            if !node.pods_known {
+                node.pods = Vec::new();
+            }
+        }
+    }
+}
+
 /// Where the workers read the cluster from.
 pub trait ClusterView: Send + Sync {
     /// The cluster now, or `None` while some watch has not synced: nothing is decided on a
     /// partial view.
     fn current(&self) -> Option<ClusterState>;
+
+    /// Attaches their pods, as the watches hold them, to the nodes among `nodes` whose pods the
+    /// view left out and whose names are in `names` (the plan needs them: see
+    /// [`crate::core::pods_needed`]), and marks them known.
+    fn attach_pods(&self, nodes: &mut BTreeMap<NodeName, Node>, names: &BTreeSet<NodeName>);
 }
 
 /// A pod to evict: its eviction is conditioned on the UID, so a pod recreated under the same name
@@ -99,6 +125,15 @@ pub enum ClusterWriteError {
         /// The operation not made.
         operation: &'static str,
     },
+    /// Listing a node's pods from the API server, just before its instance is terminated.
+    #[error("listing the pods of node {node} failed")]
+    ListPods {
+        /// The node.
+        node: NodeName,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
     /// Adding or removing the scale-down protection annotations.
     #[error("changing the scale-down protection of node {node} failed")]
     Protect {
@@ -110,8 +145,12 @@ pub enum ClusterWriteError {
     },
 }
 
-/// The writes the booster makes to the cluster.
+/// The writes the booster makes to the cluster, and the one read a termination waits for.
 pub trait ClusterWrites: Send + Sync {
+    /// The pods bound to the node now, read from the API server (not a watch's cache), finished
+    /// ones left out: what a termination checks at the moment it would harm them. A pod that
+    /// cannot be read as one fails the whole read, so a node is never taken for empty.
+    fn live_pods(&self, node: &NodeName) -> impl Future<Output = Result<Vec<Pod>, ClusterWriteError>> + Send;
     /// Marks the node unschedulable (a no-op when it already is).
     fn cordon(&self, node: &NodeName) -> impl Future<Output = Result<(), ClusterWriteError>> + Send;
     /// Marks the node schedulable again. Only for a node the booster cordoned itself to give

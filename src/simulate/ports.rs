@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::world::{Eviction, World};
-use crate::core::{BoostLedger, CaGroupView, GroupName, InstanceFacts, InstanceId, InstanceLifecycle, NodeName};
+use crate::core::{
+    BoostLedger, CaGroupView, GroupName, InstanceFacts, InstanceId, InstanceLifecycle, Node, NodeName, Pod,
+};
 use crate::ports::{
     AutoScaling, AwsError, ClusterState, ClusterView, ClusterWriteError, ClusterWrites, DesiredWrite, EventSink,
     EvictOutcome, GroupDescription, GroupInstance, Guard, NodeEvent, PodRef, TagFilter, TerminateOutcome, WriteOutcome,
@@ -106,13 +108,26 @@ impl ClusterView for SimWorld {
         for node in snapshot.nodes.values_mut() {
             node.group = None;
         }
-        Some(ClusterState {
+        let mut state = ClusterState {
             nodes: snapshot.nodes,
             signals: snapshot.signals,
             ca,
             protected: self.protected.lock().unwrap_or_else(|p| p.into_inner()).clone(),
             first_seen: BTreeMap::new(),
-        })
+        };
+        // Pods only where the watches carry them.
+        state.prune_pods();
+        Some(state)
+    }
+
+    fn attach_pods(&self, nodes: &mut BTreeMap<NodeName, Node>, names: &BTreeSet<NodeName>) {
+        let world = self.lock();
+        for name in names {
+            if let Some(node) = nodes.get_mut(name).filter(|n| !n.pods_known) {
+                node.pods = world.pods_on(name.as_str()).into_iter().map(|p| world.core_pod(p)).collect();
+                node.pods_known = true;
+            }
+        }
     }
 }
 
@@ -185,13 +200,27 @@ impl AutoScaling for SimWorld {
             .collect())
     }
 
-    async fn scheduled_events(&self, _instances: &[InstanceId]) -> Result<BTreeSet<InstanceId>, AwsError> {
+    async fn scheduled_events(
+        &self,
+        _instances: &[InstanceId],
+    ) -> Result<BTreeMap<InstanceId, crate::core::Timestamp>, AwsError> {
         // Scenarios announce spot interruptions and rebalance recommendations only.
-        Ok(BTreeSet::new())
+        Ok(BTreeMap::new())
+    }
+
+    async fn spot_interruptions(&self, instances: &[InstanceId]) -> Result<BTreeSet<InstanceId>, AwsError> {
+        // EC2 marks the spot request of every instance the scenario interrupts.
+        let world = self.lock();
+        Ok(instances.iter().filter(|i| world.interrupted(i.as_str())).cloned().collect())
     }
 }
 
 impl ClusterWrites for SimWorld {
+    async fn live_pods(&self, node: &NodeName) -> Result<Vec<Pod>, ClusterWriteError> {
+        let world = self.lock();
+        Ok(world.pods_on(node.as_str()).into_iter().map(|p| world.core_pod(p)).collect())
+    }
+
     async fn cordon(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
         self.lock().cordon(node.as_str());
         Ok(())

@@ -379,6 +379,11 @@ impl World {
         }
     }
 
+    /// Whether the instance has an interruption notice (EC2 marked its spot request).
+    pub(crate) fn interrupted(&self, id: &str) -> bool {
+        self.instances.get(id).is_some_and(|i| i.ends_at.is_some())
+    }
+
     /// Marks an instance to end after its interruption notice.
     pub(crate) fn interrupt(&mut self, id: &str, notice: Duration) {
         if let Some(inst) = self.instances.get_mut(id) {
@@ -551,11 +556,13 @@ impl World {
                     ready: true,
                     cordoned: n.cordoned,
                     deleting_by_ca: false,
+                    scale_down_disabled: false,
                     opted_out: false,
                     created: n.created,
                     allocatable: n.allocatable,
                     pods,
                     internal_ips: Vec::new(),
+                    pods_known: true,
                 },
             );
         }

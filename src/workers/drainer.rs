@@ -95,6 +95,19 @@ pub(crate) struct DrainReport {
     pub(crate) not_leader: usize,
 }
 
+impl DrainReport {
+    /// Adds what a later pass of the same tick did.
+    fn add(&mut self, later: DrainReport) {
+        self.started.extend(later.started);
+        self.evicted = self.evicted.saturating_add(later.evicted);
+        self.blocked = self.blocked.saturating_add(later.blocked);
+        self.drained.extend(later.drained);
+        self.timed_out.extend(later.timed_out);
+        self.terminated.extend(later.terminated);
+        self.not_leader = self.not_leader.saturating_add(later.not_leader);
+    }
+}
+
 /// A drained (or timed-out) instance still to terminate: kept until AWS confirms.
 #[derive(Debug, Clone)]
 struct PendingTermination {
@@ -117,6 +130,19 @@ async fn evict_within<W: ClusterWrites>(
         Err(_) => Err(format!("no answer within {}s", deadline.as_secs())),
     };
     (k, pod, outcome)
+}
+
+/// One live read of a node's pods with a deadline.
+async fn read_within<W: ClusterWrites>(
+    writes: &W,
+    deadline: Duration,
+    node: NodeName,
+) -> (NodeName, Result<Vec<Pod>, String>) {
+    let read = match tokio::time::timeout(deadline, writes.live_pods(&node)).await {
+        Ok(read) => read.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer within {}s", deadline.as_secs())),
+    };
+    (node, read)
 }
 
 /// One termination, handed back with what it was for.
@@ -143,6 +169,9 @@ pub(crate) struct Drainer<A, C, L, W, E> {
     az_rebalance: HashSet<GroupName>,
     /// Without `--suspend-az-rebalance`: the groups an earlier run suspended are resumed.
     az_rebalance_resumed: bool,
+    /// A live read found a drained node empty: another pass follows at once, to end its drain
+    /// while the read is fresh.
+    pass_again: bool,
 }
 
 impl<A, C, L, W, E> Drainer<A, C, L, W, E>
@@ -164,6 +193,7 @@ where
             told_opted_out: HashSet::new(),
             az_rebalance: HashSet::new(),
             az_rebalance_resumed: false,
+            pass_again: false,
         }
     }
 
@@ -185,8 +215,19 @@ where
         super::run_worker(self, shutdown).await
     }
 
-    /// One planning pass and the progress it allows.
+    /// One planning pass and the progress it allows; when it read a drained node's live pods and
+    /// found none, a second pass right after, which ends that drain while the read is fresh.
     pub async fn tick(&mut self) -> Result<DrainReport, DrainerError> {
+        let mut report = self.pass(false).await?;
+        if std::mem::take(&mut self.pass_again) {
+            report.add(self.pass(true).await?);
+        }
+        Ok(report)
+    }
+
+    /// One pass. A `second` pass of a tick evicts only on the nodes whose drain it starts: the
+    /// others' evictions were just sent (a stalled call would be waited for twice).
+    async fn pass(&mut self, second: bool) -> Result<DrainReport, DrainerError> {
         let ctx = self.ctx.clone();
         let now = (ctx.clock)();
         let mut report = DrainReport::default();
@@ -221,7 +262,11 @@ where
         }
         self.drains = plan.next;
         self.end_drains(&plan.ended, now, &mut report).await;
+        if second {
+            plan.evictions.retain(|r| report.started.contains(&r.node));
+        }
         self.evict(plan.evictions, now, &mut report).await;
+        self.read_live_pods(&plan.verify).await;
         self.terminate_drained(&mut report).await?;
         self.export_progress();
         Ok(report)
@@ -259,16 +304,41 @@ where
         }
     }
 
-    /// Replacement nodes keep Cluster Autoscaler's scale-down protection while their boost is open.
+    /// Replacement nodes keep Cluster Autoscaler's scale-down protection while their boost is
+    /// open. The ledger records each protection before its patch and forgets it once lifted: the
+    /// booster lifts only its own, whatever marker a Node carries.
     async fn protect_replacements(&self, plan: &DrainingPlan) {
-        for node in &plan.protect {
-            if let Err(e) = self.ctx.writes.protect_from_scale_down(node, true).await {
-                warn!(%node, error = %e, "could not protect a replacement node from scale-down");
+        if !plan.protect.is_empty() {
+            let recorded = self
+                .ctx
+                .ledger
+                .update(|l| plan.protect.iter().for_each(|n| _ = LedgerEdit::Protect(n.clone()).apply(l)))
+                .await;
+            if let Err(e) = recorded {
+                warn!(error = %e, "could not record the scale-down protection of replacement nodes; retried next pass");
+            } else {
+                for node in &plan.protect {
+                    if let Err(e) = self.ctx.writes.protect_from_scale_down(node, true).await {
+                        warn!(%node, error = %e, "could not protect a replacement node from scale-down");
+                    }
+                }
             }
         }
+        let mut lifted = Vec::new();
         for node in &plan.unprotect {
-            if let Err(e) = self.ctx.writes.protect_from_scale_down(node, false).await {
-                warn!(%node, error = %e, "could not lift the scale-down protection of a node");
+            match self.ctx.writes.protect_from_scale_down(node, false).await {
+                Ok(()) => lifted.push(node.clone()),
+                Err(e) => warn!(%node, error = %e, "could not lift the scale-down protection of a node"),
+            }
+        }
+        if !lifted.is_empty() {
+            let forgotten = self
+                .ctx
+                .ledger
+                .update(|l| lifted.into_iter().for_each(|n| _ = LedgerEdit::Unprotect(n).apply(l)))
+                .await;
+            if let Err(e) = forgotten {
+                warn!(error = %e, "could not record lifted scale-down protections; lifted again next pass");
             }
         }
     }
@@ -476,6 +546,29 @@ where
             }
         }
         super::publish_all(&self.ctx.events, tells).await;
+    }
+
+    /// Reads the live pods of the nodes whose drains look done, concurrently, each within the
+    /// eviction call's deadline, and folds them in for the next pass. A read that fails or does not
+    /// answer leaves its drain open. When some node was found empty, the next pass comes at once:
+    /// it ends that drain while the read is fresh.
+    async fn read_live_pods(&mut self, nodes: &[NodeName]) {
+        if nodes.is_empty() {
+            return;
+        }
+        let writes = &self.ctx.writes;
+        let deadline = self.settings.eviction_call_timeout;
+        let calls: Vec<_> = nodes.iter().map(|node| read_within(writes, deadline, node.clone())).collect();
+        let reads: Vec<(NodeName, Result<Vec<Pod>, String>)> =
+            stream::iter(calls).buffer_unordered(self.settings.evictions_in_flight.max(1)).collect().await;
+        for (node, read) in reads {
+            match read {
+                Ok(pods) => self.pass_again |= self.drains.record_live_read(&node, pods),
+                Err(e) => {
+                    warn!(%node, error = %e, "could not read the pods of a drained node; it is not terminated until a read shows it empty")
+                }
+            }
+        }
     }
 
     /// Books one node's eviction outcomes: metrics, and the core's progress and backoff. Returns
@@ -979,7 +1072,12 @@ mod tests {
             notice_deadline: None,
         });
         let report = drainer.tick().await.unwrap();
-        assert_eq!(report.started, vec![NodeName::from("n1")], "the interruption takes the instance anyway");
+        assert!(report.started.is_empty(), "an Event on a spot instance is a warning: {report:?}");
+        rig.aws.interrupt("i-n1");
+        assert!(drainer.tick().await.unwrap().started.is_empty(), "EC2's \"no\" is used for 5 s");
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let report = drainer.tick().await.unwrap();
+        assert_eq!(report.started, vec![NodeName::from("n1")], "EC2 marked it: the instance goes anyway");
         assert_eq!(report.evicted, 3);
         assert_eq!(
             rig.events.reasons_for("n1"),
@@ -1285,7 +1383,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(61)).await;
         scaler.tick().await.unwrap();
         let chosen = rig.ledger.saved().records[0].giving_back.values().next().unwrap().node.clone();
-        let pods = rig.cluster.current().unwrap().nodes[&chosen].pods.clone();
+        let pods = rig.cluster.edit(|s| s.nodes[&chosen].pods.clone()).unwrap();
         pods.iter().for_each(|p| rig.writes.block(p.uid.as_str(), true));
 
         drainer.tick().await.unwrap();
@@ -1327,6 +1425,59 @@ mod tests {
         assert_eq!(report.terminated, vec![("i-n1".into(), true)], "drained 90 s before AWS takes it");
         assert_eq!(rig.aws.desired("a"), 3, "the boost's node is given back with the instance; its launch goes on");
         assert!(rig.events.reasons_for("n1").contains(&"DrainStarted"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drained_node_is_terminated_only_once_a_live_read_finds_it_empty() {
+        let (rig, ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
+        scaler.tick().await.unwrap();
+        join(&rig, &ctx, "r1");
+        let report = drainer.tick().await.unwrap();
+        assert_eq!((report.started.len(), report.evicted), (1, 3));
+        // A pod bound to n1 just before its cordon, which the watch has not delivered yet.
+        rig.writes.bind_unwatched("n1", Pod::test("late", 100, 1 << 20));
+        rig.writes.fail_pod_reads(true);
+        assert!(drainer.tick().await.unwrap().terminated.is_empty(), "no read, no termination");
+        rig.writes.fail_pod_reads(false);
+        assert!(drainer.tick().await.unwrap().terminated.is_empty(), "the read found a pod");
+        assert_eq!(drainer.tick().await.unwrap().evicted, 1, "the pod only the read saw is evicted");
+        assert_eq!(rig.writes.evicted().last().map(String::as_str), Some("uid-late"));
+        let report = drainer.tick().await.unwrap();
+        assert_eq!(report.terminated, vec![("i-n1".into(), true)], "read empty, then terminated at once");
+        let reads =
+            rig.writes.calls().iter().filter(|c| matches!(c, ClusterCall::LivePods(n) if n.as_str() == "n1")).count();
+        assert_eq!(reads, 3, "one read per pass that found the view empty");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_give_back_drains_its_node_by_the_pods_the_view_left_out_and_never_one_with_a_protected_pod() {
+        let (rig, _ctx, mut scaler, mut drainer) = two_at_risk(policy()).await;
+        rig.aws.reclaim("i-n1", "i-r8");
+        rig.cluster.remove_node("n1");
+        // The group's replacement r8 runs a pod; n3 runs one nothing recreates, n4 one that opted
+        // out. The view shows none of their pods: uncordoned, no signal.
+        let mut r8 = Node::test("r8", "a").with_pods(1, 500, 1 << 30);
+        r8.group = None;
+        rig.cluster.put_node(r8);
+        rig.cluster.edit(|s| {
+            s.nodes.get_mut(&NodeName::from("n3")).unwrap().pods[0].bare = true;
+            s.nodes.get_mut(&NodeName::from("n4")).unwrap().pods[0].opt_out = Some(crate::core::OptOut::DoNotDisrupt);
+        });
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert!(rig.cluster.current().unwrap().nodes[&NodeName::from("r8")].pods.is_empty(), "as the watch shows it");
+        scaler.tick().await.unwrap();
+        let chosen = rig.ledger.saved().records[0].giving_back.values().next().unwrap().node.clone();
+        assert_eq!(chosen.as_str(), "r8", "n3 and n4 carry pods a give-back must not evict");
+        let held = rig.cluster.edit(|s| s.nodes[&chosen].pods.clone()).unwrap();
+
+        let report = drainer.tick().await.unwrap();
+        assert!(report.started.contains(&chosen), "{report:?}");
+        assert!(report.terminated.is_empty(), "never terminated with its pods on it: {report:?}");
+        let evicted = rig.writes.evicted();
+        assert!(held.iter().all(|p| evicted.contains(&p.uid.to_string())), "{evicted:?}");
+        let report = drainer.tick().await.unwrap();
+        assert!(report.terminated.contains(&("i-r8".into(), true)), "{report:?}");
+        assert_eq!(rig.events.reasons_for(chosen.as_str()), vec!["DrainStarted", "InstanceTerminated"]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -17,8 +17,8 @@ use std::sync::{Mutex, MutexGuard};
 use tracing::warn;
 
 use crate::core::{
-    scheduled_events_needed, BoostLedger, Group, GroupName, InstanceFacts, InstanceId, Node, NodeName, Snapshot,
-    Timestamp,
+    scheduled_events_needed, spot_interruptions_needed, BoostLedger, Group, GroupName, InstanceFacts, InstanceId, Node,
+    NodeName, Snapshot, Timestamp,
 };
 use crate::ports::{AutoScaling, AwsError, Clock, ClusterState, GroupDescription, TagFilter};
 
@@ -132,8 +132,11 @@ pub struct GroupBook {
     /// What EC2 said of each live node's instance (fixed for an instance's life; `None`: EC2
     /// does not know it, asked again after [`UNKNOWN_INSTANCE_TTL`]) and when it was asked.
     facts: Mutex<HashMap<InstanceId, (Option<InstanceFacts>, Timestamp)>>,
-    /// Whether EC2 listed a pending scheduled event for an instance, and when it was asked.
-    scheduled: Mutex<HashMap<InstanceId, (bool, Timestamp)>>,
+    /// The `NotBefore` of the pending scheduled event EC2 listed for an instance (`None`: no
+    /// event), and when it was asked.
+    scheduled: Mutex<HashMap<InstanceId, (Option<Timestamp>, Timestamp)>>,
+    /// Whether EC2 reported an instance's spot request interrupted, and when it was asked.
+    interrupted: Mutex<HashMap<InstanceId, (bool, Timestamp)>>,
     /// `--asg-tag-filter`: groups whose tags do not match are described but never boosted.
     selection: Mutex<Vec<TagFilter>>,
     /// When each group last failed to launch for want of capacity (the launch watcher's finding).
@@ -155,6 +158,12 @@ const UNKNOWN_INSTANCE_TTL: Duration = Duration::from_secs(30);
 /// How long EC2's answer on an instance's scheduled events is used before it is asked again.
 const SCHEDULED_EVENTS_TTL: Duration = Duration::from_secs(30);
 
+/// How long EC2's answer that an instance's spot request is not interrupted is used before it is
+/// asked again: EC2 marks the request when it sends the notice, so a genuine notice is confirmed
+/// within this; a forged one costs one call per instance this often. A request EC2 marked stays
+/// marked.
+const NOT_INTERRUPTED_TTL: Duration = Duration::from_secs(5);
+
 impl GroupBook {
     /// A book that re-describes a group once its description is `refresh` old and remembers an
     /// instance's group for `instance_ttl`, both aged on `clock`.
@@ -166,6 +175,7 @@ impl GroupBook {
             instances: InstanceGroupCache::new(instance_ttl, clock),
             facts: Mutex::new(HashMap::new()),
             scheduled: Mutex::new(HashMap::new()),
+            interrupted: Mutex::new(HashMap::new()),
             selection: Mutex::new(Vec::new()),
             capacity_failures: Mutex::new(BTreeMap::new()),
             pass_share: LEARN_PER_PASS,
@@ -366,9 +376,10 @@ impl GroupBook {
 
     /// Fills `snapshot.instances` with what EC2 says of every node's instance, asking only for
     /// instances never described (facts are fixed for an instance's life, so a node costs one
-    /// batched lookup when it joins), and `snapshot.scheduled_events` for the instances a
-    /// scheduled-maintenance notice names. A failed lookup leaves them unknown, so unverified
-    /// and untrusted, until the next pass: nothing is believed because AWS could not be asked.
+    /// batched lookup when it joins), `snapshot.scheduled_events` for the instances a
+    /// scheduled-maintenance notice names and `snapshot.spot_interrupted` for those a spot
+    /// interruption notice names. A failed lookup leaves them unknown, so unverified and
+    /// unconfirmed, until the next pass: nothing is believed because AWS could not be asked.
     pub(crate) async fn fill_instance_facts<A: AutoScaling>(&self, aws: &A, snapshot: &mut Snapshot) {
         let live: BTreeSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
         let signalled: BTreeSet<&InstanceId> = snapshot.signals.iter().map(|s| &s.instance).collect();
@@ -380,6 +391,13 @@ impl GroupBook {
                 .filter_map(|i| cache.get(*i).and_then(|(f, _)| f.as_ref()).map(|f| ((*i).clone(), f.clone())))
                 .collect()
         };
+        self.learn_scheduled_events(aws, snapshot, now).await;
+        self.learn_spot_interruptions(aws, snapshot, now).await;
+    }
+
+    /// `snapshot.scheduled_events`: EC2's pending events for the instances a scheduled-maintenance
+    /// notice names, asked again every [`SCHEDULED_EVENTS_TTL`].
+    async fn learn_scheduled_events<A: AutoScaling>(&self, aws: &A, snapshot: &mut Snapshot, now: Timestamp) {
         let named = scheduled_events_needed(snapshot);
         let stale: Vec<InstanceId> = {
             let mut cache = lock(&self.scheduled);
@@ -388,14 +406,35 @@ impl GroupBook {
         };
         if !stale.is_empty() {
             match aws.scheduled_events(&stale).await {
-                Ok(found) => remember(&self.scheduled, stale, |id| found.contains(id), now),
+                Ok(found) => remember(&self.scheduled, stale, |id| found.get(id).copied(), now),
                 Err(e) => {
                     warn!(error = %e, instances = stale.len(), "scheduled events not read; their notices stay unconfirmed")
                 }
             }
         }
         snapshot.scheduled_events =
-            lock(&self.scheduled).iter().filter(|(_, (listed, _))| *listed).map(|(i, _)| i.clone()).collect();
+            lock(&self.scheduled).iter().filter_map(|(i, (at, _))| at.map(|at| (i.clone(), at))).collect();
+    }
+
+    /// `snapshot.spot_interrupted`: the instances a spot-interruption notice names whose spot
+    /// request EC2 reports interrupted; a "no" is asked again after [`NOT_INTERRUPTED_TTL`].
+    async fn learn_spot_interruptions<A: AutoScaling>(&self, aws: &A, snapshot: &mut Snapshot, now: Timestamp) {
+        let named = spot_interruptions_needed(snapshot);
+        let stale: Vec<InstanceId> = {
+            let mut cache = lock(&self.interrupted);
+            cache.retain(|i, (marked, at)| named.contains(i) && (*marked || now.since(*at) < NOT_INTERRUPTED_TTL));
+            named.iter().filter(|i| !cache.contains_key(*i)).cloned().collect()
+        };
+        if !stale.is_empty() {
+            match aws.spot_interruptions(&stale).await {
+                Ok(found) => remember(&self.interrupted, stale, |id| found.contains(id), now),
+                Err(e) => {
+                    warn!(error = %e, instances = stale.len(), "spot requests not read; their interruption notices stay unconfirmed")
+                }
+            }
+        }
+        snapshot.spot_interrupted =
+            lock(&self.interrupted).iter().filter(|(_, (marked, _))| *marked).map(|(i, _)| i.clone()).collect();
     }
 }
 

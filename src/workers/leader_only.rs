@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use tracing::debug;
 
-use crate::core::{BoostLedger, GroupName, InstanceFacts, InstanceId, NodeName, ScalingActivity, Timestamp};
+use crate::core::{BoostLedger, GroupName, InstanceFacts, InstanceId, NodeName, Pod, ScalingActivity, Timestamp};
 use crate::metrics::{Metrics, SkippedAction};
 use crate::ports::{
     AutoScaling, AwsError, ClusterWriteError, ClusterWrites, DesiredWrite, EventSink, EvictOutcome, GroupDescription,
@@ -90,8 +90,12 @@ impl<P: AutoScaling> AutoScaling for LeaderOnly<P> {
         self.inner.instance_facts(instances).await
     }
 
-    async fn scheduled_events(&self, instances: &[InstanceId]) -> Result<BTreeSet<InstanceId>, AwsError> {
+    async fn scheduled_events(&self, instances: &[InstanceId]) -> Result<BTreeMap<InstanceId, Timestamp>, AwsError> {
         self.inner.scheduled_events(instances).await
+    }
+
+    async fn spot_interruptions(&self, instances: &[InstanceId]) -> Result<BTreeSet<InstanceId>, AwsError> {
+        self.inner.spot_interruptions(instances).await
     }
 
     async fn scaling_activities(&self, group: &GroupName, since: Timestamp) -> Result<Vec<ScalingActivity>, AwsError> {
@@ -100,6 +104,11 @@ impl<P: AutoScaling> AutoScaling for LeaderOnly<P> {
 }
 
 impl<P: ClusterWrites> ClusterWrites for LeaderOnly<P> {
+    async fn live_pods(&self, node: &NodeName) -> Result<Vec<Pod>, ClusterWriteError> {
+        // A read: a follower may make it, though only a leader drains.
+        self.inner.live_pods(node).await
+    }
+
     async fn cordon(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
         if !self.allows(SkippedAction::Drain) {
             return Err(ClusterWriteError::NotLeader { operation: "cordon" });

@@ -243,6 +243,10 @@ impl<A: AutoScaling, C: ClusterView, L: LedgerStore, W, E> WorkerContext<A, C, L
             ..Snapshot::default()
         };
         self.groups.fill_instance_facts(&self.aws, &mut snapshot).await;
+        let needed = crate::core::pods_needed(&snapshot);
+        if !needed.is_empty() {
+            self.cluster.attach_pods(&mut snapshot.nodes, &needed);
+        }
         Ok(Some(Observation { snapshot, protected: state.protected, first_seen: state.first_seen }))
     }
 }

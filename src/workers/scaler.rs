@@ -24,8 +24,8 @@ use super::{publish_all, Observation, WorkerContext};
 pub use super::{system_clock, Clock};
 use crate::core::{
     apply_all, plan_scaling, plan_take_backs, resolve_raises, unresolved_groups, Acting, AtRiskSet, Boost, BoostExpiry,
-    BoostLedger, DropReason, Expired, Fallback, GiveBack, GiveBackHow, GroupName, InstanceId, LedgerEdit, ScalingPlan,
-    Snapshot, TakeBack, Timestamp,
+    BoostLedger, DropReason, Expired, Fallback, GiveBack, GiveBackHow, GroupName, InstanceId, LedgerEdit, LeftWhy,
+    ScalingPlan, Snapshot, TakeBack, Timestamp,
 };
 use crate::metrics::{BoostOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
@@ -701,9 +701,26 @@ where
                     info!(%group, %reclaimed, "reclaimed instance settled; the group has nothing more to give back");
                     ctx.metrics.scaler.give_back(group.as_str(), GiveBackOutcome::AtFloor);
                 }
-                GiveBackHow::LeftToClusterAutoscaler => {
+                GiveBackHow::LeftToClusterAutoscaler { why: LeftWhy::NoNodeInTime } => {
                     warn!(%group, %reclaimed, "no node of the group could be drained to give back the capacity boosted for an instance AWS took first; left to Cluster Autoscaler");
                     ctx.metrics.scaler.give_back(group.as_str(), GiveBackOutcome::LeftToClusterAutoscaler);
+                }
+                GiveBackHow::LeftToClusterAutoscaler { why: LeftWhy::PodsProtected { node, pods } } => {
+                    let pods = pods.join(", ");
+                    warn!(%group, %reclaimed, %node, %pods, "every node that could give back the capacity boosted for an instance AWS took first carries a pod that opted out of disruption or that nothing recreates; left to Cluster Autoscaler");
+                    ctx.metrics.scaler.give_back(group.as_str(), GiveBackOutcome::LeftToClusterAutoscaler);
+                    let note = format!(
+                        "not drained to give back the node boosted in {group} for {reclaimed}, which AWS took first: \
+                         it carries pods that opted out of disruption or that nothing recreates ({pods}), as does \
+                         every other node that could be; Cluster Autoscaler removes the extra capacity when it \
+                         finds it unneeded"
+                    );
+                    let event = NodeEvent {
+                        node: node.clone(),
+                        reason: NodeEventReason::GiveBackLeftToClusterAutoscaler,
+                        note,
+                    };
+                    ctx.events.publish(event).await;
                 }
             }
         }
@@ -1403,7 +1420,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn no_node_that_opted_out_or_would_lose_a_bare_pod_is_chosen_and_after_the_timeout_ca_is_left_it() {
+    async fn no_node_that_opted_out_or_would_lose_a_bare_pod_is_chosen_and_ca_is_left_it_with_an_event() {
         let rig = fleet(4, 4, 10);
         rig.cluster.edit(|st| {
             for name in ["n2", "n4"] {
@@ -1420,14 +1437,18 @@ mod tests {
         r1.pods[0].opt_out = Some(crate::core::OptOut::NotSafeToEvict);
         r1.group = None;
         rig.cluster.put_node(r1);
+        // The view shows none of these pods (no node is signalled or cordoned): the give-back
+        // looks them up, and every node carries one it must not evict.
+        assert!(rig.cluster.current().unwrap().nodes.values().all(|n| n.pods.is_empty()));
         s.tick().await.unwrap();
         assert!(chosen(&rig).is_empty());
-        assert_eq!(rig.ledger.saved().records.len(), 1, "it waits: the group's own replacement may still join");
-
-        tokio::time::advance(s.ctx.policy.replacement_timeout).await;
-        s.tick().await.unwrap();
-        assert!(rig.ledger.saved().records.is_empty(), "settled and closed");
+        assert!(rig.ledger.saved().records.is_empty(), "nothing to wait for: settled at once, and closed");
         assert_eq!(rig.aws.desired("a"), 5, "left to Cluster Autoscaler, not lowered");
+        assert_eq!(
+            rig.events.reasons_for("n2"),
+            vec!["GiveBackLeftToClusterAutoscaler"],
+            "saying why, on one such node"
+        );
         let text = s.ctx.metrics.encode();
         let left = "spots_booster_give_backs_total{group=\"a\",outcome=\"left-to-cluster-autoscaler\"} 1";
         assert!(text.contains(left), "{text}");
