@@ -256,6 +256,41 @@ impl Cluster {
         booster
     }
 
+    /// Whether the booster gave a boost back (`give_backs_total{outcome="written"}`) and desired
+    /// capacity is `desired` again; fails the test if the booster exited or `deadline` passed.
+    async fn given_back(
+        &self,
+        booster: &mut tokio::process::Child,
+        port: u16,
+        desired: i32,
+        deadline: Instant,
+    ) -> bool {
+        let text = scrape(port).await;
+        let given = format!("spots_booster_give_backs_total{{group=\"{}\",outcome=\"written\"}}", self.group);
+        if metric(&text, &given) >= 1.0 && self.desired().await == desired {
+            return true;
+        }
+        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited");
+        assert!(Instant::now() < deadline, "the boost was never given back: {text}");
+        false
+    }
+
+    /// The nodes the booster drained to give a boost back, as its `DrainStarted` Events name
+    /// them, with those Events' notes.
+    async fn drained_to_give_back(&self) -> Vec<(String, String)> {
+        let joined: Vec<String> = self.seen.lock().unwrap().joined.keys().cloned().collect();
+        let mut given = Vec::new();
+        for node in joined {
+            for e in booster_events_on(&self.kube, &node).await {
+                let note = e.note.unwrap_or_default();
+                if e.reason.as_deref() == Some("DrainStarted") && note.contains("giving back") {
+                    given.push((node.clone(), note));
+                }
+            }
+        }
+        given
+    }
+
     async fn clean_up(&self) {
         let nodes: Api<Node> = Api::all(self.kube.clone());
         let ours = nodes.list(&ListParams::default().labels(&format!("spots-booster-e2e={}", self.suffix))).await;
@@ -378,13 +413,9 @@ async fn a_boost_whose_instance_aws_took_first_is_given_back_through_a_drained_n
             }
             second_reclaimed = true;
         }
-        let text = scrape(port).await;
-        let given = format!("spots_booster_give_backs_total{{group=\"{}\",outcome=\"written\"}}", cluster.group);
-        if metric(&text, &given) >= 1.0 && cluster.desired().await == 4 {
+        if cluster.given_back(&mut booster, port, 4, deadline).await {
             break;
         }
-        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited");
-        assert!(Instant::now() < deadline, "the boost was never given back: {text}");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     for _ in 0..4 {
@@ -394,16 +425,7 @@ async fn a_boost_whose_instance_aws_took_first_is_given_back_through_a_drained_n
     let text = scrape(port).await;
     let group = cluster.group.clone();
     // The booster's Events say which node it chose to give back.
-    let joined: Vec<String> = cluster.seen.lock().unwrap().joined.keys().cloned().collect();
-    let mut given = Vec::new();
-    for node in &joined {
-        let events = booster_events_on(&cluster.kube, node).await;
-        if events.iter().any(|e| {
-            e.reason.as_deref() == Some("DrainStarted") && e.note.as_deref().is_some_and(|n| n.contains("giving back"))
-        }) {
-            given.push(node.clone());
-        }
-    }
+    let given: Vec<String> = cluster.drained_to_give_back().await.into_iter().map(|(node, _)| node).collect();
     {
         let seen = cluster.seen.lock().unwrap();
         eprintln!(
@@ -485,32 +507,16 @@ async fn a_give_back_drains_a_node_by_its_live_pods_never_one_with_an_opted_out_
             }
         }
         cluster.play(&mut placement, true).await;
-        let text = scrape(port).await;
-        let given = format!("spots_booster_give_backs_total{{group=\"{}\",outcome=\"written\"}}", cluster.group);
-        if metric(&text, &given) >= 1.0 && cluster.desired().await == 4 {
+        if cluster.given_back(&mut booster, port, 4, deadline).await {
             break;
         }
-        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited");
-        assert!(Instant::now() < deadline, "the boost was never given back: {text}");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     for _ in 0..4 {
         cluster.play(&mut Vec::new(), true).await;
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let joined: Vec<String> = cluster.seen.lock().unwrap().joined.keys().cloned().collect();
-    let mut given = Vec::new();
-    let mut drain_notes = Vec::new();
-    for node in &joined {
-        for e in booster_events_on(&cluster.kube, node).await {
-            if e.reason.as_deref() == Some("DrainStarted")
-                && e.note.as_deref().is_some_and(|n| n.contains("giving back"))
-            {
-                given.push(node.clone());
-                drain_notes.push(e.note.unwrap_or_default());
-            }
-        }
-    }
+    let (given, drain_notes): (Vec<String>, Vec<String>) = cluster.drained_to_give_back().await.into_iter().unzip();
     let killed = cluster.seen.lock().unwrap().killed.clone();
     eprintln!("give-back by live pods: {given:?} ({drain_notes:?}); pods killed {killed:?}");
     assert_eq!(given.len(), 1, "{given:?}");

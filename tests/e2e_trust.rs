@@ -24,6 +24,25 @@ use support::recording_proxy::recording_proxy;
 
 use crate::support;
 
+/// Launches a spot instance from `image` and attaches it to `group` (moto launches the group's own
+/// instances on demand, whatever the template says). Returns its id.
+async fn attach_spot_instance(sdk: &aws_config::SdkConfig, image: &str, group: &str) -> String {
+    let launched = aws_sdk_ec2::Client::new(sdk)
+        .run_instances()
+        .image_id(image)
+        .instance_type(InstanceType::M5Large)
+        .min_count(1)
+        .max_count(1)
+        .instance_market_options(InstanceMarketOptionsRequest::builder().market_type(MarketType::Spot).build())
+        .send()
+        .await
+        .unwrap();
+    let spot = launched.instances()[0].instance_id().unwrap().to_string();
+    let asg = aws_sdk_autoscaling::Client::new(sdk);
+    asg.attach_instances().auto_scaling_group_name(group).instance_ids(&spot).send().await.unwrap();
+    spot
+}
+
 async fn cordon(kube: &Client, node: &str) {
     let nodes: Api<Node> = Api::all(kube.clone());
     nodes.patch(node, &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": true}}))).await.unwrap();
@@ -47,7 +66,6 @@ async fn forged_unconfirmed_and_on_demand_notices_move_nothing_and_a_spot_one_is
     let sdk = aws(&endpoint).await;
     create_namespace(&kube, &ns).await;
 
-    let ec2 = aws_sdk_ec2::Client::new(&sdk);
     let asg = aws_sdk_autoscaling::Client::new(&sdk);
     let image = create_group(&sdk, &group, 3, 10).await;
     let desired = || async {
@@ -109,18 +127,7 @@ async fn forged_unconfirmed_and_on_demand_notices_move_nothing_and_a_spot_one_is
     assert_eq!(metric(&scrape(port).await, "spots_booster_aws_calls_total{operation=\"SetDesiredCapacity\"}"), 0.0);
 
     // A spot instance in the group, cordoned by NTH and announced: believed and boosted.
-    let spot = ec2
-        .run_instances()
-        .image_id(&image)
-        .instance_type(InstanceType::M5Large)
-        .min_count(1)
-        .max_count(1)
-        .instance_market_options(InstanceMarketOptionsRequest::builder().market_type(MarketType::Spot).build())
-        .send()
-        .await
-        .unwrap();
-    let spot = spot.instances()[0].instance_id().unwrap().to_string();
-    asg.attach_instances().auto_scaling_group_name(&group).instance_ids(&spot).send().await.unwrap();
+    let spot = attach_spot_instance(&sdk, &image, &group).await;
     let before = desired().await;
 
     // 4. A kubelet registered as itself (an EC2-shaped name that is not the spot instance's)
@@ -348,19 +355,7 @@ async fn a_node_claiming_a_boosted_instance_takes_no_drain_and_a_forged_past_not
     create_namespace(&kube, &ns).await;
     let image = create_group(&sdk, &group, 1, 10).await;
     let asg = aws_sdk_autoscaling::Client::new(&sdk);
-    // A spot instance joins the group (moto launches the group's own on demand).
-    let spot = aws_sdk_ec2::Client::new(&sdk)
-        .run_instances()
-        .image_id(&image)
-        .instance_type(InstanceType::M5Large)
-        .min_count(1)
-        .max_count(1)
-        .instance_market_options(InstanceMarketOptionsRequest::builder().market_type(MarketType::Spot).build())
-        .send()
-        .await
-        .unwrap();
-    let spot = spot.instances()[0].instance_id().unwrap().to_string();
-    asg.attach_instances().auto_scaling_group_name(&group).instance_ids(&spot).send().await.unwrap();
+    let spot = attach_spot_instance(&sdk, &image, &group).await;
     let members = || async {
         let out = asg.describe_auto_scaling_groups().auto_scaling_group_names(&group).send().await.unwrap();
         let g = &out.auto_scaling_groups()[0];
