@@ -71,6 +71,8 @@ labels!(
         NotLeader => "not-leader",
         /// Replacements not Ready within `--replacement-timeout`.
         ExpiredReplacementTimeout => "expired-replacement-timeout",
+        /// Replacements Ready, but a pod's opt-out still deferred the drain at `--replacement-timeout`.
+        ExpiredDrainDeferred => "expired-drain-deferred",
         /// Open longer than `--max-boost-age`.
         ExpiredMaxAge => "expired-max-age",
         /// Nodes its group could not launch moved to a fallback group (counted under the fallback).

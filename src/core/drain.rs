@@ -455,7 +455,7 @@ pub(crate) fn latest_drain_start(node: Option<&Node>, deadline: Timestamp, polic
 /// Why a voluntary drain leaves `risk`'s node alone: a pod on it that opted out. A spot
 /// interruption or a scheduled event takes the instance anyway, so those drain regardless, once
 /// AWS confirmed they can be real: a notice anyone could have written never overrides an opt-out.
-fn opted_out(node: Option<&Node>, risk: &AtRisk) -> Option<DrainWait> {
+pub(crate) fn opted_out(node: Option<&Node>, risk: &AtRisk) -> Option<DrainWait> {
     if risk.confirmed && risk.kinds.iter().any(|k| k.drained_by_nth()) {
         return None;
     }

@@ -228,7 +228,8 @@ pub fn plan_draining(
             let seen: &[Pod] = if node.pods_known { &node.pods } else { &[] };
             let left = eviction_order_of(seen, live.as_deref().unwrap_or_default());
             if !left.is_empty() {
-                let only_read = !left.iter().any(|p| seen.iter().any(|s| s.uid == p.uid));
+                let read = live.as_deref().unwrap_or_default();
+                let only_read = !read.is_empty() && !left.iter().any(|p| seen.iter().any(|s| s.uid == p.uid));
                 match due(&name, left, &drain, progress, now) {
                     Some(round) => evictions.push(round),
                     // Evicted, still going: a view that carries them shows them leave; pods only

@@ -1,13 +1,15 @@
 //! Every boost ends. A replacement that never registers (bootstrap broken, capacity gone) would
 //! otherwise keep its boost, the scale-down protection of whatever it claimed and its share of
 //! `--max-boost-per-group` forever. A boost whose replacements are not all Ready within
-//! `--replacement-timeout`, or that is older than `--max-boost-age`, is marked expired: it stops
+//! `--replacement-timeout`, whose replacements are Ready but whose drain a pod's opt-out still
+//! defers at `--replacement-timeout` (a tenant's `do-not-disrupt` would otherwise pin the group's
+//! budget until `--max-boost-age`), or that is older than `--max-boost-age`, is marked expired: it stops
 //! claiming and protecting nodes and spending the group's budget, its at-risk nodes are not
 //! drained for it, and it stays in the ledger until they leave, so none is boosted twice.
 
 use serde::{Deserialize, Serialize};
 
-use super::drain::claim_replacements;
+use super::drain::{claim_replacements, opted_out};
 use super::ledger_edit::{BoostId, LedgerEdit};
 use super::model::{BoostExpiry, BoostLedger, BoostRecord, Snapshot, Timestamp};
 use super::policy::Policy;
@@ -48,6 +50,15 @@ pub(crate) fn expire_boosts(
         return Vec::new();
     }
     let claims = claim_replacements(snapshot, ledger, at_risk);
+    let deferred = |record: &BoostRecord| {
+        at_risk.by_group.get(&record.group).is_some_and(|risks| {
+            record
+                .instances
+                .iter()
+                .filter_map(|i| risks.get(i))
+                .any(|r| opted_out(snapshot.nodes.get(&r.node), r).is_some())
+        })
+    };
     ledger
         .records
         .iter()
@@ -59,6 +70,8 @@ pub(crate) fn expire_boosts(
                 BoostExpiry::MaxAge
             } else if age >= policy.replacement_timeout && !claim.complete() {
                 BoostExpiry::ReplacementTimeout
+            } else if age >= policy.replacement_timeout && deferred(record) {
+                BoostExpiry::DrainDeferred
             } else {
                 return None;
             };
@@ -124,6 +137,21 @@ mod tests {
         assert_eq!(expired.len(), 1, "{expired:?}");
         assert_eq!(expired[0].record, s.ledger.records[0].id(), "the newer boost, whose replacement never came");
         assert_eq!(expired[0].ready, 0);
+    }
+
+    #[test]
+    fn a_boost_whose_drain_an_opt_out_defers_ends_at_the_replacement_timeout_not_the_maximum_age() {
+        let policy = Policy::default();
+        let mut s = boosted().with_node(Node::test("r1", "a"));
+        let mut pod = crate::core::Pod::test("pinned", 100, 1 << 20);
+        pod.opt_out = Some(crate::core::OptOut::DoNotDisrupt);
+        s.nodes.get_mut(&crate::core::NodeName::from("n1")).unwrap().pods.push(pod);
+        let at_risk = fold_signals(&s, &policy, Timestamp::EPOCH);
+        let before = Timestamp::EPOCH.plus(policy.replacement_timeout - Duration::from_secs(1));
+        assert!(expire_boosts(&s, &s.ledger, &at_risk, &policy, before).is_empty());
+        let at = Timestamp::EPOCH.plus(policy.replacement_timeout);
+        let expired = expire_boosts(&s, &s.ledger, &at_risk, &policy, at);
+        assert_eq!((expired[0].why, expired[0].ready), (BoostExpiry::DrainDeferred, 1), "its budget is freed");
     }
 
     #[test]

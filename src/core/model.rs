@@ -625,6 +625,9 @@ pub struct GiveBackNode {
 pub enum BoostExpiry {
     /// Its replacements were not all Ready within `--replacement-timeout`.
     ReplacementTimeout,
+    /// Its replacements are Ready, but a pod's opt-out still defers its drain at
+    /// `--replacement-timeout`.
+    DrainDeferred,
     /// It was open longer than `--max-boost-age`.
     MaxAge,
 }
@@ -634,6 +637,7 @@ impl BoostExpiry {
     pub fn as_str(self) -> &'static str {
         match self {
             BoostExpiry::ReplacementTimeout => "replacement-timeout",
+            BoostExpiry::DrainDeferred => "drain-deferred",
             BoostExpiry::MaxAge => "max-age",
         }
     }

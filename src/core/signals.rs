@@ -203,6 +203,7 @@ pub(crate) fn fold_signals_with_nodes<'s>(
                 node: None,
                 facts: None,
                 claims: 0,
+                first_claimant: None,
                 named_by_ec2: 0,
                 ec2_named: None,
                 notices: Vec::new(),
@@ -241,9 +242,20 @@ pub(crate) fn fold_signals_with_nodes<'s>(
             if node.name == folding.risk.node {
                 folding.node = Some(node);
             }
-            if identity::named_by_ec2(node, &folding.risk.instance, folding.facts) {
-                folding.named_by_ec2 += 1;
-                folding.ec2_named = Some(node);
+            // Which claimant EC2 named matters only once a second one shows up (rarely).
+            let claimants = match folding.claims {
+                1 => {
+                    folding.first_claimant = Some(node);
+                    [None, None]
+                }
+                2 => [folding.first_claimant.take(), Some(node)],
+                _ => [Some(node), None],
+            };
+            for claimant in claimants.into_iter().flatten() {
+                if identity::named_by_ec2(claimant, &folding.risk.instance, folding.facts) {
+                    folding.named_by_ec2 += 1;
+                    folding.ec2_named = Some(claimant);
+                }
             }
         }
     }
@@ -253,7 +265,7 @@ pub(crate) fn fold_signals_with_nodes<'s>(
     let mut by_group: FastMap<&GroupName, BTreeMap<InstanceId, AtRisk>> = FastMap::default();
     let mut set = AtRiskSet::default();
     let mut nodes = Vec::with_capacity(merged.len());
-    for Folding { mut risk, mut node, facts, claims, named_by_ec2, ec2_named, notices } in merged {
+    for Folding { mut risk, mut node, facts, claims, named_by_ec2, ec2_named, notices, .. } in merged {
         risk.confirmed = confirmed_by_aws(snapshot, &risk);
         risk.deadline = notice_deadline(snapshot, &risk.instance, facts, &notices);
         // A contested instance is the Node's EC2 named, whichever Node the signal came through;
@@ -291,6 +303,8 @@ struct Folding<'s> {
     node: Option<&'s Node>,
     facts: Option<&'s InstanceFacts>,
     claims: u32,
+    /// The first Node claiming it, until a second does.
+    first_claimant: Option<&'s Node>,
     named_by_ec2: u32,
     ec2_named: Option<&'s Node>,
     /// Its signals of kinds that take the instance at a set time.

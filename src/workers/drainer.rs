@@ -232,7 +232,7 @@ where
         let now = (ctx.clock)();
         let mut report = DrainReport::default();
         let Observation { snapshot, protected, .. } =
-            ctx.observe().await.map_err(DrainerError::Describe)?.ok_or(DrainerError::NotSynced)?;
+            ctx.observe(true).await.map_err(DrainerError::Describe)?.ok_or(DrainerError::NotSynced)?;
         let mut plan = plan_draining(&snapshot, &protected, &self.drains, &ctx.policy, now);
         self.az_rebalance = snapshot.groups.values().filter(|g| g.az_rebalance).map(|g| g.name.clone()).collect();
 
@@ -1071,8 +1071,11 @@ mod tests {
             evidence: Evidence::Event,
             notice_deadline: None,
         });
+        scaler.tick().await.unwrap();
+        assert_eq!(rig.aws.interruption_lookups(), 0, "a boost never waits for EC2's confirmation");
         let report = drainer.tick().await.unwrap();
         assert!(report.started.is_empty(), "an Event on a spot instance is a warning: {report:?}");
+        assert_eq!(rig.aws.interruption_lookups(), 1, "the drain asks");
         rig.aws.interrupt("i-n1");
         assert!(drainer.tick().await.unwrap().started.is_empty(), "EC2's \"no\" is used for 5 s");
         tokio::time::advance(Duration::from_secs(5)).await;

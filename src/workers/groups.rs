@@ -376,9 +376,8 @@ impl GroupBook {
 
     /// Fills `snapshot.instances` with what EC2 says of every node's instance, asking only for
     /// instances never described (facts are fixed for an instance's life, so a node costs one
-    /// batched lookup when it joins), `snapshot.scheduled_events` for the instances a
-    /// scheduled-maintenance notice names and `snapshot.spot_interrupted` for those a spot
-    /// interruption notice names. A failed lookup leaves them unknown, so unverified and
+    /// batched lookup when it joins) and `snapshot.scheduled_events` for the instances a
+    /// scheduled-maintenance notice names. A failed lookup leaves them unknown, so unverified and
     /// unconfirmed, until the next pass: nothing is believed because AWS could not be asked.
     pub(crate) async fn fill_instance_facts<A: AutoScaling>(&self, aws: &A, snapshot: &mut Snapshot) {
         let live: BTreeSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
@@ -392,7 +391,6 @@ impl GroupBook {
                 .collect()
         };
         self.learn_scheduled_events(aws, snapshot, now).await;
-        self.learn_spot_interruptions(aws, snapshot, now).await;
     }
 
     /// `snapshot.scheduled_events`: EC2's pending events for the instances a scheduled-maintenance
@@ -418,7 +416,8 @@ impl GroupBook {
 
     /// `snapshot.spot_interrupted`: the instances a spot-interruption notice names whose spot
     /// request EC2 reports interrupted; a "no" is asked again after [`NOT_INTERRUPTED_TTL`].
-    async fn learn_spot_interruptions<A: AutoScaling>(&self, aws: &A, snapshot: &mut Snapshot, now: Timestamp) {
+    pub(crate) async fn learn_spot_interruptions<A: AutoScaling>(&self, aws: &A, snapshot: &mut Snapshot) {
+        let now = (self.instances.clock)();
         let named = spot_interruptions_needed(snapshot);
         let stale: Vec<InstanceId> = {
             let mut cache = lock(&self.interrupted);

@@ -228,8 +228,10 @@ pub(crate) struct Observation {
 
 impl<A: AutoScaling, C: ClusterView, L: LedgerStore, W, E> WorkerContext<A, C, L, W, E> {
     /// The cluster, the ledger and the groups as one snapshot; `None` while a watch has not
-    /// synced (nothing is decided on a partial view).
-    pub(crate) async fn observe(&self) -> Result<Option<Observation>, AwsError> {
+    /// synced (nothing is decided on a partial view). Whether EC2 reports the notices' spot
+    /// interruptions is asked only `for_draining`: it confirms a drain, never a boost, and a boost
+    /// does not wait for the call.
+    pub(crate) async fn observe(&self, for_draining: bool) -> Result<Option<Observation>, AwsError> {
         let Some(mut state) = self.cluster.current() else { return Ok(None) };
         let ledger = self.ledger.current().await;
         remember_boosted(&mut state, &ledger);
@@ -243,6 +245,9 @@ impl<A: AutoScaling, C: ClusterView, L: LedgerStore, W, E> WorkerContext<A, C, L
             ..Snapshot::default()
         };
         self.groups.fill_instance_facts(&self.aws, &mut snapshot).await;
+        if for_draining {
+            self.groups.learn_spot_interruptions(&self.aws, &mut snapshot).await;
+        }
         let needed = crate::core::pods_needed(&snapshot);
         if !needed.is_empty() {
             self.cluster.attach_pods(&mut snapshot.nodes, &needed);

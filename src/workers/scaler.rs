@@ -295,7 +295,7 @@ where
         }
         let now = (ctx.clock)();
         let Observation { snapshot, first_seen, .. } =
-            ctx.observe().await.map_err(ScalerError::Describe)?.ok_or(ScalerError::NotSynced)?;
+            ctx.observe(false).await.map_err(ScalerError::Describe)?.ok_or(ScalerError::NotSynced)?;
         stages.mark("observe");
         if leading {
             self.export_sizes(&snapshot.groups, &snapshot.ledger, now);
@@ -779,12 +779,17 @@ where
                 e.record.group.as_str(),
                 match e.why {
                     BoostExpiry::ReplacementTimeout => BoostOutcome::ExpiredReplacementTimeout,
+                    BoostExpiry::DrainDeferred => BoostOutcome::ExpiredDrainDeferred,
                     BoostExpiry::MaxAge => BoostOutcome::ExpiredMaxAge,
                 },
             );
             let waited = match e.why {
                 BoostExpiry::ReplacementTimeout => {
                     format!("{} of {} replacement(s) Ready after --replacement-timeout", e.ready, e.added)
+                }
+                BoostExpiry::DrainDeferred => {
+                    "its replacements are Ready but a pod's opt-out still defers the drain after --replacement-timeout"
+                        .to_string()
                 }
                 BoostExpiry::MaxAge => "open longer than --max-boost-age".to_string(),
             };
