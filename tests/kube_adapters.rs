@@ -127,6 +127,59 @@ async fn an_eviction_posts_the_uid_precondition_and_maps_every_answer() {
 }
 
 #[tokio::test]
+async fn a_nodes_live_pods_are_a_consistent_list_by_field_selector_and_an_unreadable_pod_fails_the_read() {
+    let pod = |name: &str, owner: Option<&str>| {
+        let mut p = json!({"metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}")},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]},
+            "status": {"phase": "Running"}});
+        if let Some(kind) = owner {
+            p["metadata"]["ownerReferences"] =
+                json!([{"apiVersion": "apps/v1", "kind": kind, "name": "x", "uid": "o", "controller": true}]);
+        }
+        p
+    };
+    let (client, mut server) = mocked().await;
+    let writes = KubeWrites::new(client, false);
+    let read = tokio::spawn(async move { writes.live_pods(&"n1".into()).await });
+    // A 503 first: the client's retry layer tries again.
+    answer(&mut server, |_| reply(503, status(503, "ServiceUnavailable"))).await;
+    let seen = answer(&mut server, |_| {
+        let items = json!([pod("web-0", Some("ReplicaSet")), pod("agent", Some("DaemonSet"))]);
+        reply(
+            200,
+            json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "42"}, "items": items}),
+        )
+    })
+    .await;
+    assert_eq!((seen.method.as_str(), seen.path.as_str()), ("GET", "/api/v1/pods"));
+    assert!(
+        seen.query.contains("fieldSelector=spec.nodeName=n1,status.phase!=Succeeded,status.phase!=Failed"),
+        "{}",
+        seen.query
+    );
+    assert!(!seen.query.contains("resourceVersion"), "a consistent read, not a cache's: {}", seen.query);
+    let pods = read.await.unwrap().unwrap();
+    let names: Vec<(&str, spots_booster::core::PodClass)> = pods.iter().map(|p| (p.name.as_str(), p.class)).collect();
+    assert_eq!(
+        names,
+        vec![("web-0", spots_booster::core::PodClass::Ordinary), ("agent", spots_booster::core::PodClass::DaemonSet)]
+    );
+
+    // A pod that cannot be read as one (a request no quantity) fails the read: never "empty".
+    let (client, mut server) = mocked().await;
+    let writes = KubeWrites::new(client, false);
+    let read = tokio::spawn(async move { writes.live_pods(&"n1".into()).await });
+    answer(&mut server, |_| {
+        let mut bad = pod("web-1", Some("ReplicaSet"));
+        bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = json!("lots");
+        reply(200, json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [bad]}))
+    })
+    .await;
+    let err = read.await.unwrap().unwrap_err();
+    assert_eq!(err.to_string(), "listing the pods of node n1 failed");
+}
+
+#[tokio::test]
 async fn a_conflict_that_is_not_the_uid_precondition_is_tried_again_never_taken_as_gone() {
     let (client, mut server) = mocked().await;
     let writes = KubeWrites::new(client, false);
