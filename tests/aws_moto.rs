@@ -9,7 +9,6 @@ use aws_config::SdkConfig;
 use aws_sdk_autoscaling::types::{
     InstancesDistribution, LaunchTemplate, LaunchTemplateOverrides, MixedInstancesPolicy,
 };
-use aws_sdk_ec2::types::{InstanceMarketOptionsRequest, InstanceType, MarketType};
 use spots_booster::aws::AwsPorts;
 use spots_booster::core::{GroupName, InstanceId, InstanceLifecycle};
 use spots_booster::ports::{
@@ -254,17 +253,7 @@ async fn ec2_tells_spot_from_on_demand_and_names_each_instance() {
     let image = world(&config).await;
     let aws = AwsPorts::new(&config, false);
     let ec2 = aws_sdk_ec2::Client::new(&config);
-    let spot = ec2
-        .run_instances()
-        .image_id(image)
-        .instance_type(InstanceType::M5Large)
-        .min_count(1)
-        .max_count(1)
-        .instance_market_options(InstanceMarketOptionsRequest::builder().market_type(MarketType::Spot).build())
-        .send()
-        .await
-        .unwrap();
-    let spot_id = InstanceId::from(spot.instances()[0].instance_id().unwrap());
+    let spot_id = InstanceId::from(support::moto::run_spot_instance(&config, &image).await.as_str());
     let on_demand = aws.autoscaling.describe_groups(&names(&["plain"])).await.unwrap()[0].instances[0].id.clone();
     let unknown = InstanceId::from("i-0000000000000cafe");
 

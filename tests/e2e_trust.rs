@@ -11,7 +11,6 @@
 
 use std::time::{Duration, Instant};
 
-use aws_sdk_ec2::types::{InstanceMarketOptionsRequest, InstanceType, MarketType};
 use k8s_openapi::api::core::v1::{Event, Node};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -27,17 +26,7 @@ use crate::support;
 /// Launches a spot instance from `image` and attaches it to `group` (moto launches the group's own
 /// instances on demand, whatever the template says). Returns its id.
 async fn attach_spot_instance(sdk: &aws_config::SdkConfig, image: &str, group: &str) -> String {
-    let launched = aws_sdk_ec2::Client::new(sdk)
-        .run_instances()
-        .image_id(image)
-        .instance_type(InstanceType::M5Large)
-        .min_count(1)
-        .max_count(1)
-        .instance_market_options(InstanceMarketOptionsRequest::builder().market_type(MarketType::Spot).build())
-        .send()
-        .await
-        .unwrap();
-    let spot = launched.instances()[0].instance_id().unwrap().to_string();
+    let spot = support::moto::run_spot_instance(sdk, image).await;
     let asg = aws_sdk_autoscaling::Client::new(sdk);
     asg.attach_instances().auto_scaling_group_name(group).instance_ids(&spot).send().await.unwrap();
     spot

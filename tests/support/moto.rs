@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_autoscaling::config::Credentials;
 use aws_sdk_autoscaling::types::{LaunchTemplateSpecification, Tag};
-use aws_sdk_ec2::types::{InstanceType, RequestLaunchTemplateData};
+use aws_sdk_ec2::types::{InstanceMarketOptionsRequest, InstanceType, MarketType, RequestLaunchTemplateData};
 use futures::future::select_all;
 use tokio::sync::{Mutex, MutexGuard};
 
@@ -180,4 +180,20 @@ pub async fn create_group(config: &SdkConfig, name: &str, sizes: (i32, i32, i32)
         request = request.tags(group_tag(name, key, value));
     }
     request.send().await.expect("create the group");
+}
+
+/// Runs one spot instance from `image` (moto launches Auto Scaling instances on demand, whatever
+/// the template says, so a spot one is run by hand). Returns its id.
+pub async fn run_spot_instance(sdk: &SdkConfig, image: &str) -> String {
+    let launched = aws_sdk_ec2::Client::new(sdk)
+        .run_instances()
+        .image_id(image)
+        .instance_type(InstanceType::M5Large)
+        .min_count(1)
+        .max_count(1)
+        .instance_market_options(InstanceMarketOptionsRequest::builder().market_type(MarketType::Spot).build())
+        .send()
+        .await
+        .unwrap();
+    launched.instances()[0].instance_id().unwrap().to_string()
 }
