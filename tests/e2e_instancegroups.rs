@@ -18,6 +18,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
+use spots_booster::instancegroup::api::{CrdStrategy, UpgradeStrategy};
 use spots_booster::instancegroup::InstanceGroup;
 use support::e2e::{aws, env, free_port, kube_client, register_node};
 
@@ -120,6 +121,18 @@ async fn an_instance_group_becomes_an_asg_shows_its_columns_and_is_deleted_clean
     }))
     .unwrap();
     let groups: Api<InstanceGroup> = Api::namespaced(kube.clone(), &ns);
+    // The API server refuses an oversized string before any replica caches the object.
+    let mut oversized = group.clone();
+    oversized.metadata.name = Some("oversized".into());
+    oversized.spec.strategy = Some(UpgradeStrategy {
+        strategy_type: Some("crd".into()),
+        crd: Some(CrdStrategy { spec: "x".repeat(64 * 1024 + 1), ..CrdStrategy::default() }),
+        ..UpgradeStrategy::default()
+    });
+    match groups.create(&PostParams::default(), &oversized).await {
+        Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains("spec.strategy.crd.spec") => {}
+        other => panic!("a 64 KiB + 1 crd template was not refused by its field: {other:?}"),
+    }
     groups.create(&PostParams::default(), &group).await.expect("create the InstanceGroup");
 
     let port = free_port();
@@ -128,7 +141,8 @@ async fn an_instance_group_becomes_an_asg_shows_its_columns_and_is_deleted_clean
         .args(["--events-namespace", &ns, "--ca-status-namespace", &ns, "--state-namespace", &ns])
         .args(["--instance-manager-namespace", &ns, "--leader-elect", "false"])
         .args(["--aws-endpoint-url", &endpoint, "--aws-region", "us-east-1"])
-        .args(["--metrics-bind-address", &format!("127.0.0.1:{port}"), "--log-format", "json"])
+        .args(["--metrics-bind-address", &format!("127.0.0.1:{port}"), "--probe-bind-address", "127.0.0.1:0"])
+        .args(["--log-format", "json"])
         .env("AWS_ACCESS_KEY_ID", "test")
         .env("AWS_SECRET_ACCESS_KEY", "test")
         .stdout(Stdio::null())

@@ -12,6 +12,21 @@ use serde::{Deserialize, Serialize};
 /// Finalizer that holds deletion until the AWS resources are gone (upstream's name).
 pub const FINALIZER: &str = "finalizer.instancegroups.keikoproj.io";
 
+/// The longest string the API server accepts in a spec field that names no limit of its own:
+/// above every identifier, name, tag and label AWS or Kubernetes allows, so upstream YAML keeps
+/// applying, while a tenant's object stays small for every replica that caches it.
+pub(crate) const SPEC_STRING_MAX: u32 = 1024;
+
+/// The longest ARN (IAM's own limit).
+pub(crate) const ARN_MAX: u32 = 2048;
+
+/// The longest `bootstrapArguments`: a kubelet command line with many labels and taints.
+pub(crate) const BOOTSTRAP_ARGUMENTS_MAX: u32 = 16 * 1024;
+
+/// The longest embedded document (a user-data stage, a `crd` strategy template): well above
+/// EC2's 16 KiB user data, and a quarter of the rendered size the `crd` strategy allows.
+pub(crate) const DOCUMENT_MAX: u32 = 64 * 1024;
+
 /// A group of worker nodes backed by an Auto Scaling Group.
 // Each printer column repeats `type_ = …`, which clippy mistakes for duplicated attributes.
 #[allow(clippy::duplicated_attributes)]
@@ -35,6 +50,7 @@ pub const FINALIZER: &str = "finalizer.instancegroups.keikoproj.io";
     printcolumn(name = "Lifecycle", type_ = "string", json_path = ".status.lifecycle"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
+#[schemars(transform = bound_strings)]
 pub struct InstanceGroupSpec {
     /// `eks`, `eks-managed` or `eks-fargate` (case-insensitive). Only `eks` is reconciled.
     #[serde(default)]
@@ -120,6 +136,7 @@ pub struct EksConfiguration {
     pub metrics_collection: Vec<String>,
     /// Extra kubelet flags.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = BOOTSTRAP_ARGUMENTS_MAX))]
     pub bootstrap_arguments: Option<String>,
     /// Max pods and container runtime.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -150,6 +167,7 @@ pub struct EksConfiguration {
     pub instance_profile_name: Option<String>,
     /// Extra managed policies (names or ARNs) for a created role.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(length(max = ARN_MAX)))]
     pub managed_policies: Vec<String>,
     /// ASG lifecycle hooks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -159,6 +177,7 @@ pub struct EksConfiguration {
     pub mixed_instances_policy: Option<MixedInstancesPolicySpec>,
     /// Dedicated-host licence ARNs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(length(max = ARN_MAX)))]
     pub license_specifications: Vec<String>,
     /// EC2 placement.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -259,6 +278,7 @@ pub struct UserDataStage {
     /// PreBootstrap, PostBootstrap or NodeConfigYaml.
     pub stage: String,
     /// Plain text or base64.
+    #[schemars(length(max = DOCUMENT_MAX))]
     pub data: String,
 }
 
@@ -278,9 +298,11 @@ pub struct LifecycleHookSpec {
     pub heartbeat_timeout: Option<i64>,
     /// Notification target ARN.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = ARN_MAX))]
     pub notification_arn: Option<String>,
     /// Role ARN allowed to publish to the target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = ARN_MAX))]
     pub role_arn: Option<String>,
     /// Metadata passed with the notification.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -331,6 +353,7 @@ pub struct PlacementSpec {
     pub availability_zone: Option<String>,
     /// Host resource group ARN (tenancy `host` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = ARN_MAX))]
     pub host_resource_group_arn: Option<String>,
     /// default, dedicated or host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -385,6 +408,7 @@ pub struct CrdStrategy {
     pub crd_name: String,
     /// The custom resource, templated with `{{ .InstanceGroup... }}`.
     #[serde(default)]
+    #[schemars(length(max = DOCUMENT_MAX))]
     pub spec: String,
     /// Dotted path to the status string.
     #[serde(rename = "statusJSONPath", default)]
@@ -423,6 +447,21 @@ impl JsonSchema for IntOrString {
             "x-kubernetes-int-or-string": true
         })
     }
+}
+
+/// Gives every string of the spec schema that has no `maxLength` of its own [`SPEC_STRING_MAX`],
+/// so the API server refuses an oversized field before any replica caches it. Int-or-string
+/// fields keep none: Kubernetes forbids a `maxLength` beside `x-kubernetes-int-or-string`.
+fn bound_strings(schema: &mut schemars::Schema) {
+    let is_string = match schema.get("type") {
+        Some(serde_json::Value::String(t)) => t == "string",
+        Some(serde_json::Value::Array(types)) => types.iter().any(|t| t == "string"),
+        _ => false,
+    };
+    if is_string && schema.get("maxLength").is_none() {
+        schema.insert("maxLength".into(), SPEC_STRING_MAX.into());
+    }
+    schemars::transform::transform_subschemas(&mut bound_strings, schema);
 }
 
 fn free_form(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -561,5 +600,49 @@ mod tests {
         );
         let yaml = crd_yaml();
         assert!(yaml.contains("x-kubernetes-int-or-string: true"), "spotRatio/maxUnavailable are int-or-string");
+    }
+
+    /// Every string field under `spec`, by its dotted path (`[]` an item, `{}` a map value), with
+    /// its `maxLength` (None when it has none).
+    fn spec_strings() -> BTreeMap<String, Option<u64>> {
+        fn walk(path: &str, schema: &serde_json::Value, out: &mut BTreeMap<String, Option<u64>>) {
+            if schema.get("type").and_then(|t| t.as_str()) == Some("string") {
+                out.insert(path.to_string(), schema.get("maxLength").and_then(|m| m.as_u64()));
+            }
+            for (name, property) in schema.get("properties").and_then(|p| p.as_object()).into_iter().flatten() {
+                walk(&format!("{path}.{name}"), property, out);
+            }
+            if let Some(items) = schema.get("items") {
+                walk(&format!("{path}[]"), items, out);
+            }
+            if let Some(values) = schema.get("additionalProperties").filter(|v| v.is_object()) {
+                walk(&format!("{path}{{}}"), values, out);
+            }
+        }
+        use kube::CustomResourceExt;
+        let crd = serde_json::to_value(InstanceGroup::crd()).unwrap();
+        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        let mut out = BTreeMap::new();
+        walk("spec", spec, &mut out);
+        out
+    }
+
+    #[test]
+    fn every_spec_string_has_a_max_length_the_largest_only_where_a_document_goes() {
+        let strings = spec_strings();
+        assert!(strings.len() > 50, "the walk found the spec's strings: {strings:?}");
+        let unbounded: Vec<_> = strings.iter().filter(|(_, max)| max.is_none()).map(|(p, _)| p).collect();
+        assert!(unbounded.is_empty(), "strings without maxLength: {unbounded:?}");
+        let max =
+            |path: &str| strings.get(path).copied().flatten().unwrap_or_else(|| panic!("{path} not in {strings:?}"));
+        assert_eq!(max("spec.strategy.crd.spec"), u64::from(DOCUMENT_MAX));
+        assert_eq!(max("spec.eks.configuration.userData[].data"), u64::from(DOCUMENT_MAX));
+        assert_eq!(max("spec.eks.configuration.managedPolicies[]"), u64::from(ARN_MAX));
+        assert_eq!(max("spec.eks.configuration.lifecycleHooks[].roleArn"), u64::from(ARN_MAX));
+        assert_eq!(max("spec.eks.configuration.labels{}"), u64::from(SPEC_STRING_MAX));
+        assert_eq!(max("spec.eks.configuration.tags[]{}"), u64::from(SPEC_STRING_MAX));
+        assert_eq!(max("spec.provisioner"), u64::from(SPEC_STRING_MAX));
+        let documents = strings.values().filter(|m| **m == Some(u64::from(DOCUMENT_MAX))).count();
+        assert_eq!(documents, 2, "only the crd template and user data may hold a document");
     }
 }
