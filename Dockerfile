@@ -20,6 +20,6 @@ LABEL org.opencontainers.image.title="spots-booster" \
       org.opencontainers.image.source="https://github.com/spots-booster/spots-booster"
 COPY --from=build /spots-booster /spots-booster
 USER 65532:65532
-EXPOSE 8080
+EXPOSE 8080 8081
 ENTRYPOINT ["/spots-booster"]
 CMD ["run", "--connection-mode=incluster"]

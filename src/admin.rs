@@ -1,5 +1,6 @@
-//! The admin HTTP server: `/metrics` (Prometheus text), `/livez` (every worker has beaten
-//! recently) and `/readyz` (every watch has synced).
+//! The admin HTTP servers: `/metrics` (Prometheus text) on one listener, `/livez` (every worker
+//! has beaten recently) and `/readyz` (every watch has synced) on another, each with its own
+//! connection slots, so scrapers that hold every metrics slot never fail a kubelet probe.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -33,10 +34,31 @@ pub(crate) struct Probes {
     pub live: Liveness,
 }
 
-/// The server could not start.
+/// What a listener serves.
+#[derive(Clone)]
+pub(crate) enum Endpoints {
+    /// `/metrics`.
+    Metrics(Arc<Metrics>),
+    /// `/livez` (and its old name `/healthz`) and `/readyz`.
+    Probes(Probes),
+}
+
+impl Endpoints {
+    /// The flag that sets this listener's address, for errors.
+    fn flag(&self) -> &'static str {
+        match self {
+            Endpoints::Metrics(_) => "--metrics-bind-address",
+            Endpoints::Probes(_) => "--probe-bind-address",
+        }
+    }
+}
+
+/// A server could not start.
 #[derive(Debug, Error)]
-#[error("cannot listen on --metrics-bind-address {address}")]
+#[error("cannot listen on {flag} {address}")]
 pub struct BindError {
+    /// The flag that named the address.
+    pub flag: &'static str,
     /// The address.
     pub address: String,
     /// Why.
@@ -52,19 +74,23 @@ fn respond(status: StatusCode, content_type: &'static str, body: String) -> Resp
 }
 
 /// Answers one request.
-pub(crate) fn route(method: &Method, path: &str, metrics: &Metrics, probes: &Probes) -> Response<Full<Bytes>> {
+pub(crate) fn route(method: &Method, path: &str, endpoints: &Endpoints) -> Response<Full<Bytes>> {
     const TEXT: &str = "text/plain; charset=utf-8";
     if method != Method::GET && method != Method::HEAD {
         return respond(StatusCode::METHOD_NOT_ALLOWED, TEXT, "GET only\n".into());
     }
-    match path {
-        "/metrics" => respond(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", metrics.encode()),
-        "/livez" | "/healthz" => match (probes.live)() {
+    match (endpoints, path) {
+        (Endpoints::Metrics(metrics), "/metrics") => {
+            respond(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", metrics.encode())
+        }
+        (Endpoints::Probes(probes), "/livez" | "/healthz") => match (probes.live)() {
             Ok(()) => respond(StatusCode::OK, TEXT, "ok".into()),
             Err(stuck) => respond(StatusCode::SERVICE_UNAVAILABLE, TEXT, format!("{stuck}\n")),
         },
-        "/readyz" if (probes.ready)() => respond(StatusCode::OK, TEXT, "ok".into()),
-        "/readyz" => respond(StatusCode::SERVICE_UNAVAILABLE, TEXT, "watches not synced\n".into()),
+        (Endpoints::Probes(probes), "/readyz") if (probes.ready)() => respond(StatusCode::OK, TEXT, "ok".into()),
+        (Endpoints::Probes(_), "/readyz") => {
+            respond(StatusCode::SERVICE_UNAVAILABLE, TEXT, "watches not synced\n".into())
+        }
         _ => respond(StatusCode::NOT_FOUND, TEXT, "not found\n".into()),
     }
 }
@@ -82,28 +108,33 @@ pub(crate) struct Limits {
     pub(crate) lifetime: std::time::Duration,
 }
 
-impl Default for Limits {
-    fn default() -> Self {
+impl Limits {
+    /// For `/metrics`: room for every Prometheus replica and a few humans with curl.
+    pub(crate) fn metrics() -> Self {
         Limits {
             header_read: std::time::Duration::from_secs(5),
             connections: 256,
             lifetime: std::time::Duration::from_secs(30),
         }
     }
+
+    /// For the probes: the kubelet opens one connection per probe and closes it.
+    pub(crate) fn probes() -> Self {
+        Limits { connections: 32, lifetime: std::time::Duration::from_secs(10), ..Limits::metrics() }
+    }
 }
 
-/// Binds `address`; returns the bound address and the server, for the daemon's supervisor to run.
-/// Half-open connections are closed after `limits.header_read`, every connection after
+/// Binds `address` to serve `endpoints`; returns the bound address and the server, for the
+/// daemon's supervisor to run. Half-open connections are closed after `limits.header_read`, every connection after
 /// `limits.lifetime`, at most `limits.connections` are served at once, and a failing accept (descriptors exhausted) backs off instead of spinning.
 pub async fn bind(
     address: &str,
-    metrics: Arc<Metrics>,
-    probes: Probes,
+    endpoints: Endpoints,
     limits: Limits,
 ) -> Result<(SocketAddr, impl std::future::Future<Output = ()> + Send + 'static), BindError> {
-    let listener =
-        TcpListener::bind(address).await.map_err(|source| BindError { address: address.to_string(), source })?;
-    let bound = listener.local_addr().map_err(|source| BindError { address: address.to_string(), source })?;
+    let failed = |source| BindError { flag: endpoints.flag(), address: address.to_string(), source };
+    let listener = TcpListener::bind(address).await.map_err(failed)?;
+    let bound = listener.local_addr().map_err(failed)?;
     let slots = Arc::new(Semaphore::new(limits.connections));
     let server = async move {
         loop {
@@ -119,11 +150,11 @@ pub async fn bind(
                 debug!("admin connection refused: too many open");
                 continue;
             };
-            let (metrics, probes) = (metrics.clone(), probes.clone());
+            let endpoints = endpoints.clone();
             tokio::spawn(async move {
                 let _slot = slot;
                 let service = service_fn(move |req: Request<Incoming>| {
-                    let response = route(req.method(), req.uri().path(), &metrics, &probes);
+                    let response = route(req.method(), req.uri().path(), &endpoints);
                     async move { Ok::<_, Infallible>(response) }
                 });
                 let connection = http1::Builder::new()
@@ -144,39 +175,55 @@ pub async fn bind(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    /// Binds `address` and serves until the runtime stops; returns the bound address.
-    async fn serve(address: &str, metrics: Arc<Metrics>, probes: Probes) -> Result<SocketAddr, BindError> {
-        let (bound, server) = bind(address, metrics, probes, Limits::default()).await?;
-        tokio::spawn(server);
-        Ok(bound)
+    fn probes(ready: bool) -> Endpoints {
+        Endpoints::Probes(Probes { ready: Arc::new(move || ready), live: Arc::new(|| Ok(())) })
     }
 
-    fn probes(ready: bool) -> Probes {
-        Probes { ready: Arc::new(move || ready), live: Arc::new(|| Ok(())) }
+    fn metrics() -> Endpoints {
+        Endpoints::Metrics(Arc::new(Metrics::new()))
+    }
+
+    /// Sends `GET path` on a new connection; the whole answer.
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut body = String::new();
+        tokio::time::timeout(std::time::Duration::from_secs(3), stream.read_to_string(&mut body)).await.unwrap().ok();
+        body
     }
 
     #[test]
     fn readyz_follows_readiness_and_metrics_are_prometheus_text() {
-        let metrics = Metrics::new();
-        let not_ready = probes(false);
-        let ready = probes(true);
-        assert_eq!(route(&Method::GET, "/readyz", &metrics, &not_ready).status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(route(&Method::GET, "/readyz", &metrics, &ready).status(), StatusCode::OK);
-        assert_eq!(route(&Method::GET, "/livez", &metrics, &not_ready).status(), StatusCode::OK);
-        let stuck = Probes { live: Arc::new(|| Err("worker:drainer silent for 301s".into())), ..ready.clone() };
-        let livez = route(&Method::GET, "/livez", &metrics, &stuck);
-        assert_eq!(livez.status(), StatusCode::SERVICE_UNAVAILABLE);
-        let m = route(&Method::GET, "/metrics", &metrics, &ready);
+        assert_eq!(route(&Method::GET, "/readyz", &probes(false)).status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(route(&Method::GET, "/readyz", &probes(true)).status(), StatusCode::OK);
+        assert_eq!(route(&Method::GET, "/livez", &probes(false)).status(), StatusCode::OK);
+        let stuck = Endpoints::Probes(Probes {
+            ready: Arc::new(|| true),
+            live: Arc::new(|| Err("worker:drainer silent for 301s".into())),
+        });
+        assert_eq!(route(&Method::GET, "/livez", &stuck).status(), StatusCode::SERVICE_UNAVAILABLE);
+        let m = route(&Method::GET, "/metrics", &metrics());
         assert!(m.headers()[hyper::header::CONTENT_TYPE].to_str().unwrap().starts_with("text/plain; version=0.0.4"));
-        assert_eq!(route(&Method::POST, "/metrics", &metrics, &ready).status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(route(&Method::POST, "/metrics", &metrics()).status(), StatusCode::METHOD_NOT_ALLOWED);
+    }
+
+    #[test]
+    fn each_listener_serves_only_its_own_paths() {
+        for path in ["/livez", "/healthz", "/readyz"] {
+            assert_eq!(route(&Method::GET, path, &metrics()).status(), StatusCode::NOT_FOUND, "{path} on metrics");
+        }
+        assert_eq!(route(&Method::GET, "/metrics", &probes(true)).status(), StatusCode::NOT_FOUND);
     }
 
     #[tokio::test]
     async fn half_open_connections_are_closed_and_never_starve_the_probes() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let limits = Limits { header_read: std::time::Duration::from_millis(300), connections: 8, ..Limits::default() };
-        let (addr, server) = bind("127.0.0.1:0", Arc::new(Metrics::new()), probes(true), limits).await.unwrap();
+        let limits = Limits { header_read: std::time::Duration::from_millis(300), connections: 8, ..Limits::probes() };
+        let (addr, server) = bind("127.0.0.1:0", probes(true), limits).await.unwrap();
         tokio::spawn(server);
         let mut idle = Vec::new();
         for _ in 0..20 {
@@ -188,22 +235,18 @@ mod tests {
             let read = tokio::time::timeout(std::time::Duration::from_secs(3), s.read(&mut buf)).await;
             assert!(matches!(read, Ok(Ok(_)) | Ok(Err(_))), "a half-open connection stayed open");
         }
-        let mut probe = tokio::net::TcpStream::connect(addr).await.unwrap();
-        probe.write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
-        let mut body = String::new();
-        probe.read_to_string(&mut body).await.unwrap();
+        let body = get(addr, "/livez").await;
         assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
     }
 
     #[tokio::test]
     async fn a_client_that_never_reads_its_answers_loses_its_slot() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let limits = Limits { connections: 1, lifetime: std::time::Duration::from_millis(500), ..Limits::default() };
+        let limits = Limits { connections: 1, lifetime: std::time::Duration::from_millis(500), ..Limits::metrics() };
         let metrics = Arc::new(Metrics::new());
         for k in 0..200 {
             metrics.scaler.group_size(&format!("group-{k}"), 3, 10);
         }
-        let (addr, server) = bind("127.0.0.1:0", metrics, probes(true), limits).await.unwrap();
+        let (addr, server) = bind("127.0.0.1:0", Endpoints::Metrics(metrics), limits).await.unwrap();
         tokio::spawn(server);
         // Pipelined scrapes whose answers (megabytes) are never read: the server's writes block.
         let hostile = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -214,24 +257,51 @@ mod tests {
             std::future::pending::<()>().await;
         });
         tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
-        let mut probe = tokio::net::TcpStream::connect(addr).await.unwrap();
-        probe.write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
-        let mut body = String::new();
-        tokio::time::timeout(std::time::Duration::from_secs(3), probe.read_to_string(&mut body)).await.unwrap().ok();
-        assert!(body.starts_with("HTTP/1.1 200 OK"), "the probe found the only slot taken: {body:?}");
+        let body = get(addr, "/metrics").await;
+        assert!(body.starts_with("HTTP/1.1 200 OK"), "the scrape found the only slot taken: {body:?}");
+    }
+
+    #[tokio::test]
+    async fn scrapers_holding_every_metrics_slot_never_fail_a_probe() {
+        let (metrics_addr, metrics_server) =
+            bind("127.0.0.1:0", metrics(), Limits { connections: 4, ..Limits::metrics() }).await.unwrap();
+        let (probe_addr, probe_server) = bind("127.0.0.1:0", probes(true), Limits::probes()).await.unwrap();
+        tokio::spawn(metrics_server);
+        tokio::spawn(probe_server);
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            // A request line without its end: the connection holds a slot until its headers time out.
+            let mut s = tokio::net::TcpStream::connect(metrics_addr).await.unwrap();
+            s.write_all(b"GET /metrics HTTP/1.1\r\n").await.unwrap();
+            held.push(s);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let refused = get(metrics_addr, "/metrics").await;
+        assert!(!refused.starts_with("HTTP/1.1 200"), "the metrics slots are all held: {refused:?}");
+        for path in ["/livez", "/readyz"] {
+            let body = get(probe_addr, path).await;
+            assert!(body.starts_with("HTTP/1.1 200 OK"), "{path} while /metrics is full: {body:?}");
+        }
     }
 
     #[tokio::test]
     async fn the_server_answers_over_tcp() {
         let metrics = Arc::new(Metrics::new());
         metrics.lease.leader.set(1);
-        let addr = serve("127.0.0.1:0", metrics, probes(true)).await.unwrap();
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
-        let mut body = String::new();
-        stream.read_to_string(&mut body).await.unwrap();
+        let (addr, server) = bind("127.0.0.1:0", Endpoints::Metrics(metrics), Limits::metrics()).await.unwrap();
+        tokio::spawn(server);
+        let body = get(addr, "/metrics").await;
         assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
         assert!(body.contains("spots_booster_leader 1"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn a_taken_address_is_an_error_naming_its_flag() {
+        let (addr, server) = bind("127.0.0.1:0", metrics(), Limits::metrics()).await.unwrap();
+        tokio::spawn(server);
+        let Err(err) = bind(&addr.to_string(), probes(true), Limits::probes()).await else {
+            panic!("two listeners on {addr}");
+        };
+        assert!(err.to_string().starts_with("cannot listen on --probe-bind-address 127.0.0.1:"), "{err}");
     }
 }

@@ -316,28 +316,24 @@ impl Daemon {
         })
     }
 
-    /// Serves `/metrics`, `/livez` and `/readyz`.
+    /// Serves `/metrics` on one listener, `/livez` and `/readyz` on another.
     async fn spawn_admin(
         &self,
         args: &RunArgs,
         heartbeats: &Heartbeats,
         tasks: &mut Supervisor,
     ) -> Result<(), AppError> {
+        use crate::admin::{bind, Endpoints, Limits, Probes};
         let ready_cluster = self.cluster.clone();
         let live = heartbeats.clone();
-        let probes = crate::admin::Probes {
-            ready: Arc::new(move || ready_cluster.is_synced()),
-            live: Arc::new(move || live.check()),
-        };
-        let (bound, admin) = crate::admin::bind(
-            &args.metrics_bind_address,
-            self.metrics.clone(),
-            probes,
-            crate::admin::Limits::default(),
-        )
-        .await?;
-        tasks.spawn("admin-server", Lifetime::Forever, admin);
-        info!(address = %bound, "serving /metrics, /livez and /readyz");
+        let probes =
+            Probes { ready: Arc::new(move || ready_cluster.is_synced()), live: Arc::new(move || live.check()) };
+        let (metrics_at, metrics) =
+            bind(&args.metrics_bind_address, Endpoints::Metrics(self.metrics.clone()), Limits::metrics()).await?;
+        let (probes_at, probes) = bind(&args.probe_bind_address, Endpoints::Probes(probes), Limits::probes()).await?;
+        tasks.spawn("metrics-server", Lifetime::Forever, metrics);
+        tasks.spawn("probe-server", Lifetime::Forever, probes);
+        info!(metrics = %metrics_at, probes = %probes_at, "serving /metrics, and /livez and /readyz");
         Ok(())
     }
 

@@ -102,9 +102,13 @@ pub struct RunArgs {
     #[arg(long, env = "SPOTS_BOOSTER_NTH_TAINT_SIGNALS", action = ArgAction::Set, num_args = 0..=1,
           default_value_t = false, default_missing_value = "true")]
     pub(crate) nth_taint_signals: bool,
-    /// Where `/metrics`, `/livez` and `/readyz` listen.
+    /// Where `/metrics` listens.
     #[arg(long, env = "SPOTS_BOOSTER_METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
     pub(crate) metrics_bind_address: String,
+    /// Where `/livez` and `/readyz` listen: apart from `/metrics`, with connection slots of their
+    /// own, so scrapers can never make the kubelet restart the daemon.
+    #[arg(long, env = "SPOTS_BOOSTER_PROBE_BIND_ADDRESS", default_value = "0.0.0.0:8081")]
+    pub(crate) probe_bind_address: String,
     /// Plan at least this often even when no signal arrives.
     #[arg(long, env = "SPOTS_BOOSTER_RESYNC_INTERVAL", default_value = "30s", value_parser = duration)]
     pub(crate) resync_interval: Duration,

@@ -21,8 +21,9 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// Flags of `run` the chart sets itself rather than through `config`: the kubeconfig ones have no
 /// meaning in a pod, the identity is the pod's name, the state lives in the release's namespace
-/// and the metrics address follows `metrics.port`.
-const SET_BY_THE_CHART: [&str; 5] = ["kubeconfig", "context", "identity", "state-namespace", "metrics-bind-address"];
+/// and the listeners' addresses follow `metrics.port` and `probes.port`.
+const SET_BY_THE_CHART: [&str; 6] =
+    ["kubeconfig", "context", "identity", "state-namespace", "metrics-bind-address", "probe-bind-address"];
 
 /// Labels and annotations only Helm adds: its bookkeeping, not a difference between the installs.
 const HELM_ONLY: [&str; 5] = [
@@ -202,6 +203,29 @@ fn the_chart_ships_the_same_alerts_and_dashboard_as_the_repository() {
     }
 }
 
+/// Builds the kustomize base with `component` in an overlay as a user writes one, and checks it is
+/// the chart rendered with `switch` on, object by object; the kinds it holds.
+fn assert_the_component_is_the_chart_with(component: &str, switch: &str) -> BTreeSet<String> {
+    // Kustomize refuses an overlay inside the base it builds on.
+    let overlay = Path::new(ROOT).join(format!("target/{component}-overlay"));
+    std::fs::create_dir_all(&overlay).unwrap();
+    let kustomization = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+         resources:\n  - ../../manifests\ncomponents:\n  - ../../manifests/components/{component}\n"
+    );
+    std::fs::write(overlay.join("kustomization.yaml"), kustomization).unwrap();
+    let kustomized = run("kubectl", &["kustomize", &overlay.display().to_string()]).unwrap_or_else(|e| panic!("{e}"));
+    let mut overlay = by_key(documents(&kustomized));
+    // The release's namespace belongs to Helm (`--create-namespace`), not to the chart.
+    overlay.remove(&("Namespace".into(), String::new(), "spots-booster".into()));
+    let chart = by_key(render_ok(&[(switch, json!(true))]).into_iter().map(without_helm).collect());
+    assert_eq!(overlay.keys().collect::<Vec<_>>(), chart.keys().collect::<Vec<_>>(), "the same objects");
+    for (key, object) in &overlay {
+        assert_eq!(object, &chart[key], "{key:?} differs between the kustomize overlay with {component} and the chart");
+    }
+    overlay.keys().map(|(kind, _, _)| kind.clone()).collect()
+}
+
 #[test]
 fn the_node_vouching_policy_is_the_kustomize_components_named_for_the_release() {
     let read = |p: PathBuf| std::fs::read_to_string(p).unwrap();
@@ -210,23 +234,8 @@ fn the_node_vouching_policy_is_the_kustomize_components_named_for_the_release() 
         read(Path::new(ROOT).join("manifests/components/node-vouching/node-vouching-policy.yaml")),
         "files/node-vouching-policy.yaml is the kustomize component's policy"
     );
-    // An overlay as a user writes one (kustomize refuses one inside the base it builds on).
-    let overlay = Path::new(ROOT).join("target/node-vouching-overlay");
-    std::fs::create_dir_all(&overlay).unwrap();
-    let kustomization = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
-                         resources:\n  - ../../manifests\ncomponents:\n  - ../../manifests/components/node-vouching\n";
-    std::fs::write(overlay.join("kustomization.yaml"), kustomization).unwrap();
-    let kustomized = run("kubectl", &["kustomize", &overlay.display().to_string()]).unwrap_or_else(|e| panic!("{e}"));
-    let mut overlay = by_key(documents(&kustomized));
-    // The release's namespace belongs to Helm (`--create-namespace`), not to the chart.
-    overlay.remove(&("Namespace".into(), String::new(), "spots-booster".into()));
-    let chart =
-        by_key(render_ok(&[("nodeVouchingPolicy.enabled", json!(true))]).into_iter().map(without_helm).collect());
-    assert_eq!(overlay.keys().collect::<Vec<_>>(), chart.keys().collect::<Vec<_>>(), "the same objects");
-    assert!(overlay.keys().any(|(kind, _, _)| kind == "ValidatingAdmissionPolicy"), "{:?}", overlay.keys());
-    for (key, object) in &overlay {
-        assert_eq!(object, &chart[key], "{key:?} differs between the kustomize overlay and the chart");
-    }
+    let kinds = assert_the_component_is_the_chart_with("node-vouching", "nodeVouchingPolicy.enabled");
+    assert!(kinds.contains("ValidatingAdmissionPolicy"), "{kinds:?}");
 
     let objects = render(
         "prod",
@@ -249,6 +258,32 @@ fn the_node_vouching_policy_is_the_kustomize_components_named_for_the_release() 
     assert!(render_ok(&[]).iter().all(|o| o["kind"] != "ValidatingAdmissionPolicy"), "opt-in");
     let err = render("spots-booster", &[("nodeVouchingPolicy.allowedWriters", json!(["a'b"]))]).unwrap_err();
     assert!(err.contains("allowedWriters"), "a quote would break the expression: {err}");
+}
+
+#[test]
+fn the_network_policy_admits_only_its_scrapers_to_metrics_and_no_pod_to_the_probes() {
+    let kinds = assert_the_component_is_the_chart_with("network-policy", "networkPolicy.enabled");
+    assert!(kinds.contains("NetworkPolicy"), "{kinds:?}");
+    let scrapers = json!([{"namespaceSelector": {"matchLabels": {"team": "observability"}}, "podSelector": {"matchLabels": {"app": "prometheus"}}}]);
+    let objects =
+        render("prod", &[("networkPolicy.enabled", json!(true)), ("networkPolicy.metricsFrom", scrapers.clone())])
+            .unwrap();
+    let policy = find(&objects, "NetworkPolicy", "prod-spots-booster");
+    let deployment = find(&objects, "Deployment", "prod-spots-booster");
+    assert_eq!(policy["spec"]["podSelector"], deployment["spec"]["selector"], "it selects the booster's pods");
+    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress"]));
+    assert_eq!(
+        policy["spec"]["ingress"],
+        json!([{"from": scrapers, "ports": [{"port": "metrics", "protocol": "TCP"}]}]),
+        "one rule, for the metrics port only: the probes' port is reachable from the pod's node alone"
+    );
+    // No peers must refuse everyone: an empty `from` would admit every source.
+    let objects =
+        render("prod", &[("networkPolicy.enabled", json!(true)), ("networkPolicy.metricsFrom", json!([]))]).unwrap();
+    assert_eq!(find(&objects, "NetworkPolicy", "prod-spots-booster")["spec"]["ingress"], json!([]));
+    assert!(render_ok(&[]).iter().all(|o| o["kind"] != "NetworkPolicy"), "opt-in");
+    let err = render("prod", &[("networkPolicy.metricsFrom", json!([{"namespaceSelecter": {}}]))]).unwrap_err();
+    assert!(err.contains("namespaceSelecter"), "a misspelt peer is refused: {err}");
 }
 
 /// Every long flag of `spots-booster run`, kebab-case.
@@ -406,6 +441,7 @@ fn another_release_name_and_service_account_stay_bound_together() {
             ("replicas", json!(3)),
             ("topologySpreadConstraints", json!([{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "spots-booster"}}}])),
             ("metrics.port", json!(9090)),
+            ("probes.port", json!(9091)),
         ],
     )
     .unwrap();
@@ -427,7 +463,9 @@ fn another_release_name_and_service_account_stay_bound_together() {
     assert_eq!(deployment["spec"]["replicas"], 3);
     assert_eq!(pod["topologySpreadConstraints"][0]["topologyKey"], "topology.kubernetes.io/zone");
     assert_eq!(pod["containers"][0]["ports"][0]["containerPort"], 9090);
+    assert_eq!(pod["containers"][0]["ports"][1], json!({"name": "probes", "containerPort": 9091, "protocol": "TCP"}));
     assert!(args(&objects).contains(&"--metrics-bind-address=0.0.0.0:9090".to_string()));
+    assert!(args(&objects).contains(&"--probe-bind-address=0.0.0.0:9091".to_string()));
     assert_eq!(find(&objects, "Service", "prod-spots-booster-metrics")["spec"]["ports"][0]["port"], 9090);
 }
 

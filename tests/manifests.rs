@@ -170,6 +170,17 @@ fn the_deployment_is_locked_down_and_elects_a_leader() {
     assert_eq!(strs(&c["securityContext"]["capabilities"]["drop"]), vec!["ALL"]);
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/livez");
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    // The probes have a listener of their own: scrapers holding every metrics slot fail no probe.
+    assert_eq!(c["livenessProbe"]["httpGet"]["port"], "probes");
+    assert_eq!(c["readinessProbe"]["httpGet"]["port"], "probes");
+    let port = |name: &str| {
+        let ports = c["ports"].as_array().unwrap();
+        ports.iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("a port named {name}"))["containerPort"]
+            .clone()
+    };
+    let args = strs(&c["args"]);
+    assert!(args.contains(&format!("--probe-bind-address=0.0.0.0:{}", port("probes"))), "{args:?}");
+    assert!(args.contains(&format!("--metrics-bind-address=0.0.0.0:{}", port("metrics"))), "{args:?}");
     assert!(c["resources"]["requests"]["memory"].is_string() && c["resources"]["limits"]["memory"].is_string());
     let pdb = objects.iter().find(|o| o["kind"] == "PodDisruptionBudget").unwrap();
     assert_eq!(pdb["spec"]["selector"], d["spec"]["selector"]);
