@@ -84,8 +84,6 @@ pub enum HoldReason {
     /// The ASG has Capacity Rebalance on and replaces these instances itself
     /// (`--boost-capacity-rebalance-groups` opts in).
     CapacityRebalance,
-    /// The group's tags do not match `--asg-tag-filter`.
-    NotSelected,
 }
 
 impl std::fmt::Display for BoostReason {
@@ -127,7 +125,6 @@ impl std::fmt::Display for HoldReason {
             HoldReason::CapacityRebalance => f.write_str(
                 "the ASG has Capacity Rebalance on and replaces them itself (--boost-capacity-rebalance-groups)",
             ),
-            HoldReason::NotSelected => f.write_str("the group's tags do not match --asg-tag-filter"),
         }
     }
 }
@@ -226,9 +223,6 @@ fn plan_group(
             reason,
         });
     };
-    if group.excluded {
-        return hold(plan, 0, HoldReason::NotSelected);
-    }
     if let Some(code) = group.ca.as_ref().and_then(|ca| ca.backoff.clone()) {
         return hold(plan, 0, HoldReason::CaBackoff(code));
     }

@@ -190,8 +190,8 @@ pub struct Group {
     /// daemon happened to resolve. `None` when the group has not been described.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub members: Option<BTreeSet<InstanceId>>,
-    /// The group's tags do not match `--asg-tag-filter`: its at-risk instances are held, never
-    /// boosted.
+    /// The group's tags do not match `--asg-tag-filter`: nothing of it is touched (its nodes'
+    /// notices are dropped as `not-selected`: no boost, drain, termination nor fallback into it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub excluded: bool,
     /// Where the nodes a boost misses go when this group has no capacity, in order (the ASG tag

@@ -14,7 +14,7 @@
 //! Only the leader acts. A replica that loses the lease drops its drains at once; the new leader
 //! re-plans them (the nodes are still cordoned and at risk).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -167,8 +167,9 @@ pub(crate) struct Drainer<A, C, L, W, E> {
     told_opted_out: HashSet<NodeName>,
     /// Groups whose `AZRebalance` process is active, as last described.
     az_rebalance: HashSet<GroupName>,
-    /// Without `--suspend-az-rebalance`: the groups an earlier run suspended are resumed.
-    az_rebalance_resumed: bool,
+    /// Without `--suspend-az-rebalance`: the groups tagged as suspended by a booster, listed once
+    /// (`None` until then), that are still to be resumed once this cluster is seen to serve them.
+    az_rebalance_to_resume: Option<BTreeSet<GroupName>>,
     /// A live read found a drained node empty: another pass follows at once, to end its drain
     /// while the read is fresh.
     pass_again: bool,
@@ -192,7 +193,7 @@ where
             heartbeat: None,
             told_opted_out: HashSet::new(),
             az_rebalance: HashSet::new(),
-            az_rebalance_resumed: false,
+            az_rebalance_to_resume: None,
             pass_again: false,
         }
     }
@@ -251,8 +252,8 @@ where
             return Ok(report);
         }
 
-        if !self.settings.suspend_az_rebalance && !self.az_rebalance_resumed {
-            self.az_rebalance_resumed = self.resume_az_rebalance().await;
+        if !self.settings.suspend_az_rebalance {
+            self.resume_az_rebalance(&snapshot).await;
         }
         self.tell_opted_out(&plan.drains).await;
         self.protect_replacements(&plan).await;
@@ -771,27 +772,37 @@ where
     }
 
     /// Without `--suspend-az-rebalance`: resumes `AZRebalance` on the groups an earlier run
-    /// suspended (found by their tag). Returns whether every one was resumed.
-    async fn resume_az_rebalance(&self) -> bool {
-        let suspended = TagFilter { key: AZ_REBALANCE_SUSPENDED_TAG.into(), value: Some("true".into()) };
-        let groups = match self.ctx.aws.discover_groups(std::slice::from_ref(&suspended)).await {
-            Ok(groups) => groups,
-            Err(e) => {
-                warn!(error = %e, "could not list the groups whose AZRebalance spots-booster suspended; retrying");
-                return false;
-            }
-        };
-        let mut all = true;
-        for g in groups {
-            match self.ctx.aws.suspend_az_rebalance(&g.name, false).await {
-                Ok(()) => info!(group = %g.name, "AZRebalance resumed: --suspend-az-rebalance is off"),
+    /// suspended (found by their tag, once), each only once this cluster is seen to serve it: it
+    /// holds one of this cluster's nodes and passes `--asg-tag-filter`. Another cluster's group,
+    /// suspended by its own booster, is never touched.
+    async fn resume_az_rebalance(&mut self, snapshot: &Snapshot) {
+        if self.az_rebalance_to_resume.is_none() {
+            let suspended = TagFilter { key: AZ_REBALANCE_SUSPENDED_TAG.into(), value: Some("true".into()) };
+            match self.ctx.aws.discover_groups(std::slice::from_ref(&suspended)).await {
+                Ok(groups) => self.az_rebalance_to_resume = Some(groups.into_iter().map(|g| g.name).collect()),
                 Err(e) => {
-                    warn!(group = %g.name, error = %e, "could not resume AZRebalance; retrying");
-                    all = false;
+                    warn!(error = %e, "could not list the groups whose AZRebalance spots-booster suspended; retrying");
+                    return;
                 }
             }
         }
-        all
+        let Some(to_resume) = self.az_rebalance_to_resume.as_mut() else { return };
+        let served: BTreeSet<&GroupName> = snapshot
+            .nodes
+            .values()
+            .filter_map(|n| n.group.as_ref())
+            .filter(|g| snapshot.groups.get(*g).is_some_and(|g| !g.excluded))
+            .collect();
+        let now_served: Vec<GroupName> = to_resume.iter().filter(|g| served.contains(g)).cloned().collect();
+        for group in now_served {
+            match self.ctx.aws.suspend_az_rebalance(&group, false).await {
+                Ok(()) => {
+                    info!(%group, "AZRebalance resumed: --suspend-az-rebalance is off");
+                    to_resume.remove(&group);
+                }
+                Err(e) => warn!(%group, error = %e, "could not resume AZRebalance; retrying"),
+            }
+        }
     }
 
     /// A termination with decrement in a group whose `AZRebalance` process is active: Auto
@@ -1044,6 +1055,40 @@ mod tests {
         assert!(rig.aws.tags("a").is_empty());
         let resumes = rig.aws.calls().iter().filter(|c| **c == AsgCall::AzRebalance("a".into(), false)).count();
         assert_eq!(resumes, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_the_flag_only_the_suspended_groups_this_cluster_serves_are_resumed() {
+        let aws = FakeAutoScaling::default()
+            .with_group("a", 3, 10)
+            .with_instance("a", "i-n1")
+            .with_tag("a", AZ_REBALANCE_SUSPENDED_TAG, "true")
+            .with_tag("a", "team", "batch")
+            .with_group("unselected", 3, 10)
+            .with_instance("unselected", "i-u1")
+            .with_tag("unselected", AZ_REBALANCE_SUSPENDED_TAG, "true")
+            .with_group("other-cluster", 3, 10)
+            .with_instance("other-cluster", "i-o1")
+            .with_tag("other-cluster", AZ_REBALANCE_SUSPENDED_TAG, "true");
+        let rig = FakeRig::new(aws);
+        let ctx = rig.context(policy(), paused_clock(), Arc::new(Metrics::new())).await;
+        ctx.groups.discover(&rig.aws, &["team=batch".parse().unwrap()]).await.unwrap();
+        let mut drainer = Drainer::new(ctx.clone(), DrainerSettings::default());
+        drainer.tick().await.unwrap();
+        assert!(rig.aws.calls().iter().all(|c| !matches!(c, AsgCall::AzRebalance(..))), "no node of a is known yet");
+
+        for (name, group) in [("n1", "a"), ("u1", "unselected")] {
+            let mut node = Node::test(name, group);
+            node.group = None; // resolved through Auto Scaling, as in the daemon
+            rig.cluster.put_node(node);
+        }
+        for _ in 0..3 {
+            drainer.tick().await.unwrap();
+        }
+        let resumed: Vec<_> = rig.aws.calls().into_iter().filter(|c| matches!(c, AsgCall::AzRebalance(..))).collect();
+        assert_eq!(resumed, vec![AsgCall::AzRebalance("a".into(), false)], "once, and only the group it serves");
+        assert!(rig.aws.tags("other-cluster").contains_key(AZ_REBALANCE_SUSPENDED_TAG), "another cluster's is left");
+        assert!(rig.aws.tags("unselected").contains_key(AZ_REBALANCE_SUSPENDED_TAG), "--asg-tag-filter leaves it out");
     }
 
     #[tokio::test(start_paused = true)]
@@ -1428,6 +1473,25 @@ mod tests {
         assert_eq!(report.terminated, vec![("i-n1".into(), true)], "drained 90 s before AWS takes it");
         assert_eq!(rig.aws.desired("a"), 3, "the boost's node is given back with the instance; its launch goes on");
         assert!(rig.events.reasons_for("n1").contains(&"DrainStarted"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trusted_interruption_in_a_group_the_tag_filter_leaves_out_is_neither_drained_nor_terminated() {
+        let (rig, _ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
+        rig.cluster.edit(|s| {
+            s.signals[0].kind = SignalKind::SpotInterruption;
+            s.signals[0].evidence = Evidence::NodeTaint;
+        });
+        scaler.start(&["team=batch".parse().unwrap()]).await.unwrap();
+        scaler.tick().await.unwrap();
+        for _ in 0..10 {
+            tokio::time::advance(Duration::from_secs(15)).await;
+            let report = drainer.tick().await.unwrap();
+            assert!(report.started.is_empty() && report.evicted == 0, "{report:?}");
+        }
+        assert_eq!(rig.aws.desired("a"), 3, "never raised");
+        assert!(terminations(&rig.aws).is_empty(), "never terminated");
+        assert!(rig.events.reasons_for("n1").is_empty(), "nothing said of a group it does not serve");
     }
 
     #[tokio::test(start_paused = true)]

@@ -137,7 +137,7 @@ pub struct GroupBook {
     scheduled: Mutex<HashMap<InstanceId, (Option<Timestamp>, Timestamp)>>,
     /// Whether EC2 reported an instance's spot request interrupted, and when it was asked.
     interrupted: Mutex<HashMap<InstanceId, (bool, Timestamp)>>,
-    /// `--asg-tag-filter`: groups whose tags do not match are described but never boosted.
+    /// `--asg-tag-filter`: groups whose tags do not match are described but never touched.
     selection: Mutex<Vec<TagFilter>>,
     /// When each group last failed to launch for want of capacity (the launch watcher's finding).
     capacity_failures: Mutex<BTreeMap<GroupName, Timestamp>>,
