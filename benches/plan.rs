@@ -39,6 +39,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                 az_rebalance: false,
                 members: None,
                 excluded: false,
+                foreign: false,
                 fallbacks: Vec::new(),
             },
         );

@@ -294,9 +294,13 @@ impl Daemon {
             writes: KubeWrites::new(client.clone(), args.aws.dry_run),
             events: KubeEvents::new(client.clone(), Some(identity.clone()), cluster.clone()),
         };
-        let groups =
-            GroupBook::new(std::time::Duration::from_secs(60), std::time::Duration::from_secs(3600), clock.clone())
-                .with_learner();
+        let groups = GroupBook::new(
+            &args.aws.cluster_name,
+            std::time::Duration::from_secs(60),
+            std::time::Duration::from_secs(3600),
+            clock.clone(),
+        )
+        .with_learner();
         let ctx =
             WorkerContext::new(ports, Arc::new(groups), leadership.clone(), metrics.clone(), policy, clock).await?;
         Ok(Daemon {

@@ -373,13 +373,28 @@ struct FakeAsgState {
     write_latency: std::time::Duration,
 }
 
+/// The cluster the fakes' groups belong to (their `kubernetes.io/cluster/<name>` tag) and the
+/// fake contexts serve.
+pub const CLUSTER: &str = "test-cluster";
+
 /// Auto Scaling in memory, with the same guards as the real adapter.
 #[derive(Debug, Clone, Default)]
 pub struct FakeAutoScaling(Arc<Mutex<FakeAsgState>>);
 
 impl FakeAutoScaling {
-    /// Adds a group of `desired` (min 0) with no instances.
+    /// Adds a group of `desired` (min 0) with no instances, tagged as [`CLUSTER`]'s, as a
+    /// cluster's groups are.
     pub fn with_group(self, name: &str, desired: u32, max: u32) -> Self {
+        self.with_cluster_group(name, CLUSTER, desired, max)
+    }
+
+    /// Adds a group of `desired` (min 0) with no instances, tagged as `cluster`'s.
+    pub fn with_cluster_group(self, name: &str, cluster: &str, desired: u32, max: u32) -> Self {
+        lock(&self.0)
+            .tags
+            .entry(name.into())
+            .or_default()
+            .insert(format!("kubernetes.io/cluster/{cluster}"), "owned".into());
         lock(&self.0).groups.insert(
             name.into(),
             GroupDescription {
@@ -888,6 +903,7 @@ impl FakeRig {
             events: self.events.clone(),
         };
         let groups = Arc::new(crate::workers::groups::GroupBook::new(
+            CLUSTER,
             std::time::Duration::from_secs(60),
             std::time::Duration::from_secs(3600),
             clock.clone(),

@@ -50,6 +50,7 @@ async fn world(config: &SdkConfig) -> String {
         .desired_capacity(3)
         .availability_zones("us-east-1b")
         .tags(group_tag("mixed", CA_TAG, "true"))
+        .tags(group_tag("mixed", "kubernetes.io/cluster/test-cluster", "owned"))
         .tags(group_tag("mixed", "team", "batch"))
         .send()
         .await

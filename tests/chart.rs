@@ -21,9 +21,17 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// Flags of `run` the chart sets itself rather than through `config`: the kubeconfig ones have no
 /// meaning in a pod, the identity is the pod's name, the state lives in the release's namespace
-/// and the listeners' addresses follow `metrics.port` and `probes.port`.
-const SET_BY_THE_CHART: [&str; 6] =
-    ["kubeconfig", "context", "identity", "state-namespace", "metrics-bind-address", "probe-bind-address"];
+/// the listeners' addresses follow `metrics.port` and `probes.port`, and the cluster is the
+/// top-level `clusterName` (the IAM policy needs it too).
+const SET_BY_THE_CHART: [&str; 7] = [
+    "kubeconfig",
+    "context",
+    "identity",
+    "state-namespace",
+    "metrics-bind-address",
+    "probe-bind-address",
+    "cluster-name",
+];
 
 /// Labels and annotations only Helm adds: its bookkeeping, not a difference between the installs.
 const HELM_ONLY: [&str; 5] = [
@@ -73,6 +81,10 @@ fn render(release: &str, sets: &[(&str, Value)]) -> Result<Vec<Value>, String> {
         "spots-booster".into(),
     ];
     args.push("--include-crds".into());
+    // Required; the kustomize base's placeholder unless a test names another.
+    if !sets.iter().any(|(key, _)| *key == "clusterName") {
+        args.extend(["--set".into(), "clusterName=CLUSTER_NAME".into()]);
+    }
     for (key, value) in sets {
         args.push("--set-json".into());
         args.push(format!("{key}={value}"));
@@ -138,8 +150,19 @@ fn schema() -> Value {
 #[test]
 fn helm_lint_strict_passes() {
     let chart = chart();
-    let out = run("helm", &["lint", "--strict", &chart.display().to_string()]).unwrap_or_else(|e| panic!("{e}"));
+    let lint = |sets: &[&str]| {
+        let mut args = vec!["lint", "--strict"];
+        args.extend(sets);
+        let chart = chart.display().to_string();
+        args.push(&chart);
+        run("helm", &args)
+    };
+    let out = lint(&["--set", "clusterName=prod-euw1"]).unwrap_or_else(|e| panic!("{e}"));
     assert!(out.contains("0 chart(s) failed"), "{out}");
+    let refused = render("spots-booster", &[("clusterName", json!(""))]).unwrap_err();
+    assert!(refused.contains("clusterName: set your cluster's name"), "the cluster is never guessed: {refused}");
+    let refused = render("spots-booster", &[("clusterName", json!("prod/euw1"))]).unwrap_err();
+    assert!(refused.contains("clusterName"), "{refused}");
 }
 
 #[test]

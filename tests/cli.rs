@@ -6,6 +6,7 @@ use std::process::{Command, Output, Stdio};
 fn booster(args: &[&str], stdin: Option<&str>) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_spots-booster"))
         .args(args)
+        .env("SPOTS_BOOSTER_CLUSTER_NAME", "cli-test")
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -180,6 +181,17 @@ fn run_fails_fast_and_names_what_is_wrong() {
     assert!(stderr.contains("--leader-elect-renew-deadline must be shorter"), "{stderr}");
     let out = booster(&["run", "--connection-mode", "sideways"], None);
     assert_eq!(out.status.code(), Some(2), "clap's usage error");
+    let out = booster(&["run", "--cluster-name", "prod/euw1"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("\"prod/euw1\" is not a cluster name"), "{}", text(&out.stderr));
+    // No cluster, no run: which groups it may touch is never guessed.
+    let out = Command::new(env!("CARGO_BIN_EXE_spots-booster"))
+        .args(["run", "--connection-mode", "kubectl"])
+        .env_remove("SPOTS_BOOSTER_CLUSTER_NAME")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--cluster-name"), "{}", text(&out.stderr));
     let out = booster(&["run", "--help"], None);
     let help = text(&out.stdout);
     for flag in

@@ -469,6 +469,7 @@ mod chart {
         let values = json!({
             "fullnameOverride": release,
             "instanceManagerNamespace": {"create": false},
+            "clusterName": crate::support::e2e::CLUSTER,
             "config": {
                 "eventsNamespace": ns,
                 "caStatusNamespace": ns,

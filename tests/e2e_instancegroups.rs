@@ -140,7 +140,7 @@ async fn an_instance_group_becomes_an_asg_shows_its_columns_and_is_deleted_clean
         .args(["run", "--connection-mode", "kubectl", "--kubeconfig", &kubeconfig])
         .args(["--events-namespace", &ns, "--ca-status-namespace", &ns, "--state-namespace", &ns])
         .args(["--instance-manager-namespace", &ns, "--leader-elect", "false"])
-        .args(["--aws-endpoint-url", &endpoint, "--aws-region", "us-east-1"])
+        .args(["--aws-endpoint-url", &endpoint, "--aws-region", "us-east-1", "--cluster-name", &cluster])
         .args(["--metrics-bind-address", &format!("127.0.0.1:{port}"), "--probe-bind-address", "127.0.0.1:0"])
         .args(["--log-format", "json"])
         .env("AWS_ACCESS_KEY_ID", "test")

@@ -22,6 +22,7 @@ mod e2e_daemon;
 mod e2e_fleet;
 mod e2e_instancegroups;
 mod e2e_interruptions;
+mod e2e_scope;
 mod e2e_trust;
 mod ec2_scheduled_events;
 mod ec2_spot_requests;

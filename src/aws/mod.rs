@@ -103,8 +103,14 @@ pub struct AwsArgs {
     /// reads every group right before its write.
     #[arg(long, env = "SPOTS_BOOSTER_GUARD_READ_MAX_AGE", default_value = "1s", value_parser = duration)]
     pub(crate) guard_read_max_age: Duration,
-    /// Boost only groups whose tags match: KEY or KEY=VALUE, repeatable (all must match). The
-    /// matching groups are described at start-up; the others' at-risk nodes are held.
+    /// The cluster's name, as its Auto Scaling groups' tags carry it (`kubernetes.io/cluster/<name>`,
+    /// `k8s.io/cluster-autoscaler/<name>` or `eks:cluster-name=<name>`): nothing of a group whose
+    /// tags name another cluster, or none, is ever touched, whatever a Node claims.
+    #[arg(long, env = "SPOTS_BOOSTER_CLUSTER_NAME", value_parser = cluster_name)]
+    pub(crate) cluster_name: String,
+    /// Touch only groups whose tags also match: KEY or KEY=VALUE, repeatable (all must match).
+    /// The matching groups are described at start-up; the others' nodes are never boosted,
+    /// drained nor terminated.
     #[arg(long, env = "SPOTS_BOOSTER_ASG_TAG_FILTER", value_delimiter = ',')]
     pub(crate) asg_tag_filter: Vec<TagFilter>,
     /// Read everything, write nothing: boosts and terminations are logged and counted, never sent.
@@ -115,6 +121,19 @@ pub struct AwsArgs {
 
 fn duration(s: &str) -> Result<Duration, String> {
     crate::units::parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// An EKS cluster name: 1–100 letters, digits, `-` and `_`, starting with a letter or digit (so
+/// it can stand in a tag key and an IAM condition unchanged).
+fn cluster_name(s: &str) -> Result<String, String> {
+    let ok = (1..=100).contains(&s.len())
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!("{s:?} is not a cluster name: 1-100 letters, digits, '-' and '_', starting with a letter or digit"))
+    }
 }
 
 /// Loads the shared SDK configuration with adaptive retries and operation and attempt timeouts.
@@ -172,6 +191,17 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn a_cluster_name_is_what_eks_allows() {
+        for good in ["prod", "prod-euw1", "a_b", "0x", &"c".repeat(100)] {
+            assert_eq!(cluster_name(good).as_deref(), Ok(good));
+        }
+        for bad in ["", "-prod", "prod/x", "prod*", "a b", &"c".repeat(101)] {
+            let err = cluster_name(bad).unwrap_err();
+            assert!(err.contains("is not a cluster name"), "{bad:?}: {err}");
+        }
+    }
+
     #[tokio::test]
     async fn the_sdk_config_retries_adaptively_and_honours_the_flags() {
         let args = AwsArgs {
@@ -181,6 +211,7 @@ mod tests {
             aws_operation_timeout: Duration::from_secs(3),
             aws_attempt_timeout: Duration::from_secs(1),
             guard_read_max_age: Duration::from_secs(1),
+            cluster_name: "test-cluster".into(),
             asg_tag_filter: Vec::new(),
             dry_run: false,
         };
@@ -213,6 +244,7 @@ mod tests {
             aws_operation_timeout: Duration::from_millis(600),
             aws_attempt_timeout: Duration::from_millis(200),
             guard_read_max_age: Duration::ZERO,
+            cluster_name: "test-cluster".into(),
             asg_tag_filter: Vec::new(),
             dry_run: false,
         };

@@ -196,7 +196,7 @@ fn first_fallback<'s>(
 ) -> Option<(&'s Group, u32)> {
     group.fallbacks.iter().filter(|f| **f != group.name).find_map(|name| {
         let to = snapshot.groups.get(name)?;
-        let usable = !to.excluded
+        let usable = to.served()
             && !policy.ignored_groups.contains(name)
             && !failing(snapshot, name, policy, now)
             && to.ca.as_ref().is_none_or(|ca| ca.backoff.is_none())
@@ -311,6 +311,22 @@ mod tests {
         let mut no_tag = exhausted();
         no_tag.groups.get_mut(&GroupName::from("spot-a")).unwrap().fallbacks.clear();
         assert!(plan_fallbacks(&no_tag, &no_tag.ledger, &Policy::default(), NOW).is_empty());
+    }
+
+    #[test]
+    fn a_fallback_this_daemon_does_not_serve_is_never_used_whatever_the_tag_names() {
+        // The tag may name any group in the region: another cluster's, or one the filter leaves out.
+        for (why, edit) in [
+            ("another cluster's", (|g: &mut Group| g.foreign = true) as fn(&mut Group)),
+            ("left out by --asg-tag-filter", |g: &mut Group| g.excluded = true),
+        ] {
+            let mut s = exhausted();
+            edit(s.groups.get_mut(&GroupName::from("spot-b")).unwrap());
+            let plan = plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW);
+            assert_eq!(plan[0].to.as_str(), "od", "spot-b is {why}: the next one this daemon serves");
+            edit(s.groups.get_mut(&GroupName::from("od")).unwrap());
+            assert!(plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW).is_empty(), "{why}: nowhere to go");
+        }
     }
 
     #[test]

@@ -194,10 +194,21 @@ pub struct Group {
     /// notices are dropped as `not-selected`: no boost, drain, termination nor fallback into it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub excluded: bool,
+    /// The group's tags name another cluster, or none: it is not this cluster's and nothing of it
+    /// is touched (its nodes' notices are dropped as `not-this-cluster`), whatever a Node claims.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub foreign: bool,
     /// Where the nodes a boost misses go when this group has no capacity, in order (the ASG tag
     /// `spots-booster.io/fallback-groups`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fallbacks: Vec<GroupName>,
+}
+
+impl Group {
+    /// Whether this daemon serves the group: this cluster's, and selected by `--asg-tag-filter`.
+    pub fn served(&self) -> bool {
+        !self.excluded && !self.foreign
+    }
 }
 
 /// The part of Cluster Autoscaler's status the core decides with.
@@ -760,6 +771,7 @@ pub(crate) mod builders {
                 az_rebalance: false,
                 members: None,
                 excluded: false,
+                foreign: false,
                 fallbacks: Vec::new(),
             }
         }

@@ -97,6 +97,7 @@ fn group_strategy(index: usize) -> impl Strategy<Value = (Group, Vec<Node>)> {
                 az_rebalance: false,
                 members: None,
                 excluded: false,
+                foreign: false,
                 fallbacks: Vec::new(),
             };
             (Just(group), nodes)

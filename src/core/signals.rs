@@ -54,6 +54,9 @@ pub enum DropReason {
     /// The group's tags do not match `--asg-tag-filter`: nothing of it is touched, not even a
     /// drain or a termination.
     NotSelected,
+    /// The instance belongs to another cluster's group (its tags do not name this cluster): a
+    /// Node may name any instance, and matching it by address never makes it this cluster's.
+    NotThisCluster,
     /// Older than `--signal-max-age` and never boosted.
     Expired,
     /// Only kinds that the ASG handles itself (lifecycle terminations, state changes, unknown).
@@ -73,6 +76,7 @@ impl DropReason {
             DropReason::NoGroup => "no-group",
             DropReason::IgnoredGroup => "ignored-group",
             DropReason::NotSelected => "not-selected",
+            DropReason::NotThisCluster => "not-this-cluster",
             DropReason::Expired => "expired",
             DropReason::NoReplacementCalledFor => "no-replacement-called-for",
             DropReason::DeletingByCa => "deleting-by-ca",
@@ -342,6 +346,9 @@ fn admit<'s>(
     }
     let group = node.group.as_ref().ok_or(DropReason::NoGroup)?;
     let described = known.get(group).ok_or(DropReason::NoGroup)?;
+    if described.foreign {
+        return Err(DropReason::NotThisCluster);
+    }
     if policy.ignored_groups.contains(group) {
         return Err(DropReason::IgnoredGroup);
     }
@@ -678,5 +685,26 @@ mod tests {
         assert!(set.by_group.is_empty(), "nothing of an unselected group is at risk: {:?}", set.by_group);
         assert_eq!(set.dropped[0].reason, DropReason::NotSelected);
         assert_eq!(set.dropped[0].reason.as_str(), "not-selected");
+    }
+
+    #[test]
+    fn a_node_matched_by_address_to_another_clusters_instance_takes_nothing() {
+        // A custom hostname: the Node is matched by its address, which the kubelet reports. The
+        // instance it names is real, and spot, but Auto Scaling puts it in another cluster's group.
+        let tainted = Signal { kind: SignalKind::SpotInterruption, ..Signal::rebalance("worker-7", 0) };
+        let mut s = snapshot().with_group(Group::test("theirs")).with_node(Node::test("worker-7", "theirs"));
+        s.signals.push(tainted);
+        s.groups.get_mut(&GroupName::from("theirs")).unwrap().foreign = true;
+        let node = s.nodes.get_mut(&NodeName::from("worker-7")).unwrap();
+        node.internal_ips = vec!["10.9.9.9".into()];
+        s.instances.get_mut(&InstanceId::from("i-worker-7")).unwrap().private_ip = Some("10.9.9.9".into());
+        s.instances.get_mut(&InstanceId::from("i-worker-7")).unwrap().private_dns_name =
+            Some("ip-10-9-9-9.ec2.internal".into());
+        let set = fold_signals(&s, &Policy::default(), Timestamp::EPOCH);
+        assert!(set.by_group.is_empty(), "{:?}", set.by_group);
+        assert_eq!(set.dropped[0].reason, DropReason::NotThisCluster);
+        // The same Node in a group of this cluster is believed: the address alone is not the fault.
+        s.groups.get_mut(&GroupName::from("theirs")).unwrap().foreign = false;
+        assert_eq!(fold_signals(&s, &Policy::default(), Timestamp::EPOCH).len(), 1);
     }
 }

@@ -198,15 +198,16 @@ pub struct GroupDescription {
 pub const FALLBACK_GROUPS_TAG: &str = "spots-booster.io/fallback-groups";
 
 impl GroupDescription {
-    /// The core's view of this group; `selection` is `--asg-tag-filter` (empty: every group).
+    /// The core's view of this group, within `scope`.
     pub(crate) fn to_core(
         &self,
         node_allocatable: Option<Resources>,
         ca: Option<CaGroupView>,
-        selection: &[TagFilter],
+        scope: &GroupScope,
     ) -> Group {
         Group {
-            excluded: !selection.iter().all(|f| f.matches(&self.tags)),
+            foreign: !scope.is_this_clusters(&self.tags),
+            excluded: !scope.selects(&self.tags),
             fallbacks: self.fallbacks(),
             name: self.name.clone(),
             min: self.min,
@@ -240,6 +241,43 @@ impl GroupDescription {
 
 /// The tag on a group whose `AZRebalance` process the booster suspended (`--suspend-az-rebalance`).
 pub const AZ_REBALANCE_SUSPENDED_TAG: &str = "spots-booster.io/suspended-az-rebalance";
+
+/// Which Auto Scaling groups this daemon serves: this cluster's, as their tags name it, and among
+/// those the ones `--asg-tag-filter` selects. Tags are written only by whoever may write Auto
+/// Scaling groups, never by a tenant or a kubelet; nothing of a group outside the scope is
+/// touched, whatever a Node, an Event or another group's tag names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupScope {
+    cluster: String,
+    selection: Vec<TagFilter>,
+}
+
+impl GroupScope {
+    /// This cluster's groups (`--cluster-name`), all of them selected.
+    pub fn new(cluster: impl Into<String>) -> Self {
+        GroupScope { cluster: cluster.into(), selection: Vec::new() }
+    }
+
+    /// The same scope, selecting only the groups whose tags match every filter.
+    pub(crate) fn selecting(&self, selection: &[TagFilter]) -> Self {
+        GroupScope { cluster: self.cluster.clone(), selection: selection.to_vec() }
+    }
+
+    /// Whether a tag names this cluster as the group's: `kubernetes.io/cluster/<name>` (the
+    /// cloud provider's), `k8s.io/cluster-autoscaler/<name>` (Cluster Autoscaler's discovery) or
+    /// `eks:cluster-name=<name>` (EKS managed node groups).
+    pub fn is_this_clusters(&self, tags: &BTreeMap<String, String>) -> bool {
+        let named = |prefix: &str| tags.keys().any(|k| k.strip_prefix(prefix) == Some(self.cluster.as_str()));
+        named("kubernetes.io/cluster/")
+            || named("k8s.io/cluster-autoscaler/")
+            || tags.get("eks:cluster-name").is_some_and(|c| *c == self.cluster)
+    }
+
+    /// Whether `--asg-tag-filter` selects a group with these tags.
+    pub(crate) fn selects(&self, tags: &BTreeMap<String, String>) -> bool {
+        self.selection.iter().all(|f| f.matches(tags))
+    }
+}
 
 /// A tag filter for group discovery: `key` alone matches any value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -464,6 +502,48 @@ pub trait AutoScaling: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_group_is_this_clusters_only_when_a_tag_names_the_cluster() {
+        let scope = GroupScope::new("prod");
+        let tags = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        for ours in [
+            tags(&[("kubernetes.io/cluster/prod", "owned")]),
+            tags(&[("kubernetes.io/cluster/prod", "shared")]),
+            tags(&[("k8s.io/cluster-autoscaler/prod", "owned")]),
+            tags(&[("eks:cluster-name", "prod")]),
+        ] {
+            assert!(scope.is_this_clusters(&ours), "{ours:?}");
+        }
+        for theirs in [
+            tags(&[]),
+            tags(&[("kubernetes.io/cluster/prod-2", "owned")]),
+            tags(&[("kubernetes.io/cluster/pro", "owned")]),
+            tags(&[("k8s.io/cluster-autoscaler/enabled", "true")]),
+            tags(&[("eks:cluster-name", "staging")]),
+            tags(&[("KubernetesCluster", "prod"), ("Name", "prod-nodes")]),
+        ] {
+            assert!(!scope.is_this_clusters(&theirs), "{theirs:?}");
+        }
+        let selected = scope.selecting(&["team=batch".parse().unwrap()]);
+        let ours = tags(&[("kubernetes.io/cluster/prod", "owned"), ("team", "batch")]);
+        assert!(selected.selects(&ours) && selected.is_this_clusters(&ours));
+        assert!(!selected.selects(&tags(&[("kubernetes.io/cluster/prod", "owned")])));
+        let described = GroupDescription {
+            name: "g".into(),
+            min: 0,
+            max: 3,
+            desired: 1,
+            instances: Vec::new(),
+            capacity_rebalance: false,
+            az_rebalance: false,
+            tags: tags(&[("kubernetes.io/cluster/staging", "owned")]),
+        };
+        let core = described.to_core(None, None, &selected);
+        assert!(core.foreign && core.excluded && !core.served());
+    }
 
     #[test]
     fn tag_filters_parse() {

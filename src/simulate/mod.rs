@@ -25,6 +25,9 @@ use crate::config::{Baseline, ReportFormat};
 use crate::core::{GroupName, InstanceId, Policy, Timestamp};
 use crate::metrics::Metrics;
 use crate::output::{structured, table, Width, TABLE_WIDTH};
+
+/// The cluster a scenario's groups belong to (their `kubernetes.io/cluster/<name>` tag).
+pub(crate) const SIMULATED_CLUSTER: &str = "simulated";
 use crate::ports::{Clock, Leadership};
 use crate::units::format_duration;
 use crate::workers::drainer::{Drainer, DrainerSettings};
@@ -166,7 +169,12 @@ impl Workers {
             writes: sim.clone(),
             events: sim.clone(),
         };
-        let groups = Arc::new(GroupBook::new(Duration::from_secs(60), Duration::from_secs(3600), clock.clone()));
+        let groups = Arc::new(GroupBook::new(
+            SIMULATED_CLUSTER,
+            Duration::from_secs(60),
+            Duration::from_secs(3600),
+            clock.clone(),
+        ));
         let ctx = WorkerContext::new(ports, groups, Leadership::always(), Arc::new(Metrics::new()), policy, clock)
             .await
             .expect("an in-memory ledger loads");

@@ -48,10 +48,15 @@ impl SimWorld {
             capacity_rebalance: false,
             // The simulated groups do not rebalance Availability Zones.
             az_rebalance: false,
-            tags: if asg.spec.fallbacks.is_empty() {
-                Default::default()
-            } else {
-                [(crate::ports::FALLBACK_GROUPS_TAG.to_string(), asg.spec.fallbacks.join(","))].into()
+            tags: {
+                let mut tags = BTreeMap::from([(
+                    format!("kubernetes.io/cluster/{}", super::SIMULATED_CLUSTER),
+                    "owned".to_string(),
+                )]);
+                if !asg.spec.fallbacks.is_empty() {
+                    tags.insert(crate::ports::FALLBACK_GROUPS_TAG.to_string(), asg.spec.fallbacks.join(","));
+                }
+                tags
             },
         })
     }

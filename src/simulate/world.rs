@@ -541,6 +541,7 @@ impl World {
                     az_rebalance: false,
                     members: None,
                     excluded: false,
+                    foreign: false,
                     fallbacks: Vec::new(),
                 },
             );

@@ -26,8 +26,8 @@ use tracing::{info, warn};
 use super::{Observation, WorkerContext};
 use crate::core::{
     apply_all, decide_terminations, eviction_order, plan_draining, BatchPlan, DrainState, DrainWait, DrainingPlan,
-    EndedDrain, EvictionResult, EvictionRound, GroupName, HowDrainEnded, InstanceId, LedgerEdit, Node, NodeName, Pod,
-    Snapshot, Termination, Timestamp,
+    EndedDrain, EvictionResult, EvictionRound, Group, GroupName, HowDrainEnded, InstanceId, LedgerEdit, Node, NodeName,
+    Pod, Snapshot, Termination, Timestamp,
 };
 use crate::metrics::{DrainOutcome, EvictionOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
@@ -791,7 +791,7 @@ where
             .nodes
             .values()
             .filter_map(|n| n.group.as_ref())
-            .filter(|g| snapshot.groups.get(*g).is_some_and(|g| !g.excluded))
+            .filter(|g| snapshot.groups.get(*g).is_some_and(Group::served))
             .collect();
         let now_served: Vec<GroupName> = to_resume.iter().filter(|g| served.contains(g)).cloned().collect();
         for group in now_served {
@@ -1052,7 +1052,7 @@ mod tests {
         without.tick().await.unwrap();
         without.tick().await.unwrap();
         assert!(rig.aws.az_rebalance("a"));
-        assert!(rig.aws.tags("a").is_empty());
+        assert!(!rig.aws.tags("a").contains_key(AZ_REBALANCE_SUSPENDED_TAG));
         let resumes = rig.aws.calls().iter().filter(|c| **c == AsgCall::AzRebalance("a".into(), false)).count();
         assert_eq!(resumes, 1);
     }

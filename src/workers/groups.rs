@@ -20,7 +20,7 @@ use crate::core::{
     scheduled_events_needed, spot_interruptions_needed, BoostLedger, Group, GroupName, InstanceFacts, InstanceId, Node,
     NodeName, Snapshot, Timestamp,
 };
-use crate::ports::{AutoScaling, AwsError, Clock, ClusterState, GroupDescription, TagFilter};
+use crate::ports::{AutoScaling, AwsError, Clock, ClusterState, GroupDescription, GroupScope, TagFilter};
 
 /// The caches are only touched between calls, never across one, so a poisoned lock holds data
 /// as good as it was.
@@ -137,8 +137,9 @@ pub struct GroupBook {
     scheduled: Mutex<HashMap<InstanceId, (Option<Timestamp>, Timestamp)>>,
     /// Whether EC2 reported an instance's spot request interrupted, and when it was asked.
     interrupted: Mutex<HashMap<InstanceId, (bool, Timestamp)>>,
-    /// `--asg-tag-filter`: groups whose tags do not match are described but never touched.
-    selection: Mutex<Vec<TagFilter>>,
+    /// `--cluster-name` and `--asg-tag-filter`: a group of another cluster, or one the filter
+    /// leaves out, is described but never touched.
+    scope: Mutex<GroupScope>,
     /// When each group last failed to launch for want of capacity (the launch watcher's finding).
     capacity_failures: Mutex<BTreeMap<GroupName, Timestamp>>,
     /// Nodes a pass learns beyond the signalled ones: [`LEARN_PER_PASS`], or none when the
@@ -165,9 +166,9 @@ const SCHEDULED_EVENTS_TTL: Duration = Duration::from_secs(30);
 const NOT_INTERRUPTED_TTL: Duration = Duration::from_secs(5);
 
 impl GroupBook {
-    /// A book that re-describes a group once its description is `refresh` old and remembers an
-    /// instance's group for `instance_ttl`, both aged on `clock`.
-    pub fn new(refresh: Duration, instance_ttl: Duration, clock: Clock) -> Self {
+    /// A book of `cluster`'s groups that re-describes a group once its description is `refresh`
+    /// old and remembers an instance's group for `instance_ttl`, both aged on `clock`.
+    pub fn new(cluster: &str, refresh: Duration, instance_ttl: Duration, clock: Clock) -> Self {
         GroupBook {
             refresh,
             described: Mutex::new(BTreeMap::new()),
@@ -176,7 +177,7 @@ impl GroupBook {
             facts: Mutex::new(HashMap::new()),
             scheduled: Mutex::new(HashMap::new()),
             interrupted: Mutex::new(HashMap::new()),
-            selection: Mutex::new(Vec::new()),
+            scope: Mutex::new(GroupScope::new(cluster)),
             capacity_failures: Mutex::new(BTreeMap::new()),
             pass_share: LEARN_PER_PASS,
         }
@@ -190,9 +191,10 @@ impl GroupBook {
     }
 
     /// Describes every group whose tags match all `filters` (none: nothing to do), and from now
-    /// on leaves every group they do not match unboosted.
+    /// on leaves every group they do not match untouched.
     pub(crate) async fn discover<A: AutoScaling>(&self, aws: &A, filters: &[TagFilter]) -> Result<usize, AwsError> {
-        lock(&self.selection).clone_from(&filters.to_vec());
+        let scope = lock(&self.scope).selecting(filters);
+        *lock(&self.scope) = scope;
         if filters.is_empty() {
             return Ok(0);
         }
@@ -299,10 +301,10 @@ impl GroupBook {
         self.remember_described(&second, fresh, now);
         let described = lock(&self.described);
         set_groups_from_members(&described, state);
-        let selection = lock(&self.selection);
+        let scope = lock(&self.scope);
         Ok(described
             .values()
-            .map(|(g, _)| (g.name.clone(), g.to_core(None, state.ca.get(&g.name).cloned(), &selection)))
+            .map(|(g, _)| (g.name.clone(), g.to_core(None, state.ca.get(&g.name).cloned(), &scope)))
             .collect())
     }
 
@@ -462,6 +464,7 @@ mod tests {
         let millis = Arc::new(AtomicI64::new(1_000));
         let at = millis.clone();
         let book = GroupBook::new(
+            crate::fakes::CLUSTER,
             Duration::from_secs(60),
             Duration::from_secs(3600),
             Arc::new(move || Timestamp::from_millis(at.load(Ordering::SeqCst))),
@@ -495,7 +498,8 @@ mod tests {
     #[tokio::test]
     async fn a_large_cluster_is_learnt_over_a_few_passes_and_never_holds_a_signal_back() {
         let aws = FakeAutoScaling::default().with_group("a", 1, 10);
-        let book = GroupBook::new(Duration::from_secs(60), Duration::from_secs(3600), system_clock());
+        let book =
+            GroupBook::new(crate::fakes::CLUSTER, Duration::from_secs(60), Duration::from_secs(3600), system_clock());
         let mut snapshot = Snapshot::default();
         for k in 0..450 {
             let name = format!("n{k:03}");
@@ -524,7 +528,9 @@ mod tests {
             state.nodes.insert(name.as_str().into(), node);
         }
         state.signals.push(Signal::rebalance("n299", 0));
-        let book = GroupBook::new(Duration::from_secs(60), Duration::from_secs(3600), system_clock()).with_learner();
+        let book =
+            GroupBook::new(crate::fakes::CLUSTER, Duration::from_secs(60), Duration::from_secs(3600), system_clock())
+                .with_learner();
 
         let groups = book.resolve(&aws, &mut state, &BoostLedger::default()).await.unwrap();
         assert_eq!(aws.group_lookups(), 1, "the signalled node only");

@@ -1595,6 +1595,7 @@ mod tests {
             events: rig.events.clone(),
         };
         let groups = Arc::new(crate::workers::groups::GroupBook::new(
+            crate::fakes::CLUSTER,
             Duration::from_secs(60),
             Duration::from_secs(3600),
             paused_clock(),

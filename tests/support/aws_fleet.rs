@@ -242,6 +242,9 @@ fn answer(form: &[(String, String)], fleet: &Fleet) -> (&'static str, String) {
     }
 }
 
+/// The cluster every fleet group is tagged for (the fakes' contexts serve it).
+const CLUSTER: &str = "test-cluster";
+
 fn describe_group(name: &str, g: &FleetGroup, with_instances: bool) -> String {
     let instances: String = if with_instances {
         g.instances
@@ -263,7 +266,9 @@ fn describe_group(name: &str, g: &FleetGroup, with_instances: bool) -> String {
          <MinSize>{}</MinSize><MaxSize>{}</MaxSize><DesiredCapacity>{}</DesiredCapacity><DefaultCooldown>300</DefaultCooldown>\
          <AvailabilityZones><member>us-east-1a</member></AvailabilityZones><HealthCheckType>EC2</HealthCheckType>\
          <CreatedTime>2026-11-01T00:00:00Z</CreatedTime><Instances>{instances}</Instances>\
-         <SuspendedProcesses/><Tags/><CapacityRebalance>false</CapacityRebalance></member>",
+         <SuspendedProcesses/><Tags><member><Key>kubernetes.io/cluster/{CLUSTER}</Key><Value>owned</Value>\
+         <ResourceId>{name}</ResourceId><ResourceType>auto-scaling-group</ResourceType>\
+         <PropagateAtLaunch>true</PropagateAtLaunch></member></Tags><CapacityRebalance>false</CapacityRebalance></member>",
         g.min, g.max, g.desired
     )
 }

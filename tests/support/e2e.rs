@@ -157,8 +157,12 @@ pub async fn nth_rebalance_event(kube: &Client, ns: &str, node: &str, instance: 
     events.create(&PostParams::default(), &serde_json::from_value(event).unwrap()).await.expect("create the Event");
 }
 
+/// The cluster the boosters under test serve (`--cluster-name`), whose groups [`create_group`]
+/// makes.
+pub const CLUSTER: &str = "e2e";
+
 /// Creates, in moto, a launch template and an ASG `name` of `desired` instances (min 1, max `max`)
-/// in us-east-1a, and returns the image the template launches.
+/// in us-east-1a, tagged as [`CLUSTER`]'s, and returns the image the template launches.
 pub async fn create_group(aws: &SdkConfig, name: &str, desired: i32, max: i32) -> String {
     use aws_sdk_autoscaling::types::LaunchTemplateSpecification;
     use aws_sdk_ec2::types::{InstanceType, RequestLaunchTemplateData};
@@ -175,6 +179,15 @@ pub async fn create_group(aws: &SdkConfig, name: &str, desired: i32, max: i32) -
         .max_size(max)
         .desired_capacity(desired)
         .availability_zones("us-east-1a")
+        .tags(
+            aws_sdk_autoscaling::types::Tag::builder()
+                .resource_id(name)
+                .resource_type("auto-scaling-group")
+                .key(format!("kubernetes.io/cluster/{CLUSTER}"))
+                .value("owned")
+                .propagate_at_launch(true)
+                .build(),
+        )
         .send()
         .await
         .unwrap();
@@ -187,7 +200,7 @@ pub fn start_booster(kubeconfig: &str, endpoint: &str, ns: &str, port: u16, extr
     tokio::process::Command::new(env!("CARGO_BIN_EXE_spots-booster"))
         .args(["run", "--connection-mode", "kubectl", "--kubeconfig", kubeconfig])
         .args(["--events-namespace", ns, "--ca-status-namespace", ns, "--state-namespace", ns])
-        .args(["--aws-endpoint-url", endpoint, "--aws-region", "us-east-1"])
+        .args(["--aws-endpoint-url", endpoint, "--aws-region", "us-east-1", "--cluster-name", CLUSTER])
         .args(["--metrics-bind-address", &format!("127.0.0.1:{port}"), "--probe-bind-address", "127.0.0.1:0"])
         .args(["--log-format", "json"])
         .args(extra)

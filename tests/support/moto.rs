@@ -165,7 +165,8 @@ pub fn group_tag(group: &str, key: &str, value: &str) -> Tag {
         .build()
 }
 
-/// Creates a group on the `nodes` launch template in one AZ: `sizes` is (min, max, desired).
+/// Creates a group of this cluster on the `nodes` launch template in one AZ: `sizes` is (min,
+/// max, desired).
 pub async fn create_group(config: &SdkConfig, name: &str, sizes: (i32, i32, i32), zone: &str, tags: &[(&str, &str)]) {
     let (min, max, desired) = sizes;
     let mut request = aws_sdk_autoscaling::Client::new(config)
@@ -176,6 +177,9 @@ pub async fn create_group(config: &SdkConfig, name: &str, sizes: (i32, i32, i32)
         .max_size(max)
         .desired_capacity(desired)
         .availability_zones(zone);
+    // This cluster's group, as the fakes' contexts serve it.
+    request =
+        request.tags(group_tag(name, &format!("kubernetes.io/cluster/{}", spots_booster::fakes::CLUSTER), "owned"));
     for (key, value) in tags {
         request = request.tags(group_tag(name, key, value));
     }
