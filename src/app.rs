@@ -424,6 +424,7 @@ impl Daemon {
                     args.instancegroup_existing_roles,
                     args.instancegroup_permissions_boundary.clone(),
                 ),
+                cluster: args.aws.cluster_name.clone(),
             };
             let mut stopping = shutdown.clone();
             let stopped = async move {

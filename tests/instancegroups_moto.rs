@@ -120,6 +120,7 @@ fn reconciler(config: &SdkConfig, stats: CallStats) -> (Reconciler, FakeInstance
         leadership: Leadership::always(),
         metrics: Arc::new(spots_booster::metrics::Metrics::new()),
         iam: IamRules::default(),
+        cluster: "prod".into(),
     };
     (reconciler, store, view)
 }

@@ -401,6 +401,7 @@ pub(crate) mod tests {
             name: "batch-spot",
             annotations: ig.metadata.annotations.as_ref(),
             uid: None,
+            cluster: "prod-euw1",
         };
         validate(&info, &ig.spec, &crate::instancegroup::validate::IamRules::default()).expect("valid")
     }

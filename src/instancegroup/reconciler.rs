@@ -89,6 +89,9 @@ pub struct InstanceGroupReconciler<C, S, V> {
     pub metrics: Arc<Metrics>,
     /// What an InstanceGroup may ask of IAM.
     pub iam: IamRules,
+    /// The cluster this daemon serves (`--cluster-name`): an InstanceGroup naming another is
+    /// refused.
+    pub cluster: String,
 }
 
 fn key(ig: &InstanceGroup) -> (String, String) {
@@ -225,6 +228,7 @@ where
             name: &name,
             annotations: ig.metadata.annotations.as_ref(),
             uid: ig.metadata.uid.as_deref(),
+            cluster: &self.cluster,
         };
         let design = match spec.and_then(|spec| validate(&info, &spec, &self.iam)) {
             Ok(design) => design,

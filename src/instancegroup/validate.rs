@@ -162,6 +162,9 @@ pub struct ObjectInfo<'a> {
     /// `metadata.uid`: written on what the reconciler creates, so a later InstanceGroup of the
     /// same name (or one whose AWS names collide) cannot take it over.
     pub uid: Option<&'a str>,
+    /// The cluster this daemon serves (`--cluster-name`): an InstanceGroup may build nodes for it
+    /// alone.
+    pub cluster: &'a str,
 }
 
 struct Errors(Vec<FieldError>);
@@ -236,6 +239,14 @@ pub fn validate(info: &ObjectInfo<'_>, spec: &InstanceGroupSpec, iam: &IamRules)
 
     if config.cluster_name.is_empty() {
         errors.invalid(format!("{CONF}.clusterName"), "is required");
+    } else if config.cluster_name != info.cluster {
+        errors.invalid(
+            format!("{CONF}.clusterName"),
+            format!(
+                "{:?} is not this cluster ({:?}): an InstanceGroup builds nodes for the cluster it lives in",
+                config.cluster_name, info.cluster
+            ),
+        );
     }
     check_image(&mut errors, &config.image);
     if config.instance_type.is_empty() {
@@ -270,11 +281,7 @@ pub fn validate(info: &ObjectInfo<'_>, spec: &InstanceGroupSpec, iam: &IamRules)
     });
     let bootstrap = bootstrap(&mut errors, info.name, &annotations, config, os_family, lifecycle, mounts);
     let mut tags = tag_list(&mut errors, &format!("{CONF}.tags"), &config.tags);
-    for key in
-        tags.keys().filter(|k| k.starts_with("instancegroups.keikoproj.io/") || k.starts_with("spots-booster.io/"))
-    {
-        errors.invalid(format!("{CONF}.tags"), format!("{key} is set by the reconciler"));
-    }
+    refuse_reserved_tags(&mut errors, &format!("{CONF}.tags"), &tags);
     if let Some(list) = annotations.get(ANNOTATION_FALLBACKS) {
         let field = format!("metadata.annotations[{ANNOTATION_FALLBACKS}]");
         let names: Vec<&str> = list.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
@@ -298,6 +305,7 @@ pub fn validate(info: &ObjectInfo<'_>, spec: &InstanceGroupSpec, iam: &IamRules)
         let field = format!("{CONF}.tagSpecifications[{i}]");
         let resource = errors.one_of(&format!("{field}.resourceType"), &spec.resource_type, TAG_RESOURCE_TYPES);
         let tags = tag_list(&mut errors, &format!("{field}.tags"), &spec.tags);
+        refuse_reserved_tags(&mut errors, &format!("{field}.tags"), &tags);
         tag_specifications.entry(resource).or_insert_with(BTreeMap::new).extend(tags);
     }
     let irsa_enabled = flag(ANNOTATION_IRSA);
@@ -677,6 +685,26 @@ fn bootstrap(
     }
 }
 
+/// Tags a tenant may not set: the ownership the reconciler writes, and those that say which
+/// cluster a group or instance belongs to (another cluster's Cluster Autoscaler or cloud provider
+/// would take it for its own; `Name` and `KubernetesCluster` are the reconciler's). Cluster
+/// Autoscaler's node-template hints stay the tenant's.
+fn refuse_reserved_tags(errors: &mut Errors, field: &str, tags: &BTreeMap<String, String>) {
+    let reserved = |key: &str| {
+        let lower = key.to_ascii_lowercase();
+        ["instancegroups.keikoproj.io/", "spots-booster.io/", "kubernetes.io/cluster/", "eks:", "aws:"]
+            .iter()
+            .any(|p| lower.starts_with(p))
+            || (lower.starts_with("k8s.io/cluster-autoscaler/")
+                && !lower.starts_with("k8s.io/cluster-autoscaler/node-template/"))
+            || lower == "name"
+            || lower == "kubernetescluster"
+    };
+    for key in tags.keys().filter(|k| reserved(k)) {
+        errors.invalid(field, format!("{key} is set by the reconciler: it says which cluster owns the resource"));
+    }
+}
+
 fn tag_list(errors: &mut Errors, field: &str, tags: &[BTreeMap<String, String>]) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for (i, tag) in tags.iter().enumerate() {
@@ -888,7 +916,10 @@ fn strategy(errors: &mut Errors, strategy: Option<&UpgradeStrategy>) -> Strategy
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::instancegroup::api::InstanceGroup;
+    use crate::instancegroup::api::{InstanceGroup, TagSpecification};
+
+    /// The cluster of the reference example, which the tests' daemon serves.
+    pub(crate) const CLUSTER: &str = "prod-euw1";
 
     pub(crate) fn example() -> InstanceGroup {
         let mut ig: InstanceGroup = serde_yaml::from_str(include_str!("testdata/batch-spot.yaml")).unwrap();
@@ -902,12 +933,19 @@ mod tests {
             name: ig.metadata.name.as_deref().unwrap_or(""),
             annotations: ig.metadata.annotations.as_ref(),
             uid: None,
+            cluster: CLUSTER,
         };
         validate(&info, &ig.spec, &IamRules::default())
     }
 
     fn run_with(ig: &InstanceGroup, iam: &IamRules) -> Result<GroupDesign, ValidateError> {
-        let info = ObjectInfo { namespace: "t", name: "a", annotations: ig.metadata.annotations.as_ref(), uid: None };
+        let info = ObjectInfo {
+            namespace: "t",
+            name: "a",
+            annotations: ig.metadata.annotations.as_ref(),
+            uid: None,
+            cluster: CLUSTER,
+        };
         validate(&info, &ig.spec, iam)
     }
 
@@ -950,6 +988,49 @@ mod tests {
         let RoleChoice::Managed { policies, boundary, .. } = run_with(&ig, &iam).unwrap().role else { panic!() };
         assert!(policies.contains("arn:aws:iam::1:policy/tenant"));
         assert_eq!(boundary.as_deref(), Some("arn:aws:iam::1:policy/b"), "created roles carry the boundary");
+    }
+
+    #[test]
+    fn an_instancegroup_builds_nodes_only_for_the_cluster_the_daemon_serves() {
+        let mut ig = example();
+        config(&mut ig).cluster_name = "staging".into();
+        let err = run(&ig).unwrap_err();
+        assert_eq!(err.errors.len(), 1, "{err}");
+        assert_eq!(err.errors[0].field, "spec.eks.configuration.clusterName");
+        assert!(err.to_string().contains("\"staging\" is not this cluster (\"prod-euw1\")"), "{err}");
+    }
+
+    #[test]
+    fn tags_that_say_which_cluster_owns_a_resource_are_the_reconcilers() {
+        let tag = |k: &str, v: &str| {
+            BTreeMap::from([("key".to_string(), k.to_string()), ("value".to_string(), v.to_string())])
+        };
+        for key in [
+            "k8s.io/cluster-autoscaler/other-cluster",
+            "k8s.io/cluster-autoscaler/enabled",
+            "kubernetes.io/cluster/other-cluster",
+            "Name",
+            "KubernetesCluster",
+            "eks:cluster-name",
+            "instancegroups.keikoproj.io/ClusterName",
+            "spots-booster.io/fallback-groups",
+        ] {
+            let mut ig = example();
+            config(&mut ig).tags = vec![tag(key, "x")];
+            let err = run(&ig).unwrap_err();
+            assert_eq!(err.errors[0].field, "spec.eks.configuration.tags", "{key}: {err}");
+            assert!(err.to_string().contains(&format!("{key} is set by the reconciler")), "{err}");
+            let mut ig = example();
+            config(&mut ig).tag_specifications =
+                vec![TagSpecification { resource_type: "instance".into(), tags: vec![tag(key, "x")] }];
+            let err = run(&ig).unwrap_err();
+            assert_eq!(err.errors[0].field, "spec.eks.configuration.tagSpecifications[0].tags", "{key}: {err}");
+        }
+        let mut ig = example();
+        config(&mut ig).tags =
+            vec![tag("team", "batch"), tag("k8s.io/cluster-autoscaler/node-template/label/team", "batch")];
+        let design = run(&ig).expect("a tenant's own tags and Cluster Autoscaler's node-template hints pass");
+        assert_eq!(design.tags["team"], "batch");
     }
 
     #[test]
