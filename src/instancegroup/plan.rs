@@ -497,8 +497,11 @@ pub(crate) struct CleanupSeen<'a> {
     pub group: Option<&'a AsgFacts>,
     /// The launch template, if it exists.
     pub template: Option<&'a TemplateFacts>,
-    /// The role the status says is mapped (may be empty).
+    /// The role the status says is mapped (may be empty). The status is written by whoever may
+    /// write `instancegroups/status`: it is unmapped only when it names this group's own role.
     pub role_arn: &'a str,
+    /// The existing role the spec names (`roleName`), if any.
+    pub named_role: Option<&'a str>,
     /// Whether another InstanceGroup's status names the same role.
     pub role_shared: bool,
     /// Whether the spec names neither a role nor a profile (the role is the one we created).
@@ -515,10 +518,26 @@ pub(crate) fn cleanup_step(seen: &CleanupSeen<'_>) -> CleanupStep {
         Some(group) if group.status.is_none() => CleanupStep::DeleteGroup,
         Some(_) => CleanupStep::WaitForGroup,
         None => CleanupStep::DeleteRest {
-            unmap_role: Some(seen.role_arn.to_string()).filter(|r| !r.is_empty() && !seen.role_shared),
+            unmap_role: Some(seen.role_arn.to_string())
+                .filter(|r| !r.is_empty() && !seen.role_shared && names_this_groups_role(r, seen)),
             delete_role: seen.own_role,
         },
     }
+}
+
+/// Whether `arn` is the role this InstanceGroup's nodes run with: the one the reconciler created
+/// (under `/spots-booster/`, named after the prefix) or the existing one its spec names. Anything
+/// else in the status was written by someone else, and unmapping it would cut another group's
+/// nodes off the cluster.
+fn names_this_groups_role(arn: &str, seen: &CleanupSeen<'_>) -> bool {
+    let Some((_, path_and_name)) = arn.split_once(":role/") else { return false };
+    if seen.own_role {
+        return path_and_name == format!("spots-booster/{}", super::validate::managed_role_name(seen.prefix));
+    }
+    seen.named_role.is_some_and(|named| {
+        let named = named.rsplit(['/', ':']).next().unwrap_or(named);
+        path_and_name.rsplit('/').next() == Some(named)
+    })
 }
 
 #[cfg(test)]
@@ -635,7 +654,8 @@ mod tests {
             prefix: "p",
             group,
             template: None,
-            role_arn: "arn:aws:iam::1:role/r",
+            role_arn: "arn:aws:iam::1:role/spots-booster/p",
+            named_role: None,
             role_shared,
             own_role: true,
         };
@@ -648,7 +668,10 @@ mod tests {
         );
         assert_eq!(
             cleanup_step(&seen(None, false)),
-            CleanupStep::DeleteRest { unmap_role: Some("arn:aws:iam::1:role/r".into()), delete_role: true }
+            CleanupStep::DeleteRest {
+                unmap_role: Some("arn:aws:iam::1:role/spots-booster/p".into()),
+                delete_role: true
+            }
         );
         assert_eq!(cleanup_step(&seen(None, false)).state(), State::Deleted);
         assert_eq!(
@@ -662,6 +685,41 @@ mod tests {
             cleanup_step(&seen(Some(&theirs), false)),
             CleanupStep::LetGo(Owned { what: "Auto Scaling group", .. })
         ));
+    }
+
+    #[test]
+    fn a_deletion_unmaps_only_the_role_its_nodes_ran_with_whatever_the_status_names() {
+        let ours = owner_tags(&design());
+        let seen = |role_arn, own_role, named_role| CleanupSeen {
+            ours: &ours,
+            prefix: "prod-team-batch",
+            group: None,
+            template: None,
+            role_arn,
+            named_role,
+            role_shared: false,
+            own_role,
+        };
+        let unmapped = |s: CleanupSeen<'_>| match cleanup_step(&s) {
+            CleanupStep::DeleteRest { unmap_role, .. } => unmap_role,
+            other => panic!("{other:?}"),
+        };
+        let created = "arn:aws:iam::1:role/spots-booster/prod-team-batch";
+        assert_eq!(unmapped(seen(created, true, None)).as_deref(), Some(created));
+        // A status a tenant rewrote: the platform's shared node role, or another group's.
+        for forged in [
+            "arn:aws:iam::1:role/eks-shared-nodes",
+            "arn:aws:iam::1:role/spots-booster/prod-team-other",
+            "arn:aws:iam::1:role/spots-booster/prod-team-batch-2",
+            "not an arn",
+        ] {
+            assert_eq!(unmapped(seen(forged, true, None)), None, "{forged}");
+        }
+        // An existing role the spec names (by name or ARN) is the one its nodes ran with.
+        let existing = "arn:aws:iam::1:role/platform/batch-nodes";
+        assert_eq!(unmapped(seen(existing, false, Some("batch-nodes"))).as_deref(), Some(existing));
+        assert_eq!(unmapped(seen(existing, false, Some(existing))).as_deref(), Some(existing));
+        assert_eq!(unmapped(seen("arn:aws:iam::1:role/eks-shared-nodes", false, Some("batch-nodes"))), None);
     }
 
     #[test]

@@ -389,20 +389,13 @@ where
     ) -> Result<Requeue, ReconcileError> {
         let (namespace, name) = key(ig);
         let configuration = ig.spec.eks.as_ref().map(|e| &e.configuration);
-        let prefix = match (&status.active_scaling_group_name, configuration) {
-            (asg, _) if !asg.is_empty() => asg.clone(),
-            (_, Some(c)) if !c.cluster_name.is_empty() => format!("{}-{namespace}-{name}", c.cluster_name),
-            _ => String::new(),
-        };
-        if !prefix.is_empty() {
+        // Never from the status, which whoever may write `instancegroups/status` writes: the
+        // names follow from this cluster, the namespace and the name alone.
+        let prefix = format!("{}-{namespace}-{name}", self.cluster);
+        {
             let group = GroupName::from(prefix.as_str());
-            let cluster = configuration.map_or("", |c| c.cluster_name.as_str());
-            let ours = owner_tags_of(cluster, &namespace, &name, ig.metadata.uid.as_deref());
-            let template_name = if status.active_launch_template_name.is_empty() {
-                prefix.clone()
-            } else {
-                status.active_launch_template_name.clone()
-            };
+            let ours = owner_tags_of(&self.cluster, &namespace, &name, ig.metadata.uid.as_deref());
+            let template_name = prefix.clone();
             let facts = self.cloud.scaling_group(&group).await?;
             let template = self.cloud.launch_template(&template_name).await?;
             let role_arn = status.nodes_instance_role_arn.clone();
@@ -412,6 +405,7 @@ where
                 group: facts.as_ref(),
                 template: template.as_ref(),
                 role_arn: &role_arn,
+                named_role: configuration.and_then(|c| c.role_name.as_deref()).filter(|r| !r.is_empty()),
                 role_shared: all.iter().any(|other| {
                     key(other) != (namespace.clone(), name.clone())
                         && other.status.as_ref().is_some_and(|s| s.nodes_instance_role_arn == role_arn)
