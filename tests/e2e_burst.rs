@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{DeleteParams, ListParams};
 use kube::Api;
 use support::e2e::{
-    aws, create_group, env, free_port, kube_client, live_instances, metric, nth_cordon_and_taint, nth_rebalance_event,
-    register_node, run_suffix, scrape, start_booster,
+    await_synced, aws, create_group, env, free_port, kube_client, live_instances, metric, nth_cordon_and_taint,
+    nth_rebalance_event, register_node, run_suffix, scrape, start_booster,
 };
 use support::recording_proxy::{recording_proxy, Sent};
 
@@ -54,12 +54,7 @@ async fn a_burst_across_twenty_groups_costs_one_write_per_group_within_a_quarter
         port,
         &["--leader-elect", "false", "--instance-groups", "false", "--nth-taint-signals", "true", "--sizing", "count"],
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while metric(&scrape(port).await, "spots_booster_synced") < 1.0 {
-        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited early");
-        assert!(Instant::now() < deadline, "spots-booster never synced");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    await_synced(port, &mut booster).await;
     // The daemon has been running a while when a wave comes: its first passes are over.
     let mut quiet_since = (log.lock().unwrap().len(), Instant::now());
     while quiet_since.1.elapsed() < Duration::from_secs(2) {

@@ -21,9 +21,9 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 use support::e2e::{
-    aws, bind_pod, create_group, create_namespace, deploy_with_budget, desired_capacity, env, free_port, kube_client,
-    live_instances, metric, nth_cordon_and_taint, nth_rebalance_event, pod_ready, register_node, report_pod_ready,
-    run_suffix, scrape, start_booster,
+    await_synced, aws, bind_pod, create_group, create_namespace, deploy_with_budget, desired_capacity, env, free_port,
+    kube_client, live_instances, metric, nth_cordon_and_taint, nth_rebalance_event, pod_ready, register_node,
+    report_pod_ready, run_suffix, scrape, start_booster,
 };
 
 use crate::support;
@@ -230,12 +230,7 @@ async fn a_large_group_boosts_and_a_stubborn_budget_holds_back_only_its_own_node
             "true",
         ],
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while metric(&scrape(port).await, "spots_booster_synced") < 1.0 {
-        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited early");
-        assert!(Instant::now() < deadline, "spots-booster never synced");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    await_synced(port, &mut booster).await;
 
     fleet.nth_rebalance(&stubborn, &stubborn_id).await;
     fleet.nth_rebalance(&normal, &normal_id).await;

@@ -20,9 +20,9 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 use support::e2e::{
-    aws, bind_pod, booster_events_on, create_group, create_namespace, deploy_with_budget, desired_capacity, env,
-    free_port, kube_client, live_instances, metric, pod_ready, register_node, report_pod_ready, run_suffix,
-    schedulable_nodes, scrape, start_booster,
+    await_synced, aws, bind_pod, booster_events_on, create_group, create_namespace, deploy_with_budget,
+    desired_capacity, env, free_port, kube_client, live_instances, metric, pod_ready, register_node, report_pod_ready,
+    run_suffix, schedulable_nodes, scrape, start_booster,
 };
 
 use crate::support;
@@ -247,12 +247,7 @@ impl Cluster {
                 "count",
             ],
         );
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while metric(&scrape(port).await, "spots_booster_synced") < 1.0 {
-            assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited early");
-            assert!(Instant::now() < deadline, "spots-booster never synced");
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+        await_synced(port, &mut booster).await;
         booster
     }
 

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use aws_config::SdkConfig;
 use support::e2e::{
-    aws, booster_events_on, create_group, create_namespace, desired_capacity, env, free_port, kube_client,
-    live_instances, metric, nth_cordon_and_taint, register_node, run_suffix, scrape, start_booster, CLUSTER,
+    await_synced, aws, booster_events_on, create_group, create_namespace, desired_capacity, env, free_port,
+    kube_client, live_instances, metric, nth_cordon_and_taint, register_node, run_suffix, scrape, start_booster,
+    CLUSTER,
 };
 use support::moto::group_tag;
 
@@ -71,12 +72,7 @@ async fn another_clusters_group_is_never_resumed_boosted_nor_drained() {
         port,
         &["--leader-elect", "false", "--instance-groups", "false", "--nth-taint-signals", "true", "--sizing", "count"],
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while metric(&scrape(port).await, "spots_booster_synced") < 1.0 {
-        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited early");
-        assert!(Instant::now() < deadline, "spots-booster never synced");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    await_synced(port, &mut booster).await;
 
     // NTH, as the other node's kubelet or anyone who may patch Nodes, cordons and taints it.
     let (their_instance, _) = live_instances(&aws, &theirs).await.remove(0);

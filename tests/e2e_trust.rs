@@ -16,8 +16,8 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use support::e2e::{
-    aws, create_group, create_namespace, env, free_port, kube_client, metric, nth_rebalance_event, register_node,
-    run_suffix, scrape, start_booster,
+    await_synced, aws, create_group, create_namespace, env, free_port, kube_client, metric, nth_rebalance_event,
+    register_node, run_suffix, scrape, start_booster,
 };
 use support::recording_proxy::recording_proxy;
 
@@ -82,12 +82,7 @@ async fn forged_unconfirmed_and_on_demand_notices_move_nothing_and_a_spot_one_is
         port,
         &["--leader-elect", "false", "--instance-groups", "false", "--sizing", "count"],
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while metric(&scrape(port).await, "spots_booster_synced") < 1.0 {
-        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited early");
-        assert!(Instant::now() < deadline, "spots-booster never synced");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    await_synced(port, &mut booster).await;
 
     // 1. A forged interruption on a cordoned node. 2. NTH's Event, no cordon. 3. NTH's Event and
     // cordon, on-demand instance.

@@ -67,6 +67,17 @@ pub fn metric(text: &str, name_and_labels: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Waits up to a minute for the booster serving metrics on `port` to report its watches synced,
+/// failing if it exits first.
+pub async fn await_synced(port: u16, booster: &mut tokio::process::Child) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while metric(&scrape(port).await, "spots_booster_synced") < 1.0 {
+        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited early");
+        assert!(std::time::Instant::now() < deadline, "spots-booster never synced");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+}
+
 /// Plays kubelet for one instance: registers its Node (providerID `aws:///<zone>/<id>`, labelled
 /// `spots-booster-e2e=<run>`) and reports it Ready with a fresh heartbeat.
 pub async fn register_node(kube: &Client, name: &str, zone: &str, instance: &str, run: &str) {
