@@ -82,9 +82,17 @@ async fn aws_calls_are_signed_with_the_credentials_the_pod_identity_agent_serves
     std::env::set_var("AWS_CONTAINER_CREDENTIALS_FULL_URI", format!("{agent}/v1/credentials"));
     std::env::set_var("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", &token_file);
 
-    let cli =
-        Cli::try_parse_from(["spots-booster", "run", "--aws-region", "eu-west-1", "--aws-endpoint-url", &autoscaling])
-            .unwrap();
+    let cli = Cli::try_parse_from([
+        "spots-booster",
+        "run",
+        "--cluster-name",
+        "prod",
+        "--aws-region",
+        "eu-west-1",
+        "--aws-endpoint-url",
+        &autoscaling,
+    ])
+    .unwrap();
     let Command::Run(args) = cli.command else { panic!("run") };
     let aws = AwsPorts::new(&load_sdk_config(&args.aws).await, false);
     let groups = aws.autoscaling.describe_groups(&["spot-a".into()]).await.expect("described with Pod Identity");
