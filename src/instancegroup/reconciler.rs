@@ -392,61 +392,58 @@ where
         // Never from the status, which whoever may write `instancegroups/status` writes: the
         // names follow from this cluster, the namespace and the name alone.
         let prefix = format!("{}-{namespace}-{name}", self.cluster);
-        {
-            let group = GroupName::from(prefix.as_str());
-            let ours = owner_tags_of(&self.cluster, &namespace, &name, ig.metadata.uid.as_deref());
-            let template_name = prefix.clone();
-            let facts = self.cloud.scaling_group(&group).await?;
-            let template = self.cloud.launch_template(&template_name).await?;
-            let role_arn = status.nodes_instance_role_arn.clone();
-            let seen = CleanupSeen {
-                ours: &ours,
-                prefix: &prefix,
-                group: facts.as_ref(),
-                template: template.as_ref(),
-                role_arn: &role_arn,
-                named_role: configuration.and_then(|c| c.role_name.as_deref()).filter(|r| !r.is_empty()),
-                role_shared: all.iter().any(|other| {
-                    key(other) != (namespace.clone(), name.clone())
-                        && other.status.as_ref().is_some_and(|s| s.nodes_instance_role_arn == role_arn)
-                }),
-                own_role: configuration.is_some_and(|c| {
-                    c.role_name.as_deref().unwrap_or("").is_empty()
-                        && c.instance_profile_name.as_deref().unwrap_or("").is_empty()
-                }),
-            };
-            let step = cleanup_step(&seen);
-            // Written once the step's calls are made: a failed call leaves the state as it was.
-            let state = step.state().into();
-            match step {
-                CleanupStep::LetGo(Owned { what, name: other, owner }) => {
-                    // Another InstanceGroup's: left whole, and this one lets go of its finalizer.
-                    let message = format!("{what} {other} belongs to {owner}: left as it is");
-                    warn!(%namespace, %name, %message, "InstanceGroup deleted without its AWS resources");
-                    self.event(ig, "ReconcileFailed", &message, true).await;
-                    status.current_state = state;
-                    self.write_deleted(&namespace, &name, status).await?;
-                    return Ok(Requeue::OnChange);
+        let group = GroupName::from(prefix.as_str());
+        let ours = owner_tags_of(&self.cluster, &namespace, &name, ig.metadata.uid.as_deref());
+        let facts = self.cloud.scaling_group(&group).await?;
+        let template = self.cloud.launch_template(&prefix).await?;
+        let role_arn = status.nodes_instance_role_arn.clone();
+        let seen = CleanupSeen {
+            ours: &ours,
+            prefix: &prefix,
+            group: facts.as_ref(),
+            template: template.as_ref(),
+            role_arn: &role_arn,
+            named_role: configuration.and_then(|c| c.role_name.as_deref()).filter(|r| !r.is_empty()),
+            role_shared: all.iter().any(|other| {
+                key(other) != (namespace.clone(), name.clone())
+                    && other.status.as_ref().is_some_and(|s| s.nodes_instance_role_arn == role_arn)
+            }),
+            own_role: configuration.is_some_and(|c| {
+                c.role_name.as_deref().unwrap_or("").is_empty()
+                    && c.instance_profile_name.as_deref().unwrap_or("").is_empty()
+            }),
+        };
+        let step = cleanup_step(&seen);
+        // Written once the step's calls are made: a failed call leaves the state as it was.
+        let state = step.state().into();
+        match step {
+            CleanupStep::LetGo(Owned { what, name: other, owner }) => {
+                // Another InstanceGroup's: left whole, and this one lets go of its finalizer.
+                let message = format!("{what} {other} belongs to {owner}: left as it is");
+                warn!(%namespace, %name, %message, "InstanceGroup deleted without its AWS resources");
+                self.event(ig, "ReconcileFailed", &message, true).await;
+                status.current_state = state;
+                self.write_deleted(&namespace, &name, status).await?;
+                return Ok(Requeue::OnChange);
+            }
+            CleanupStep::DeleteGroup => {
+                self.cloud.delete_scaling_group(&group).await?;
+                let message = format!("Auto Scaling Group {prefix} force-deleted");
+                self.event(ig, "InstanceGroupDeleting", &message, false).await;
+                status.current_state = state;
+                return Ok(Requeue::After(REQUEUE));
+            }
+            CleanupStep::WaitForGroup => {
+                status.current_state = state;
+                return Ok(Requeue::After(REQUEUE));
+            }
+            CleanupStep::DeleteRest { unmap_role, delete_role } => {
+                self.cloud.delete_launch_template(&prefix).await?;
+                if let Some(role_arn) = unmap_role {
+                    self.store.remove_aws_auth(&role_arn).await?;
                 }
-                CleanupStep::DeleteGroup => {
-                    self.cloud.delete_scaling_group(&group).await?;
-                    let message = format!("Auto Scaling Group {prefix} force-deleted");
-                    self.event(ig, "InstanceGroupDeleting", &message, false).await;
-                    status.current_state = state;
-                    return Ok(Requeue::After(REQUEUE));
-                }
-                CleanupStep::WaitForGroup => {
-                    status.current_state = state;
-                    return Ok(Requeue::After(REQUEUE));
-                }
-                CleanupStep::DeleteRest { unmap_role, delete_role } => {
-                    self.cloud.delete_launch_template(&template_name).await?;
-                    if let Some(role_arn) = unmap_role {
-                        self.store.remove_aws_auth(&role_arn).await?;
-                    }
-                    if delete_role {
-                        self.cloud.delete_role(&managed_role_name(&prefix)).await?;
-                    }
+                if delete_role {
+                    self.cloud.delete_role(&managed_role_name(&prefix)).await?;
                 }
             }
         }

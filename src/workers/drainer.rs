@@ -786,7 +786,7 @@ where
                 }
             }
         }
-        let Some(to_resume) = self.az_rebalance_to_resume.as_mut() else { return };
+        let Some(to_resume) = self.az_rebalance_to_resume.as_mut().filter(|r| !r.is_empty()) else { return };
         let served: BTreeSet<&GroupName> = snapshot
             .nodes
             .values()
