@@ -193,8 +193,10 @@ impl GroupBook {
     /// Describes every group whose tags match all `filters` (none: nothing to do), and from now
     /// on leaves every group they do not match untouched.
     pub(crate) async fn discover<A: AutoScaling>(&self, aws: &A, filters: &[TagFilter]) -> Result<usize, AwsError> {
-        let scope = lock(&self.scope).selecting(filters);
-        *lock(&self.scope) = scope;
+        {
+            let mut scope = lock(&self.scope);
+            *scope = scope.selecting(filters);
+        }
         if filters.is_empty() {
             return Ok(0);
         }
