@@ -113,8 +113,8 @@ pub struct RunArgs {
     #[arg(long, env = "SPOTS_BOOSTER_RESYNC_INTERVAL", default_value = "30s", value_parser = duration)]
     pub(crate) resync_interval: Duration,
     /// Suspend Auto Scaling's AZRebalance process on a group before terminating in it with
-    /// decrement (tagged `spots-booster.io/suspended-az-rebalance`); without it, the groups an
-    /// earlier run suspended are resumed.
+    /// decrement (tagged `spots-booster.io/suspended-az-rebalance=<cluster name>`); without it,
+    /// the groups this cluster's booster suspended earlier are resumed.
     #[arg(long, env = "SPOTS_BOOSTER_SUSPEND_AZ_REBALANCE", action = ArgAction::Set, num_args = 0..=1,
           default_value_t = false, default_missing_value = "true")]
     pub(crate) suspend_az_rebalance: bool,

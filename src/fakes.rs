@@ -298,6 +298,11 @@ impl RecordedEvents {
         lock(&self.told).iter().filter(|e| e.node.as_str() == node).map(|e| e.reason.as_str()).collect()
     }
 
+    /// Notes of the Events about `node`, in order.
+    pub fn notes_for(&self, node: &str) -> Vec<String> {
+        lock(&self.told).iter().filter(|e| e.node.as_str() == node).map(|e| e.note.clone()).collect()
+    }
+
     /// Every Event published so far.
     pub fn count(&self) -> usize {
         lock(&self.told).len()
@@ -704,14 +709,14 @@ impl AutoScaling for FakeAutoScaling {
             .collect())
     }
 
-    async fn suspend_az_rebalance(&self, group: &GroupName, suspend: bool) -> Result<(), AwsError> {
+    async fn suspend_az_rebalance(&self, group: &GroupName, suspend: bool, cluster: &str) -> Result<(), AwsError> {
         let mut s = lock(&self.0);
         s.calls.push(AsgCall::AzRebalance(group.clone(), suspend));
         let Some(g) = s.groups.get_mut(group) else { return Err(AwsError::UnknownGroup(group.clone())) };
         g.az_rebalance = !suspend;
         let tags = s.tags.entry(group.clone()).or_default();
         if suspend {
-            tags.insert(crate::ports::AZ_REBALANCE_SUSPENDED_TAG.into(), "true".into());
+            tags.insert(crate::ports::AZ_REBALANCE_SUSPENDED_TAG.into(), cluster.into());
         } else {
             tags.remove(crate::ports::AZ_REBALANCE_SUSPENDED_TAG);
         }

@@ -371,6 +371,8 @@ pub struct ScalerMetrics {
     oldest_boost_age: IntGaugeVec,
     /// Launches of boosted groups that failed or made no progress, by group and reason.
     launch_failures: IntCounterVec,
+    /// Fallback groups refused for a failing group, by the failing group and why.
+    fallbacks_refused: IntCounterVec,
 }
 
 impl ScalerMetrics {
@@ -419,6 +421,13 @@ impl ScalerMetrics {
                  progress within --launch-timeout (no-progress), by group.",
                 &["group", "reason"],
             ),
+            fallbacks_refused: counter(
+                r,
+                "fallbacks_refused_total",
+                "Groups a failing group's spots-booster.io/fallback-groups tag names that may not take its nodes \
+                 (not-this-cluster, not-selected, other-namespace), by the failing group; the boost waits instead.",
+                &["group", "reason"],
+            ),
         }
     }
 
@@ -433,7 +442,13 @@ impl ScalerMetrics {
             &self.give_backs,
             &self.oldest_boost_age,
             &self.launch_failures,
+            &self.fallbacks_refused,
         ]
+    }
+
+    /// Counts one fallback refused for `group` (told once while the refusal lasts).
+    pub(crate) fn fallback_refused(&self, group: &str, reason: crate::core::FallbackRefusal) {
+        self.fallbacks_refused.with_label_values(&[group, reason.as_str()]).inc();
     }
 
     /// Counts one failed or stalled launch of a boosted group.
@@ -907,7 +922,7 @@ mod tests {
         for name in ["spots_booster_evictions_total", "spots_booster_reaction_seconds", "spots_booster_leader"] {
             assert!(m.names().contains(&name.to_string()), "{name}");
         }
-        assert_eq!(m.names().len(), 34);
+        assert_eq!(m.names().len(), 35);
     }
 
     #[test]

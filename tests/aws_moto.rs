@@ -108,15 +108,19 @@ async fn az_rebalance_is_suspended_with_its_tag_and_resumed_without_it() {
     world(&config).await;
     let aws = AwsPorts::new(&config, false);
     let plain = || async { aws.autoscaling.describe_groups(&names(&["plain"])).await.unwrap().remove(0) };
-    let recorded = TagFilter { key: AZ_REBALANCE_SUSPENDED_TAG.into(), value: Some("true".into()) };
+    let recorded = TagFilter { key: AZ_REBALANCE_SUSPENDED_TAG.into(), value: Some("blue".into()) };
     assert!(plain().await.az_rebalance, "active, as AWS has it by default");
 
-    aws.autoscaling.suspend_az_rebalance(&"plain".into(), true).await.unwrap();
+    aws.autoscaling.suspend_az_rebalance(&"plain".into(), true, "blue").await.unwrap();
     assert!(!plain().await.az_rebalance);
     let found = aws.autoscaling.discover_groups(std::slice::from_ref(&recorded)).await.unwrap();
-    assert_eq!(found.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(), vec!["plain"], "recorded by its tag");
+    assert_eq!(
+        found.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(),
+        vec!["plain"],
+        "recorded by its tag, naming the cluster"
+    );
 
-    aws.autoscaling.suspend_az_rebalance(&"plain".into(), false).await.unwrap();
+    aws.autoscaling.suspend_az_rebalance(&"plain".into(), false, "blue").await.unwrap();
     assert!(plain().await.az_rebalance);
     assert!(aws.autoscaling.discover_groups(&[recorded]).await.unwrap().is_empty(), "the tag goes with it");
     assert_eq!((aws.stats.calls("SuspendProcesses"), aws.stats.calls("ResumeProcesses")), (1, 1));

@@ -347,7 +347,7 @@ async fn create_ready_image_change_rotation_resize_and_delete() {
     use spots_booster::instancegroup::cloud::NodeGroupCloud;
     r.cloud.delete_scaling_group(&ASG.into()).await.unwrap();
     r.cloud.delete_launch_template(ASG).await.unwrap();
-    r.cloud.delete_role(ASG).await.unwrap();
+    r.cloud.delete_role(ASG, "prod").await.unwrap();
 }
 
 #[tokio::test]
@@ -710,6 +710,65 @@ async fn an_instancegroup_whose_aws_names_collide_with_another_s_takes_nothing_o
     assert!(shared_group().await.is_some(), "the owner's group stays");
     let iam = aws_sdk_iam::Client::new(&config);
     assert!(iam.get_role().role_name(SHARED).send().await.is_ok(), "and its role");
+}
+
+#[tokio::test]
+async fn a_node_role_under_this_cluster_s_name_that_is_not_its_own_is_neither_adopted_nor_deleted() {
+    let (moto, _guard) = moto().await;
+    let config = moto.sdk_config().await;
+    let world = seed(&config).await;
+    let (r, store, _) = reconciler(&config, CallStats::default());
+    let iam = aws_sdk_iam::Client::new(&config);
+    // Cluster `prod-teams`'s role for its InstanceGroup `batch` in `default` would have this name
+    // too; this one is another cluster's, with a policy of its own.
+    let owner = aws_sdk_iam::types::Tag::builder()
+        .key("instancegroups.keikoproj.io/ClusterName")
+        .value("prod-teams")
+        .build()
+        .unwrap();
+    iam.create_role()
+        .role_name(ASG)
+        .path("/spots-booster/")
+        .assume_role_policy_document("{}")
+        .tags(owner)
+        .send()
+        .await
+        .unwrap();
+    let theirs = iam
+        .create_policy()
+        .policy_name("theirs")
+        .policy_document(
+            r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:GetObject","Resource":"*"}]}"#,
+        )
+        .send()
+        .await
+        .unwrap();
+    let theirs = theirs.policy().unwrap().arn().unwrap().to_string();
+    iam.attach_role_policy().role_name(ASG).policy_arn(&theirs).send().await.unwrap();
+    let attached = || async {
+        let out = iam.list_attached_role_policies().role_name(ASG).send().await.unwrap();
+        out.attached_policies().iter().map(|p| p.policy_arn().unwrap().to_string()).collect::<Vec<_>>()
+    };
+
+    store.apply(group(&world, &world.image, 6));
+    let (_, current) = reconcile(&r, &store).await;
+    assert_eq!(current, State::Error.as_str());
+    let status = store.get(NS, NAME).unwrap().status.unwrap();
+    let condition = status.conditions.iter().find(|c| c.condition_type == "Reconciled").unwrap();
+    assert!(condition.message.contains("IAM role prod-teams-batch is cluster prod-teams's"), "{}", condition.message);
+    assert_eq!(attached().await, vec![theirs.clone()], "none of our policies attached, theirs kept");
+    assert!(asg(&config).await.is_none(), "nothing launched with a role that is not ours");
+    assert!(status.nodes_instance_role_arn.is_empty(), "never mapped in aws-auth");
+
+    store.delete(NS, NAME);
+    reconcile(&r, &store).await;
+    assert!(store.get(NS, NAME).is_none(), "its finalizer let go");
+    assert_eq!(attached().await, vec![theirs], "the role stays whole");
+    let kept = iam.get_role().role_name(ASG).send().await;
+    assert!(kept.is_ok(), "and is not deleted");
+    use spots_booster::instancegroup::cloud::NodeGroupCloud;
+    let refused = r.cloud.delete_role(ASG, "prod").await.unwrap_err();
+    assert!(matches!(refused, spots_booster::instancegroup::cloud::CloudError::NotOwned { .. }), "{refused}");
 }
 
 #[tokio::test]

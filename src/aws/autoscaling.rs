@@ -396,7 +396,7 @@ impl AutoScaling for AwsAutoScaling {
         }
     }
 
-    async fn suspend_az_rebalance(&self, group: &GroupName, suspend: bool) -> Result<(), AwsError> {
+    async fn suspend_az_rebalance(&self, group: &GroupName, suspend: bool, cluster: &str) -> Result<(), AwsError> {
         let operation = if suspend { "SuspendProcesses" } else { "ResumeProcesses" };
         if self.dry_run {
             self.stats.record_dry_run(operation);
@@ -412,7 +412,7 @@ impl AutoScaling for AwsAutoScaling {
             .resource_id(group.as_str())
             .resource_type("auto-scaling-group")
             .key(AZ_REBALANCE_SUSPENDED_TAG)
-            .value("true")
+            .value(cluster)
             .propagate_at_launch(false)
             .build();
         if suspend {

@@ -11,13 +11,19 @@
 //! One move per fallback group per pass, so each is one guarded write. The failing group's
 //! desired capacity goes back down by what moved only while no instance of it can be terminated
 //! by that (the workers re-read before the write).
+//!
+//! A fallback must be a group this daemon serves and, for a group made for an InstanceGroup, one
+//! made for the same namespace: the tag is only a list of names, and a name may belong to another
+//! cluster, to a group `--asg-tag-filter` leaves out, or (names join cluster, namespace and name
+//! with dashes) to another tenant. Such a candidate is refused ([`RefusedFallback`]) and the boost
+//! waits as if the tag did not name it.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use super::ledger_edit::{BoostId, LedgerEdit};
-use super::model::{BoostLedger, Group, GroupName, MovedPart, Snapshot, Timestamp};
+use super::model::{BoostLedger, BoostRecord, Group, GroupName, MovedPart, Snapshot, Timestamp};
 use super::policy::Policy;
 
 /// Nodes of one boost moved to a fallback group.
@@ -52,6 +58,109 @@ impl Fallback {
     }
 }
 
+/// Why a group a fallback tag names is never used as one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FallbackRefusal {
+    /// Its tags name another cluster, or none.
+    NotThisCluster,
+    /// `--asg-tag-filter` leaves it out.
+    NotSelected,
+    /// It was made for an InstanceGroup of another namespace than the failing group's.
+    OtherNamespace,
+}
+
+impl FallbackRefusal {
+    /// The metric label and the word an Event uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotThisCluster => "not-this-cluster",
+            Self::NotSelected => "not-selected",
+            Self::OtherNamespace => "other-namespace",
+        }
+    }
+
+    /// What the refusal says of the group, for an Event's note.
+    pub fn explain(self) -> &'static str {
+        match self {
+            Self::NotThisCluster => "its tags do not name this cluster",
+            Self::NotSelected => "--asg-tag-filter leaves it out",
+            Self::OtherNamespace => "it was made for an InstanceGroup of another namespace",
+        }
+    }
+}
+
+/// A group a failing group's fallback tag names, refused while the failing group's boost misses
+/// nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedFallback {
+    /// The oldest boost that would have moved there; its group is the failing one.
+    pub record: BoostId,
+    /// The group refused.
+    pub to: GroupName,
+    /// Why.
+    pub reason: FallbackRefusal,
+}
+
+/// Why `to` may not take `from`'s missing nodes, if it may not.
+fn refusal(from: &Group, to: &Group) -> Option<FallbackRefusal> {
+    if to.foreign {
+        Some(FallbackRefusal::NotThisCluster)
+    } else if to.excluded {
+        Some(FallbackRefusal::NotSelected)
+    } else if from.tenant_namespace.is_some() && to.tenant_namespace != from.tenant_namespace {
+        Some(FallbackRefusal::OtherNamespace)
+    } else {
+        None
+    }
+}
+
+/// The groups named as fallbacks that are refused, for every failing group whose boosts miss
+/// nodes now (those whose nodes a move would carry), once each.
+pub(crate) fn refused_fallbacks(
+    snapshot: &Snapshot,
+    ledger: &BoostLedger,
+    policy: &Policy,
+    now: Timestamp,
+) -> Vec<RefusedFallback> {
+    let mut refused = Vec::new();
+    if snapshot.capacity_failures.is_empty() {
+        return refused;
+    }
+    for (name, records) in records_by_group(ledger) {
+        let Some(group) = snapshot.groups.get(name) else { continue };
+        if group.fallbacks.is_empty() || !failing(snapshot, name, policy, now) || missing(group, &records) == 0 {
+            continue;
+        }
+        let Some(oldest) = records.iter().filter(|r| r.expired.is_none()).min_by_key(|r| r.at) else { continue };
+        for to in group.fallbacks.iter().filter(|f| **f != group.name) {
+            let Some(reason) = snapshot.groups.get(to).and_then(|g| refusal(group, g)) else { continue };
+            if !refused.iter().any(|r: &RefusedFallback| r.record.group == *name && r.to == *to) {
+                refused.push(RefusedFallback { record: oldest.id(), to: to.clone(), reason });
+            }
+        }
+    }
+    refused
+}
+
+fn records_by_group(ledger: &BoostLedger) -> BTreeMap<&GroupName, Vec<&BoostRecord>> {
+    let mut by_group: BTreeMap<&GroupName, Vec<&BoostRecord>> = BTreeMap::new();
+    for r in &ledger.records {
+        by_group.entry(&r.group).or_default().push(r);
+    }
+    by_group
+}
+
+/// The nodes `group`'s boosts still miss: desired beyond what it lists and what moved (desired
+/// still counts what moved until the group is lowered).
+fn missing(group: &Group, records: &[&BoostRecord]) -> u32 {
+    let Some(members) = group.members.as_ref() else { return 0 };
+    let listed = u32::try_from(members.len()).unwrap_or(u32::MAX);
+    let moved: u32 =
+        records.iter().flat_map(|r| &r.moved).filter(|p| !p.taken_back).map(|p| p.added).fold(0, u32::saturating_add);
+    group.desired.saturating_sub(listed).saturating_sub(moved)
+}
+
 /// Whether `group` failed to launch for want of capacity within `policy.capacity_cooldown`.
 pub(crate) fn failing(snapshot: &Snapshot, group: &GroupName, policy: &Policy, now: Timestamp) -> bool {
     snapshot.capacity_failures.get(group).is_some_and(|at| now.since(*at) < policy.capacity_cooldown)
@@ -83,25 +192,12 @@ pub(crate) fn plan_fallbacks(
         return plan;
     }
     let mut flight = in_flight(ledger);
-    let mut by_group: BTreeMap<&GroupName, Vec<&super::model::BoostRecord>> = BTreeMap::new();
-    for r in &ledger.records {
-        by_group.entry(&r.group).or_default().push(r);
-    }
-    for (name, mut records) in by_group {
+    for (name, mut records) in records_by_group(ledger) {
         let Some(group) = snapshot.groups.get(name) else { continue };
-        if group.fallbacks.is_empty() || !failing(snapshot, name, policy, now) {
+        if group.fallbacks.is_empty() || !failing(snapshot, name, policy, now) || group.members.is_none() {
             continue;
         }
-        let Some(members) = group.members.as_ref() else { continue };
-        let listed = u32::try_from(members.len()).unwrap_or(u32::MAX);
-        let moved: u32 = records
-            .iter()
-            .flat_map(|r| &r.moved)
-            .filter(|p| !p.taken_back)
-            .map(|p| p.added)
-            .fold(0, u32::saturating_add);
-        // Desired still counts what moved until the group is lowered.
-        let mut missing = group.desired.saturating_sub(listed).saturating_sub(moved);
+        let mut missing = missing(group, &records);
         records.sort_by_key(|r| r.at);
         for r in records {
             if missing == 0 {
@@ -196,7 +292,7 @@ fn first_fallback<'s>(
 ) -> Option<(&'s Group, u32)> {
     group.fallbacks.iter().filter(|f| **f != group.name).find_map(|name| {
         let to = snapshot.groups.get(name)?;
-        let usable = to.served()
+        let usable = refusal(group, to).is_none()
             && !policy.ignored_groups.contains(name)
             && !failing(snapshot, name, policy, now)
             && to.ca.as_ref().is_none_or(|ca| ca.backoff.is_none())
@@ -327,6 +423,50 @@ mod tests {
             edit(s.groups.get_mut(&GroupName::from("od")).unwrap());
             assert!(plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW).is_empty(), "{why}: nowhere to go");
         }
+    }
+
+    #[test]
+    fn an_instancegroup_s_group_falls_back_only_within_its_namespace_and_says_what_it_refused() {
+        // `a-gpu` in namespace `team` and `gpu` in namespace `team-a` are both `prod-team-a-gpu`.
+        let mut s = exhausted();
+        let tenant = |s: &mut Snapshot, group: &str, ns: &str| {
+            s.groups.get_mut(&GroupName::from(group)).unwrap().tenant_namespace = Some(ns.into());
+        };
+        tenant(&mut s, "spot-a", "team");
+        tenant(&mut s, "spot-b", "team-a");
+        tenant(&mut s, "od", "team");
+        let plan = plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW);
+        assert_eq!(plan[0].to.as_str(), "od", "the other tenant's group is passed over");
+        let refused = refused_fallbacks(&s, &s.ledger, &Policy::default(), NOW);
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert_eq!((refused[0].to.as_str(), refused[0].reason), ("spot-b", FallbackRefusal::OtherNamespace));
+        assert_eq!(refused[0].record.group.as_str(), "spot-a");
+
+        // An operator's group (no InstanceGroup) is no fallback of a tenant's either.
+        s.groups.get_mut(&GroupName::from("od")).unwrap().tenant_namespace = None;
+        assert!(plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW).is_empty(), "the boost waits");
+        assert_eq!(refused_fallbacks(&s, &s.ledger, &Policy::default(), NOW).len(), 2);
+
+        // Nothing is refused while nothing is missing, or the group launches.
+        let mut launched = s.clone();
+        launched.capacity_failures.clear();
+        assert!(refused_fallbacks(&launched, &launched.ledger, &Policy::default(), NOW).is_empty());
+        let mut full = s.clone();
+        full.groups.get_mut(&GroupName::from("spot-a")).unwrap().desired = 5;
+        assert!(refused_fallbacks(&full, &full.ledger, &Policy::default(), NOW).is_empty());
+    }
+
+    #[test]
+    fn a_refused_fallback_names_its_reason_for_another_cluster_s_and_an_unselected_group() {
+        let mut s = exhausted();
+        s.groups.get_mut(&GroupName::from("spot-b")).unwrap().foreign = true;
+        s.groups.get_mut(&GroupName::from("od")).unwrap().excluded = true;
+        let reasons: Vec<_> =
+            refused_fallbacks(&s, &s.ledger, &Policy::default(), NOW).into_iter().map(|r| (r.to, r.reason)).collect();
+        assert_eq!(
+            reasons,
+            vec![("spot-b".into(), FallbackRefusal::NotThisCluster), ("od".into(), FallbackRefusal::NotSelected)]
+        );
     }
 
     #[test]

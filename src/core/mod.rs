@@ -33,7 +33,7 @@ pub use draining::{
     plan_draining, DrainingPlan, EndedDrain, EvictionResult, EvictionRound, HowDrainEnded, PodToEvict, Refusal,
 };
 pub use expiry::Expired;
-pub use fallback::{plan_take_backs, Fallback, TakeBack};
+pub use fallback::{plan_take_backs, Fallback, FallbackRefusal, RefusedFallback, TakeBack};
 pub use give_back::{pods_needed, GiveBack, GiveBackHow, LeftWhy};
 pub use launches::{classify, launching_groups, LaunchFailure, ScalingActivity};
 pub use ledger_edit::{apply_all, decide_terminations, BoostId, LedgerEdit, Termination, TerminationDecision};

@@ -202,6 +202,10 @@ pub struct Group {
     /// `spots-booster.io/fallback-groups`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fallbacks: Vec<GroupName>,
+    /// The namespace of the InstanceGroup the group was made for (its ownership tag, which only
+    /// the reconciler writes), if it was: such a group falls back only within that namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_namespace: Option<String>,
 }
 
 impl Group {
@@ -773,6 +777,7 @@ pub(crate) mod builders {
                 excluded: false,
                 foreign: false,
                 fallbacks: Vec::new(),
+                tenant_namespace: None,
             }
         }
         /// Sets DesiredCapacity.

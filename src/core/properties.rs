@@ -99,6 +99,7 @@ fn group_strategy(index: usize) -> impl Strategy<Value = (Group, Vec<Node>)> {
                 excluded: false,
                 foreign: false,
                 fallbacks: Vec::new(),
+                tenant_namespace: None,
             };
             (Just(group), nodes)
         })

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::boost::{plan_boosts, BoostPlan};
 use super::drain::close_finished_boosts;
 use super::expiry::{expire_boosts, Expired};
-use super::fallback::{plan_fallbacks, Fallback};
+use super::fallback::{plan_fallbacks, refused_fallbacks, Fallback, RefusedFallback};
 use super::give_back::{plan_give_backs, GiveBack};
 use super::ledger_edit::{apply_all, LedgerEdit};
 use super::model::{BoostLedger, Snapshot, Timestamp};
@@ -49,6 +49,9 @@ pub struct ScalingPlan {
     /// Nodes of boosts whose group has no capacity, moved to a fallback group.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fallbacks: Vec<Fallback>,
+    /// Groups named as fallbacks of a failing group that may not take its nodes (to report).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused_fallbacks: Vec<RefusedFallback>,
 }
 
 /// Plans one scaling pass over `snapshot` at `now`.
@@ -73,11 +76,13 @@ pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting
     let closes = close_finished_boosts(snapshot, &ledger, &at_risk);
     apply_all(&mut ledger, &closes);
     let boosts = plan_boosts(snapshot, &ledger, (&at_risk, &nodes), policy, now);
-    let fallbacks = match acting {
-        Acting::Follower => Vec::new(),
-        Acting::Leader => plan_fallbacks(snapshot, &ledger, policy, now),
+    let (fallbacks, refused_fallbacks) = match acting {
+        Acting::Follower => (Vec::new(), Vec::new()),
+        Acting::Leader => {
+            (plan_fallbacks(snapshot, &ledger, policy, now), refused_fallbacks(snapshot, &ledger, policy, now))
+        }
     };
-    ScalingPlan { at_risk, give_backs, expired, ledger, closes, boosts, fallbacks }
+    ScalingPlan { at_risk, give_backs, expired, ledger, closes, boosts, fallbacks, refused_fallbacks }
 }
 
 #[cfg(test)]

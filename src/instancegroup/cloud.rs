@@ -47,6 +47,17 @@ pub enum CloudError {
     /// A bounded wait ran out.
     #[error("gave up waiting for {0}")]
     Timeout(String),
+    /// A resource under the name the daemon would create is not this cluster's: not adopted,
+    /// changed or deleted.
+    #[error("{what} {name} is {owner}, not one this cluster's spots-booster created: not adopted, changed or deleted")]
+    NotOwned {
+        /// `IAM role`, `instance profile`.
+        what: &'static str,
+        /// Its name.
+        name: String,
+        /// Whose it is, as far as its path and tags say.
+        owner: String,
+    },
 }
 
 impl CloudError {
@@ -57,7 +68,7 @@ impl CloudError {
                 matches!(failure.kind, FailureKind::Throttled | FailureKind::Unavailable)
             }
             CloudError::Timeout(_) => true,
-            CloudError::NotFound { .. } => false,
+            CloudError::NotFound { .. } | CloudError::NotOwned { .. } => false,
         }
     }
 }
@@ -80,14 +91,16 @@ pub trait NodeGroupCloud: Send + Sync {
     ) -> impl Future<Output = Result<Vec<String>, CloudError>> + Send;
     /// Makes sure the role and profile exist (creating a managed one, with its policies, tagged
     /// as owned by `cluster`) and returns their ARNs. Bounded wait until a new profile carries
-    /// the role.
+    /// the role. A managed role or profile that exists but is not `cluster`'s (another path, no
+    /// or another ownership tag) is [`CloudError::NotOwned`], untouched.
     fn ensure_role(
         &self,
         role: &RoleChoice,
         cluster: &str,
     ) -> impl Future<Output = Result<RoleFacts, CloudError>> + Send;
-    /// Deletes a managed role and its profile (policies detached first). Gone already is fine.
-    fn delete_role(&self, name: &str) -> impl Future<Output = Result<(), CloudError>> + Send;
+    /// Deletes a managed role and its profile (policies detached first) when both are `cluster`'s;
+    /// one that is not is [`CloudError::NotOwned`], untouched. Gone already is fine.
+    fn delete_role(&self, name: &str, cluster: &str) -> impl Future<Output = Result<(), CloudError>> + Send;
     /// The launch template and its latest version, if it exists.
     fn launch_template(&self, name: &str) -> impl Future<Output = Result<Option<TemplateFacts>, CloudError>> + Send;
     /// Creates the template tagged with `owner` (its cluster, which the IAM policy's conditions

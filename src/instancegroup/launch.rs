@@ -12,9 +12,9 @@ use super::userdata::{self, ClusterInfo};
 use crate::core::{GroupName, InstanceId};
 
 /// ASG tag holding the cluster name (upstream's ownership tag).
-pub(crate) const TAG_CLUSTER_NAME: &str = "instancegroups.keikoproj.io/ClusterName";
+pub(crate) const TAG_CLUSTER_NAME: &str = crate::ports::INSTANCE_GROUP_CLUSTER_TAG;
 /// ASG tag holding the InstanceGroup namespace.
-pub(crate) const TAG_NAMESPACE: &str = "instancegroups.keikoproj.io/Namespace";
+pub(crate) const TAG_NAMESPACE: &str = crate::ports::INSTANCE_GROUP_NAMESPACE_TAG;
 /// ASG tag holding the InstanceGroup name.
 pub(crate) const TAG_INSTANCE_GROUP: &str = "instancegroups.keikoproj.io/InstanceGroup";
 /// Tag holding the InstanceGroup's uid: which incarnation of the name owns the resource.

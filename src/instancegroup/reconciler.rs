@@ -443,7 +443,15 @@ where
                     self.store.remove_aws_auth(&role_arn).await?;
                 }
                 if delete_role {
-                    self.cloud.delete_role(&managed_role_name(&prefix)).await?;
+                    match self.cloud.delete_role(&managed_role_name(&prefix), &self.cluster).await {
+                        Ok(()) => {}
+                        Err(foreign @ CloudError::NotOwned { .. }) => {
+                            let message = format!("{foreign}: left as it is");
+                            warn!(%namespace, %name, %message, "InstanceGroup deleted without its node role");
+                            self.event(ig, "ReconcileFailed", &message, true).await;
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
                 }
             }
         }

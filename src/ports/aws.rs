@@ -193,6 +193,14 @@ pub struct GroupDescription {
     pub tags: BTreeMap<String, String>,
 }
 
+/// The ASG tag naming the cluster an InstanceGroup's group was made for (instance-manager's
+/// ownership tag; tenants' own tags may not set it).
+pub const INSTANCE_GROUP_CLUSTER_TAG: &str = "instancegroups.keikoproj.io/ClusterName";
+
+/// The ASG tag naming the namespace of the InstanceGroup a group was made for (instance-manager's
+/// ownership tag; tenants' own tags may not set it).
+pub const INSTANCE_GROUP_NAMESPACE_TAG: &str = "instancegroups.keikoproj.io/Namespace";
+
 /// The ASG tag naming, comma-separated and in order, where a boost's missing nodes go when the
 /// group has no capacity.
 pub const FALLBACK_GROUPS_TAG: &str = "spots-booster.io/fallback-groups";
@@ -209,6 +217,7 @@ impl GroupDescription {
             foreign: !scope.is_this_clusters(&self.tags),
             excluded: !scope.selects(&self.tags),
             fallbacks: self.fallbacks(),
+            tenant_namespace: self.tags.get(INSTANCE_GROUP_NAMESPACE_TAG).cloned(),
             name: self.name.clone(),
             min: self.min,
             max: self.max,
@@ -264,13 +273,22 @@ impl GroupScope {
     }
 
     /// Whether a tag names this cluster as the group's: `kubernetes.io/cluster/<name>` (the
-    /// cloud provider's), `k8s.io/cluster-autoscaler/<name>` (Cluster Autoscaler's discovery) or
-    /// `eks:cluster-name=<name>` (EKS managed node groups).
+    /// cloud provider's), `k8s.io/cluster-autoscaler/<name>` (Cluster Autoscaler's discovery),
+    /// `eks:cluster-name=<name>` (EKS managed node groups) or
+    /// `instancegroups.keikoproj.io/ClusterName=<name>` (InstanceGroups'): the same tags the IAM
+    /// policy (`manifests/iam-policy.json`) lets the role write to.
     pub fn is_this_clusters(&self, tags: &BTreeMap<String, String>) -> bool {
         let named = |prefix: &str| tags.keys().any(|k| k.strip_prefix(prefix) == Some(self.cluster.as_str()));
+        let valued = |key: &str| tags.get(key).is_some_and(|c| *c == self.cluster);
         named("kubernetes.io/cluster/")
             || named("k8s.io/cluster-autoscaler/")
-            || tags.get("eks:cluster-name").is_some_and(|c| *c == self.cluster)
+            || valued("eks:cluster-name")
+            || valued(INSTANCE_GROUP_CLUSTER_TAG)
+    }
+
+    /// The cluster's name (`--cluster-name`).
+    pub(crate) fn cluster(&self) -> &str {
+        &self.cluster
     }
 
     /// Whether `--asg-tag-filter` selects a group with these tags.
@@ -452,12 +470,14 @@ pub trait AutoScaling: Send + Sync {
     ) -> impl Future<Output = Result<TerminateOutcome, AwsError>> + Send;
 
     /// Suspends (or resumes) Auto Scaling's `AZRebalance` process on `group`, and records the
-    /// suspension with the tag [`AZ_REBALANCE_SUSPENDED_TAG`] (deleted on resume), so that a run
-    /// without `--suspend-az-rebalance` resumes exactly the groups the booster suspended.
+    /// suspension with the tag [`AZ_REBALANCE_SUSPENDED_TAG`] whose value is `cluster`, the one
+    /// suspending it (deleted on resume), so that a run without `--suspend-az-rebalance` resumes
+    /// exactly the groups its own cluster's booster suspended.
     fn suspend_az_rebalance(
         &self,
         group: &GroupName,
         suspend: bool,
+        cluster: &str,
     ) -> impl Future<Output = Result<(), AwsError>> + Send;
 
     /// The group of each instance that is in one (batched to 50 ids per call).
@@ -514,6 +534,7 @@ mod tests {
             tags(&[("kubernetes.io/cluster/prod", "shared")]),
             tags(&[("k8s.io/cluster-autoscaler/prod", "owned")]),
             tags(&[("eks:cluster-name", "prod")]),
+            tags(&[(INSTANCE_GROUP_CLUSTER_TAG, "prod")]),
         ] {
             assert!(scope.is_this_clusters(&ours), "{ours:?}");
         }
@@ -523,6 +544,7 @@ mod tests {
             tags(&[("kubernetes.io/cluster/pro", "owned")]),
             tags(&[("k8s.io/cluster-autoscaler/enabled", "true")]),
             tags(&[("eks:cluster-name", "staging")]),
+            tags(&[(INSTANCE_GROUP_CLUSTER_TAG, "prod-2")]),
             tags(&[("KubernetesCluster", "prod"), ("Name", "prod-nodes")]),
         ] {
             assert!(!scope.is_this_clusters(&theirs), "{theirs:?}");

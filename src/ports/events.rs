@@ -25,6 +25,8 @@ pub enum NodeEventReason {
     BoostExpired,
     /// The boost's missing nodes moved to a fallback group.
     BoostFellBack,
+    /// A group the failing group's fallback tag names may not take its nodes.
+    FallbackRefused,
     /// The group could not launch a replacement for want of capacity.
     CapacityUnavailable,
     /// The group could not launch a replacement: a configuration error.
@@ -55,11 +57,12 @@ pub enum NodeEventReason {
 
 impl NodeEventReason {
     /// Every reason.
-    pub const ALL: [NodeEventReason; 17] = [
+    pub const ALL: [NodeEventReason; 18] = [
         Self::BoostRequested,
         Self::BoostHeld,
         Self::BoostExpired,
         Self::BoostFellBack,
+        Self::FallbackRefused,
         Self::CapacityUnavailable,
         Self::LaunchFailed,
         Self::LaunchStalled,
@@ -82,6 +85,7 @@ impl NodeEventReason {
             Self::BoostHeld => "BoostHeld",
             Self::BoostExpired => "BoostExpired",
             Self::BoostFellBack => "BoostFellBack",
+            Self::FallbackRefused => "FallbackRefused",
             Self::CapacityUnavailable => "CapacityUnavailable",
             Self::LaunchFailed => "LaunchFailed",
             Self::LaunchStalled => "LaunchStalled",
@@ -101,7 +105,9 @@ impl NodeEventReason {
     /// The Event's `action`, PascalCase.
     pub fn action(self) -> &'static str {
         match self {
-            Self::BoostRequested | Self::BoostHeld | Self::BoostFellBack => "SetDesiredCapacity",
+            Self::BoostRequested | Self::BoostHeld | Self::BoostFellBack | Self::FallbackRefused => {
+                "SetDesiredCapacity"
+            }
             Self::BoostExpired => "Boost",
             Self::CapacityUnavailable | Self::LaunchFailed | Self::LaunchStalled => "Launch",
             Self::DrainBlockedByPdb => "Evict",
@@ -173,6 +179,6 @@ mod tests {
         let labels: BTreeSet<&str> = NodeEventReason::ALL.iter().map(|r| r.timeline_label()).collect();
         assert_eq!(labels.len(), NodeEventReason::ALL.len(), "simulate's timeline tells them apart");
         let warnings = NodeEventReason::ALL.iter().filter(|r| r.severity() == EventSeverity::Warning).count();
-        assert_eq!(warnings, 12);
+        assert_eq!(warnings, 13);
     }
 }

@@ -166,7 +166,7 @@ impl AutoScaling for SimWorld {
         Ok(self.guarded(writes, DesiredWrite::unlaunched_guard))
     }
 
-    async fn suspend_az_rebalance(&self, _group: &GroupName, _suspend: bool) -> Result<(), AwsError> {
+    async fn suspend_az_rebalance(&self, _group: &GroupName, _suspend: bool, _cluster: &str) -> Result<(), AwsError> {
         // The simulated groups never rebalance Availability Zones: nothing to suspend.
         Ok(())
     }

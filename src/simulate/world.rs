@@ -543,6 +543,7 @@ impl World {
                     excluded: false,
                     foreign: false,
                     fallbacks: Vec::new(),
+                    tenant_namespace: None,
                 },
             );
         }

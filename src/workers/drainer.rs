@@ -31,8 +31,8 @@ use crate::core::{
 };
 use crate::metrics::{DrainOutcome, EvictionOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
-    AutoScaling, AwsError, ClusterView, ClusterWrites, EventSink, EvictOutcome, LedgerError, LedgerStore, NodeEvent,
-    NodeEventReason, PodRef, TagFilter, TerminateOutcome, AZ_REBALANCE_SUSPENDED_TAG,
+    AutoScaling, AwsError, ClusterView, ClusterWrites, EventSink, EvictOutcome, GroupDescription, LedgerError,
+    LedgerStore, NodeEvent, NodeEventReason, PodRef, TagFilter, TerminateOutcome, AZ_REBALANCE_SUSPENDED_TAG,
 };
 use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
 
@@ -756,7 +756,7 @@ where
             }
         }
         for (group, node) in groups {
-            match self.ctx.aws.suspend_az_rebalance(group, true).await {
+            match self.ctx.aws.suspend_az_rebalance(group, true, &self.ctx.groups.cluster()).await {
                 Ok(()) => {
                     info!(%group, "AZRebalance suspended before a termination with decrement (--suspend-az-rebalance)");
                     self.az_rebalance.remove(group);
@@ -771,15 +771,22 @@ where
         }
     }
 
-    /// Without `--suspend-az-rebalance`: resumes `AZRebalance` on the groups an earlier run
-    /// suspended (found by their tag, once), each only once this cluster is seen to serve it: it
-    /// holds one of this cluster's nodes and passes `--asg-tag-filter`. Another cluster's group,
-    /// suspended by its own booster, is never touched.
+    /// Without `--suspend-az-rebalance`: resumes `AZRebalance` on the groups an earlier run of
+    /// this cluster's booster suspended (found once, by their tag naming this cluster), each only
+    /// once this cluster is seen to serve it: it holds one of this cluster's nodes and passes
+    /// `--asg-tag-filter`. Another cluster's group, suspended by its own booster, is never
+    /// touched. A tag of `true` is an older release's, which named no cluster: served is enough.
     async fn resume_az_rebalance(&mut self, snapshot: &Snapshot) {
+        let cluster = self.ctx.groups.cluster();
         if self.az_rebalance_to_resume.is_none() {
-            let suspended = TagFilter { key: AZ_REBALANCE_SUSPENDED_TAG.into(), value: Some("true".into()) };
+            let suspended = TagFilter { key: AZ_REBALANCE_SUSPENDED_TAG.into(), value: None };
             match self.ctx.aws.discover_groups(std::slice::from_ref(&suspended)).await {
-                Ok(groups) => self.az_rebalance_to_resume = Some(groups.into_iter().map(|g| g.name).collect()),
+                Ok(groups) => {
+                    let by_us = |g: &GroupDescription| {
+                        g.tags.get(AZ_REBALANCE_SUSPENDED_TAG).is_some_and(|by| *by == cluster || by == "true")
+                    };
+                    self.az_rebalance_to_resume = Some(groups.into_iter().filter(by_us).map(|g| g.name).collect());
+                }
                 Err(e) => {
                     warn!(error = %e, "could not list the groups whose AZRebalance spots-booster suspended; retrying");
                     return;
@@ -795,7 +802,7 @@ where
             .collect();
         let now_served: Vec<GroupName> = to_resume.iter().filter(|g| served.contains(g)).cloned().collect();
         for group in now_served {
-            match self.ctx.aws.suspend_az_rebalance(&group, false).await {
+            match self.ctx.aws.suspend_az_rebalance(&group, false, &cluster).await {
                 Ok(()) => {
                     info!(%group, "AZRebalance resumed: --suspend-az-rebalance is off");
                     to_resume.remove(&group);
@@ -1041,7 +1048,8 @@ mod tests {
         let terminated = calls.iter().position(|c| matches!(c, AsgCall::Terminate(_, true))).expect("terminated");
         assert!(suspended < terminated, "suspended before the termination: {calls:?}");
         assert!(!rig.aws.az_rebalance("a"));
-        assert_eq!(rig.aws.tags("a").get(AZ_REBALANCE_SUSPENDED_TAG).map(String::as_str), Some("true"));
+        let by = rig.aws.tags("a").get(AZ_REBALANCE_SUSPENDED_TAG).cloned();
+        assert_eq!(by.as_deref(), Some(crate::fakes::CLUSTER), "the tag names the cluster that suspended it");
         assert_eq!(
             rig.events.reasons_for("n1"),
             vec!["BoostRequested", "DrainStarted", "AZRebalanceSuspended", "InstanceTerminated"]
@@ -1062,8 +1070,16 @@ mod tests {
         let aws = FakeAutoScaling::default()
             .with_group("a", 3, 10)
             .with_instance("a", "i-n1")
-            .with_tag("a", AZ_REBALANCE_SUSPENDED_TAG, "true")
+            .with_tag("a", AZ_REBALANCE_SUSPENDED_TAG, crate::fakes::CLUSTER)
             .with_tag("a", "team", "batch")
+            .with_group("legacy", 3, 10)
+            .with_instance("legacy", "i-l1")
+            .with_tag("legacy", AZ_REBALANCE_SUSPENDED_TAG, "true")
+            .with_tag("legacy", "team", "batch")
+            .with_group("shared", 3, 10)
+            .with_instance("shared", "i-s1")
+            .with_tag("shared", AZ_REBALANCE_SUSPENDED_TAG, "other-cluster")
+            .with_tag("shared", "team", "batch")
             .with_group("unselected", 3, 10)
             .with_instance("unselected", "i-u1")
             .with_tag("unselected", AZ_REBALANCE_SUSPENDED_TAG, "true")
@@ -1077,7 +1093,7 @@ mod tests {
         drainer.tick().await.unwrap();
         assert!(rig.aws.calls().iter().all(|c| !matches!(c, AsgCall::AzRebalance(..))), "no node of a is known yet");
 
-        for (name, group) in [("n1", "a"), ("u1", "unselected")] {
+        for (name, group) in [("n1", "a"), ("l1", "legacy"), ("s1", "shared"), ("u1", "unselected")] {
             let mut node = Node::test(name, group);
             node.group = None; // resolved through Auto Scaling, as in the daemon
             rig.cluster.put_node(node);
@@ -1086,7 +1102,14 @@ mod tests {
             drainer.tick().await.unwrap();
         }
         let resumed: Vec<_> = rig.aws.calls().into_iter().filter(|c| matches!(c, AsgCall::AzRebalance(..))).collect();
-        assert_eq!(resumed, vec![AsgCall::AzRebalance("a".into(), false)], "once, and only the group it serves");
+        assert_eq!(resumed.len(), 2, "once each, and only the groups it serves and suspended: {resumed:?}");
+        for group in ["a", "legacy"] {
+            assert!(resumed.contains(&AsgCall::AzRebalance(group.into(), false)), "{group}: {resumed:?}");
+        }
+        assert!(
+            rig.aws.tags("shared").contains_key(AZ_REBALANCE_SUSPENDED_TAG),
+            "another booster's suspension is kept"
+        );
         assert!(rig.aws.tags("other-cluster").contains_key(AZ_REBALANCE_SUSPENDED_TAG), "another cluster's is left");
         assert!(rig.aws.tags("unselected").contains_key(AZ_REBALANCE_SUSPENDED_TAG), "--asg-tag-filter leaves it out");
     }

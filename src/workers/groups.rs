@@ -183,6 +183,11 @@ impl GroupBook {
         }
     }
 
+    /// The cluster whose groups these are (`--cluster-name`).
+    pub(crate) fn cluster(&self) -> String {
+        lock(&self.scope).cluster().to_string()
+    }
+
     /// The same book with the learner running beside the passes: a pass looks up only the
     /// signalled nodes it does not know yet, never waiting behind the learner's lookups.
     pub(crate) fn with_learner(mut self) -> Self {

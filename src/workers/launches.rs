@@ -329,6 +329,69 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn fallbacks_of_another_cluster_or_another_tenant_are_refused_told_once_and_passed_over() {
+        use crate::core::{Evidence, Signal, SignalKind, SizingMode};
+        use crate::ports::INSTANCE_GROUP_NAMESPACE_TAG as NAMESPACE;
+        use crate::workers::scaler::{Scaler, ScalerSettings};
+        // `spot-a` was made for an InstanceGroup of namespace `team`; `team-a-gpu` for one of
+        // `team-a` (the same name as `a-gpu` of `team`); `theirs` is another cluster's.
+        let aws = FakeAutoScaling::default()
+            .with_group("spot-a", 1, 10)
+            .with_tag("spot-a", NAMESPACE, "team")
+            .with_tag("spot-a", crate::ports::FALLBACK_GROUPS_TAG, "theirs, team-a-gpu, spot-b")
+            .with_instance("spot-a", "i-n1")
+            .with_cluster_group("theirs", "other", 0, 10)
+            .with_group("team-a-gpu", 0, 10)
+            .with_tag("team-a-gpu", NAMESPACE, "team-a")
+            .with_group("spot-b", 0, 10)
+            .with_tag("spot-b", NAMESPACE, "team");
+        let rig = FakeRig::new(aws);
+        let mut node = Node::test("n1", "spot-a").with_pods(2, 500, 1 << 30);
+        node.group = None;
+        node.cordoned = true;
+        rig.cluster.put_node(node);
+        let start = tokio::time::Instant::now();
+        let clock: crate::workers::Clock =
+            Arc::new(move || Timestamp::from_millis(10_000 + i64::try_from(start.elapsed().as_millis()).unwrap()));
+        let policy = Policy { sizing: SizingMode::Count, ..Policy::default() };
+        let metrics = Arc::new(Metrics::new());
+        let ctx = rig.context(policy, clock.clone(), metrics.clone()).await;
+        rig.cluster.signal(Signal {
+            instance: "i-n1".into(),
+            node: "n1".into(),
+            kind: SignalKind::Rebalance,
+            observed_at: clock(),
+            evidence: Evidence::Event,
+            notice_deadline: None,
+        });
+        let mut scaler = Scaler::new(ctx.clone(), ScalerSettings::default());
+        let mut watcher = LaunchWatcher::new(ctx.clone(), LaunchWatchSettings::default()).waking(scaler.waker());
+        scaler.tick().await.unwrap();
+        tokio::time::advance(Duration::from_secs(4)).await;
+        rig.aws.fail_launch("spot-a", SPOT, clock());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        watcher.tick().await.unwrap();
+        for _ in 0..3 {
+            scaler.tick().await.unwrap();
+            tokio::time::advance(Duration::from_secs(5)).await;
+            watcher.tick().await.unwrap();
+        }
+        assert_eq!((rig.aws.desired("theirs"), rig.aws.desired("team-a-gpu")), (0, 0), "neither is touched");
+        assert_eq!(rig.aws.desired("spot-b"), 1, "the tenant's own fallback takes the node");
+        let reasons = rig.events.reasons_for("n1");
+        assert_eq!(reasons.iter().filter(|r| **r == "FallbackRefused").count(), 2, "told once each: {reasons:?}");
+        let notes = rig.events.notes_for("n1");
+        assert!(notes.iter().any(|n| n.contains("theirs is refused: its tags do not name this cluster")), "{notes:?}");
+        let other = "team-a-gpu is refused: it was made for an InstanceGroup of another namespace";
+        assert!(notes.iter().any(|n| n.contains(other)), "{notes:?}");
+        let scrape = metrics.encode();
+        for reason in ["not-this-cluster", "other-namespace"] {
+            let line = format!("spots_booster_fallbacks_refused_total{{group=\"spot-a\",reason=\"{reason}\"}} 1");
+            assert!(scrape.contains(&line), "{line}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_boost_into_a_pool_without_capacity_lands_in_its_fallback_once_and_drains_there() {
         use crate::core::{Evidence, NodeName, Signal, SignalKind, SizingMode};
         use crate::workers::drainer::{Drainer, DrainerSettings};

@@ -73,13 +73,13 @@ impl<P: AutoScaling> AutoScaling for LeaderOnly<P> {
         self.inner.terminate_instance(instance, decrement).await
     }
 
-    async fn suspend_az_rebalance(&self, group: &GroupName, suspend: bool) -> Result<(), AwsError> {
+    async fn suspend_az_rebalance(&self, group: &GroupName, suspend: bool, cluster: &str) -> Result<(), AwsError> {
         if !self.allows(SkippedAction::SuspendProcesses) {
             return Err(AwsError::NotLeader {
                 operation: if suspend { "SuspendProcesses" } else { "ResumeProcesses" },
             });
         }
-        self.inner.suspend_az_rebalance(group, suspend).await
+        self.inner.suspend_az_rebalance(group, suspend, cluster).await
     }
 
     async fn groups_of(&self, instances: &[InstanceId]) -> Result<BTreeMap<InstanceId, GroupName>, AwsError> {
@@ -179,7 +179,7 @@ mod tests {
         let raise = aws.raise_desired(&[DesiredWrite { group: "a".into(), expected: 3, to: 4 }]).await;
         assert!(matches!(raise, Err(AwsError::NotLeader { operation: "SetDesiredCapacity" })), "{raise:?}");
         assert!(matches!(aws.terminate_instance(&"i-1".into(), true).await, Err(AwsError::NotLeader { .. })));
-        assert!(matches!(aws.suspend_az_rebalance(&"a".into(), true).await, Err(AwsError::NotLeader { .. })));
+        assert!(matches!(aws.suspend_az_rebalance(&"a".into(), true, "c").await, Err(AwsError::NotLeader { .. })));
         assert!(matches!(writes.cordon(&node).await, Err(ClusterWriteError::NotLeader { operation: "cordon" })));
         let pod = PodRef { namespace: "default".into(), name: "web".into(), uid: "u".into() };
         assert!(matches!(writes.evict(&pod).await, Err(ClusterWriteError::NotLeader { .. })));

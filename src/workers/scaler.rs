@@ -25,7 +25,7 @@ pub use super::{system_clock, Clock};
 use crate::core::{
     apply_all, plan_scaling, plan_take_backs, resolve_raises, unresolved_groups, Acting, AtRiskSet, Boost, BoostExpiry,
     BoostLedger, DropReason, Expired, Fallback, GiveBack, GiveBackHow, GroupName, InstanceId, LedgerEdit, LeftWhy,
-    ScalingPlan, Snapshot, TakeBack, Timestamp,
+    RefusedFallback, ScalingPlan, Snapshot, TakeBack, Timestamp,
 };
 use crate::metrics::{BoostOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
@@ -164,6 +164,8 @@ pub struct Scaler<A, C, L, W, E> {
     untrusted: BTreeSet<(InstanceId, &'static str)>,
     /// The last hold reason published per instance, so a held boost is told once, not per plan.
     told_held: HashMap<InstanceId, String>,
+    /// The refused fallbacks told (failing group, fallback), so each is told once while it lasts.
+    told_refused: BTreeSet<(GroupName, GroupName)>,
     was_leader: bool,
     /// Boost writes sent from the loop and not answered yet.
     flights: Vec<Flight>,
@@ -190,6 +192,7 @@ where
             counted: BTreeSet::new(),
             untrusted: BTreeSet::new(),
             told_held: HashMap::new(),
+            told_refused: BTreeSet::new(),
             was_leader: false,
             flights: Vec::new(),
             last_wave_gap: Duration::ZERO,
@@ -333,13 +336,14 @@ where
         if flying.is_empty() {
             self.take_back_unlaunched(&snapshot).await?;
         }
-        let ScalingPlan { closes, boosts: plan, at_risk, .. } = plan;
+        let ScalingPlan { closes, boosts: plan, at_risk, refused_fallbacks, .. } = plan;
         let mut report = TickReport {
             held: plan.held.iter().map(|h| h.instances.len()).sum(),
             fell_back: report_fallbacks,
             ..TickReport::default()
         };
         self.tell_held(&snapshot, &plan.held).await;
+        self.tell_refused_fallbacks(&snapshot, &refused_fallbacks).await;
 
         let mut plan = plan;
         let before = plan.boosts.len();
@@ -844,6 +848,29 @@ where
             .into_iter()
             .map(|node| NodeEvent { node: node.name.clone(), reason, note: note.to_string() })
             .collect()
+    }
+
+    /// Reports each fallback the core refused (metric and a Warning on the boost's at-risk nodes),
+    /// once while the refusal lasts: the boost waits as if the tag did not name the group.
+    async fn tell_refused_fallbacks(&mut self, snapshot: &Snapshot, refused: &[RefusedFallback]) {
+        let mut told = Vec::new();
+        for r in refused {
+            if !self.told_refused.insert((r.record.group.clone(), r.to.clone())) {
+                continue;
+            }
+            warn!(group = %r.record.group, fallback = %r.to, reason = r.reason.as_str(), "a fallback the group's tag names is refused");
+            self.ctx.metrics.scaler.fallback_refused(r.record.group.as_str(), r.reason);
+            let note = format!(
+                "{} has no capacity, but its fallback {} is refused: {}; the boost waits as if no fallback were named",
+                r.record.group,
+                r.to,
+                r.reason.explain()
+            );
+            let instances: Vec<&InstanceId> = r.record.instances.iter().collect();
+            told.extend(Self::node_events(snapshot, &instances, NodeEventReason::FallbackRefused, &note));
+        }
+        self.told_refused.retain(|(from, to)| refused.iter().any(|r| r.record.group == *from && r.to == *to));
+        publish_all(&self.ctx.events, told).await;
     }
 
     async fn tell_held(&mut self, snapshot: &Snapshot, held: &[crate::core::Held]) {

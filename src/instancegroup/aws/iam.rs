@@ -43,8 +43,18 @@ impl AwsNodeGroups {
         }
     }
 
-    pub(super) async fn delete_role(&self, name: &str) -> Result<(), CloudError> {
-        if let Some((_, roles)) = self.profile_arn_with_role(name).await? {
+    pub(super) async fn delete_role(&self, name: &str, cluster: &str) -> Result<(), CloudError> {
+        // Both looked at before either is touched: a name this cluster would use, held by
+        // someone else, is left whole.
+        let profile = self.profile(name).await?;
+        if let Some(p) = &profile {
+            refuse_foreign("instance profile", name, &p.owner, cluster)?;
+        }
+        let role = self.role(name).await?;
+        if let Some(r) = &role {
+            refuse_foreign("IAM role", name, &r.owner, cluster)?;
+        }
+        if let Some(Found { roles, .. }) = profile {
             for role in roles {
                 self.iam
                     .remove_role_from_instance_profile()
@@ -61,7 +71,7 @@ impl AwsNodeGroups {
                 .await
                 .map_err(|e| self.call("iam:DeleteInstanceProfile", name, e))?;
         }
-        if self.role_arn(name).await?.is_none() {
+        if role.is_none() {
             return Ok(());
         }
         for arn in self.attached_policies(name).await? {
@@ -101,18 +111,32 @@ impl AwsNodeGroups {
     }
 
     async fn profile_arn_with_role(&self, profile: &str) -> Result<Option<(String, Vec<String>)>, CloudError> {
-        match self.iam.get_instance_profile().instance_profile_name(profile).send().await {
-            Ok(out) => Ok(out
-                .instance_profile()
-                .map(|p| (p.arn().to_string(), p.roles().iter().map(|r| r.role_name().to_string()).collect()))),
+        Ok(self.profile(profile).await?.map(|p| (p.arn, p.roles)))
+    }
+
+    async fn profile(&self, name: &str) -> Result<Option<Found>, CloudError> {
+        match self.iam.get_instance_profile().instance_profile_name(name).send().await {
+            Ok(out) => Ok(out.instance_profile().map(|p| Found {
+                arn: p.arn().to_string(),
+                owner: Owner::of(p.path(), p.tags().iter().map(|t| (t.key(), t.value()))),
+                roles: p.roles().iter().map(|r| r.role_name().to_string()).collect(),
+            })),
             Err(e) if e.code() == Some("NoSuchEntity") => Ok(None),
-            Err(e) => Err(self.call("iam:GetInstanceProfile", profile, e)),
+            Err(e) => Err(self.call("iam:GetInstanceProfile", name, e)),
         }
     }
 
     async fn role_arn(&self, name: &str) -> Result<Option<String>, CloudError> {
+        Ok(self.role(name).await?.map(|r| r.arn))
+    }
+
+    async fn role(&self, name: &str) -> Result<Option<Found>, CloudError> {
         match self.iam.get_role().role_name(name).send().await {
-            Ok(out) => Ok(out.role().map(|r| r.arn().to_string())),
+            Ok(out) => Ok(out.role().map(|r| Found {
+                arn: r.arn().to_string(),
+                owner: Owner::of(r.path(), r.tags().iter().map(|t| (t.key(), t.value()))),
+                roles: Vec::new(),
+            })),
             Err(e) if e.code() == Some("NoSuchEntity") => Ok(None),
             Err(e) => Err(self.call("iam:GetRole", name, e)),
         }
@@ -130,8 +154,16 @@ impl AwsNodeGroups {
             .value(cluster)
             .build()
             .expect("key and value are set");
-        let role_arn = match self.role_arn(name).await? {
-            Some(arn) => arn,
+        // Both looked at before either is touched, as for deletion.
+        let profile = self.profile(name).await?;
+        if let Some(p) = &profile {
+            refuse_foreign("instance profile", name, &p.owner, cluster)?;
+        }
+        let role_arn = match self.role(name).await? {
+            Some(found) => {
+                refuse_foreign("IAM role", name, &found.owner, cluster)?;
+                found.arn
+            }
             None => {
                 info!(role = name, "creating node role");
                 let out = self
@@ -162,8 +194,8 @@ impl AwsNodeGroups {
         for arn in attached.difference(policies) {
             self.detach_policy(name, arn).await?;
         }
-        let (profile_arn, roles) = match self.profile_arn_with_role(name).await? {
-            Some((arn, roles)) => (Some(arn), roles),
+        let (profile_arn, roles) = match profile {
+            Some(Found { arn, roles, .. }) => (Some(arn), roles),
             None => {
                 self.iam
                     .create_instance_profile()
@@ -203,6 +235,63 @@ impl AwsNodeGroups {
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(5));
+        }
+    }
+}
+
+/// A role or instance profile as IAM describes it.
+struct Found {
+    arn: String,
+    owner: Owner,
+    /// A profile's roles (none for a role).
+    roles: Vec<String>,
+}
+
+/// What a role's or profile's path and ownership tag say of whose it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Owner {
+    path: String,
+    cluster: Option<String>,
+}
+
+impl Owner {
+    fn of<'t>(path: &str, tags: impl Iterator<Item = (&'t str, &'t str)>) -> Self {
+        let cluster = tags.into_iter().find(|(k, _)| *k == TAG_CLUSTER_NAME).map(|(_, v)| v.to_string());
+        Owner { path: path.to_string(), cluster }
+    }
+}
+
+/// A managed role's name held by anything but what this cluster's daemon created (under its path,
+/// tagged with `cluster`) is refused: adopting it would attach and detach its policies and map it
+/// in aws-auth; deleting it would take another cluster's, or an administrator's, role away.
+fn refuse_foreign(what: &'static str, name: &str, owner: &Owner, cluster: &str) -> Result<(), CloudError> {
+    let refused = |owner: String| Err(CloudError::NotOwned { what, name: name.to_string(), owner });
+    match &owner.cluster {
+        _ if owner.path != NODE_ROLE_PATH => refused(format!("under path {}", owner.path)),
+        Some(c) if c == cluster => Ok(()),
+        Some(c) => refused(format!("cluster {c}'s")),
+        None => refused(format!("untagged ({TAG_CLUSTER_NAME})")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_role_under_the_path_tagged_with_this_cluster_is_ours() {
+        let owner = |path: &str, tags: &[(&'static str, &'static str)]| Owner::of(path, tags.iter().copied());
+        let ours = owner(NODE_ROLE_PATH, &[(TAG_CLUSTER_NAME, "prod"), ("team", "a")]);
+        assert!(refuse_foreign("IAM role", "prod-a-b", &ours, "prod").is_ok());
+        for (found, says) in [
+            (owner(NODE_ROLE_PATH, &[(TAG_CLUSTER_NAME, "prod-a")]), "cluster prod-a's"),
+            (owner(NODE_ROLE_PATH, &[("team", "a")]), "untagged"),
+            (owner("/", &[(TAG_CLUSTER_NAME, "prod")]), "under path /"),
+        ] {
+            let refused = refuse_foreign("IAM role", "prod-a-b", &found, "prod").unwrap_err();
+            assert!(matches!(refused, CloudError::NotOwned { .. }), "{found:?}");
+            assert!(refused.to_string().contains(says), "{refused}");
+            assert!(!refused.is_transient());
         }
     }
 }

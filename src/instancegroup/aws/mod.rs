@@ -95,8 +95,8 @@ impl NodeGroupCloud for AwsNodeGroups {
         AwsNodeGroups::ensure_role(self, role, cluster).await
     }
 
-    async fn delete_role(&self, name: &str) -> Result<(), CloudError> {
-        AwsNodeGroups::delete_role(self, name).await
+    async fn delete_role(&self, name: &str, cluster: &str) -> Result<(), CloudError> {
+        AwsNodeGroups::delete_role(self, name, cluster).await
     }
 
     async fn launch_template(&self, name: &str) -> Result<Option<TemplateFacts>, CloudError> {
