@@ -249,6 +249,54 @@ fn assert_the_component_is_the_chart_with(component: &str, switch: &str) -> BTre
     overlay.keys().map(|(kind, _, _)| kind.clone()).collect()
 }
 
+/// The role's policies as the chart renders them into its ConfigMap, one per file.
+fn rendered_iam_policies(sets: &[(&str, Value)]) -> Vec<String> {
+    let mut sets = sets.to_vec();
+    sets.push(("iamPolicy.enabled", json!(true)));
+    let objects = render_ok(&sets);
+    let config_map = objects
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "spots-booster-iam-policy")
+        .expect("the chart renders the IAM policies");
+    crate::iam_policy::FILES.iter().map(|f| config_map["data"][f].as_str().expect("each file").to_string()).collect()
+}
+
+#[test]
+fn the_chart_renders_the_repository_s_iam_policies_for_its_cluster_and_they_reach_only_it() {
+    use crate::support::iam::Policy;
+    let rendered = rendered_iam_policies(&[("clusterName", json!("blue"))]);
+    for (file, text) in crate::iam_policy::FILES.iter().zip(&rendered) {
+        let repository = std::fs::read_to_string(Path::new(ROOT).join("manifests").join(file)).unwrap();
+        let ours: Value = serde_json::from_str(&repository.replace(crate::iam_policy::PLACEHOLDER, "blue")).unwrap();
+        assert_eq!(serde_json::from_str::<Value>(text).unwrap(), ours, "{file}");
+        let copy = std::fs::read_to_string(chart().join("files").join(file)).unwrap();
+        assert_eq!(copy, repository, "the chart's files/{file} is manifests/{file}");
+    }
+    let policy = Policy::union(&rendered.iter().map(|t| Policy::parse(t)).collect::<Vec<_>>());
+    crate::iam_policy::assert_scoped(&policy, "blue", "green", true, &[]);
+    assert!(render("spots-booster", &[("iamPolicy.enabled", json!(true)), ("clusterName", json!(""))]).is_err());
+}
+
+#[test]
+fn one_role_shared_through_pod_identity_lets_each_cluster_reach_only_its_own_resources() {
+    use crate::support::iam::{Decision, Policy, Request, Resource};
+    let rendered =
+        rendered_iam_policies(&[("clusterName", json!("blue")), ("iamPolicy.sharedAcrossClusters", json!(true))]);
+    assert!(rendered.iter().all(|t| !t.contains("blue")), "no cluster named: the session tag names it");
+    let policy = Policy::union(&rendered.iter().map(|t| Policy::parse(t)).collect::<Vec<_>>());
+    // The same role, its sessions tagged by EKS with the pod's cluster; groups named only in a
+    // tag key are out of its reach (documented: such a cluster needs a role of its own).
+    crate::iam_policy::assert_scoped(&policy, "blue", "green", false, &[("eks-cluster-name", "blue")]);
+    crate::iam_policy::assert_scoped(&policy, "green", "blue", false, &[("eks-cluster-name", "green")]);
+    // Without Pod Identity's session tag (IRSA), nothing is written at all.
+    let group = Resource {
+        arn: "arn:aws:autoscaling:eu-west-1:1:autoScalingGroup:x:autoScalingGroupName/g".into(),
+        tags: [("instancegroups.keikoproj.io/ClusterName".to_string(), "blue".to_string())].into(),
+    };
+    let write = Request::new("autoscaling:SetDesiredCapacity", vec![group]);
+    assert_eq!(policy.decide(&write), Decision::ImplicitlyDenied);
+}
+
 #[test]
 fn the_node_vouching_policy_is_the_kustomize_components_named_for_the_release() {
     let read = |p: PathBuf| std::fs::read_to_string(p).unwrap();

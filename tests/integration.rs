@@ -27,6 +27,7 @@ mod e2e_trust;
 mod ec2_scheduled_events;
 mod ec2_spot_requests;
 mod fuzz;
+mod iam_policy;
 mod instancegroups_moto;
 mod kube_adapters;
 mod manifests;

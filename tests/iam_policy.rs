@@ -1,0 +1,382 @@
+//! What the role's IAM policies let the daemon do, evaluated without AWS (`support::iam`): every
+//! write reaches this cluster's groups, templates and roles, and nothing of another cluster's, of
+//! no cluster's, or of an administrator's. The same table runs on the kustomize files (their
+//! `CLUSTER_NAME` placeholder filled in) and on the chart's render (`tests/chart.rs`).
+
+use std::path::Path;
+
+use crate::support::iam::{Decision, Policy, Request, Resource};
+
+const ACCOUNT: &str = "111122223333";
+const OWNER: &str = "instancegroups.keikoproj.io/ClusterName";
+const AZ_SUSPENDED: &str = "spots-booster.io/suspended-az-rebalance";
+/// The kustomize files' placeholder for the cluster's name.
+pub(crate) const PLACEHOLDER: &str = "CLUSTER_NAME";
+/// The two files, in the order the chart's ConfigMap keys them.
+pub(crate) const FILES: [&str; 2] = ["iam-policy.json", "iam-policy-instancegroups.json"];
+
+/// Both policies of `manifests/`, for `cluster`.
+pub(crate) fn manifests_for(cluster: &str) -> Policy {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    let parsed: Vec<Policy> = FILES
+        .iter()
+        .map(|f| Policy::parse(&std::fs::read_to_string(dir.join(f)).unwrap().replace(PLACEHOLDER, cluster)))
+        .collect();
+    Policy::union(&parsed)
+}
+
+fn tags(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn asg(name: &str, pairs: &[(&str, &str)]) -> Resource {
+    Resource {
+        arn: format!("arn:aws:autoscaling:eu-west-1:{ACCOUNT}:autoScalingGroup:6d9a1c2e:autoScalingGroupName/{name}"),
+        tags: tags(pairs),
+    }
+}
+
+fn ec2(kind: &str, pairs: &[(&str, &str)]) -> Resource {
+    Resource { arn: format!("arn:aws:ec2:eu-west-1:{ACCOUNT}:{kind}"), tags: tags(pairs) }
+}
+
+fn iam(kind: &str, pairs: &[(&str, &str)]) -> Resource {
+    Resource { arn: format!("arn:aws:iam::{ACCOUNT}:{kind}"), tags: tags(pairs) }
+}
+
+/// The groups a cluster has, by how they say whose they are.
+struct Groups {
+    /// Cluster Autoscaler's discovery tags (operators', eksctl's).
+    autoscaler: Resource,
+    /// Only the cloud provider's tag.
+    kubernetes: Resource,
+    /// EKS managed node group.
+    managed: Resource,
+    /// An InstanceGroup's, as the reconciler tags it.
+    instance_group: Resource,
+}
+
+fn groups_of(cluster: &str) -> Groups {
+    let autoscaler_key = format!("k8s.io/cluster-autoscaler/{cluster}");
+    let kubernetes_key = format!("kubernetes.io/cluster/{cluster}");
+    Groups {
+        autoscaler: asg(
+            &format!("{cluster}-spot"),
+            &[(&autoscaler_key, "owned"), ("k8s.io/cluster-autoscaler/enabled", "true")],
+        ),
+        kubernetes: asg(&format!("{cluster}-plain"), &[(&kubernetes_key, "owned")]),
+        managed: asg(&format!("eks-{cluster}-ng"), &[("eks:cluster-name", cluster)]),
+        instance_group: asg(
+            &format!("{cluster}-team-batch"),
+            &[
+                (OWNER, cluster),
+                ("instancegroups.keikoproj.io/Namespace", "team"),
+                ("instancegroups.keikoproj.io/InstanceGroup", "batch"),
+                (&kubernetes_key, "owned"),
+            ],
+        ),
+    }
+}
+
+const BOOST: [&str; 4] = [
+    "autoscaling:SetDesiredCapacity",
+    "autoscaling:TerminateInstanceInAutoScalingGroup",
+    "autoscaling:SuspendProcesses",
+    "autoscaling:ResumeProcesses",
+];
+
+/// One row: what is asked, and whether it must be allowed.
+struct Case {
+    what: String,
+    request: Request,
+    allowed: bool,
+}
+
+fn case(what: impl Into<String>, request: Request, allowed: bool) -> Case {
+    Case { what: what.into(), request, allowed }
+}
+
+/// The requests a daemon of `ours` makes, and those it must never get through, against the
+/// resources of `ours`, of `theirs`, and of no cluster. `by_tag_key` says whether the policy can
+/// reach groups that name the cluster only in a tag key (not with Pod Identity's shared role).
+fn table(ours: &str, theirs: &str, by_tag_key: bool) -> Vec<Case> {
+    let (mine, other) = (groups_of(ours), groups_of(theirs));
+    let untagged = asg("someones", &[("team", "data")]);
+    let ca_enabled_only = asg("anyones", &[("k8s.io/cluster-autoscaler/enabled", "true")]);
+    let mut cases = Vec::new();
+
+    for action in BOOST {
+        for (name, group, allowed) in [
+            ("this cluster's Cluster Autoscaler group", &mine.autoscaler, by_tag_key),
+            ("this cluster's kubernetes.io/cluster group", &mine.kubernetes, by_tag_key),
+            ("this cluster's EKS managed node group", &mine.managed, true),
+            ("this cluster's InstanceGroup group", &mine.instance_group, true),
+            ("another cluster's Cluster Autoscaler group", &other.autoscaler, false),
+            ("another cluster's kubernetes.io/cluster group", &other.kubernetes, false),
+            ("another cluster's EKS managed node group", &other.managed, false),
+            ("another cluster's InstanceGroup group", &other.instance_group, false),
+            ("an untagged group", &untagged, false),
+            ("a group tagged only k8s.io/cluster-autoscaler/enabled", &ca_enabled_only, false),
+        ] {
+            cases.push(case(format!("{action} on {name}"), Request::new(action, vec![group.clone()]), allowed));
+        }
+    }
+
+    // Tags on boosted groups: the AZRebalance record only, naming this cluster.
+    let tag = |group: &Resource, pairs: &[(&str, &str)]| {
+        Request::new("autoscaling:CreateOrUpdateTags", vec![group.clone()]).tagging(pairs)
+    };
+    let untag = |group: &Resource, pairs: &[(&str, &str)]| {
+        Request::new("autoscaling:DeleteTags", vec![group.clone()]).tagging(pairs)
+    };
+    cases.extend([
+        case("the AZRebalance record on this cluster's group", tag(&mine.managed, &[(AZ_SUSPENDED, ours)]), true),
+        case("its removal", untag(&mine.managed, &[(AZ_SUSPENDED, ours)]), true),
+        case("the AZRebalance record on another cluster's", tag(&other.managed, &[(AZ_SUSPENDED, ours)]), false),
+        case("its removal from another cluster's", untag(&other.managed, &[(AZ_SUSPENDED, theirs)]), false),
+        case("an AZRebalance record naming another cluster", tag(&mine.managed, &[(AZ_SUSPENDED, theirs)]), false),
+        case(
+            "any other tag on a boosted group",
+            tag(&mine.managed, &[("k8s.io/cluster-autoscaler/enabled", "true")]),
+            false,
+        ),
+        case("claiming an untagged group", tag(&untagged, &[(OWNER, ours)]), false),
+        case("claiming another cluster's group", tag(&other.autoscaler, &[(OWNER, ours)]), false),
+        case("claiming a Cluster Autoscaler group", tag(&ca_enabled_only, &[(OWNER, ours)]), false),
+        case(
+            "claiming this cluster's own managed group for an InstanceGroup",
+            tag(&mine.managed, &[(OWNER, ours)]),
+            false,
+        ),
+        case("a user tag on its InstanceGroup's group", tag(&mine.instance_group, &[("team", "ml")]), true),
+        case("handing its group to another cluster", tag(&mine.instance_group, &[(OWNER, theirs)]), false),
+        case("a user tag on another's InstanceGroup group", tag(&other.instance_group, &[("team", "ml")]), false),
+        case("removing a user tag of its own", untag(&mine.instance_group, &[("team", "")]), true),
+        case("removing its group's ownership tag", untag(&mine.instance_group, &[(OWNER, ours)]), false),
+    ]);
+
+    // InstanceGroups: creation carries the ownership tag (the new group's tags are the request's,
+    // as AWS's own CreateAutoScalingGroup examples with autoscaling:ResourceTag show).
+    let creating = |owner: Option<&str>| {
+        let mut pairs = vec![("instancegroups.keikoproj.io/Namespace", "team")];
+        if let Some(o) = owner {
+            pairs.push((OWNER, o));
+        }
+        let group = asg("new-group", &pairs);
+        (
+            Request::new("autoscaling:CreateAutoScalingGroup", vec![group.clone()]).tagging(&pairs),
+            Request::new("autoscaling:CreateOrUpdateTags", vec![group]).tagging(&pairs),
+        )
+    };
+    let (create, tag_on_create) = creating(Some(ours));
+    cases.push(case("creating an InstanceGroup's group", create, true));
+    cases.push(case("tagging it as it is created", tag_on_create, true));
+    let (create, _) = creating(Some(theirs));
+    cases.push(case("creating a group for another cluster", create, false));
+    let (create, _) = creating(None);
+    cases.push(case("creating a group without its ownership tag", create, false));
+    for action in
+        ["autoscaling:UpdateAutoScalingGroup", "autoscaling:DeleteAutoScalingGroup", "autoscaling:PutWarmPool"]
+    {
+        cases.push(case(
+            format!("{action} on its InstanceGroup's group"),
+            Request::new(action, vec![mine.instance_group.clone()]),
+            true,
+        ));
+        cases.push(case(
+            format!("{action} on another's"),
+            Request::new(action, vec![other.instance_group.clone()]),
+            false,
+        ));
+        cases.push(case(
+            format!("{action} on a Cluster Autoscaler group of its own"),
+            Request::new(action, vec![mine.autoscaler.clone()]),
+            false,
+        ));
+    }
+
+    // Launch templates.
+    let template = |owner: &str| ec2("launch-template/lt-0abc", &[(OWNER, owner)]);
+    cases.extend([
+        case(
+            "creating a launch template for this cluster",
+            Request::new("ec2:CreateLaunchTemplate", vec![ec2("launch-template/*", &[])]).tagging(&[(OWNER, ours)]),
+            true,
+        ),
+        case(
+            "creating one for another",
+            Request::new("ec2:CreateLaunchTemplate", vec![ec2("launch-template/*", &[])]).tagging(&[(OWNER, theirs)]),
+            false,
+        ),
+        case(
+            "tagging a template as it is created",
+            Request::new("ec2:CreateTags", vec![template(ours)])
+                .with("ec2:CreateAction", &["CreateLaunchTemplate"])
+                .tagging(&[(OWNER, ours)]),
+            true,
+        ),
+        case(
+            "tagging an existing template",
+            Request::new("ec2:CreateTags", vec![ec2("launch-template/lt-9", &[])]).tagging(&[(OWNER, ours)]),
+            false,
+        ),
+        case(
+            "a new version of its template",
+            Request::new("ec2:CreateLaunchTemplateVersion", vec![template(ours)]),
+            true,
+        ),
+        case(
+            "a new version of another's",
+            Request::new("ec2:CreateLaunchTemplateVersion", vec![template(theirs)]),
+            false,
+        ),
+        case("deleting another's template", Request::new("ec2:DeleteLaunchTemplate", vec![template(theirs)]), false),
+    ]);
+    let launch = |from: Option<Resource>| {
+        let mut resources: Vec<Resource> =
+            ["instance/*", "volume/*", "network-interface/*", "subnet/subnet-1", "security-group/sg-1"]
+                .iter()
+                .map(|k| ec2(k, &[]))
+                .collect();
+        resources.push(Resource { arn: "arn:aws:ec2:eu-west-1::image/ami-1".into(), tags: tags(&[]) });
+        let mut request = Request::new("ec2:RunInstances", resources);
+        if let Some(t) = from {
+            let arn = t.arn.clone();
+            request = request.with("ec2:LaunchTemplate", &[&arn]);
+            request.resources.push(t);
+        }
+        request
+    };
+    cases.extend([
+        case("launching from its template", launch(Some(template(ours))), true),
+        case("launching from another cluster's template", launch(Some(template(theirs))), false),
+        case("launching from an untagged template", launch(Some(ec2("launch-template/lt-7", &[]))), false),
+        case("launching without a template", launch(None), false),
+    ]);
+
+    // Node roles.
+    let role = |name: &str, owner: Option<&str>| {
+        let pairs: Vec<(&str, &str)> = owner.map(|o| vec![(OWNER, o)]).unwrap_or_default();
+        iam(&format!("role/spots-booster/{name}"), &pairs)
+    };
+    let pass = |r: Resource, to: &str| Request::new("iam:PassRole", vec![r]).with("iam:PassedToService", &[to]);
+    let node_defaults = "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy";
+    cases.extend([
+        case("passing its node role to EC2", pass(role("a", Some(ours)), "ec2.amazonaws.com"), true),
+        case("passing another cluster's node role", pass(role("b", Some(theirs)), "ec2.amazonaws.com"), false),
+        case("passing an untagged role under the path", pass(role("c", None), "ec2.amazonaws.com"), false),
+        case("passing its node role to Lambda", pass(role("a", Some(ours)), "lambda.amazonaws.com"), false),
+        case("passing an administrator's role", pass(iam("role/admin", &[(OWNER, ours)]), "ec2.amazonaws.com"), false),
+        case(
+            "creating a node role",
+            Request::new("iam:CreateRole", vec![role("n", None)]).tagging(&[(OWNER, ours)]),
+            true,
+        ),
+        case(
+            "creating one for another cluster",
+            Request::new("iam:CreateRole", vec![role("n", None)]).tagging(&[(OWNER, theirs)]),
+            false,
+        ),
+        case(
+            "creating a role outside its path",
+            Request::new("iam:CreateRole", vec![iam("role/n", &[])]).tagging(&[(OWNER, ours)]),
+            false,
+        ),
+        case("deleting its node role", Request::new("iam:DeleteRole", vec![role("a", Some(ours))]), true),
+        case("deleting another cluster's", Request::new("iam:DeleteRole", vec![role("b", Some(theirs))]), false),
+        case("deleting an untagged role under the path", Request::new("iam:DeleteRole", vec![role("c", None)]), false),
+        case(
+            "attaching the node defaults to its role",
+            Request::new("iam:AttachRolePolicy", vec![role("a", Some(ours))]).with("iam:PolicyARN", &[node_defaults]),
+            true,
+        ),
+        case(
+            "attaching AdministratorAccess",
+            Request::new("iam:AttachRolePolicy", vec![role("a", Some(ours))])
+                .with("iam:PolicyARN", &["arn:aws:iam::aws:policy/AdministratorAccess"]),
+            false,
+        ),
+        case(
+            "attaching the node defaults to another cluster's role",
+            Request::new("iam:AttachRolePolicy", vec![role("b", Some(theirs))]).with("iam:PolicyARN", &[node_defaults]),
+            false,
+        ),
+    ]);
+
+    // Reads reach everything (Describe calls take no resource-level permission).
+    for action in ["autoscaling:DescribeAutoScalingGroups", "ec2:DescribeInstances", "ec2:DescribeSpotInstanceRequests"]
+    {
+        cases.push(case(action, Request::new(action, vec![Resource { arn: "*".into(), tags: tags(&[]) }]), true));
+    }
+    cases
+}
+
+/// Runs the table for `ours` against `theirs`, each request made as `principal` (Pod Identity's
+/// session tags; none with IRSA); panics listing every row the policy gets wrong.
+pub(crate) fn assert_scoped(policy: &Policy, ours: &str, theirs: &str, by_tag_key: bool, principal: &[(&str, &str)]) {
+    let wrong: Vec<String> = table(ours, theirs, by_tag_key)
+        .into_iter()
+        .filter_map(|c| {
+            let decision = policy.decide(&c.request.clone().made_by(principal));
+            ((decision == Decision::Allowed) != c.allowed).then(|| {
+                format!(
+                    "{} ({}): {decision:?}, wanted {}",
+                    c.what,
+                    c.request.action,
+                    if c.allowed { "allowed" } else { "denied" }
+                )
+            })
+        })
+        .collect();
+    assert!(wrong.is_empty(), "the policy for {ours} gets {} rows wrong:\n{}", wrong.len(), wrong.join("\n"));
+}
+
+#[test]
+fn with_irsa_the_policies_reach_this_cluster_s_resources_and_nothing_of_another_s() {
+    let policy = manifests_for("blue");
+    assert_scoped(&policy, "blue", "green", true, &[]);
+    // The same files for the other cluster: the same rows, the other way round.
+    assert_scoped(&manifests_for("green"), "green", "blue", true, &[]);
+    // A name that is a prefix of another's reaches nothing of the other.
+    assert_scoped(&manifests_for("blue"), "blue", "blue-2", true, &[]);
+}
+
+#[test]
+fn a_role_with_this_cluster_s_policies_associated_with_another_cluster_s_pods_can_do_nothing() {
+    // EKS Pod Identity tags the session with the pod's cluster: blue's policies used from green.
+    let policy = manifests_for("blue");
+    let mine = groups_of("blue");
+    for action in BOOST {
+        let request = Request::new(action, vec![mine.autoscaler.clone()]).made_by(&[("eks-cluster-name", "green")]);
+        assert_eq!(policy.decide(&request), Decision::ExplicitlyDenied, "{action}");
+    }
+    let read = Request::new("autoscaling:DescribeAutoScalingGroups", vec![mine.autoscaler.clone()]);
+    assert_eq!(policy.decide(&read.made_by(&[("eks-cluster-name", "green")])), Decision::ExplicitlyDenied);
+    // Associated with its own cluster, all is as with IRSA.
+    assert_scoped(&policy, "blue", "green", true, &[("eks-cluster-name", "blue")]);
+}
+
+#[test]
+fn every_write_statement_names_the_cluster_and_each_file_fits_a_managed_policy() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    for file in FILES {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        // IAM counts a managed policy's characters without whitespace, up to 6,144; an EKS
+        // cluster's name has up to 100.
+        let longest = text.replace(PLACEHOLDER, &"x".repeat(100));
+        let counted = longest.chars().filter(|c| !c.is_whitespace()).count();
+        assert!(counted <= 6144, "{file}: {counted} characters with a 100-character cluster name");
+        let policy = Policy::parse(&text);
+        for s in policy.statements() {
+            let actions: Vec<&str> = match &s["Action"] {
+                serde_json::Value::String(one) => vec![one.as_str()],
+                list => list.as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect(),
+            };
+            let writes =
+                actions.iter().any(|a| !a.contains(":Describe") && !a.contains(":Get") && !a.contains(":List"));
+            let scoped = s["Condition"].to_string().contains(PLACEHOLDER)
+                || s.get("NotResource").is_some() && s["Condition"].to_string().contains("ec2:LaunchTemplate");
+            assert!(!writes || scoped, "{file}: a write not scoped to the cluster: {s}");
+        }
+    }
+}
