@@ -1,5 +1,6 @@
 pub mod apiserver;
 pub mod aws_fleet;
+pub mod aws_intercept;
 pub mod aws_loopback;
 pub mod e2e;
 pub mod iam;
