@@ -328,9 +328,30 @@ mod tests {
         assert!(!rig.aws.calls()[before..].iter().any(|c| matches!(c, AsgCall::Activities(_))));
     }
 
+    /// `rig`'s context on a clock that follows Tokio's paused time from 10 s, sizing one node per
+    /// at-risk node, and a rebalance notice on `n1`, cordoned.
+    async fn rebalance_on_n1(rig: &FakeRig) -> (Arc<crate::fakes::FakeContext>, Arc<Metrics>, crate::workers::Clock) {
+        use crate::core::{Evidence, NodeName, Signal, SignalKind, SizingMode};
+        let start = tokio::time::Instant::now();
+        let clock: crate::workers::Clock =
+            Arc::new(move || Timestamp::from_millis(10_000 + i64::try_from(start.elapsed().as_millis()).unwrap()));
+        let policy = Policy { sizing: SizingMode::Count, ..Policy::default() };
+        let metrics = Arc::new(Metrics::new());
+        let ctx = rig.context(policy, clock.clone(), metrics.clone()).await;
+        rig.cluster.edit(|s| s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = true);
+        rig.cluster.signal(Signal {
+            instance: "i-n1".into(),
+            node: "n1".into(),
+            kind: SignalKind::Rebalance,
+            observed_at: clock(),
+            evidence: Evidence::Event,
+            notice_deadline: None,
+        });
+        (ctx, metrics, clock)
+    }
+
     #[tokio::test(start_paused = true)]
     async fn fallbacks_of_another_cluster_or_another_tenant_are_refused_told_once_and_passed_over() {
-        use crate::core::{Evidence, Signal, SignalKind, SizingMode};
         use crate::ports::INSTANCE_GROUP_NAMESPACE_TAG as NAMESPACE;
         use crate::workers::scaler::{Scaler, ScalerSettings};
         // `spot-a` was made for an InstanceGroup of namespace `team`; `team-a-gpu` for one of
@@ -348,22 +369,8 @@ mod tests {
         let rig = FakeRig::new(aws);
         let mut node = Node::test("n1", "spot-a").with_pods(2, 500, 1 << 30);
         node.group = None;
-        node.cordoned = true;
         rig.cluster.put_node(node);
-        let start = tokio::time::Instant::now();
-        let clock: crate::workers::Clock =
-            Arc::new(move || Timestamp::from_millis(10_000 + i64::try_from(start.elapsed().as_millis()).unwrap()));
-        let policy = Policy { sizing: SizingMode::Count, ..Policy::default() };
-        let metrics = Arc::new(Metrics::new());
-        let ctx = rig.context(policy, clock.clone(), metrics.clone()).await;
-        rig.cluster.signal(Signal {
-            instance: "i-n1".into(),
-            node: "n1".into(),
-            kind: SignalKind::Rebalance,
-            observed_at: clock(),
-            evidence: Evidence::Event,
-            notice_deadline: None,
-        });
+        let (ctx, metrics, clock) = rebalance_on_n1(&rig).await;
         let mut scaler = Scaler::new(ctx.clone(), ScalerSettings::default());
         let mut watcher = LaunchWatcher::new(ctx.clone(), LaunchWatchSettings::default()).waking(scaler.waker());
         scaler.tick().await.unwrap();
@@ -393,7 +400,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_boost_into_a_pool_without_capacity_lands_in_its_fallback_once_and_drains_there() {
-        use crate::core::{Evidence, NodeName, Signal, SignalKind, SizingMode};
+        use crate::core::{Evidence, NodeName, Signal, SignalKind};
         use crate::workers::drainer::{Drainer, DrainerSettings};
         use crate::workers::scaler::{Scaler, ScalerSettings};
         let aws = FakeAutoScaling::default()
@@ -411,21 +418,7 @@ mod tests {
             node.group = None;
             rig.cluster.put_node(node);
         }
-        let start = tokio::time::Instant::now();
-        let clock: crate::workers::Clock =
-            Arc::new(move || Timestamp::from_millis(10_000 + i64::try_from(start.elapsed().as_millis()).unwrap()));
-        let policy = Policy { sizing: SizingMode::Count, ..Policy::default() };
-        let metrics = Arc::new(Metrics::new());
-        let ctx = rig.context(policy, clock.clone(), metrics.clone()).await;
-        rig.cluster.edit(|s| s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = true);
-        rig.cluster.signal(Signal {
-            instance: "i-n1".into(),
-            node: "n1".into(),
-            kind: SignalKind::Rebalance,
-            observed_at: clock(),
-            evidence: Evidence::Event,
-            notice_deadline: None,
-        });
+        let (ctx, metrics, clock) = rebalance_on_n1(&rig).await;
         let mut scaler = Scaler::new(ctx.clone(), ScalerSettings::default());
         let mut drainer = Drainer::new(ctx.clone(), DrainerSettings::default());
         let mut watcher = LaunchWatcher::new(ctx.clone(), LaunchWatchSettings::default()).waking(scaler.waker());

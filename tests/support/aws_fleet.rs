@@ -117,7 +117,7 @@ fn serve_connection(stream: TcpStream, fleet: &Fleet, latency: std::time::Durati
 }
 
 /// The form's fields, percent-decoded, in order.
-fn parse_form(body: &str) -> Vec<(String, String)> {
+pub fn parse_form(body: &str) -> Vec<(String, String)> {
     let decode = |s: &str| {
         let bytes = s.as_bytes();
         let mut out = Vec::with_capacity(bytes.len());

@@ -88,29 +88,7 @@ fn header(head: &str, name: &str) -> Option<String> {
 
 /// The form-encoded body, decoded.
 fn form(body: &[u8]) -> BTreeMap<String, String> {
-    let decode = |s: &str| {
-        let bytes = s.as_bytes();
-        let mut out = Vec::with_capacity(bytes.len());
-        let mut i = 0;
-        while i < bytes.len() {
-            match bytes[i] {
-                b'+' => out.push(b' '),
-                b'%' if i + 2 < bytes.len() => {
-                    let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
-                    out.push(u8::from_str_radix(hex, 16).unwrap_or(b'?'));
-                    i += 2;
-                }
-                b => out.push(b),
-            }
-            i += 1;
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    };
-    String::from_utf8_lossy(body)
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .map(|(k, v)| (decode(k), decode(v)))
-        .collect()
+    super::aws_fleet::parse_form(&String::from_utf8_lossy(body)).into_iter().collect()
 }
 
 fn ok(xml: &str) -> Vec<u8> {
