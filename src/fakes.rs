@@ -80,7 +80,7 @@ impl ClusterView for InMemoryCluster {
 }
 
 /// The in-memory ledger `simulate` keeps its boosts in; tests inject save failures through it.
-pub use crate::simulate::ledger::MemoryLedger;
+pub use crate::ports::MemoryLedger;
 
 /// One recorded write to [`FakeClusterWrites`].
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,9 +9,43 @@
 //! did not give (custom hostnames): a name shaped like an EC2 name that does not match is a lie
 //! no address can mend.
 
+use serde::{Deserialize, Serialize};
+
 use super::fast_hash::FastMap;
 use super::model::{InstanceFacts, InstanceId, Node, NodeName, Snapshot};
-use super::signals::Distrust;
+
+/// Why an Event's word is not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Distrust {
+    /// The Node is neither cordoned nor tainted, which NTH always does to a node it acts on.
+    NotCordoned,
+    /// A kind EC2 sends only to spot instances, about an instance AWS says is on-demand.
+    NotSpot,
+    /// EC2 has not described the instance the Node names (not asked yet, or gone): neither the
+    /// Node's identity nor how the instance is bought is known.
+    InstanceNotDescribed,
+    /// The Node's name (or, for custom names, its address) is not the instance's it names.
+    IdentityMismatch,
+    /// Two Nodes name the same instance.
+    ClaimedTwice,
+    /// A scheduled-maintenance notice, and EC2 lists no scheduled event for the instance.
+    NoScheduledEvent,
+}
+
+impl Distrust {
+    /// The kebab-case name used in reports and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Distrust::NotCordoned => "not-cordoned",
+            Distrust::NotSpot => "not-spot",
+            Distrust::InstanceNotDescribed => "instance-not-described",
+            Distrust::IdentityMismatch => "identity-mismatch",
+            Distrust::ClaimedTwice => "claimed-twice",
+            Distrust::NoScheduledEvent => "no-scheduled-event",
+        }
+    }
+}
 
 /// The instances more than one Node claims, each with the claimant believed: the one Node whose
 /// name EC2 gave that instance (its private DNS name, or its id). Any Node may name any instance

@@ -35,6 +35,7 @@ pub use draining::{
 pub use expiry::Expired;
 pub use fallback::{plan_take_backs, Fallback, FallbackRefusal, RefusedFallback, TakeBack};
 pub use give_back::{pods_needed, GiveBack, GiveBackHow, LeftWhy};
+pub use identity::Distrust;
 pub use launches::{classify, launching_groups, LaunchFailure, ScalingActivity};
 pub use ledger_edit::{apply_all, decide_terminations, BoostId, LedgerEdit, Termination, TerminationDecision};
 pub use model::{
@@ -46,7 +47,7 @@ pub use policy::{Policy, SizingMode};
 pub use raises::{resolve_raises, unresolved_groups, ResolvedRaise};
 pub use scaling::{plan_scaling, Acting, ScalingPlan};
 pub(crate) use signals::{scheduled_events_needed, spot_interruptions_needed};
-pub use signals::{AtRisk, AtRiskSet, Distrust, DropReason, Dropped};
+pub use signals::{AtRisk, AtRiskSet, DropReason, Dropped};
 
 #[cfg(test)]
 mod properties;

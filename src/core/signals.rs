@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::fast_hash::{FastMap, FastSet};
 use super::flags::FlagSet;
-use super::identity;
+use super::identity::{self, Distrust};
 use super::model::{
     Evidence, Group, GroupName, InstanceFacts, InstanceId, InstanceLifecycle, Node, NodeName, Signal, SignalKind,
     Snapshot, Timestamp,
@@ -81,39 +81,6 @@ impl DropReason {
             DropReason::NoReplacementCalledFor => "no-replacement-called-for",
             DropReason::DeletingByCa => "deleting-by-ca",
             DropReason::Untrusted(d) => d.as_str(),
-        }
-    }
-}
-
-/// Why an Event's word is not taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Distrust {
-    /// The Node is neither cordoned nor tainted, which NTH always does to a node it acts on.
-    NotCordoned,
-    /// A kind EC2 sends only to spot instances, about an instance AWS says is on-demand.
-    NotSpot,
-    /// EC2 has not described the instance the Node names (not asked yet, or gone): neither the
-    /// Node's identity nor how the instance is bought is known.
-    InstanceNotDescribed,
-    /// The Node's name (or, for custom names, its address) is not the instance's it names.
-    IdentityMismatch,
-    /// Two Nodes name the same instance.
-    ClaimedTwice,
-    /// A scheduled-maintenance notice, and EC2 lists no scheduled event for the instance.
-    NoScheduledEvent,
-}
-
-impl Distrust {
-    /// The kebab-case name used in reports and metric labels.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Distrust::NotCordoned => "not-cordoned",
-            Distrust::NotSpot => "not-spot",
-            Distrust::InstanceNotDescribed => "instance-not-described",
-            Distrust::IdentityMismatch => "identity-mismatch",
-            Distrust::ClaimedTwice => "claimed-twice",
-            Distrust::NoScheduledEvent => "no-scheduled-event",
         }
     }
 }

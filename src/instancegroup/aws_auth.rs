@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_yaml::{Mapping, Value};
 
 /// The ConfigMap's namespace.
-pub(crate) const NAMESPACE: &str = "kube-system";
+pub(crate) const NAMESPACE: &str = crate::ports::AWS_AUTH_CONFIGMAP.0;
 /// The ConfigMap's name.
-pub const NAME: &str = "aws-auth";
+pub const NAME: &str = crate::ports::AWS_AUTH_CONFIGMAP.1;
 const MAP_ROLES: &str = "mapRoles";
 const NODE_USERNAME: &str = "system:node:{{EC2PrivateDNSName}}";
 const NODE_GROUPS: &[&str] = &["system:bootstrappers", "system:nodes"];

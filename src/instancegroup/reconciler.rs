@@ -27,8 +27,8 @@ use crate::instancegroup::validate::{
     managed_role_name, validate, FieldError, FieldErrorKind, IamRules, ObjectInfo, ValidateError,
 };
 use crate::metrics::{Metrics, ReconcileResult};
+use crate::ports::Clock;
 use crate::ports::{ClusterView, Leadership};
-use crate::workers::Clock;
 
 /// Reconciling one InstanceGroup failed.
 #[derive(Debug, thiserror::Error)]

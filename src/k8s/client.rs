@@ -305,7 +305,7 @@ pub async fn check_permissions(
             Scope::NthEvents => Some(namespaces.events.clone()),
             Scope::CaStatus => Some(namespaces.ca_status.clone()),
             Scope::Own => Some(namespaces.own.clone()),
-            Scope::KubeSystem => Some("kube-system".to_string()),
+            Scope::KubeSystem => Some(crate::ports::AWS_AUTH_CONFIGMAP.0.to_string()),
             Scope::InstanceManager => Some(namespaces.instance_manager.clone()),
         };
         let review = SelfSubjectAccessReview {
@@ -320,7 +320,7 @@ pub async fn check_permissions(
                         Named::CaStatus => namespaces.ca_status_name.clone(),
                         Named::Ledger => namespaces.ledger_name.clone(),
                         Named::Lease => namespaces.lease_name.clone(),
-                        Named::AwsAuth => crate::instancegroup::aws_auth::NAME.to_string(),
+                        Named::AwsAuth => crate::ports::AWS_AUTH_CONFIGMAP.1.to_string(),
                         Named::InstanceManagerConfig => namespaces.instance_manager_name.clone(),
                     }),
                     ..ResourceAttributes::default()

@@ -9,6 +9,10 @@ use thiserror::Error;
 use super::BoxError;
 use crate::core::{CaGroupView, GroupName, InstanceId, Node, NodeName, Pod, Signal, Timestamp};
 
+/// Where EKS maps IAM roles to Kubernetes users (namespace, name): the InstanceGroup half maps
+/// its node roles there, and the startup check asks for the right to.
+pub const AWS_AUTH_CONFIGMAP: (&str, &str) = ("kube-system", "aws-auth");
+
 /// The cluster as the watches see it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ClusterState {

@@ -8,6 +8,7 @@ mod cluster;
 mod events;
 mod leadership;
 mod ledger;
+mod memory_ledger;
 
 pub use aws::*;
 pub use clock::*;
@@ -15,6 +16,7 @@ pub use cluster::*;
 pub use events::*;
 pub use leadership::*;
 pub use ledger::*;
+pub use memory_ledger::MemoryLedger;
 
 /// Any error from below a port, without its SDK type.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

@@ -8,7 +8,6 @@
 
 pub(crate) mod actors;
 mod html;
-pub mod ledger;
 pub mod ports;
 pub mod scenario;
 pub mod world;
@@ -28,6 +27,7 @@ use crate::output::{structured, table, Width, TABLE_WIDTH};
 
 /// The cluster a scenario's groups belong to (their `kubernetes.io/cluster/<name>` tag).
 pub(crate) const SIMULATED_CLUSTER: &str = "simulated";
+use crate::ports::MemoryLedger;
 use crate::ports::{Clock, Leadership};
 use crate::units::format_duration;
 use crate::workers::drainer::{Drainer, DrainerSettings};
@@ -37,7 +37,6 @@ use crate::workers::scaler::{Scaler, ScalerSettings};
 use crate::workers::Ports;
 use crate::workers::WorkerContext;
 use actors::{ClusterAutoscaler, Nth};
-use ledger::MemoryLedger;
 use ports::SimWorld;
 pub use scenario::{parse_scenario, Scenario, ScenarioError};
 use world::{Sample, TimelineEntry, World};

@@ -12,7 +12,8 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use super::scaler::{ScalerError, Stages};
+use super::scaler_error::ScalerError;
+use super::stages::Stages;
 use super::{publish_all, WorkerContext};
 use crate::core::{apply_all, Boost, GroupName, LedgerEdit, NodeName, Timestamp};
 use crate::metrics::BoostOutcome;

@@ -14,6 +14,8 @@ pub mod ledger;
 #[cfg(test)]
 mod lost_answers;
 pub mod scaler;
+mod scaler_error;
+mod stages;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -15,11 +15,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use thiserror::Error;
 use tokio::sync::{watch, Notify};
 use tracing::{debug, debug_span, info, warn, Instrument};
 
 use super::boost_writes::{write_and_answer, BoostWrite, Flight, Landed, LANDING_ON_SHUTDOWN};
+pub use super::scaler_error::ScalerError;
+use super::stages::Stages;
 use super::{publish_all, Observation, WorkerContext};
 pub use super::{system_clock, Clock};
 use crate::core::{
@@ -29,8 +30,8 @@ use crate::core::{
 };
 use crate::metrics::{BoostOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
-    AutoScaling, AwsError, ClusterView, ClusterWrites, DesiredWrite, EventSink, LedgerError, LedgerStore, NodeEvent,
-    NodeEventReason, TagFilter, WriteOutcome,
+    AutoScaling, ClusterView, ClusterWrites, DesiredWrite, EventSink, LedgerStore, NodeEvent, NodeEventReason,
+    TagFilter, WriteOutcome,
 };
 use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
 
@@ -65,27 +66,6 @@ impl Default for ScalerSettings {
     }
 }
 
-/// Why a tick did nothing useful.
-#[derive(Debug, Error)]
-pub enum ScalerError {
-    /// Some watch has not synced.
-    #[error("the cluster view is not synced yet")]
-    NotSynced,
-    /// Describing groups failed.
-    #[error("describing groups failed")]
-    Describe(#[source] AwsError),
-    /// The guarded write could not even re-read the groups.
-    #[error("raising desired capacity failed")]
-    Raise(#[source] AwsError),
-    /// The groups of boosts whose write's outcome is unknown could not be read: nothing is
-    /// written until they are.
-    #[error("reading the groups of boosts whose write's outcome is unknown failed")]
-    ResolveRaises(#[source] AwsError),
-    /// The ledger could not be saved, so nothing was written to AWS.
-    #[error(transparent)]
-    Ledger(#[from] LedgerError),
-}
-
 /// What one tick did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct TickReport {
@@ -103,45 +83,6 @@ pub struct TickReport {
     pub(crate) not_leader: usize,
     /// Nodes moved from a group without capacity to its fallback: `(from, to, nodes)`.
     pub fell_back: Vec<(GroupName, GroupName, u32)>,
-}
-
-/// Where a pass's time went, stage by stage (monotonic time: durations, never `now`).
-pub(super) struct Stages {
-    last: tokio::time::Instant,
-    took: Vec<(&'static str, Duration)>,
-}
-
-impl Stages {
-    pub(super) fn start() -> Self {
-        Stages { last: tokio::time::Instant::now(), took: Vec::new() }
-    }
-
-    /// Ends the stage named `stage`.
-    pub(super) fn mark(&mut self, stage: &'static str) {
-        let at = tokio::time::Instant::now();
-        self.took.push((stage, at.duration_since(self.last)));
-        self.last = at;
-    }
-
-    /// Records the stages of a pass that raised some group (passes that write nothing are not
-    /// what a reaction is made of) and logs them at debug level.
-    pub(super) fn report(&self, metrics: &crate::metrics::Metrics, raised: &[(GroupName, u32, u32)]) {
-        if raised.is_empty() {
-            return;
-        }
-        for (stage, took) in &self.took {
-            metrics.scaler.observe_stage(stage, *took);
-        }
-        let ms = |stage: &str| self.took.iter().find(|(s, _)| *s == stage).map_or(0.0, |(_, d)| d.as_secs_f64() * 1e3);
-        debug!(
-            groups = raised.len(),
-            observe_ms = ms("observe"),
-            plan_ms = ms("plan"),
-            ledger_save_ms = ms("ledger-save"),
-            write_ms = ms("write"),
-            "boosting pass"
-        );
-    }
 }
 
 /// Which of a pass's boosts are written in it.
@@ -898,23 +839,6 @@ where
     }
 }
 
-impl super::PassError for ScalerError {
-    fn not_synced(&self) -> bool {
-        matches!(self, ScalerError::NotSynced)
-    }
-
-    fn ledger(&self) -> Option<&LedgerError> {
-        match self {
-            ScalerError::Ledger(l) => Some(l),
-            _ => None,
-        }
-    }
-
-    fn lost_lease(&self) -> bool {
-        matches!(self, ScalerError::Ledger(LedgerError::NotLeader) | ScalerError::Raise(AwsError::NotLeader { .. }))
-    }
-}
-
 impl<A, C, L, W, E> super::Worker for Scaler<A, C, L, W, E>
 where
     A: AutoScaling + 'static,
@@ -963,7 +887,7 @@ mod tests {
     use crate::core::{Evidence, InstanceId, Node, NodeName, Policy, Signal, SignalKind};
     use crate::fakes::{AsgCall, FakeAutoScaling, FakeContext, FakeRig, InMemoryCluster};
     use crate::metrics::Metrics;
-    use crate::ports::Leadership;
+    use crate::ports::{Leadership, LedgerError};
 
     /// A node of `group` that NTH has cordoned.
     fn node(name: &str, group: &str) -> Node {

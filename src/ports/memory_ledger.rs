@@ -1,10 +1,10 @@
-//! The ledger `simulate` keeps its boosts in: in memory, counting saves; tests make saves fail
-//! through it (`fakes` re-exports it).
+//! The [`LedgerStore`] kept in memory, counting saves: `simulate` keeps its boosts in it, and the
+//! test kit (`fakes` re-exports it) makes saves fail or lose their answers through it.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::{LedgerError, LedgerStore};
 use crate::core::BoostLedger;
-use crate::ports::{LedgerError, LedgerStore};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
