@@ -41,6 +41,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                 excluded: false,
                 foreign: false,
                 fallbacks: Vec::new(),
+                tenant_namespace: None,
             },
         );
         let mut boosted = BTreeSet::new();
