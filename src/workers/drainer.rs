@@ -23,6 +23,7 @@ use thiserror::Error;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use super::told_once::ToldOnce;
 use super::{Observation, WorkerContext};
 use crate::core::{
     apply_all, decide_terminations, eviction_order, plan_draining, BatchPlan, DrainState, DrainWait, DrainingPlan,
@@ -164,7 +165,7 @@ pub(crate) struct Drainer<A, C, L, W, E> {
     to_terminate: BTreeMap<NodeName, PendingTermination>,
     heartbeat: Option<Heartbeat>,
     /// Nodes whose opt-out wait was told, so it is told once.
-    told_opted_out: HashSet<NodeName>,
+    told_opted_out: ToldOnce<NodeName>,
     /// Groups whose `AZRebalance` process is active, as last described.
     az_rebalance: HashSet<GroupName>,
     /// Without `--suspend-az-rebalance`: the groups tagged as suspended by a booster, listed once
@@ -191,7 +192,7 @@ where
             drains: DrainState::default(),
             to_terminate: BTreeMap::new(),
             heartbeat: None,
-            told_opted_out: HashSet::new(),
+            told_opted_out: ToldOnce::default(),
             az_rebalance: HashSet::new(),
             az_rebalance_to_resume: None,
             pass_again: false,
@@ -279,12 +280,12 @@ where
         for w in &plan.waiting {
             let DrainWait::OptedOut { node, .. } = &w.reason else { continue };
             waiting.insert(node.clone());
-            if self.told_opted_out.insert(node.clone()) {
+            if self.told_opted_out.first(node.clone(), ()) {
                 info!(%node, group = %w.group, reason = %w.reason, "drain deferred");
                 self.tell(node, NodeEventReason::DrainDeferred, w.reason.to_string()).await;
             }
         }
-        self.told_opted_out.retain(|n| waiting.contains(n));
+        self.told_opted_out.keep(|n| waiting.contains(n));
     }
 
     /// Before the first eviction: says which opt-outs a confirmed interruption overrides and

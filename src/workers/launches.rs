@@ -18,6 +18,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::warn;
 
+use super::told_once::ToldOnce;
 use super::WorkerContext;
 use crate::core::{classify, launching_groups, GroupName, InstanceId, LaunchFailure, Timestamp};
 use crate::ports::{
@@ -56,7 +57,7 @@ pub struct LaunchWatcher<A, C, L, W, E> {
     ctx: Arc<WorkerContext<A, C, L, W, E>>,
     settings: LaunchWatchSettings,
     /// Failed activities already told, by id.
-    told: BTreeSet<String>,
+    told: ToldOnce<String>,
     /// Boosts already told stalled, by group and decision time.
     stalled: BTreeSet<(GroupName, Timestamp)>,
     /// Since when each group has listed fewer instances than its desired capacity, without a
@@ -80,7 +81,7 @@ where
         LaunchWatcher {
             ctx,
             settings,
-            told: BTreeSet::new(),
+            told: ToldOnce::default(),
             stalled: BTreeSet::new(),
             short_since: BTreeMap::new(),
             heartbeat: None,
@@ -127,7 +128,9 @@ where
         }
         let ledger = self.ctx.ledger.current().await;
         let launching = launching_groups(&ledger);
-        self.told.retain(|_| !launching.is_empty());
+        if launching.is_empty() {
+            self.told.clear();
+        }
         self.stalled.retain(|(g, at)| ledger.records.iter().any(|r| &r.group == g && r.at == *at));
         self.short_since.retain(|g, _| launching.contains_key(g));
         if launching.is_empty() {
@@ -154,7 +157,7 @@ where
             // Oldest first, so Events read in the order AWS failed.
             for activity in activities.iter().rev() {
                 let Some(failure) = classify(activity) else { continue };
-                if !self.told.insert(activity.id.clone()) {
+                if !self.told.first(activity.id.clone(), ()) {
                     continue;
                 }
                 if matches!(failure, LaunchFailure::Capacity { .. }) {

@@ -16,6 +16,7 @@ mod lost_answers;
 pub mod scaler;
 mod scaler_error;
 mod stages;
+mod told_once;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -11,7 +11,7 @@
 //! twice, never given back for capacity that was not added.
 //! A follower plans too (its metrics stay meaningful) but saves and writes nothing.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +21,7 @@ use tracing::{debug, debug_span, info, warn, Instrument};
 use super::boost_writes::{write_and_answer, BoostWrite, Flight, Landed, LANDING_ON_SHUTDOWN};
 pub use super::scaler_error::ScalerError;
 use super::stages::Stages;
+use super::told_once::ToldOnce;
 use super::{publish_all, Observation, WorkerContext};
 pub use super::{system_clock, Clock};
 use crate::core::{
@@ -104,9 +105,9 @@ pub struct Scaler<A, C, L, W, E> {
     /// Instances whose Events are not believed, with why, already counted.
     untrusted: BTreeSet<(InstanceId, &'static str)>,
     /// The last hold reason published per instance, so a held boost is told once, not per plan.
-    told_held: HashMap<InstanceId, String>,
+    told_held: ToldOnce<InstanceId, String>,
     /// The refused fallbacks told (failing group, fallback), so each is told once while it lasts.
-    told_refused: BTreeSet<(GroupName, GroupName)>,
+    told_refused: ToldOnce<(GroupName, GroupName)>,
     was_leader: bool,
     /// Boost writes sent from the loop and not answered yet.
     flights: Vec<Flight>,
@@ -132,8 +133,8 @@ where
             wake: Arc::new(Notify::new()),
             counted: BTreeSet::new(),
             untrusted: BTreeSet::new(),
-            told_held: HashMap::new(),
-            told_refused: BTreeSet::new(),
+            told_held: ToldOnce::default(),
+            told_refused: ToldOnce::default(),
             was_leader: false,
             flights: Vec::new(),
             last_wave_gap: Duration::ZERO,
@@ -796,7 +797,7 @@ where
     async fn tell_refused_fallbacks(&mut self, snapshot: &Snapshot, refused: &[RefusedFallback]) {
         let mut told = Vec::new();
         for r in refused {
-            if !self.told_refused.insert((r.record.group.clone(), r.to.clone())) {
+            if !self.told_refused.first((r.record.group.clone(), r.to.clone()), ()) {
                 continue;
             }
             warn!(group = %r.record.group, fallback = %r.to, reason = r.reason.as_str(), "a fallback the group's tag names is refused");
@@ -810,7 +811,7 @@ where
             let instances: Vec<&InstanceId> = r.record.instances.iter().collect();
             told.extend(Self::node_events(snapshot, &instances, NodeEventReason::FallbackRefused, &note));
         }
-        self.told_refused.retain(|(from, to)| refused.iter().any(|r| r.record.group == *from && r.to == *to));
+        self.told_refused.keep(|(from, to)| refused.iter().any(|r| r.record.group == *from && r.to == *to));
         publish_all(&self.ctx.events, told).await;
     }
 
@@ -821,7 +822,7 @@ where
             let instances: Vec<&InstanceId> = h.instances.iter().collect();
             for node in Self::nodes_of(snapshot, &instances) {
                 let Some(instance) = node.instance.clone() else { continue };
-                if self.told_held.get(&instance) == Some(&note) {
+                if !self.told_held.first(instance, note.clone()) {
                     continue;
                 }
                 self.ctx.metrics.scaler.boost(h.group.as_str(), BoostOutcome::Held);
@@ -830,11 +831,10 @@ where
                     reason: NodeEventReason::BoostHeld,
                     note: note.clone(),
                 });
-                self.told_held.insert(instance, note.clone());
             }
         }
         let still: BTreeSet<&InstanceId> = held.iter().flat_map(|h| h.instances.iter()).collect();
-        self.told_held.retain(|i, _| still.contains(i));
+        self.told_held.keep(|i| still.contains(i));
         publish_all(&self.ctx.events, told).await;
     }
 }
