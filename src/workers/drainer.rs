@@ -778,8 +778,8 @@ where
     /// `--asg-tag-filter`. Another cluster's group, suspended by its own booster, is never
     /// touched. A tag of `true` is an older release's, which named no cluster: served is enough.
     async fn resume_az_rebalance(&mut self, snapshot: &Snapshot) {
-        let cluster = self.ctx.groups.cluster();
         if self.az_rebalance_to_resume.is_none() {
+            let cluster = self.ctx.groups.cluster();
             let suspended = TagFilter { key: AZ_REBALANCE_SUSPENDED_TAG.into(), value: None };
             match self.ctx.aws.discover_groups(std::slice::from_ref(&suspended)).await {
                 Ok(groups) => {
@@ -802,6 +802,10 @@ where
             .filter(|g| snapshot.groups.get(*g).is_some_and(Group::served))
             .collect();
         let now_served: Vec<GroupName> = to_resume.iter().filter(|g| served.contains(g)).cloned().collect();
+        if now_served.is_empty() {
+            return;
+        }
+        let cluster = self.ctx.groups.cluster();
         for group in now_served {
             match self.ctx.aws.suspend_az_rebalance(&group, false, &cluster).await {
                 Ok(()) => {
