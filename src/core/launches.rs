@@ -8,10 +8,11 @@
 //! and is an operator's to fix.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::model::{BoostLedger, GroupName, Timestamp};
+use super::model::{BoostLedger, BoostRecord, GroupName, Timestamp};
 
 /// One scaling activity of a group, as Auto Scaling reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,6 +78,26 @@ pub fn launching_groups(ledger: &BoostLedger) -> BTreeMap<GroupName, Timestamp> 
     groups
 }
 
+/// The open boosts of `group` whose nodes are overdue at `now`: the group has listed fewer
+/// instances than its desired capacity without a break since `short_since`, and neither that
+/// nor the boost is newer than `launch_timeout`. Whatever AWS says (or does not), such a group is
+/// taken as without capacity. A boost whose write is unanswered is not counted: its nodes may
+/// not be asked for yet.
+pub fn stalled_boosts<'l>(
+    ledger: &'l BoostLedger,
+    group: &'l GroupName,
+    short_since: Timestamp,
+    now: Timestamp,
+    launch_timeout: Duration,
+) -> impl Iterator<Item = &'l BoostRecord> + 'l {
+    ledger.records.iter().filter(move |r| {
+        &r.group == group
+            && r.expired.is_none()
+            && r.raising_to.is_none()
+            && now.since(r.at.max(short_since)) >= launch_timeout
+    })
+}
+
 /// EC2 error codes that mean "no capacity here" (or no quota for it), with the wording messages
 /// use when they do not name the code.
 const CAPACITY: &[(&str, &[&str])] = &[
@@ -121,6 +142,26 @@ mod tests {
             description: format!("Launching a new EC2 instance.  Status Reason: {message}"),
             started: Timestamp::from_millis(0),
         }
+    }
+
+    #[test]
+    fn a_boost_stalls_once_its_group_stayed_short_for_the_launch_timeout_after_it() {
+        let mut ledger = BoostLedger::default();
+        ledger.record(BoostRecord::test("a", &["i-1"], 1, 10_000));
+        let mut unanswered = BoostRecord::test("a", &["i-2"], 1, 0);
+        unanswered.raising_to = Some(5);
+        ledger.record(unanswered);
+        ledger.record(BoostRecord::test("b", &["i-3"], 1, 0));
+        let (a, timeout) = (GroupName::from("a"), Duration::from_secs(180));
+        let stalled = |short_since: i64, now: i64| -> Vec<String> {
+            stalled_boosts(&ledger, &a, Timestamp::from_millis(short_since), Timestamp::from_millis(now), timeout)
+                .flat_map(|r| r.instances.iter().map(ToString::to_string))
+                .collect()
+        };
+        assert_eq!(stalled(0, 190_000), ["i-1"], "180 s after the boost; the unanswered one and b's are not");
+        assert!(stalled(0, 189_999).is_empty());
+        assert!(stalled(100_000, 190_000).is_empty(), "short only since 100 s: a moment's gap is no stall");
+        assert_eq!(stalled(100_000, 280_000), ["i-1"]);
     }
 
     fn code(message: &str) -> Option<String> {

@@ -370,9 +370,35 @@ impl LedgerEdit {
             LedgerEdit::Move(id, part) => {
                 Some(LedgerEdit::ConfirmMove { id: id.clone(), to: part.group.clone(), at: part.at })
             }
+            LedgerEdit::Lowering { id, moved_at, .. } => {
+                Some(LedgerEdit::Lowered { id: id.clone(), moved_at: *moved_at, lowered: true })
+            }
             _ => None,
         }
     }
+
+    /// The edit that records `answer` to the write this intent was saved for: confirmed when it
+    /// applied, taken back when it was not made, and none while unknown, so the record stays
+    /// unanswered until a read of its group resolves it (see [`super::raises`]).
+    pub fn answered(&self, answer: WriteAnswer) -> Option<LedgerEdit> {
+        match answer {
+            WriteAnswer::Applied => self.confirm(),
+            WriteAnswer::NotMade => self.undo(),
+            WriteAnswer::Unknown => None,
+        }
+    }
+}
+
+/// What became of a write whose intent the ledger holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WriteAnswer {
+    /// AWS applied it (or a read shows it did, though its answer was an error).
+    Applied,
+    /// It was not made: refused, or lost a race, before anything changed.
+    NotMade,
+    /// It may or may not have applied, and no read has told yet.
+    Unknown,
 }
 
 /// Applies `edits` in order; returns, for each, whether it applied.
@@ -436,6 +462,33 @@ mod tests {
         assert_eq!((l.records[0].added, l.records[0].moved.len()), (3, 0));
         assert!(open.undo().unwrap().apply(&mut l));
         assert!(l.records.is_empty());
+    }
+
+    #[test]
+    fn every_intent_is_confirmed_when_applied_taken_back_when_not_made_and_left_while_unknown() {
+        let record = BoostRecord::test("a", &["i-1"], 2, 0);
+        let id = record.id();
+        let at = Timestamp::from_millis(5);
+        let part =
+            MovedPart { group: "b".into(), added: 1, at, raising_to: Some(3), taken_back: false, lowering_to: None };
+        let intents = [
+            (LedgerEdit::Open(record.clone()), LedgerEdit::Confirm(id.clone()), LedgerEdit::Withdraw(id.clone())),
+            (
+                LedgerEdit::Move(id.clone(), part),
+                LedgerEdit::ConfirmMove { id: id.clone(), to: "b".into(), at },
+                LedgerEdit::UndoMove { id: id.clone(), to: "b".into(), at },
+            ),
+            (
+                LedgerEdit::Lowering { id: id.clone(), moved_at: at, to: 4 },
+                LedgerEdit::Lowered { id: id.clone(), moved_at: at, lowered: true },
+                LedgerEdit::Lowered { id: id.clone(), moved_at: at, lowered: false },
+            ),
+        ];
+        for (intent, confirmed, undone) in intents {
+            assert_eq!(intent.answered(WriteAnswer::Applied), Some(confirmed), "{intent:?}");
+            assert_eq!(intent.answered(WriteAnswer::NotMade), Some(undone), "{intent:?}");
+            assert_eq!(intent.answered(WriteAnswer::Unknown), None, "{intent:?}");
+        }
     }
 
     #[test]

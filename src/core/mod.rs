@@ -18,6 +18,7 @@ pub(crate) mod identity;
 pub mod launches;
 pub mod ledger_edit;
 pub(crate) mod model;
+pub mod pacing;
 pub mod policy;
 pub(crate) mod raises;
 pub mod scaling;
@@ -36,13 +37,16 @@ pub use expiry::Expired;
 pub use fallback::{plan_take_backs, Fallback, FallbackRefusal, RefusedFallback, TakeBack};
 pub use give_back::{pods_needed, GiveBack, GiveBackHow, LeftWhy};
 pub use identity::Distrust;
-pub use launches::{classify, launching_groups, LaunchFailure, ScalingActivity};
-pub use ledger_edit::{apply_all, decide_terminations, BoostId, LedgerEdit, Termination, TerminationDecision};
+pub use launches::{classify, launching_groups, stalled_boosts, LaunchFailure, ScalingActivity};
+pub use ledger_edit::{
+    apply_all, decide_terminations, BoostId, LedgerEdit, Termination, TerminationDecision, WriteAnswer,
+};
 pub use model::{
     BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, GiveBackNode, Group, GroupName, InstanceFacts,
     InstanceId, InstanceLifecycle, MovedPart, Namespace, Node, NodeName, OptOut, Pod, PodClass, PodName, PodUid,
     Resources, Signal, SignalKind, Snapshot, Timestamp, INTERRUPTION_NOTICE, NODE_OPT_OUT,
 };
+pub use pacing::{BurstTimes, WavePace};
 pub use policy::{Policy, SizingMode};
 pub use raises::{resolve_raises, unresolved_groups, ResolvedRaise};
 pub use scaling::{plan_scaling, Acting, ScalingPlan};

@@ -3,15 +3,17 @@
 //! close in the same pass), then boosts that stop waiting, then the ledger without the boosts that
 //! are finished, and last the new boosts, planned against that ledger.
 
+use std::collections::BTreeSet;
+
 use serde::{Deserialize, Serialize};
 
 use super::boost::{plan_boosts, BoostPlan};
 use super::drain::close_finished_boosts;
 use super::expiry::{expire_boosts, Expired};
-use super::fallback::{plan_fallbacks, refused_fallbacks, Fallback, RefusedFallback};
+use super::fallback::{failing, plan_fallbacks, refused_fallbacks, Fallback, RefusedFallback};
 use super::give_back::{plan_give_backs, GiveBack};
 use super::ledger_edit::{apply_all, LedgerEdit};
-use super::model::{BoostLedger, Snapshot, Timestamp};
+use super::model::{BoostLedger, GroupName, Snapshot, Timestamp};
 use super::policy::Policy;
 use super::signals::{fold_signals_with_nodes, AtRiskSet};
 
@@ -52,6 +54,12 @@ pub struct ScalingPlan {
     /// Groups named as fallbacks of a failing group that may not take its nodes (to report).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refused_fallbacks: Vec<RefusedFallback>,
+    /// Groups boosted now that failed to launch for want of capacity and name fallbacks: they
+    /// will not launch these nodes either, so once a group's raise is written the scaler plans
+    /// again at once and the nodes move to its fallback without waiting for the next failed
+    /// activity.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub replan_once_raised: BTreeSet<GroupName>,
 }
 
 /// Plans one scaling pass over `snapshot` at `now`.
@@ -82,7 +90,26 @@ pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting
             (plan_fallbacks(snapshot, &ledger, policy, now), refused_fallbacks(snapshot, &ledger, policy, now))
         }
     };
-    ScalingPlan { at_risk, give_backs, expired, ledger, closes, boosts, fallbacks, refused_fallbacks }
+    let replan_once_raised = boosts
+        .boosts
+        .iter()
+        .map(|b| &b.group)
+        .filter(|g| {
+            failing(snapshot, g, policy, now) && snapshot.groups.get(*g).is_some_and(|g| !g.fallbacks.is_empty())
+        })
+        .cloned()
+        .collect();
+    ScalingPlan {
+        at_risk,
+        give_backs,
+        expired,
+        ledger,
+        closes,
+        boosts,
+        fallbacks,
+        refused_fallbacks,
+        replan_once_raised,
+    }
 }
 
 #[cfg(test)]

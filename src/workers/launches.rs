@@ -20,7 +20,7 @@ use tracing::warn;
 
 use super::told_once::ToldOnce;
 use super::WorkerContext;
-use crate::core::{classify, launching_groups, GroupName, InstanceId, LaunchFailure, Timestamp};
+use crate::core::{classify, launching_groups, stalled_boosts, GroupName, InstanceId, LaunchFailure, Timestamp};
 use crate::ports::{
     AutoScaling, AwsError, ClusterView, ClusterWrites, EventSink, LedgerStore, NodeEvent, NodeEventReason,
 };
@@ -171,16 +171,10 @@ where
                 report.failed.push((group.name.clone(), failure));
             }
             let missing = group.desired - listed;
-            for r in ledger.records.iter().filter(|r| r.group == group.name && r.expired.is_none()) {
-                let waiting_since = r.at.max(short_since);
-                if r.raising_to.is_some() || now.since(waiting_since) < self.settings.launch_timeout {
-                    continue;
-                }
+            for r in stalled_boosts(&ledger, &group.name, short_since, now, self.settings.launch_timeout) {
                 if self.stalled.insert((r.group.clone(), r.at)) {
                     self.tell_stalled(&group.name, &r.instances.iter().cloned().collect::<Vec<_>>(), missing).await;
                     report.stalled.push(group.name.clone());
-                    // Whatever AWS says (or does not), a group that lists none of its missing
-                    // instances after the launch timeout is taken as without capacity.
                     self.ctx.groups.note_capacity_failure(&group.name, now);
                     if let Some(scaler) = &self.scaler {
                         scaler.notify_one();

@@ -4,7 +4,6 @@
 //! The scaler and the drainer share one [`WorkerContext`]: the ports, the ledger, the group book,
 //! the leadership flag and the metrics. Every replica runs both and plans; only the leader writes.
 
-mod boost_writes;
 pub mod drainer;
 pub mod groups;
 pub mod launches;
@@ -14,8 +13,6 @@ pub mod ledger;
 #[cfg(test)]
 mod lost_answers;
 pub mod scaler;
-mod scaler_error;
-mod stages;
 mod told_once;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -26,7 +26,7 @@ pub enum ScalerError {
     Ledger(#[from] LedgerError),
 }
 
-impl super::PassError for ScalerError {
+impl crate::workers::PassError for ScalerError {
     fn not_synced(&self) -> bool {
         matches!(self, ScalerError::NotSynced)
     }

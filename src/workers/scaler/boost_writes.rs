@@ -1,0 +1,240 @@
+//! A pass's boost writes, from the guarded `SetDesiredCapacity` calls to the ledger's answer. The
+//! scaler's loop sends them apart from the pass that planned them ([`Flight`]), so the next pass
+//! plans while AWS answers: a group whose burst ends during a slow write is written then, not
+//! after it. The groups of writes in flight are planned again only once they land.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use super::error::ScalerError;
+use super::guarded::{send_and_answer, Answered, Direction, LostAnswer};
+use super::stages::Stages;
+use crate::core::{Boost, GroupName, LedgerEdit, NodeName, Timestamp, WriteAnswer};
+use crate::metrics::BoostOutcome;
+use crate::ports::{
+    AutoScaling, AwsError, ClusterView, ClusterWrites, DesiredWrite, EventSink, LedgerStore, NodeEvent,
+    NodeEventReason, WriteOutcome,
+};
+use crate::workers::WorkerContext;
+
+/// One boost whose record is saved, and what its write needs to be told and measured.
+pub(super) struct BoostWrite {
+    pub(super) boost: Boost,
+    /// The edit that opened its record (answered by its confirmation or its undoing).
+    pub(super) open: LedgerEdit,
+    /// The Nodes of its at-risk instances, told of the write.
+    pub(super) nodes: Vec<NodeName>,
+    /// When each of its instances was first seen at risk, for the reaction histogram.
+    pub(super) seen: Vec<Timestamp>,
+}
+
+/// What AWS answered to a pass's boost writes.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Landed {
+    /// `(group, from, to)` of every write that applied (or would have, in dry run).
+    pub(super) raised: Vec<(GroupName, u32, u32)>,
+    /// Groups whose write lost a race; re-planned.
+    pub(super) raced: Vec<GroupName>,
+    /// Groups whose write failed, with the error category.
+    pub(super) failed: Vec<(GroupName, &'static str)>,
+}
+
+/// Boost writes sent from the scaler's loop and not answered yet.
+pub(super) struct Flight {
+    groups: BTreeSet<GroupName>,
+    /// [`FLYING`], [`WANTED`] (a pass ran while they flew and left something for after their
+    /// answer) or [`LANDED`]: one word, so a pass asking for a wake-up and the task ending never
+    /// miss each other.
+    state: Arc<AtomicU8>,
+    task: JoinHandle<()>,
+}
+
+const FLYING: u8 = 0;
+const WANTED: u8 = 1;
+const LANDED: u8 = 2;
+
+impl Flight {
+    /// Sends `writes` on their own task. Once they are answered it wakes the scaler when a write
+    /// raced, when a group raised is failing for want of capacity (in `failing`: its nodes move
+    /// to a fallback at once), or when a pass waited for them ([`Flight::want`]); not merely
+    /// because a write failed, which would retry it in a loop.
+    pub(super) fn send<A, C, L, W, E>(
+        ctx: Arc<WorkerContext<A, C, L, W, E>>,
+        writes: Vec<BoostWrite>,
+        failing: BTreeSet<GroupName>,
+        stages: Stages,
+        wake: Arc<Notify>,
+    ) -> Flight
+    where
+        A: AutoScaling + 'static,
+        C: ClusterView + 'static,
+        L: LedgerStore + 'static,
+        W: ClusterWrites + 'static,
+        E: EventSink + 'static,
+    {
+        let groups = writes.iter().map(|w| w.boost.group.clone()).collect();
+        let state = Arc::new(AtomicU8::new(FLYING));
+        let task = {
+            let state = state.clone();
+            tokio::spawn(async move {
+                let again = match write_and_answer(&ctx, writes, stages).await {
+                    Ok(landed) => !landed.raced.is_empty() || landed.raised.iter().any(|(g, ..)| failing.contains(g)),
+                    Err(e) => {
+                        crate::workers::report_failed_pass("scaler", &ctx.metrics, &e);
+                        false
+                    }
+                };
+                if state.swap(LANDED, Ordering::AcqRel) == WANTED || again {
+                    wake.notify_one();
+                }
+            })
+        };
+        Flight { groups, state, task }
+    }
+
+    /// Asks for a pass once its writes are answered; false when they already are (no pass
+    /// follows for this asking, and its groups are free to plan).
+    pub(super) fn want(&self) -> bool {
+        match self.state.compare_exchange(FLYING, WANTED, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => true,
+            Err(state) => state == WANTED,
+        }
+    }
+
+    /// Whether its writes are answered (or its task ended otherwise).
+    pub(super) fn landed(&self) -> bool {
+        self.state.load(Ordering::Acquire) == LANDED || self.task.is_finished()
+    }
+
+    /// The groups it writes.
+    pub(super) fn groups(&self) -> &BTreeSet<GroupName> {
+        &self.groups
+    }
+
+    /// Waits for it to land.
+    pub(super) async fn land(self) {
+        if let Err(e) = self.task.await {
+            warn!(error = %e, "a boost write's task ended without its answer; its groups are resolved from a read");
+        }
+    }
+}
+
+/// Sends one guarded write per boost (concurrently, after one read of their groups), and has
+/// AWS's answers recorded ([`send_and_answer`]): applied writes are confirmed, raced and failed
+/// ones taken back so their instances are planned again, and an error that may have applied is
+/// settled by a read of the group, or left for `core::raises` when the read cannot tell. Tells
+/// each boost's Nodes.
+pub(super) async fn write_and_answer<A, C, L, W, E>(
+    ctx: &WorkerContext<A, C, L, W, E>,
+    writes: Vec<BoostWrite>,
+    mut stages: Stages,
+) -> Result<Landed, ScalerError>
+where
+    A: AutoScaling,
+    C: ClusterView,
+    L: LedgerStore,
+    W: ClusterWrites,
+    E: EventSink,
+{
+    let mut landed = Landed::default();
+    if writes.is_empty() {
+        return Ok(landed);
+    }
+    let requests: Vec<DesiredWrite> = writes
+        .iter()
+        .map(|w| DesiredWrite { group: w.boost.group.clone(), expected: w.boost.from, to: w.boost.to })
+        .collect();
+    let intents: Vec<&LedgerEdit> = writes.iter().map(|w| &w.open).collect();
+    let mut issued = None;
+    let tell = |i: usize, a: &Answered| -> Vec<NodeEvent> {
+        let issued = *issued.get_or_insert_with(|| {
+            stages.mark("write");
+            (ctx.clock)()
+        });
+        tell_answer(ctx, &writes[i], a, issued, &mut landed)
+    };
+    match send_and_answer(ctx, (&intents, &requests), (Direction::Raise, LostAnswer::ReadNow), tell).await {
+        Ok(_) => {}
+        Err(e) => {
+            // Nothing was written: the guard's re-read failed, or the lease went since the
+            // ledger was saved. Then the withdrawal is not saved either, and the next leader
+            // resolves the unanswered records from their groups (`core::raises`).
+            let lease = matches!(e, ScalerError::Raise(AwsError::NotLeader { .. }));
+            let outcome = if lease { BoostOutcome::NotLeader } else { BoostOutcome::Failed };
+            for w in &writes {
+                ctx.metrics.scaler.boost(w.boost.group.as_str(), outcome);
+            }
+            return Err(e);
+        }
+    }
+    stages.report(&ctx.metrics, &landed.raised);
+    Ok(landed)
+}
+
+/// Logs, counts and tells what became of one boost's write; returns the Events for its Nodes.
+fn tell_answer<A, C, L, W, E>(
+    ctx: &WorkerContext<A, C, L, W, E>,
+    w: &BoostWrite,
+    a: &Answered,
+    issued: Timestamp,
+    landed: &mut Landed,
+) -> Vec<NodeEvent> {
+    let (boost, group) = (&w.boost, a.group.clone());
+    match (&a.outcome, a.answer) {
+        (Ok(outcome @ (WriteOutcome::Written { from, to } | WriteOutcome::DryRun { from, to })), _) => {
+            let (from, to) = (*from, *to);
+            info!(%group, from, to, instances = boost.record.instances.len(), reason = %boost.reason, "boosted");
+            ctx.metrics.scaler.desired(group.as_str(), to);
+            let dry = matches!(outcome, WriteOutcome::DryRun { .. });
+            ctx.metrics.scaler.boost(group.as_str(), if dry { BoostOutcome::DryRun } else { BoostOutcome::Written });
+            for seen in &w.seen {
+                let reaction = issued.since(*seen);
+                ctx.metrics.scaler.observe_reaction(reaction);
+                debug!(%group, reaction_ms = reaction.as_millis(), "signal → write");
+            }
+            let note = format!(
+                "{}desired capacity of {} {from} -> {to}: {}",
+                if dry { "dry run: " } else { "" },
+                boost.group,
+                boost.reason
+            );
+            landed.raised.push((group, from, to));
+            w.nodes
+                .iter()
+                .map(|node| NodeEvent {
+                    node: node.clone(),
+                    reason: NodeEventReason::BoostRequested,
+                    note: note.clone(),
+                })
+                .collect()
+        }
+        (Ok(WriteOutcome::Raced { live }), _) => {
+            info!(%group, planned_from = boost.from, live, "desired capacity changed since the plan; re-planning");
+            ctx.metrics.scaler.boost(group.as_str(), BoostOutcome::Raced);
+            landed.raced.push(group);
+            Vec::new()
+        }
+        (Err(e), WriteAnswer::Unknown) => {
+            warn!(%group, error = %e, "SetDesiredCapacity's outcome is unknown; resolved from the group before anything else is written");
+            ctx.metrics.scaler.boost(group.as_str(), BoostOutcome::Failed);
+            landed.failed.push((group, e.category()));
+            Vec::new()
+        }
+        (Err(e), _) => {
+            warn!(%group, error = %e, category = e.category(), "boost not written");
+            ctx.metrics.scaler.boost(group.as_str(), BoostOutcome::Failed);
+            landed.failed.push((group, e.category()));
+            Vec::new()
+        }
+    }
+}
+
+/// How long the scaler's loop waits for writes in flight when it stops: long enough for an AWS
+/// answer and a ledger save, so a restart finds them answered rather than resolving them by a read.
+pub(super) const LANDING_ON_SHUTDOWN: Duration = Duration::from_secs(10);

@@ -1,0 +1,257 @@
+//! What the scaler carries out besides boost writes, each decided by the core: give-backs and
+//! expiries noted in the ledger, fallback moves and take-backs written to AWS behind a saved
+//! intent, and boosts whose write's answer was lost resolved from a read of their groups.
+
+use std::collections::BTreeMap;
+
+use tracing::{debug, info, warn};
+
+use super::guarded::{send_and_answer, Answered, Direction, LostAnswer};
+use super::{Scaler, ScalerError};
+use crate::core::{
+    apply_all, plan_take_backs, resolve_raises, unresolved_groups, BoostExpiry, Expired, Fallback, GiveBack,
+    GiveBackHow, GroupName, InstanceId, LedgerEdit, LeftWhy, Snapshot, TakeBack, WriteAnswer,
+};
+use crate::metrics::{BoostOutcome, GiveBackOutcome};
+use crate::ports::{
+    AutoScaling, ClusterView, ClusterWrites, DesiredWrite, EventSink, LedgerStore, NodeEvent, NodeEventReason,
+    WriteOutcome,
+};
+
+impl<A, C, L, W, E> Scaler<A, C, L, W, E>
+where
+    A: AutoScaling + 'static,
+    C: ClusterView + 'static,
+    L: LedgerStore + 'static,
+    W: ClusterWrites + 'static,
+    E: EventSink + 'static,
+{
+    /// Resolves the boosts whose write's outcome is unknown (see `core::raises`) from a fresh
+    /// read of their groups. Until that read succeeds the tick writes nothing.
+    pub(super) async fn resolve_unknown_raises(&self) -> Result<(), ScalerError> {
+        let ctx = &self.ctx;
+        let groups: Vec<GroupName> = unresolved_groups(&ctx.ledger.current().await).into_iter().collect();
+        if groups.is_empty() {
+            return Ok(());
+        }
+        for group in &groups {
+            ctx.groups.invalidate(group).await;
+        }
+        let described = ctx.aws.describe_groups(&groups).await.map_err(ScalerError::ResolveRaises)?;
+        let mut live = BTreeMap::new();
+        for g in described {
+            ctx.groups.note_desired(&g.name, g.desired).await;
+            live.insert(g.name, g.desired);
+        }
+        let mut resolved = Vec::new();
+        ctx.ledger
+            .update(|l| {
+                let edits;
+                (edits, resolved) = resolve_raises(l, &live);
+                apply_all(l, &edits);
+            })
+            .await?;
+        for r in resolved {
+            let (group, asked, kept) = (&r.group, r.asked, r.kept);
+            match r.live {
+                Some(live) if kept > 0 => {
+                    warn!(%group, asked, live, kept, "a boost whose write's answer was lost is there: kept")
+                }
+                Some(live) => {
+                    warn!(%group, asked, live, "a boost whose write's answer was lost never applied: planned again")
+                }
+                None => warn!(%group, asked, "a boost whose write's answer was lost was for a group that is gone"),
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the nodes boosts miss in groups without capacity to their fallbacks: the move is
+    /// saved on the boost's record (the fallback's write marked unconfirmed) before the guarded
+    /// raise of the fallback, confirmed or undone after it ([`send_and_answer`]); then the failing
+    /// group's desired capacity is lowered by what moved, if no instance can be terminated by that.
+    pub(super) async fn fall_back(
+        &self,
+        snapshot: &Snapshot,
+        moves: &[Fallback],
+        report: &mut Vec<(GroupName, GroupName, u32)>,
+    ) -> Result<(), ScalerError> {
+        let ctx = &self.ctx;
+        let now = (ctx.clock)();
+        let moves: Vec<(&Fallback, LedgerEdit)> = moves.iter().map(|f| (f, f.moving(now))).collect();
+        let mut made = Vec::new();
+        ctx.ledger.update(|l| made = moves.iter().map(|(_, m)| m.apply(l)).collect()).await?;
+        let (applied, intents): (Vec<&Fallback>, Vec<&LedgerEdit>) =
+            moves.iter().zip(made).filter(|(_, made)| *made).map(|((f, m), _)| (*f, m)).unzip();
+        if applied.is_empty() {
+            return Ok(());
+        }
+        let writes: Vec<DesiredWrite> = applied
+            .iter()
+            .map(|f| DesiredWrite {
+                group: f.to.clone(),
+                expected: f.to_desired,
+                to: f.to_desired.saturating_add(f.nodes),
+            })
+            .collect();
+        let tell = |i: usize, a: &Answered| -> Vec<NodeEvent> {
+            let (f, group) = (applied[i], &a.group);
+            match (&a.outcome, a.answer) {
+                (Ok(WriteOutcome::Written { from, to } | WriteOutcome::DryRun { from, to }), _) => {
+                    warn!(from_group = %f.record.group, %group, nodes = f.nodes, from, to, "no capacity in the boosted group: its missing nodes moved to its fallback");
+                    ctx.metrics.scaler.boost(group.as_str(), BoostOutcome::FellBack);
+                    report.push((f.record.group.clone(), group.clone(), f.nodes));
+                    let note = format!(
+                        "{} node(s) {} could not launch (no capacity) asked of {group} instead: {from} -> {to}",
+                        f.nodes, f.record.group
+                    );
+                    let instances: Vec<&InstanceId> = f.record.instances.iter().collect();
+                    Self::node_events(snapshot, &instances, NodeEventReason::BoostFellBack, &note)
+                }
+                // The next tick reads the fallback first (`core::raises`).
+                (Err(e), WriteAnswer::Unknown) => {
+                    warn!(%group, error = %e, "a fallback's write has an unknown outcome");
+                    Vec::new()
+                }
+                (outcome, _) => {
+                    warn!(%group, ?outcome, "a fallback's write was not made; planned again");
+                    Vec::new()
+                }
+            }
+        };
+        send_and_answer(ctx, (&intents, &writes), (Direction::Raise, LostAnswer::ResolveNextPass), tell).await?;
+        Ok(())
+    }
+
+    /// Lowers boosts' own groups by the nodes that moved to a fallback and will never launch
+    /// there: the intent is saved before the guarded write (sent only while the group lists no
+    /// more instances than the lowered value) and the outcome after ([`send_and_answer`]), so a
+    /// group is never lowered twice for the same nodes. The core plans them on the ledger as
+    /// the moves were answered: a move AWS refused is taken back, never lowered for.
+    pub(super) async fn take_back_unlaunched(&self, snapshot: &Snapshot) -> Result<(), ScalerError> {
+        let ctx = &self.ctx;
+        let plan = plan_take_backs(snapshot, &ctx.ledger.current().await);
+        if plan.is_empty() {
+            return Ok(());
+        }
+        let writes: Vec<DesiredWrite> =
+            plan.iter().map(|t| DesiredWrite { group: t.record.group.clone(), expected: t.from, to: t.to() }).collect();
+        let intents: Vec<LedgerEdit> = plan.iter().map(TakeBack::lowering).collect();
+        ctx.ledger.update(|l| _ = apply_all(l, &intents)).await?;
+        let intents: Vec<&LedgerEdit> = intents.iter().collect();
+        let tell = |i: usize, a: &Answered| -> Vec<NodeEvent> {
+            let group = &a.group;
+            match (&a.outcome, a.answer) {
+                (Ok(WriteOutcome::Written { to, .. } | WriteOutcome::DryRun { to, .. }), _) => {
+                    info!(%group, nodes = plan[i].nodes, to, "desired capacity lowered by the nodes it could not launch");
+                }
+                // The next tick reads the group first (`core::raises`).
+                (Err(e), WriteAnswer::Unknown) => warn!(%group, error = %e, "lowering a group has an unknown outcome"),
+                (outcome, _) => {
+                    debug!(%group, ?outcome, "desired capacity left as it is: an instance could be terminated by lowering it, or it changed");
+                }
+            }
+            Vec::new()
+        };
+        send_and_answer(ctx, (&intents, &writes), (Direction::LowerUnlaunched, LostAnswer::ResolveNextPass), tell)
+            .await?;
+        Ok(())
+    }
+
+    /// Gives back boosted nodes whose at-risk instance AWS took first. Nothing lowers desired
+    /// capacity here: the node chosen for each is recorded in the ledger and the drainer cordons,
+    /// drains and terminates it with decrement; an instance with nothing to give back is settled.
+    pub(super) async fn give_back(&self, plan: &[GiveBack]) -> Result<(), ScalerError> {
+        let ctx = &self.ctx;
+        ctx.ledger
+            .update(|l| {
+                plan.iter().for_each(|g| {
+                    g.edit().apply(l);
+                });
+            })
+            .await?;
+        for g in plan {
+            let (group, reclaimed) = (&g.group, &g.reclaimed);
+            match &g.how {
+                GiveBackHow::Drain(chosen) => {
+                    info!(%group, %reclaimed, node = %chosen.node, "AWS took a boosted at-risk instance first; draining a node to give its capacity back");
+                    ctx.metrics.scaler.give_back(group.as_str(), GiveBackOutcome::NodeChosen);
+                }
+                GiveBackHow::AtFloor => {
+                    info!(%group, %reclaimed, "reclaimed instance settled; the group has nothing more to give back");
+                    ctx.metrics.scaler.give_back(group.as_str(), GiveBackOutcome::AtFloor);
+                }
+                GiveBackHow::LeftToClusterAutoscaler { why: LeftWhy::NoNodeInTime } => {
+                    warn!(%group, %reclaimed, "no node of the group could be drained to give back the capacity boosted for an instance AWS took first; left to Cluster Autoscaler");
+                    ctx.metrics.scaler.give_back(group.as_str(), GiveBackOutcome::LeftToClusterAutoscaler);
+                }
+                GiveBackHow::LeftToClusterAutoscaler { why: LeftWhy::PodsProtected { node, pods } } => {
+                    let pods = pods.join(", ");
+                    warn!(%group, %reclaimed, %node, %pods, "every node that could give back the capacity boosted for an instance AWS took first carries a pod that opted out of disruption or that nothing recreates; left to Cluster Autoscaler");
+                    ctx.metrics.scaler.give_back(group.as_str(), GiveBackOutcome::LeftToClusterAutoscaler);
+                    let note = format!(
+                        "not drained to give back the node boosted in {group} for {reclaimed}, which AWS took first: \
+                         it carries pods that opted out of disruption or that nothing recreates ({pods}), as does \
+                         every other node that could be; Cluster Autoscaler removes the extra capacity when it \
+                         finds it unneeded"
+                    );
+                    let event = NodeEvent {
+                        node: node.clone(),
+                        reason: NodeEventReason::GiveBackLeftToClusterAutoscaler,
+                        note,
+                    };
+                    ctx.events.publish(event).await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks boosts that stopped waiting in the ledger, then tells each of their nodes why and
+    /// what is left as it was.
+    pub(super) async fn expire(&self, snapshot: &Snapshot, expired: &[Expired]) -> Result<(), ScalerError> {
+        self.ctx
+            .ledger
+            .update(|held| {
+                expired.iter().for_each(|e| {
+                    e.edit().apply(held);
+                });
+            })
+            .await?;
+        for e in expired {
+            self.ctx.metrics.scaler.boost(
+                e.record.group.as_str(),
+                match e.why {
+                    BoostExpiry::ReplacementTimeout => BoostOutcome::ExpiredReplacementTimeout,
+                    BoostExpiry::DrainDeferred => BoostOutcome::ExpiredDrainDeferred,
+                    BoostExpiry::MaxAge => BoostOutcome::ExpiredMaxAge,
+                },
+            );
+            let waited = match e.why {
+                BoostExpiry::ReplacementTimeout => {
+                    format!("{} of {} replacement(s) Ready after --replacement-timeout", e.ready, e.added)
+                }
+                BoostExpiry::DrainDeferred => {
+                    "its replacements are Ready but a pod's opt-out still defers the drain after --replacement-timeout"
+                        .to_string()
+                }
+                BoostExpiry::MaxAge => "open longer than --max-boost-age".to_string(),
+            };
+            warn!(group = %e.record.group, instances = e.record.instances.len(), reason = e.why.as_str(), "boost expired");
+            let ids: Vec<&InstanceId> = e.record.instances.iter().collect();
+            for node in Self::nodes_of(snapshot, &ids) {
+                let note = format!(
+                    "{waited}: the boost of {} stops waiting, scale-down protection is lifted and the budget \
+                     freed; this node is not drained for it and stays as NTH left it (uncordon it, or let the \
+                     interruption take it)",
+                    e.record.group
+                );
+                self.ctx
+                    .events
+                    .publish(NodeEvent { node: node.name.clone(), reason: NodeEventReason::BoostExpired, note })
+                    .await;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,434 @@
+//! The scaler: wakes on a signal (or the resync tick), lets a burst of signals settle, asks the
+//! core's `plan_scaling` for give-backs, expiries, the ledger to keep and boosts, persists the
+//! boosts in the ledger, then raises desired capacity with one guarded write per group.
+//!
+//! The ledger is saved **before** the AWS write, each new record with the desired capacity it
+//! asks for, and that mark is cleared once AWS answers. Writes that lose a race (desired changed
+//! since the plan) or fail before anything changed are taken back out of the ledger and
+//! re-planned. A record whose write's outcome stayed unknown (a crash between the two, a lost
+//! answer whose re-read failed, a ledger save applied though answered with an error) is resolved
+//! from a fresh read of its group before anything else is written (`core::raises`): never boosted
+//! twice, never given back for capacity that was not added.
+//! A follower plans too (its metrics stay meaningful) but saves and writes nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tracing::{debug_span, warn, Instrument};
+
+mod boost_writes;
+mod error;
+mod execute;
+mod guarded;
+mod stages;
+mod tell;
+
+use super::told_once::ToldOnce;
+pub use super::{system_clock, Clock};
+use super::{Observation, WorkerContext};
+use crate::core::{
+    apply_all, plan_scaling, unresolved_groups, Acting, Boost, BoostLedger, BoostPlan, BurstTimes, GroupName,
+    InstanceId, LedgerEdit, ScalingPlan, Snapshot, Timestamp, WavePace,
+};
+use crate::metrics::BoostOutcome;
+use crate::ports::{AutoScaling, ClusterView, ClusterWrites, EventSink, LedgerStore, TagFilter};
+use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
+use boost_writes::{write_and_answer, BoostWrite, Flight, Landed, LANDING_ON_SHUTDOWN};
+pub use error::ScalerError;
+use stages::Stages;
+
+/// How the scaler paces itself.
+#[derive(Debug, Clone)]
+pub struct ScalerSettings {
+    /// A wake-up waits this long for quiet before planning, so a burst is planned together.
+    pub coalesce_quiet: Duration,
+    /// A group's burst has ended once no node of it became at risk for this long: its write
+    /// waits for that, so a burst costs one write per group. Longer than `coalesce_quiet`: NTH
+    /// handles a group's nodes one after another (cordon, taint, Event), tens of milliseconds
+    /// apart on a busy API server.
+    pub(crate) group_quiet: Duration,
+    /// …but a group's write never waits longer than this after its first signal.
+    pub(crate) coalesce_max: Duration,
+    /// …and a plan never waits longer than this after a wake-up: groups whose burst has ended
+    /// are written then, while the others' signals still arrive.
+    pub(crate) settle_max: Duration,
+    /// Plan at least this often even without signals.
+    pub(crate) resync: Duration,
+}
+
+impl ScalerSettings {
+    /// The times wave pacing works with.
+    fn burst(&self) -> BurstTimes {
+        BurstTimes {
+            coalesce_quiet: self.coalesce_quiet,
+            group_quiet: self.group_quiet,
+            coalesce_max: self.coalesce_max,
+        }
+    }
+}
+
+impl Default for ScalerSettings {
+    fn default() -> Self {
+        ScalerSettings {
+            coalesce_quiet: Duration::from_millis(20),
+            group_quiet: Duration::from_millis(50),
+            coalesce_max: Duration::from_millis(250),
+            settle_max: Duration::from_millis(60),
+            resync: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What one tick did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct TickReport {
+    /// Groups whose desired capacity was raised (or would have been, in dry run): `(group, from, to)`.
+    pub(crate) raised: Vec<(GroupName, u32, u32)>,
+    /// Groups whose write lost a race; re-planned at once.
+    pub(crate) raced: Vec<GroupName>,
+    /// Boosts left to the next pass: their group's signals were still arriving.
+    pub(crate) settling: usize,
+    /// Groups whose write failed, with the error category.
+    pub failed: Vec<(GroupName, &'static str)>,
+    /// At-risk instances held (at max, backoff, …).
+    pub held: usize,
+    /// Boosts a follower left to the leader.
+    pub(crate) not_leader: usize,
+    /// Nodes moved from a group without capacity to its fallback: `(from, to, nodes)`.
+    pub fell_back: Vec<(GroupName, GroupName, u32)>,
+}
+
+/// Which of a pass's boosts are written in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pacing {
+    /// Every one (a pass called directly).
+    Now,
+    /// Those whose group's burst has ended (the worker's loop, which passes again soon).
+    PerGroup,
+}
+
+/// The scaler worker.
+pub struct Scaler<A, C, L, W, E> {
+    ctx: Arc<WorkerContext<A, C, L, W, E>>,
+    settings: ScalerSettings,
+    wake: Arc<Notify>,
+    /// Signals already counted in the metrics, by instance.
+    counted: BTreeSet<(InstanceId, &'static str)>,
+    /// Instances whose Events are not believed, with why, already counted.
+    untrusted: BTreeSet<(InstanceId, &'static str)>,
+    /// The last hold reason published per instance, so a held boost is told once, not per plan.
+    told_held: ToldOnce<InstanceId, String>,
+    /// The refused fallbacks told (failing group, fallback), so each is told once while it lasts.
+    told_refused: ToldOnce<(GroupName, GroupName)>,
+    was_leader: bool,
+    /// Boost writes sent from the loop and not answered yet.
+    flights: Vec<Flight>,
+    /// How far apart the last wave's nodes came, for pacing the next.
+    pace: WavePace,
+    heartbeat: Option<Heartbeat>,
+}
+
+impl<A, C, L, W, E> Scaler<A, C, L, W, E>
+where
+    A: AutoScaling + 'static,
+    C: ClusterView + 'static,
+    L: LedgerStore + 'static,
+    W: ClusterWrites + 'static,
+    E: EventSink + 'static,
+{
+    /// A scaler over the shared context.
+    pub fn new(ctx: Arc<WorkerContext<A, C, L, W, E>>, settings: ScalerSettings) -> Self {
+        Scaler {
+            ctx,
+            settings,
+            wake: Arc::new(Notify::new()),
+            counted: BTreeSet::new(),
+            untrusted: BTreeSet::new(),
+            told_held: ToldOnce::default(),
+            told_refused: ToldOnce::default(),
+            was_leader: false,
+            flights: Vec::new(),
+            pace: WavePace::default(),
+            heartbeat: None,
+        }
+    }
+
+    /// Registers with `beats` as `worker:scaler` and beats at every pass, for `/livez`. It counts as
+    /// wedged once a pass is later than its longest wait plus [`WORKER_SILENCE_LIMIT`].
+    pub(crate) fn beating(mut self, beats: &Heartbeats) -> Self {
+        self.heartbeat = Some(
+            beats.register("worker:scaler", self.settings.resync + self.settings.coalesce_max + WORKER_SILENCE_LIMIT),
+        );
+        self
+    }
+
+    /// Makes `wake` the scaler's waker (the watches are built before the scaler).
+    pub(crate) fn woken_by(mut self, wake: Arc<Notify>) -> Self {
+        self.wake = wake;
+        self
+    }
+
+    /// Notifying this wakes the scaler (the signal watch calls it for every new signal).
+    pub fn waker(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
+    /// Describes the groups that match `filters`, so their sizes are known before any signal.
+    pub async fn start(&mut self, filters: &[TagFilter]) -> Result<(), ScalerError> {
+        self.ctx.groups.discover(&self.ctx.aws, filters).await.map_err(ScalerError::Describe)?;
+        Ok(())
+    }
+
+    /// Runs until `shutdown` turns true. The first pass runs at once: it learns every node's
+    /// group and every group's size before a signal needs them, and acts on signals that came
+    /// while no replica ran.
+    pub async fn run(self, shutdown: watch::Receiver<bool>) -> Self {
+        let mut scaler = super::run_worker(self, shutdown).await;
+        if tokio::time::timeout(LANDING_ON_SHUTDOWN, scaler.land_all()).await.is_err() {
+            warn!("boost writes still unanswered at shutdown; the next leader resolves them by a read");
+        }
+        scaler
+    }
+
+    /// Waits for every write in flight to be answered.
+    async fn land_all(&mut self) {
+        for flight in std::mem::take(&mut self.flights) {
+            flight.land().await;
+        }
+    }
+
+    /// Whether `plan` asks for more than boosts and closes of records outside `flying`.
+    fn beyond_boosts(plan: &ScalingPlan, ledger: &BoostLedger, flying: &BTreeSet<GroupName>) -> bool {
+        let in_flight =
+            |id: &crate::core::BoostId| ledger.records.iter().any(|r| r.id() == *id && flying.contains(&r.group));
+        !plan.give_backs.is_empty()
+            || !plan.expired.is_empty()
+            || !plan.fallbacks.is_empty()
+            || plan.closes.iter().any(|c| matches!(c, LedgerEdit::Close { id, .. } if in_flight(id)))
+    }
+
+    /// Waits for a burst of wake-ups to pause: until no wake-up came for `coalesce_quiet`, or
+    /// `settle_max` passed.
+    async fn settle(&self) {
+        super::settle(&self.wake, self.settings.coalesce_quiet, self.settings.settle_max).await;
+    }
+
+    /// One planning pass and all its writes.
+    pub async fn tick(&mut self) -> Result<TickReport, ScalerError> {
+        self.pass(Pacing::Now).await
+    }
+
+    /// One planning pass and the writes `pacing` lets through now: observe, plan (one core call),
+    /// carry the plan out, report.
+    async fn pass(&mut self, pacing: Pacing) -> Result<TickReport, ScalerError> {
+        let mut stages = Stages::start();
+        let ctx = self.ctx.clone();
+        let leading = self.lead().await?;
+        let flying = self.land(pacing).await;
+        if !self.unknown_outcomes_resolved(leading, &flying).await? {
+            return Ok(TickReport::default());
+        }
+        let now = (ctx.clock)();
+        let Observation { snapshot, first_seen, .. } =
+            ctx.observe(false).await.map_err(ScalerError::Describe)?.ok_or(ScalerError::NotSynced)?;
+        stages.mark("observe");
+        self.report_view(leading, &snapshot, now);
+        let acting = if leading { Acting::Leader } else { Acting::Follower };
+        let plan = plan_scaling(&snapshot, &ctx.policy, now, acting);
+        stages.mark("plan");
+        self.count_untrusted(&plan.at_risk);
+        if !leading {
+            return Ok(self.follow(&plan));
+        }
+        if !flying.is_empty() && Self::beyond_boosts(&plan, &snapshot.ledger, &flying) {
+            // Give-backs, expiries and fallbacks change the ledger the boosts were planned on,
+            // and may touch the groups in flight: all wait for the landing, which wakes the loop.
+            return Ok(TickReport::default());
+        }
+        let mut report = self.carry_out_ledger_changes(&snapshot, &plan, &flying).await?;
+        let ScalingPlan { closes, boosts: BoostPlan { mut boosts, .. }, at_risk, replan_once_raised, .. } = plan;
+        if pacing == Pacing::PerGroup {
+            report.settling =
+                self.pace.hold_back_settling(&mut boosts, &at_risk, &first_seen, now, &self.settings.burst());
+        }
+        // A group's next write waits for its last one's answer: planned from the size before it,
+        // it would undo it. Its landing wakes the loop.
+        boosts.retain(|b| !flying.contains(&b.group));
+        let writes = self.open_boosts(&snapshot, &first_seen, &boosts, &closes).await?;
+        stages.mark("ledger-save");
+        if writes.is_empty() {
+            return Ok(report);
+        }
+        let replan: BTreeSet<GroupName> =
+            writes.iter().map(|w| &w.boost.group).filter(|g| replan_once_raised.contains(*g)).cloned().collect();
+        if pacing == Pacing::Now {
+            let Landed { raised, raced, failed } = write_and_answer(&ctx, writes, stages).await?;
+            if raised.iter().any(|(g, ..)| replan.contains(g)) {
+                self.wake.notify_one();
+            }
+            report.raised = raised;
+            report.raced = raced;
+            report.failed.extend(failed);
+        } else {
+            self.flights.push(Flight::send(ctx.clone(), writes, replan, stages, self.wake.clone()));
+        }
+        Ok(report)
+    }
+
+    /// Whether this replica leads, reloading the ledger first when it follows (its copy is stale)
+    /// or has just become the leader (it must see what the last one saved).
+    async fn lead(&mut self) -> Result<bool, ScalerError> {
+        let leading = self.ctx.leadership.is_leader();
+        if !leading || !self.was_leader {
+            self.ctx.ledger.reload().await?;
+        }
+        self.was_leader = leading;
+        Ok(leading)
+    }
+
+    /// Records the answers of the flights that landed (all of them, waiting, when `pacing` is
+    /// `Now`) and returns the groups of those still wanting an answer. Whatever this pass leaves
+    /// for them (boosts of their groups, give-backs, expiries, fallbacks, take-backs, lost
+    /// answers) is planned once they land; one that landed since is not in flight.
+    async fn land(&mut self, pacing: Pacing) -> BTreeSet<GroupName> {
+        if pacing == Pacing::Now {
+            self.land_all().await;
+        }
+        let (landed, flying): (Vec<Flight>, Vec<Flight>) =
+            std::mem::take(&mut self.flights).into_iter().partition(Flight::landed);
+        self.flights = flying;
+        for flight in landed {
+            flight.land().await;
+        }
+        self.flights.iter().filter(|f| f.want()).flat_map(|f| f.groups().iter().cloned()).collect()
+    }
+
+    /// Whether the pass may go on: a leader first resolves the boosts whose write's answer was
+    /// lost by a read; those other than the flights' wait until the flights land (each wakes
+    /// the loop).
+    async fn unknown_outcomes_resolved(
+        &self,
+        leading: bool,
+        flying: &BTreeSet<GroupName>,
+    ) -> Result<bool, ScalerError> {
+        if leading && flying.is_empty() {
+            self.resolve_unknown_raises().await?;
+        } else if leading && !unresolved_groups(&self.ctx.ledger.current().await).is_subset(flying) {
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// Carries out the plan's give-backs, expiries and fallback moves, then the take-backs they
+    /// allow, and tells what the plan holds or refuses. The take-backs are planned by the core on
+    /// the ledger as AWS answered the moves: a move AWS refused is taken back, never lowered for.
+    async fn carry_out_ledger_changes(
+        &mut self,
+        snapshot: &Snapshot,
+        plan: &ScalingPlan,
+        flying: &BTreeSet<GroupName>,
+    ) -> Result<TickReport, ScalerError> {
+        let mut report =
+            TickReport { held: plan.boosts.held.iter().map(|h| h.instances.len()).sum(), ..TickReport::default() };
+        if !plan.give_backs.is_empty() {
+            self.give_back(&plan.give_backs).await?;
+        }
+        if !plan.expired.is_empty() {
+            self.expire(snapshot, &plan.expired).await?;
+        }
+        if !plan.fallbacks.is_empty() {
+            self.fall_back(snapshot, &plan.fallbacks, &mut report.fell_back).await?;
+        }
+        if flying.is_empty() {
+            self.take_back_unlaunched(snapshot).await?;
+        }
+        self.tell_held(snapshot, &plan.boosts.held).await;
+        self.tell_refused_fallbacks(snapshot, &plan.refused_fallbacks).await;
+        Ok(report)
+    }
+
+    /// Saves the boosts' records (and the plan's closes) in the ledger held now, and returns the
+    /// writes of those it opened: the drainer may have noted returns, settlements or an
+    /// operator's uncordon since the plan, and a record covering one of a boost's instances
+    /// refuses its opening.
+    async fn open_boosts(
+        &self,
+        snapshot: &Snapshot,
+        first_seen: &BTreeMap<InstanceId, Timestamp>,
+        boosts: &[Boost],
+        closes: &[LedgerEdit],
+    ) -> Result<Vec<BoostWrite>, ScalerError> {
+        let ctx = &self.ctx;
+        let opens: Vec<LedgerEdit> = boosts.iter().map(|b| LedgerEdit::Open(b.record.clone())).collect();
+        let mut opened = Vec::new();
+        ctx.ledger
+            .update(|held| {
+                apply_all(held, closes);
+                opened = apply_all(held, &opens);
+            })
+            .await?;
+        let mut writes = Vec::new();
+        for ((boost, open), opened) in boosts.iter().zip(opens).zip(opened) {
+            if !opened {
+                warn!(group = %boost.group, instances = boost.record.instances.len(), "a boost's instances are already covered by the ledger held now; not written");
+                ctx.metrics.scaler.boost(boost.group.as_str(), BoostOutcome::Covered);
+            } else if !boost.writes() {
+                ctx.metrics.scaler.boost(boost.group.as_str(), BoostOutcome::NoNodeNeeded);
+            } else {
+                let instances: Vec<&InstanceId> = boost.record.instances.iter().collect();
+                writes.push(BoostWrite {
+                    nodes: Self::nodes_of(snapshot, &instances).into_iter().map(|n| n.name.clone()).collect(),
+                    seen: instances.iter().filter_map(|i| first_seen.get(*i)).copied().collect(),
+                    boost: boost.clone(),
+                    open,
+                });
+            }
+        }
+        Ok(writes)
+    }
+}
+
+impl<A, C, L, W, E> super::Worker for Scaler<A, C, L, W, E>
+where
+    A: AutoScaling + 'static,
+    C: ClusterView + 'static,
+    L: LedgerStore + 'static,
+    W: ClusterWrites + 'static,
+    E: EventSink + 'static,
+{
+    type Error = ScalerError;
+    const PASS_AT_START: bool = true;
+    const NAME: &'static str = "scaler";
+
+    fn heartbeat(&self) -> Option<&Heartbeat> {
+        self.heartbeat.as_ref()
+    }
+
+    fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.ctx.metrics
+    }
+
+    /// A wake-up (a new signal) and the pause after its burst, or the resync.
+    async fn next_pass_due(&mut self) {
+        tokio::select! {
+            _ = self.wake.notified() => self.settle().await,
+            _ = tokio::time::sleep(self.settings.resync) => {}
+        }
+    }
+
+    /// A pass that lets each group's write go once its burst ended; one that left writes for
+    /// later (settling) wakes the loop again.
+    async fn pass_once(&mut self) -> Result<(), ScalerError> {
+        let report = self.pass(Pacing::PerGroup).instrument(debug_span!("scaler_pass")).await?;
+        // A raced write wakes the loop from its flight, which alone knows of it.
+        if report.settling > 0 {
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
