@@ -85,7 +85,7 @@ pub fn decide_terminations(
     let mut edits = Vec::new();
     let mut decisions = Vec::with_capacity(pending.len());
     for t in pending {
-        let boosted = t.gives_back.as_ref().unwrap_or(&t.instance);
+        let boosted = t.boosted();
         let decision = TerminationDecision {
             decrement: t.decrement && held.may_return(boosted, &t.instance),
             retried: held.is_returning(boosted, &t.instance),
@@ -100,6 +100,72 @@ pub fn decide_terminations(
         decisions.push(decision);
     }
     (edits, decisions)
+}
+
+/// What became of a termination whose intent [`decide_terminations`] saved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TerminationAnswer {
+    /// AWS terminated it, decrementing desired capacity or not (an instance already gone after an
+    /// earlier call whose answer was lost counts as ours, decremented).
+    Terminated {
+        /// Whether desired capacity went down with it.
+        decremented: bool,
+    },
+    /// It was gone before the call: AWS took it first, so it gave nothing back.
+    TakenFirst,
+    /// Not made (refused before anything changed, or a dry run).
+    NotMade,
+    /// It may or may not have applied: the return stays counted and the call is made again.
+    Unknown,
+}
+
+impl Termination {
+    /// The instance whose boost the termination returns a node of.
+    pub fn boosted(&self) -> &InstanceId {
+        self.gives_back.as_ref().unwrap_or(&self.instance)
+    }
+
+    /// The edits that record `answer` to this termination's call: the return counted before it
+    /// ends (kept only when desired capacity went down); an instance AWS took first is unsettled
+    /// (it was not our departure, so the scaler may give its node back), and so is the one a
+    /// give-back was for, which gave nothing back either; a give-back that ended, whichever way,
+    /// is no longer in progress. Edits of one kind come before the next kind's across
+    /// terminations (see [`answer_terminations`]).
+    fn answered(&self, answer: TerminationAnswer) -> Vec<LedgerEdit> {
+        let end = |decremented| LedgerEdit::EndReturn {
+            boosted: self.boosted().clone(),
+            terminated: self.instance.clone(),
+            decremented,
+        };
+        let ended_give_back = self.gives_back.iter().map(|r| LedgerEdit::EndGiveBack(r.clone()));
+        match answer {
+            TerminationAnswer::Terminated { decremented } => {
+                std::iter::once(end(decremented)).chain(ended_give_back).collect()
+            }
+            TerminationAnswer::TakenFirst => std::iter::once(end(false))
+                .chain(std::iter::once(LedgerEdit::Unsettle(self.instance.clone())))
+                .chain(self.gives_back.iter().map(|r| LedgerEdit::Unsettle(r.clone())))
+                .chain(ended_give_back)
+                .collect(),
+            TerminationAnswer::NotMade => vec![end(false)],
+            TerminationAnswer::Unknown => Vec::new(),
+        }
+    }
+}
+
+/// The edits that record the answers to terminations whose intents [`decide_terminations`]
+/// saved: every return ended first, then every instance unsettled, then every give-back ended.
+pub fn answer_terminations<'t>(
+    answers: impl IntoIterator<Item = (&'t Termination, TerminationAnswer)>,
+) -> Vec<LedgerEdit> {
+    let rank = |e: &LedgerEdit| match e {
+        LedgerEdit::EndReturn { .. } => 0,
+        LedgerEdit::Unsettle(_) => 1,
+        _ => 2,
+    };
+    let mut edits: Vec<LedgerEdit> = answers.into_iter().flat_map(|(t, a)| t.answered(a)).collect();
+    edits.sort_by_key(rank);
+    edits
 }
 
 /// One change to the ledger.
@@ -489,6 +555,40 @@ mod tests {
             assert_eq!(intent.answered(WriteAnswer::NotMade), Some(undone), "{intent:?}");
             assert_eq!(intent.answered(WriteAnswer::Unknown), None, "{intent:?}");
         }
+    }
+
+    #[test]
+    fn termination_answers_end_returns_first_unsettle_what_aws_took_and_leave_the_unknown_counted() {
+        let t = |instance: &str, gives_back: Option<&str>| Termination {
+            instance: instance.into(),
+            decrement: true,
+            gives_back: gives_back.map(Into::into),
+        };
+        let (own, give_back, unknown, refused) =
+            (t("i-1", None), t("i-r", Some("i-2")), t("i-3", None), t("i-4", None));
+        let edits = answer_terminations([
+            (&give_back, TerminationAnswer::TakenFirst),
+            (&own, TerminationAnswer::Terminated { decremented: true }),
+            (&unknown, TerminationAnswer::Unknown),
+            (&refused, TerminationAnswer::NotMade),
+        ]);
+        let end = |boosted: &str, terminated: &str, decremented| LedgerEdit::EndReturn {
+            boosted: boosted.into(),
+            terminated: terminated.into(),
+            decremented,
+        };
+        assert_eq!(
+            edits,
+            [
+                end("i-2", "i-r", false),
+                end("i-1", "i-1", true),
+                end("i-4", "i-4", false),
+                LedgerEdit::Unsettle("i-r".into()),
+                LedgerEdit::Unsettle("i-2".into()),
+                LedgerEdit::EndGiveBack("i-2".into()),
+            ],
+            "the unknown one keeps its return counted: its call is made again"
+        );
     }
 
     #[test]

@@ -39,7 +39,8 @@ pub use give_back::{pods_needed, GiveBack, GiveBackHow, LeftWhy};
 pub use identity::Distrust;
 pub use launches::{classify, launching_groups, stalled_boosts, LaunchFailure, ScalingActivity};
 pub use ledger_edit::{
-    apply_all, decide_terminations, BoostId, LedgerEdit, Termination, TerminationDecision, WriteAnswer,
+    answer_terminations, apply_all, decide_terminations, BoostId, LedgerEdit, Termination, TerminationAnswer,
+    TerminationDecision, WriteAnswer,
 };
 pub use model::{
     BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, GiveBackNode, Group, GroupName, InstanceFacts,

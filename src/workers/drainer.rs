@@ -26,14 +26,14 @@ use tracing::{info, warn};
 use super::told_once::ToldOnce;
 use super::{Observation, WorkerContext};
 use crate::core::{
-    apply_all, decide_terminations, eviction_order, plan_draining, BatchPlan, DrainState, DrainWait, DrainingPlan,
-    EndedDrain, EvictionResult, EvictionRound, Group, GroupName, HowDrainEnded, InstanceId, LedgerEdit, Node, NodeName,
-    Pod, Snapshot, Termination, Timestamp,
+    answer_terminations, apply_all, decide_terminations, eviction_order, plan_draining, BatchPlan, DrainState,
+    DrainWait, DrainingPlan, EndedDrain, EvictionResult, EvictionRound, Group, GroupName, HowDrainEnded, InstanceId,
+    LedgerEdit, Node, NodeName, Pod, Snapshot, Termination, TerminationAnswer, Timestamp,
 };
 use crate::metrics::{DrainOutcome, EvictionOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
     AutoScaling, AwsError, ClusterView, ClusterWrites, EventSink, EvictOutcome, GroupDescription, LedgerError,
-    LedgerStore, NodeEvent, NodeEventReason, PodRef, TagFilter, TerminateOutcome, AZ_REBALANCE_SUSPENDED_TAG,
+    LedgerStore, NodeEvent, PodRef, TagFilter, TerminateOutcome, AZ_REBALANCE_SUSPENDED_TAG,
 };
 use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
 
@@ -117,6 +117,13 @@ struct PendingTermination {
     decrement: bool,
     /// The instance AWS took first whose boosted node this termination gives back.
     gives_back: Option<InstanceId>,
+}
+
+impl PendingTermination {
+    /// What the core decides and answers it as.
+    fn termination(&self) -> Termination {
+        Termination { instance: self.instance.clone(), decrement: self.decrement, gives_back: self.gives_back.clone() }
+    }
 }
 
 /// One eviction with a deadline; `k` names the round it belongs to.
@@ -282,7 +289,7 @@ where
             waiting.insert(node.clone());
             if self.told_opted_out.first(node.clone(), ()) {
                 info!(%node, group = %w.group, reason = %w.reason, "drain deferred");
-                self.tell(node, NodeEventReason::DrainDeferred, w.reason.to_string()).await;
+                self.publish(NodeEvent::drain_deferred(node, &w.reason)).await;
             }
         }
         self.told_opted_out.keep(|n| waiting.contains(n));
@@ -291,18 +298,14 @@ where
     /// Before the first eviction: says which opt-outs a confirmed interruption overrides and
     /// which pods nothing will recreate.
     async fn tell_before_evicting(&self, node: &Node) {
-        let named =
-            |pods: Vec<&Pod>| pods.iter().map(|p| format!("{}/{}", p.namespace, p.name)).collect::<Vec<_>>().join(", ");
         let evictable: Vec<&Pod> = node.pods.iter().filter(|p| p.class.is_evictable()).collect();
         let opted: Vec<&Pod> = evictable.iter().copied().filter(|p| p.opt_out.is_some()).collect();
         if !opted.is_empty() {
-            let note = format!("the instance is being interrupted; evicting pods that opted out: {}", named(opted));
-            self.tell(&node.name, NodeEventReason::OptOutOverridden, note).await;
+            self.publish(NodeEvent::opt_out_overridden(&node.name, &opted)).await;
         }
         let bare: Vec<&Pod> = evictable.iter().copied().filter(|p| p.bare).collect();
         if !bare.is_empty() {
-            let note = format!("evicting pods no controller will recreate: {}", named(bare));
-            self.tell(&node.name, NodeEventReason::BarePodsEvicted, note).await;
+            self.publish(NodeEvent::bare_pods_evicted(&node.name, &bare)).await;
         }
     }
 
@@ -367,7 +370,7 @@ where
                 continue;
             }
             warn!(node = %t.node, left, "drain timed out; {then}");
-            self.tell(&t.node, NodeEventReason::DrainTimedOut, format!("{left} pod(s) left; {then}")).await;
+            self.publish(NodeEvent::drain_timed_out(&t.node, left, t.terminate)).await;
             if t.terminate {
                 self.to_terminate.insert(
                     t.node.clone(),
@@ -402,11 +405,7 @@ where
         }
         warn!(%node, %group, %reclaimed, "give-back stopped: {why}; the capacity is left to Cluster Autoscaler");
         self.ctx.metrics.scaler.give_back(group.as_str(), GiveBackOutcome::LeftToClusterAutoscaler);
-        let note = format!(
-            "chosen to give back the node boosted for {reclaimed}, which AWS took first, but {why}: uncordoned; \
-             Cluster Autoscaler removes the extra capacity of {group} when it finds it unneeded"
-        );
-        self.tell(node, NodeEventReason::GiveBackLeftToClusterAutoscaler, note).await;
+        self.publish(NodeEvent::give_back_stopped(node, group, reclaimed, &why)).await;
     }
 
     /// Starts the planned batches: cordons where needed and tells. Returns the targets it could
@@ -427,29 +426,10 @@ where
                 if let Some(node) = snapshot.nodes.get(&target.node) {
                     self.tell_before_evicting(node).await;
                 }
-                let why = match target.deadline {
-                    _ if target.gives_back.is_some() => format!(
-                        "giving back the node boosted in {} for {}, which AWS took first: cordoned; evicting \
-                         {pods} pod(s), then terminating it with decrement",
-                        batch.group,
-                        target.gives_back.as_ref().map_or("", InstanceId::as_str)
-                    ),
-                    Some(deadline) if target.early => format!(
-                        "the instance goes at {} and its replacement capacity is not Ready yet: draining now so \
-                         every pod gets its grace period; evicting {pods} pod(s)",
-                        crate::timefmt::format_rfc3339(deadline),
-                    ),
-                    Some(deadline) => format!(
-                        "its replacement capacity is Ready and the instance goes at {}; evicting {pods} pod(s)",
-                        crate::timefmt::format_rfc3339(deadline)
-                    ),
-                    // The replacements may be in a fallback group: the boost's, not the node's.
-                    None => format!("its replacement capacity is Ready; evicting {pods} pod(s)"),
-                };
                 if target.early {
                     info!(node = %target.node, group = %batch.group, "draining before the replacements are Ready: the notice's deadline is near");
                 }
-                self.tell(&target.node, NodeEventReason::DrainStarted, why).await;
+                self.publish(NodeEvent::drain_started(target, &batch.group, pods)).await;
                 let outcome =
                     if target.early { DrainOutcome::StartedBeforeReplacements } else { DrainOutcome::Started };
                 self.ctx.metrics.drainer.drain(batch.group.as_str(), outcome, None);
@@ -608,13 +588,7 @@ where
             return None;
         }
         info!(node = %round.node, blocked = blocked.len(), "evictions blocked by PDB");
-        let note = format!(
-            "a PodDisruptionBudget allows no disruption of {} now; retrying in {}s{}",
-            blocked.join(", "),
-            refusal.wait.as_secs(),
-            if refusal.moved { "" } else { ", doubling" }
-        );
-        Some(NodeEvent { node: round.node.clone(), reason: NodeEventReason::DrainBlockedByPdb, note })
+        Some(NodeEvent::drain_blocked_by_pdb(&round.node, &blocked, refusal.wait, refusal.moved))
     }
 
     /// Terminates drained instances, all at once; a failed termination is retried next tick.
@@ -633,14 +607,7 @@ where
         // the instance AWS took before the call keeps a restart from choosing a second node. A
         // decrement is counted before the call too (intent, then outcome): an answer lost to a
         // crash or a timeout never lets another termination decrement for the same node.
-        let terminations: Vec<Termination> = pending
-            .iter()
-            .map(|(_, p)| Termination {
-                instance: p.instance.clone(),
-                decrement: p.decrement,
-                gives_back: p.gives_back.clone(),
-            })
-            .collect();
+        let terminations: Vec<Termination> = pending.iter().map(|(_, p)| p.termination()).collect();
         let mut decisions = Vec::new();
         self.ctx
             .ledger
@@ -662,82 +629,49 @@ where
             .collect();
         let outcomes: Vec<_> =
             stream::iter(calls).buffer_unordered(self.settings.evictions_in_flight.max(1)).collect().await;
-        let mut answered = Vec::new();
-        let mut taken_first = Vec::new();
-        let mut give_backs_ended = Vec::new();
+        let mut answered: Vec<(Termination, TerminationAnswer)> = Vec::new();
         let mut done = Vec::new();
         for (node, p, outcome) in outcomes {
-            let boosted = p.gives_back.clone().unwrap_or_else(|| p.instance.clone());
-            let outcome = match outcome {
+            // A failed call is made again at the next pass; any other answer ends it.
+            if outcome.is_ok() {
+                self.to_terminate.remove(&node);
+            }
+            let answer = match outcome {
+                Ok(TerminateOutcome::Terminated { decremented }) => TerminationAnswer::Terminated { decremented },
                 // An earlier call whose answer was lost asked for this termination: gone now, it
                 // is taken as ours (counted once; at worst the group stays one node larger).
                 Ok(TerminateOutcome::AlreadyGone) if retried_of.get(&node).copied().unwrap_or(false) => {
-                    Ok(TerminateOutcome::Terminated { decremented: true })
+                    TerminationAnswer::Terminated { decremented: true }
                 }
-                other => other,
-            };
-            let decremented = match outcome {
-                Ok(TerminateOutcome::Terminated { decremented }) => decremented,
-                Ok(TerminateOutcome::AlreadyGone) => {
-                    // AWS took it first: not our departure, so the scaler may give its node back.
-                    answered.push((boosted, p.instance.clone(), false));
-                    taken_first.push(p.instance.clone());
-                    if let Some(reclaimed) = &p.gives_back {
-                        // Nor did it give back anything: another node is chosen for it.
-                        taken_first.push(reclaimed.clone());
-                        give_backs_ended.push(reclaimed.clone());
-                    }
-                    self.to_terminate.remove(&node);
-                    continue;
-                }
+                Ok(TerminateOutcome::AlreadyGone) => TerminationAnswer::TakenFirst,
                 Ok(TerminateOutcome::DryRun) => {
                     info!(%node, instance = %p.instance, "dry run: instance not terminated");
-                    answered.push((boosted, p.instance.clone(), false));
-                    self.to_terminate.remove(&node);
-                    continue;
+                    TerminationAnswer::NotMade
                 }
                 Err(e) => {
-                    if !e.may_have_applied() {
-                        // Refused before anything changed: the count is taken back and retried.
-                        answered.push((boosted, p.instance.clone(), false));
-                    }
                     warn!(%node, instance = %p.instance, error = %e, "terminating a drained instance failed; retrying");
-                    continue;
+                    // Refused before anything changed: the count is taken back and retried.
+                    if e.may_have_applied() {
+                        TerminationAnswer::Unknown
+                    } else {
+                        TerminationAnswer::NotMade
+                    }
                 }
             };
-            self.to_terminate.remove(&node);
-            answered.push((boosted, p.instance.clone(), decremented));
-            if let Some(reclaimed) = &p.gives_back {
-                give_backs_ended.push(reclaimed.clone());
+            answered.push((p.termination(), answer));
+            if let TerminationAnswer::Terminated { decremented } = answer {
+                done.push((node, p, decremented));
             }
-            done.push((node, p, decremented));
         }
-        self.ctx
-            .ledger
-            .update(|l| {
-                let ended = answered.into_iter().map(|(boosted, terminated, decremented)| LedgerEdit::EndReturn {
-                    boosted,
-                    terminated,
-                    decremented,
-                });
-                let unsettled = taken_first.into_iter().map(LedgerEdit::Unsettle);
-                let edits: Vec<LedgerEdit> =
-                    ended.chain(unsettled).chain(give_backs_ended.into_iter().map(LedgerEdit::EndGiveBack)).collect();
-                apply_all(l, &edits);
-            })
-            .await?;
+        let edits = answer_terminations(answered.iter().map(|(t, a)| (t, *a)));
+        self.ctx.ledger.update(|l| _ = apply_all(l, &edits)).await?;
         for (node, p, decremented) in done {
-            let how = match (&p.gives_back, decremented) {
-                (Some(reclaimed), true) => {
-                    self.ctx.metrics.scaler.give_back(p.group.as_str(), GiveBackOutcome::Written);
-                    format!("with decrement: gives back the node boosted for {reclaimed}, which AWS took first")
-                }
-                (_, true) => "with decrement: a boosted node is given back".to_string(),
-                (_, false) => "without decrement: the Auto Scaling Group replaces it".to_string(),
-            };
+            if p.gives_back.is_some() && decremented {
+                self.ctx.metrics.scaler.give_back(p.group.as_str(), GiveBackOutcome::Written);
+            }
             info!(%node, instance = %p.instance, decremented, "instance terminated");
             self.ctx.metrics.drainer.terminated(p.group.as_str(), decremented);
-            self.tell(&node, NodeEventReason::InstanceTerminated, format!("{} {how}", p.instance)).await;
+            self.publish(NodeEvent::instance_terminated(&node, &p.instance, p.gives_back.as_ref(), decremented)).await;
             if decremented && self.az_rebalance.contains(&p.group) {
                 self.warn_az_rebalance(&node, &p.group).await;
             }
@@ -761,11 +695,7 @@ where
                 Ok(()) => {
                     info!(%group, "AZRebalance suspended before a termination with decrement (--suspend-az-rebalance)");
                     self.az_rebalance.remove(group);
-                    let note = format!(
-                        "suspended Auto Scaling's AZRebalance on {group} before terminating with decrement; it is \
-                         resumed when spots-booster runs without --suspend-az-rebalance"
-                    );
-                    self.tell(node, NodeEventReason::AzRebalanceSuspended, note).await;
+                    self.publish(NodeEvent::az_rebalance_suspended(node, group)).await;
                 }
                 Err(e) => warn!(%group, error = %e, "could not suspend AZRebalance; terminating anyway"),
             }
@@ -823,12 +753,7 @@ where
     async fn warn_az_rebalance(&self, node: &NodeName, group: &GroupName) {
         warn!(%node, %group, "terminated with decrement in a group whose AZRebalance process is active: Auto Scaling may terminate other instances, undrained, to even out its zones");
         self.ctx.metrics.drainer.az_rebalance_exposed(group.as_str());
-        let note = format!(
-            "{group} has Auto Scaling's AZRebalance process active: after this termination with decrement it may \
-             launch and terminate instances of its own choosing, undrained, to even out Availability Zones; \
-             suspend AZRebalance on the group (aws autoscaling suspend-processes --scaling-processes AZRebalance)"
-        );
-        self.tell(node, NodeEventReason::AzRebalanceRisk, note).await;
+        self.publish(NodeEvent::az_rebalance_risk(node, group)).await;
     }
 
     fn observe_end(&self, group: &GroupName, outcome: DrainOutcome, started_at: Option<Timestamp>, now: Timestamp) {
@@ -846,8 +771,8 @@ where
         }
     }
 
-    async fn tell(&self, node: &NodeName, reason: NodeEventReason, note: String) {
-        self.ctx.events.publish(NodeEvent { node: node.clone(), reason, note }).await;
+    async fn publish(&self, event: NodeEvent) {
+        self.ctx.events.publish(event).await;
     }
 }
 

@@ -20,10 +20,10 @@ use tracing::warn;
 
 use super::told_once::ToldOnce;
 use super::WorkerContext;
-use crate::core::{classify, launching_groups, stalled_boosts, GroupName, InstanceId, LaunchFailure, Timestamp};
-use crate::ports::{
-    AutoScaling, AwsError, ClusterView, ClusterWrites, EventSink, LedgerStore, NodeEvent, NodeEventReason,
+use crate::core::{
+    classify, launching_groups, stalled_boosts, GroupName, InstanceId, LaunchFailure, NodeName, Timestamp,
 };
+use crate::ports::{AutoScaling, AwsError, ClusterView, ClusterWrites, EventSink, LedgerStore, NodeEvent};
 use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
 
 /// How the watcher paces itself.
@@ -186,43 +186,31 @@ where
     }
 
     async fn tell_failure(&self, group: &GroupName, instances: &[InstanceId], failure: &LaunchFailure, at: Timestamp) {
-        let (reason, label, note) = match failure {
-            LaunchFailure::Capacity { code } => (
-                NodeEventReason::CapacityUnavailable,
-                code.as_str(),
-                format!("{group} could not launch a replacement: {code} (no capacity in its pool); the boost waits"),
-            ),
-            LaunchFailure::Configuration { message } => (
-                NodeEventReason::LaunchFailed,
-                "configuration",
-                format!("{group} could not launch a replacement, a configuration error no other pool fixes: {message}"),
-            ),
+        let label = match failure {
+            LaunchFailure::Capacity { code } => code.as_str(),
+            LaunchFailure::Configuration { .. } => "configuration",
         };
-        warn!(%group, reason = label, at_ms = at.as_millis(), "{note}");
         self.ctx.metrics.scaler.launch_failure(group.as_str(), label);
-        self.tell(instances, reason, note).await;
+        warn!(%group, reason = label, at_ms = at.as_millis(), ?failure, "a boosted group could not launch a replacement");
+        let events = self.on_nodes_of(instances, |node| NodeEvent::launch_failed(node, group, failure));
+        super::publish_all(&self.ctx.events, events).await;
     }
 
     async fn tell_stalled(&self, group: &GroupName, instances: &[InstanceId], missing: u32) {
-        let timeout = self.settings.launch_timeout.as_secs();
-        let note =
-            format!("{group} launched none of its {missing} missing instance(s) within {timeout}s (--launch-timeout)");
-        warn!(%group, missing, "{note}");
+        let stalled = |node: &NodeName| NodeEvent::launch_stalled(node, group, missing, self.settings.launch_timeout);
+        let timeout_s = self.settings.launch_timeout.as_secs();
+        warn!(%group, missing, timeout_s, "a boosted group launched none of its missing instances within --launch-timeout");
         self.ctx.metrics.scaler.launch_failure(group.as_str(), "no-progress");
-        self.tell(instances, NodeEventReason::LaunchStalled, note).await;
+        let events = self.on_nodes_of(instances, stalled);
+        super::publish_all(&self.ctx.events, events).await;
     }
 
-    /// A Warning on the Node of each of `instances` the cluster still has.
-    async fn tell(&self, instances: &[InstanceId], reason: NodeEventReason, note: String) {
-        let Some(state) = self.ctx.cluster.current() else { return };
+    /// The Event `build` makes for the Node of each of `instances` the cluster still has.
+    fn on_nodes_of(&self, instances: &[InstanceId], build: impl Fn(&NodeName) -> NodeEvent) -> Vec<NodeEvent> {
+        let Some(state) = self.ctx.cluster.current() else { return Vec::new() };
         let by_instance: BTreeMap<&InstanceId, &crate::core::Node> =
             state.nodes.values().filter_map(|n| n.instance.as_ref().map(|i| (i, n))).collect();
-        let told = instances
-            .iter()
-            .filter_map(|i| by_instance.get(i))
-            .map(|node| NodeEvent { node: node.name.clone(), reason, note: note.clone() })
-            .collect();
-        super::publish_all(&self.ctx.events, told).await;
+        instances.iter().filter_map(|i| by_instance.get(i)).map(|node| build(&node.name)).collect()
     }
 }
 

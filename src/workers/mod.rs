@@ -12,6 +12,7 @@ pub mod learner;
 pub mod ledger;
 #[cfg(test)]
 mod lost_answers;
+mod node_events;
 pub mod scaler;
 mod told_once;
 

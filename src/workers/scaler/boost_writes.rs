@@ -18,8 +18,7 @@ use super::stages::Stages;
 use crate::core::{Boost, GroupName, LedgerEdit, NodeName, Timestamp, WriteAnswer};
 use crate::metrics::BoostOutcome;
 use crate::ports::{
-    AutoScaling, AwsError, ClusterView, ClusterWrites, DesiredWrite, EventSink, LedgerStore, NodeEvent,
-    NodeEventReason, WriteOutcome,
+    AutoScaling, AwsError, ClusterView, ClusterWrites, DesiredWrite, EventSink, LedgerStore, NodeEvent, WriteOutcome,
 };
 use crate::workers::WorkerContext;
 
@@ -198,21 +197,8 @@ fn tell_answer<A, C, L, W, E>(
                 ctx.metrics.scaler.observe_reaction(reaction);
                 debug!(%group, reaction_ms = reaction.as_millis(), "signal → write");
             }
-            let note = format!(
-                "{}desired capacity of {} {from} -> {to}: {}",
-                if dry { "dry run: " } else { "" },
-                boost.group,
-                boost.reason
-            );
             landed.raised.push((group, from, to));
-            w.nodes
-                .iter()
-                .map(|node| NodeEvent {
-                    node: node.clone(),
-                    reason: NodeEventReason::BoostRequested,
-                    note: note.clone(),
-                })
-                .collect()
+            w.nodes.iter().map(|node| NodeEvent::boost_requested(node, boost, (from, to), dry)).collect()
         }
         (Ok(WriteOutcome::Raced { live }), _) => {
             info!(%group, planned_from = boost.from, live, "desired capacity changed since the plan; re-planning");

@@ -14,8 +14,7 @@ use crate::core::{
 };
 use crate::metrics::{BoostOutcome, GiveBackOutcome};
 use crate::ports::{
-    AutoScaling, ClusterView, ClusterWrites, DesiredWrite, EventSink, LedgerStore, NodeEvent, NodeEventReason,
-    WriteOutcome,
+    AutoScaling, ClusterView, ClusterWrites, DesiredWrite, EventSink, LedgerStore, NodeEvent, WriteOutcome,
 };
 
 impl<A, C, L, W, E> Scaler<A, C, L, W, E>
@@ -101,12 +100,10 @@ where
                     warn!(from_group = %f.record.group, %group, nodes = f.nodes, from, to, "no capacity in the boosted group: its missing nodes moved to its fallback");
                     ctx.metrics.scaler.boost(group.as_str(), BoostOutcome::FellBack);
                     report.push((f.record.group.clone(), group.clone(), f.nodes));
-                    let note = format!(
-                        "{} node(s) {} could not launch (no capacity) asked of {group} instead: {from} -> {to}",
-                        f.nodes, f.record.group
-                    );
                     let instances: Vec<&InstanceId> = f.record.instances.iter().collect();
-                    Self::node_events(snapshot, &instances, NodeEventReason::BoostFellBack, &note)
+                    let fell_back =
+                        |n: &crate::core::Node| NodeEvent::boost_fell_back(&n.name, f, &f.record.group, (*from, *to));
+                    Self::nodes_of(snapshot, &instances).into_iter().map(fell_back).collect()
                 }
                 // The next tick reads the fallback first (`core::raises`).
                 (Err(e), WriteAnswer::Unknown) => {
@@ -189,18 +186,7 @@ where
                     let pods = pods.join(", ");
                     warn!(%group, %reclaimed, %node, %pods, "every node that could give back the capacity boosted for an instance AWS took first carries a pod that opted out of disruption or that nothing recreates; left to Cluster Autoscaler");
                     ctx.metrics.scaler.give_back(group.as_str(), GiveBackOutcome::LeftToClusterAutoscaler);
-                    let note = format!(
-                        "not drained to give back the node boosted in {group} for {reclaimed}, which AWS took first: \
-                         it carries pods that opted out of disruption or that nothing recreates ({pods}), as does \
-                         every other node that could be; Cluster Autoscaler removes the extra capacity when it \
-                         finds it unneeded"
-                    );
-                    let event = NodeEvent {
-                        node: node.clone(),
-                        reason: NodeEventReason::GiveBackLeftToClusterAutoscaler,
-                        note,
-                    };
-                    ctx.events.publish(event).await;
+                    ctx.events.publish(NodeEvent::give_back_pods_protected(node, group, reclaimed, &pods)).await;
                 }
             }
         }
@@ -227,29 +213,10 @@ where
                     BoostExpiry::MaxAge => BoostOutcome::ExpiredMaxAge,
                 },
             );
-            let waited = match e.why {
-                BoostExpiry::ReplacementTimeout => {
-                    format!("{} of {} replacement(s) Ready after --replacement-timeout", e.ready, e.added)
-                }
-                BoostExpiry::DrainDeferred => {
-                    "its replacements are Ready but a pod's opt-out still defers the drain after --replacement-timeout"
-                        .to_string()
-                }
-                BoostExpiry::MaxAge => "open longer than --max-boost-age".to_string(),
-            };
             warn!(group = %e.record.group, instances = e.record.instances.len(), reason = e.why.as_str(), "boost expired");
             let ids: Vec<&InstanceId> = e.record.instances.iter().collect();
             for node in Self::nodes_of(snapshot, &ids) {
-                let note = format!(
-                    "{waited}: the boost of {} stops waiting, scale-down protection is lifted and the budget \
-                     freed; this node is not drained for it and stays as NTH left it (uncordon it, or let the \
-                     interruption take it)",
-                    e.record.group
-                );
-                self.ctx
-                    .events
-                    .publish(NodeEvent { node: node.name.clone(), reason: NodeEventReason::BoostExpired, note })
-                    .await;
+                self.ctx.events.publish(NodeEvent::boost_expired(&node.name, &e.record.group, e)).await;
             }
         }
         Ok(())

@@ -12,7 +12,7 @@ use crate::core::{
     Timestamp,
 };
 use crate::metrics::{BoostOutcome, GiveBackOutcome, SkippedAction};
-use crate::ports::{AutoScaling, ClusterView, ClusterWrites, EventSink, LedgerStore, NodeEvent, NodeEventReason};
+use crate::ports::{AutoScaling, ClusterView, ClusterWrites, EventSink, LedgerStore, NodeEvent};
 use crate::workers::publish_all;
 
 impl<A, C, L, W, E> Scaler<A, C, L, W, E>
@@ -118,19 +118,6 @@ where
         snapshot.nodes.values().filter(|n| n.instance.as_ref().is_some_and(|i| instances.contains(&i))).collect()
     }
 
-    /// An Event of `reason` saying `note` on the Node of each of `instances` the snapshot has.
-    pub(super) fn node_events(
-        snapshot: &Snapshot,
-        instances: &[&InstanceId],
-        reason: NodeEventReason,
-        note: &str,
-    ) -> Vec<NodeEvent> {
-        Self::nodes_of(snapshot, instances)
-            .into_iter()
-            .map(|node| NodeEvent { node: node.name.clone(), reason, note: note.to_string() })
-            .collect()
-    }
-
     /// Reports each fallback the core refused (metric and a Warning on the boost's at-risk nodes),
     /// once while the refusal lasts: the boost waits as if the tag did not name the group.
     pub(super) async fn tell_refused_fallbacks(&mut self, snapshot: &Snapshot, refused: &[RefusedFallback]) {
@@ -141,14 +128,10 @@ where
             }
             warn!(group = %r.record.group, fallback = %r.to, reason = r.reason.as_str(), "a fallback the group's tag names is refused");
             self.ctx.metrics.scaler.fallback_refused(r.record.group.as_str(), r.reason);
-            let note = format!(
-                "{} has no capacity, but its fallback {} is refused: {}; the boost waits as if no fallback were named",
-                r.record.group,
-                r.to,
-                r.reason.explain()
-            );
             let instances: Vec<&InstanceId> = r.record.instances.iter().collect();
-            told.extend(Self::node_events(snapshot, &instances, NodeEventReason::FallbackRefused, &note));
+            told.extend(
+                Self::nodes_of(snapshot, &instances).into_iter().map(|n| NodeEvent::fallback_refused(&n.name, r)),
+            );
         }
         self.told_refused.keep(|(from, to)| refused.iter().any(|r| r.record.group == *from && r.to == *to));
         publish_all(&self.ctx.events, told).await;
@@ -157,19 +140,16 @@ where
     pub(super) async fn tell_held(&mut self, snapshot: &Snapshot, held: &[crate::core::Held]) {
         let mut told = Vec::new();
         for h in held {
-            let note = format!("boost of {} held: {}", h.group, h.reason);
             let instances: Vec<&InstanceId> = h.instances.iter().collect();
             for node in Self::nodes_of(snapshot, &instances) {
                 let Some(instance) = node.instance.clone() else { continue };
-                if !self.told_held.first(instance, note.clone()) {
+                let event = NodeEvent::boost_held(&node.name, h);
+                // Told again when the reason changes.
+                if !self.told_held.first(instance, event.note.clone()) {
                     continue;
                 }
                 self.ctx.metrics.scaler.boost(h.group.as_str(), BoostOutcome::Held);
-                told.push(NodeEvent {
-                    node: node.name.clone(),
-                    reason: NodeEventReason::BoostHeld,
-                    note: note.clone(),
-                });
+                told.push(event);
             }
         }
         let still: BTreeSet<&InstanceId> = held.iter().flat_map(|h| h.instances.iter()).collect();
