@@ -160,31 +160,6 @@ labels!(
 );
 
 labels!(
-    /// `signals_untrusted_total{reason}`.
-    UntrustedReason {
-        /// The Event's source is not NTH.
-        NotFromNth => "not-from-nth",
-        /// Its Node is neither cordoned nor NTH-tainted.
-        NotCordoned => "not-cordoned",
-        /// AWS says the instance is on-demand.
-        NotSpot => "not-spot",
-        /// EC2 has not described the instance (not asked yet, or gone).
-        InstanceNotDescribed => "instance-not-described",
-        /// The Node's name (or address) is not its instance's.
-        IdentityMismatch => "identity-mismatch",
-        /// Two Nodes name the same instance.
-        ClaimedTwice => "claimed-twice",
-        /// A scheduled-maintenance notice EC2 lists no scheduled event for.
-        NoScheduledEvent => "no-scheduled-event",
-        /// The Event names an instance its Node does not run.
-        InstanceMismatch => "instance-mismatch",
-        /// The Event is about another object than the Node (its `involvedObject.uid`), or,
-        /// lacking a uid, was reported from another host.
-        ReporterMismatch => "reporter-mismatch",
-    }
-);
-
-labels!(
     /// `instancegroup_reconciles_total{result}`.
     ReconcileResult {
         /// Reconciled (or waiting as planned).
@@ -197,19 +172,6 @@ labels!(
         Transient => "transient",
     }
 );
-
-impl From<crate::core::Distrust> for UntrustedReason {
-    fn from(why: crate::core::Distrust) -> Self {
-        match why {
-            crate::core::Distrust::NotCordoned => UntrustedReason::NotCordoned,
-            crate::core::Distrust::NotSpot => UntrustedReason::NotSpot,
-            crate::core::Distrust::InstanceNotDescribed => UntrustedReason::InstanceNotDescribed,
-            crate::core::Distrust::IdentityMismatch => UntrustedReason::IdentityMismatch,
-            crate::core::Distrust::ClaimedTwice => UntrustedReason::ClaimedTwice,
-            crate::core::Distrust::NoScheduledEvent => UntrustedReason::NoScheduledEvent,
-        }
-    }
-}
 
 labels!(
     /// `leader_transitions_total{change}`.
@@ -292,7 +254,7 @@ fn register_process_metrics(registry: &Registry) {
 pub struct SignalMetrics {
     /// NTH signals first seen, by group and kind.
     seen: IntCounterVec,
-    /// Interruption notices not acted on, by reason (see [`UntrustedReason`]); each counted once.
+    /// Interruption notices not acted on, by reason (see [`crate::core::Distrust`]); each counted once.
     untrusted: IntCounterVec,
     /// Signals that made no instance at risk, by the core's reason; each counted once.
     dropped: IntCounterVec,
@@ -343,9 +305,9 @@ impl SignalMetrics {
         self.seen.with_label_values(&[group, kind.as_str()]).inc();
     }
 
-    /// Counts one notice not acted on because nothing vouches for it.
-    pub fn untrusted(&self, reason: UntrustedReason) {
-        self.untrusted.with_label_values(&[reason.as_str()]).inc();
+    /// Counts one notice not acted on, with the core's verdict on why it is not believed.
+    pub fn untrusted(&self, why: crate::core::Distrust) {
+        self.untrusted.with_label_values(&[why.as_str()]).inc();
     }
 }
 

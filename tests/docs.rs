@@ -64,7 +64,7 @@ fn every_node_event_reason_is_documented() {
 fn every_metric_label_value_is_documented() {
     use spots_booster::metrics::{
         BoostOutcome, DrainOutcome, EvictionOutcome, GiveBackOutcome, LeaseChange, ParseSource, ReconcileResult,
-        SkippedAction, UntrustedReason,
+        SkippedAction,
     };
     let operations = std::fs::read_to_string(Path::new(ROOT).join("docs/operations.md")).unwrap();
     let values: Vec<&str> = [
@@ -73,7 +73,7 @@ fn every_metric_label_value_is_documented() {
         DrainOutcome::ALL.iter().map(|v| v.as_str()).collect(),
         EvictionOutcome::ALL.iter().map(|v| v.as_str()).collect(),
         ParseSource::ALL.iter().map(|v| v.as_str()).collect(),
-        UntrustedReason::ALL.iter().map(|v| v.as_str()).collect(),
+        spots_booster::core::Distrust::ALL.iter().map(|v| v.as_str()).collect(),
         SkippedAction::ALL.iter().map(|v| v.as_str()).collect(),
         LeaseChange::ALL.iter().map(|v| v.as_str()).collect(),
         ReconcileResult::ALL.iter().map(|v| v.as_str()).collect(),

@@ -31,6 +31,13 @@ pub enum Distrust {
     ClaimedTwice,
     /// A scheduled-maintenance notice, and EC2 lists no scheduled event for the instance.
     NoScheduledEvent,
+    /// An interruption notice's Event was not written by NTH.
+    NotFromNth,
+    /// The Event names an instance its Node does not run.
+    InstanceMismatch,
+    /// The Event is about another object than the Node (its `involvedObject.uid`), or, lacking
+    /// a uid, was reported from another host.
+    ReporterMismatch,
 }
 
 impl Distrust {
@@ -43,7 +50,65 @@ impl Distrust {
             Distrust::IdentityMismatch => "identity-mismatch",
             Distrust::ClaimedTwice => "claimed-twice",
             Distrust::NoScheduledEvent => "no-scheduled-event",
+            Distrust::NotFromNth => "not-from-nth",
+            Distrust::InstanceMismatch => "instance-mismatch",
+            Distrust::ReporterMismatch => "reporter-mismatch",
         }
+    }
+
+    /// Every verdict, for metric labels.
+    pub const ALL: [Distrust; 9] = [
+        Distrust::NotFromNth,
+        Distrust::NotCordoned,
+        Distrust::NotSpot,
+        Distrust::InstanceNotDescribed,
+        Distrust::IdentityMismatch,
+        Distrust::ClaimedTwice,
+        Distrust::NoScheduledEvent,
+        Distrust::InstanceMismatch,
+        Distrust::ReporterMismatch,
+    ];
+}
+
+/// What an Event claims about the Node it names, as the Event carries it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EventClaim<'e> {
+    /// Its `involvedObject.uid`, when it names one.
+    pub subject_uid: Option<&'e str>,
+    /// The host it was reported from (NTH's IMDS mode names no uid).
+    pub reported_from: Option<&'e str>,
+    /// The instance it names, when it names one.
+    pub instance: Option<&'e InstanceId>,
+}
+
+/// The Node an Event names, as the API server has it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NamedNode<'n> {
+    /// Its name.
+    pub name: &'n NodeName,
+    /// Its uid.
+    pub uid: Option<&'n str>,
+    /// The instance its providerID names.
+    pub instance: Option<&'n InstanceId>,
+}
+
+/// Whether an Event's word is about the Node it names: it is about this very object (the uid it
+/// names is the Node's, or, naming none, it was reported from the Node itself, where NTH's
+/// DaemonSet pod runs), and the instance it names, if any, is the one the Node runs. An Event
+/// that fails either is about an instance that ran under this name before, or a lie: either way
+/// it changes nothing.
+pub(crate) fn event_about(claim: EventClaim<'_>, node: NamedNode<'_>) -> Result<(), Distrust> {
+    let about = match (claim.subject_uid, node.uid) {
+        (Some(named), Some(uid)) => named == uid,
+        (Some(_), None) => false,
+        (None, _) => claim.reported_from == Some(node.name.as_str()),
+    };
+    if !about {
+        return Err(Distrust::ReporterMismatch);
+    }
+    match (claim.instance, node.instance) {
+        (Some(named), Some(runs)) if named != runs => Err(Distrust::InstanceMismatch),
+        _ => Ok(()),
     }
 }
 
@@ -166,6 +231,20 @@ mod tests {
         s.nodes.insert(n.name.clone(), n.clone());
         let contested = contested(&s);
         verify(&s, &contested, &n)
+    }
+
+    #[test]
+    fn an_event_is_believed_only_about_its_own_node_and_the_instance_it_runs() {
+        let (name, i1, i2) = (NodeName::from("n1"), InstanceId::from("i-1"), InstanceId::from("i-2"));
+        let node = NamedNode { name: &name, uid: Some("uid-1"), instance: Some(&i1) };
+        let claim = |uid, from, instance| EventClaim { subject_uid: uid, reported_from: from, instance };
+        assert_eq!(event_about(claim(Some("uid-1"), None, Some(&i1)), node), Ok(()));
+        assert_eq!(event_about(claim(Some("uid-9"), Some("n1"), None), node), Err(Distrust::ReporterMismatch));
+        assert_eq!(event_about(claim(None, Some("n1"), None), node), Ok(()), "IMDS mode: reported from the node");
+        assert_eq!(event_about(claim(None, Some("n2"), None), node), Err(Distrust::ReporterMismatch));
+        assert_eq!(event_about(claim(Some("uid-1"), None, Some(&i2)), node), Err(Distrust::InstanceMismatch));
+        let unlisted = NamedNode { uid: None, ..node };
+        assert_eq!(event_about(claim(Some("uid-1"), None, None), unlisted), Err(Distrust::ReporterMismatch));
     }
 
     #[test]

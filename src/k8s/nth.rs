@@ -98,16 +98,6 @@ impl NthSignal {
 }
 
 impl NthSignal {
-    /// Whether the Event is about this very Node: the uid it names is the Node's, or (IMDS mode
-    /// names no uid) it was reported from the node itself, where NTH's DaemonSet pod runs.
-    pub(crate) fn about(&self, node: &NodeName, uid: Option<&str>) -> bool {
-        match (self.subject_uid.as_deref(), uid) {
-            (Some(named), Some(uid)) => named == uid,
-            (Some(_), None) => false,
-            (None, _) => self.reported_from.as_deref() == Some(node.as_str()),
-        }
-    }
-
     /// What must also hold before the daemon acts on this Event, since anyone who may create
     /// Events could have written it: the Event is about the Node (its uid, or reported from it),
     /// the Node is EC2's instance, NTH's cordon (or taint) is on it, and AWS agrees the notice

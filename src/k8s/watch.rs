@@ -22,13 +22,15 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
+use crate::core::identity::{event_about, EventClaim, NamedNode};
+use crate::core::Distrust;
 use crate::core::{
     CaGroupView, Evidence, GroupName, Node, NodeName, Pod, PodUid, Signal, SignalKind, Timestamp, INTERRUPTION_NOTICE,
 };
 use crate::k8s::ca_status::parse_ca_status;
 use crate::k8s::convert::{node_from_kube, pod_from_kube, WatchedNode};
 use crate::k8s::nth::{classify_event, Classification, Ignored, NthSignal};
-use crate::metrics::{Metrics, ParseSource, UntrustedReason};
+use crate::metrics::{Metrics, ParseSource};
 use crate::ports::{pods_in_view, Clock, ClusterState, ClusterView};
 
 /// Objects per list page. Smaller than kube's 500: a page of 500 Nodes (each with its kubelet's
@@ -123,13 +125,16 @@ fn told_text(text: &str) -> String {
 }
 
 /// Whether the Event names an instance its (known) node does not run.
-fn is_about_another_node(store: &Store, signal: &NthSignal) -> bool {
-    store.nodes.get(&signal.node).is_some_and(|w| !signal.about(&w.node.name, w.uid.as_deref()))
-}
-
-fn names_another_instance(store: &Store, signal: &NthSignal) -> bool {
-    let node = store.nodes.get(&signal.node).and_then(|n| n.node.instance.as_ref());
-    matches!((signal.instance.as_ref(), node), (Some(named), Some(runs)) if named != runs)
+/// The core's verdict on whether `signal` is about the Node it names, as the store has it.
+fn distrust(store: &Store, signal: &NthSignal) -> Option<Distrust> {
+    let w = store.nodes.get(&signal.node)?;
+    let claim = EventClaim {
+        subject_uid: signal.subject_uid.as_deref(),
+        reported_from: signal.reported_from.as_deref(),
+        instance: signal.instance.as_ref(),
+    };
+    let node = NamedNode { name: &w.node.name, uid: w.uid.as_deref(), instance: w.node.instance.as_ref() };
+    event_about(claim, node).err()
 }
 
 fn signal_key(s: &NthSignal) -> SignalKey {
@@ -496,7 +501,7 @@ impl KubeCluster {
                 if crate::k8s::nth::is_notice_reason(event.reason.as_deref().unwrap_or_default()) =>
             {
                 if self.first_told(&key) {
-                    self.metrics.signals.untrusted(UntrustedReason::NotFromNth);
+                    self.metrics.signals.untrusted(Distrust::NotFromNth);
                     let reason = told_text(&because.to_string());
                     warn!(event = %told_text(&key), %reason, "an interruption notice not written by NTH; ignored");
                 }
@@ -580,19 +585,13 @@ impl KubeCluster {
             // News about a node that does not exist is nobody's: not kept, so a flood of them
             // costs nothing (a node listed later brings its NTH Events back on the next relist).
             Some(signal) if nodes_listed && !store.nodes.contains_key(&signal.node) => {}
-            // The instance is the node's: an Event naming another one is about an instance that
-            // ran under this name before, or a lie. Either way it changes nothing stored.
-            // About another object than this Node (its uid), or reported from elsewhere.
-            Some(signal) if is_about_another_node(store, &signal) => {
+            // Not about the Node it names (another object, another host, another instance): it
+            // changes nothing stored.
+            Some(signal) if distrust(store, &signal).is_some() => {
                 if store.mismatched.len() < MISMATCHES_REMEMBERED && store.mismatched.insert(key) {
-                    self.metrics.signals.untrusted(UntrustedReason::ReporterMismatch);
-                    warn!(node = %signal.node, uid = ?signal.subject_uid, from = ?signal.reported_from, "an Event is not about the node it names; ignored");
-                }
-            }
-            Some(signal) if names_another_instance(store, &signal) => {
-                if store.mismatched.len() < MISMATCHES_REMEMBERED && store.mismatched.insert(key) {
-                    self.metrics.signals.untrusted(UntrustedReason::InstanceMismatch);
-                    warn!(node = %signal.node, instance = ?signal.instance, "an Event names an instance its node does not run; ignored");
+                    let why = distrust(store, &signal).unwrap_or(Distrust::ReporterMismatch);
+                    self.metrics.signals.untrusted(why);
+                    warn!(node = %signal.node, uid = ?signal.subject_uid, from = ?signal.reported_from, instance = ?signal.instance, reason = why.as_str(), "an Event is not about the node it names; ignored");
                 }
             }
             Some(signal) => {
@@ -720,13 +719,10 @@ impl ClusterView for KubeCluster {
             }
             let mut signal = seen.signal.clone();
             // Stored before its node was listed: the same checks as on arrival.
-            if is_about_another_node(&store, &signal) {
+            if distrust(&store, &signal).is_some() {
                 continue;
             }
             let Some(instance) = store.nodes.get(&signal.node).and_then(|n| n.node.instance.clone()) else { continue };
-            if signal.instance.as_ref().is_some_and(|i| *i != instance) {
-                continue;
-            }
             signal.instance = Some(instance);
             // An Event's own timestamps never make its news older than when the watch saw it
             // (less the lag of a watch): an old `firstTimestamp` cannot expire a genuine notice.

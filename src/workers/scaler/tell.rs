@@ -107,7 +107,7 @@ where
             }
             self.ctx.metrics.signals.dropped(&d.reason);
             if let DropReason::Untrusted(why) = d.reason {
-                self.ctx.metrics.signals.untrusted(why.into());
+                self.ctx.metrics.signals.untrusted(why);
                 info!(instance = %d.instance, reason = why.as_str(), "an Event's interruption notice is not believed yet");
             }
         }
