@@ -25,6 +25,7 @@ pub mod cloud;
 pub(crate) mod controller;
 pub(crate) mod crd_strategy;
 pub mod design;
+pub(crate) mod events;
 pub mod k8s;
 pub mod launch;
 pub(crate) mod plan;

@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::api::{Condition, InstanceGroupStatus};
 use super::crd_strategy::CrdStep;
 use super::design::{CrdPlan, GroupDesign, Strategy};
+use super::events::GroupEventReason;
 use super::launch::{
     asg_changes, asg_design, drift, foreign_owner, launch_template_data, AsgChanges, AsgDesign, AsgFacts,
     LaunchTemplateData, Resolved, TemplateFacts,
@@ -363,12 +364,10 @@ pub(crate) fn converge(
 /// A Kubernetes Event the plan asks for, about the group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Note {
-    /// Its reason.
-    pub reason: &'static str,
+    /// Its reason, which also says Warning or Normal.
+    pub reason: GroupEventReason,
     /// What happened.
     pub message: String,
-    /// Warning or Normal.
-    pub warning: bool,
 }
 
 /// A spec that cannot be reconciled as it is: `Error`, and the `Reconciled` condition saying
@@ -377,15 +376,15 @@ pub(crate) struct Note {
 pub(crate) fn refuse(
     told: Option<&InstanceGroupStatus>,
     status: &InstanceGroupStatus,
-    reason: &'static str,
+    reason: GroupEventReason,
     message: String,
     now: Timestamp,
 ) -> (InstanceGroupStatus, Option<Note>) {
     let mut status = status.clone();
     status.current_state = State::Error.into();
-    set_condition(&mut status, "Reconciled", false, reason, message.clone(), now);
+    set_condition(&mut status, "Reconciled", false, reason.as_str(), message.clone(), now);
     let last = told.and_then(|s| s.conditions.iter().find(|c| c.condition_type == "Reconciled"));
-    let note = (last.map(|c| &c.message) != Some(&message)).then_some(Note { reason, message, warning: true });
+    let note = (last.map(|c| &c.message) != Some(&message)).then_some(Note { reason, message });
     (status, note)
 }
 
@@ -401,9 +400,9 @@ pub(crate) fn fail(
     if !transient {
         status.current_state = State::Error.into();
     }
-    let reason = if transient { "TransientError" } else { "ReconcileFailed" };
-    set_condition(&mut status, "Reconciled", false, reason, message.clone(), now);
-    (status, Note { reason, message, warning: true })
+    let reason = if transient { GroupEventReason::TransientError } else { GroupEventReason::ReconcileFailed };
+    set_condition(&mut status, "Reconciled", false, reason.as_str(), message.clone(), now);
+    (status, Note { reason, message })
 }
 
 /// The `crd` strategy's resource, as the status and Events tell it.
@@ -428,7 +427,7 @@ pub(crate) fn crd_outcome(
 ) -> (InstanceGroupStatus, Option<Note>) {
     let mut status = status.clone();
     let CrdResource { kind, namespace, name } = resource;
-    let note = |reason, message, warning| Some(Note { reason, message, warning });
+    let note = |reason, message| Some(Note { reason, message });
     let told = match step {
         CrdStep::Done => {
             status.strategy_retry_count = Some(0);
@@ -437,19 +436,19 @@ pub(crate) fn crd_outcome(
         CrdStep::Submit(_) => {
             status.strategy_resource_name = name.to_string();
             status.strategy_resource_namespace = namespace.to_string();
-            note("UpgradeSubmitted", format!("{kind} {namespace}/{name} submitted"), false)
+            note(GroupEventReason::UpgradeSubmitted, format!("{kind} {namespace}/{name} submitted"))
         }
         CrdStep::Delete(stale) => {
-            note("UpgradeReplaced", format!("deleted {} for an older configuration", stale.join(", ")), false)
+            note(GroupEventReason::UpgradeReplaced, format!("deleted {} for an older configuration", stale.join(", ")))
         }
         CrdStep::Retry(failed) => {
             status.strategy_retry_count = Some(i64::from(retries) + 1);
-            note("UpgradeRetried", format!("{failed} failed; retry {}", retries.saturating_add(1)), true)
+            note(GroupEventReason::UpgradeRetried, format!("{failed} failed; retry {}", retries.saturating_add(1)))
         }
         CrdStep::Failed(message) => {
             status.current_state = State::Error.into();
             set_condition(&mut status, "Reconciled", false, "UpgradeFailed", message.clone(), now);
-            note("InstanceGroupUpgradeFailed", message.clone(), true)
+            note(GroupEventReason::InstanceGroupUpgradeFailed, message.clone())
         }
         CrdStep::Wait(_) => None,
     };
@@ -725,12 +724,12 @@ mod tests {
     #[test]
     fn a_refusal_is_an_error_told_once_per_message() {
         let before = InstanceGroupStatus { current_state: "Ready".into(), ..Default::default() };
-        let (status, note) = refuse(Some(&before), &before, "InvalidSpec", "spec.x: bad".into(), NOW);
+        let (status, note) = refuse(Some(&before), &before, GroupEventReason::InvalidSpec, "spec.x: bad".into(), NOW);
         assert_eq!(status.current_state, State::Error);
-        assert_eq!(note.map(|n| (n.reason, n.warning)), Some(("InvalidSpec", true)));
-        let (_, again) = refuse(Some(&status), &status, "InvalidSpec", "spec.x: bad".into(), NOW);
+        assert_eq!(note.map(|n| (n.reason.as_str(), n.reason.is_warning())), Some(("InvalidSpec", true)));
+        let (_, again) = refuse(Some(&status), &status, GroupEventReason::InvalidSpec, "spec.x: bad".into(), NOW);
         assert_eq!(again, None, "a resync of the same refusal tells nobody again");
-        let (_, changed) = refuse(Some(&status), &status, "InvalidSpec", "spec.y: bad".into(), NOW);
+        let (_, changed) = refuse(Some(&status), &status, GroupEventReason::InvalidSpec, "spec.y: bad".into(), NOW);
         assert!(changed.is_some(), "a new reason is told");
     }
 
@@ -738,9 +737,9 @@ mod tests {
     fn a_transient_failure_keeps_the_state_and_any_other_is_an_error() {
         let before = InstanceGroupStatus { current_state: "Ready".into(), ..Default::default() };
         let (status, note) = fail(&before, true, "throttled".into(), NOW);
-        assert_eq!((status.current_state.as_str(), note.reason), ("Ready", "TransientError"));
+        assert_eq!((status.current_state.as_str(), note.reason.as_str()), ("Ready", "TransientError"));
         let (status, note) = fail(&before, false, "denied".into(), NOW);
-        assert_eq!((status.current_state.as_str(), note.reason), ("Error", "ReconcileFailed"));
+        assert_eq!((status.current_state.as_str(), note.reason.as_str()), ("Error", "ReconcileFailed"));
         let reconciled = status.conditions.iter().find(|c| c.condition_type == "Reconciled").unwrap();
         assert_eq!((reconciled.status.as_str(), reconciled.message.as_str()), ("False", "denied"));
     }
@@ -757,9 +756,12 @@ mod tests {
         assert_eq!(note.unwrap().message, "Workflow argo/rotate-1 submitted");
         let (status, note) = crd_outcome(&CrdStep::Retry("rotate-1".into()), resource, 1, &before, NOW);
         assert_eq!(status.strategy_retry_count, Some(2));
-        assert_eq!(note.map(|n| (n.reason, n.warning)), Some(("UpgradeRetried", true)));
+        assert_eq!(note.map(|n| (n.reason.as_str(), n.reason.is_warning())), Some(("UpgradeRetried", true)));
         let (status, note) = crd_outcome(&CrdStep::Failed("out of retries".into()), resource, 3, &before, NOW);
-        assert_eq!((status.current_state.as_str(), note.unwrap().reason), ("Error", "InstanceGroupUpgradeFailed"));
+        assert_eq!(
+            (status.current_state.as_str(), note.unwrap().reason.as_str()),
+            ("Error", "InstanceGroupUpgradeFailed")
+        );
         let (status, note) = crd_outcome(&CrdStep::Done, resource, 1, &before, NOW);
         assert_eq!((status.strategy_retry_count, note), (Some(0), None));
         let (status, note) = crd_outcome(&CrdStep::Wait("running".into()), resource, 1, &before, NOW);

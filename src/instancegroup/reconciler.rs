@@ -16,6 +16,7 @@ use crate::instancegroup::boundaries::InstanceManagerConfig;
 use crate::instancegroup::cloud::{CloudError, NodeGroupCloud};
 use crate::instancegroup::crd_strategy::{self, CrdStep};
 use crate::instancegroup::design::{CrdPlan, GroupDesign};
+use crate::instancegroup::events::GroupEventReason;
 use crate::instancegroup::launch::{owner_tags, owner_tags_of, AsgFacts, Resolved};
 use crate::instancegroup::plan::{
     applied, cleanup_step, converge, crd_outcome, created, fail, group_step, owned, refuse, template_step, CleanupSeen,
@@ -199,16 +200,16 @@ where
     }
 
     async fn tell(&self, ig: &InstanceGroup, note: Option<Note>) {
-        if let Some(Note { reason, message, warning }) = note {
-            self.event(ig, reason, &message, warning).await;
+        if let Some(Note { reason, message }) = note {
+            self.event(ig, reason, &message).await;
         }
     }
 
-    async fn event(&self, ig: &InstanceGroup, reason: &str, message: &str, warning: bool) {
+    async fn event(&self, ig: &InstanceGroup, reason: GroupEventReason, message: &str) {
         let (namespace, name) = key(ig);
         let group = GroupRef { namespace, name, uid: ig.metadata.uid.clone() };
-        if let Err(e) = self.store.event(&group, reason, message, warning).await {
-            warn!(reason, error = %e, "InstanceGroup Event not recorded");
+        if let Err(e) = self.store.event(&group, reason.as_str(), message, reason.is_warning()).await {
+            warn!(reason = reason.as_str(), error = %e, "InstanceGroup Event not recorded");
         }
     }
 
@@ -265,7 +266,7 @@ where
                 let version = self.cloud.create_template_version(&design.prefix, &data).await?;
                 let message = format!("launch template version {version}: {} changed", drifted.join(", "));
                 info!(%namespace, %name, %message, "launch template drift");
-                self.event(ig, "LaunchTemplateUpdated", &message, false).await;
+                self.event(ig, GroupEventReason::LaunchTemplateUpdated, &message).await;
                 version
             }
         };
@@ -276,8 +277,8 @@ where
         let facts = match group_step(&design, &resolved, group.as_ref()) {
             GroupStep::Create(wanted) => {
                 self.cloud.create_scaling_group(&wanted).await?;
-                self.event(ig, "InstanceGroupCreated", &format!("Auto Scaling Group {} created", design.prefix), false)
-                    .await;
+                let message = format!("Auto Scaling Group {} created", design.prefix);
+                self.event(ig, GroupEventReason::InstanceGroupCreated, &message).await;
                 if let Some(arn) = &role.role_arn {
                     self.store.upsert_aws_auth(arn).await?;
                 }
@@ -334,7 +335,7 @@ where
                 let ids: Vec<String> = nodes.iter().map(|(id, _)| id.to_string()).collect();
                 let message = format!("rotating {} of {of} drifted instances: {}", ids.len(), ids.join(", "));
                 info!(namespace = ?ig.metadata.namespace, name = ?ig.metadata.name, %message);
-                self.event(ig, "RotatingNodes", &message, false).await;
+                self.event(ig, GroupEventReason::RotatingNodes, &message).await;
             }
         }
         Ok(convergence.requeue)
@@ -353,7 +354,7 @@ where
             Ok(wanted) => wanted,
             Err(e) => {
                 let note;
-                (*status, note) = refuse(None, status, "InvalidSpec", e.to_string(), self.now());
+                (*status, note) = refuse(None, status, GroupEventReason::InvalidSpec, e.to_string(), self.now());
                 self.tell(ig, note).await;
                 return Ok(false);
             }
@@ -421,7 +422,7 @@ where
                 // Another InstanceGroup's: left whole, and this one lets go of its finalizer.
                 let message = format!("{what} {other} belongs to {owner}: left as it is");
                 warn!(%namespace, %name, %message, "InstanceGroup deleted without its AWS resources");
-                self.event(ig, "ReconcileFailed", &message, true).await;
+                self.event(ig, GroupEventReason::ReconcileFailed, &message).await;
                 status.current_state = state;
                 self.write_deleted(&namespace, &name, status).await?;
                 return Ok(Requeue::OnChange);
@@ -429,7 +430,7 @@ where
             CleanupStep::DeleteGroup => {
                 self.cloud.delete_scaling_group(&group).await?;
                 let message = format!("Auto Scaling Group {prefix} force-deleted");
-                self.event(ig, "InstanceGroupDeleting", &message, false).await;
+                self.event(ig, GroupEventReason::InstanceGroupDeleting, &message).await;
                 status.current_state = state;
                 return Ok(Requeue::After(REQUEUE));
             }
@@ -448,7 +449,7 @@ where
                         Err(foreign @ CloudError::NotOwned { .. }) => {
                             let message = format!("{foreign}: left as it is");
                             warn!(%namespace, %name, %message, "InstanceGroup deleted without its node role");
-                            self.event(ig, "ReconcileFailed", &message, true).await;
+                            self.event(ig, GroupEventReason::ReconcileFailed, &message).await;
                         }
                         Err(e) => return Err(e.into()),
                     }
@@ -457,13 +458,8 @@ where
         }
         status.current_state = State::Deleted.into();
         self.write_deleted(&namespace, &name, status).await?;
-        self.event(
-            ig,
-            "InstanceGroupDeleted",
-            &format!("{prefix} and its launch template, role and aws-auth entry are gone"),
-            false,
-        )
-        .await;
+        let message = format!("{prefix} and its launch template, role and aws-auth entry are gone");
+        self.event(ig, GroupEventReason::InstanceGroupDeleted, &message).await;
         Ok(Requeue::OnChange)
     }
 

@@ -8,6 +8,7 @@ use base64::Engine;
 
 use super::api::{EksConfiguration, InstanceGroupSpec, IntOrString, NodeVolume, UpgradeStrategy};
 use super::design::*;
+use super::events::GroupEventReason;
 
 /// Annotation: add cluster-autoscaler discovery tags.
 pub(crate) const ANNOTATION_CA_ENABLED: &str = "instancemgr.keikoproj.io/cluster-autoscaler-enabled";
@@ -99,11 +100,11 @@ pub struct ValidateError {
 
 impl ValidateError {
     /// `Unsupported` when everything wrong is something we do not do, else `InvalidSpec`.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> GroupEventReason {
         if self.errors.iter().all(|e| e.kind == FieldErrorKind::Unsupported) {
-            "Unsupported"
+            GroupEventReason::Unsupported
         } else {
-            "InvalidSpec"
+            GroupEventReason::InvalidSpec
         }
     }
 }
@@ -1251,7 +1252,7 @@ mod tests {
         let text = err.to_string();
         assert!(text.starts_with("invalid InstanceGroup instance-manager/batch-spot: "), "{text}");
         assert!(text.contains("spec.eks.configuration.instanceType: is required"), "{text}");
-        assert_eq!(err.reason(), "InvalidSpec");
+        assert_eq!(err.reason(), GroupEventReason::InvalidSpec);
     }
 
     #[test]
