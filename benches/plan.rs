@@ -26,24 +26,8 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
     let mut drains = DrainState::default();
     for g in 0..GROUPS {
         let name = GroupName::from(format!("spot-{g:03}"));
-        s.groups.insert(
-            name.clone(),
-            Group {
-                name: name.clone(),
-                min: 1,
-                max: 40,
-                desired: NODES_PER_GROUP as u32,
-                node_allocatable: Some(Resources::new(4000, 16 * GI)),
-                ca: None,
-                capacity_rebalance: false,
-                az_rebalance: false,
-                members: None,
-                excluded: false,
-                foreign: false,
-                fallbacks: Vec::new(),
-                tenant_namespace: None,
-            },
-        );
+        // 4-CPU/16-GiB nodes, min 1, no CA view: the core's test group.
+        s.groups.insert(name.clone(), Group::test(name.as_str()).desired(NODES_PER_GROUP as u32).max(40));
         let mut boosted = BTreeSet::new();
         for n in 0..NODES_PER_GROUP {
             let node = NodeName::from(format!("ip-10-{g}-{n}.eu-central-1.compute.internal"));

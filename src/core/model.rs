@@ -756,9 +756,10 @@ impl Snapshot {
     }
 }
 
-#[cfg(test)]
-pub(crate) mod builders {
-    //! Builders that read like sentences, for tests across the core.
+#[cfg(any(test, feature = "test-kit"))]
+pub mod builders {
+    //! Builders that read like sentences, for the core's tests, the integration tests and the
+    //! benches (behind the `test-kit` feature, as the fakes are).
     use super::*;
 
     impl Group {
@@ -791,7 +792,7 @@ pub(crate) mod builders {
             self
         }
         /// Sets CA's view.
-        pub(crate) fn ca_target(mut self, target: u32, backoff: Option<&str>) -> Group {
+        pub fn ca_target(mut self, target: u32, backoff: Option<&str>) -> Group {
             self.ca = Some(CaGroupView {
                 cloud_provider_target: target,
                 backoff: backoff.map(String::from),
@@ -827,7 +828,7 @@ pub(crate) mod builders {
             }
         }
         /// Names another instance in its providerID.
-        pub(crate) fn with_instance(mut self, id: &str) -> Node {
+        pub fn with_instance(mut self, id: &str) -> Node {
             self.instance = Some(id.into());
             self
         }
@@ -843,17 +844,17 @@ pub(crate) mod builders {
             self
         }
         /// Sets its creation time in milliseconds.
-        pub(crate) fn created_at(mut self, millis: i64) -> Node {
+        pub fn created_at(mut self, millis: i64) -> Node {
             self.created = Timestamp::from_millis(millis);
             self
         }
         /// Marks it not Ready.
-        pub(crate) fn not_ready(mut self) -> Node {
+        pub fn not_ready(mut self) -> Node {
             self.ready = false;
             self
         }
         /// Adds `n` ordinary pods with the given requests.
-        pub(crate) fn with_pods(mut self, n: usize, cpu_millis: u64, memory_bytes: u64) -> Node {
+        pub fn with_pods(mut self, n: usize, cpu_millis: u64, memory_bytes: u64) -> Node {
             for _ in 0..n {
                 let k = self.pods.len();
                 self.pods.push(Pod::test(&format!("{}-p{k}", self.name), cpu_millis, memory_bytes));
@@ -925,18 +926,18 @@ pub(crate) mod builders {
 
     impl Snapshot {
         /// Adds a group.
-        pub(crate) fn with_group(mut self, g: Group) -> Snapshot {
+        pub fn with_group(mut self, g: Group) -> Snapshot {
             self.groups.insert(g.name.clone(), g);
             self
         }
         /// Adds a node, and EC2's description of its spot instance, named after the node.
-        pub(crate) fn with_node(mut self, n: Node) -> Snapshot {
+        pub fn with_node(mut self, n: Node) -> Snapshot {
             self.describe(&n);
             self.nodes.insert(n.name.clone(), n);
             self
         }
         /// Adds EC2's description of `n`'s instance: spot, its private DNS name the node's.
-        pub(crate) fn describe(&mut self, n: &Node) {
+        pub fn describe(&mut self, n: &Node) {
             if let Some(instance) = &n.instance {
                 let facts = InstanceFacts {
                     lifecycle: InstanceLifecycle::Spot,
@@ -947,7 +948,7 @@ pub(crate) mod builders {
             }
         }
         /// Adds a signal.
-        pub(crate) fn with_signal(mut self, s: Signal) -> Snapshot {
+        pub fn with_signal(mut self, s: Signal) -> Snapshot {
             self.signals.push(s);
             self
         }
