@@ -29,7 +29,7 @@ use crate::simulate::{simulate_file, SimulateError};
 use crate::supervise::{Heartbeats, Lifetime, Supervisor, TaskEnded};
 use crate::workers::drainer::{Drainer, DrainerSettings};
 use crate::workers::groups::GroupBook;
-use crate::workers::launches::{LaunchWatchSettings, LaunchWatcher};
+use crate::workers::launch_watcher::{LaunchWatchSettings, LaunchWatcher};
 use crate::workers::learner::{LearnerSettings, NodeLearner};
 use crate::workers::scaler::{Scaler, ScalerError, ScalerSettings};
 use crate::workers::Ports;
@@ -87,12 +87,12 @@ pub fn run(cli: Cli) -> Result<String, AppError> {
         }
         Command::Inspect(InspectCommand::ScalingActivities(args)) => {
             let input = read_input(&args.file)?;
-            let activities = crate::inspect_activities::inspect_scaling_activities(&input)?;
-            Ok(crate::inspect_activities::render_scaling_activities(&activities, args.output))
+            let activities = crate::inspect::activities::inspect_scaling_activities(&input)?;
+            Ok(crate::inspect::activities::render_scaling_activities(&activities, args.output))
         }
         Command::Inspect(InspectCommand::Nodes(args)) => {
             let input = read_input(&args.file)?;
-            Ok(crate::inspect_nodes::render_nodes(&crate::inspect_nodes::inspect_nodes(&input)?, args.output))
+            Ok(crate::inspect::nodes::render_nodes(&crate::inspect::nodes::inspect_nodes(&input)?, args.output))
         }
         Command::Simulate(args) => Ok(simulate_file(&args.scenario, args.baseline, args.output)?),
         Command::Crd => Ok(crate::instancegroup::api::crd_yaml()),

@@ -18,8 +18,6 @@ pub mod core;
 #[cfg(any(test, feature = "test-kit"))]
 pub mod fakes;
 pub(crate) mod inspect;
-pub(crate) mod inspect_activities;
-pub(crate) mod inspect_nodes;
 pub mod instancegroup;
 pub mod k8s;
 pub mod metrics;

@@ -145,7 +145,7 @@ const LAYERS: &[(&str, Layer)] = &[
     ("instancegroup", Layer::Never(&["workers", "simulate", "fakes", "app", "inspect"])),
     ("aws", Layer::Never(&["k8s", "instancegroup", "workers", "simulate", "fakes", "app", "inspect"])),
     ("k8s", Layer::Never(&["aws", "instancegroup", "workers", "simulate", "fakes", "app", "inspect"])),
-    ("fakes.rs", Layer::Never(&["simulate", "app", "inspect", "inspect_nodes", "inspect_activities"])),
+    ("fakes.rs", Layer::Never(&["simulate", "app", "inspect"])),
 ];
 
 #[derive(Clone, Copy)]

@@ -196,7 +196,7 @@ async fn a_boost_into_a_pool_without_capacity_lands_in_its_fallback_through_the_
     use spots_booster::core::{BoostRecord, InstanceId, Node, NodeName, Policy, Resources};
     use spots_booster::fakes::{FakeAutoScaling, FakeRig};
     use spots_booster::metrics::Metrics;
-    use spots_booster::workers::launches::{LaunchWatchSettings, LaunchWatcher};
+    use spots_booster::workers::launch_watcher::{LaunchWatchSettings, LaunchWatcher};
     use spots_booster::workers::scaler::{Scaler, ScalerSettings};
 
     // spot-a was boosted 3 -> 5 two seconds ago; its pool has no capacity: nothing is listed, and

@@ -17,7 +17,7 @@ pub struct DrainStarted {
     pub instance: InstanceId,
     /// When the batch started.
     pub started_at: Timestamp,
-    /// Terminate with decrement once drained (see [`super::drain::DrainTarget::decrement`]).
+    /// Terminate with decrement once drained (see [`super::drain_batches::DrainTarget::decrement`]).
     #[serde(default)]
     pub decrement: bool,
     /// When the instance goes, for a node with an interruption notice: its pods are evicted all

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::drain::{eviction_backoff, eviction_order_of, next_batches, BatchPlan, DrainView, TimedOutDrain};
+use super::drain_batches::{eviction_backoff, eviction_order_of, next_batches, BatchPlan, DrainView, TimedOutDrain};
 use super::drain_state::{DrainStarted, DrainState, FinishedDrain, NodeEvictions};
 use super::identity;
 use super::model::{

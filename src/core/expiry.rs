@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::drain::{claim_replacements, opted_out};
+use super::drain_batches::{claim_replacements, opted_out};
 use super::ledger_edit::{BoostId, LedgerEdit};
 use super::model::{BoostExpiry, BoostLedger, BoostRecord, Snapshot, Timestamp};
 use super::policy::Policy;

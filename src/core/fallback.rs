@@ -1,6 +1,6 @@
 //! Falling back when a pool has no capacity. A boost raised its group's desired capacity, but
 //! the group's scaling activities say its launches fail for want of capacity (see
-//! [`super::launches`]): its at-risk nodes would keep their pods until AWS takes them. The nodes
+//! [`super::launch_failures`]): its at-risk nodes would keep their pods until AWS takes them. The nodes
 //! the boost still misses move to the first of the group's fallbacks (the ASG tag
 //! `spots-booster.io/fallback-groups`) that is not failing itself, has room below its MaxSize
 //! and its boost budget, and is not in Cluster Autoscaler's backoff.

@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::drain::claim_replacements;
+use super::drain_batches::claim_replacements;
 use super::fast_hash::FastSet;
 use super::identity;
 use super::ledger_edit::LedgerEdit;

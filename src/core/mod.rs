@@ -6,29 +6,29 @@
 //! tests and the planning bench call exactly these.
 
 pub mod boost;
-pub mod drain;
+pub mod drain_batches;
 pub mod drain_state;
 pub mod draining;
 pub(crate) mod expiry;
 pub mod fallback;
 pub mod fast_hash;
-pub mod flags;
+pub mod flag_set;
 pub(crate) mod give_back;
 pub(crate) mod identity;
-pub mod launches;
+pub mod launch_failures;
 pub mod ledger_edit;
 pub(crate) mod model;
+mod names;
 pub mod pacing;
 pub mod policy;
 pub(crate) mod raises;
 pub mod scaling;
 pub mod signals;
 pub mod sizing;
-mod text;
 
 pub use boost::{Boost, BoostPlan, BoostReason, Held, HoldReason};
-pub(crate) use drain::eviction_order;
-pub use drain::{BatchPlan, Claim, DrainBatch, DrainTarget, DrainView, DrainWait, TimedOutDrain};
+pub(crate) use drain_batches::eviction_order;
+pub use drain_batches::{BatchPlan, Claim, DrainBatch, DrainTarget, DrainView, DrainWait, TimedOutDrain};
 pub use drain_state::{DrainStarted, DrainState, FinishedDrain, NodeEvictions};
 pub use draining::{
     plan_draining, DrainingPlan, EndedDrain, EvictionResult, EvictionRound, HowDrainEnded, PodToEvict, Refusal,
@@ -37,7 +37,7 @@ pub use expiry::Expired;
 pub use fallback::{plan_take_backs, Fallback, FallbackRefusal, RefusedFallback, TakeBack};
 pub use give_back::{pods_needed, GiveBack, GiveBackHow, LeftWhy};
 pub use identity::Distrust;
-pub use launches::{classify, launching_groups, stalled_boosts, LaunchFailure, ScalingActivity};
+pub use launch_failures::{classify, launching_groups, stalled_boosts, LaunchFailure, ScalingActivity};
 pub use ledger_edit::{
     answer_terminations, apply_all, decide_terminations, BoostId, LedgerEdit, Termination, TerminationAnswer,
     TerminationDecision, WriteAnswer,

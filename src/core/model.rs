@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::fast_hash::{FastMap, FastSet};
-use super::flags::Flag;
-use super::text::Text;
+use super::flag_set::Flag;
+use super::names::Text;
 
 /// A point in time, in milliseconds since the Unix epoch. The core never reads a clock: `now` is
 /// always passed in.

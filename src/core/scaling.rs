@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use super::boost::{plan_boosts, BoostPlan};
-use super::drain::close_finished_boosts;
+use super::drain_batches::close_finished_boosts;
 use super::expiry::{expire_boosts, Expired};
 use super::fallback::{failing, plan_fallbacks, refused_fallbacks, Fallback, RefusedFallback};
 use super::give_back::{plan_give_backs, GiveBack};

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::fast_hash::{FastMap, FastSet};
-use super::flags::FlagSet;
+use super::flag_set::FlagSet;
 use super::identity::{self, Distrust};
 use super::model::{
     Evidence, Group, GroupName, InstanceFacts, InstanceId, InstanceLifecycle, Node, NodeName, Signal, SignalKind,

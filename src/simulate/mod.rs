@@ -32,7 +32,7 @@ use crate::ports::{Clock, Leadership};
 use crate::units::format_duration;
 use crate::workers::drainer::{Drainer, DrainerSettings};
 use crate::workers::groups::GroupBook;
-use crate::workers::launches::{LaunchWatchSettings, LaunchWatcher};
+use crate::workers::launch_watcher::{LaunchWatchSettings, LaunchWatcher};
 use crate::workers::scaler::{Scaler, ScalerSettings};
 use crate::workers::Ports;
 use crate::workers::WorkerContext;

@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::drainer::{Drainer, DrainerSettings};
-use super::launches::{LaunchWatchSettings, LaunchWatcher};
+use super::launch_watcher::{LaunchWatchSettings, LaunchWatcher};
 use super::scaler::{Scaler, ScalerSettings};
 use super::Clock;
 use crate::core::{Evidence, InstanceId, Node, NodeName, Policy, Signal, SignalKind, SizingMode, Timestamp};

@@ -6,7 +6,7 @@
 
 pub mod drainer;
 pub mod groups;
-pub mod launches;
+pub mod launch_watcher;
 pub mod leader_only;
 pub mod learner;
 pub mod ledger;

@@ -95,7 +95,7 @@ mod tests {
     use super::*;
     use crate::output::TABLE_WIDTH;
 
-    const ANSWER: &str = include_str!("../tests/fixtures/scaling-activities/spot-no-capacity.json");
+    const ANSWER: &str = include_str!("../../tests/fixtures/scaling-activities/spot-no-capacity.json");
 
     #[test]
     fn the_cli_answer_is_classified_as_the_watcher_does() {

@@ -1,5 +1,9 @@
 //! `spots-booster inspect`: shows what the daemon understands of a CA status or an NTH Event,
-//! from whatever the user has at hand.
+//! from whatever the user has at hand. Scaling activities (`activities`) and Nodes (`nodes`) have
+//! their own files.
+
+pub(crate) mod activities;
+pub(crate) mod nodes;
 
 use std::io::Read;
 use std::path::Path;
