@@ -510,3 +510,137 @@ fn error_chain(err: &dyn std::error::Error) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fakes::{FakeInstanceGroupStore, InMemoryCluster};
+    use crate::instancegroup::adapters::memory_cloud::InMemoryNodeGroups;
+    use crate::instancegroup::launch::TAG_CLUSTER_NAME;
+
+    type Reconciler = InstanceGroupReconciler<InMemoryNodeGroups, FakeInstanceGroupStore, InMemoryCluster>;
+
+    /// The example InstanceGroup of the docs with a fixed image and `instance_type`.
+    fn group(instance_type: &str) -> InstanceGroup {
+        let mut ig: InstanceGroup = serde_yaml::from_str(include_str!("testdata/batch-spot.yaml")).unwrap();
+        let configuration = &mut ig.spec.eks.as_mut().unwrap().configuration;
+        configuration.image = "ami-0123456789abcdef0".into();
+        configuration.instance_type = instance_type.into();
+        ig.metadata.uid = Some("uid-1".into());
+        ig
+    }
+
+    fn world() -> (Reconciler, InMemoryNodeGroups, FakeInstanceGroupStore) {
+        let (cloud, store) = (InMemoryNodeGroups::with_cluster("prod-euw1"), FakeInstanceGroupStore::default());
+        let reconciler = InstanceGroupReconciler {
+            cloud: cloud.clone(),
+            store: store.clone(),
+            view: InMemoryCluster::default(),
+            clock: Arc::new(|| Timestamp::from_millis(1_000_000)),
+            leadership: Leadership::always(),
+            metrics: Arc::new(Metrics::new()),
+            iam: Default::default(),
+            cluster: "prod-euw1".into(),
+        };
+        (reconciler, cloud, store)
+    }
+
+    /// Reconciles `ig` with the status the last pass wrote, as the controller does; returns the
+    /// writes to AWS and the Events' reasons of that pass.
+    async fn pass(
+        r: &Reconciler,
+        cloud: &InMemoryNodeGroups,
+        store: &FakeInstanceGroupStore,
+        ig: &InstanceGroup,
+    ) -> (Vec<String>, Vec<String>) {
+        let mut ig = ig.clone();
+        ig.status = store.get("instance-manager", "batch-spot").and_then(|g| g.status);
+        store.apply(ig.clone());
+        let (writes, events) = (cloud.state().writes.len(), store.0.lock().unwrap().events.len());
+        r.reconcile(&ig, None).await;
+        let writes = cloud.state().writes[writes..].to_vec();
+        let events = store.0.lock().unwrap().events[events..].iter().map(|(_, reason, ..)| reason.clone()).collect();
+        (writes, events)
+    }
+
+    #[tokio::test]
+    async fn a_new_instancegroup_makes_its_role_template_and_group_once_and_a_second_pass_writes_nothing() {
+        let (r, cloud, store) = world();
+        let (writes, events) = pass(&r, &cloud, &store, &group("m6i.2xlarge")).await;
+        let prefix = "prod-euw1-instance-manager-batch-spot";
+        assert_eq!(
+            writes,
+            [
+                format!("CreateRole {prefix}"),
+                format!("CreateLaunchTemplate {prefix}"),
+                format!("CreateAutoScalingGroup {prefix}"),
+            ]
+        );
+        assert_eq!(events, ["InstanceGroupCreated"]);
+        let asg = cloud.state().groups[&GroupName::from(prefix)].clone();
+        assert_eq!(asg.tags.get(TAG_CLUSTER_NAME).map(String::as_str), Some("prod-euw1"));
+        assert_eq!((asg.min_size, asg.max_size), (1, 30));
+        let (writes, events) = pass(&r, &cloud, &store, &group("m6i.2xlarge")).await;
+        assert!(writes.is_empty() && events.is_empty(), "{writes:?} {events:?}");
+    }
+
+    #[tokio::test]
+    async fn a_changed_instance_type_is_one_new_template_version_and_one_group_update_told_once() {
+        let (r, cloud, store) = world();
+        pass(&r, &cloud, &store, &group("m6i.2xlarge")).await;
+        let (writes, events) = pass(&r, &cloud, &store, &group("m7i.2xlarge")).await;
+        // The primary type is also the mixed-instances policy's first override.
+        let prefix = "prod-euw1-instance-manager-batch-spot";
+        assert_eq!(
+            writes,
+            [format!("CreateLaunchTemplateVersion {prefix} 2"), format!("UpdateAutoScalingGroup {prefix}")]
+        );
+        assert_eq!(events, ["LaunchTemplateUpdated"]);
+        let (writes, _) = pass(&r, &cloud, &store, &group("m7i.2xlarge")).await;
+        assert!(writes.is_empty(), "{writes:?}");
+    }
+
+    #[tokio::test]
+    async fn a_group_another_cluster_owns_under_the_same_name_is_never_changed() {
+        let (r, cloud, store) = world();
+        pass(&r, &cloud, &store, &group("m6i.2xlarge")).await;
+        for asg in cloud.state().groups.values_mut() {
+            asg.tags.insert(TAG_CLUSTER_NAME.into(), "prod-use1".into());
+        }
+        let (writes, events) = pass(&r, &cloud, &store, &group("m7i.2xlarge")).await;
+        assert!(writes.is_empty(), "{writes:?}");
+        assert_eq!(events, ["ReconcileFailed"]);
+        let status = store.get("instance-manager", "batch-spot").and_then(|g| g.status).unwrap();
+        assert_eq!(status.current_state, String::from(State::Error));
+    }
+
+    #[tokio::test]
+    async fn deletion_removes_the_group_then_the_template_and_the_role_and_says_so() {
+        let (r, cloud, store) = world();
+        let ig = group("m6i.2xlarge");
+        pass(&r, &cloud, &store, &ig).await;
+        let mut passes = 0;
+        loop {
+            let ig = store.get("instance-manager", "batch-spot").unwrap();
+            passes += 1;
+            match r.clean_up(&ig, std::slice::from_ref(&ig)).await {
+                Cleanup::Done => break,
+                Cleanup::Again(_) if passes < 5 => {}
+                Cleanup::Again(requeue) => panic!("not done after {passes} passes: {requeue:?}"),
+            }
+        }
+        let state = cloud.state();
+        assert!(state.groups.is_empty() && state.templates.is_empty() && state.roles.is_empty(), "{state:?}");
+        let prefix = "prod-euw1-instance-manager-batch-spot";
+        assert_eq!(
+            state.writes[3..],
+            [
+                format!("DeleteAutoScalingGroup {prefix}"),
+                format!("DeleteLaunchTemplate {prefix}"),
+                format!("DeleteRole {prefix}"),
+            ]
+        );
+        let reasons: Vec<String> = store.0.lock().unwrap().events.iter().map(|(_, r, ..)| r.clone()).collect();
+        assert_eq!(reasons.last().map(String::as_str), Some("InstanceGroupDeleted"));
+    }
+}

@@ -394,7 +394,7 @@ pub(crate) mod tests {
 
     pub(crate) fn design() -> GroupDesign {
         let mut ig: InstanceGroup =
-            serde_yaml::from_str(include_str!("testdata/batch-spot.yaml")).expect("the example parses");
+            serde_yaml::from_str(include_str!("../testdata/batch-spot.yaml")).expect("the example parses");
         ig.spec.eks.as_mut().unwrap().configuration.image = "ami-0123456789abcdef0".into();
         let info = ObjectInfo {
             namespace: "instance-manager",

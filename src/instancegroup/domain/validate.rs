@@ -923,7 +923,7 @@ mod tests {
     pub(crate) const CLUSTER: &str = "prod-euw1";
 
     pub(crate) fn example() -> InstanceGroup {
-        let mut ig: InstanceGroup = serde_yaml::from_str(include_str!("testdata/batch-spot.yaml")).unwrap();
+        let mut ig: InstanceGroup = serde_yaml::from_str(include_str!("../testdata/batch-spot.yaml")).unwrap();
         ig.spec.eks.as_mut().unwrap().configuration.image = "ami-0123456789abcdef0".into();
         ig
     }

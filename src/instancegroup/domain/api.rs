@@ -556,7 +556,7 @@ mod tests {
 
     #[test]
     fn the_reference_example_round_trips_without_losing_fields() {
-        let yaml = include_str!("testdata/batch-spot.yaml");
+        let yaml = include_str!("../testdata/batch-spot.yaml");
         let ig: InstanceGroup = serde_yaml::from_str(yaml).expect("the reference example parses");
         let config = &ig.spec.eks.as_ref().unwrap().configuration;
         assert_eq!(config.instance_type, "m6i.2xlarge");

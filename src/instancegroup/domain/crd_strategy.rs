@@ -238,7 +238,7 @@ mod tests {
     use super::*;
 
     fn ig() -> InstanceGroup {
-        let mut ig: InstanceGroup = serde_yaml::from_str(include_str!("testdata/batch-spot.yaml")).unwrap();
+        let mut ig: InstanceGroup = serde_yaml::from_str(include_str!("../testdata/batch-spot.yaml")).unwrap();
         ig.status = Some(crate::instancegroup::InstanceGroupStatus {
             active_scaling_group_name: "prod-euw1-instance-manager-batch-spot".into(),
             config_md5: "abc".into(),

@@ -496,9 +496,9 @@ mod tests {
         struct ConfigMap {
             data: BTreeMap<String, String>,
         }
-        let cm: ConfigMap = serde_yaml::from_str(include_str!("testdata/instance-manager-configmap.yaml")).unwrap();
+        let cm: ConfigMap = serde_yaml::from_str(include_str!("../testdata/instance-manager-configmap.yaml")).unwrap();
         let c = InstanceManagerConfig::parse(&cm.data).unwrap();
-        let ig: Value = serde_yaml::from_str(include_str!("testdata/batch-spot.yaml")).unwrap();
+        let ig: Value = serde_yaml::from_str(include_str!("../testdata/batch-spot.yaml")).unwrap();
         let annotations: BTreeMap<String, String> =
             serde_json::from_value(ig["metadata"]["annotations"].clone()).unwrap();
         let out = c.apply(&ig, &annotations);
