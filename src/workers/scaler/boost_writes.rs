@@ -60,13 +60,13 @@ const LANDED: u8 = 2;
 
 impl Flight {
     /// Sends `writes` on their own task. Once they are answered it wakes the scaler when a write
-    /// raced, when a group raised is failing for want of capacity (in `failing`: its nodes move
-    /// to a fallback at once), or when a pass waited for them ([`Flight::want`]); not merely
-    /// because a write failed, which would retry it in a loop.
+    /// raced, when a group raised is in `replan_once_raised` (failing for want of capacity: its
+    /// nodes move to a fallback at once), or when a pass waited for them ([`Flight::want`]); not
+    /// merely because a write failed, which would retry it in a loop.
     pub(super) fn send<A, C, L, W, E>(
         ctx: Arc<WorkerContext<A, C, L, W, E>>,
         writes: Vec<BoostWrite>,
-        failing: BTreeSet<GroupName>,
+        replan_once_raised: BTreeSet<GroupName>,
         stages: Stages,
         wake: Arc<Notify>,
     ) -> Flight
@@ -83,7 +83,9 @@ impl Flight {
             let state = state.clone();
             tokio::spawn(async move {
                 let again = match write_and_answer(&ctx, writes, stages).await {
-                    Ok(landed) => !landed.raced.is_empty() || landed.raised.iter().any(|(g, ..)| failing.contains(g)),
+                    Ok(landed) => {
+                        !landed.raced.is_empty() || landed.raised.iter().any(|(g, ..)| replan_once_raised.contains(g))
+                    }
                     Err(e) => {
                         crate::workers::report_failed_pass("scaler", &ctx.metrics, &e);
                         false
