@@ -169,6 +169,7 @@ pub(crate) async fn run_daemon(args: RunArgs) -> Result<(), AppError> {
 /// What connecting and the start-up checks establish.
 struct Started {
     client: kube::Client,
+    budget: crate::k8s::budget::RequestBudget,
     identity: String,
     leader_elect: bool,
     timing: LeaseTiming,
@@ -190,7 +191,8 @@ async fn connect_and_check(args: &RunArgs) -> Result<Started, AppError> {
     let leader_elect = args.leader.leader_elect.unwrap_or(args.kube.connection_mode == ConnectionMode::Incluster);
     let identity = identity(args);
 
-    let client = connect(&args.kube).await?;
+    let budget = args.kube.budget();
+    let client = connect(&args.kube, &budget).await?;
     let namespaces = Namespaces {
         events: args.events_namespace.clone(),
         ca_status: args.ca_status_namespace.clone(),
@@ -206,7 +208,9 @@ async fn connect_and_check(args: &RunArgs) -> Result<Started, AppError> {
         warn!("InstanceGroup reconciliation is off under --dry-run: it would write to AWS");
     }
     check_permissions(&client, &namespaces, |p| {
-        (!leader_elect && p.resource == "leases") || (!instance_groups && p.instance_groups_only())
+        (!leader_elect && p.resource == "leases")
+            || (!instance_groups && p.instance_groups_only())
+            || (!policy.force_at_deadline && p.force_only())
     })
     .await?;
     let groups_store = KubeInstanceGroups::new(
@@ -219,7 +223,7 @@ async fn connect_and_check(args: &RunArgs) -> Result<Started, AppError> {
         return Err(AppError::NoInstanceGroupCrd);
     }
     info!(%identity, leader_elect, dry_run = args.aws.dry_run, "connected to the cluster; permissions checked");
-    Ok(Started { client, identity, leader_elect, timing, policy, instance_groups, groups_store })
+    Ok(Started { client, budget, identity, leader_elect, timing, policy, instance_groups, groups_store })
 }
 
 /// The daemon's parts, built and connected, before any task runs.
@@ -248,7 +252,7 @@ type DaemonScaler = Scaler<AwsAutoScaling, KubeCluster, ConfigMapLedger, KubeWri
 impl Daemon {
     /// AWS clients, metrics, the watched cluster, the ledger and the workers' context.
     async fn build(args: &RunArgs, started: Started) -> Result<Daemon, AppError> {
-        let Started { client, identity, leader_elect, timing, policy, instance_groups, groups_store } = started;
+        let Started { client, budget, identity, leader_elect, timing, policy, instance_groups, groups_store } = started;
         let sdk = load_sdk_config(&args.aws).await;
         let mut aws = AwsPorts::new(&sdk, args.aws.dry_run);
         let clock = system_clock();
@@ -278,6 +282,7 @@ impl Daemon {
             metrics.clone(),
             clock.clone(),
         );
+        metrics.on_scrape(Box::new(move |m| m.cluster.sync_kube_throttled(budget.throttled())));
         let (ca_cluster, ca_clock) = (cluster.clone(), clock.clone());
         metrics.on_scrape(Box::new(move |m| m.cluster.set_ca_status_age(ca_cluster.ca_status_age(ca_clock()))));
 

@@ -299,6 +299,20 @@ pub struct PolicyArgs {
     /// rebalance recommendations keep waiting for replacements.
     #[arg(long, env = "SPOTS_BOOSTER_INTERRUPTION_DRAIN_LEAD", default_value = "60s", value_parser = duration)]
     pub(crate) interruption_drain_lead: Duration,
+    /// How long a replacement takes from the boost to a Ready node: a node with a confirmed
+    /// interruption notice whose replacements could not be Ready before it must start draining
+    /// anyway drains at once (a two-minute notice always does).
+    #[arg(long, env = "SPOTS_BOOSTER_REPLACEMENT_BOOT_TIME", default_value = "60s", value_parser = duration)]
+    pub(crate) replacement_boot_time: Duration,
+    /// Delete (gracefully, with its grace period) a pod a PodDisruptionBudget still refuses once a
+    /// confirmed interruption's deadline is nearer than its grace period plus
+    /// --interruption-force-margin, so it ends cleanly instead of dying with the instance.
+    #[arg(long, env = "SPOTS_BOOSTER_INTERRUPTION_FORCE_AT_DEADLINE", action = ArgAction::Set, num_args = 0..=1,
+          default_value_t = false, default_missing_value = "true")]
+    pub(crate) interruption_force_at_deadline: bool,
+    /// How long before the instance goes a forced pod's grace period ends.
+    #[arg(long, env = "SPOTS_BOOSTER_INTERRUPTION_FORCE_MARGIN", default_value = "10s", value_parser = duration)]
+    pub(crate) interruption_force_margin: Duration,
     /// Auto Scaling Groups never boosted nor drained (comma-separated or repeated).
     #[arg(long, env = "SPOTS_BOOSTER_IGNORED_AUTOSCALING_GROUPS", value_delimiter = ',')]
     pub(crate) ignored_autoscaling_groups: Vec<String>,
@@ -392,6 +406,9 @@ impl PolicyArgs {
             eviction_backoff_max: self.eviction_backoff_max,
             ignored_groups: self.ignored_autoscaling_groups.iter().map(|g| g.trim().into()).collect::<BTreeSet<_>>(),
             interruption_drain_lead: self.interruption_drain_lead,
+            replacement_boot_time: self.replacement_boot_time,
+            force_at_deadline: self.interruption_force_at_deadline,
+            force_margin: self.interruption_force_margin,
             boost_capacity_rebalance_groups: self.boost_capacity_rebalance_groups,
             capacity_cooldown: self.capacity_cooldown,
         })

@@ -95,6 +95,10 @@ pub enum ClusterCall {
     Protect(NodeName, bool),
     /// `live_pods`.
     LivePods(NodeName),
+    /// `delete_pod`, with the grace period given.
+    DeletePod(PodRef, u32),
+    /// `readmit_to_load_balancers`.
+    Readmit(NodeName),
 }
 
 #[derive(Debug, Default)]
@@ -235,7 +239,7 @@ impl ClusterWrites for FakeClusterWrites {
         let outcome = if st.fail_evictions {
             Err("500 Internal Server Error".to_string())
         } else if st.blocked.contains(&pod.uid) {
-            Ok(EvictOutcome::Blocked)
+            Ok(EvictOutcome::Blocked { budget: Some(format!("{}-budget", pod.namespace)) })
         } else {
             let linger = st.lingering.contains(&pod.uid);
             let mut unwatched = false;
@@ -264,6 +268,17 @@ impl ClusterWrites for FakeClusterWrites {
         };
         st.calls.push(ClusterCall::Evict(pod.clone(), outcome.clone()));
         outcome.map_err(|e| ClusterWriteError::Evict { pod: pod.clone(), source: e.into() })
+    }
+
+    async fn delete_pod(&self, pod: &PodRef, grace_seconds: u32) -> Result<(), ClusterWriteError> {
+        lock(&self.state).calls.push(ClusterCall::DeletePod(pod.clone(), grace_seconds));
+        self.cluster.edit(|s| s.nodes.values_mut().for_each(|n| n.pods.retain(|p| p.uid.as_str() != pod.uid)));
+        Ok(())
+    }
+
+    async fn readmit_to_load_balancers(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
+        lock(&self.state).calls.push(ClusterCall::Readmit(node.clone()));
+        Ok(())
     }
 
     async fn protect_from_scale_down(&self, node: &NodeName, protect: bool) -> Result<(), ClusterWriteError> {

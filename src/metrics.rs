@@ -479,6 +479,10 @@ pub struct DrainerMetrics {
     terminations: IntCounterVec,
     /// Terminations with decrement in groups whose `AZRebalance` process is active.
     az_rebalance_exposed: IntCounterVec,
+    /// Pods deleted past their budget at an interruption's deadline, by group.
+    pdb_overridden: IntCounterVec,
+    /// Pods budgets still held when an interruption's deadline came, by group.
+    held_at_deadline: IntCounterVec,
 }
 
 impl DrainerMetrics {
@@ -500,6 +504,20 @@ impl DrainerMetrics {
                 "Drained instances terminated, by group and whether desired capacity was decremented.",
                 &["group", "decrement"],
             ),
+            pdb_overridden: counter(
+                r,
+                "pdb_overridden_total",
+                "Pods a PodDisruptionBudget still refused, deleted gracefully before their instance's interruption \
+                 (--interruption-force-at-deadline), by group.",
+                &["group"],
+            ),
+            held_at_deadline: counter(
+                r,
+                "pods_held_at_deadline_total",
+                "Pods PodDisruptionBudgets still held on a node when its interruption deadline came, by group: \
+                 the instance's end kills them.",
+                &["group"],
+            ),
             az_rebalance_exposed: counter(
                 r,
                 "az_rebalance_exposed_terminations_total",
@@ -518,6 +536,8 @@ impl DrainerMetrics {
             &self.duration,
             &self.terminations,
             &self.az_rebalance_exposed,
+            &self.pdb_overridden,
+            &self.held_at_deadline,
         ]
     }
 
@@ -537,6 +557,16 @@ impl DrainerMetrics {
     /// Counts one eviction outcome.
     pub fn eviction(&self, group: &str, outcome: EvictionOutcome) {
         self.evictions.with_label_values(&[group, outcome.as_str()]).inc();
+    }
+
+    /// Counts one pod deleted past its budget at an interruption's deadline.
+    pub(crate) fn pdb_overridden(&self, group: &str) {
+        self.pdb_overridden.with_label_values(&[group]).inc();
+    }
+
+    /// Counts the pods budgets held on a node when its interruption deadline came.
+    pub(crate) fn held_at_deadline(&self, group: &str, pods: usize) {
+        self.held_at_deadline.with_label_values(&[group]).inc_by(pods as u64);
     }
 
     /// Counts one termination of a drained instance, and whether it gave a boosted node back.
@@ -568,6 +598,8 @@ pub struct ClusterMetrics {
     ca_status_found: IntGauge,
     /// Inputs that could not be understood, by source.
     parse_errors: IntCounterVec,
+    /// Kubernetes requests that waited for `--kube-api-qps`/`--kube-api-burst`.
+    kube_throttled: IntCounterVec,
 }
 
 impl ClusterMetrics {
@@ -598,11 +630,30 @@ impl ClusterMetrics {
                 "Inputs that could not be understood, by source.",
                 &["source"],
             ),
+            kube_throttled: counter(
+                r,
+                "kube_requests_throttled_total",
+                "Kubernetes requests that waited for the daemon's own budget (--kube-api-qps, --kube-api-burst).",
+                &[],
+            ),
         }
     }
 
     fn collectors(&self) -> Vec<&dyn Collector> {
-        vec![&self.watch_restarts, &self.synced, &self.ca_status_age, &self.ca_status_found, &self.parse_errors]
+        vec![
+            &self.watch_restarts,
+            &self.synced,
+            &self.ca_status_age,
+            &self.ca_status_found,
+            &self.parse_errors,
+            &self.kube_throttled,
+        ]
+    }
+
+    /// Brings `kube_requests_throttled_total` up to the client's own count.
+    pub(crate) fn sync_kube_throttled(&self, total: u64) {
+        let counter = self.kube_throttled.with_label_values(&[] as &[&str]);
+        counter.inc_by(total.saturating_sub(counter.get()));
     }
 
     /// Counts one watch error (a backed-off restart follows).
@@ -884,7 +935,7 @@ mod tests {
         for name in ["spots_booster_evictions_total", "spots_booster_reaction_seconds", "spots_booster_leader"] {
             assert!(m.names().contains(&name.to_string()), "{name}");
         }
-        assert_eq!(m.names().len(), 35);
+        assert_eq!(m.names().len(), 38);
     }
 
     #[test]

@@ -501,6 +501,18 @@ fn rbac_follows_the_namespaces_and_names_the_flags_move() {
     assert!(!groups.contains(&&json!("instancemgr.keikoproj.io")), "{cluster_role}");
     assert!(objects.iter().all(|o| !o["metadata"]["name"].as_str().unwrap().ends_with("-aws-auth")));
     assert!(args(&objects).contains(&"--instance-groups=false".to_string()));
+
+    // Pods are deleted only with --interruption-force-at-deadline, and only then granted.
+    let pod_verbs = |objects: &[Value]| -> Vec<Value> {
+        let cluster_role = find(objects, "ClusterRole", "spots-booster");
+        let rules = cluster_role["rules"].as_array().unwrap().clone();
+        let pods = rules.iter().find(|r| r["resources"] == json!(["pods"])).unwrap();
+        pods["verbs"].as_array().unwrap().clone()
+    };
+    assert!(!pod_verbs(&render_ok(&[])).contains(&json!("delete")));
+    let forced = render_ok(&[("config.interruptionForceAtDeadline", json!(true))]);
+    assert!(pod_verbs(&forced).contains(&json!("delete")));
+    assert!(args(&forced).contains(&"--interruption-force-at-deadline=true".to_string()));
 }
 
 #[test]

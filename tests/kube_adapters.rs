@@ -87,7 +87,7 @@ fn pod_ref() -> PodRef {
 async fn an_eviction_posts_the_uid_precondition_and_maps_every_answer() {
     for (code, expected) in [
         (201, Some(EvictOutcome::Evicted)),
-        (429, Some(EvictOutcome::Blocked)),
+        (429, Some(EvictOutcome::Blocked { budget: None })),
         (404, Some(EvictOutcome::Gone)),
         (409, Some(EvictOutcome::Gone)),
         (500, None),
@@ -206,7 +206,8 @@ async fn a_pdb_refusal_comes_back_at_once_whatever_retry_after_says() {
     answer(&mut server, |_| pdb_refusal()).await;
     // kube's default client would wait the 10 s and ask again, up to 15 times.
     let outcome = tokio::time::timeout(Duration::from_secs(3), evict).await.expect("the refusal comes back at once");
-    assert_eq!(outcome.unwrap().unwrap(), EvictOutcome::Blocked);
+    // The budget is named as kube-apiserver's DisruptionBudget cause names it.
+    assert_eq!(outcome.unwrap().unwrap(), EvictOutcome::Blocked { budget: Some("web".into()) });
     assert!(started.elapsed() < Duration::from_secs(2), "not retried inside the call: {:?}", started.elapsed());
     let again = tokio::time::timeout(Duration::from_millis(300), server.next_request()).await;
     assert!(again.is_err(), "no second attempt");
@@ -293,7 +294,12 @@ async fn cordon_and_scale_down_protection_are_merge_patches_on_the_node() {
     assert_eq!((seen.method.as_str(), seen.path.as_str()), ("PATCH", "/api/v1/nodes/ip-10-0-1-2.ec2.internal"));
     assert_eq!(seen.content_type, "application/merge-patch+json");
     assert!(seen.query.contains("fieldManager=spots-booster"), "{}", seen.query);
-    assert_eq!(seen.body, json!({"spec": {"unschedulable": true}}));
+    // Out of external load balancers too, as NTH's excludeFromLoadBalancers does.
+    assert_eq!(
+        seen.body,
+        json!({"metadata": {"labels": {"node.kubernetes.io/exclude-from-external-load-balancers": "spots-booster"}},
+               "spec": {"unschedulable": true}})
+    );
     cordon.await.unwrap().unwrap();
 
     // A node chosen to give capacity back whose drain could not finish is made schedulable again.
@@ -302,7 +308,11 @@ async fn cordon_and_scale_down_protection_are_merge_patches_on_the_node() {
     let seen = answer(&mut server, |_| reply(200, json!({"metadata": {"name": "x"}}))).await;
     assert_eq!((seen.method.as_str(), seen.path.as_str()), ("PATCH", "/api/v1/nodes/ip-10-0-1-2.ec2.internal"));
     assert_eq!(seen.content_type, "application/merge-patch+json");
-    assert_eq!(seen.body, json!({"spec": {"unschedulable": null}}));
+    assert_eq!(
+        seen.body,
+        json!({"metadata": {"labels": {"node.kubernetes.io/exclude-from-external-load-balancers": null}},
+               "spec": {"unschedulable": null}})
+    );
     uncordon.await.unwrap().unwrap();
     let (w, n) = (writes.clone(), node.clone());
     let failed = tokio::spawn(async move { w.uncordon(&n).await });
@@ -871,4 +881,87 @@ async fn a_missing_permission_is_named_with_its_object_namespace_and_flag() {
     assert!(message.contains("\n  patch nodes cluster-wide\n"), "one per line: {message}");
     assert!(message.contains("create pods/eviction cluster-wide"), "{message}");
     assert!(message.contains("patch instancegroups.instancemgr.keikoproj.io/status cluster-wide"), "{message}");
+}
+
+#[tokio::test]
+async fn a_deletion_at_the_deadline_is_a_delete_with_its_grace_and_uid_and_a_gone_pod_is_done() {
+    for (code, ok) in [(200, true), (404, true), (409, true), (500, false)] {
+        let (client, mut server) = mocked().await;
+        let writes = KubeWrites::new(client, false);
+        let delete = tokio::spawn(async move { writes.delete_pod(&pod_ref(), 25).await });
+        let seen = answer(&mut server, |_| match code {
+            200 => reply(200, json!({"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "web-0"}})),
+            409 => reply(
+                409,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 409, "reason": "Conflict",
+                    "message": "Operation cannot be fulfilled on Pod \"web-0\": Precondition failed: the UID in the \
+                    precondition (uid-web-0) does not match the UID in record (uid-new)"}),
+            ),
+            _ => reply(code, status(code, "InternalError")),
+        })
+        .await;
+        // A DELETE of the pod, never an eviction: its budget is not asked.
+        assert_eq!((seen.method.as_str(), seen.path.as_str()), ("DELETE", "/api/v1/namespaces/shop/pods/web-0"));
+        assert_eq!(seen.body["gracePeriodSeconds"], 25, "{}", seen.body);
+        assert_eq!(seen.body["preconditions"]["uid"], "uid-web-0", "{}", seen.body);
+        let outcome = delete.await.unwrap();
+        if ok {
+            outcome.unwrap_or_else(|e| panic!("HTTP {code}: {e}"));
+        } else {
+            assert_eq!(outcome.unwrap_err().to_string(), "deleting pod shop/web-0 failed");
+        }
+    }
+}
+
+#[tokio::test]
+async fn readmitting_removes_only_the_boosters_own_exclusion_label() {
+    let node = NodeName::from("ip-10-0-1-2.ec2.internal");
+    for (code, ok) in [(200, true), (422, true), (404, true), (500, false)] {
+        let (client, mut server) = mocked().await;
+        let writes = KubeWrites::new(client, false);
+        let n = node.clone();
+        let readmit = tokio::spawn(async move { writes.readmit_to_load_balancers(&n).await });
+        let seen = answer(&mut server, |_| match code {
+            200 => reply(200, json!({"metadata": {"name": "x"}})),
+            // kube-apiserver's answer when the test operation fails: someone else's label.
+            422 => reply(422, status(422, "Invalid")),
+            _ => reply(code, status(code, "NotFound")),
+        })
+        .await;
+        assert_eq!(seen.method, "PATCH");
+        assert_eq!(seen.content_type, "application/json-patch+json");
+        let path = "/metadata/labels/node.kubernetes.io~1exclude-from-external-load-balancers";
+        assert_eq!(
+            seen.body,
+            json!([{"op": "test", "path": path, "value": "spots-booster"}, {"op": "remove", "path": path}])
+        );
+        assert_eq!(readmit.await.unwrap().is_ok(), ok, "HTTP {code}");
+    }
+}
+
+#[tokio::test]
+async fn requests_over_the_daemons_budget_wait_their_turn_through_the_production_client() {
+    use spots_booster::k8s::budget::RequestBudget;
+    let budget = RequestBudget::new(20.0, 2);
+    let (client, mut server) = apiserver::start_with(&budget).await;
+    let writes = KubeWrites::new(client, false);
+    let started = std::time::Instant::now();
+    let cordons: Vec<_> = (0..6)
+        .map(|k| {
+            let w = writes.clone();
+            tokio::spawn(async move { w.cordon(&NodeName::from(format!("n{k}").as_str())).await })
+        })
+        .collect();
+    let mut arrivals = Vec::new();
+    for _ in 0..6 {
+        answer(&mut server, |_| reply(200, json!({"metadata": {"name": "x"}}))).await;
+        arrivals.push(started.elapsed());
+    }
+    for c in cordons {
+        c.await.unwrap().unwrap();
+    }
+    // Two at once, then one every 50 ms: the sixth comes about 200 ms after the start.
+    assert!(arrivals[1] < Duration::from_millis(40), "{arrivals:?}");
+    assert!(arrivals[5] >= Duration::from_millis(180), "{arrivals:?}");
+    assert_eq!(budget.throttled(), 4);
 }

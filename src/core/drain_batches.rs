@@ -186,6 +186,10 @@ pub struct BatchPlan {
     pub waiting: Vec<Waiting>,
     /// Replacement claims per open boost (the shell keeps CA from scaling these nodes down).
     pub(crate) claims: Vec<Claim>,
+    /// Nodes with a confirmed notice that wait for their replacements but are not cordoned yet
+    /// (NTH has not, or not yet): cordoned now, so nothing new lands on them meanwhile.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cordon_ahead: Vec<NodeName>,
 }
 
 /// Claims Ready replacement nodes for every ledger record, oldest record first, oldest node first.
@@ -334,12 +338,20 @@ pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp
             let claim = records.get(&risk.instance).map(|&k| (claim_of[&risk.instance], k));
             let complete = claim.is_some_and(|(index, _)| claims[index].complete());
             let drain_by = risk.deadline.map(|d| latest_drain_start(at_risk_nodes.of(risk), d, policy));
+            // Waiting only pays while the replacements can be Ready before the drain must start.
+            let too_late = |by: Timestamp| match claim {
+                Some((_, k)) => expected_ready(&snapshot.ledger.records[k], policy) > by,
+                None => true,
+            };
             match (complete, drain_by) {
                 (true, Some(_)) if risk.confirmed => due_now.push((risk, false)),
                 (true, _) => ready.push((risk, false)),
-                (false, Some(by)) if now >= by && risk.confirmed => due_now.push((risk, true)),
+                (false, Some(by)) if (now >= by || too_late(by)) && risk.confirmed => due_now.push((risk, true)),
                 (false, Some(by)) if now >= by => ready.push((risk, true)),
                 (false, _) => {
+                    if risk.confirmed && drain_by.is_some() && at_risk_nodes.of(risk).is_some_and(|n| !n.cordoned) {
+                        plan.cordon_ahead.push(risk.node.clone());
+                    }
                     if let Some((index, _)) = claim {
                         let entry = not_ready.entry(index).or_insert_with(|| (Vec::new(), &claims[index], None));
                         entry.0.push(risk.instance.clone());
@@ -450,6 +462,13 @@ pub(crate) fn latest_drain_start(node: Option<&Node>, deadline: Timestamp, polic
     let longest_grace =
         node.and_then(|n| n.pods.iter().filter(|p| p.class.is_evictable()).map(Pod::grace).max()).unwrap_or_default();
     deadline.minus(longest_grace.min(INTERRUPTION_NOTICE).saturating_add(policy.interruption_drain_lead))
+}
+
+/// When a boost's replacements should be Ready: `--replacement-boot-time` after its latest write
+/// (a move to a fallback group starts their boot over).
+pub(crate) fn expected_ready(record: &BoostRecord, policy: &Policy) -> Timestamp {
+    let last_write = record.moved.iter().filter(|p| p.added > 0).map(|p| p.at).fold(record.at, Timestamp::max);
+    last_write.plus(policy.replacement_boot_time)
 }
 
 /// Why a voluntary drain leaves `risk`'s node alone: a pod on it that opted out. A spot
@@ -666,6 +685,39 @@ mod tests {
         let target = &p.batches[0].nodes[0];
         assert_eq!((target.node.as_str(), target.early, target.decrement), ("n1", true, true));
         assert_eq!(target.deadline, Some(Timestamp::from_millis(120_000)));
+    }
+
+    #[test]
+    fn a_confirmed_notice_drains_at_once_when_its_replacements_cannot_be_ready_in_time() {
+        // Boost at 1 s; a replacement takes 60 s to be Ready, after the 30 s the drain must start
+        // by: waiting would only take time from the pods.
+        let mut s = interrupted(0);
+        s.spot_interrupted.insert("i-n1".into());
+        let p = plan_at(&s, &DrainState::default(), &Policy::default(), Timestamp::from_millis(1_500));
+        let target = &p.batches[0].nodes[0];
+        assert_eq!((target.node.as_str(), target.early, target.decrement), ("n1", true, true), "{p:?}");
+
+        // Replacements that boot in 20 s are Ready by 21 s: worth the wait, and NTH's cordon not
+        // there yet is ours meanwhile.
+        let quick = Policy { replacement_boot_time: Duration::from_secs(20), ..Policy::default() };
+        s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = false;
+        let p = plan_at(&s, &DrainState::default(), &quick, Timestamp::from_millis(1_500));
+        assert!(p.batches.is_empty(), "{p:?}");
+        assert_eq!(p.cordon_ahead, vec![NodeName::from("n1")]);
+        // A notice only NTH's taint vouches for is never cordoned ahead nor drained early.
+        s.spot_interrupted.clear();
+        let p = plan_at(&s, &DrainState::default(), &Policy::default(), Timestamp::from_millis(1_500));
+        assert!(p.batches.is_empty() && p.cordon_ahead.is_empty(), "{p:?}");
+    }
+
+    #[test]
+    fn a_confirmed_notice_no_boost_covers_drains_at_once() {
+        let mut s = interrupted(0);
+        s.ledger.records.clear();
+        s.spot_interrupted.insert("i-n1".into());
+        let p = plan_at(&s, &DrainState::default(), &Policy::default(), Timestamp::from_millis(1_000));
+        let target = &p.batches[0].nodes[0];
+        assert!(target.early && !target.decrement, "nothing is coming: {target:?}");
     }
 
     #[test]

@@ -65,6 +65,15 @@ pub struct NodeEvictions {
     pub(crate) evicted: BTreeSet<PodUid>,
     /// Whether this drain's first refusal was reported.
     pub(crate) told_blocked: bool,
+    /// Pods a PodDisruptionBudget refused and that have not gone since, with the budget named.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) held: BTreeMap<PodUid, Option<String>>,
+    /// Pods deleted gracefully at the deadline: never evicted nor deleted again.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub(crate) forced: BTreeSet<PodUid>,
+    /// Whether the pods held at the deadline were told.
+    #[serde(default)]
+    pub(crate) told_held: bool,
     /// The watch has shown the node cordoned since the drain started. Until then an uncordoned
     /// node is the drain's own cordon not seen yet, not an operator's uncordon.
     pub(crate) seen_cordoned: bool,
@@ -87,5 +96,13 @@ impl DrainState {
         let empty = evictable.is_empty();
         self.evictions.entry(node.clone()).or_default().live = Some(evictable);
         empty
+    }
+
+    /// Takes back a graceful deletion that was not made (the call failed or was not answered):
+    /// the next pass plans it again.
+    pub fn unforce(&mut self, node: &NodeName, uid: &PodUid) {
+        if let Some(progress) = self.evictions.get_mut(node) {
+            progress.forced.remove(uid);
+        }
     }
 }

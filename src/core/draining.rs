@@ -17,6 +17,7 @@ use super::drain_state::{DrainStarted, DrainState, FinishedDrain, NodeEvictions}
 use super::identity;
 use super::model::{
     GroupName, InstanceId, Namespace, Node, NodeName, Pod, PodClass, PodName, PodUid, Snapshot, Timestamp,
+    INTERRUPTION_NOTICE,
 };
 use super::policy::Policy;
 use super::signals::fold_signals_with_nodes;
@@ -42,6 +43,49 @@ pub struct EvictionRound {
     pub group: GroupName,
     /// The pods, in eviction order.
     pub pods: Vec<PodToEvict>,
+    /// When the node's instance goes, for a drain against a notice: rounds are sent nearest
+    /// deadline first, across nodes and groups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Timestamp>,
+}
+
+/// A pod a PodDisruptionBudget still refused on a node whose instance goes at a deadline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldPod {
+    /// The pod, named as its deletion is: conditioned on the UID.
+    pub pod: PodToEvict,
+    /// The budget that refused its last eviction, as the API server named it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<String>,
+}
+
+/// A pod to delete gracefully before its instance goes (`--interruption-force-at-deadline`): a
+/// DELETE with its grace period, never shorter than the time left allows, not an eviction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForcedDeletion {
+    /// The node.
+    pub node: NodeName,
+    /// Its group.
+    pub group: GroupName,
+    /// The pod and the budget that held it.
+    pub held: HeldPod,
+    /// The grace period the DELETE gives: the pod's own, cut to end `--interruption-force-margin`
+    /// before the deadline.
+    pub grace_seconds: u32,
+    /// When the instance goes.
+    pub deadline: Timestamp,
+}
+
+/// The pods PodDisruptionBudgets still held on a node when its deadline came: what the instance's
+/// end killed, told once per drain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldAtDeadline {
+    /// The node.
+    pub node: NodeName,
+    /// Its group.
+    pub group: GroupName,
+    /// The pods, each with the budget that held it.
+    pub pods: Vec<HeldPod>,
 }
 
 /// How a drain ends in this pass.
@@ -93,8 +137,13 @@ pub struct DrainingPlan {
     pub(crate) unprotect: Vec<NodeName>,
     /// Drains that end, in node order.
     pub ended: Vec<EndedDrain>,
-    /// Evictions due now, in node order (the batches started in this pass included).
+    /// Evictions due now, nearest deadline first, then in node order (the batches started in this
+    /// pass included).
     pub evictions: Vec<EvictionRound>,
+    /// Pods to delete gracefully before their instance goes (`--interruption-force-at-deadline`).
+    pub force: Vec<ForcedDeletion>,
+    /// Pods budgets held on nodes whose deadline has come, told once per drain.
+    pub held_at_deadline: Vec<HeldAtDeadline>,
     /// Drains with nothing left to evict as far as the view shows: no drain ends before a live
     /// read of its node's pods, made after its cordon, finds none. The worker reads each and
     /// folds it in with [`DrainState::record_live_read`] for the next pass.
@@ -104,14 +153,17 @@ pub struct DrainingPlan {
 }
 
 /// What one eviction call came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EvictionResult {
     /// Evicted.
     Evicted,
     /// Already gone (or replaced by another pod under the name).
     Gone,
-    /// Refused by a PodDisruptionBudget.
-    Blocked,
+    /// Refused by a PodDisruptionBudget, named when the API server said which.
+    Blocked {
+        /// The budget.
+        budget: Option<String>,
+    },
     /// Failed or unanswered: tried again next round, with no backoff.
     Failed,
 }
@@ -193,6 +245,8 @@ pub fn plan_draining(
     let mut ended = Vec::new();
     let mut evictions = Vec::new();
     let mut verify = Vec::new();
+    let mut force = Vec::new();
+    let mut held_at_deadline = Vec::new();
     let draining: Vec<(NodeName, DrainStarted)> =
         next.in_progress.iter().map(|(n, d)| (n.clone(), d.clone())).collect();
     for (name, drain) in draining {
@@ -230,6 +284,16 @@ pub fn plan_draining(
             if !left.is_empty() {
                 let read = live.as_deref().unwrap_or_default();
                 let only_read = !read.is_empty() && !left.iter().any(|p| seen.iter().any(|s| s.uid == p.uid));
+                let risk = at_risk.by_group.get(&drain.group).and_then(|m| m.get(&drain.instance));
+                let deadline = risk.and_then(|r| r.deadline).into_iter().chain(drain.deadline).min();
+                if let Some(deadline) = deadline {
+                    let confirmed = risk.is_some_and(|r| r.confirmed);
+                    let at_deadline = (&name, &drain.group, deadline, now);
+                    let may_force = (policy.force_at_deadline && confirmed).then_some(policy.force_margin);
+                    let (forced, held) = held_pods(at_deadline, &left, progress, may_force);
+                    force.extend(forced);
+                    held_at_deadline.extend(held);
+                }
                 match due(&name, left, &drain, progress, now) {
                     Some(round) => evictions.push(round),
                     // Evicted, still going: a view that carries them shows them leave; pods only
@@ -267,7 +331,55 @@ pub fn plan_draining(
         next.finished.retain(|i, _| alive.contains(i));
     }
 
-    DrainingPlan { drains, protect, unprotect, ended, evictions, verify, next }
+    // Nearest deadline first: with calls in flight bounded, the pods with the least time go first.
+    evictions.sort_by(|a: &EvictionRound, b: &EvictionRound| {
+        (a.deadline.is_none(), a.deadline, &a.node).cmp(&(b.deadline.is_none(), b.deadline, &b.node))
+    });
+    DrainingPlan { drains, protect, unprotect, ended, evictions, force, held_at_deadline, verify, next }
+}
+
+/// On a node draining against `deadline`: the refused pods whose graceful deletion is due now
+/// (when `force` names a margin: the notice is confirmed and `--interruption-force-at-deadline` is
+/// on), each noted as forced so it is neither evicted nor deleted again; and, once the deadline has
+/// come, the pods budgets still held there, told once.
+fn held_pods(
+    (node, group, deadline, now): (&NodeName, &GroupName, Timestamp, Timestamp),
+    left: &[&Pod],
+    progress: &mut NodeEvictions,
+    force: Option<Duration>,
+) -> (Vec<ForcedDeletion>, Option<HeldAtDeadline>) {
+    let mut forced = Vec::new();
+    let mut held = Vec::new();
+    for pod in left {
+        let Some(budget) = progress.held.get(&pod.uid) else { continue };
+        if progress.forced.contains(&pod.uid) {
+            continue;
+        }
+        let named = HeldPod {
+            pod: PodToEvict { namespace: pod.namespace.clone(), name: pod.name.clone(), uid: pod.uid.clone() },
+            budget: budget.clone(),
+        };
+        let due = force
+            .map(|margin| deadline.minus(margin))
+            .filter(|end_by| now >= end_by.minus(pod.grace().min(INTERRUPTION_NOTICE)));
+        if let Some(end_by) = due {
+            let left_secs = u32::try_from(end_by.since(now).as_secs()).unwrap_or(u32::MAX);
+            let grace_seconds = pod.grace_seconds.min(left_secs).max(1);
+            progress.forced.insert(pod.uid.clone());
+            forced.push(ForcedDeletion {
+                node: node.clone(),
+                group: group.clone(),
+                held: named,
+                grace_seconds,
+                deadline,
+            });
+        } else {
+            held.push(named);
+        }
+    }
+    let tell = now >= deadline && !held.is_empty() && !progress.told_held;
+    progress.told_held |= tell;
+    (forced, tell.then(|| HeldAtDeadline { node: node.clone(), group: group.clone(), pods: held }))
 }
 
 /// Whether a drain that started without a decrement may terminate with one now. It started
@@ -326,10 +438,11 @@ fn due(
         order
             .iter()
             .filter(|p| !(p.class == PodClass::Critical && hold_critical))
-            .filter(|p| !progress.evicted.contains(&p.uid))
+            .filter(|p| !progress.evicted.contains(&p.uid) && !progress.forced.contains(&p.uid))
             .map(|p| PodToEvict { namespace: p.namespace.clone(), name: p.name.clone(), uid: p.uid.clone() }),
     );
-    (!pods.is_empty()).then(|| EvictionRound { node: name.clone(), group: drain.group.clone(), pods })
+    let deadline = drain.deadline;
+    (!pods.is_empty()).then(|| EvictionRound { node: name.clone(), group: drain.group.clone(), pods, deadline })
 }
 
 impl DrainingPlan {
@@ -367,9 +480,13 @@ impl DrainState {
             tried += 1;
             match result {
                 EvictionResult::Evicted | EvictionResult::Gone => {
+                    progress.held.remove(&PodUid::from(uid));
                     progress.evicted.insert(PodUid::from(uid));
                 }
-                EvictionResult::Blocked => blocked += 1,
+                EvictionResult::Blocked { budget } => {
+                    progress.held.insert(PodUid::from(uid), budget);
+                    blocked += 1;
+                }
                 EvictionResult::Failed => {}
             }
         }
@@ -567,21 +684,100 @@ mod tests {
     fn refusals_back_off_doubling_and_start_over_when_the_budget_moves() {
         let s = ready_to_drain();
         let mut state = plan_draining(&s, &BTreeSet::new(), &DrainState::default(), &policy(), NOW).next;
-        let r1 = state.record_round(&n1(), [("u", EvictionResult::Blocked)], &policy(), NOW).unwrap();
+        let r1 = state.record_round(&n1(), [("u", EvictionResult::Blocked { budget: None })], &policy(), NOW).unwrap();
         assert_eq!((r1.wait, r1.first), (Duration::from_secs(5), true));
         assert!(plan_draining(&s, &BTreeSet::new(), &state, &policy(), NOW.plus(Duration::from_secs(4)))
             .evictions
             .is_empty());
         let later = NOW.plus(Duration::from_secs(5));
         assert_eq!(plan_draining(&s, &BTreeSet::new(), &state, &policy(), later).evictions.len(), 1);
-        let r2 = state.record_round(&n1(), [("u", EvictionResult::Blocked)], &policy(), later).unwrap();
+        let r2 =
+            state.record_round(&n1(), [("u", EvictionResult::Blocked { budget: None })], &policy(), later).unwrap();
         assert_eq!((r2.wait, r2.first), (Duration::from_secs(10), false));
         let r3 = state
-            .record_round(&n1(), [("u", EvictionResult::Blocked), ("v", EvictionResult::Evicted)], &policy(), later)
+            .record_round(
+                &n1(),
+                [("u", EvictionResult::Blocked { budget: None }), ("v", EvictionResult::Evicted)],
+                &policy(),
+                later,
+            )
             .unwrap();
         assert_eq!((r3.wait, r3.moved), (Duration::from_secs(5), true));
         assert_eq!(state.record_round(&n1(), [("u", EvictionResult::Evicted)], &policy(), later), None);
         assert_eq!(state.evictions[&n1()].retry_at, None);
+    }
+
+    /// Group `a`: n1 and n2 with confirmed spot notices sent at `n1_at` and `n2_at` ms (no boost
+    /// covers them), each with two pods of 30 s grace.
+    fn storm(n1_at: i64, n2_at: i64) -> Snapshot {
+        let mut s = Snapshot::default().with_group(Group::test("a").desired(3));
+        for name in ["n1", "n2", "n3"] {
+            s = s.with_node(Node::test(name, "a").with_pods(2, 500, 1 << 30));
+        }
+        for (name, at) in [("n1", n1_at), ("n2", n2_at)] {
+            s = s.with_signal(Signal::interruption(name, at));
+            s.spot_interrupted.insert(format!("i-{name}").as_str().into());
+        }
+        s
+    }
+
+    #[test]
+    fn evictions_go_nearest_deadline_first_across_nodes() {
+        // n2's notice came first: its pods go first, though n1 sorts before it by name.
+        let s = storm(5_000, 1_000);
+        let p = plan_draining(&s, &BTreeSet::new(), &DrainState::default(), &policy(), Timestamp::from_millis(6_000));
+        let order: Vec<(&str, Option<i64>)> =
+            p.evictions.iter().map(|r| (r.node.as_str(), r.deadline.map(Timestamp::as_millis))).collect();
+        assert_eq!(order, vec![("n2", Some(121_000)), ("n1", Some(125_000))]);
+    }
+
+    #[test]
+    fn a_pod_its_budget_holds_is_deleted_gracefully_only_with_the_flag_and_in_time() {
+        let s = storm(0, 0);
+        let forcing = Policy { force_at_deadline: true, ..policy() };
+        let mut state =
+            plan_draining(&s, &BTreeSet::new(), &DrainState::default(), &forcing, Timestamp::from_millis(1_000)).next;
+        let held = s.nodes[&n1()].pods[0].uid.clone();
+        let budget = Some("web".to_string());
+        state.record_round(
+            &n1(),
+            [(held.as_str(), EvictionResult::Blocked { budget: budget.clone() })],
+            &forcing,
+            Timestamp::from_millis(1_000),
+        );
+        // Deadline 120 s, margin 10 s, grace 30 s: due at 80 s, not before.
+        let before = plan_draining(&s, &BTreeSet::new(), &state, &forcing, Timestamp::from_millis(79_999));
+        assert!(before.force.is_empty(), "{:?}", before.force);
+        let due = plan_draining(&s, &BTreeSet::new(), &state, &forcing, Timestamp::from_millis(80_000));
+        assert_eq!(due.force.len(), 1, "{:?}", due.force);
+        let f = &due.force[0];
+        assert_eq!((f.node.as_str(), f.held.pod.uid.as_str(), f.grace_seconds), ("n1", held.as_str(), 30));
+        assert_eq!(f.held.budget, budget);
+        assert!(due.evictions.iter().all(|r| r.pods.iter().all(|p| p.uid != held)), "deleted, not evicted");
+        // Once planned, never again; a DELETE not made is planned again.
+        let again = plan_draining(&s, &BTreeSet::new(), &due.next, &forcing, Timestamp::from_millis(81_000));
+        assert!(again.force.is_empty());
+        let mut lost = due.next.clone();
+        lost.unforce(&n1(), &held);
+        // Later, the grace is cut to end by the margin: 120 - 10 - 100 = 10 s.
+        let late = plan_draining(&s, &BTreeSet::new(), &lost, &forcing, Timestamp::from_millis(100_000));
+        assert_eq!(late.force[0].grace_seconds, 10);
+
+        // Without the flag, nothing is deleted; at the deadline the held pod is told, once.
+        let off = policy();
+        let quiet = plan_draining(&s, &BTreeSet::new(), &state, &off, Timestamp::from_millis(119_999));
+        assert!(quiet.force.is_empty() && quiet.held_at_deadline.is_empty());
+        let told = plan_draining(&s, &BTreeSet::new(), &state, &off, Timestamp::from_millis(120_000));
+        assert_eq!(told.held_at_deadline.len(), 1);
+        assert_eq!(told.held_at_deadline[0].pods[0].budget, budget);
+        let twice = plan_draining(&s, &BTreeSet::new(), &told.next, &off, Timestamp::from_millis(121_000));
+        assert!(twice.held_at_deadline.is_empty());
+
+        // A notice AWS did not confirm never overrides a budget.
+        let mut unconfirmed = s.clone();
+        unconfirmed.spot_interrupted.clear();
+        let p = plan_draining(&unconfirmed, &BTreeSet::new(), &state, &forcing, Timestamp::from_millis(100_000));
+        assert!(p.force.is_empty(), "{:?}", p.force);
     }
 
     #[test]

@@ -31,7 +31,8 @@ pub(crate) use drain_batches::eviction_order;
 pub use drain_batches::{BatchPlan, Claim, DrainBatch, DrainTarget, DrainView, DrainWait, TimedOutDrain};
 pub use drain_state::{DrainStarted, DrainState, FinishedDrain, NodeEvictions};
 pub use draining::{
-    plan_draining, DrainingPlan, EndedDrain, EvictionResult, EvictionRound, HowDrainEnded, PodToEvict, Refusal,
+    plan_draining, DrainingPlan, EndedDrain, EvictionResult, EvictionRound, ForcedDeletion, HeldAtDeadline, HeldPod,
+    HowDrainEnded, PodToEvict, Refusal,
 };
 pub use expiry::Expired;
 pub use fallback::{plan_take_backs, Fallback, FallbackRefusal, RefusedFallback, TakeBack};

@@ -65,6 +65,16 @@ pub struct Policy {
     /// start at a time. Default: 60s (with 30 s grace periods, half a minute into a two-minute
     /// notice).
     pub interruption_drain_lead: Duration,
+    /// How long a replacement takes from the boost to a Ready node. A node with a confirmed
+    /// notice whose replacements could not be Ready before it must start draining anyway starts
+    /// at once: waiting would only shorten its pods' time to move. Default: 60s.
+    pub replacement_boot_time: Duration,
+    /// Delete a pod a PodDisruptionBudget still refuses, gracefully, once a confirmed notice's
+    /// deadline is nearer than its grace period plus [`Policy::force_margin`], rather than let the
+    /// instance's end kill it. Default: false.
+    pub force_at_deadline: bool,
+    /// How long before the instance goes a forced pod's grace period ends. Default: 10s.
+    pub force_margin: Duration,
     /// Boost groups with Capacity Rebalance on too. Default: false (the ASG already replaces
     /// their recommended instances 1:1).
     pub boost_capacity_rebalance_groups: bool,
@@ -95,6 +105,9 @@ impl Default for Policy {
             eviction_backoff_max: Duration::from_secs(10),
             ignored_groups: BTreeSet::new(),
             interruption_drain_lead: Duration::from_secs(60),
+            replacement_boot_time: Duration::from_secs(60),
+            force_at_deadline: false,
+            force_margin: Duration::from_secs(10),
             boost_capacity_rebalance_groups: false,
             capacity_cooldown: Duration::from_secs(180),
         }

@@ -14,6 +14,7 @@ use kube::{Api, Client, Config};
 use tower::buffer::BufferLayer;
 use tower::retry::RetryLayer;
 
+use crate::k8s::budget::RequestBudget;
 use crate::k8s::retry::ApiRetry;
 use thiserror::Error;
 
@@ -38,6 +39,34 @@ pub struct KubeArgs {
     /// Kubeconfig context (default: the current one).
     #[arg(long, env = "SPOTS_BOOSTER_CONTEXT")]
     pub context: Option<String>,
+    /// Kubernetes requests a second the daemon sends on average (retries included); requests
+    /// over it wait their turn and count in `spots_booster_kube_requests_throttled_total`. Sized
+    /// for a storm of hundreds of drains: each node costs a cordon, an Event and its pods'
+    /// evictions.
+    #[arg(long, env = "SPOTS_BOOSTER_KUBE_API_QPS", default_value_t = DEFAULT_KUBE_API_QPS, value_parser = clap::value_parser!(u32).range(1..))]
+    pub kube_api_qps: u32,
+    /// Kubernetes requests the daemon may send at once, above `--kube-api-qps`, before they wait.
+    #[arg(long, env = "SPOTS_BOOSTER_KUBE_API_BURST", default_value_t = DEFAULT_KUBE_API_BURST, value_parser = clap::value_parser!(u32).range(1..))]
+    pub kube_api_burst: u32,
+}
+
+/// `--kube-api-qps` unless set.
+pub const DEFAULT_KUBE_API_QPS: u32 = 200;
+/// `--kube-api-burst` unless set.
+pub const DEFAULT_KUBE_API_BURST: u32 = 400;
+
+impl RequestBudget {
+    /// The budget `run` has without `--kube-api-qps` and `--kube-api-burst`.
+    pub fn daemon_default() -> RequestBudget {
+        RequestBudget::new(f64::from(DEFAULT_KUBE_API_QPS), DEFAULT_KUBE_API_BURST)
+    }
+}
+
+impl KubeArgs {
+    /// The request budget these flags set.
+    pub fn budget(&self) -> RequestBudget {
+        RequestBudget::new(f64::from(self.kube_api_qps), self.kube_api_burst)
+    }
 }
 
 /// Why the API server could not be reached.
@@ -75,8 +104,9 @@ pub enum ConnectError {
     Forbidden(Vec<String>),
 }
 
-/// Builds the client `args` ask for and checks that the API server answers.
-pub async fn connect(args: &KubeArgs) -> Result<Client, ConnectError> {
+/// Builds the client `args` ask for, its requests within `budget`, and checks that the API
+/// server answers.
+pub async fn connect(args: &KubeArgs, budget: &RequestBudget) -> Result<Client, ConnectError> {
     let config = match args.connection_mode {
         ConnectionMode::Incluster => Config::incluster().map_err(ConnectError::InCluster)?,
         ConnectionMode::Kubectl => {
@@ -99,20 +129,21 @@ pub async fn connect(args: &KubeArgs) -> Result<Client, ConnectError> {
         }
     };
     let url = config.cluster_url.to_string();
-    let client = build_client(config).map_err(ConnectError::Client)?;
+    let client = build_client(config, budget).map_err(ConnectError::Client)?;
     client.apiserver_version().await.map_err(|source| ConnectError::Unreachable { url, source })?;
     Ok(client)
 }
 
 /// The client every part of the daemon talks through: kube's stack (TLS, auth, timeouts from
 /// `config`) with our retry layer ([`ApiRetry`]) in place of kube's default, so a
-/// PodDisruptionBudget's 429 reaches the drainer at once. Tests build their clients here too, so
-/// they go through the same layers as `run`.
+/// PodDisruptionBudget's 429 reaches the drainer at once, and every attempt within `budget`.
+/// Tests build their clients here too, so they go through the same layers as `run`.
 /// Must run inside the tokio runtime (the buffer that lets a request be replayed runs a task).
-pub fn build_client(mut config: Config) -> Result<Client, kube::Error> {
+pub fn build_client(mut config: Config, budget: &RequestBudget) -> Result<Client, kube::Error> {
     config.default_retry = false;
     Ok(ClientBuilder::try_from(config)?
         .with_layer(&BufferLayer::new(REQUESTS_QUEUED))
+        .with_layer(budget)
         .with_layer(&RetryLayer::new(ApiRetry::default()))
         .build())
 }
@@ -178,6 +209,8 @@ pub const PERMISSIONS: &[Permission] = &[
     p("", "pods", "list", Scope::Cluster, None),
     p("", "pods", "watch", Scope::Cluster, None),
     p("", "pods/eviction", "create", Scope::Cluster, None),
+    // Only with --interruption-force-at-deadline: a held pod's graceful DELETE at the deadline.
+    p("", "pods", "delete", Scope::Cluster, None),
     p("", "events", "list", Scope::NthEvents, None),
     p("", "events", "watch", Scope::NthEvents, None),
     // Events go to their object's namespace: `default` for Nodes, the group's for InstanceGroups.
@@ -214,6 +247,11 @@ pub const PERMISSIONS: &[Permission] = &[
 ];
 
 impl Permission {
+    /// Only `--interruption-force-at-deadline` uses it: granted and checked with the flag alone.
+    pub fn force_only(&self) -> bool {
+        self.resource == "pods" && self.verb == "delete"
+    }
+
     /// Only InstanceGroup reconciliation uses it (skipped with `--instance-groups=false`).
     pub(crate) fn instance_groups_only(&self) -> bool {
         self.group == "instancemgr.keikoproj.io"

@@ -2,6 +2,7 @@
 //! adapters that write (evictions, cordons, annotations, Events, the ledger, the Lease), and the
 //! pure parsers that turn what the cluster says into domain values.
 
+pub mod budget;
 pub mod ca_status;
 pub mod client;
 pub mod convert;

@@ -5,13 +5,15 @@
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod as KubePod};
 use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Preconditions};
-use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
 use crate::core::{NodeName, Pod};
 use crate::k8s::convert::{pod_from_kube, PROTECTED_BY_US, SCALE_DOWN_DISABLED};
-use crate::ports::{BoxError, ClusterWriteError, ClusterWrites, EvictOutcome, PodRef};
+use crate::ports::{
+    BoxError, ClusterWriteError, ClusterWrites, EvictOutcome, PodRef, EXCLUDED_BY_US, EXCLUDE_FROM_LOAD_BALANCERS,
+};
 
 /// The field manager our patches are recorded under.
 pub(crate) const FIELD_MANAGER: &str = "spots-booster";
@@ -54,11 +56,27 @@ fn api_code(e: &kube::Error) -> Option<u16> {
     }
 }
 
+/// The budget kube-apiserver names in an eviction's refusal: its `DisruptionBudget` cause reads
+/// `The disruption budget <name> needs …`.
+fn refusing_budget(e: &kube::Error) -> Option<String> {
+    let kube::Error::Api(status) = e else { return None };
+    let details = status.details.as_ref()?;
+    details.causes.iter().filter(|c| c.reason == "DisruptionBudget").find_map(|c| {
+        let name = c.message.strip_prefix("The disruption budget ")?.split_whitespace().next()?;
+        Some(name.to_string())
+    })
+}
+
 impl KubeWrites {
-    /// Merge-patches the node's `spec.unschedulable`.
-    async fn set_unschedulable(&self, node: &NodeName, value: serde_json::Value) -> Result<(), kube::Error> {
+    /// Merge-patches the node's `spec.unschedulable` and the load-balancer exclusion label
+    /// (`null` removes both).
+    async fn set_out_of_service(&self, node: &NodeName, value: serde_json::Value) -> Result<(), kube::Error> {
         let nodes: Api<KubeNode> = Api::all(self.client.clone());
-        let patch = json!({ "spec": { "unschedulable": value } });
+        let label = if value.is_null() { json!(null) } else { json!(EXCLUDED_BY_US) };
+        let patch = json!({
+            "metadata": { "labels": { EXCLUDE_FROM_LOAD_BALANCERS: label } },
+            "spec": { "unschedulable": value },
+        });
         nodes.patch(node.as_str(), &self.patch_params(), &Patch::Merge(&patch)).await.map(|_| ())
     }
 }
@@ -74,14 +92,14 @@ impl ClusterWrites for KubeWrites {
     }
 
     async fn cordon(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
-        self.set_unschedulable(node, json!(true))
+        self.set_out_of_service(node, json!(true))
             .await
             .map_err(|e| ClusterWriteError::Cordon { node: node.clone(), source: e.into() })
     }
 
     async fn uncordon(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
         // null removes the field, as `kubectl uncordon` leaves it.
-        self.set_unschedulable(node, serde_json::Value::Null)
+        self.set_out_of_service(node, serde_json::Value::Null)
             .await
             .map_err(|e| ClusterWriteError::Uncordon { node: node.clone(), source: e.into() })
     }
@@ -112,9 +130,42 @@ impl ClusterWrites for KubeWrites {
                 Some(404) => Ok(EvictOutcome::Gone),
                 Some(409) if uid_precondition_failed(&e) => Ok(EvictOutcome::Gone),
                 // A PodDisruptionBudget allows no disruption now (or the server asks us to slow down).
-                Some(429) => Ok(EvictOutcome::Blocked),
+                Some(429) => Ok(EvictOutcome::Blocked { budget: refusing_budget(&e) }),
                 _ => Err(ClusterWriteError::Evict { pod: pod.clone(), source: e.into() }),
             },
+        }
+    }
+
+    async fn delete_pod(&self, pod: &PodRef, grace_seconds: u32) -> Result<(), ClusterWriteError> {
+        let pods: Api<KubePod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let params = DeleteParams {
+            grace_period_seconds: Some(grace_seconds),
+            preconditions: Some(kube::api::Preconditions { uid: Some(pod.uid.clone()), resource_version: None }),
+            dry_run: self.dry_run,
+            ..DeleteParams::default()
+        };
+        match pods.delete(&pod.name, &params).await {
+            Ok(_) => Ok(()),
+            Err(e) if api_code(&e) == Some(404) => Ok(()),
+            Err(e) if api_code(&e) == Some(409) && uid_precondition_failed(&e) => Ok(()),
+            Err(e) => Err(ClusterWriteError::DeletePod { pod: pod.clone(), source: e.into() }),
+        }
+    }
+
+    async fn readmit_to_load_balancers(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
+        let nodes: Api<KubeNode> = Api::all(self.client.clone());
+        // `~1` is `/` in a JSON pointer. The test makes someone else's label (NTH's, an
+        // operator's) stay: the patch then fails with 422 and nothing changes.
+        let path = format!("/metadata/labels/{}", EXCLUDE_FROM_LOAD_BALANCERS.replace('/', "~1"));
+        let patch: json_patch::Patch = serde_json::from_value(json!([
+            { "op": "test", "path": path, "value": EXCLUDED_BY_US },
+            { "op": "remove", "path": path },
+        ]))
+        .expect("a well-formed JSON patch");
+        match nodes.patch(node.as_str(), &self.patch_params(), &Patch::<()>::Json(patch)).await {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(api_code(&e), Some(404 | 422)) => Ok(()),
+            Err(e) => Err(ClusterWriteError::Readmit { node: node.clone(), source: e.into() }),
         }
     }
 

@@ -82,15 +82,26 @@ impl std::fmt::Display for PodRef {
 }
 
 /// How an eviction ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EvictOutcome {
     /// Accepted (201).
     Evicted,
     /// The pod is gone or is another pod now (404, 409 on the UID precondition): done.
     Gone,
     /// A PodDisruptionBudget allows no disruption now (429): back off and retry.
-    Blocked,
+    Blocked {
+        /// The budget, as the API server's refusal names it (`The disruption budget <name> …`).
+        budget: Option<String>,
+    },
 }
+
+/// The label that takes a node out of external load balancers, put on when its drain starts (as
+/// NTH's `excludeFromLoadBalancers` does), so traffic stops before its pods go.
+pub const EXCLUDE_FROM_LOAD_BALANCERS: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+
+/// The value the booster writes to [`EXCLUDE_FROM_LOAD_BALANCERS`]: only a label with it is
+/// ever removed by the booster.
+pub const EXCLUDED_BY_US: &str = "spots-booster";
 
 /// A write to the cluster that failed.
 #[derive(Debug, Error)]
@@ -138,6 +149,24 @@ pub enum ClusterWriteError {
         #[source]
         source: BoxError,
     },
+    /// Deleting a pod gracefully at its instance's deadline.
+    #[error("deleting pod {pod} failed")]
+    DeletePod {
+        /// The pod.
+        pod: PodRef,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
+    /// Removing the booster's load-balancer exclusion from a node it no longer drains.
+    #[error("readmitting node {node} to load balancers failed")]
+    Readmit {
+        /// The node.
+        node: NodeName,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
     /// Adding or removing the scale-down protection annotations.
     #[error("changing the scale-down protection of node {node} failed")]
     Protect {
@@ -155,13 +184,25 @@ pub trait ClusterWrites: Send + Sync {
     /// ones left out: what a termination checks at the moment it would harm them. A pod that
     /// cannot be read as one fails the whole read, so a node is never taken for empty.
     fn live_pods(&self, node: &NodeName) -> impl Future<Output = Result<Vec<Pod>, ClusterWriteError>> + Send;
-    /// Marks the node unschedulable (a no-op when it already is).
+    /// Takes the node out of service: unschedulable, and out of external load balancers
+    /// ([`EXCLUDE_FROM_LOAD_BALANCERS`]). A no-op when it already is.
     fn cordon(&self, node: &NodeName) -> impl Future<Output = Result<(), ClusterWriteError>> + Send;
-    /// Marks the node schedulable again. Only for a node the booster cordoned itself to give
-    /// capacity back, whose drain could not finish: it goes back to serving pods.
+    /// Marks the node schedulable again and readmits it to load balancers. Only for a node the
+    /// booster cordoned itself to give capacity back, whose drain could not finish: it goes back
+    /// to serving pods.
     fn uncordon(&self, node: &NodeName) -> impl Future<Output = Result<(), ClusterWriteError>> + Send;
     /// Evicts the pod through the Eviction API with its UID as precondition.
     fn evict(&self, pod: &PodRef) -> impl Future<Output = Result<EvictOutcome, ClusterWriteError>> + Send;
+    /// Deletes the pod (not an eviction: no budget is asked) with `grace_seconds` and its UID as
+    /// precondition; a pod already gone is done.
+    fn delete_pod(
+        &self,
+        pod: &PodRef,
+        grace_seconds: u32,
+    ) -> impl Future<Output = Result<(), ClusterWriteError>> + Send;
+    /// Removes the booster's [`EXCLUDE_FROM_LOAD_BALANCERS`] label (only with the booster's value)
+    /// from a node an operator took back mid-drain.
+    fn readmit_to_load_balancers(&self, node: &NodeName) -> impl Future<Output = Result<(), ClusterWriteError>> + Send;
     /// Adds (or removes) `cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"` together
     /// with the booster's own marker, so Cluster Autoscaler keeps a replacement node until the
     /// drain it serves has finished. Only annotations carrying the marker are ever removed.

@@ -41,6 +41,11 @@ pub enum NodeEventReason {
     DrainBlockedByPdb,
     /// The drain passed `--drain-timeout`.
     DrainTimedOut,
+    /// A pod a PodDisruptionBudget still refused was deleted gracefully before its instance went
+    /// (`--interruption-force-at-deadline`).
+    PdbOverridden,
+    /// The notice's deadline came with pods PodDisruptionBudgets still held on the node.
+    PodsHeldAtDeadline,
     /// An interruption evicts pods that opted out.
     OptOutOverridden,
     /// Pods no controller recreates are evicted.
@@ -57,7 +62,7 @@ pub enum NodeEventReason {
 
 impl NodeEventReason {
     /// Every reason.
-    pub const ALL: [NodeEventReason; 18] = [
+    pub const ALL: [NodeEventReason; 20] = [
         Self::BoostRequested,
         Self::BoostHeld,
         Self::BoostExpired,
@@ -70,6 +75,8 @@ impl NodeEventReason {
         Self::DrainStarted,
         Self::DrainBlockedByPdb,
         Self::DrainTimedOut,
+        Self::PdbOverridden,
+        Self::PodsHeldAtDeadline,
         Self::OptOutOverridden,
         Self::BarePodsEvicted,
         Self::GiveBackLeftToClusterAutoscaler,
@@ -93,6 +100,8 @@ impl NodeEventReason {
             Self::DrainStarted => "DrainStarted",
             Self::DrainBlockedByPdb => "DrainBlockedByPDB",
             Self::DrainTimedOut => "DrainTimedOut",
+            Self::PdbOverridden => "PDBOverridden",
+            Self::PodsHeldAtDeadline => "PodsHeldAtDeadline",
             Self::OptOutOverridden => "OptOutOverridden",
             Self::BarePodsEvicted => "BarePodsEvicted",
             Self::GiveBackLeftToClusterAutoscaler => "GiveBackLeftToClusterAutoscaler",
@@ -111,9 +120,11 @@ impl NodeEventReason {
             Self::BoostExpired => "Boost",
             Self::CapacityUnavailable | Self::LaunchFailed | Self::LaunchStalled => "Launch",
             Self::DrainBlockedByPdb => "Evict",
+            Self::PdbOverridden => "Delete",
             Self::DrainDeferred
             | Self::DrainStarted
             | Self::DrainTimedOut
+            | Self::PodsHeldAtDeadline
             | Self::OptOutOverridden
             | Self::BarePodsEvicted
             | Self::GiveBackLeftToClusterAutoscaler => "Drain",
@@ -141,6 +152,8 @@ impl NodeEventReason {
             Self::DrainStarted => "drain started",
             Self::DrainBlockedByPdb => "evictions blocked by PDB",
             Self::DrainTimedOut => "drain timed out",
+            Self::PdbOverridden => "budget overridden at deadline",
+            Self::PodsHeldAtDeadline => "pods held at deadline",
             Self::InstanceTerminated => "terminated",
             other => other.as_str(),
         }
@@ -179,6 +192,6 @@ mod tests {
         let labels: BTreeSet<&str> = NodeEventReason::ALL.iter().map(|r| r.timeline_label()).collect();
         assert_eq!(labels.len(), NodeEventReason::ALL.len(), "simulate's timeline tells them apart");
         let warnings = NodeEventReason::ALL.iter().filter(|r| r.severity() == EventSeverity::Warning).count();
-        assert_eq!(warnings, 13);
+        assert_eq!(warnings, 15);
     }
 }

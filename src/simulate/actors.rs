@@ -96,7 +96,7 @@ impl Nth {
             let uids: Vec<String> = world.pods_on(node).iter().map(|p| p.uid.clone()).collect();
             let mut blocked = 0;
             for uid in uids {
-                if world.evict(&uid) == Eviction::Blocked {
+                if matches!(world.evict(&uid), Eviction::Blocked { .. }) {
                     blocked += 1;
                 }
             }

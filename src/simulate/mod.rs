@@ -90,6 +90,24 @@ pub struct Summary {
     pub pods_killed_by_booster: u32,
     /// Most pods Pending at once.
     pub(crate) peak_pending_pods: u32,
+    /// Pods a budget refused, deleted gracefully before their instance went
+    /// (`--interruption-force-at-deadline`).
+    pub pods_force_deleted: u32,
+    /// From an interruption notice to its node's first pod leaving, over the nodes with one:
+    /// median, 99th percentile and longest, in seconds.
+    pub drain_start_p50_seconds: u64,
+    /// See `drain_start_p50_seconds`.
+    pub drain_start_p99_seconds: u64,
+    /// See `drain_start_p50_seconds`.
+    pub drain_start_max_seconds: u64,
+}
+
+/// The `q`-quantile (nearest rank) of `values`, in whole seconds; 0 for none.
+fn quantile_seconds(values: &[Duration], q: f64) -> u64 {
+    let mut sorted: Vec<u64> = values.iter().map(Duration::as_secs).collect();
+    sorted.sort_unstable();
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len().max(1));
+    sorted.get(rank - 1).copied().unwrap_or(0)
 }
 
 /// One group's sizes over a run.
@@ -319,6 +337,10 @@ async fn run_scenario_async(scenario: &Scenario, mode: Mode, mut progress: Optio
             pods_killed: c.pods_killed,
             pods_killed_by_booster: c.pods_killed_by_booster,
             peak_pending_pods: c.peak_pending_pods,
+            pods_force_deleted: c.pods_force_deleted,
+            drain_start_p50_seconds: quantile_seconds(&world.drain_starts, 0.5),
+            drain_start_p99_seconds: quantile_seconds(&world.drain_starts, 0.99),
+            drain_start_max_seconds: quantile_seconds(&world.drain_starts, 1.0),
         },
         groups: world
             .groups
@@ -411,6 +433,10 @@ pub(crate) fn render_text(name: &str, report: &Report, width: Width) -> String {
         ("pods_killed", |s| u64::from(s.pods_killed)),
         ("pods_killed_by_booster", |s| u64::from(s.pods_killed_by_booster)),
         ("peak_pending_pods", |s| u64::from(s.peak_pending_pods)),
+        ("pods_force_deleted", |s| u64::from(s.pods_force_deleted)),
+        ("drain_start_p50_seconds", |s| s.drain_start_p50_seconds),
+        ("drain_start_p99_seconds", |s| s.drain_start_p99_seconds),
+        ("drain_start_max_seconds", |s| s.drain_start_max_seconds),
     ];
     let rows: Vec<Vec<String>> = metrics
         .iter()

@@ -244,8 +244,20 @@ impl ClusterWrites for SimWorld {
                 EvictOutcome::Evicted
             }
             Eviction::Gone => EvictOutcome::Gone,
-            Eviction::Blocked => EvictOutcome::Blocked,
+            Eviction::Blocked { budget } => EvictOutcome::Blocked { budget: Some(budget) },
         })
+    }
+
+    async fn delete_pod(&self, pod: &PodRef, grace_seconds: u32) -> Result<(), ClusterWriteError> {
+        let mut world = self.lock();
+        if world.delete_pod(&pod.uid) {
+            world.log("booster", "deleted (budget overridden)", pod.name.clone(), format!("grace {grace_seconds}s"));
+        }
+        Ok(())
+    }
+
+    async fn readmit_to_load_balancers(&self, _node: &NodeName) -> Result<(), ClusterWriteError> {
+        Ok(())
     }
 
     async fn protect_from_scale_down(&self, node: &NodeName, protect: bool) -> Result<(), ClusterWriteError> {

@@ -42,6 +42,9 @@ pub(crate) struct Counters {
     pub pods_killed_by_booster: u32,
     /// Nodes whose evictable pods all left through eviction.
     pub drained_nodes: u32,
+    /// Pods a budget refused, deleted gracefully before their instance went
+    /// (`--interruption-force-at-deadline`).
+    pub pods_force_deleted: u32,
     /// Most pods Pending at once.
     pub(crate) peak_pending_pods: u32,
 }
@@ -117,12 +120,15 @@ pub struct SimPod {
 }
 
 /// How an eviction went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Eviction {
     /// The pod is gone; its replacement is Pending.
     Evicted,
-    /// A PodDisruptionBudget refused (HTTP 429).
-    Blocked,
+    /// A PodDisruptionBudget refused (HTTP 429), named as the API server names it.
+    Blocked {
+        /// The budget: its workload's name.
+        budget: String,
+    },
     /// No such pod (HTTP 404): treated as done.
     Gone,
 }
@@ -155,6 +161,10 @@ pub struct World {
     pub samples: Vec<Sample>,
     /// Each group's scaling activities that failed, newest first (launches without capacity).
     pub(crate) failed_launches: BTreeMap<String, Vec<core::ScalingActivity>>,
+    /// When each instance with a notice got it, until its node's first pod leaves.
+    noticed: BTreeMap<String, Timestamp>,
+    /// From each notice to its node's first pod leaving (the drain's start as pods see it).
+    pub(crate) drain_starts: Vec<Duration>,
     next_pod: u64,
 }
 
@@ -184,6 +194,8 @@ impl World {
             counters: Counters::default(),
             samples: Vec::new(),
             failed_launches: BTreeMap::new(),
+            noticed: BTreeMap::new(),
+            drain_starts: Vec::new(),
             next_pod: 0,
         };
         for spec in &scenario.groups {
@@ -387,6 +399,9 @@ impl World {
     /// Marks an instance to end after its interruption notice.
     pub(crate) fn interrupt(&mut self, id: &str, notice: Duration) {
         if let Some(inst) = self.instances.get_mut(id) {
+            if inst.ends_at.is_none() {
+                self.noticed.insert(id.to_string(), self.now);
+            }
             inst.ends_at.get_or_insert(self.now.plus(notice));
         }
     }
@@ -426,11 +441,33 @@ impl World {
         let Some(seq) = self.pods.iter().find(|(_, p)| p.uid == uid).map(|(k, _)| *k) else { return Eviction::Gone };
         if self.disruption_breaks_budget(seq) {
             self.counters.evictions_blocked += 1;
-            return Eviction::Blocked;
+            let budget = self.workloads[self.pods[&seq].workload].name.clone();
+            return Eviction::Blocked { budget };
         }
         self.counters.evictions += 1;
+        self.note_drain_start(seq);
         self.replace_pod(seq);
         Eviction::Evicted
+    }
+
+    /// Deletes a pod outright, whatever its budget says (a DELETE, not an eviction). Returns
+    /// whether it was there.
+    pub(crate) fn delete_pod(&mut self, uid: &str) -> bool {
+        let Some(seq) = self.pods.iter().find(|(_, p)| p.uid == uid).map(|(k, _)| *k) else { return false };
+        self.counters.pods_force_deleted += 1;
+        self.note_drain_start(seq);
+        self.replace_pod(seq);
+        true
+    }
+
+    /// The first pod to leave a node with a notice starts its drain: the time from the notice is
+    /// kept for the report.
+    fn note_drain_start(&mut self, seq: u64) {
+        let Some(node) = self.pods[&seq].node.as_deref() else { return };
+        let Some(instance) = self.nodes.get(node).map(|n| n.instance.as_str()) else { return };
+        if let Some(noticed) = self.noticed.remove(instance) {
+            self.drain_starts.push(self.now.since(noticed));
+        }
     }
 
     /// Pods bound to `node`, in creation order.

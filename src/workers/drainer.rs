@@ -27,8 +27,9 @@ use super::told_once::ToldOnce;
 use super::{Observation, WorkerContext};
 use crate::core::{
     answer_terminations, apply_all, decide_terminations, eviction_order, plan_draining, BatchPlan, DrainState,
-    DrainWait, DrainingPlan, EndedDrain, EvictionResult, EvictionRound, Group, GroupName, HowDrainEnded, InstanceId,
-    LedgerEdit, Node, NodeName, Pod, Snapshot, Termination, TerminationAnswer, Timestamp,
+    DrainWait, DrainingPlan, EndedDrain, EvictionResult, EvictionRound, ForcedDeletion, Group, GroupName,
+    HeldAtDeadline, HowDrainEnded, InstanceId, LedgerEdit, Node, NodeName, Pod, Snapshot, Termination,
+    TerminationAnswer, Timestamp,
 };
 use crate::metrics::{DrainOutcome, EvictionOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
@@ -269,11 +270,14 @@ where
         for node in self.start_batches(&plan.drains, &snapshot, &mut report).await {
             plan.withdraw(&node);
         }
+        self.cordon_ahead(&plan.drains.cordon_ahead).await;
         self.drains = plan.next;
         self.end_drains(&plan.ended, now, &mut report).await;
         if second {
             plan.evictions.retain(|r| report.started.contains(&r.node));
         }
+        self.tell_held_at_deadline(&plan.held_at_deadline).await;
+        self.delete_at_deadline(plan.force, now).await;
         self.evict(plan.evictions, now, &mut report).await;
         self.read_live_pods(&plan.verify).await;
         self.terminate_drained(&mut report).await?;
@@ -414,12 +418,17 @@ where
         let mut not_started = Vec::new();
         for batch in &plan.batches {
             for target in &batch.nodes {
-                if target.cordon {
-                    if let Err(e) = self.ctx.writes.cordon(&target.node).await {
+                // Also out of load balancers, NTH's cordon or not: traffic stops before pods go.
+                match self.ctx.writes.cordon(&target.node).await {
+                    Err(e) if target.cordon => {
                         warn!(node = %target.node, error = %e, "cordon failed; the drain waits for the next plan");
                         not_started.push(target.node.clone());
                         continue;
                     }
+                    Err(e) => {
+                        warn!(node = %target.node, error = %e, "could not exclude the cordoned node from load balancers; draining it anyway")
+                    }
+                    Ok(()) => {}
                 }
                 let pods = snapshot.nodes.get(&target.node).map_or(0, |n| eviction_order(n).len());
                 info!(node = %target.node, group = %batch.group, pods, "drain started");
@@ -439,6 +448,76 @@ where
         not_started
     }
 
+    /// Cordons nodes with a confirmed notice that wait for their replacements: nothing new lands
+    /// on them meanwhile, whether or not NTH got to them.
+    async fn cordon_ahead(&self, nodes: &[NodeName]) {
+        for node in nodes {
+            match self.ctx.writes.cordon(node).await {
+                Ok(()) => info!(%node, "cordoned ahead of its drain: a confirmed notice, not cordoned yet"),
+                Err(e) => {
+                    warn!(%node, error = %e, "could not cordon a node with a confirmed notice; tried again next pass")
+                }
+            }
+        }
+    }
+
+    /// Tells which budget held which pod on each node whose deadline came: what the instance's
+    /// end kills.
+    async fn tell_held_at_deadline(&self, held: &[HeldAtDeadline]) {
+        for h in held {
+            let pods: Vec<String> = h.pods.iter().map(|p| format!("{}/{}", p.pod.namespace, p.pod.name)).collect();
+            let budgets: Vec<&str> = h.pods.iter().map(|p| p.budget.as_deref().unwrap_or("?")).collect();
+            warn!(node = %h.node, group = %h.group, pods = %pods.join(","), budgets = %budgets.join(","), "interruption deadline came with pods held by their budgets");
+            self.ctx.metrics.drainer.held_at_deadline(h.group.as_str(), h.pods.len());
+            self.publish(NodeEvent::pods_held_at_deadline(h)).await;
+        }
+    }
+
+    /// Deletes, gracefully and all at once, the pods budgets still refuse at their node's
+    /// deadline (`--interruption-force-at-deadline`). A deletion not made is planned again.
+    async fn delete_at_deadline(&mut self, force: Vec<ForcedDeletion>, now: Timestamp) {
+        if force.is_empty() {
+            return;
+        }
+        let writes = &self.ctx.writes;
+        let deadline = self.settings.eviction_call_timeout;
+        let calls: Vec<_> = force
+            .into_iter()
+            .map(|f| async move {
+                let pod = PodRef {
+                    namespace: f.held.pod.namespace.to_string(),
+                    name: f.held.pod.name.to_string(),
+                    uid: f.held.pod.uid.to_string(),
+                };
+                let sent = tokio::time::timeout(deadline, writes.delete_pod(&pod, f.grace_seconds)).await;
+                let outcome = match sent {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(_) => Err(format!("no answer within {}s", deadline.as_secs())),
+                };
+                (f, outcome)
+            })
+            .collect();
+        let done: Vec<(ForcedDeletion, Result<(), String>)> =
+            stream::iter(calls).buffer_unordered(self.settings.evictions_in_flight.max(1)).collect().await;
+        let mut tells = Vec::new();
+        for (f, outcome) in done {
+            match outcome {
+                Ok(()) => {
+                    let budget = f.held.budget.as_deref().unwrap_or("?");
+                    warn!(node = %f.node, pod = %f.held.pod.name, namespace = %f.held.pod.namespace, budget, grace = f.grace_seconds, "deleted a pod its budget still refused: the interruption deadline is near");
+                    self.ctx.metrics.drainer.pdb_overridden(f.group.as_str());
+                    tells.push(NodeEvent::pdb_overridden(&f, f.deadline.since(now)));
+                }
+                Err(e) => {
+                    warn!(node = %f.node, pod = %f.held.pod.name, error = %e, "could not delete a held pod at its deadline; tried again next pass");
+                    self.drains.unforce(&f.node, &f.held.pod.uid);
+                }
+            }
+        }
+        super::publish_all(&self.ctx.events, tells).await;
+    }
+
     /// Carries out the drains that end: drained nodes are queued for termination; a node an
     /// operator uncordoned is remembered in the ledger as kept.
     async fn end_drains(&mut self, ended: &[EndedDrain], now: Timestamp, report: &mut DrainReport) {
@@ -452,6 +531,9 @@ where
                         "uncordoned"
                     };
                     warn!(node = %e.node, how, "an operator took the node back during its drain; drain stopped for good, instance kept");
+                    if let Err(err) = self.ctx.writes.readmit_to_load_balancers(&e.node).await {
+                        warn!(node = %e.node, error = %err, "could not readmit the node to load balancers");
+                    }
                     if let Some(reclaimed) = &e.gives_back {
                         let why = format!("an operator {how} it");
                         self.give_back_left_to_ca(&e.group, &e.node, reclaimed, why).await;
@@ -568,7 +650,9 @@ where
             let (label, result) = match outcome {
                 Ok(EvictOutcome::Evicted) => (EvictionOutcome::Evicted, EvictionResult::Evicted),
                 Ok(EvictOutcome::Gone) => (EvictionOutcome::Gone, EvictionResult::Gone),
-                Ok(EvictOutcome::Blocked) => (EvictionOutcome::BlockedByPdb, EvictionResult::Blocked),
+                Ok(EvictOutcome::Blocked { budget }) => {
+                    (EvictionOutcome::BlockedByPdb, EvictionResult::Blocked { budget: budget.clone() })
+                }
                 Err(e) => {
                     warn!(pod = %pod, error = %e, "eviction failed; retried next round");
                     (EvictionOutcome::Failed, EvictionResult::Failed)
@@ -577,7 +661,7 @@ where
             self.ctx.metrics.drainer.eviction(round.group.as_str(), label);
             match result {
                 EvictionResult::Evicted | EvictionResult::Gone => report.evicted = report.evicted.saturating_add(1),
-                EvictionResult::Blocked => blocked.push(pod.to_string()),
+                EvictionResult::Blocked { .. } => blocked.push(pod.to_string()),
                 EvictionResult::Failed => {}
             }
             folded.push((pod.uid.as_str(), result));
@@ -928,7 +1012,8 @@ mod tests {
         assert_eq!(report.started, vec![NodeName::from("n1")]);
         assert_eq!(report.evicted, 3);
         assert!(rig.writes.calls().contains(&ClusterCall::Protect("r1".into(), true)), "{:?}", rig.writes.calls());
-        assert!(!rig.writes.calls().iter().any(|c| matches!(c, ClusterCall::Cordon(_))), "NTH already cordoned");
+        // NTH already cordoned it: the call takes it out of load balancers.
+        assert!(rig.writes.calls().contains(&ClusterCall::Cordon("n1".into())), "{:?}", rig.writes.calls());
 
         let report = drainer.tick().await.unwrap();
         assert_eq!(report.drained, vec![NodeName::from("n1")]);
@@ -1426,6 +1511,81 @@ mod tests {
         assert_eq!(report.terminated, vec![("i-n1".into(), true)], "drained 90 s before AWS takes it");
         assert_eq!(rig.aws.desired("a"), 3, "the boost's node is given back with the instance; its launch goes on");
         assert!(rig.events.reasons_for("n1").contains(&"DrainStarted"));
+    }
+
+    /// n1 with a spot interruption notice EC2 confirms, one of its pods held by its budget.
+    async fn held_at_notice(policy: Policy) -> Rigged<TestDrainer> {
+        let rigged = rebalanced(policy).await;
+        let (rig, ctx) = (&rigged.0, &rigged.1);
+        rig.cluster.edit(|s| {
+            s.signals[0].kind = SignalKind::SpotInterruption;
+            s.signals[0].evidence = Evidence::NodeTaint;
+            s.signals[0].observed_at = (ctx.clock)();
+        });
+        rig.aws.interrupt("i-n1");
+        rig.writes.block("uid-n1-p0", true);
+        rigged
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_confirmed_notice_drains_at_once_and_a_held_pod_is_deleted_gracefully_before_the_deadline() {
+        let policy = Policy { force_at_deadline: true, ..policy() };
+        let (rig, ctx, mut scaler, mut drainer) = held_at_notice(policy).await;
+        scaler.tick().await.unwrap();
+        // No replacement could be Ready before the drain must start: it starts now.
+        let report = drainer.tick().await.unwrap();
+        assert_eq!((report.started.len(), report.evicted, report.blocked), (1, 2, 1), "{report:?}");
+        assert!(rig.events.reasons_for("n1").contains(&"DrainBlockedByPDB"));
+
+        // 120 s notice, 30 s grace, 10 s margin: the held pod is deleted at 80 s, with its grace.
+        tokio::time::advance(Duration::from_secs(78)).await;
+        drainer.tick().await.unwrap();
+        assert!(!rig.writes.calls().iter().any(|c| matches!(c, ClusterCall::DeletePod(..))));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        drainer.tick().await.unwrap();
+        let deleted: Vec<(String, u32)> = rig
+            .writes
+            .calls()
+            .iter()
+            .filter_map(|c| match c {
+                ClusterCall::DeletePod(pod, grace) => Some((pod.uid.clone(), *grace)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(deleted, vec![("uid-n1-p0".to_string(), 30)]);
+        assert!(rig.events.reasons_for("n1").contains(&"PDBOverridden"));
+        assert!(ctx.metrics.encode().contains("spots_booster_pdb_overridden_total{group=\"a\"} 1"));
+        let report = drainer.tick().await.unwrap();
+        assert_eq!(report.terminated, vec![("i-n1".into(), true)], "empty before the deadline: {report:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_the_flag_the_deadline_tells_which_budget_held_which_pod() {
+        let (rig, ctx, mut scaler, mut drainer) = held_at_notice(policy()).await;
+        scaler.tick().await.unwrap();
+        drainer.tick().await.unwrap();
+        tokio::time::advance(Duration::from_secs(120)).await;
+        drainer.tick().await.unwrap();
+        drainer.tick().await.unwrap();
+        assert!(!rig.writes.calls().iter().any(|c| matches!(c, ClusterCall::DeletePod(..))));
+        let held: Vec<&str> = rig.events.reasons_for("n1").into_iter().filter(|r| *r == "PodsHeldAtDeadline").collect();
+        assert_eq!(held.len(), 1, "told once");
+        let note = rig.events.notes_for("n1").into_iter().find(|n| n.contains("held")).unwrap();
+        assert!(note.contains("default/n1-p0 by PodDisruptionBudget default/default-budget"), "{note}");
+        assert!(ctx.metrics.encode().contains("spots_booster_pods_held_at_deadline_total{group=\"a\"} 1"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_operators_uncordon_mid_drain_readmits_the_node_to_load_balancers() {
+        let (rig, ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
+        rig.writes.block("uid-n1-p0", true);
+        scaler.tick().await.unwrap();
+        join(&rig, &ctx, "r1");
+        drainer.tick().await.unwrap();
+        rig.cluster.edit(|s| s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = false);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        drainer.tick().await.unwrap();
+        assert!(rig.writes.calls().contains(&ClusterCall::Readmit("n1".into())), "{:?}", rig.writes.calls());
     }
 
     #[tokio::test(start_paused = true)]

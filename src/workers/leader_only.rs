@@ -130,6 +130,20 @@ impl<P: ClusterWrites> ClusterWrites for LeaderOnly<P> {
         self.inner.evict(pod).await
     }
 
+    async fn delete_pod(&self, pod: &PodRef, grace_seconds: u32) -> Result<(), ClusterWriteError> {
+        if !self.allows(SkippedAction::Drain) {
+            return Err(ClusterWriteError::NotLeader { operation: "delete pod" });
+        }
+        self.inner.delete_pod(pod, grace_seconds).await
+    }
+
+    async fn readmit_to_load_balancers(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
+        if !self.allows(SkippedAction::Drain) {
+            return Err(ClusterWriteError::NotLeader { operation: "readmit to load balancers" });
+        }
+        self.inner.readmit_to_load_balancers(node).await
+    }
+
     async fn protect_from_scale_down(&self, node: &NodeName, protect: bool) -> Result<(), ClusterWriteError> {
         if !self.allows(SkippedAction::ScaleDownProtection) {
             return Err(ClusterWriteError::NotLeader { operation: "protect from scale-down" });

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use crate::core::{
-    Boost, BoostExpiry, DrainTarget, DrainWait, Expired, Fallback, GroupName, Held, InstanceId, LaunchFailure,
-    NodeName, Pod, RefusedFallback,
+    Boost, BoostExpiry, DrainTarget, DrainWait, Expired, Fallback, ForcedDeletion, GroupName, Held, HeldAtDeadline,
+    HeldPod, InstanceId, LaunchFailure, NodeName, Pod, RefusedFallback,
 };
 use crate::ports::{NodeEvent, NodeEventReason};
 
@@ -145,6 +145,31 @@ impl NodeEvent {
             if moved { "" } else { ", doubling" }
         );
         event(node, NodeEventReason::DrainBlockedByPdb, note)
+    }
+
+    /// A pod its budget still refused was deleted gracefully before its instance goes.
+    pub(crate) fn pdb_overridden(forced: &ForcedDeletion, deadline_in: Duration) -> NodeEvent {
+        let held = &forced.held;
+        let note = format!(
+            "deleted pod {}/{} with a {}s grace period although {} refused its eviction: the instance goes in {}s (--interruption-force-at-deadline)",
+            held.pod.namespace,
+            held.pod.name,
+            forced.grace_seconds,
+            budget_named(held),
+            deadline_in.as_secs(),
+        );
+        event(&forced.node, NodeEventReason::PdbOverridden, note)
+    }
+
+    /// The deadline came with pods their budgets still held: the instance's end kills them.
+    pub(crate) fn pods_held_at_deadline(held: &HeldAtDeadline) -> NodeEvent {
+        let pods: Vec<String> =
+            held.pods.iter().map(|h| format!("{}/{} by {}", h.pod.namespace, h.pod.name, budget_named(h))).collect();
+        let note = format!(
+            "the interruption deadline came with pods still held: {} (--interruption-force-at-deadline deletes them gracefully in time)",
+            pods.join(", ")
+        );
+        event(&held.node, NodeEventReason::PodsHeldAtDeadline, note)
     }
 
     /// The drain timed out with `left` pods; the instance is terminated anyway or stays cordoned.
@@ -308,5 +333,13 @@ mod tests {
             "the instance goes at 1970-01-01T00:00:00Z and its replacement capacity is not Ready yet: draining now \
              so every pod gets its grace period; evicting 2 pod(s)"
         );
+    }
+}
+
+/// How a held pod's budget is named in a note.
+fn budget_named(held: &HeldPod) -> String {
+    match &held.budget {
+        Some(name) => format!("PodDisruptionBudget {}/{name}", held.pod.namespace),
+        None => "a PodDisruptionBudget".to_string(),
     }
 }

@@ -49,8 +49,14 @@ impl ApiServer {
     }
 }
 
-/// Starts a server on a free loopback port and returns the daemon's client for it.
+/// Starts a server on a free loopback port and returns the daemon's client for it, with the
+/// request budget `run` has by default.
 pub async fn start() -> (Client, ApiServer) {
+    start_with(&spots_booster::k8s::budget::RequestBudget::daemon_default()).await
+}
+
+/// [`start`], the client's requests within `budget`.
+pub async fn start_with(budget: &spots_booster::k8s::budget::RequestBudget) -> (Client, ApiServer) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port");
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (tx, rx) = mpsc::unbounded_channel::<Pending>();
@@ -82,7 +88,7 @@ pub async fn start() -> (Client, ApiServer) {
         }
     });
     let config = Config::new(url.parse().expect("a valid URL"));
-    let client = spots_booster::k8s::client::build_client(config).expect("the daemon's client builds");
+    let client = spots_booster::k8s::client::build_client(config, budget).expect("the daemon's client builds");
     (client, ApiServer { requests: rx, hits })
 }
 
