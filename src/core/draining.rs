@@ -467,7 +467,7 @@ impl DrainState {
     /// again; refusals start a backoff that doubles while nothing goes and starts over when some
     /// pod did (the budget is moving); a round without refusals clears it. Returns the backoff
     /// started, if any.
-    pub(crate) fn record_round<'u>(
+    pub fn record_round<'u>(
         &mut self,
         node: &NodeName,
         results: impl IntoIterator<Item = (&'u str, EvictionResult)>,

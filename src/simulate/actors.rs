@@ -8,9 +8,10 @@ use super::world::{Eviction, World};
 use crate::core::{Evidence, Policy, Resources, Signal, SignalKind, SizingMode, Timestamp};
 
 /// NTH: on a rebalance recommendation it emits the Event and cordons (and, as NTH's queue mode
-/// or `enableRebalanceDraining` do, drains when `drain_on_rebalance`); on a spot interruption
-/// notice it emits and cordons, drains unless set up to cordon only (`cluster.nth-mode`), and
-/// the instance ends after the notice.
+/// or `enableRebalanceDraining` do, drains when deployed without the booster); on a spot
+/// interruption notice it emits and cordons, and drains unless set up for the booster to cordon
+/// only (`cluster.nth-mode`): without the booster, NTH always drains the notices it gets. The
+/// instance ends after the notice.
 #[derive(Debug)]
 pub(crate) struct Nth {
     drain_on_rebalance: bool,
@@ -24,10 +25,10 @@ struct NthDrain {
 }
 
 impl Nth {
-    /// NTH as set up for the booster (`drain_on_rebalance: false`: cordon only) or as commonly
-    /// deployed without it (`true`: cordon and drain on the recommendation).
-    pub fn new(drain_on_rebalance: bool) -> Nth {
-        Nth { drain_on_rebalance, drains: BTreeMap::new() }
+    /// NTH as set up for the booster (`without_booster: false`: cordon only on a
+    /// recommendation) or as commonly deployed without it (`true`: cordon and drain every notice).
+    pub fn new(without_booster: bool) -> Nth {
+        Nth { drain_on_rebalance: without_booster, drains: BTreeMap::new() }
     }
 
     /// Applies a scenario event.
@@ -69,7 +70,7 @@ impl Nth {
             let drain = match kind {
                 SignalKind::SpotInterruption => {
                     world.interrupt(&instance, notice);
-                    world.timings.nth_drains_interruptions
+                    world.timings.nth_drains_interruptions || self.drain_on_rebalance
                 }
                 _ => self.drain_on_rebalance,
             };

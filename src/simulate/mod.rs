@@ -93,21 +93,25 @@ pub struct Summary {
     /// Pods a budget refused, deleted gracefully before their instance went
     /// (`--interruption-force-at-deadline`).
     pub pods_force_deleted: u32,
-    /// From an interruption notice to its node's first pod leaving, over the nodes with one:
-    /// median, 99th percentile and longest, in seconds.
-    pub drain_start_p50_seconds: u64,
+    /// Nodes with a notice whose instance went before any of their pods left (their drain never
+    /// started, or never got a pod out).
+    pub undrained_at_interruption: u32,
+    /// From an interruption notice to its node's first pod leaving, over the nodes whose pods
+    /// left before their instance (none when no drain ever started): median, 99th percentile and
+    /// longest, in seconds.
+    pub drain_start_p50_seconds: Option<u64>,
     /// See `drain_start_p50_seconds`.
-    pub drain_start_p99_seconds: u64,
+    pub drain_start_p99_seconds: Option<u64>,
     /// See `drain_start_p50_seconds`.
-    pub drain_start_max_seconds: u64,
+    pub drain_start_max_seconds: Option<u64>,
 }
 
-/// The `q`-quantile (nearest rank) of `values`, in whole seconds; 0 for none.
-fn quantile_seconds(values: &[Duration], q: f64) -> u64 {
+/// The `q`-quantile (nearest rank) of `values`, in whole seconds; `None` for none.
+fn quantile_seconds(values: &[Duration], q: f64) -> Option<u64> {
     let mut sorted: Vec<u64> = values.iter().map(Duration::as_secs).collect();
     sorted.sort_unstable();
     let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len().max(1));
-    sorted.get(rank - 1).copied().unwrap_or(0)
+    sorted.get(rank - 1).copied()
 }
 
 /// One group's sizes over a run.
@@ -338,6 +342,7 @@ async fn run_scenario_async(scenario: &Scenario, mode: Mode, mut progress: Optio
             pods_killed_by_booster: c.pods_killed_by_booster,
             peak_pending_pods: c.peak_pending_pods,
             pods_force_deleted: c.pods_force_deleted,
+            undrained_at_interruption: c.undrained_at_interruption,
             drain_start_p50_seconds: quantile_seconds(&world.drain_starts, 0.5),
             drain_start_p99_seconds: quantile_seconds(&world.drain_starts, 0.99),
             drain_start_max_seconds: quantile_seconds(&world.drain_starts, 1.0),
@@ -420,20 +425,21 @@ pub(crate) fn render_text(name: &str, report: &Report, width: Width) -> String {
     }
     out += "\n== summary ==\n";
     let b = &report.booster.summary;
-    type Metric = (&'static str, fn(&Summary) -> u64);
+    type Metric = (&'static str, fn(&Summary) -> Option<u64>);
     let metrics: Vec<Metric> = vec![
-        ("capacity_gap_pod_seconds", |s| s.capacity_gap_pod_seconds),
-        ("pdb_violations", |s| u64::from(s.pdb_violations)),
-        ("boosted_instances", |s| u64::from(s.boosted_instances)),
-        ("double_boosts", |s| u64::from(s.double_boosts)),
-        ("fell_back_nodes", |s| u64::from(s.fell_back_nodes)),
-        ("drained_nodes", |s| u64::from(s.drained_nodes)),
-        ("evictions", |s| u64::from(s.evictions)),
-        ("evictions_blocked", |s| u64::from(s.evictions_blocked)),
-        ("pods_killed", |s| u64::from(s.pods_killed)),
-        ("pods_killed_by_booster", |s| u64::from(s.pods_killed_by_booster)),
-        ("peak_pending_pods", |s| u64::from(s.peak_pending_pods)),
-        ("pods_force_deleted", |s| u64::from(s.pods_force_deleted)),
+        ("capacity_gap_pod_seconds", |s| Some(s.capacity_gap_pod_seconds)),
+        ("pdb_violations", |s| Some(u64::from(s.pdb_violations))),
+        ("boosted_instances", |s| Some(u64::from(s.boosted_instances))),
+        ("double_boosts", |s| Some(u64::from(s.double_boosts))),
+        ("fell_back_nodes", |s| Some(u64::from(s.fell_back_nodes))),
+        ("drained_nodes", |s| Some(u64::from(s.drained_nodes))),
+        ("evictions", |s| Some(u64::from(s.evictions))),
+        ("evictions_blocked", |s| Some(u64::from(s.evictions_blocked))),
+        ("pods_killed", |s| Some(u64::from(s.pods_killed))),
+        ("pods_killed_by_booster", |s| Some(u64::from(s.pods_killed_by_booster))),
+        ("peak_pending_pods", |s| Some(u64::from(s.peak_pending_pods))),
+        ("pods_force_deleted", |s| Some(u64::from(s.pods_force_deleted))),
+        ("undrained_at_interruption", |s| Some(u64::from(s.undrained_at_interruption))),
         ("drain_start_p50_seconds", |s| s.drain_start_p50_seconds),
         ("drain_start_p99_seconds", |s| s.drain_start_p99_seconds),
         ("drain_start_max_seconds", |s| s.drain_start_max_seconds),
@@ -441,11 +447,15 @@ pub(crate) fn render_text(name: &str, report: &Report, width: Width) -> String {
     let rows: Vec<Vec<String>> = metrics
         .iter()
         .map(|(name, get)| {
-            let mut row = vec![name.to_string(), get(b).to_string()];
+            let shown = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
+            let mut row = vec![name.to_string(), shown(get(b))];
             if let Some(base) = &report.baseline {
                 let (mine, theirs) = (get(b), get(&base.summary));
-                row.push(theirs.to_string());
-                row.push(if theirs == 0 { "-".into() } else { format!("{:.2}", mine as f64 / theirs as f64) });
+                row.push(shown(theirs));
+                row.push(match (mine, theirs) {
+                    (Some(mine), Some(theirs)) if theirs > 0 => format!("{:.2}", mine as f64 / theirs as f64),
+                    _ => "-".into(),
+                });
             }
             row
         })

@@ -127,9 +127,11 @@ impl ClusterView for SimWorld {
 
     fn attach_pods(&self, nodes: &mut BTreeMap<NodeName, Node>, names: &BTreeSet<NodeName>) {
         let world = self.lock();
+        let mut by_node = world.pods_by_node();
         for name in names {
             if let Some(node) = nodes.get_mut(name).filter(|n| !n.pods_known) {
-                node.pods = world.pods_on(name.as_str()).into_iter().map(|p| world.core_pod(p)).collect();
+                let pods = by_node.remove(name.as_str()).unwrap_or_default();
+                node.pods = pods.into_iter().map(|p| world.core_pod(p)).collect();
                 node.pods_known = true;
             }
         }

@@ -45,6 +45,8 @@ pub(crate) struct Counters {
     /// Pods a budget refused, deleted gracefully before their instance went
     /// (`--interruption-force-at-deadline`).
     pub pods_force_deleted: u32,
+    /// Nodes with a notice whose instance went before any of their pods left.
+    pub undrained_at_interruption: u32,
     /// Most pods Pending at once.
     pub(crate) peak_pending_pods: u32,
 }
@@ -364,6 +366,9 @@ impl World {
         }
         let on_node: Vec<u64> =
             self.pods.iter().filter(|(_, p)| p.node.as_deref() == Some(inst.node.as_str())).map(|(k, _)| *k).collect();
+        if self.noticed.remove(id).is_some() && !on_node.is_empty() {
+            self.counters.undrained_at_interruption += 1;
+        }
         for seq in on_node {
             if self.disruption_breaks_budget(seq) {
                 self.counters.pdb_violations += 1;
@@ -438,7 +443,7 @@ impl World {
 
     /// Evicts a pod through the (simulated) Eviction API, which checks its budget.
     pub fn evict(&mut self, uid: &str) -> Eviction {
-        let Some(seq) = self.pods.iter().find(|(_, p)| p.uid == uid).map(|(k, _)| *k) else { return Eviction::Gone };
+        let Some(seq) = self.pod_seq(uid) else { return Eviction::Gone };
         if self.disruption_breaks_budget(seq) {
             self.counters.evictions_blocked += 1;
             let budget = self.workloads[self.pods[&seq].workload].name.clone();
@@ -453,7 +458,7 @@ impl World {
     /// Deletes a pod outright, whatever its budget says (a DELETE, not an eviction). Returns
     /// whether it was there.
     pub(crate) fn delete_pod(&mut self, uid: &str) -> bool {
-        let Some(seq) = self.pods.iter().find(|(_, p)| p.uid == uid).map(|(k, _)| *k) else { return false };
+        let Some(seq) = self.pod_seq(uid) else { return false };
         self.counters.pods_force_deleted += 1;
         self.note_drain_start(seq);
         self.replace_pod(seq);
@@ -468,6 +473,23 @@ impl World {
         if let Some(noticed) = self.noticed.remove(instance) {
             self.drain_starts.push(self.now.since(noticed));
         }
+    }
+
+    /// The live pod with this UID: a UID names its creation sequence (`uid-<seq>`).
+    fn pod_seq(&self, uid: &str) -> Option<u64> {
+        let seq = uid.strip_prefix("uid-")?.parse().ok()?;
+        self.pods.get(&seq).filter(|p| p.uid == uid).map(|_| seq)
+    }
+
+    /// Every node's bound pods, in creation order: one walk over the pods for a whole snapshot.
+    pub(crate) fn pods_by_node(&self) -> BTreeMap<&str, Vec<&SimPod>> {
+        let mut by_node: BTreeMap<&str, Vec<&SimPod>> = BTreeMap::new();
+        for pod in self.pods.values() {
+            if let Some(node) = pod.node.as_deref() {
+                by_node.entry(node).or_default().push(pod);
+            }
+        }
+        by_node
     }
 
     /// Pods bound to `node`, in creation order.
@@ -584,8 +606,10 @@ impl World {
                 },
             );
         }
+        let mut by_node = self.pods_by_node();
         for (name, n) in &self.nodes {
-            let pods = self.pods_on(name).into_iter().map(|p| self.core_pod(p)).collect();
+            let pods =
+                by_node.remove(name.as_str()).unwrap_or_default().into_iter().map(|p| self.core_pod(p)).collect();
             snapshot.nodes.insert(
                 NodeName::from(name.as_str()),
                 core::Node {
