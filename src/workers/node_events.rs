@@ -264,6 +264,14 @@ impl NodeEvent {
     }
 }
 
+/// How a held pod's budget is named in a note.
+fn budget_named(held: &HeldPod) -> String {
+    match &held.budget {
+        Some(name) => format!("PodDisruptionBudget {}/{name}", held.pod.namespace),
+        None => "a PodDisruptionBudget".to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,6 +283,16 @@ mod tests {
         let node: NodeName = "n1".into();
         let group: GroupName = "a".into();
         let i: InstanceId = "i-1".into();
+        let forced = ForcedDeletion {
+            node: node.clone(),
+            group: group.clone(),
+            held: HeldPod {
+                pod: crate::core::PodToEvict { namespace: "shop".into(), name: "web-0".into(), uid: "u".into() },
+                budget: Some("web".into()),
+            },
+            grace_seconds: 5,
+            deadline: Timestamp::from_millis(0),
+        };
         let built = [
             NodeEvent::launch_failed(&node, &group, &LaunchFailure::Capacity { code: "X".into() }),
             NodeEvent::launch_failed(&node, &group, &LaunchFailure::Configuration { message: "m".into() }),
@@ -287,6 +305,12 @@ mod tests {
             NodeEvent::instance_terminated(&node, &i, Some(&i), true),
             NodeEvent::az_rebalance_suspended(&node, &group),
             NodeEvent::az_rebalance_risk(&node, &group),
+            NodeEvent::pdb_overridden(&forced, Duration::from_secs(15)),
+            NodeEvent::pods_held_at_deadline(&HeldAtDeadline {
+                node: node.clone(),
+                group: group.clone(),
+                pods: vec![forced.held.clone(), HeldPod { budget: None, ..forced.held.clone() }],
+            }),
         ];
         let reasons: Vec<NodeEventReason> = built.iter().map(|e| e.reason).collect();
         assert_eq!(
@@ -303,7 +327,19 @@ mod tests {
                 NodeEventReason::InstanceTerminated,
                 NodeEventReason::AzRebalanceSuspended,
                 NodeEventReason::AzRebalanceRisk,
+                NodeEventReason::PdbOverridden,
+                NodeEventReason::PodsHeldAtDeadline,
             ]
+        );
+        assert_eq!(
+            built[11].note,
+            "deleted pod shop/web-0 with a 5s grace period although PodDisruptionBudget shop/web refused its \
+             eviction: the instance goes in 15s (--interruption-force-at-deadline)"
+        );
+        assert_eq!(
+            built[12].note,
+            "the interruption deadline came with pods still held: shop/web-0 by PodDisruptionBudget shop/web, \
+             shop/web-0 by a PodDisruptionBudget (--interruption-force-at-deadline deletes them gracefully in time)"
         );
         assert_eq!(built[2].note, "a launched none of its 2 missing instance(s) within 180s (--launch-timeout)");
         assert_eq!(built[3].note, "a PodDisruptionBudget allows no disruption of ns/p now; retrying in 5s, doubling");
@@ -333,13 +369,5 @@ mod tests {
             "the instance goes at 1970-01-01T00:00:00Z and its replacement capacity is not Ready yet: draining now \
              so every pod gets its grace period; evicting 2 pod(s)"
         );
-    }
-}
-
-/// How a held pod's budget is named in a note.
-fn budget_named(held: &HeldPod) -> String {
-    match &held.budget {
-        Some(name) => format!("PodDisruptionBudget {}/{name}", held.pod.namespace),
-        None => "a PodDisruptionBudget".to_string(),
     }
 }
