@@ -53,21 +53,14 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
             s.instances.insert(instance.clone(), described(&node));
             s.nodes.insert(
                 node.clone(),
-                Node {
-                    name: node.clone(),
-                    instance: Some(instance.clone()),
-                    group: Some(name.clone()),
-                    ready: true,
-                    cordoned: at_risk,
-                    deleting_by_ca: false,
-                    scale_down_disabled: false,
-                    opted_out: false,
-                    created: Timestamp::from_millis(i64::try_from(k).expect("a small index")),
-                    allocatable: Resources::new(4000, 16 * GI),
+                ready_node(
+                    node.clone(),
+                    instance.clone(),
+                    name.clone(),
+                    Timestamp::from_millis(i64::try_from(k).expect("a small index")),
+                    at_risk,
                     pods,
-                    internal_ips: Vec::new(),
-                    pods_known: true,
-                },
+                ),
             );
             if at_risk {
                 for (kind, at) in [(SignalKind::Rebalance, 60_000), (SignalKind::Rebalance, 90_000)] {
@@ -99,48 +92,66 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
             }
         }
         if !boosted.is_empty() {
-            let added = boosted.len() as u32;
-            s.ledger.records.push(BoostRecord {
-                group: name.clone(),
-                instances: boosted,
-                added,
-                returned: 0,
-                at: Timestamp::from_millis(100_000),
-                before: 0,
-                settled: Default::default(),
-                kept: Default::default(),
-                expired: None,
-                giving_back: Default::default(),
-                raising_to: None,
-                returning: Default::default(),
-                moved: Vec::new(),
-            });
-            for r in 0..added as usize {
+            let added = boosted.len();
+            s.ledger.records.push(boost(name.clone(), boosted, 100_000, 0));
+            for r in 0..added {
                 let node = NodeName::from(format!("ip-10-{g}-new{r}.eu-central-1.compute.internal"));
                 let instance = ec2_id(1_000_000 + (g * 100 + r) as u64);
                 s.instances.insert(instance.clone(), described(&node));
                 s.nodes.insert(
                     node.clone(),
-                    Node {
-                        name: node,
-                        instance: Some(instance),
-                        group: Some(name.clone()),
-                        ready: true,
-                        cordoned: false,
-                        deleting_by_ca: false,
-                        scale_down_disabled: false,
-                        opted_out: false,
-                        created: Timestamp::from_millis(150_000),
-                        allocatable: Resources::new(4000, 16 * GI),
-                        pods: Vec::new(),
-                        internal_ips: Vec::new(),
-                        pods_known: true,
-                    },
+                    ready_node(node, instance, name.clone(), Timestamp::from_millis(150_000), false, Vec::new()),
                 );
             }
         }
     }
     (s, drains)
+}
+
+/// A Ready 4-CPU/16-GiB node of `group`.
+fn ready_node(
+    name: NodeName,
+    instance: InstanceId,
+    group: GroupName,
+    created: Timestamp,
+    cordoned: bool,
+    pods: Vec<Pod>,
+) -> Node {
+    Node {
+        name,
+        instance: Some(instance),
+        group: Some(group),
+        ready: true,
+        cordoned,
+        deleting_by_ca: false,
+        scale_down_disabled: false,
+        opted_out: false,
+        created,
+        allocatable: Resources::new(4000, 16 * GI),
+        pods,
+        internal_ips: Vec::new(),
+        pods_known: true,
+    }
+}
+
+/// An open boost of `group` for `instances`, decided at `at` ms.
+fn boost(group: GroupName, instances: BTreeSet<InstanceId>, at: i64, before: u32) -> BoostRecord {
+    let added = instances.len() as u32;
+    BoostRecord {
+        group,
+        instances,
+        added,
+        returned: 0,
+        at: Timestamp::from_millis(at),
+        before,
+        settled: Default::default(),
+        kept: Default::default(),
+        expired: None,
+        giving_back: Default::default(),
+        raising_to: None,
+        returning: Default::default(),
+        moved: Vec::new(),
+    }
 }
 
 /// EC2 instance ids are 17 random hex digits; a counter would give every key a long common
@@ -216,21 +227,14 @@ fn storm() -> Snapshot {
             s.instances.insert(instance.clone(), described(&node));
             s.nodes.insert(
                 node.clone(),
-                Node {
-                    name: node.clone(),
-                    instance: Some(instance.clone()),
-                    group: Some(name.clone()),
-                    ready: true,
-                    cordoned: n % 2 == 0,
-                    deleting_by_ca: false,
-                    scale_down_disabled: false,
-                    opted_out: false,
-                    created: Timestamp::from_millis(i64::try_from(k).expect("a small index")),
-                    allocatable: Resources::new(4000, 16 * GI),
+                ready_node(
+                    node.clone(),
+                    instance.clone(),
+                    name.clone(),
+                    Timestamp::from_millis(i64::try_from(k).expect("a small index")),
+                    n % 2 == 0,
                     pods,
-                    internal_ips: Vec::new(),
-                    pods_known: true,
-                },
+                ),
             );
             if n < STORM_NODES / 2 {
                 s.signals.push(Signal {
@@ -245,22 +249,7 @@ fn storm() -> Snapshot {
                 boosted.insert(instance);
             }
         }
-        let added = boosted.len() as u32;
-        s.ledger.records.push(BoostRecord {
-            group: name,
-            instances: boosted,
-            added,
-            returned: 0,
-            at: Timestamp::from_millis(1_000),
-            before: STORM_NODES as u32,
-            settled: Default::default(),
-            kept: Default::default(),
-            expired: None,
-            giving_back: Default::default(),
-            raising_to: None,
-            returning: Default::default(),
-            moved: Vec::new(),
-        });
+        s.ledger.records.push(boost(name, boosted, 1_000, STORM_NODES as u32));
     }
     s
 }

@@ -22,7 +22,7 @@ use serde_json::json;
 use support::e2e::{
     await_synced, aws, bind_pod, booster_events_on, create_group, create_namespace, deploy_with_budget,
     desired_capacity, env, free_port, kube_client, live_instances, metric, pod_ready, register_node, report_pod_ready,
-    run_suffix, schedulable_nodes, scrape, start_booster,
+    run_suffix, schedulable_nodes, scrape, start_booster, LONE_DRAINER,
 };
 
 use crate::support;
@@ -229,24 +229,7 @@ impl Cluster {
     }
 
     async fn booster(&self, kubeconfig: &str, endpoint: &str, port: u16) -> tokio::process::Child {
-        let mut booster = start_booster(
-            kubeconfig,
-            endpoint,
-            &self.ns,
-            port,
-            &[
-                "--leader-elect",
-                "false",
-                "--drain-interval",
-                "1s",
-                "--instance-groups",
-                "false",
-                "--nth-taint-signals",
-                "true",
-                "--sizing",
-                "count",
-            ],
-        );
+        let mut booster = start_booster(kubeconfig, endpoint, &self.ns, port, LONE_DRAINER);
         await_synced(port, &mut booster).await;
         booster
     }

@@ -30,7 +30,7 @@ use support::aws_intercept::{intercepting_proxy, Answer, Hook};
 use support::e2e::{
     await_synced, aws, bind_pod, booster_events_on, create_group, create_namespace, deploy_with_budget,
     desired_capacity, env, free_port, kube_client, live_instances, metric, pod_ready, register_node, report_pod_ready,
-    run_suffix, scrape, start_booster,
+    run_suffix, scrape, start_booster, LONE_DRAINER,
 };
 
 use crate::support;
@@ -368,6 +368,8 @@ struct Shape {
     budget: &'static str,
     noticed_percent: usize,
     force: bool,
+    /// How soon after the last deadline every group must be back at its baseline.
+    given_back_within: Duration,
 }
 
 /// The Events the booster wrote of `reason` on `node`: when, and the note.
@@ -381,7 +383,7 @@ async fn told(kube: &Client, node: &str, reason: &str) -> Vec<(jiff::Timestamp, 
 }
 
 async fn storm(shape: Shape) {
-    let Shape { budget, noticed_percent, force } = shape;
+    let Shape { budget, noticed_percent, force, given_back_within } = shape;
     let (kubeconfig, endpoint) = env();
     let (groups, nodes) = (sized("SPOTS_BOOSTER_E2E_STORM_GROUPS", 4), sized("SPOTS_BOOSTER_E2E_STORM_NODES", 10));
     let mut storm = Storm::start(&kubeconfig, &endpoint, groups, nodes, budget).await;
@@ -395,20 +397,7 @@ async fn storm(shape: Shape) {
         &proxied,
         &storm.groups[0].1,
         port,
-        &[
-            "--leader-elect",
-            "false",
-            "--drain-interval",
-            "1s",
-            "--instance-groups",
-            "false",
-            "--nth-taint-signals",
-            "true",
-            "--sizing",
-            "count",
-            "--interruption-force-at-deadline",
-            force_flag,
-        ],
+        &[LONE_DRAINER, &["--interruption-force-at-deadline", force_flag]].concat(),
     );
     await_synced(port, &mut booster).await;
 
@@ -431,8 +420,8 @@ async fn storm(shape: Shape) {
                 given_back_at = Some(Instant::now());
             }
             assert!(
-                Instant::now() < last_deadline + Duration::from_secs(180),
-                "boosts not given back within 3 minutes of the last interruption"
+                Instant::now() < last_deadline + given_back_within,
+                "boosts not given back within {given_back_within:?} of the last interruption"
             );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -524,17 +513,23 @@ async fn storm(shape: Shape) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real API server and moto: set SPOTS_BOOSTER_E2E_KUBECONFIG and SPOTS_BOOSTER_E2E_AWS_ENDPOINT, pass --include-ignored"]
 async fn a_storm_drains_every_node_at_once_loses_no_pod_and_gives_every_boost_back() {
-    storm(Shape { budget: "25%", noticed_percent: 20, force: false }).await;
+    let three_minutes = Duration::from_secs(180);
+    storm(Shape { budget: "25%", noticed_percent: 20, force: false, given_back_within: three_minutes }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real API server and moto: set SPOTS_BOOSTER_E2E_KUBECONFIG and SPOTS_BOOSTER_E2E_AWS_ENDPOINT, pass --include-ignored"]
 async fn a_storm_on_one_at_a_time_budgets_with_force_at_the_deadline_loses_no_pod() {
-    storm(Shape { budget: "1", noticed_percent: 50, force: true }).await;
+    let three_minutes = Duration::from_secs(180);
+    storm(Shape { budget: "1", noticed_percent: 50, force: true, given_back_within: three_minutes }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real API server and moto: set SPOTS_BOOSTER_E2E_KUBECONFIG and SPOTS_BOOSTER_E2E_AWS_ENDPOINT, pass --include-ignored"]
 async fn a_storm_on_one_at_a_time_budgets_without_force_reports_which_budget_held_which_pod() {
-    storm(Shape { budget: "1", noticed_percent: 50, force: false }).await;
+    // AWS takes most noticed instances with pods still on them, and the groups replace them: the
+    // boosts are given back by draining chosen nodes once the replacements have joined (150 s),
+    // at the budgets' pace. Known slower than three minutes (issue 49's closing note).
+    let ten_minutes = Duration::from_secs(600);
+    storm(Shape { budget: "1", noticed_percent: 50, force: false, given_back_within: ten_minutes }).await;
 }

@@ -75,6 +75,12 @@ pub struct PodRef {
     pub uid: String,
 }
 
+impl From<&crate::core::PodToEvict> for PodRef {
+    fn from(p: &crate::core::PodToEvict) -> PodRef {
+        PodRef { namespace: p.namespace.to_string(), name: p.name.to_string(), uid: p.uid.to_string() }
+    }
+}
+
 impl std::fmt::Display for PodRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.namespace, self.name)

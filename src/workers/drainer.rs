@@ -127,6 +127,17 @@ impl PendingTermination {
     }
 }
 
+/// One call with a deadline: its answer, or its error or how long it went unanswered, as text.
+async fn within<T, E: std::fmt::Display>(
+    deadline: Duration,
+    call: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(deadline, call).await {
+        Ok(answer) => answer.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer within {}s", deadline.as_secs())),
+    }
+}
+
 /// One eviction with a deadline; `k` names the round it belongs to.
 async fn evict_within<W: ClusterWrites>(
     writes: &W,
@@ -134,10 +145,7 @@ async fn evict_within<W: ClusterWrites>(
     k: usize,
     pod: PodRef,
 ) -> (usize, PodRef, Result<EvictOutcome, String>) {
-    let outcome = match tokio::time::timeout(deadline, writes.evict(&pod)).await {
-        Ok(outcome) => outcome.map_err(|e| e.to_string()),
-        Err(_) => Err(format!("no answer within {}s", deadline.as_secs())),
-    };
+    let outcome = within(deadline, writes.evict(&pod)).await;
     (k, pod, outcome)
 }
 
@@ -147,10 +155,7 @@ async fn read_within<W: ClusterWrites>(
     deadline: Duration,
     node: NodeName,
 ) -> (NodeName, Result<Vec<Pod>, String>) {
-    let read = match tokio::time::timeout(deadline, writes.live_pods(&node)).await {
-        Ok(read) => read.map_err(|e| e.to_string()),
-        Err(_) => Err(format!("no answer within {}s", deadline.as_secs())),
-    };
+    let read = within(deadline, writes.live_pods(&node)).await;
     (node, read)
 }
 
@@ -484,17 +489,7 @@ where
         let calls: Vec<_> = force
             .into_iter()
             .map(|f| async move {
-                let pod = PodRef {
-                    namespace: f.held.pod.namespace.to_string(),
-                    name: f.held.pod.name.to_string(),
-                    uid: f.held.pod.uid.to_string(),
-                };
-                let sent = tokio::time::timeout(deadline, writes.delete_pod(&pod, f.grace_seconds)).await;
-                let outcome = match sent {
-                    Ok(Ok(())) => Ok(()),
-                    Ok(Err(e)) => Err(e.to_string()),
-                    Err(_) => Err(format!("no answer within {}s", deadline.as_secs())),
-                };
+                let outcome = within(deadline, writes.delete_pod(&PodRef::from(&f.held.pod), f.grace_seconds)).await;
                 (f, outcome)
             })
             .collect();
@@ -589,13 +584,7 @@ where
         let calls: Vec<_> = rounds
             .iter()
             .enumerate()
-            .flat_map(|(k, round)| {
-                round.pods.iter().map(move |p| {
-                    let pod =
-                        PodRef { namespace: p.namespace.to_string(), name: p.name.to_string(), uid: p.uid.to_string() };
-                    evict_within(writes, deadline, k, pod)
-                })
-            })
+            .flat_map(|(k, round)| round.pods.iter().map(move |p| evict_within(writes, deadline, k, PodRef::from(p))))
             .collect();
         let outcomes: Vec<(usize, PodRef, Result<EvictOutcome, String>)> =
             stream::iter(calls).buffer_unordered(self.settings.evictions_in_flight.max(1)).collect().await;

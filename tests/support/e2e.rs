@@ -224,6 +224,21 @@ pub fn start_booster(kubeconfig: &str, endpoint: &str, ns: &str, port: u16, extr
         .expect("start spots-booster")
 }
 
+/// The flags of a lone booster that drains at a test's pace: no election, a drain pass every
+/// second, no InstanceGroups, NTH's taints believed, one replacement per at-risk node.
+pub const LONE_DRAINER: &[&str] = &[
+    "--leader-elect",
+    "false",
+    "--drain-interval",
+    "1s",
+    "--instance-groups",
+    "false",
+    "--nth-taint-signals",
+    "true",
+    "--sizing",
+    "count",
+];
+
 /// The instances of `group` that are not leaving: (id, zone).
 pub async fn live_instances(aws: &SdkConfig, group: &str) -> Vec<(String, String)> {
     let asg = aws_sdk_autoscaling::Client::new(aws);
