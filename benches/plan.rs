@@ -50,18 +50,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                 .collect();
             let k = g * NODES_PER_GROUP + n;
             let at_risk = k.is_multiple_of(at_risk_every);
-            s.instances.insert(instance.clone(), described(&node));
-            s.nodes.insert(
-                node.clone(),
-                ready_node(
-                    node.clone(),
-                    instance.clone(),
-                    name.clone(),
-                    Timestamp::from_millis(i64::try_from(k).expect("a small index")),
-                    at_risk,
-                    pods,
-                ),
-            );
+            add_node(&mut s, (&node, &instance, &name), k, at_risk, pods);
             if at_risk {
                 for (kind, at) in [(SignalKind::Rebalance, 60_000), (SignalKind::Rebalance, 90_000)] {
                     s.signals.push(Signal {
@@ -132,6 +121,19 @@ fn ready_node(
         internal_ips: Vec::new(),
         pods_known: true,
     }
+}
+
+/// Adds `node` of `group`, running `instance` as EC2 describes it, the `k`-th to join.
+fn add_node(
+    s: &mut Snapshot,
+    (node, instance, group): (&NodeName, &InstanceId, &GroupName),
+    k: usize,
+    cordoned: bool,
+    pods: Vec<Pod>,
+) {
+    s.instances.insert(instance.clone(), described(node));
+    let created = Timestamp::from_millis(i64::try_from(k).expect("a small index"));
+    s.nodes.insert(node.clone(), ready_node(node.clone(), instance.clone(), group.clone(), created, cordoned, pods));
 }
 
 /// An open boost of `group` for `instances`, decided at `at` ms.
@@ -224,18 +226,7 @@ fn storm() -> Snapshot {
                     grace_seconds: 30,
                 })
                 .collect();
-            s.instances.insert(instance.clone(), described(&node));
-            s.nodes.insert(
-                node.clone(),
-                ready_node(
-                    node.clone(),
-                    instance.clone(),
-                    name.clone(),
-                    Timestamp::from_millis(i64::try_from(k).expect("a small index")),
-                    n % 2 == 0,
-                    pods,
-                ),
-            );
+            add_node(&mut s, (&node, &instance, &name), k, n % 2 == 0, pods);
             if n < STORM_NODES / 2 {
                 s.signals.push(Signal {
                     instance: instance.clone(),
