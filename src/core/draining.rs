@@ -76,8 +76,9 @@ pub struct ForcedDeletion {
     pub deadline: Timestamp,
 }
 
-/// The pods PodDisruptionBudgets still held on a node when its deadline came: what the instance's
-/// end killed, told once per drain.
+/// The pods still on a node when its deadline came, each with the budget that last refused it
+/// (none for a pod still waiting out its node's backoff): what the instance's end kills, told
+/// once per drain.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeldAtDeadline {
     /// The node.
@@ -351,15 +352,17 @@ fn held_pods(
     let mut forced = Vec::new();
     let mut held = Vec::new();
     for pod in left {
-        let Some(budget) = progress.held.get(&pod.uid) else { continue };
         if progress.forced.contains(&pod.uid) {
             continue;
         }
+        // Only a pod a budget refused is forced; one still waiting out its node's backoff is told.
+        let refused = progress.held.get(&pod.uid);
         let named = HeldPod {
             pod: PodToEvict { namespace: pod.namespace.clone(), name: pod.name.clone(), uid: pod.uid.clone() },
-            budget: budget.clone(),
+            budget: refused.cloned().flatten(),
         };
-        let due = force
+        let due = refused
+            .and(force)
             .map(|margin| deadline.minus(margin))
             .filter(|end_by| now >= end_by.minus(pod.grace().min(INTERRUPTION_NOTICE)));
         if let Some(end_by) = due {
@@ -768,8 +771,15 @@ mod tests {
         let quiet = plan_draining(&s, &BTreeSet::new(), &state, &off, Timestamp::from_millis(119_999));
         assert!(quiet.force.is_empty() && quiet.held_at_deadline.is_empty());
         let told = plan_draining(&s, &BTreeSet::new(), &state, &off, Timestamp::from_millis(120_000));
-        assert_eq!(told.held_at_deadline.len(), 1);
-        assert_eq!(told.held_at_deadline[0].pods[0].budget, budget);
+        // Every pod left on each node is told: a refused one with its budget, an untried one
+        // (n2's, and n1's second) without.
+        let nodes: Vec<&str> = told.held_at_deadline.iter().map(|h| h.node.as_str()).collect();
+        assert_eq!(nodes, ["n1", "n2"]);
+        assert!(told.held_at_deadline[1].pods.iter().all(|p| p.budget.is_none()));
+        let pods = &told.held_at_deadline[0].pods;
+        assert_eq!(pods.len(), 2, "{pods:?}");
+        assert_eq!(pods.iter().find(|p| p.pod.uid == held).map(|p| p.budget.clone()), Some(budget.clone()));
+        assert!(pods.iter().any(|p| p.pod.uid != held && p.budget.is_none()));
         let twice = plan_draining(&s, &BTreeSet::new(), &told.next, &off, Timestamp::from_millis(121_000));
         assert!(twice.held_at_deadline.is_empty());
 
