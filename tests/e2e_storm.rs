@@ -48,8 +48,10 @@ fn sized(var: &str, default: usize) -> usize {
 /// What the test saw while playing kubelet, scheduler and AWS.
 #[derive(Debug, Default)]
 struct Seen {
-    /// When each instance first appeared, and (`node:<name>`) when its kubelet last reported.
+    /// When each instance first appeared.
     launched: BTreeMap<String, Instant>,
+    /// When each Node's kubelet last reported it Ready.
+    heartbeat: BTreeMap<String, Instant>,
     /// When each pod was bound (its start begins).
     bound: BTreeMap<String, Instant>,
     /// Pods still on a node when its instance went, with the node.
@@ -152,11 +154,11 @@ impl Storm {
             let name = self.node_name(id);
             // The kubelet registers the Node once the instance has booted, then reports it Ready
             // every 10 s, or kube-controller-manager marks it NotReady 40 s later.
-            let beat = self.seen.lock().unwrap().launched.get(&format!("node:{name}")).copied();
+            let beat = self.seen.lock().unwrap().heartbeat.get(&name).copied();
             let booted = self.initial.contains(id) || now.duration_since(launched) >= BOOT;
             if booted && beat.is_none_or(|at| now.duration_since(at) >= HEARTBEAT) {
                 register_node(&self.kube, &name, zone, id, &label).await;
-                self.seen.lock().unwrap().launched.insert(format!("node:{name}"), now);
+                self.seen.lock().unwrap().heartbeat.insert(name.clone(), now);
             }
             live_nodes.insert(name);
         }
