@@ -153,6 +153,7 @@ fn boost(group: GroupName, instances: BTreeSet<InstanceId>, at: i64, before: u32
         raising_to: None,
         returning: Default::default(),
         moved: Vec::new(),
+        ahead: None,
     }
 }
 
@@ -160,7 +161,7 @@ fn boost(group: GroupName, instances: BTreeSet<InstanceId>, at: i64, before: u32
 /// prefix and measure `memcmp` instead of planning.
 /// EC2's description of a spot instance whose private DNS name is its node's.
 fn described(node: &NodeName) -> InstanceFacts {
-    InstanceFacts { lifecycle: InstanceLifecycle::Spot, private_dns_name: Some(node.to_string()), private_ip: None }
+    InstanceFacts { private_dns_name: Some(node.to_string()), ..InstanceFacts::bought(InstanceLifecycle::Spot) }
 }
 
 fn ec2_id(k: u64) -> InstanceId {

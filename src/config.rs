@@ -320,6 +320,15 @@ pub struct PolicyArgs {
     #[arg(long, env = "SPOTS_BOOSTER_BOOST_CAPACITY_REBALANCE_GROUPS", action = ArgAction::Set, num_args = 0..=1,
           default_value_t = false, default_missing_value = "true")]
     pub(crate) boost_capacity_rebalance_groups: bool,
+    /// Most nodes boosted ahead, across the cluster, for nodes sharing a capacity pool (instance
+    /// type and zone) with a spot interruption EC2 confirmed; 0 turns it off. Nothing is drained
+    /// on that risk alone.
+    #[arg(long, env = "SPOTS_BOOSTER_POOL_MATE_BOOST_BUDGET", default_value_t = 10)]
+    pub(crate) pool_mate_boost_budget: u32,
+    /// How long a boost ahead for pool-mates waits for their own notices; then those with none are
+    /// released and the capacity left to Cluster Autoscaler.
+    #[arg(long, env = "SPOTS_BOOSTER_POOL_MATE_WINDOW", default_value = "3m", value_parser = duration)]
+    pub(crate) pool_mate_window: Duration,
 }
 
 fn cpu(s: &str) -> Result<u64, String> {
@@ -411,6 +420,8 @@ impl PolicyArgs {
             force_margin: self.interruption_force_margin,
             boost_capacity_rebalance_groups: self.boost_capacity_rebalance_groups,
             capacity_cooldown: self.capacity_cooldown,
+            pool_mate_boost_budget: self.pool_mate_boost_budget,
+            pool_mate_window: self.pool_mate_window,
         })
     }
 }

@@ -383,6 +383,8 @@ struct FakeAsgState {
     on_demand: BTreeSet<InstanceId>,
     dns_names: BTreeMap<InstanceId, String>,
     not_in_ec2: BTreeSet<InstanceId>,
+    launched: BTreeMap<InstanceId, crate::core::Timestamp>,
+    pools: BTreeMap<InstanceId, crate::core::Pool>,
     scheduled: BTreeMap<InstanceId, crate::core::Timestamp>,
     interrupted: BTreeSet<InstanceId>,
     interruption_lookups: usize,
@@ -426,6 +428,7 @@ impl FakeAutoScaling {
                 capacity_rebalance: false,
                 az_rebalance: false,
                 tags: BTreeMap::new(),
+                launch: Default::default(),
             },
         );
         self
@@ -596,6 +599,17 @@ impl FakeAutoScaling {
         for g in lock(&self.0).groups.values_mut() {
             g.instances.retain(|i| &i.id != instance);
         }
+    }
+
+    /// EC2 says `instance` launched `at`.
+    pub fn launched_at(&self, instance: &str, at: crate::core::Timestamp) {
+        lock(&self.0).launched.insert(instance.into(), at);
+    }
+
+    /// EC2 says `instance` runs as `instance_type` in `zone`.
+    pub fn pool(&self, instance: &str, instance_type: &str, zone: &str) {
+        let pool = crate::core::Pool { instance_type: instance_type.into(), zone: zone.into() };
+        lock(&self.0).pools.insert(instance.into(), pool);
     }
 
     /// AWS takes `instance` (a spot interruption) and the group replaces it with `replacement`.
@@ -832,7 +846,9 @@ impl AutoScaling for FakeAutoScaling {
                 let lifecycle =
                     if s.on_demand.contains(id) { InstanceLifecycle::OnDemand } else { InstanceLifecycle::Spot };
                 let dns = s.dns_names.get(id).cloned().or_else(|| id.as_str().strip_prefix("i-").map(String::from));
-                (id.clone(), InstanceFacts { lifecycle, private_dns_name: dns, private_ip: None })
+                let (launched, pool) = (s.launched.get(id).copied(), s.pools.get(id).cloned());
+                let facts = InstanceFacts { private_dns_name: dns, launched, pool, ..InstanceFacts::bought(lifecycle) };
+                (id.clone(), facts)
             })
             .collect())
     }

@@ -335,6 +335,8 @@ pub struct ScalerMetrics {
     launch_failures: IntCounterVec,
     /// Fallback groups refused for a failing group, by the failing group and why.
     fallbacks_refused: IntCounterVec,
+    /// Nodes added ahead for pool-mates of a confirmed interruption, by group.
+    boosted_ahead: IntCounterVec,
 }
 
 impl ScalerMetrics {
@@ -363,6 +365,12 @@ impl ScalerMetrics {
                 "Duration of each stage of a scaler pass that boosted (observe, plan, ledger-save, write).",
                 vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5],
                 &["stage"],
+            ),
+            boosted_ahead: counter(
+                r,
+                "pool_mate_boosted_nodes_total",
+                "Nodes added ahead for nodes sharing a capacity pool with a confirmed spot interruption, by group.",
+                &["group"],
             ),
             give_backs: counter(
                 r,
@@ -421,6 +429,11 @@ impl ScalerMetrics {
     /// Counts one boost outcome.
     pub fn boost(&self, group: &str, outcome: BoostOutcome) {
         self.boosts.with_label_values(&[group, outcome.as_str()]).inc();
+    }
+
+    /// Counts `nodes` added ahead for pool-mates in `group`.
+    pub(crate) fn boosted_ahead(&self, group: &str, nodes: u32) {
+        self.boosted_ahead.with_label_values(&[group]).inc_by(u64::from(nodes));
     }
 
     /// Counts one give-back outcome.

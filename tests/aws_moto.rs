@@ -272,6 +272,12 @@ async fn ec2_tells_spot_from_on_demand_and_names_each_instance() {
     assert!(raw.private_dns_name().is_some_and(|d| d.starts_with("ip-")), "{raw:?}");
     assert_eq!(facts[&on_demand].private_dns_name.as_deref(), raw.private_dns_name());
     assert_eq!(facts[&on_demand].private_ip.as_deref(), raw.private_ip_address());
+    // Its launch time (which joining instance is newest) and its capacity pool, EC2's too.
+    let launched = raw.launch_time().and_then(|t| t.to_millis().ok()).expect("moto gives a launch time");
+    assert_eq!(facts[&on_demand].launched.map(|t| t.as_millis()), Some(launched));
+    let pool = facts[&on_demand].pool.clone().expect("a pool");
+    assert_eq!(Some(pool.instance_type.as_str()), raw.instance_type().map(|t| t.as_str()));
+    assert_eq!(Some(pool.zone.as_str()), raw.placement().and_then(|p| p.availability_zone()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

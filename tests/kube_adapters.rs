@@ -359,6 +359,7 @@ fn ledger() -> BoostLedger {
         raising_to: None,
         returning: Default::default(),
         moved: Vec::new(),
+        ahead: None,
     });
     l
 }

@@ -13,7 +13,7 @@ use super::calls::CallStats;
 use super::ec2::AwsInstances;
 use super::errors::failure;
 use super::recent_sizes::RecentSizes;
-use crate::core::{GroupName, InstanceFacts, InstanceId, ScalingActivity, Timestamp};
+use crate::core::{GroupName, InstanceFacts, InstanceId, LaunchOptions, ScalingActivity, Timestamp};
 use crate::ports::{
     system_clock, AutoScaling, AwsError, AwsFailure, Clock, DesiredWrite, FailureKind, GroupDescription, GroupInstance,
     Guard, TagFilter, TerminateOutcome, WriteOutcome, WriteOutcomes, AZ_REBALANCE_SUSPENDED_TAG,
@@ -271,6 +271,15 @@ fn describe_group(g: &AutoScalingGroup) -> GroupDescription {
             .iter()
             .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
             .collect(),
+        launch: LaunchOptions {
+            // A mixed-instances policy's overrides; a group with a single launch template names none.
+            instance_types: g
+                .mixed_instances_policy()
+                .and_then(|p| p.launch_template())
+                .map(|t| t.overrides().iter().filter_map(|o| o.instance_type().map(str::to_string)).collect())
+                .unwrap_or_default(),
+            zones: g.availability_zones().iter().cloned().collect(),
+        },
     }
 }
 

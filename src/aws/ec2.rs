@@ -7,7 +7,7 @@ use aws_sdk_ec2::Client;
 
 use super::calls::CallStats;
 use super::errors::failure;
-use crate::core::{InstanceFacts, InstanceId, InstanceLifecycle as Lifecycle, Timestamp};
+use crate::core::{InstanceFacts, InstanceId, InstanceLifecycle as Lifecycle, Pool, Timestamp};
 use crate::ports::{AwsError, AwsFailure};
 
 /// Ids per `DescribeInstances` filter value list.
@@ -66,10 +66,14 @@ impl AwsInstances {
                         _ => Lifecycle::OnDemand,
                     };
                     let named = |s: Option<&str>| s.filter(|s| !s.is_empty()).map(str::to_string);
+                    let pool = instance.instance_type().zip(instance.placement().and_then(|p| p.availability_zone()));
                     let facts = InstanceFacts {
                         lifecycle,
                         private_dns_name: named(instance.private_dns_name()),
                         private_ip: named(instance.private_ip_address()),
+                        launched: instance.launch_time().and_then(|t| t.to_millis().ok()).map(Timestamp::from_millis),
+                        pool: pool
+                            .map(|(t, zone)| Pool { instance_type: t.as_str().to_string(), zone: zone.to_string() }),
                     };
                     map.insert(InstanceId::from(id), facts);
                 }

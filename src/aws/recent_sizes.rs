@@ -180,6 +180,7 @@ impl RecentSizes {
             capacity_rebalance: false,
             az_rebalance: false,
             tags: BTreeMap::new(),
+            launch: Default::default(),
         })
     }
 
@@ -248,6 +249,7 @@ mod tests {
             capacity_rebalance: false,
             az_rebalance: true,
             tags: BTreeMap::new(),
+            launch: Default::default(),
         }
     }
 

@@ -18,7 +18,9 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use super::fast_hash::FastMap;
-use super::model::{BoostLedger, BoostRecord, Group, GroupName, InstanceId, Node, Resources, Snapshot, Timestamp};
+use super::model::{
+    BoostLedger, BoostRecord, Group, GroupName, InstanceId, Node, Pool, Resources, Snapshot, Timestamp,
+};
 use super::policy::{Policy, SizingMode};
 use super::signals::{AtRisk, AtRiskNodes, AtRiskSet};
 use super::sizing::nodes_for_pods;
@@ -67,6 +69,16 @@ pub enum BoostReason {
         /// What stopped it.
         limit: HoldReason,
     },
+    /// Ahead for nodes with no notice of their own, in capacity pools where EC2 confirmed an
+    /// interruption (see [`super::pool_mates`]).
+    AheadOfPool {
+        /// New nodes sized for their pods.
+        needed: u32,
+        /// The pool-mates covered.
+        mates: u32,
+        /// The pools.
+        pools: BTreeSet<Pool>,
+    },
 }
 
 /// Why at-risk instances are not boosted (yet).
@@ -98,6 +110,17 @@ impl std::fmt::Display for BoostReason {
                 count(*needed, "new node"),
                 count(*at_risk, "at-risk node")
             ),
+            BoostReason::AheadOfPool { needed, mates, pools } => {
+                let pools: Vec<String> = pools.iter().map(ToString::to_string).collect();
+                write!(
+                    f,
+                    "{} ahead for {} in {}, where EC2 confirmed a spot interruption; nothing is drained on this \
+                     risk alone",
+                    count(*needed, "new node"),
+                    count(*mates, "pool-mate node"),
+                    pools.join(", ")
+                )
+            }
         }
     }
 }
@@ -151,7 +174,7 @@ pub struct BoostPlan {
 
 /// What boost planning needs per group, gathered in one pass over nodes and ledger.
 #[derive(Default, Clone, Copy)]
-struct GroupFacts {
+pub(crate) struct GroupFacts {
     /// Ready nodes CA counts (not being deleted by CA): CA's own `registered.ready` when its
     /// status gives it, else the Ready nodes of the group's members (every node is resolved
     /// against the group's own instance list, not only the signalled ones).
@@ -169,6 +192,26 @@ pub(crate) fn plan_boosts(
     now: Timestamp,
 ) -> BoostPlan {
     let covered = ledger.index();
+    let facts = group_facts(snapshot, ledger);
+    let mut plan = BoostPlan::default();
+    for (group_name, instances) in &at_risk.by_group {
+        let Some(group) = snapshot.groups.get(group_name) else {
+            continue;
+        };
+        // Each with its node, so a prefix of the instances is a prefix of their nodes.
+        let mut pending: Vec<(&AtRisk, Option<&Node>)> =
+            instances.values().filter(|r| !covered.contains_key(&r.instance)).map(|r| (r, nodes.of(r))).collect();
+        if pending.is_empty() {
+            continue;
+        }
+        pending.sort_by(|(a, _), (b, _)| a.first_seen.cmp(&b.first_seen).then_with(|| a.instance.cmp(&b.instance)));
+        plan_group(group, facts_of(&facts, group), &pending, policy, now, &mut plan);
+    }
+    plan
+}
+
+/// Per group: its Ready nodes and the replacements its open boosts count against its budget.
+pub(crate) fn group_facts<'s>(snapshot: &'s Snapshot, ledger: &'s BoostLedger) -> FastMap<&'s GroupName, GroupFacts> {
     let mut facts: FastMap<&GroupName, GroupFacts> = FastMap::default();
     for node in snapshot.nodes.values() {
         if let (Some(group), true, false) = (&node.group, node.ready, node.deleting_by_ca) {
@@ -185,27 +228,39 @@ pub(crate) fn plan_boosts(
             f.in_flight = f.in_flight.saturating_add(part.added);
         }
     }
+    facts
+}
 
-    let mut plan = BoostPlan::default();
-    for (group_name, instances) in &at_risk.by_group {
-        let Some(group) = snapshot.groups.get(group_name) else {
-            continue;
-        };
-        // Each with its node, so a prefix of the instances is a prefix of their nodes.
-        let mut pending: Vec<(&AtRisk, Option<&Node>)> =
-            instances.values().filter(|r| !covered.contains_key(&r.instance)).map(|r| (r, nodes.of(r))).collect();
-        if pending.is_empty() {
-            continue;
-        }
-        pending.sort_by(|(a, _), (b, _)| a.first_seen.cmp(&b.first_seen).then_with(|| a.instance.cmp(&b.instance)));
-        let mut facts = facts.get(group_name).copied().unwrap_or_default();
-        if let Some(ready) = group.ca.as_ref().and_then(|ca| ca.ready) {
-            // What CA's health check counts is what decides whether CA calls the group Unhealthy.
-            facts.ready = ready;
-        }
-        plan_group(group, facts, &pending, policy, now, &mut plan);
+/// `group`'s facts, with the Ready count CA's own health check uses when its status gives it.
+fn facts_of(facts: &FastMap<&GroupName, GroupFacts>, group: &Group) -> GroupFacts {
+    let mut f = facts.get(&group.name).copied().unwrap_or_default();
+    if let Some(ready) = group.ca.as_ref().and_then(|ca| ca.ready) {
+        // What CA's health check counts is what decides whether CA calls the group Unhealthy.
+        f.ready = ready;
     }
-    plan
+    f
+}
+
+/// A boost of `group` ahead for `mates` (nodes with no notice of their own), sized for their pods
+/// like one for at-risk nodes and within the same rooms, and within `budget` more nodes; no
+/// extra nodes, and nothing held: the mates that do not fit are simply not boosted ahead.
+pub(crate) fn plan_ahead(
+    group: &Group,
+    facts: &FastMap<&GroupName, GroupFacts>,
+    mates: &[(&AtRisk, Option<&Node>)],
+    budget: u32,
+    policy: &Policy,
+    now: Timestamp,
+) -> Option<Boost> {
+    let f = facts_of(facts, group);
+    let within = Policy {
+        max_boost_per_group: policy.max_boost_per_group.min(f.in_flight.saturating_add(budget)),
+        extra_nodes: 0,
+        ..policy.clone()
+    };
+    let mut scratch = BoostPlan::default();
+    plan_group(group, f, mates, &within, now, &mut scratch);
+    scratch.boosts.pop().filter(Boost::writes)
 }
 
 fn plan_group(
@@ -299,6 +354,7 @@ fn plan_group(
             raising_to: (to > group.desired).then_some(to),
             returning: Default::default(),
             moved: Vec::new(),
+            ahead: None,
         },
     });
 }

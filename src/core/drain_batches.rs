@@ -190,6 +190,22 @@ pub struct BatchPlan {
     /// (NTH has not, or not yet): cordoned now, so nothing new lands on them meanwhile.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cordon_ahead: Vec<NodeName>,
+    /// Instances still joining, chosen to give back boosted capacity AWS took first: terminated
+    /// with decrement before they serve, once the drainer has checked again that they may go.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub give_back_joining: Vec<JoiningGiveBack>,
+}
+
+/// An instance still joining, terminated with decrement to give back the capacity a boost added
+/// for an instance AWS took first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoiningGiveBack {
+    /// Its group.
+    pub group: GroupName,
+    /// The joining instance.
+    pub instance: InstanceId,
+    /// The instance AWS took.
+    pub reclaimed: InstanceId,
 }
 
 /// Claims Ready replacement nodes for every ledger record, oldest record first, oldest node first.
@@ -427,8 +443,17 @@ fn give_back_batches(snapshot: &Snapshot, state: &DrainState, plan: &mut BatchPl
     let mut per_group: BTreeMap<&GroupName, Vec<DrainTarget>> = BTreeMap::new();
     for record in &snapshot.ledger.records {
         for (reclaimed, chosen) in &record.giving_back {
-            let Some(node) = snapshot.nodes.get(&chosen.node).filter(|n| n.instance.as_ref() == Some(&chosen.instance))
-            else {
+            let Some(name) = &chosen.node else {
+                if !state.finished.contains_key(&chosen.instance) {
+                    plan.give_back_joining.push(JoiningGiveBack {
+                        group: record.group.clone(),
+                        instance: chosen.instance.clone(),
+                        reclaimed: reclaimed.clone(),
+                    });
+                }
+                continue;
+            };
+            let Some(node) = snapshot.nodes.get(name).filter(|n| n.instance.as_ref() == Some(&chosen.instance)) else {
                 continue;
             };
             if state.in_progress.contains_key(&node.name) || state.finished.contains_key(&chosen.instance) {

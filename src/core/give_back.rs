@@ -13,13 +13,20 @@
 //! the nodes whose pods are attached for this; a node whose pods are unknown is never chosen),
 //! recorded in the ledger, then cordoned, drained and terminated with decrement by the drainer.
 //! Never below the size the group had before its oldest open boost, nor below MinSize, and not
-//! while Cluster Autoscaler's own scale-up is in flight (its target leads the live value). Nor
-//! while instances of the group are still joining: the room they bring is what the give-back
-//! removes, so choosing before they are Ready would evict pods into a cluster without room (and
-//! the group's own replacement for the instance taken, once Ready and empty, is the natural node
-//! to give back). When every node that could be given back carries a pod that opted out or that
-//! nothing recreates, or no node qualifies before `--replacement-timeout`, the capacity is left
-//! to Cluster Autoscaler.
+//! while Cluster Autoscaler's own scale-up is in flight (its target leads the live value).
+//!
+//! While instances of the group are still joining, no Ready node is chosen: the room they bring is
+//! what the give-back removes, so draining before they are Ready would evict pods into a cluster
+//! without room. The newest joining instance is given back instead, terminated with decrement
+//! before it serves: one EC2 says launched last (the group's own replacement for the instance
+//! taken, typically, not the boost's replacement launched at the notice), that Auto Scaling lists
+//! as a member, no Ready Node claims and no pod runs on. The drainer checks all of that again at
+//! the moment it terminates it. A storm whose replacements boot longer than the notice so gives
+//! back as AWS takes the instances, not a boot time later.
+//!
+//! When every node that could be given back carries a pod that opted out or that nothing
+//! recreates, or no node qualifies before `--replacement-timeout`, the capacity is left to Cluster
+//! Autoscaler.
 
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -30,7 +37,7 @@ use super::drain_batches::claim_replacements;
 use super::fast_hash::FastSet;
 use super::identity;
 use super::ledger_edit::LedgerEdit;
-use super::model::{GiveBackNode, GroupName, InstanceId, Node, NodeName, Snapshot, Timestamp};
+use super::model::{GiveBackNode, Group, GroupName, InstanceId, Node, NodeName, Snapshot, Timestamp};
 use super::policy::Policy;
 use super::signals::AtRiskSet;
 
@@ -154,16 +161,63 @@ pub fn pods_needed(snapshot: &Snapshot) -> BTreeSet<NodeName> {
         .ledger
         .records
         .iter()
-        .flat_map(|r| r.giving_back.values().map(|g| g.node.clone()))
+        .flat_map(|r| r.giving_back.values().filter_map(|g| g.node.clone()))
         .filter(|n| snapshot.nodes.get(n).is_some_and(|n| !n.pods_known))
         .collect();
     let taken = TakenFirst::of(snapshot);
     for (group, _) in taken.per_group.iter().filter(|(_, t)| t.iter().any(|t| t.returns)) {
+        let members = snapshot.groups.get(*group).and_then(|g| g.members.as_ref());
+        // A joining instance's Node, not Ready yet, is chosen only if it is known to run no pod.
+        let joining =
+            |n: &Node| !n.ready && n.instance.as_ref().is_some_and(|i| members.is_some_and(|m| m.contains(i)));
         needed.extend(
-            snapshot.nodes.values().filter(|n| !n.pods_known && may_give_back(n, group)).map(|n| n.name.clone()),
+            snapshot
+                .nodes
+                .values()
+                .filter(|n| !n.pods_known && (may_give_back(n, group) || joining(n)))
+                .map(|n| n.name.clone()),
         );
     }
     needed
+}
+
+/// The instances whose EC2 facts the give-backs need beyond the nodes': the members of every group
+/// with an instance still to give back that no Ready node runs (those still joining), to choose
+/// the newest by its launch time.
+pub fn facts_needed(snapshot: &Snapshot) -> BTreeSet<InstanceId> {
+    let taken = TakenFirst::of(snapshot);
+    let mut needed = BTreeSet::new();
+    for (group, _) in taken.per_group.iter().filter(|(_, t)| t.iter().any(|t| t.returns)) {
+        let Some(members) = snapshot.groups.get(*group).and_then(|g| g.members.as_ref()) else { continue };
+        needed.extend(members.iter().filter(|i| !taken.running(snapshot).contains(i)).cloned());
+    }
+    needed
+}
+
+/// The members of `group` still joining that may be given back before they serve, newest first:
+/// EC2 knows when each launched, no Ready node runs it, every Node claiming it is known to carry
+/// no pod to evict, and it is neither at risk, covered by a boost, nor already chosen.
+fn joining_candidates<'s>(
+    snapshot: &'s Snapshot,
+    group: &Group,
+    running: &FastSet<&InstanceId>,
+    excluded: &dyn Fn(&InstanceId) -> bool,
+) -> Vec<&'s InstanceId> {
+    let Some(members) = snapshot.groups.get(&group.name).and_then(|g| g.members.as_ref()) else { return Vec::new() };
+    let mut joining: Vec<(Timestamp, &InstanceId)> = members
+        .iter()
+        .filter(|i| !running.contains(i) && !excluded(i))
+        .filter(|i| {
+            snapshot
+                .nodes
+                .values()
+                .filter(|n| n.instance.as_ref() == Some(*i))
+                .all(|n| !n.ready && n.pods_known && !n.pods.iter().any(|p| p.class.is_evictable()))
+        })
+        .filter_map(|i| snapshot.instances.get(i).and_then(|f| f.launched).map(|at| (at, i)))
+        .collect();
+    joining.sort_by(|a, b| b.cmp(a));
+    joining.into_iter().map(|(_, i)| i).collect()
 }
 
 /// The give-backs to start now, for instances that left their group without the booster.
@@ -180,7 +234,9 @@ pub(crate) fn plan_give_backs(
     let running = || taken_first.running(snapshot);
 
     let chosen: FastSet<&NodeName> =
-        snapshot.ledger.records.iter().flat_map(|r| r.giving_back.values().map(|g| &g.node)).collect();
+        snapshot.ledger.records.iter().flat_map(|r| r.giving_back.values().filter_map(|g| g.node.as_ref())).collect();
+    let chosen_instances: FastSet<&InstanceId> =
+        snapshot.ledger.records.iter().flat_map(|r| r.giving_back.values().map(|g| &g.instance)).collect();
     let covered = snapshot.ledger.index();
     let risky = at_risk.instances();
     let alive = snapshot.live_instances();
@@ -226,15 +282,28 @@ pub(crate) fn plan_give_backs(
             evictable(a).cmp(&evictable(b)).then_with(|| b.created.cmp(&a.created)).then_with(|| a.name.cmp(&b.name))
         });
         let mut candidates = candidates.into_iter();
+        let excluded = |i: &InstanceId| covered.contains_key(i) || risky.contains(i) || chosen_instances.contains(i);
+        let mut joining_now = if joining {
+            joining_candidates(snapshot, group, running(), &excluded).into_iter()
+        } else {
+            Vec::new().into_iter()
+        };
         for t in taken {
             let waited_out = now.since(t.boosted_at) >= policy.replacement_timeout;
             let how = if !t.returns || room == 0 {
                 GiveBackHow::AtFloor
             } else if joining && !waited_out {
-                continue;
+                // Never a Ready node while others join; the newest joining instance, if one may go.
+                let Some(instance) = joining_now.next() else { continue };
+                room -= 1;
+                GiveBackHow::Drain(GiveBackNode { node: None, instance: instance.clone(), chosen_at: now })
             } else if let Some((node, instance)) = candidates.next() {
                 room -= 1;
-                GiveBackHow::Drain(GiveBackNode { node: node.name.clone(), instance: instance.clone(), chosen_at: now })
+                GiveBackHow::Drain(GiveBackNode {
+                    node: Some(node.name.clone()),
+                    instance: instance.clone(),
+                    chosen_at: now,
+                })
             } else if let Some((node, _)) = protecting.first().filter(|_| waited_out || !serving_in(name)) {
                 // No node is freed later by a drain it serves: waiting changes nothing.
                 let pods = protected_pods(node).into_iter().take(3).collect();
@@ -280,7 +349,7 @@ mod tests {
 
     use super::*;
     use crate::core::ledger_edit::apply_all;
-    use crate::core::model::{BoostRecord, Group};
+    use crate::core::model::{BoostRecord, Group, InstanceFacts, InstanceLifecycle};
     use crate::core::signals::fold_signals;
 
     const NOW: Timestamp = Timestamp::from_millis(60_000);
@@ -309,7 +378,7 @@ mod tests {
 
     fn chosen(g: &GiveBack) -> Option<&str> {
         match &g.how {
-            GiveBackHow::Drain(node) => Some(node.node.as_str()),
+            GiveBackHow::Drain(node) => node.node.as_ref().map(NodeName::as_str),
             _ => None,
         }
     }
@@ -422,6 +491,39 @@ mod tests {
     }
 
     #[test]
+    fn while_instances_join_the_newest_joining_instance_without_pods_is_given_back() {
+        // Boosted 4 → 7 for i-1, i-2, i-3; AWS took all three. The boost's replacement i-r1
+        // launched at 10 s; the group's own replacements i-r2, i-r3, i-r4 at 100, 110 and 120 s.
+        // i-r4's Node registered, not Ready, with a pod bound: never chosen.
+        let group = Group::test("a").desired(7).members(["i-n2", "i-n3", "i-r1", "i-r2", "i-r3", "i-r4"]);
+        let mut s = snapshot(group, vec![record(&["i-1", "i-2", "i-3"], 3, 4)]);
+        for (k, launched) in [(1, 10_000), (2, 100_000), (3, 110_000), (4, 120_000)] {
+            let name = NodeName::from(format!("r{k}").as_str());
+            s.nodes.remove(&name);
+            let instance = InstanceId::from(format!("i-r{k}").as_str());
+            s.instances.entry(instance).or_insert_with(|| InstanceFacts::bought(InstanceLifecycle::Spot)).launched =
+                Some(Timestamp::from_millis(launched));
+        }
+        let mut r4 = Node::test("r4", "a").with_pods(1, 1, 1);
+        r4.ready = false;
+        s.nodes.insert(r4.name.clone(), r4);
+        assert_eq!(facts_needed(&s), ["i-r1", "i-r2", "i-r3", "i-r4"].map(InstanceId::from).into());
+        let planned = plan(&s);
+        let chosen: Vec<(Option<&str>, &str)> = planned
+            .iter()
+            .map(|g| match &g.how {
+                GiveBackHow::Drain(n) => (n.node.as_ref().map(NodeName::as_str), n.instance.as_str()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(chosen, vec![(None, "i-r3"), (None, "i-r2"), (None, "i-r1")], "newest first, no Ready node");
+
+        // A joining instance EC2 gave no launch time is not chosen: wait for it.
+        s.instances.values_mut().for_each(|f| f.launched = None);
+        assert!(plan(&s).is_empty());
+    }
+
+    #[test]
     fn an_instance_whose_node_is_still_ready_is_not_taken() {
         let group = Group::test("a").desired(5).members(["i-n2"]);
         let s = snapshot(group, vec![record(&["i-n1"], 1, 4)]).with_node(Node::test("n1", "a"));
@@ -435,7 +537,7 @@ mod tests {
         r.settled.insert("i-3".into());
         r.giving_back.insert(
             "i-4".into(),
-            GiveBackNode { node: "n2".into(), instance: "i-n2".into(), chosen_at: Timestamp::EPOCH },
+            GiveBackNode { node: Some("n2".into()), instance: "i-n2".into(), chosen_at: Timestamp::EPOCH },
         );
         assert!(plan(&snapshot(group, vec![r])).is_empty());
     }
@@ -459,7 +561,7 @@ mod tests {
         let mut r = record(&["i-1", "i-2"], 2, 4);
         r.giving_back.insert(
             "i-2".into(),
-            GiveBackNode { node: "n8".into(), instance: "i-n8".into(), chosen_at: Timestamp::EPOCH },
+            GiveBackNode { node: Some("n8".into()), instance: "i-n8".into(), chosen_at: Timestamp::EPOCH },
         );
         assert_eq!(plan(&snapshot(group, vec![r]))[0].how, GiveBackHow::AtFloor);
     }

@@ -209,9 +209,9 @@ mod tests {
 
     fn facts(dns: &str, ip: &str) -> InstanceFacts {
         InstanceFacts {
-            lifecycle: InstanceLifecycle::Spot,
             private_dns_name: Some(dns.into()),
             private_ip: Some(ip.into()),
+            ..InstanceFacts::bought(InstanceLifecycle::Spot)
         }
     }
 

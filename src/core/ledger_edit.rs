@@ -191,6 +191,15 @@ pub enum LedgerEdit {
     },
     /// Replacements no longer remembered as spent: their nodes are gone.
     ForgetSpent(Vec<NodeName>),
+    /// A boost made ahead for pool-mates reached its window's end: these instances, which had no
+    /// notice of their own, are no longer covered (a later notice boosts them afresh), and the
+    /// rest is an ordinary boost.
+    Release {
+        /// The boost.
+        id: BoostId,
+        /// The instances released.
+        instances: BTreeSet<InstanceId>,
+    },
     /// Some of the boost's nodes move to a fallback group, saved before the fallback's write.
     /// Refused unless the boost still has that many nodes and no unanswered write.
     Move(BoostId, MovedPart),
@@ -315,6 +324,13 @@ impl LedgerEdit {
                 }
                 true
             }
+            LedgerEdit::Release { id, instances } => ledger
+                .find_mut(id)
+                .map(|r| {
+                    r.instances.retain(|i| !instances.contains(i));
+                    r.ahead = None;
+                })
+                .is_some(),
             LedgerEdit::Expire(id, why) => ledger.find_mut(id).map(|r| r.expired.get_or_insert(*why)).is_some(),
             LedgerEdit::ForgetSpent(nodes) => {
                 let before = ledger.spent.len();

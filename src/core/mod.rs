@@ -21,6 +21,7 @@ pub(crate) mod model;
 mod names;
 pub mod pacing;
 pub mod policy;
+pub(crate) mod pool_mates;
 pub(crate) mod raises;
 pub mod scaling;
 pub mod signals;
@@ -28,7 +29,9 @@ pub mod sizing;
 
 pub use boost::{Boost, BoostPlan, BoostReason, Held, HoldReason};
 pub(crate) use drain_batches::eviction_order;
-pub use drain_batches::{BatchPlan, Claim, DrainBatch, DrainTarget, DrainView, DrainWait, TimedOutDrain};
+pub use drain_batches::{
+    BatchPlan, Claim, DrainBatch, DrainTarget, DrainView, DrainWait, JoiningGiveBack, TimedOutDrain,
+};
 pub use drain_state::{DrainStarted, DrainState, FinishedDrain, NodeEvictions};
 pub use draining::{
     plan_draining, DrainingPlan, EndedDrain, EvictionResult, EvictionRound, ForcedDeletion, HeldAtDeadline, HeldPod,
@@ -36,7 +39,7 @@ pub use draining::{
 };
 pub use expiry::Expired;
 pub use fallback::{plan_take_backs, Fallback, FallbackRefusal, RefusedFallback, TakeBack};
-pub use give_back::{pods_needed, GiveBack, GiveBackHow, LeftWhy};
+pub use give_back::{facts_needed, pods_needed, GiveBack, GiveBackHow, LeftWhy};
 pub use identity::Distrust;
 pub use launch_failures::{classify, launching_groups, stalled_boosts, LaunchFailure, ScalingActivity};
 pub use ledger_edit::{
@@ -44,9 +47,9 @@ pub use ledger_edit::{
     TerminationDecision, WriteAnswer,
 };
 pub use model::{
-    BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, GiveBackNode, Group, GroupName, InstanceFacts,
-    InstanceId, InstanceLifecycle, MovedPart, Namespace, Node, NodeName, OptOut, Pod, PodClass, PodName, PodUid,
-    Resources, Signal, SignalKind, Snapshot, Timestamp, INTERRUPTION_NOTICE, NODE_OPT_OUT,
+    Ahead, BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, GiveBackNode, Group, GroupName, InstanceFacts,
+    InstanceId, InstanceLifecycle, LaunchOptions, MovedPart, Namespace, Node, NodeName, OptOut, Pod, PodClass, PodName,
+    PodUid, Pool, Resources, Signal, SignalKind, Snapshot, Timestamp, INTERRUPTION_NOTICE, NODE_OPT_OUT,
 };
 pub use pacing::{BurstTimes, WavePace};
 pub use policy::{Policy, SizingMode};

@@ -206,6 +206,40 @@ pub struct Group {
     /// the reconciler writes), if it was: such a group falls back only within that namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant_namespace: Option<String>,
+    /// Where Auto Scaling may launch the group's instances, as it describes the group.
+    #[serde(default, skip_serializing_if = "LaunchOptions::is_unknown")]
+    pub launch: LaunchOptions,
+}
+
+/// The instance types and Availability Zones a group launches in (its mixed-instances policy's
+/// overrides and its zones): the capacity pools it may use. Empty when not known (a group with a
+/// single launch template names no type).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchOptions {
+    /// Instance types.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub instance_types: BTreeSet<String>,
+    /// Availability Zones.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub zones: BTreeSet<String>,
+}
+
+impl LaunchOptions {
+    /// Neither the types nor the zones are known.
+    pub fn is_unknown(&self) -> bool {
+        self.instance_types.is_empty() && self.zones.is_empty()
+    }
+
+    /// Whether these options make a pool outside `interrupted`. Taken as yes when the types or
+    /// the zones are not known.
+    pub(crate) fn reach_beyond(&self, interrupted: &BTreeSet<&Pool>) -> bool {
+        if self.instance_types.is_empty() || self.zones.is_empty() {
+            return true;
+        }
+        self.instance_types
+            .iter()
+            .any(|t| self.zones.iter().any(|z| !interrupted.iter().any(|p| &p.instance_type == t && &p.zone == z)))
+    }
 }
 
 impl Group {
@@ -511,12 +545,34 @@ pub struct InstanceFacts {
     /// `PrivateIpAddress`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub private_ip: Option<String>,
+    /// `LaunchTime`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launched: Option<Timestamp>,
+    /// Its capacity pool (`InstanceType` and `Placement.AvailabilityZone`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<Pool>,
 }
 
 impl InstanceFacts {
-    /// An instance bought as `lifecycle`, with no names known.
+    /// An instance bought as `lifecycle`, with no names, launch time nor pool known.
     pub fn bought(lifecycle: InstanceLifecycle) -> Self {
-        InstanceFacts { lifecycle, private_dns_name: None, private_ip: None }
+        InstanceFacts { lifecycle, private_dns_name: None, private_ip: None, launched: None, pool: None }
+    }
+}
+
+/// A capacity pool: an instance type in one availability zone. Spot capacity is reclaimed pool
+/// by pool, so its instances tend to be interrupted together.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Pool {
+    /// `m5.large`.
+    pub instance_type: String,
+    /// `us-east-1a`.
+    pub zone: String,
+}
+
+impl fmt::Display for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} in {}", self.instance_type, self.zone)
     }
 }
 
@@ -587,6 +643,22 @@ pub struct BoostRecord {
     /// never moved twice, and they go back as Cluster Autoscaler finds them unneeded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub moved: Vec<MovedPart>,
+    /// Set for a boost made ahead for pool-mates (see [`super::pool_mates`]): its instances have
+    /// no notice of their own, only a confirmed interruption in their capacity pool. Nothing is
+    /// drained for it; an instance whose own notice comes while it is open drains onto its
+    /// capacity, and at `until` the others are released, the capacity left to Cluster Autoscaler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ahead: Option<Ahead>,
+}
+
+/// What a boost made ahead for pool-mates was for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ahead {
+    /// The pools with a confirmed interruption its instances run in.
+    pub pools: BTreeSet<Pool>,
+    /// When the instances with no notice of their own are released (`--pool-mate-window` after
+    /// the boost).
+    pub until: Timestamp,
 }
 
 impl BoostRecord {
@@ -623,12 +695,15 @@ pub struct MovedPart {
     pub lowering_to: Option<u32>,
 }
 
-/// A node drained to give back the capacity a boost added, in place of an instance AWS took.
+/// A node drained to give back the capacity a boost added, in place of an instance AWS took, or
+/// an instance of the group still joining, terminated before it serves.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GiveBackNode {
-    /// The node.
-    pub node: NodeName,
-    /// Its instance, terminated with decrement once drained.
+    /// The node; `None` for an instance still joining, whose kubelet has not registered it Ready
+    /// and which no pod runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<NodeName>,
+    /// Its instance, terminated with decrement once drained (at once when joining).
     pub instance: InstanceId,
     /// When it was chosen.
     pub chosen_at: Timestamp,
@@ -779,6 +854,7 @@ pub mod builders {
                 foreign: false,
                 fallbacks: Vec::new(),
                 tenant_namespace: None,
+                launch: LaunchOptions::default(),
             }
         }
         /// Sets DesiredCapacity.
@@ -901,6 +977,7 @@ pub mod builders {
                 raising_to: None,
                 returning: BTreeSet::new(),
                 moved: Vec::new(),
+                ahead: None,
             }
         }
     }
@@ -940,9 +1017,8 @@ pub mod builders {
         pub fn describe(&mut self, n: &Node) {
             if let Some(instance) = &n.instance {
                 let facts = InstanceFacts {
-                    lifecycle: InstanceLifecycle::Spot,
                     private_dns_name: Some(n.name.to_string()),
-                    private_ip: None,
+                    ..InstanceFacts::bought(InstanceLifecycle::Spot)
                 };
                 self.instances.insert(instance.clone(), facts);
             }

@@ -82,6 +82,12 @@ pub struct Policy {
     /// its boosts still miss move to its fallback groups, which it is not one of meanwhile.
     /// Default: 3m.
     pub capacity_cooldown: Duration,
+    /// Most nodes boosted ahead for pool-mates at once, across the cluster (their open boosts'
+    /// added nodes); 0 turns pool-mate boosts off. Default: 10.
+    pub pool_mate_boost_budget: u32,
+    /// How long a boost ahead for pool-mates waits for their own notices before releasing them
+    /// (most co-interruptions in one pool come within three minutes). Default: 3m.
+    pub pool_mate_window: Duration,
 }
 
 impl Default for Policy {
@@ -110,6 +116,8 @@ impl Default for Policy {
             force_margin: Duration::from_secs(10),
             boost_capacity_rebalance_groups: false,
             capacity_cooldown: Duration::from_secs(180),
+            pool_mate_boost_budget: 10,
+            pool_mate_window: Duration::from_secs(180),
         }
     }
 }

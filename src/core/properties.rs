@@ -100,6 +100,7 @@ fn group_strategy(index: usize) -> impl Strategy<Value = (Group, Vec<Node>)> {
                 foreign: false,
                 fallbacks: Vec::new(),
                 tenant_namespace: None,
+                launch: Default::default(),
             };
             (Just(group), nodes)
         })
@@ -357,8 +358,22 @@ proptest! {
         for g in &p.scaling.give_backs {
             let group = &case.snapshot.groups[&g.group];
             let GiveBackHow::Drain(chosen) = &g.how else { continue };
-            let node = &case.snapshot.nodes[&chosen.node];
-            prop_assert!(node.ready && !node.cordoned && node.instance.as_ref() == Some(&chosen.instance), "{node:?}");
+            match &chosen.node {
+                Some(node) => {
+                    let node = &case.snapshot.nodes[node];
+                    prop_assert!(
+                        node.ready && !node.cordoned && node.instance.as_ref() == Some(&chosen.instance),
+                        "{node:?}"
+                    );
+                }
+                None => {
+                    // A joining instance: no Ready Node runs it, and none claiming it carries a pod.
+                    let claiming = case.snapshot.nodes.values().filter(|n| n.instance.as_ref() == Some(&chosen.instance));
+                    for n in claiming {
+                        prop_assert!(!n.ready && !n.pods.iter().any(|p| p.class.is_evictable()), "{n:?}");
+                    }
+                }
+            }
             prop_assert!(group.members.as_ref().is_some_and(|m| m.contains(&chosen.instance)), "{g:?} not a member");
             prop_assert!(!covered.contains(&chosen.instance), "{g:?} chose an at-risk node");
             *chosen_per_group.entry(&g.group).or_default() += 1;

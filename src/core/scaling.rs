@@ -15,6 +15,7 @@ use super::give_back::{plan_give_backs, GiveBack};
 use super::ledger_edit::{apply_all, LedgerEdit};
 use super::model::{BoostLedger, GroupName, Snapshot, Timestamp};
 use super::policy::Policy;
+use super::pool_mates::{plan_pool_mates, release_quiet_pools};
 use super::signals::{fold_signals_with_nodes, AtRiskSet};
 
 /// Who plans, and so which of its decisions are meant to be carried out.
@@ -81,9 +82,14 @@ pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting
     expired.iter().for_each(|e| {
         e.edit().apply(&mut ledger);
     });
-    let closes = close_finished_boosts(snapshot, &ledger, &at_risk);
+    let mut closes = close_finished_boosts(snapshot, &ledger, &at_risk);
     apply_all(&mut ledger, &closes);
-    let boosts = plan_boosts(snapshot, &ledger, (&at_risk, &nodes), policy, now);
+    let released = release_quiet_pools(snapshot, &ledger, &at_risk, now);
+    apply_all(&mut ledger, &released);
+    closes.extend(released);
+    let mut boosts = plan_boosts(snapshot, &ledger, (&at_risk, &nodes), policy, now);
+    let ahead = plan_pool_mates(snapshot, &ledger, &at_risk, &boosts, policy, now);
+    boosts.boosts.extend(ahead);
     let (fallbacks, refused_fallbacks) = match acting {
         Acting::Follower => (Vec::new(), Vec::new()),
         Acting::Leader => {
@@ -143,7 +149,11 @@ mod tests {
         let p = plan_scaling(&taken_first(), &count(), NOW, Acting::Leader);
         assert_eq!(p.give_backs.len(), 1);
         let GiveBackHow::Drain(chosen) = &p.give_backs[0].how else { panic!("{:?}", p.give_backs) };
-        assert_eq!(chosen.node.as_str(), "r1", "empty and newest; n2 is at risk");
+        assert_eq!(
+            chosen.node.as_ref().map(crate::core::NodeName::as_str),
+            Some("r1"),
+            "empty and newest; n2 is at risk"
+        );
         assert_eq!(p.ledger.records[0].giving_back.get(&InstanceId::from("i-n1")), Some(chosen));
         let boosted: Vec<&InstanceId> = p.boosts.boosts.iter().flat_map(|b| &b.record.instances).collect();
         assert_eq!(boosted, vec![&InstanceId::from("i-n2")]);

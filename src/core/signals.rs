@@ -103,6 +103,22 @@ pub struct AtRiskSet {
     pub dropped: Vec<Dropped>,
 }
 
+impl AtRisk {
+    /// `node`, running `instance`, as a pool-mate seen at `now`: no signal of its own, no
+    /// deadline, nothing confirmed (it is never drained for this).
+    pub(crate) fn pool_mate(node: &Node, instance: &InstanceId, now: Timestamp) -> AtRisk {
+        AtRisk {
+            instance: instance.clone(),
+            node: node.name.clone(),
+            kinds: FlagSet::default(),
+            first_seen: now,
+            evidence: FlagSet::default(),
+            deadline: None,
+            confirmed: false,
+        }
+    }
+}
+
 impl AtRiskSet {
     /// Number of at-risk instances across groups.
     pub fn len(&self) -> usize {

@@ -8,7 +8,9 @@ use serde::Serialize;
 use thiserror::Error;
 
 use super::BoxError;
-use crate::core::{CaGroupView, Group, GroupName, InstanceFacts, InstanceId, Resources, ScalingActivity, Timestamp};
+use crate::core::{
+    CaGroupView, Group, GroupName, InstanceFacts, InstanceId, LaunchOptions, Resources, ScalingActivity, Timestamp,
+};
 
 /// How an AWS call failed, as far as retrying and alerting care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -191,6 +193,8 @@ pub struct GroupDescription {
     pub az_rebalance: bool,
     /// Its tags.
     pub tags: BTreeMap<String, String>,
+    /// The instance types and Availability Zones it launches in.
+    pub launch: LaunchOptions,
 }
 
 /// The ASG tag naming the cluster an InstanceGroup's group was made for (instance-manager's
@@ -227,6 +231,7 @@ impl GroupDescription {
             capacity_rebalance: self.capacity_rebalance,
             az_rebalance: self.az_rebalance,
             members: Some(self.members().cloned().collect()),
+            launch: self.launch.clone(),
         }
     }
 
@@ -562,6 +567,7 @@ mod tests {
             capacity_rebalance: false,
             az_rebalance: false,
             tags: tags(&[("kubernetes.io/cluster/staging", "owned")]),
+            launch: Default::default(),
         };
         let core = described.to_core(None, None, &selected);
         assert!(core.foreign && core.excluded && !core.served());

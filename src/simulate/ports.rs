@@ -58,6 +58,7 @@ impl SimWorld {
                 }
                 tags
             },
+            launch: Default::default(),
         })
     }
 }
@@ -198,9 +199,9 @@ impl AutoScaling for SimWorld {
             .filter_map(|i| world.instances.get(i.as_str()).map(|x| (i, x)))
             .map(|(i, x)| {
                 let facts = InstanceFacts {
-                    lifecycle: InstanceLifecycle::Spot,
                     private_dns_name: Some(x.node.clone()),
-                    private_ip: None,
+                    launched: Some(x.launched),
+                    ..InstanceFacts::bought(InstanceLifecycle::Spot)
                 };
                 (i.clone(), facts)
             })

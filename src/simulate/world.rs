@@ -83,6 +83,8 @@ pub struct Instance {
     pub group: String,
     /// The node it becomes.
     pub node: String,
+    /// When it launched.
+    pub launched: Timestamp,
     /// When its Node joins Ready.
     pub ready_at: Timestamp,
     /// When a spot interruption ends it.
@@ -254,7 +256,8 @@ impl World {
         let id = format!("i-{group}-{:04}", asg.next_index);
         asg.next_index += 1;
         let ready_at = at.plus(asg.spec.boot);
-        self.instances.insert(id.clone(), Instance { group: group.to_string(), node, ready_at, ends_at: None });
+        self.instances
+            .insert(id.clone(), Instance { group: group.to_string(), node, launched: at, ready_at, ends_at: None });
         id
     }
 
@@ -603,6 +606,7 @@ impl World {
                     foreign: false,
                     fallbacks: Vec::new(),
                     tenant_namespace: None,
+                    launch: Default::default(),
                 },
             );
         }

@@ -17,8 +17,8 @@ use std::sync::{Mutex, MutexGuard};
 use tracing::warn;
 
 use crate::core::{
-    scheduled_events_needed, spot_interruptions_needed, BoostLedger, Group, GroupName, InstanceFacts, InstanceId, Node,
-    NodeName, Snapshot, Timestamp,
+    facts_needed, scheduled_events_needed, spot_interruptions_needed, BoostLedger, Group, GroupName, InstanceFacts,
+    InstanceId, Node, NodeName, Snapshot, Timestamp,
 };
 use crate::ports::{AutoScaling, AwsError, Clock, ClusterState, GroupDescription, GroupScope, TagFilter};
 
@@ -156,6 +156,11 @@ const LEARN_PER_PASS: usize = 200;
 /// EC2 instance) waits before it is asked for again.
 const UNKNOWN_INSTANCE_TTL: Duration = Duration::from_secs(30);
 
+/// How old a group's description may grow while one of its boosted instances, still listed, has
+/// no Ready node (AWS may have taken it): re-described this soon, so capacity AWS took first is
+/// given back within seconds, not the next `refresh`.
+const SUSPECT_REFRESH: Duration = Duration::from_secs(5);
+
 /// How long EC2's answer on an instance's scheduled events is used before it is asked again.
 const SCHEDULED_EVENTS_TTL: Duration = Duration::from_secs(30);
 
@@ -284,12 +289,13 @@ impl GroupBook {
             .chain(ledger.records.iter().flat_map(|r| r.moved.iter().map(|p| p.group.clone())))
             .collect();
         let now = (self.instances.clock)();
+        let suspect = self.suspect_groups(state, ledger, now);
         let stale = |wanted: &BTreeSet<GroupName>| -> Vec<GroupName> {
             let (described, absent) = (lock(&self.described), lock(&self.absent));
             let recent = |at: &Timestamp| now.since(*at) < self.refresh;
             wanted
                 .iter()
-                .filter(|g| !described.get(*g).is_some_and(|(_, at)| recent(at)))
+                .filter(|g| suspect.contains(*g) || !described.get(*g).is_some_and(|(_, at)| recent(at)))
                 .filter(|g| !absent.get(*g).is_some_and(recent))
                 .cloned()
                 .collect()
@@ -313,6 +319,29 @@ impl GroupBook {
             .values()
             .map(|(g, _)| (g.name.clone(), g.to_core(None, state.ca.get(&g.name).cloned(), &scope)))
             .collect())
+    }
+
+    /// The described groups, at least [`SUSPECT_REFRESH`] old, that still list a boosted instance
+    /// no Ready node runs: AWS may have taken it, and its give-back waits on the group's list.
+    fn suspect_groups(&self, state: &ClusterState, ledger: &BoostLedger, now: Timestamp) -> BTreeSet<GroupName> {
+        if ledger.records.is_empty() {
+            return BTreeSet::new();
+        }
+        let running: BTreeSet<&InstanceId> =
+            state.nodes.values().filter(|n| n.ready).filter_map(|n| n.instance.as_ref()).collect();
+        let described = lock(&self.described);
+        ledger
+            .records
+            .iter()
+            .filter(|r| {
+                described.get(&r.group).is_some_and(|(g, at)| {
+                    now.since(*at) >= SUSPECT_REFRESH
+                        && g.members()
+                            .any(|i| r.instances.contains(i) && !r.settled.contains(i) && !running.contains(i))
+                })
+            })
+            .map(|r| r.group.clone())
+            .collect()
     }
 
     /// Notes a desired capacity the workers wrote or saw, without a describe.
@@ -383,14 +412,18 @@ impl GroupBook {
         }
     }
 
-    /// Fills `snapshot.instances` with what EC2 says of every node's instance, asking only for
-    /// instances never described (facts are fixed for an instance's life, so a node costs one
-    /// batched lookup when it joins) and `snapshot.scheduled_events` for the instances a
-    /// scheduled-maintenance notice names. A failed lookup leaves them unknown, so unverified and
-    /// unconfirmed, until the next pass: nothing is believed because AWS could not be asked.
+    /// Fills `snapshot.instances` with what EC2 says of every node's instance (and of the joining
+    /// instances a give-back may choose among), asking only for instances never described (facts
+    /// are fixed for an instance's life, so a node costs one batched lookup when it joins) and
+    /// `snapshot.scheduled_events` for the instances a scheduled-maintenance notice names. A
+    /// failed lookup leaves them unknown, so unverified and unconfirmed, until the next pass:
+    /// nothing is believed because AWS could not be asked.
     pub(crate) async fn fill_instance_facts<A: AutoScaling>(&self, aws: &A, snapshot: &mut Snapshot) {
-        let live: BTreeSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
-        let signalled: BTreeSet<&InstanceId> = snapshot.signals.iter().map(|s| &s.instance).collect();
+        let joining = facts_needed(snapshot);
+        let mut live: BTreeSet<&InstanceId> = snapshot.nodes.values().filter_map(|n| n.instance.as_ref()).collect();
+        live.extend(&joining);
+        let mut signalled: BTreeSet<&InstanceId> = snapshot.signals.iter().map(|s| &s.instance).collect();
+        signalled.extend(&joining);
         self.learn_facts(aws, &live, &signalled, self.pass_share).await;
         let now = (self.instances.clock)();
         snapshot.instances = {
@@ -441,8 +474,18 @@ impl GroupBook {
                 }
             }
         }
-        snapshot.spot_interrupted =
-            lock(&self.interrupted).iter().filter(|(_, (marked, _))| *marked).map(|(i, _)| i.clone()).collect();
+        self.known_spot_interruptions(snapshot);
+    }
+
+    /// `snapshot.spot_interrupted` as EC2 last answered, without asking: the instances of the
+    /// snapshot's notices whose spot requests it reported interrupted.
+    pub(crate) fn known_spot_interruptions(&self, snapshot: &mut Snapshot) {
+        let named = spot_interruptions_needed(snapshot);
+        snapshot.spot_interrupted = lock(&self.interrupted)
+            .iter()
+            .filter(|(i, (marked, _))| *marked && named.contains(*i))
+            .map(|(i, _)| i.clone())
+            .collect();
     }
 }
 

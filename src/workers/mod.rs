@@ -230,8 +230,9 @@ pub(crate) struct Observation {
 impl<A: AutoScaling, C: ClusterView, L: LedgerStore, W, E> WorkerContext<A, C, L, W, E> {
     /// The cluster, the ledger and the groups as one snapshot; `None` while a watch has not
     /// synced (nothing is decided on a partial view). Whether EC2 reports the notices' spot
-    /// interruptions is asked only `for_draining`: it confirms a drain, never a boost, and a boost
-    /// does not wait for the call.
+    /// interruptions is asked only `for_draining`: a boost for a notice never waits for the call,
+    /// and otherwise the answers the drainer already had are used (a boost ahead for pool-mates
+    /// needs one).
     pub(crate) async fn observe(&self, for_draining: bool) -> Result<Option<Observation>, AwsError> {
         let Some(mut state) = self.cluster.current() else { return Ok(None) };
         let ledger = self.ledger.current().await;
@@ -248,6 +249,9 @@ impl<A: AutoScaling, C: ClusterView, L: LedgerStore, W, E> WorkerContext<A, C, L
         self.groups.fill_instance_facts(&self.aws, &mut snapshot).await;
         if for_draining {
             self.groups.learn_spot_interruptions(&self.aws, &mut snapshot).await;
+        } else {
+            // What EC2 already confirmed, without a call: pool-mates are boosted on it.
+            self.groups.known_spot_interruptions(&mut snapshot);
         }
         let needed = crate::core::pods_needed(&snapshot);
         if !needed.is_empty() {

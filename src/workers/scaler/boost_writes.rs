@@ -15,7 +15,7 @@ use tracing::{debug, info, warn};
 use super::error::ScalerError;
 use super::guarded::{send_and_answer, Answered, Direction, LostAnswer};
 use super::stages::Stages;
-use crate::core::{Boost, GroupName, LedgerEdit, NodeName, Timestamp, WriteAnswer};
+use crate::core::{Boost, BoostReason, GroupName, LedgerEdit, NodeName, Timestamp, WriteAnswer};
 use crate::metrics::BoostOutcome;
 use crate::ports::{
     AutoScaling, AwsError, ClusterView, ClusterWrites, DesiredWrite, EventSink, LedgerStore, NodeEvent, WriteOutcome,
@@ -194,6 +194,9 @@ fn tell_answer<A, C, L, W, E>(
             ctx.metrics.scaler.desired(group.as_str(), to);
             let dry = matches!(outcome, WriteOutcome::DryRun { .. });
             ctx.metrics.scaler.boost(group.as_str(), if dry { BoostOutcome::DryRun } else { BoostOutcome::Written });
+            if let (BoostReason::AheadOfPool { .. }, false) = (&boost.reason, dry) {
+                ctx.metrics.scaler.boosted_ahead(group.as_str(), to.saturating_sub(from));
+            }
             for seen in &w.seen {
                 let reaction = issued.since(*seen);
                 ctx.metrics.scaler.observe_reaction(reaction);

@@ -10,7 +10,7 @@ use super::guarded::{send_and_answer, Answered, Direction, LostAnswer};
 use super::{Scaler, ScalerError};
 use crate::core::{
     apply_all, plan_take_backs, resolve_raises, unresolved_groups, BoostExpiry, Expired, Fallback, GiveBack,
-    GiveBackHow, GroupName, InstanceId, LedgerEdit, LeftWhy, Snapshot, TakeBack, WriteAnswer,
+    GiveBackHow, GiveBackNode, GroupName, InstanceId, LedgerEdit, LeftWhy, Snapshot, TakeBack, WriteAnswer,
 };
 use crate::metrics::{BoostOutcome, GiveBackOutcome};
 use crate::ports::{
@@ -170,8 +170,12 @@ where
         for g in plan {
             let (group, reclaimed) = (&g.group, &g.reclaimed);
             match &g.how {
-                GiveBackHow::Drain(chosen) => {
-                    info!(%group, %reclaimed, node = %chosen.node, "AWS took a boosted at-risk instance first; draining a node to give its capacity back");
+                GiveBackHow::Drain(GiveBackNode { node: Some(node), .. }) => {
+                    info!(%group, %reclaimed, %node, "AWS took a boosted at-risk instance first; draining a node to give its capacity back");
+                    ctx.metrics.scaler.give_back(group.as_str(), GiveBackOutcome::NodeChosen);
+                }
+                GiveBackHow::Drain(GiveBackNode { node: None, instance, .. }) => {
+                    info!(%group, %reclaimed, %instance, "AWS took a boosted at-risk instance first; giving its capacity back by terminating the group's newest instance before it joins");
                     ctx.metrics.scaler.give_back(group.as_str(), GiveBackOutcome::NodeChosen);
                 }
                 GiveBackHow::AtFloor => {

@@ -460,7 +460,7 @@ fn chosen(rig: &FakeRig) -> Vec<(InstanceId, NodeName)> {
         .saved()
         .records
         .iter()
-        .flat_map(|r| r.giving_back.iter().map(|(i, g)| (i.clone(), g.node.clone())))
+        .flat_map(|r| r.giving_back.iter().filter_map(|(i, g)| Some((i.clone(), g.node.clone()?))))
         .collect()
 }
 
@@ -823,4 +823,45 @@ async fn nothing_is_decided_on_a_partial_view() {
     let mut s = scaler(&rig).await;
     assert!(matches!(s.tick().await, Err(ScalerError::NotSynced)));
     assert!(rig.aws.calls().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_confirmed_interruption_boosts_its_pool_mates_groups_ahead_and_drains_none_of_them() {
+    let rig = fleet(4, 4, 100);
+    for i in 1..=3 {
+        rig.aws.pool(&format!("i-n{i}"), "m5.large", "us-east-1a");
+    }
+    rig.aws.pool("i-n4", "m5.large", "us-east-1b");
+    // n1's pods stay (their budget refuses): its drain, at once on EC2's word, goes on meanwhile.
+    let n1 = Node::test("n1", "a").cordoned().with_pods(2, 100, 1 << 20);
+    n1.pods.iter().for_each(|p| rig.writes.block(p.uid.as_str(), true));
+    rig.cluster.put_node(Node { group: None, ..n1 });
+    event(&rig, "n1", SignalKind::SpotInterruption);
+    let metrics = Arc::new(Metrics::new());
+    let ctx = rig.context(count_policy(), paused_clock(), metrics.clone()).await;
+    let mut scaler = Scaler::new(ctx.clone(), ScalerSettings::default());
+    let mut drainer = crate::workers::drainer::Drainer::new(ctx.clone(), Default::default());
+    assert_eq!(scaler.tick().await.unwrap().raised, vec![(GroupName::from("a"), 4, 5)], "n1's own boost");
+    drainer.tick().await.unwrap();
+    assert!(scaler.tick().await.unwrap().raised.is_empty(), "EC2 has not confirmed the notice: NTH's word only");
+
+    rig.aws.interrupt("i-n1");
+    tokio::time::advance(Duration::from_secs(5)).await;
+    drainer.tick().await.unwrap();
+    assert_eq!(scaler.tick().await.unwrap().raised, vec![(GroupName::from("a"), 5, 7)], "n2 and n3, not n4");
+    let text = metrics.encode();
+    assert!(text.contains("spots_booster_pool_mate_boosted_nodes_total{group=\"a\"} 2"), "{text}");
+    assert_eq!(rig.events.reasons_for("n2"), vec!["BoostRequested"]);
+    assert!(rig.events.reasons_for("n4").is_empty());
+
+    // Their replacements join; nothing drains n2 or n3 on the pool's risk alone.
+    for name in ["r1", "r2", "r3"] {
+        let mut node = Node::test(name, "a");
+        node.created = (ctx.clock)();
+        rig.cluster.put_node(node);
+    }
+    drainer.tick().await.unwrap();
+    let draining = drainer.state().in_progress.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(draining, vec![NodeName::from("n1")]);
+    assert!(rig.events.reasons_for("n3") == vec!["BoostRequested"], "nothing else is done to n3");
 }
