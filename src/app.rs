@@ -392,8 +392,8 @@ impl Daemon {
             suspend_az_rebalance: args.suspend_az_rebalance,
             ..DrainerSettings::default()
         };
-        let drainer = Drainer::new(ctx.clone(), settings).beating(heartbeats);
         let scaler = scaler.beating(heartbeats);
+        let drainer = Drainer::new(ctx.clone(), settings).waking(scaler.waker()).beating(heartbeats);
         let launches = LaunchWatcher::new(
             ctx.clone(),
             LaunchWatchSettings { launch_timeout: args.launch_timeout, ..LaunchWatchSettings::default() },

@@ -21,7 +21,7 @@ pub(crate) mod model;
 mod names;
 pub mod pacing;
 pub mod policy;
-pub(crate) mod pool_mates;
+pub mod pool_mates;
 pub(crate) mod raises;
 pub mod scaling;
 pub mod signals;

@@ -20,18 +20,41 @@ use super::boost::{group_facts, plan_ahead, Boost, BoostPlan, BoostReason};
 use super::drain_batches::claim_replacements;
 use super::identity;
 use super::ledger_edit::LedgerEdit;
-use super::model::{Ahead, BoostLedger, GroupName, InstanceLifecycle, Node, Pool, SignalKind, Snapshot, Timestamp};
+use super::model::{
+    Ahead, BoostLedger, GroupName, InstanceLifecycle, Node, NodeName, Pool, SignalKind, Snapshot, Timestamp,
+};
 use super::policy::Policy;
 use super::signals::{AtRisk, AtRiskSet};
 
-/// The pools in which an interruption notice is confirmed by EC2 now.
-pub(crate) fn interrupted_pools<'s>(snapshot: &'s Snapshot, at_risk: &AtRiskSet) -> BTreeSet<&'s Pool> {
-    at_risk
-        .by_group
+/// The pools in which a spot interruption notice is confirmed by EC2 now.
+pub(crate) fn interrupted_pools(snapshot: &Snapshot) -> BTreeSet<&Pool> {
+    snapshot
+        .signals
+        .iter()
+        .filter(|s| s.kind == SignalKind::SpotInterruption && snapshot.spot_interrupted.contains(&s.instance))
+        .filter(|s| snapshot.nodes.get(&s.node).is_some_and(|n| n.instance.as_ref() == Some(&s.instance)))
+        .filter_map(|s| snapshot.instances.get(&s.instance)?.pool.as_ref())
+        .collect()
+}
+
+/// The nodes whose pods boosts ahead are sized by and a view may have left out (see
+/// [`Node::pods_known`]): the Ready, schedulable nodes of every pool with a confirmed interruption.
+pub fn pods_needed(snapshot: &Snapshot) -> BTreeSet<NodeName> {
+    let pools = interrupted_pools(snapshot);
+    if pools.is_empty() {
+        return BTreeSet::new();
+    }
+    snapshot
+        .nodes
         .values()
-        .flat_map(|risks| risks.values())
-        .filter(|r| r.kinds.contains(&SignalKind::SpotInterruption) && snapshot.spot_interrupted.contains(&r.instance))
-        .filter_map(|r| snapshot.instances.get(&r.instance)?.pool.as_ref())
+        .filter(|n| n.ready && !n.cordoned && !n.pods_known)
+        .filter(|n| {
+            n.instance
+                .as_ref()
+                .and_then(|i| snapshot.instances.get(i)?.pool.as_ref())
+                .is_some_and(|p| pools.contains(p))
+        })
+        .map(|n| n.name.clone())
         .collect()
 }
 
@@ -51,7 +74,7 @@ pub(crate) fn plan_pool_mates(
     if policy.pool_mate_boost_budget == 0 {
         return Vec::new();
     }
-    let pools = interrupted_pools(snapshot, at_risk);
+    let pools = interrupted_pools(snapshot);
     if pools.is_empty() {
         return Vec::new();
     }
@@ -68,7 +91,9 @@ pub(crate) fn plan_pool_mates(
     let mut mates: BTreeMap<&GroupName, Vec<Mate<'_>>> = BTreeMap::new();
     for node in snapshot.nodes.values() {
         let (Some(group), Some(instance)) = (&node.group, &node.instance) else { continue };
-        if !node.ready || node.cordoned || node.deleting_by_ca || node.opted_out || busy.contains(group) {
+        // Sized by its pods: one whose pods the view left out waits for the next pass.
+        let usable = node.ready && node.pods_known && !node.cordoned && !node.deleting_by_ca && !node.opted_out;
+        if !usable || busy.contains(group) {
             continue;
         }
         let Some(facts) = snapshot.instances.get(instance) else { continue };
@@ -224,6 +249,17 @@ mod tests {
         }
         let p = plan_scaling(&s, &Policy::default(), NOW.plus(Duration::from_secs(1)), Acting::Leader);
         assert_eq!(ahead(&p), vec![("a", vec!["i-n2", "i-n3"], 1)], "two nodes' pods fit one new node");
+    }
+
+    #[test]
+    fn a_pool_mate_whose_pods_the_view_left_out_is_named_for_them_and_boosted_once_they_are_known() {
+        let mut s = storm_start();
+        let m1 = s.nodes.remove(&NodeName::from("m1")).unwrap().pods_unknown();
+        s.nodes.insert(m1.name.clone(), m1);
+        assert_eq!(pods_needed(&s), BTreeSet::from([NodeName::from("m1")]), "n4 is in another pool");
+        assert!(ahead(&plan_scaling(&s, &Policy::default(), NOW, Acting::Leader)).is_empty(), "sized by its pods");
+        s.spot_interrupted.clear();
+        assert!(pods_needed(&s).is_empty(), "no confirmed interruption, no pods needed");
     }
 
     #[test]

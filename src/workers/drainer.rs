@@ -199,6 +199,11 @@ pub(crate) struct Drainer<A, C, L, W, E> {
     /// A live read found a drained node empty: another pass follows at once, to end its drain
     /// while the read is fresh.
     pass_again: bool,
+    /// The scaler, woken when EC2 newly confirms an interruption (its pool-mates are boosted
+    /// ahead) or an at-risk node goes by itself (AWS took it: its boost is given back).
+    scaler: Option<Arc<tokio::sync::Notify>>,
+    /// The interruptions EC2 confirmed as of the last pass.
+    confirmed: BTreeSet<InstanceId>,
 }
 
 impl<A, C, L, W, E> Drainer<A, C, L, W, E>
@@ -221,6 +226,21 @@ where
             az_rebalance: HashSet::new(),
             az_rebalance_to_resume: None,
             pass_again: false,
+            scaler: None,
+            confirmed: BTreeSet::new(),
+        }
+    }
+
+    /// Wakes `scaler` when EC2 newly confirms an interruption or an at-risk node goes by itself,
+    /// instead of leaving it to the scaler's resync.
+    pub fn waking(mut self, scaler: Arc<tokio::sync::Notify>) -> Self {
+        self.scaler = Some(scaler);
+        self
+    }
+
+    fn wake_scaler(&self) {
+        if let Some(scaler) = &self.scaler {
+            scaler.notify_one();
         }
     }
 
@@ -262,6 +282,10 @@ where
             ctx.observe(true).await.map_err(DrainerError::Describe)?.ok_or(DrainerError::NotSynced)?;
         let mut plan = plan_draining(&snapshot, &protected, &self.drains, &ctx.policy, now);
         self.az_rebalance = snapshot.groups.values().filter(|g| g.az_rebalance).map(|g| g.name.clone()).collect();
+        if !snapshot.spot_interrupted.is_subset(&self.confirmed) {
+            self.wake_scaler();
+        }
+        self.confirmed.clone_from(&snapshot.spot_interrupted);
 
         if !ctx.leadership.is_leader() {
             if !self.drains.in_progress.is_empty() || !self.to_terminate.is_empty() {
@@ -565,6 +589,9 @@ where
                                 gives_back: e.gives_back.clone(),
                             },
                         );
+                    } else if e.gives_back.is_none() {
+                        // It went by itself (AWS took it): its boost is given back.
+                        self.wake_scaler();
                     } else if let Some(reclaimed) = &e.gives_back {
                         // The chosen node went by itself (AWS or Cluster Autoscaler took it):
                         // another is chosen at the next plan.
@@ -925,7 +952,8 @@ where
     /// Scaling may now terminate instances of its own choosing to even out its zones, and those
     /// terminations drain nothing.
     async fn warn_az_rebalance(&self, node: Option<&NodeName>, group: &GroupName) {
-        warn!(?node, %group, "terminated with decrement in a group whose AZRebalance process is active: Auto Scaling may terminate other instances, undrained, to even out its zones");
+        let shown = node.map_or("(never joined)", NodeName::as_str);
+        warn!(node = shown, %group, "terminated with decrement in a group whose AZRebalance process is active: Auto Scaling may terminate other instances, undrained, to even out its zones");
         self.ctx.metrics.drainer.az_rebalance_exposed(group.as_str());
         if let Some(node) = node {
             self.publish(NodeEvent::az_rebalance_risk(node, group)).await;

@@ -253,7 +253,8 @@ impl<A: AutoScaling, C: ClusterView, L: LedgerStore, W, E> WorkerContext<A, C, L
             // What EC2 already confirmed, without a call: pool-mates are boosted on it.
             self.groups.known_spot_interruptions(&mut snapshot);
         }
-        let needed = crate::core::pods_needed(&snapshot);
+        let mut needed = crate::core::pods_needed(&snapshot);
+        needed.extend(crate::core::pool_mates::pods_needed(&snapshot));
         if !needed.is_empty() {
             self.cluster.attach_pods(&mut snapshot.nodes, &needed);
         }

@@ -261,6 +261,18 @@ pub async fn desired_capacity(aws: &SdkConfig, group: &str) -> i32 {
 /// A Deployment of `replicas` pods of `app` in `ns` (named scheduler nobody runs, grace period 0:
 /// the test binds them), and its PodDisruptionBudget `budget` (a spec without the selector).
 pub async fn deploy_with_budget(kube: &Client, ns: &str, app: &str, replicas: u32, budget: serde_json::Value) {
+    deploy_requesting(kube, ns, app, replicas, budget, 500).await;
+}
+
+/// [`deploy_with_budget`] with pods requesting `cpu_millis` each.
+pub async fn deploy_requesting(
+    kube: &Client,
+    ns: &str,
+    app: &str,
+    replicas: u32,
+    budget: serde_json::Value,
+    cpu_millis: u32,
+) {
     let post = |path: String, body: serde_json::Value| {
         let kube = kube.clone();
         async move {
@@ -279,7 +291,7 @@ pub async fn deploy_with_budget(kube: &Client, ns: &str, app: &str, replicas: u3
                     "spec": {"schedulerName": "spots-booster-e2e", "terminationGracePeriodSeconds": 0,
                         "automountServiceAccountToken": false,
                         "containers": [{"name": app, "image": "registry.k8s.io/pause:3.9",
-                            "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}}}}),
+                            "resources": {"requests": {"cpu": format!("{cpu_millis}m"), "memory": "256Mi"}}}]}}}}),
     )
     .await;
     let mut spec = budget;
