@@ -398,6 +398,20 @@ async fn told(kube: &Client, node: &str, reason: &str) -> Vec<(jiff::Timestamp, 
         .collect()
 }
 
+/// When the booster first told each node `reason`, from one list of its Events.
+async fn first_told(kube: &Client, reason: &str) -> BTreeMap<String, jiff::Timestamp> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(kube.clone(), "default");
+    let mut first: BTreeMap<String, jiff::Timestamp> = BTreeMap::new();
+    for e in events.list(&ListParams::default()).await.unwrap().items {
+        let (Some(node), Some(at)) = (e.regarding.and_then(|r| r.name), e.event_time) else { continue };
+        if e.reason.as_deref() == Some(reason) {
+            let at = first.get(&node).map_or(at.0, |seen| (*seen).min(at.0));
+            first.insert(node, at);
+        }
+    }
+    first
+}
+
 async fn storm(shape: Shape) {
     let Shape { budget, noticed_percent, force, given_back_within } = shape;
     let (kubeconfig, endpoint) = env();
@@ -417,6 +431,9 @@ async fn storm(shape: Shape) {
         &[LONE_DRAINER, &["--interruption-force-at-deadline", force_flag]].concat(),
     );
     await_synced(port, &mut booster).await;
+    // As in production, the daemon has run a while before the storm: every node's group and
+    // instance are known (it learns a thousand nodes in seconds).
+    tokio::time::sleep(Duration::from_millis(u64::try_from(groups * nodes).unwrap() * 20)).await;
 
     storm.notify((nodes * noticed_percent / 100).max(1)).await;
     let noticed = Instant::now();
@@ -472,11 +489,12 @@ async fn storm(shape: Shape) {
     let ahead = sum("spots_booster_pool_mate_boosted_nodes_total");
     let throttled = metric(&text, "spots_booster_kube_requests_throttled_total");
     // The drain's start as the booster tells it: its first round of evictions follows at once.
-    let mut starts = Vec::new();
-    for (node, _) in storm.noticed.values() {
-        let started = told(&storm.kube, node, "DrainStarted").await.first().map(|(at, _)| *at);
-        starts.push(started.map_or(f64::INFINITY, |at| at.duration_since(noticed_wall).as_secs_f64()));
-    }
+    let started = first_told(&storm.kube, "DrainStarted").await;
+    let starts: Vec<f64> = storm
+        .noticed
+        .values()
+        .map(|(node, _)| started.get(node).map_or(f64::INFINITY, |at| at.duration_since(noticed_wall).as_secs_f64()))
+        .collect();
     eprintln!(
         "storm (budget {budget}, force {force_flag}): {} groups x {nodes} nodes, {} notices; notice -> drain start \
          (first evictions sent) p50 {:.1} s p99 {:.1} s; notice -> first pod out p50 {:.1} s p99 {:.1} s max {:.1} s; \

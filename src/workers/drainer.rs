@@ -27,7 +27,7 @@ use super::told_once::ToldOnce;
 use super::{Observation, WorkerContext};
 use crate::core::{
     answer_terminations, apply_all, decide_terminations, eviction_order, plan_draining, BatchPlan, DrainState,
-    DrainWait, DrainingPlan, EndedDrain, EvictionResult, EvictionRound, ForcedDeletion, Group, GroupName,
+    DrainTarget, DrainWait, DrainingPlan, EndedDrain, EvictionResult, EvictionRound, ForcedDeletion, Group, GroupName,
     HeldAtDeadline, HowDrainEnded, InstanceId, JoiningGiveBack, LedgerEdit, Node, NodeName, Pod, Snapshot, Termination,
     TerminationAnswer, Timestamp,
 };
@@ -151,6 +151,28 @@ async fn within<T, E: std::fmt::Display>(
     }
 }
 
+/// Runs `calls` in order, at most `bound` at once, starting none after `until`; returns the
+/// answers of those started (each call has its own deadline, so waiting for them is bounded).
+async fn started_until<F: std::future::Future>(
+    calls: Vec<F>,
+    bound: usize,
+    until: tokio::time::Instant,
+) -> Vec<F::Output> {
+    let mut waiting = calls.into_iter();
+    let mut in_flight = stream::FuturesUnordered::new();
+    let mut answers = Vec::new();
+    loop {
+        while in_flight.len() < bound && tokio::time::Instant::now() < until {
+            let Some(call) = waiting.next() else { break };
+            in_flight.push(call);
+        }
+        match in_flight.next().await {
+            Some(answer) => answers.push(answer),
+            None => return answers,
+        }
+    }
+}
+
 /// One eviction with a deadline; `k` names the round it belongs to.
 async fn evict_within<W: ClusterWrites>(
     writes: &W,
@@ -160,6 +182,17 @@ async fn evict_within<W: ClusterWrites>(
 ) -> (usize, PodRef, Result<EvictOutcome, String>) {
     let outcome = within(deadline, writes.evict(&pod)).await;
     (k, pod, outcome)
+}
+
+/// One drain target's cordon with a deadline, handed back with the target.
+async fn cordon_within<'t, W: ClusterWrites>(
+    writes: &W,
+    deadline: Duration,
+    group: &'t GroupName,
+    target: &'t DrainTarget,
+) -> (&'t GroupName, &'t DrainTarget, Result<(), String>) {
+    let outcome = within(deadline, writes.cordon(&target.node)).await;
+    (group, target, outcome)
 }
 
 /// One live read of a node's pods with a deadline.
@@ -343,16 +376,18 @@ where
 
     /// Before the first eviction: says which opt-outs a confirmed interruption overrides and
     /// which pods nothing will recreate.
-    async fn tell_before_evicting(&self, node: &Node) {
+    fn before_evicting(node: &Node) -> Vec<NodeEvent> {
         let evictable: Vec<&Pod> = node.pods.iter().filter(|p| p.class.is_evictable()).collect();
         let opted: Vec<&Pod> = evictable.iter().copied().filter(|p| p.opt_out.is_some()).collect();
-        if !opted.is_empty() {
-            self.publish(NodeEvent::opt_out_overridden(&node.name, &opted)).await;
-        }
         let bare: Vec<&Pod> = evictable.iter().copied().filter(|p| p.bare).collect();
-        if !bare.is_empty() {
-            self.publish(NodeEvent::bare_pods_evicted(&node.name, &bare)).await;
+        let mut tells = Vec::new();
+        if !opted.is_empty() {
+            tells.push(NodeEvent::opt_out_overridden(&node.name, &opted));
         }
+        if !bare.is_empty() {
+            tells.push(NodeEvent::bare_pods_evicted(&node.name, &bare));
+        }
+        tells
     }
 
     /// Replacement nodes keep Cluster Autoscaler's scale-down protection while their boost is
@@ -457,37 +492,44 @@ where
 
     /// Starts the planned batches: cordons where needed and tells. Returns the targets it could
     /// not start (their cordon failed: the gate fails it once the lease is gone).
+    /// Every node's cordon is one call with a deadline, all at once (within the in-flight bound):
+    /// a storm's drains start together, not one round trip after another.
     async fn start_batches(&self, plan: &BatchPlan, snapshot: &Snapshot, report: &mut DrainReport) -> Vec<NodeName> {
-        let mut not_started = Vec::new();
+        let writes = &self.ctx.writes;
+        let deadline = self.settings.eviction_call_timeout;
+        let mut cordons = Vec::new();
         for batch in &plan.batches {
-            for target in &batch.nodes {
-                // Also out of load balancers, NTH's cordon or not: traffic stops before pods go.
-                match self.ctx.writes.cordon(&target.node).await {
-                    Err(e) if target.cordon => {
-                        warn!(node = %target.node, error = %e, "cordon failed; the drain waits for the next plan");
-                        not_started.push(target.node.clone());
-                        continue;
-                    }
-                    Err(e) => {
-                        warn!(node = %target.node, error = %e, "could not exclude the cordoned node from load balancers; draining it anyway")
-                    }
-                    Ok(()) => {}
-                }
-                let pods = snapshot.nodes.get(&target.node).map_or(0, |n| eviction_order(n).len());
-                info!(node = %target.node, group = %batch.group, pods, "drain started");
-                if let Some(node) = snapshot.nodes.get(&target.node) {
-                    self.tell_before_evicting(node).await;
-                }
-                if target.early {
-                    info!(node = %target.node, group = %batch.group, "draining before the replacements are Ready: the notice's deadline is near");
-                }
-                self.publish(NodeEvent::drain_started(target, &batch.group, pods)).await;
-                let outcome =
-                    if target.early { DrainOutcome::StartedBeforeReplacements } else { DrainOutcome::Started };
-                self.ctx.metrics.drainer.drain(batch.group.as_str(), outcome, None);
-                report.started.push(target.node.clone());
-            }
+            // Also out of load balancers, NTH's cordon or not: traffic stops before pods go.
+            cordons.extend(batch.nodes.iter().map(|target| cordon_within(writes, deadline, &batch.group, target)));
         }
+        let cordoned: Vec<_> = stream::iter(cordons).buffered(self.settings.evictions_in_flight.max(1)).collect().await;
+        let (mut not_started, mut tells) = (Vec::new(), Vec::new());
+        for (group, target, cordon) in cordoned {
+            match cordon {
+                Err(e) if target.cordon => {
+                    warn!(node = %target.node, error = %e, "cordon failed; the drain waits for the next plan");
+                    not_started.push(target.node.clone());
+                    continue;
+                }
+                Err(e) => {
+                    warn!(node = %target.node, error = %e, "could not exclude the cordoned node from load balancers; draining it anyway")
+                }
+                Ok(()) => {}
+            }
+            let pods = snapshot.nodes.get(&target.node).map_or(0, |n| eviction_order(n).len());
+            info!(node = %target.node, %group, pods, "drain started");
+            if let Some(node) = snapshot.nodes.get(&target.node) {
+                tells.extend(Self::before_evicting(node));
+            }
+            if target.early {
+                info!(node = %target.node, %group, "draining before the replacements are Ready: the notice's deadline is near");
+            }
+            tells.push(NodeEvent::drain_started(target, group, pods));
+            let outcome = if target.early { DrainOutcome::StartedBeforeReplacements } else { DrainOutcome::Started };
+            self.ctx.metrics.drainer.drain(group.as_str(), outcome, None);
+            report.started.push(target.node.clone());
+        }
+        super::publish_all(&self.ctx.events, tells).await;
         not_started
     }
 
@@ -616,7 +658,8 @@ where
 
     /// Evicts what the plan says is due, all nodes at once. One node's refused or slow pod never
     /// holds another node back: every eviction is one call with a deadline, and the calls of every
-    /// node run concurrently (at most `evictions_in_flight` at a time).
+    /// node run concurrently (at most `evictions_in_flight` at a time). Calls not started within
+    /// the pass's tick are made at the next pass.
     async fn evict(&mut self, rounds: Vec<EvictionRound>, now: Timestamp, report: &mut DrainReport) {
         if rounds.is_empty() {
             return;
@@ -628,8 +671,10 @@ where
             .enumerate()
             .flat_map(|(k, round)| round.pods.iter().map(move |p| evict_within(writes, deadline, k, PodRef::from(p))))
             .collect();
-        let outcomes: Vec<(usize, PodRef, Result<EvictOutcome, String>)> =
-            stream::iter(calls).buffer_unordered(self.settings.evictions_in_flight.max(1)).collect().await;
+        // Nearest deadline first, and no new call once the pass has spent its tick: a storm's
+        // thousands of evictions never hold the next pass (its new drains, its deadlines) back.
+        let until = tokio::time::Instant::now() + self.settings.tick;
+        let outcomes = started_until(calls, self.settings.evictions_in_flight.max(1), until).await;
         let mut results: Vec<Vec<(PodRef, Result<EvictOutcome, String>)>> = rounds.iter().map(|_| Vec::new()).collect();
         for (k, pod, outcome) in outcomes {
             results[k].push((pod, outcome));
@@ -1576,6 +1621,20 @@ mod tests {
         assert!(rig.ledger.saved().records.is_empty(), "the boost closes");
         let text = ctx.metrics.encode();
         assert!(text.contains("spots_booster_give_backs_total{group=\"a\",outcome=\"written\"} 2"), "{text}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pass_starts_no_call_after_its_tick_and_answers_those_it_started() {
+        let calls: Vec<_> = (0..5)
+            .map(|k| async move {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                k
+            })
+            .collect();
+        let until = Instant::now() + Duration::from_millis(1_500);
+        let mut answered = started_until(calls, 2, until).await;
+        answered.sort_unstable();
+        assert_eq!(answered, vec![0, 1, 2, 3], "two at 0 s, two at 1 s, none at 2 s");
     }
 
     #[tokio::test(start_paused = true)]
