@@ -325,8 +325,8 @@ pub struct PolicyArgs {
     /// on that risk alone.
     #[arg(long, env = "SPOTS_BOOSTER_POOL_MATE_BOOST_BUDGET", default_value_t = 10)]
     pub(crate) pool_mate_boost_budget: u32,
-    /// How long a boost ahead for pool-mates waits for their own notices; then those with none are
-    /// released and the capacity left to Cluster Autoscaler.
+    /// How long a boost ahead for pool-mates waits for their own notices; then, when none came, the
+    /// nodes it added are given back.
     #[arg(long, env = "SPOTS_BOOSTER_POOL_MATE_WINDOW", default_value = "3m", value_parser = duration)]
     pub(crate) pool_mate_window: Duration,
 }

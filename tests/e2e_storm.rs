@@ -446,12 +446,10 @@ async fn storm(shape: Shape) {
         assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited");
         rss_peak = rss_peak.max(rss_mib(&booster).unwrap_or(0.0));
         if Instant::now() > last_deadline + Duration::from_secs(5) {
-            // Nodes boosted ahead for pool-mates that stayed quiet are left to Cluster Autoscaler.
-            let text = scrape(port).await;
+            // Nodes boosted ahead for pool-mates that stayed quiet are given back too.
             let mut back = true;
             for (group, _) in &storm.groups {
-                let ahead = metric(&text, &format!("spots_booster_pool_mate_boosted_nodes_total{{group=\"{group}\"}}"));
-                back &= desired_capacity(&storm.aws, group).await == storm.baseline + ahead as i32;
+                back &= desired_capacity(&storm.aws, group).await == storm.baseline;
             }
             if back {
                 given_back_at = Some(Instant::now());
@@ -499,8 +497,8 @@ async fn storm(shape: Shape) {
         "storm (budget {budget}, force {force_flag}): {} groups x {nodes} nodes, {} notices; notice -> drain start \
          (first evictions sent) p50 {:.1} s p99 {:.1} s; notice -> first pod out p50 {:.1} s p99 {:.1} s max {:.1} s; \
          {emptied_in_time}/{} nodes empty before their deadline; {} pods killed; {overridden} deleted past their \
-         budget, {held} held at the deadline; desired back at baseline (+{ahead} nodes boosted ahead for pool-mates, \
-         left to Cluster Autoscaler) {:.0} s after the last deadline; {throttled} \
+         budget, {held} held at the deadline; {ahead} nodes boosted ahead for pool-mates; desired back at baseline \
+         {:.0} s after the last deadline; {throttled} \
          requests throttled by the daemon's own budget; RSS peak {rss_peak:.1} MiB",
         storm.groups.len(),
         storm.noticed.len(),

@@ -119,11 +119,13 @@ impl<'s> TakenFirst<'s> {
             // A boost whose write is not known to have applied has nothing to give back yet.
             let added = if record.raising_to.is_some() { 0 } else { record.added };
             let mut left = added.saturating_sub(record.returned).saturating_sub(giving);
+            // A boost ahead for pool-mates that all stayed quiet returns its nodes as if AWS had
+            // taken them, though they still run.
+            let returning = record.ahead.as_ref().is_some_and(|a| a.returning);
             let taken = |i: &&InstanceId| {
-                !members.contains(*i)
-                    && !record.settled.contains(*i)
+                !record.settled.contains(*i)
                     && !record.giving_back.contains_key(*i)
-                    && !running_instances(&running, snapshot).contains(*i)
+                    && (returning || (!members.contains(*i) && !running_instances(&running, snapshot).contains(*i)))
             };
             for instance in record.instances.iter().filter(taken) {
                 let returns = left > 0;
@@ -240,11 +242,15 @@ pub(crate) fn plan_give_backs(
     let covered = snapshot.ledger.index();
     let risky = at_risk.instances();
     let alive = snapshot.live_instances();
-    // Replacements serving a boost whose at-risk nodes are still there wait for their drain.
+    // Replacements serving a boost whose at-risk nodes are still there wait for their drain
+    // (those of a boost ahead returning its nodes are what it gives back).
     let serving: FastSet<NodeName> = claim_replacements(snapshot, &snapshot.ledger, at_risk)
         .into_iter()
-        .filter(|c| c.instances.iter().any(|i| alive.contains(i)))
-        .flat_map(|c| c.nodes)
+        .zip(&snapshot.ledger.records)
+        .filter(|(c, r)| {
+            c.instances.iter().any(|i| alive.contains(i)) && !r.ahead.as_ref().is_some_and(|a| a.returning)
+        })
+        .flat_map(|(c, _)| c.nodes)
         .collect();
 
     let serving_in = |group: &GroupName| {

@@ -200,6 +200,9 @@ pub enum LedgerEdit {
         /// The instances released.
         instances: BTreeSet<InstanceId>,
     },
+    /// A boost made ahead for pool-mates reached its window's end with no notice in any of them:
+    /// the nodes it added are given back.
+    ReturnAhead(BoostId),
     /// Some of the boost's nodes move to a fallback group, saved before the fallback's write.
     /// Refused unless the boost still has that many nodes and no unanswered write.
     Move(BoostId, MovedPart),
@@ -331,6 +334,10 @@ impl LedgerEdit {
                     r.ahead = None;
                 })
                 .is_some(),
+            LedgerEdit::ReturnAhead(id) => ledger
+                .find_mut(id)
+                .and_then(|r| r.ahead.as_mut())
+                .is_some_and(|a| !std::mem::replace(&mut a.returning, true)),
             LedgerEdit::Expire(id, why) => ledger.find_mut(id).map(|r| r.expired.get_or_insert(*why)).is_some(),
             LedgerEdit::ForgetSpent(nodes) => {
                 let before = ledger.spent.len();

@@ -646,7 +646,8 @@ pub struct BoostRecord {
     /// Set for a boost made ahead for pool-mates (see [`super::pool_mates`]): its instances have
     /// no notice of their own, only a confirmed interruption in their capacity pool. Nothing is
     /// drained for it; an instance whose own notice comes while it is open drains onto its
-    /// capacity, and at `until` the others are released, the capacity left to Cluster Autoscaler.
+    /// capacity. At `until`, with none noticed, its nodes are given back; else the others are
+    /// released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ahead: Option<Ahead>,
 }
@@ -659,6 +660,10 @@ pub struct Ahead {
     /// When the instances with no notice of their own are released (`--pool-mate-window` after
     /// the boost).
     pub until: Timestamp,
+    /// The window passed with no notice in any of them: the nodes it added are being given back,
+    /// like those of an instance AWS took first, and it closes once each pool-mate is settled.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub returning: bool,
 }
 
 impl BoostRecord {

@@ -8,9 +8,10 @@
 //! not boosted ahead, as its new nodes would land where capacity is being reclaimed.
 //!
 //! Nothing is drained on that risk alone. A pool-mate whose own notice comes while the boost is
-//! open drains onto capacity that is already there; at `--pool-mate-window` after the boost, the
-//! pool-mates with no notice of their own are released (a later notice boosts them afresh) and the
-//! capacity they did not use is left to Cluster Autoscaler, which removes it once unneeded.
+//! open drains onto capacity that is already there. At `--pool-mate-window` after the boost, when
+//! none was noticed, the nodes it added are given back as for instances AWS took first (see
+//! [`super::give_back`]) and the boost closes; when some were, the others are released (a later
+//! notice boosts them afresh) and the capacity they did not use is left to Cluster Autoscaler.
 
 use std::collections::{BTreeMap, BTreeSet};
 #[cfg(test)]
@@ -129,16 +130,16 @@ pub(crate) fn plan_pool_mates(
             .collect();
         let mates = u32::try_from(boost.record.instances.len()).unwrap_or(u32::MAX);
         boost.reason = BoostReason::AheadOfPool { needed: boost.record.added, mates, pools: pools.clone() };
-        boost.record.ahead = Some(Ahead { pools, until: now.plus(policy.pool_mate_window) });
+        boost.record.ahead = Some(Ahead { pools, until: now.plus(policy.pool_mate_window), returning: false });
         budget = budget.saturating_sub(boost.record.added);
         boosts.push(boost);
     }
     boosts
 }
 
-/// The edits that end the boosts ahead whose window is over: the pool-mates with no notice of
-/// their own are released, and a boost left covering none closes (its replacements spent, left to
-/// Cluster Autoscaler).
+/// The edits that end the boosts ahead whose window is over: one whose pool-mates all stayed quiet
+/// starts returning its nodes, and closes once each is settled; in one where some were noticed,
+/// the others are released.
 pub(crate) fn release_quiet_pools(
     snapshot: &Snapshot,
     open: &BoostLedger,
@@ -172,10 +173,15 @@ pub(crate) fn release_quiet_pools(
             })
             .cloned()
             .collect();
-        if quiet.len() == record.instances.len() {
-            edits.push(LedgerEdit::Close { id: record.id(), spent: claims[k].nodes.clone() });
-        } else {
+        let returning = record.ahead.as_ref().is_some_and(|a| a.returning);
+        if !returning && quiet.len() == record.instances.len() {
+            edits.push(LedgerEdit::ReturnAhead(record.id()));
+        } else if !returning {
             edits.push(LedgerEdit::Release { id: record.id(), instances: quiet });
+        } else if record.giving_back.is_empty() && record.instances.iter().all(|i| record.settled.contains(i)) {
+            // Each pool-mate's share given back (or found nothing to give): the rest is Cluster
+            // Autoscaler's, and a later notice boosts them afresh.
+            edits.push(LedgerEdit::Close { id: record.id(), spent: claims[k].nodes.clone() });
         }
     }
     edits
@@ -187,9 +193,14 @@ mod tests {
     use crate::core::draining::plan_draining;
     use crate::core::model::{BoostRecord, Group, InstanceId, NodeName, Signal};
     use crate::core::scaling::{plan_scaling, Acting};
-    use crate::core::DrainState;
+    use crate::core::{DrainState, GiveBackHow};
 
     const NOW: Timestamp = Timestamp::from_millis(60_000);
+
+    /// A boost ahead for pool-mates in m5.large/us-east-1a whose window ends `secs` after `NOW`.
+    fn ahead_until(secs: u64) -> Ahead {
+        Ahead { pools: [pool("us-east-1a")].into(), until: NOW.plus(Duration::from_secs(secs)), returning: false }
+    }
 
     fn pool(zone: &str) -> Pool {
         Pool { instance_type: "m5.large".into(), zone: zone.into() }
@@ -236,10 +247,7 @@ mod tests {
         assert_eq!(p.boosts.boosts.iter().filter(|b| b.group.as_str() == "a").count(), 1);
         assert_eq!(ahead(&p), vec![("b", vec!["i-m1"], 1)]);
         let b = p.boosts.boosts.iter().find(|b| b.group.as_str() == "b").unwrap();
-        assert_eq!(
-            b.record.ahead,
-            Some(Ahead { pools: [pool("us-east-1a")].into(), until: NOW.plus(Duration::from_secs(180)) })
-        );
+        assert_eq!(b.record.ahead, Some(ahead_until(180)));
         assert!(b.reason.to_string().contains("ahead for 1 pool-mate node in m5.large in us-east-1a"), "{}", b.reason);
 
         // Next pass, with n1's boost and b's in the ledger: a's n2 and n3, not n4 (another zone).
@@ -273,7 +281,7 @@ mod tests {
         assert!(ahead(&plan_scaling(&s, &off, NOW, Acting::Leader)).is_empty());
         let mut spent = storm_start();
         let mut open = BoostRecord::test("a", &["i-n4"], 10, 0);
-        open.ahead = Some(Ahead { pools: BTreeSet::new(), until: NOW.plus(Duration::from_secs(60)) });
+        open.ahead = Some(ahead_until(60));
         spent.ledger.record(open);
         assert!(ahead(&plan_scaling(&spent, &Policy::default(), NOW, Acting::Leader)).is_empty(), "10 of 10 ahead");
     }
@@ -306,7 +314,7 @@ mod tests {
         s.signals.clear();
         s.spot_interrupted.clear();
         let mut record = BoostRecord { before: 1, ..BoostRecord::test("b", &["i-m1"], 1, 60_000) };
-        record.ahead = Some(Ahead { pools: [pool("us-east-1a")].into(), until: NOW.plus(Duration::from_secs(180)) });
+        record.ahead = Some(ahead_until(180));
         s.ledger.record(record);
         s = s.with_node(Node::test("r1", "b").created_at(61_000));
         let later = NOW.plus(Duration::from_secs(30));
@@ -321,22 +329,48 @@ mod tests {
     }
 
     #[test]
-    fn at_the_window_s_end_quiet_pool_mates_are_released_and_the_capacity_left_to_ca() {
+    fn at_the_window_s_end_quiet_pool_mates_give_their_nodes_back_and_a_noticed_one_keeps_its_own() {
+        // Boosted 4 → 5 ahead of n2 and n3; r1 joined for them, empty. Neither was noticed.
         let mut s = storm_start();
         s.signals.clear();
         s.spot_interrupted.clear();
         let mut record = BoostRecord { before: 4, ..BoostRecord::test("a", &["i-n2", "i-n3"], 1, 60_000) };
-        record.ahead = Some(Ahead { pools: [pool("us-east-1a")].into(), until: NOW.plus(Duration::from_secs(180)) });
+        record.ahead = Some(ahead_until(180));
         s.ledger.record(record);
+        s.groups.get_mut(&GroupName::from("a")).unwrap().desired = 5;
+        let members = ["i-n1", "i-n2", "i-n3", "i-n4", "i-r1"];
+        s.groups.get_mut(&GroupName::from("a")).unwrap().members = Some(members.map(InstanceId::from).into());
+        s = s.with_node(Node::test("r1", "a").created_at(70_000));
         let before = NOW.plus(Duration::from_secs(179));
         let at = NOW.plus(Duration::from_secs(180));
         assert!(plan_scaling(&s, &Policy::default(), before, Acting::Leader).closes.is_empty());
         let p = plan_scaling(&s, &Policy::default(), at, Acting::Leader);
-        assert!(matches!(p.closes[..], [LedgerEdit::Close { .. }]), "{:?}", p.closes);
-        assert!(p.ledger.records.is_empty(), "n2 and n3 may be boosted afresh by a notice of their own");
+        assert!(matches!(p.closes[..], [LedgerEdit::ReturnAhead(_)]), "{:?}", p.closes);
 
-        // n2 got its own notice meanwhile: it stays covered, n3 is released.
-        s = s.with_signal(Signal::interruption("n2", 100_000));
+        // Returning: its node goes back through the emptiest, newest node (r1), and the other
+        // pool-mate has nothing left to give; once both are settled, the boost closes.
+        p.closes.iter().for_each(|e| _ = e.apply(&mut s.ledger));
+        let p = plan_scaling(&s, &Policy::default(), at, Acting::Leader);
+        let chosen: Vec<_> = p.give_backs.iter().map(|g| (g.reclaimed.as_str(), g.how.clone())).collect();
+        assert!(
+            matches!(&chosen[..], [(_, GiveBackHow::Drain(n)), (_, GiveBackHow::AtFloor)] if n.node == Some("r1".into())),
+            "{chosen:?}"
+        );
+        p.give_backs.iter().for_each(|g| _ = g.edit().apply(&mut s.ledger));
+        for i in ["i-n2", "i-n3"] {
+            s.ledger.records[0].settled.insert(i.into());
+        }
+        s.ledger.records[0].giving_back.clear();
+        let p = plan_scaling(&s, &Policy::default(), at, Acting::Leader);
+        assert!(matches!(p.closes[..], [LedgerEdit::Close { .. }]), "{:?}", p.closes);
+
+        // Had n2 got its own notice in the window, it stays covered and n3 alone is released.
+        let mut s = storm_start();
+        s.spot_interrupted.clear();
+        s.signals = vec![Signal::interruption("n2", 100_000)];
+        let mut record = BoostRecord { before: 4, ..BoostRecord::test("a", &["i-n2", "i-n3"], 1, 60_000) };
+        record.ahead = Some(ahead_until(180));
+        s.ledger.record(record);
         let p = plan_scaling(&s, &Policy::default(), at, Acting::Leader);
         let record = &p.ledger.records[0];
         assert_eq!(record.instances, ["i-n2"].map(InstanceId::from).into());
