@@ -151,12 +151,14 @@ async fn within<T, E: std::fmt::Display>(
     }
 }
 
-/// Runs `calls` in order, at most `bound` at once, starting none after `until`; returns the
-/// answers of those started (each call has its own deadline, so waiting for them is bounded).
+/// Runs `calls` in order, at most `bound` at once, starting none after `until` and waiting for
+/// none after `answered_by`; returns the answers that came. A call left unanswered is dropped: its
+/// pod is evicted again at the next pass (an eviction that did apply finds the pod going).
 async fn started_until<F: std::future::Future>(
     calls: Vec<F>,
     bound: usize,
     until: tokio::time::Instant,
+    answered_by: tokio::time::Instant,
 ) -> Vec<F::Output> {
     let mut waiting = calls.into_iter();
     let mut in_flight = stream::FuturesUnordered::new();
@@ -166,9 +168,9 @@ async fn started_until<F: std::future::Future>(
             let Some(call) = waiting.next() else { break };
             in_flight.push(call);
         }
-        match in_flight.next().await {
-            Some(answer) => answers.push(answer),
-            None => return answers,
+        match tokio::time::timeout_at(answered_by, in_flight.next()).await {
+            Ok(Some(answer)) => answers.push(answer),
+            Ok(None) | Err(_) => return answers,
         }
     }
 }
@@ -674,7 +676,8 @@ where
         // Nearest deadline first, and no new call once the pass has spent its tick: a storm's
         // thousands of evictions never hold the next pass (its new drains, its deadlines) back.
         let until = tokio::time::Instant::now() + self.settings.tick;
-        let outcomes = started_until(calls, self.settings.evictions_in_flight.max(1), until).await;
+        let answered_by = until + self.settings.tick;
+        let outcomes = started_until(calls, self.settings.evictions_in_flight.max(1), until, answered_by).await;
         let mut results: Vec<Vec<(PodRef, Result<EvictOutcome, String>)>> = rounds.iter().map(|_| Vec::new()).collect();
         for (k, pod, outcome) in outcomes {
             results[k].push((pod, outcome));
@@ -1632,9 +1635,16 @@ mod tests {
             })
             .collect();
         let until = Instant::now() + Duration::from_millis(1_500);
-        let mut answered = started_until(calls, 2, until).await;
+        let mut answered = started_until(calls, 2, until, until + Duration::from_secs(1)).await;
         answered.sort_unstable();
         assert_eq!(answered, vec![0, 1, 2, 3], "two at 0 s, two at 1 s, none at 2 s");
+
+        // A call that never answers holds the pass no longer than `answered_by`.
+        let stalled = vec![std::future::pending::<u32>()];
+        let start = Instant::now();
+        let answered = started_until(stalled, 2, start + Duration::from_secs(1), start + Duration::from_secs(4)).await;
+        assert!(answered.is_empty());
+        assert_eq!(start.elapsed(), Duration::from_secs(4));
     }
 
     #[tokio::test(start_paused = true)]
