@@ -152,25 +152,27 @@ async fn within<T, E: std::fmt::Display>(
 }
 
 /// Runs `calls` in order, at most `bound` at once, starting none after `until` and waiting for
-/// none after `answered_by`; returns the answers that came. A call left unanswered is dropped: its
-/// pod is evicted again at the next pass (an eviction that did apply finds the pod going).
+/// none after `answered_by`; returns the answers that came and how many calls were started (the
+/// first ones). A call left unanswered is dropped: its pod is evicted again at the next pass (an
+/// eviction that did apply finds the pod going).
 async fn started_until<F: std::future::Future>(
     calls: Vec<F>,
     bound: usize,
     until: tokio::time::Instant,
     answered_by: tokio::time::Instant,
-) -> Vec<F::Output> {
+) -> (Vec<F::Output>, usize) {
     let mut waiting = calls.into_iter();
     let mut in_flight = stream::FuturesUnordered::new();
-    let mut answers = Vec::new();
+    let (mut answers, mut started) = (Vec::new(), 0);
     loop {
         while in_flight.len() < bound && tokio::time::Instant::now() < until {
             let Some(call) = waiting.next() else { break };
             in_flight.push(call);
+            started += 1;
         }
         match tokio::time::timeout_at(answered_by, in_flight.next()).await {
             Ok(Some(answer)) => answers.push(answer),
-            Ok(None) | Err(_) => return answers,
+            Ok(None) | Err(_) => return (answers, started),
         }
     }
 }
@@ -668,19 +670,26 @@ where
         }
         let writes = &self.ctx.writes;
         let deadline = self.settings.eviction_call_timeout;
-        let calls: Vec<_> = rounds
+        let pods: Vec<(usize, PodRef)> = rounds
             .iter()
             .enumerate()
-            .flat_map(|(k, round)| round.pods.iter().map(move |p| evict_within(writes, deadline, k, PodRef::from(p))))
+            .flat_map(|(k, round)| round.pods.iter().map(move |p| (k, PodRef::from(p))))
             .collect();
+        let calls: Vec<_> = pods.iter().map(|(k, pod)| evict_within(writes, deadline, *k, pod.clone())).collect();
         // Nearest deadline first, and no new call once the pass has spent its tick: a storm's
         // thousands of evictions never hold the next pass (its new drains, its deadlines) back.
         let until = tokio::time::Instant::now() + self.settings.tick;
-        let answered_by = until + self.settings.tick;
-        let outcomes = started_until(calls, self.settings.evictions_in_flight.max(1), until, answered_by).await;
+        let answered_by = until + self.settings.tick.min(deadline);
+        let (outcomes, started) =
+            started_until(calls, self.settings.evictions_in_flight.max(1), until, answered_by).await;
         let mut results: Vec<Vec<(PodRef, Result<EvictOutcome, String>)>> = rounds.iter().map(|_| Vec::new()).collect();
+        let answered: HashSet<(usize, String)> = outcomes.iter().map(|(k, pod, _)| (*k, pod.uid.clone())).collect();
         for (k, pod, outcome) in outcomes {
             results[k].push((pod, outcome));
+        }
+        // Started but unanswered when the pass moved on: failed this round, tried again the next.
+        for (k, pod) in pods.into_iter().take(started).filter(|(k, p)| !answered.contains(&(*k, p.uid.clone()))) {
+            results[k].push((pod, Err("no answer before the pass moved on".to_string())));
         }
         let mut tells = Vec::new();
         for (round, results) in rounds.iter().zip(results) {
@@ -1635,15 +1644,17 @@ mod tests {
             })
             .collect();
         let until = Instant::now() + Duration::from_millis(1_500);
-        let mut answered = started_until(calls, 2, until, until + Duration::from_secs(1)).await;
+        let (mut answered, started) = started_until(calls, 2, until, until + Duration::from_secs(1)).await;
+        assert_eq!(started, 4);
         answered.sort_unstable();
         assert_eq!(answered, vec![0, 1, 2, 3], "two at 0 s, two at 1 s, none at 2 s");
 
         // A call that never answers holds the pass no longer than `answered_by`.
         let stalled = vec![std::future::pending::<u32>()];
         let start = Instant::now();
-        let answered = started_until(stalled, 2, start + Duration::from_secs(1), start + Duration::from_secs(4)).await;
-        assert!(answered.is_empty());
+        let (answered, started) =
+            started_until(stalled, 2, start + Duration::from_secs(1), start + Duration::from_secs(4)).await;
+        assert!(answered.is_empty() && started == 1);
         assert_eq!(start.elapsed(), Duration::from_secs(4));
     }
 
