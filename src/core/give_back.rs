@@ -201,11 +201,11 @@ pub fn facts_needed(snapshot: &Snapshot) -> BTreeSet<InstanceId> {
 /// no pod to evict, and it is neither at risk, covered by a boost, nor already chosen.
 fn joining_candidates<'s>(
     snapshot: &'s Snapshot,
-    group: &Group,
+    group: &'s Group,
     running: &FastSet<&InstanceId>,
     excluded: &dyn Fn(&InstanceId) -> bool,
 ) -> Vec<&'s InstanceId> {
-    let Some(members) = snapshot.groups.get(&group.name).and_then(|g| g.members.as_ref()) else { return Vec::new() };
+    let Some(members) = group.members.as_ref() else { return Vec::new() };
     let mut joining: Vec<(Timestamp, &InstanceId)> = members
         .iter()
         .filter(|i| !running.contains(i) && !excluded(i))
