@@ -27,13 +27,14 @@ use super::model::{
 use super::policy::Policy;
 use super::signals::{AtRisk, AtRiskSet};
 
-/// The pools in which a spot interruption notice is confirmed by EC2 now.
+/// The pools in which a spot interruption notice is confirmed by EC2 now, on a node still Ready:
+/// one whose instance went and whose Node lingers raises no risk again once its boost closed.
 pub(crate) fn interrupted_pools(snapshot: &Snapshot) -> BTreeSet<&Pool> {
     snapshot
         .signals
         .iter()
         .filter(|s| s.kind == SignalKind::SpotInterruption && snapshot.spot_interrupted.contains(&s.instance))
-        .filter(|s| snapshot.nodes.get(&s.node).is_some_and(|n| n.instance.as_ref() == Some(&s.instance)))
+        .filter(|s| snapshot.nodes.get(&s.node).is_some_and(|n| n.ready && n.instance.as_ref() == Some(&s.instance)))
         .filter_map(|s| snapshot.instances.get(&s.instance)?.pool.as_ref())
         .collect()
 }
@@ -284,6 +285,17 @@ mod tests {
         open.ahead = Some(ahead_until(60));
         spent.ledger.record(open);
         assert!(ahead(&plan_scaling(&spent, &Policy::default(), NOW, Acting::Leader)).is_empty(), "10 of 10 ahead");
+    }
+
+    #[test]
+    fn a_noticed_node_left_behind_once_its_instance_went_boosts_nothing_ahead_again() {
+        let mut s = storm_start();
+        assert_eq!(ahead(&plan_scaling(&s, &Policy::default(), NOW, Acting::Leader)).len(), 1);
+        s.nodes.get_mut(&NodeName::from("n1")).unwrap().ready = false;
+        assert!(ahead(&plan_scaling(&s, &Policy::default(), NOW, Acting::Leader)).is_empty());
+        let m1 = s.nodes.remove(&NodeName::from("m1")).unwrap().pods_unknown();
+        s.nodes.insert(m1.name.clone(), m1);
+        assert!(pods_needed(&s).is_empty(), "no pool at risk, no pods needed");
     }
 
     #[test]
