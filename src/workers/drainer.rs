@@ -23,6 +23,7 @@ use thiserror::Error;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use super::evictions::{EvictionAnswer, EvictionsInFlight};
 use super::told_once::ToldOnce;
 use super::{Observation, WorkerContext};
 use crate::core::{
@@ -151,42 +152,8 @@ async fn within<T, E: std::fmt::Display>(
     }
 }
 
-/// Runs `calls` in order, at most `bound` at once, starting none after `until` and waiting for
-/// none after `answered_by`; returns the answers that came and how many calls were started (the
-/// first ones). A call left unanswered is dropped: its pod is evicted again at the next pass (an
-/// eviction that did apply finds the pod going).
-async fn started_until<F: std::future::Future>(
-    calls: Vec<F>,
-    bound: usize,
-    until: tokio::time::Instant,
-    answered_by: tokio::time::Instant,
-) -> (Vec<F::Output>, usize) {
-    let mut waiting = calls.into_iter();
-    let mut in_flight = stream::FuturesUnordered::new();
-    let (mut answers, mut started) = (Vec::new(), 0);
-    loop {
-        while in_flight.len() < bound && tokio::time::Instant::now() < until {
-            let Some(call) = waiting.next() else { break };
-            in_flight.push(call);
-            started += 1;
-        }
-        match tokio::time::timeout_at(answered_by, in_flight.next()).await {
-            Ok(Some(answer)) => answers.push(answer),
-            Ok(None) | Err(_) => return (answers, started),
-        }
-    }
-}
-
-/// One eviction with a deadline; `k` names the round it belongs to.
-async fn evict_within<W: ClusterWrites>(
-    writes: &W,
-    deadline: Duration,
-    k: usize,
-    pod: PodRef,
-) -> (usize, PodRef, Result<EvictOutcome, String>) {
-    let outcome = within(deadline, writes.evict(&pod)).await;
-    (k, pod, outcome)
-}
+/// A pod and what its eviction call answered.
+type EvictionResultOf = (PodRef, Result<EvictOutcome, String>);
 
 /// One drain target's cordon with a deadline, handed back with the target.
 async fn cordon_within<'t, W: ClusterWrites>(
@@ -241,21 +208,22 @@ pub(crate) struct Drainer<A, C, L, W, E> {
     scaler: Option<Arc<tokio::sync::Notify>>,
     /// The interruptions EC2 confirmed as of the last pass.
     confirmed: BTreeSet<InstanceId>,
+    /// Evictions sent and not yet answered.
+    evictions: EvictionsInFlight,
 }
 
 impl<A, C, L, W, E> Drainer<A, C, L, W, E>
 where
-    A: AutoScaling,
-    C: ClusterView,
-    L: LedgerStore,
-    W: ClusterWrites,
-    E: EventSink,
+    A: AutoScaling + 'static,
+    C: ClusterView + 'static,
+    L: LedgerStore + 'static,
+    W: ClusterWrites + 'static,
+    E: EventSink + 'static,
 {
     /// A drainer over the shared context.
     pub fn new(ctx: Arc<WorkerContext<A, C, L, W, E>>, settings: DrainerSettings) -> Self {
         Drainer {
             ctx,
-            settings,
             drains: DrainState::default(),
             to_terminate: BTreeMap::new(),
             heartbeat: None,
@@ -265,6 +233,8 @@ where
             pass_again: false,
             scaler: None,
             confirmed: BTreeSet::new(),
+            evictions: EvictionsInFlight::new(settings.evictions_in_flight),
+            settings,
         }
     }
 
@@ -317,6 +287,9 @@ where
         let mut report = DrainReport::default();
         let Observation { snapshot, protected, .. } =
             ctx.observe(true).await.map_err(DrainerError::Describe)?.ok_or(DrainerError::NotSynced)?;
+        // Answers that came since the last pass, before planning: a refusal's backoff holds.
+        let answers = self.evictions.answered();
+        self.fold_evictions(answers, now, &mut report).await;
         let mut plan = plan_draining(&snapshot, &protected, &self.drains, &ctx.policy, now);
         self.az_rebalance = snapshot.groups.values().filter(|g| g.az_rebalance).map(|g| g.name.clone()).collect();
         if !snapshot.spot_interrupted.is_subset(&self.confirmed) {
@@ -330,6 +303,7 @@ where
             }
             self.drains = DrainState::default();
             self.to_terminate.clear();
+            self.evictions.abort_all();
             // The new leader reports the drains it runs; a follower reports none.
             ctx.metrics.drainer.forget_in_progress();
             report.not_leader = plan.drains.batches.len();
@@ -660,40 +634,39 @@ where
         }
     }
 
-    /// Evicts what the plan says is due, all nodes at once. One node's refused or slow pod never
-    /// holds another node back: every eviction is one call with a deadline, and the calls of every
-    /// node run concurrently (at most `evictions_in_flight` at a time). Calls not started within
-    /// the pass's tick are made at the next pass.
+    /// Evicts what the plan says is due, all nodes at once, nearest deadline first. One node's
+    /// refused or slow pod never holds another node back: every eviction is one call with a
+    /// deadline, running beside the passes (see [`EvictionsInFlight`]); the pass waits at most
+    /// half a tick for the calls it sent, and a pod whose call still runs is not sent again.
     async fn evict(&mut self, rounds: Vec<EvictionRound>, now: Timestamp, report: &mut DrainReport) {
-        if rounds.is_empty() {
+        let deadline = self.settings.eviction_call_timeout;
+        let mut sent = HashSet::new();
+        for round in &rounds {
+            for pod in round.pods.iter().map(PodRef::from) {
+                let (ctx, evicted) = (self.ctx.clone(), pod.clone());
+                let call = async move { within(deadline, ctx.writes.evict(&evicted)).await };
+                sent.extend(self.evictions.send(&round.node, &round.group, pod, call));
+            }
+        }
+        if sent.is_empty() {
             return;
         }
-        let writes = &self.ctx.writes;
-        let deadline = self.settings.eviction_call_timeout;
-        let pods: Vec<(usize, PodRef)> = rounds
-            .iter()
-            .enumerate()
-            .flat_map(|(k, round)| round.pods.iter().map(move |p| (k, PodRef::from(p))))
-            .collect();
-        let calls: Vec<_> = pods.iter().map(|(k, pod)| evict_within(writes, deadline, *k, pod.clone())).collect();
-        // Nearest deadline first, and no new call once the pass has spent its tick: a storm's
-        // thousands of evictions never hold the next pass (its new drains, its deadlines) back.
-        let until = tokio::time::Instant::now() + self.settings.tick;
-        let answered_by = until + self.settings.tick.min(deadline);
-        let (outcomes, started) =
-            started_until(calls, self.settings.evictions_in_flight.max(1), until, answered_by).await;
-        let mut results: Vec<Vec<(PodRef, Result<EvictOutcome, String>)>> = rounds.iter().map(|_| Vec::new()).collect();
-        let answered: HashSet<(usize, String)> = outcomes.iter().map(|(k, pod, _)| (*k, pod.uid.clone())).collect();
-        for (k, pod, outcome) in outcomes {
-            results[k].push((pod, outcome));
+        let answers = self.evictions.answered_by(sent, tokio::time::Instant::now() + self.settings.tick / 2).await;
+        self.fold_evictions(answers, now, report).await;
+    }
+
+    /// Folds eviction answers into the drains, node by node, and tells the first refusal of each.
+    async fn fold_evictions(&mut self, answers: Vec<EvictionAnswer>, now: Timestamp, report: &mut DrainReport) {
+        if answers.is_empty() {
+            return;
         }
-        // Started but unanswered when the pass moved on: failed this round, tried again the next.
-        for (k, pod) in pods.into_iter().take(started).filter(|(k, p)| !answered.contains(&(*k, p.uid.clone()))) {
-            results[k].push((pod, Err("no answer before the pass moved on".to_string())));
+        let mut by_node: BTreeMap<NodeName, (GroupName, Vec<EvictionResultOf>)> = BTreeMap::new();
+        for a in answers {
+            by_node.entry(a.node).or_insert_with(|| (a.group, Vec::new())).1.push((a.pod, a.outcome));
         }
         let mut tells = Vec::new();
-        for (round, results) in rounds.iter().zip(results) {
-            if let Some(event) = self.settle_round(round, &results, now, report) {
+        for (node, (group, results)) in by_node {
+            if let Some(event) = self.settle_round(&node, &group, &results, now, report) {
                 tells.push(event);
             }
         }
@@ -801,8 +774,9 @@ where
     /// the `DrainBlockedByPDB` Event when this is the drain's first refusal.
     fn settle_round(
         &mut self,
-        round: &EvictionRound,
-        results: &[(PodRef, Result<EvictOutcome, String>)],
+        node: &NodeName,
+        group: &GroupName,
+        results: &[EvictionResultOf],
         now: Timestamp,
         report: &mut DrainReport,
     ) -> Option<NodeEvent> {
@@ -820,7 +794,7 @@ where
                     (EvictionOutcome::Failed, EvictionResult::Failed)
                 }
             };
-            self.ctx.metrics.drainer.eviction(round.group.as_str(), label);
+            self.ctx.metrics.drainer.eviction(group.as_str(), label);
             match result {
                 EvictionResult::Evicted | EvictionResult::Gone => report.evicted = report.evicted.saturating_add(1),
                 EvictionResult::Blocked { .. } => blocked.push(pod.to_string()),
@@ -828,13 +802,17 @@ where
             }
             folded.push((pod.uid.as_str(), result));
         }
-        let refusal = self.drains.record_round(&round.node, folded, &self.ctx.policy, now)?;
+        if !self.drains.in_progress.contains_key(node) {
+            // Its drain ended while the calls ran (the node went, or its deadline came).
+            return None;
+        }
+        let refusal = self.drains.record_round(node, folded, &self.ctx.policy, now)?;
         report.blocked = report.blocked.saturating_add(u32::try_from(blocked.len()).unwrap_or(u32::MAX));
         if !refusal.first {
             return None;
         }
-        info!(node = %round.node, blocked = blocked.len(), "evictions blocked by PDB");
-        Some(NodeEvent::drain_blocked_by_pdb(&round.node, &blocked, refusal.wait, refusal.moved))
+        info!(%node, blocked = blocked.len(), "evictions blocked by PDB");
+        Some(NodeEvent::drain_blocked_by_pdb(node, &blocked, refusal.wait, refusal.moved))
     }
 
     /// Terminates drained instances, all at once; a failed termination is retried next tick.
@@ -1052,11 +1030,11 @@ impl super::PassError for DrainerError {
 
 impl<A, C, L, W, E> super::Worker for Drainer<A, C, L, W, E>
 where
-    A: AutoScaling,
-    C: ClusterView,
-    L: LedgerStore,
-    W: ClusterWrites,
-    E: EventSink,
+    A: AutoScaling + 'static,
+    C: ClusterView + 'static,
+    L: LedgerStore + 'static,
+    W: ClusterWrites + 'static,
+    E: EventSink + 'static,
 {
     type Error = DrainerError;
     const PASS_AT_START: bool = false;
@@ -1581,12 +1559,26 @@ mod tests {
         rig.writes.stall("uid-n1-p1");
         let started = Instant::now();
         let report = drainer.tick().await.unwrap();
-        assert!(started.elapsed() <= DrainerSettings::default().eviction_call_timeout, "{:?}", started.elapsed());
+        assert!(started.elapsed() <= DrainerSettings::default().tick, "{:?}", started.elapsed());
         assert_eq!(report.evicted, 5, "every other pod went in the same round");
         assert_eq!(drainer.tick().await.unwrap().drained, vec![NodeName::from("n2")]);
-        let text = ctx.metrics.encode();
-        // Tried again in the second round, and again given up at its deadline.
-        assert!(text.contains("spots_booster_evictions_total{group=\"a\",outcome=\"failed\"} 2"), "{text}");
+        let failed = || {
+            let text = ctx.metrics.encode();
+            let line = "spots_booster_evictions_total{group=\"a\",outcome=\"failed\"} ";
+            text.lines().find_map(|l| l.strip_prefix(line)?.parse::<u32>().ok()).unwrap_or(0)
+        };
+        assert_eq!(failed(), 0, "its call still runs: not sent again, nor counted yet");
+
+        // Failed at its own deadline (its task runs beside the passes), folded in at the next
+        // pass, and sent again.
+        tokio::time::advance(DrainerSettings::default().eviction_call_timeout).await;
+        tokio::task::yield_now().await;
+        drainer.tick().await.unwrap();
+        assert_eq!(failed(), 1);
+        tokio::time::advance(DrainerSettings::default().eviction_call_timeout).await;
+        tokio::task::yield_now().await;
+        drainer.tick().await.unwrap();
+        assert_eq!(failed(), 2);
     }
 
     #[tokio::test(start_paused = true)]
@@ -1633,29 +1625,6 @@ mod tests {
         assert!(rig.ledger.saved().records.is_empty(), "the boost closes");
         let text = ctx.metrics.encode();
         assert!(text.contains("spots_booster_give_backs_total{group=\"a\",outcome=\"written\"} 2"), "{text}");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_pass_starts_no_call_after_its_tick_and_answers_those_it_started() {
-        let calls: Vec<_> = (0..5)
-            .map(|k| async move {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                k
-            })
-            .collect();
-        let until = Instant::now() + Duration::from_millis(1_500);
-        let (mut answered, started) = started_until(calls, 2, until, until + Duration::from_secs(1)).await;
-        assert_eq!(started, 4);
-        answered.sort_unstable();
-        assert_eq!(answered, vec![0, 1, 2, 3], "two at 0 s, two at 1 s, none at 2 s");
-
-        // A call that never answers holds the pass no longer than `answered_by`.
-        let stalled = vec![std::future::pending::<u32>()];
-        let start = Instant::now();
-        let (answered, started) =
-            started_until(stalled, 2, start + Duration::from_secs(1), start + Duration::from_secs(4)).await;
-        assert!(answered.is_empty() && started == 1);
-        assert_eq!(start.elapsed(), Duration::from_secs(4));
     }
 
     #[tokio::test(start_paused = true)]

@@ -5,6 +5,7 @@
 //! the leadership flag and the metrics. Every replica runs both and plans; only the leader writes.
 
 pub mod drainer;
+mod evictions;
 pub mod groups;
 pub mod launch_watcher;
 pub mod leader_only;
