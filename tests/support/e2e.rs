@@ -101,6 +101,28 @@ pub async fn register_node(kube: &Client, name: &str, zone: &str, instance: &str
     let _ = nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await;
 }
 
+/// Plays the kubelet's heartbeat for a registered Node: renews its Lease in `kube-node-lease`
+/// (created by the same apply), as kubelets do every 10 s while they write the Node's status only
+/// when it changes. kube-controller-manager keeps the Node Ready on the Lease alone.
+pub async fn renew_lease(kube: &Client, name: &str) {
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    let leases: Api<Lease> = Api::namespaced(kube.clone(), "kube-node-lease");
+    let lease = Lease {
+        metadata: kube::api::ObjectMeta { name: Some(name.to_string()), ..Default::default() },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(name.to_string()),
+            lease_duration_seconds: Some(40),
+            renew_time: Some(MicroTime(jiff::Timestamp::now())),
+            ..Default::default()
+        }),
+    };
+    let mut apply = serde_json::to_value(&lease).unwrap();
+    apply["apiVersion"] = json!("coordination.k8s.io/v1");
+    apply["kind"] = json!("Lease");
+    let _ = leases.patch(name, &PatchParams::apply("spots-booster-e2e-kubelet").force(), &Patch::Apply(&apply)).await;
+}
+
 /// A per-run suffix (milliseconds since the epoch, hex), for names that never collide.
 pub fn run_suffix() -> String {
     format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis())
