@@ -181,6 +181,9 @@ pub(crate) struct GroupFacts {
     ready: u32,
     /// Replacement nodes the group's open boosts still count against its budget.
     in_flight: u32,
+    /// The nodes the group's boosts added (their writes applied) and have not given back yet:
+    /// its desired capacity without them is the size a new boost must never be given back below.
+    outstanding: u32,
 }
 
 /// Plans the boosts for every group with at-risk instances no boost in `ledger` covers yet.
@@ -218,6 +221,10 @@ pub(crate) fn group_facts<'s>(snapshot: &'s Snapshot, ledger: &'s BoostLedger) -
             let f = facts.entry(group).or_default();
             f.ready = f.ready.saturating_add(1);
         }
+    }
+    for record in ledger.records.iter().filter(|r| r.raising_to.is_none()) {
+        let f = facts.entry(&record.group).or_default();
+        f.outstanding = f.outstanding.saturating_add(record.added.saturating_sub(record.returned));
     }
     for record in ledger.records.iter().filter(|r| r.expired.is_none()) {
         let f = facts.entry(&record.group).or_default();
@@ -346,7 +353,9 @@ fn plan_group(
             added,
             returned: 0,
             at: now,
-            before: group.desired,
+            // An older boost of the group may close first: a size that still counts its nodes
+            // would keep this one from giving back all of its own.
+            before: group.desired.saturating_sub(facts.outstanding),
             settled: BTreeSet::new(),
             kept: Default::default(),
             expired: None,
@@ -419,6 +428,23 @@ mod tests {
         assert_eq!(p.boosts[0].reason, BoostReason::ReplaceAtRisk { needed: 2, at_risk: 2 });
         assert_eq!(p.boosts[0].reason.to_string(), "2 new nodes for 2 at-risk nodes");
         assert_eq!(p.boosts[0].record.instances.len(), 2);
+    }
+
+    #[test]
+    fn a_boost_decided_while_another_is_open_gives_back_down_to_the_size_before_both() {
+        // Boosted 50 → 51 for n1; n2's notice comes while that boost is open and applied.
+        let mut s = cluster(Group::test("a").desired(51).max(100), 50, 0)
+            .with_signal(Signal::rebalance("n1", 0))
+            .with_signal(Signal::rebalance("n2", 0));
+        s.ledger.record(BoostRecord { before: 50, ..BoostRecord::test("a", &["i-n1"], 1, 0) });
+        let p = plan(&s, &count_mode());
+        assert_eq!((p.boosts[0].from, p.boosts[0].to), (51, 52));
+        assert_eq!(p.boosts[0].record.before, 50, "n1's boost may close first, having given its node back");
+
+        // Once n1's node is given back (desired 50 again), n2's boost starts from 50 as well.
+        s.ledger.records[0].returned = 1;
+        s.groups.get_mut(&GroupName::from("a")).unwrap().desired = 50;
+        assert_eq!(plan(&s, &count_mode()).boosts[0].record.before, 50);
     }
 
     #[test]

@@ -603,8 +603,9 @@ pub struct BoostRecord {
     pub returned: u32,
     /// When the boost was decided.
     pub at: Timestamp,
-    /// The group's live desired capacity when the boost was decided: giving back never goes below
-    /// it. 0 in ledgers written before it was recorded.
+    /// The group's live desired capacity when the boost was decided, less the nodes its other
+    /// boosts then open had added and not given back (one of them may close first): giving back
+    /// never goes below it. 0 in ledgers written before it was recorded.
     #[serde(default)]
     pub before: u32,
     /// Instances whose departure is accounted for: the booster terminated them (noted before the
