@@ -180,6 +180,40 @@ pub struct Refusal {
     pub first: bool,
 }
 
+/// How near two nodes' deadlines are for their evictions to go out as one wave.
+const ONE_WAVE: Duration = Duration::from_secs(10);
+
+/// The order in which to send `rounds`' evictions, as (round, pod) indexes: nearest deadline
+/// first, and within a wave of nodes whose deadlines fall within [`ONE_WAVE`] of its first, every
+/// node's first pod, then every node's second, and so on. A node's pods mostly belong to the same
+/// few apps, and the API server takes the evictions of one PodDisruptionBudget one at a time (a
+/// conflict on the budget's status is retried half a second later): sent node by node, a storm's
+/// calls would queue on a few budgets while the others wait.
+pub fn eviction_sequence(rounds: &[EvictionRound]) -> Vec<(usize, usize)> {
+    let mut order: Vec<usize> = (0..rounds.len()).collect();
+    // No deadline (a voluntary drain) goes after every deadline.
+    order.sort_by_key(|k| (rounds[*k].deadline.is_none(), rounds[*k].deadline));
+    let mut sequence = Vec::with_capacity(rounds.iter().map(|r| r.pods.len()).sum());
+    let mut rest = &order[..];
+    while let Some(first) = rest.first() {
+        let opens = rounds[*first].deadline;
+        let wave_len = rest
+            .iter()
+            .take_while(|k| match (opens, rounds[**k].deadline) {
+                (Some(opens), Some(at)) => at.since(opens) <= ONE_WAVE,
+                (a, b) => a.is_none() && b.is_none(),
+            })
+            .count();
+        let (wave, later) = rest.split_at(wave_len);
+        let deepest = wave.iter().map(|k| rounds[*k].pods.len()).max().unwrap_or(0);
+        for rank in 0..deepest {
+            sequence.extend(wave.iter().filter(|k| rank < rounds[**k].pods.len()).map(|k| (*k, rank)));
+        }
+        rest = later;
+    }
+    sequence
+}
+
 /// Plans one draining pass. `marked`: the nodes that carry the booster's scale-down marker now
 /// (anyone may write it: it only tells whether the booster's own protection is still in place).
 pub fn plan_draining(
@@ -514,6 +548,28 @@ mod tests {
     use crate::core::model::{BoostRecord, Evidence, Group, Node, Pod, Signal};
 
     const NOW: Timestamp = Timestamp::from_millis(600_000);
+
+    #[test]
+    fn a_wave_s_evictions_take_one_pod_of_every_node_before_any_node_s_second() {
+        let round = |node: &str, pods: &[&str], deadline: Option<i64>| EvictionRound {
+            node: node.into(),
+            group: "a".into(),
+            pods: pods
+                .iter()
+                .map(|p| PodToEvict { namespace: "default".into(), name: (*p).into(), uid: (*p).into() })
+                .collect(),
+            deadline: deadline.map(|s| Timestamp::from_millis(s * 1_000)),
+        };
+        let rounds = vec![
+            round("voluntary", &["d1", "d2"], None),
+            round("later", &["c1"], Some(200)),
+            round("n2", &["b1", "b2"], Some(105)),
+            round("n1", &["a1", "a2", "a3"], Some(100)),
+        ];
+        let sent: Vec<&str> =
+            eviction_sequence(&rounds).into_iter().map(|(k, p)| rounds[k].pods[p].name.as_str()).collect();
+        assert_eq!(sent, ["a1", "b1", "a2", "b2", "a3", "c1", "d1", "d2"]);
+    }
 
     /// Group `a`: n1 at risk, cordoned, boosted by one node at 10 s, whose replacement r1 is Ready.
     fn ready_to_drain() -> Snapshot {

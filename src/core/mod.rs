@@ -34,8 +34,8 @@ pub use drain_batches::{
 };
 pub use drain_state::{DrainStarted, DrainState, FinishedDrain, NodeEvictions};
 pub use draining::{
-    plan_draining, DrainingPlan, EndedDrain, EvictionResult, EvictionRound, ForcedDeletion, HeldAtDeadline, HeldPod,
-    HowDrainEnded, PodToEvict, Refusal,
+    eviction_sequence, plan_draining, DrainingPlan, EndedDrain, EvictionResult, EvictionRound, ForcedDeletion,
+    HeldAtDeadline, HeldPod, HowDrainEnded, PodToEvict, Refusal,
 };
 pub use expiry::Expired;
 pub use fallback::{plan_take_backs, Fallback, FallbackRefusal, RefusedFallback, TakeBack};
