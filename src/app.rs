@@ -393,7 +393,10 @@ impl Daemon {
             ..DrainerSettings::default()
         };
         let scaler = scaler.beating(heartbeats);
-        let drainer = Drainer::new(ctx.clone(), settings).waking(scaler.waker()).beating(heartbeats);
+        let drainer = Drainer::new(ctx.clone(), settings)
+            .waking(scaler.waker())
+            .woken_by(self.cluster.signals())
+            .beating(heartbeats);
         let launches = LaunchWatcher::new(
             ctx.clone(),
             LaunchWatchSettings { launch_timeout: args.launch_timeout, ..LaunchWatchSettings::default() },

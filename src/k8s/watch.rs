@@ -213,6 +213,8 @@ pub struct KubeCluster {
     synced: Arc<Notify>,
     /// Notified when a node joins (or its name comes back with another instance).
     joined: Arc<Notify>,
+    /// Notified with `wake`, for the drainer: a new notice starts its drain at the next pass.
+    signalled: Arc<Notify>,
     clock: Clock,
     /// Whether the last view left CA's status out as too old (told once per change).
     ca_stale: Arc<std::sync::atomic::AtomicBool>,
@@ -251,6 +253,7 @@ impl KubeCluster {
             settings: Arc::new(settings),
             synced: Arc::new(Notify::new()),
             joined: Arc::new(Notify::new()),
+            signalled: Arc::new(Notify::new()),
             clock,
             ca_stale: Arc::default(),
             told: Arc::default(),
@@ -275,6 +278,11 @@ impl KubeCluster {
     /// Notified whenever a node joins or comes back as another instance: the learner's waker.
     pub(crate) fn joins(&self) -> Arc<Notify> {
         self.joined.clone()
+    }
+
+    /// Notified whenever a signal is new or changed, as the scaler is: the drainer's waker.
+    pub(crate) fn signals(&self) -> Arc<Notify> {
+        self.signalled.clone()
     }
 
     /// Whether every watch has listed once.
@@ -443,6 +451,7 @@ impl KubeCluster {
                 self.wake.notify_one();
             } else if wake {
                 self.wake.notify_one();
+                self.signalled.notify_one();
             }
         }
     }

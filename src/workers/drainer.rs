@@ -27,10 +27,10 @@ use super::evictions::{EvictionAnswer, EvictionsInFlight};
 use super::told_once::ToldOnce;
 use super::{Observation, WorkerContext};
 use crate::core::{
-    answer_terminations, apply_all, decide_terminations, eviction_order, plan_draining, BatchPlan, DrainState,
-    DrainTarget, DrainWait, DrainingPlan, EndedDrain, EvictionResult, EvictionRound, ForcedDeletion, Group, GroupName,
-    HeldAtDeadline, HowDrainEnded, InstanceId, JoiningGiveBack, LedgerEdit, Node, NodeName, Pod, Snapshot, Termination,
-    TerminationAnswer, Timestamp,
+    answer_terminations, apply_all, decide_terminations, eviction_order, eviction_sequence, plan_draining, BatchPlan,
+    DrainState, DrainTarget, DrainWait, DrainingPlan, EndedDrain, EvictionResult, EvictionRound, ForcedDeletion, Group,
+    GroupName, HeldAtDeadline, HowDrainEnded, InstanceId, JoiningGiveBack, LedgerEdit, Node, NodeName, Pod, Snapshot,
+    Termination, TerminationAnswer, Timestamp,
 };
 use crate::metrics::{DrainOutcome, EvictionOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
@@ -38,6 +38,10 @@ use crate::ports::{
     LedgerStore, NodeEvent, PodRef, TagFilter, TerminateOutcome, AZ_REBALANCE_SUSPENDED_TAG,
 };
 use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
+
+/// How long a pass woken by a new signal waits for the rest of its burst: NTH taints a storm's
+/// nodes over a second or so, and each pass reads the whole cluster.
+const SIGNAL_COALESCE: Duration = Duration::from_millis(300);
 
 /// How the drainer paces itself.
 #[derive(Debug, Clone)]
@@ -210,6 +214,9 @@ pub(crate) struct Drainer<A, C, L, W, E> {
     confirmed: BTreeSet<InstanceId>,
     /// Evictions sent and not yet answered.
     evictions: EvictionsInFlight,
+    /// Notified when a signal is new or changed: a notice's drain starts without waiting out the
+    /// tick.
+    signals: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl<A, C, L, W, E> Drainer<A, C, L, W, E>
@@ -234,6 +241,7 @@ where
             scaler: None,
             confirmed: BTreeSet::new(),
             evictions: EvictionsInFlight::new(settings.evictions_in_flight),
+            signals: None,
             settings,
         }
     }
@@ -242,6 +250,13 @@ where
     /// instead of leaving it to the scaler's resync.
     pub fn waking(mut self, scaler: Arc<tokio::sync::Notify>) -> Self {
         self.scaler = Some(scaler);
+        self
+    }
+
+    /// Passes as soon as `signals` is notified (a burst's notices gathered for
+    /// [`SIGNAL_COALESCE`]), as well as every tick.
+    pub fn woken_by(mut self, signals: Arc<tokio::sync::Notify>) -> Self {
+        self.signals = Some(signals);
         self
     }
 
@@ -634,19 +649,19 @@ where
         }
     }
 
-    /// Evicts what the plan says is due, all nodes at once, nearest deadline first. One node's
+    /// Evicts what the plan says is due, all nodes at once, in the core's sequence (nearest
+    /// deadline first, one pod of every node of a wave at a time: [`eviction_sequence`]). One node's
     /// refused or slow pod never holds another node back: every eviction is one call with a
     /// deadline, running beside the passes (see [`EvictionsInFlight`]); the pass waits at most
     /// half a tick for the calls it sent, and a pod whose call still runs is not sent again.
     async fn evict(&mut self, rounds: Vec<EvictionRound>, now: Timestamp, report: &mut DrainReport) {
         let deadline = self.settings.eviction_call_timeout;
         let mut sent = HashSet::new();
-        for round in &rounds {
-            for pod in round.pods.iter().map(PodRef::from) {
-                let (ctx, evicted) = (self.ctx.clone(), pod.clone());
-                let call = async move { within(deadline, ctx.writes.evict(&evicted)).await };
-                sent.extend(self.evictions.send(&round.node, &round.group, pod, call));
-            }
+        for (k, p) in eviction_sequence(&rounds) {
+            let (round, pod) = (&rounds[k], PodRef::from(&rounds[k].pods[p]));
+            let (ctx, evicted) = (self.ctx.clone(), pod.clone());
+            let call = async move { within(deadline, ctx.writes.evict(&evicted)).await };
+            sent.extend(self.evictions.send(&round.node, &round.group, pod, call));
         }
         if sent.is_empty() {
             return;
@@ -1049,7 +1064,13 @@ where
     }
 
     async fn next_pass_due(&mut self) {
-        tokio::time::sleep(self.settings.tick).await;
+        let Some(signals) = self.signals.clone() else {
+            return tokio::time::sleep(self.settings.tick).await;
+        };
+        tokio::select! {
+            () = tokio::time::sleep(self.settings.tick) => {}
+            () = signals.notified() => tokio::time::sleep(SIGNAL_COALESCE).await,
+        }
     }
 
     async fn pass_once(&mut self) -> Result<(), DrainerError> {
@@ -1551,6 +1572,21 @@ mod tests {
         assert_eq!(terminations(&rig.aws).len(), 1);
         let told = rig.events.reasons_for("n1").iter().filter(|r| **r == "DrainBlockedByPDB").count();
         assert_eq!(told, 1, "told once per drain");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_signal_brings_the_next_pass_forward_to_its_burst_s_end() {
+        use crate::workers::Worker;
+        let (_rig, _ctx, _scaler, drainer) = two_at_risk(policy()).await;
+        let signals = Arc::new(tokio::sync::Notify::new());
+        let mut drainer = drainer.woken_by(signals.clone());
+        signals.notify_one();
+        let started = Instant::now();
+        drainer.next_pass_due().await;
+        assert_eq!(started.elapsed(), SIGNAL_COALESCE);
+        let started = Instant::now();
+        drainer.next_pass_due().await;
+        assert_eq!(started.elapsed(), drainer.settings.tick, "no signal: the tick");
     }
 
     #[tokio::test(start_paused = true)]
