@@ -21,7 +21,7 @@ use std::time::Duration;
 use futures::stream::{self, StreamExt};
 use thiserror::Error;
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::evictions::{EvictionAnswer, EvictionsInFlight};
 use super::told_once::ToldOnce;
@@ -299,9 +299,11 @@ where
     async fn pass(&mut self, second: bool) -> Result<DrainReport, DrainerError> {
         let ctx = self.ctx.clone();
         let now = (ctx.clock)();
+        let began = tokio::time::Instant::now();
         let mut report = DrainReport::default();
         let Observation { snapshot, protected, .. } =
             ctx.observe(true).await.map_err(DrainerError::Describe)?.ok_or(DrainerError::NotSynced)?;
+        let observed = began.elapsed();
         // Answers that came since the last pass, before planning: a refusal's backoff holds.
         let answers = self.evictions.answered();
         self.fold_evictions(answers, now, &mut report).await;
@@ -334,9 +336,11 @@ where
         self.tell_opted_out(&plan.drains).await;
         self.protect_replacements(&plan).await;
         self.end_timed_out(&plan.drains, &snapshot, now, &mut report).await;
+        let starting = began.elapsed();
         for node in self.start_batches(&plan.drains, &snapshot, &mut report).await {
             plan.withdraw(&node);
         }
+        let started = began.elapsed();
         self.cordon_ahead(&plan.drains.cordon_ahead).await;
         self.drains = plan.next;
         self.end_drains(&plan.ended, now, &mut report).await;
@@ -350,6 +354,14 @@ where
         self.give_back_joining(&plan.drains.give_back_joining, &snapshot).await;
         self.terminate_drained(&mut report).await?;
         self.export_progress();
+        debug!(
+            observe_ms = observed.as_millis(),
+            plan_ms = starting.saturating_sub(observed).as_millis(),
+            starts_ms = started.saturating_sub(starting).as_millis(),
+            rest_ms = began.elapsed().saturating_sub(started).as_millis(),
+            drains_started = report.started.len(),
+            "drainer pass"
+        );
         Ok(report)
     }
 

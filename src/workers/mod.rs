@@ -30,7 +30,7 @@ use groups::GroupBook;
 use leader_only::LeaderOnly;
 use ledger::SharedLedger;
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 pub use crate::ports::{system_clock, Clock};
 
@@ -235,10 +235,13 @@ impl<A: AutoScaling, C: ClusterView, L: LedgerStore, W, E> WorkerContext<A, C, L
     /// and otherwise the answers the drainer already had are used (a boost ahead for pool-mates
     /// needs one).
     pub(crate) async fn observe(&self, for_draining: bool) -> Result<Option<Observation>, AwsError> {
+        let began = tokio::time::Instant::now();
         let Some(mut state) = self.cluster.current() else { return Ok(None) };
         let ledger = self.ledger.current().await;
         remember_boosted(&mut state, &ledger);
+        let read = began.elapsed();
         let groups = self.groups.resolve(&self.aws, &mut state, &ledger).await?;
+        let resolved = began.elapsed();
         let mut snapshot = Snapshot {
             groups,
             nodes: state.nodes,
@@ -248,6 +251,7 @@ impl<A: AutoScaling, C: ClusterView, L: LedgerStore, W, E> WorkerContext<A, C, L
             ..Snapshot::default()
         };
         self.groups.fill_instance_facts(&self.aws, &mut snapshot).await;
+        let described = began.elapsed();
         if for_draining {
             self.groups.learn_spot_interruptions(&self.aws, &mut snapshot).await;
         } else {
@@ -259,6 +263,14 @@ impl<A: AutoScaling, C: ClusterView, L: LedgerStore, W, E> WorkerContext<A, C, L
         if !needed.is_empty() {
             self.cluster.attach_pods(&mut snapshot.nodes, &needed);
         }
+        debug!(
+            for_draining,
+            read_ms = read.as_millis(),
+            groups_ms = resolved.saturating_sub(read).as_millis(),
+            facts_ms = described.saturating_sub(resolved).as_millis(),
+            rest_ms = began.elapsed().saturating_sub(described).as_millis(),
+            "observed"
+        );
         Ok(Some(Observation { snapshot, protected: state.protected, first_seen: state.first_seen }))
     }
 }
