@@ -28,9 +28,9 @@ use kube::{Api, Client};
 use serde_json::json;
 use support::aws_intercept::{intercepting_proxy, Answer, Hook};
 use support::e2e::{
-    await_synced, aws, bind_pod, booster_events_on, create_group, create_namespace, deploy_requesting,
-    desired_capacity, env, free_port, kube_client, live_instances, metric, pod_ready, register_node, renew_lease,
-    report_pod_ready, run_suffix, scrape, start_booster, LONE_DRAINER,
+    await_synced, aws, bind_pod, booster_events_on, create_group, create_namespace, deploy_requesting, env, free_port,
+    groups_now, kube_client, live_instances, metric, pod_ready, register_node, renew_lease, report_pod_ready,
+    run_suffix, scrape, start_booster, LONE_DRAINER,
 };
 
 use crate::support;
@@ -129,17 +129,21 @@ impl Storm {
 
     /// One round of kubelet, scheduler and AWS for every group, the groups at once.
     async fn play(&self) -> usize {
-        let rounds = self.groups.iter().enumerate().map(|(g, (group, ns))| self.play_group(g, group, ns));
+        let names: Vec<String> = self.groups.iter().map(|(group, _)| group.clone()).collect();
+        let mut now = groups_now(&self.aws, &names).await;
+        let rounds = self.groups.iter().enumerate().map(|(g, (group, ns))| {
+            let live = now.remove(group).map(|(_, live)| live).unwrap_or_default();
+            self.play_group(g, group, ns, live)
+        });
         futures::future::join_all(rounds).await.into_iter().sum()
     }
 
-    async fn play_group(&self, g: usize, group: &str, ns: &str) -> usize {
+    async fn play_group(&self, g: usize, group: &str, ns: &str, mut live: Vec<(String, String)>) -> usize {
         let nodes: Api<Node> = Api::all(self.kube.clone());
         let pods: Api<Pod> = Api::namespaced(self.kube.clone(), ns);
         let now = Instant::now();
         let label = group_label(&self.suffix, g);
         // AWS takes every noticed instance at its deadline (the group replaces it).
-        let mut live = live_instances(&self.aws, group).await;
         let due: Vec<String> = live
             .iter()
             .filter(|(id, _)| self.noticed.get(id).is_some_and(|(_, at)| now >= *at))
@@ -489,8 +493,10 @@ async fn storm(shape: Shape) {
             // window is over; the storm's own boosts first.
             let text = scrape(port).await;
             let (mut own_back, mut back) = (true, true);
+            let names: Vec<String> = storm.groups.iter().map(|(group, _)| group.clone()).collect();
+            let sizes = groups_now(&storm.aws, &names).await;
             for (group, _) in &storm.groups {
-                let desired = desired_capacity(&storm.aws, group).await;
+                let desired = sizes.get(group).map_or(-1, |(desired, _)| *desired);
                 let ahead = metric(&text, &format!("spots_booster_pool_mate_boosted_nodes_total{{group=\"{group}\"}}"));
                 own_back &= f64::from(desired) <= f64::from(storm.baseline) + ahead;
                 back &= desired == storm.baseline;

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
+
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -270,6 +272,25 @@ pub async fn live_instances(aws: &SdkConfig, group: &str) -> Vec<(String, String
         .iter()
         .filter(|i| !i.lifecycle_state().is_some_and(|s| s.as_str().starts_with("Terminat")))
         .map(|i| (i.instance_id().unwrap().to_string(), i.availability_zone().unwrap().to_string()))
+        .collect()
+}
+
+/// Each of `groups`' desired capacity and live instances (id, zone), in one call.
+pub async fn groups_now(aws: &SdkConfig, groups: &[String]) -> BTreeMap<String, (i32, Vec<(String, String)>)> {
+    let asg = aws_sdk_autoscaling::Client::new(aws);
+    let out = asg.describe_auto_scaling_groups().set_auto_scaling_group_names(Some(groups.to_vec())).send().await;
+    let out = out.unwrap();
+    out.auto_scaling_groups()
+        .iter()
+        .map(|g| {
+            let live = g
+                .instances()
+                .iter()
+                .filter(|i| !i.lifecycle_state().is_some_and(|s| s.as_str().starts_with("Terminat")))
+                .map(|i| (i.instance_id().unwrap().to_string(), i.availability_zone().unwrap().to_string()))
+                .collect();
+            (g.auto_scaling_group_name().unwrap().to_string(), (g.desired_capacity().unwrap(), live))
+        })
         .collect()
 }
 
