@@ -55,9 +55,8 @@ struct Seen {
     bound: BTreeMap<String, Instant>,
     /// Pods still on a node when its instance went, with the node.
     killed: Vec<String>,
-    /// Per noticed node: the pods it held at the notice, when it first held fewer, when it held none.
+    /// Per noticed node: the pods it held at the notice, and when it held none.
     held: BTreeMap<String, usize>,
-    first_out: BTreeMap<String, Instant>,
     emptied: BTreeMap<String, Instant>,
     /// Noticed nodes seen out of load balancers while they still had their instance.
     excluded: BTreeSet<String>,
@@ -251,10 +250,6 @@ impl Storm {
             let mut seen = self.seen.lock().unwrap();
             for (_, (node, _)) in self.noticed.iter().filter(|(_, (n, _))| live_nodes.contains(n)) {
                 let now_on = per_node.get(node).copied().unwrap_or(0);
-                let at_notice = seen.held.get(node).copied().unwrap_or(usize::MAX);
-                if now_on < at_notice {
-                    seen.first_out.entry(node.clone()).or_insert(now);
-                }
                 if now_on == 0 {
                     seen.emptied.entry(node.clone()).or_insert(now);
                 }
@@ -364,6 +359,29 @@ impl Storm {
 async fn all_of<F: std::future::Future<Output = ()>>(calls: impl Iterator<Item = F>) {
     use futures::StreamExt;
     futures::stream::iter(calls).buffer_unordered(8).collect::<Vec<()>>().await;
+}
+
+/// When the first pod of each node went (evicted or deleted), as the API server's watch tells it
+/// the moment it happens, not at the test's next round.
+fn watch_first_out(kube: &Client) -> Arc<Mutex<BTreeMap<String, Instant>>> {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let first_out: Arc<Mutex<BTreeMap<String, Instant>>> = Arc::default();
+    let (pods, seen) = (Api::<Pod>::all(kube.clone()), first_out.clone());
+    tokio::spawn(async move {
+        let mut events = watcher(pods, watcher::Config::default().labels("app=web")).boxed();
+        while let Some(event) = events.next().await {
+            let pod = match event {
+                Ok(watcher::Event::Apply(p)) if p.metadata.deletion_timestamp.is_some() => p,
+                Ok(watcher::Event::Delete(p)) => p,
+                _ => continue,
+            };
+            if let Some(node) = pod.spec.and_then(|s| s.node_name) {
+                seen.lock().unwrap().entry(node).or_insert_with(Instant::now);
+            }
+        }
+    });
+    first_out
 }
 
 fn group_label(suffix: &str, g: usize) -> String {
@@ -478,6 +496,7 @@ async fn storm(shape: Shape) {
     // instance are known (it learns a thousand nodes in seconds).
     tokio::time::sleep(Duration::from_millis(u64::try_from(groups * nodes).unwrap() * 20)).await;
 
+    let first_out = watch_first_out(&storm.kube);
     storm.notify((nodes * noticed_percent / 100).max(1)).await;
     let noticed = Instant::now();
     let noticed_wall = jiff::Timestamp::now();
@@ -526,7 +545,8 @@ async fn storm(shape: Shape) {
             .noticed
             .values()
             .map(|(node, _)| {
-                seen.first_out.get(node).map_or(f64::INFINITY, |at| at.duration_since(noticed).as_secs_f64())
+                let first = first_out.lock().unwrap().get(node).copied();
+                first.map_or(f64::INFINITY, |at| at.saturating_duration_since(noticed).as_secs_f64())
             })
             .collect();
         let emptied =

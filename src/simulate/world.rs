@@ -647,6 +647,7 @@ impl World {
             class: if w.critical { PodClass::Critical } else { PodClass::Ordinary },
             opt_out: None,
             bare: false,
+            controller: Some(format!("ReplicaSet/{}", w.name)),
             grace_seconds: 30,
         }
     }

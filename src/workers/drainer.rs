@@ -673,7 +673,8 @@ where
             let (round, pod) = (&rounds[k], PodRef::from(&rounds[k].pods[p]));
             let (ctx, evicted) = (self.ctx.clone(), pod.clone());
             let call = async move { within(deadline, ctx.writes.evict(&evicted)).await };
-            sent.extend(self.evictions.send(&round.node, &round.group, pod, call));
+            let lane = rounds[k].pods[p].controller.as_ref().map(|c| format!("{}/{c}", pod.namespace));
+            sent.extend(self.evictions.send((&round.node, &round.group), pod, lane, call));
         }
         if sent.is_empty() {
             return;
