@@ -45,7 +45,6 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                     class: if p == 0 { PodClass::DaemonSet } else { PodClass::Ordinary },
                     opt_out: None,
                     bare: false,
-                    controller: None,
                     grace_seconds: 30,
                 })
                 .collect();
@@ -225,7 +224,6 @@ fn storm() -> Snapshot {
                     class: if p == 0 { PodClass::DaemonSet } else { PodClass::Ordinary },
                     opt_out: None,
                     bare: false,
-                    controller: None,
                     grace_seconds: 30,
                 })
                 .collect();

@@ -31,20 +31,6 @@ pub struct PodToEvict {
     pub name: PodName,
     /// UID.
     pub uid: PodUid,
-    /// Its controller ([`Pod::controller`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub controller: Option<String>,
-}
-
-impl From<&Pod> for PodToEvict {
-    fn from(pod: &Pod) -> Self {
-        PodToEvict {
-            namespace: pod.namespace.clone(),
-            name: pod.name.clone(),
-            uid: pod.uid.clone(),
-            controller: pod.controller.clone(),
-        }
-    }
 }
 
 /// The evictions due on one draining node in this pass: ordinary pods first, critical ones once
@@ -405,7 +391,10 @@ fn held_pods(
         }
         // Only a pod a budget refused is forced; one still waiting out its node's backoff is told.
         let refused = progress.held.get(&pod.uid);
-        let named = HeldPod { pod: PodToEvict::from(*pod), budget: refused.cloned().flatten() };
+        let named = HeldPod {
+            pod: PodToEvict { namespace: pod.namespace.clone(), name: pod.name.clone(), uid: pod.uid.clone() },
+            budget: refused.cloned().flatten(),
+        };
         let due = refused
             .and(force)
             .map(|margin| deadline.minus(margin))
@@ -487,7 +476,7 @@ fn due(
             .iter()
             .filter(|p| !(p.class == PodClass::Critical && hold_critical))
             .filter(|p| !progress.evicted.contains(&p.uid) && !progress.forced.contains(&p.uid))
-            .map(|p| PodToEvict::from(*p)),
+            .map(|p| PodToEvict { namespace: p.namespace.clone(), name: p.name.clone(), uid: p.uid.clone() }),
     );
     let deadline = drain.deadline;
     (!pods.is_empty()).then(|| EvictionRound { node: name.clone(), group: drain.group.clone(), pods, deadline })
@@ -567,12 +556,7 @@ mod tests {
             group: "a".into(),
             pods: pods
                 .iter()
-                .map(|p| PodToEvict {
-                    namespace: "default".into(),
-                    name: (*p).into(),
-                    uid: (*p).into(),
-                    controller: None,
-                })
+                .map(|p| PodToEvict { namespace: "default".into(), name: (*p).into(), uid: (*p).into() })
                 .collect(),
             deadline: deadline.map(|s| Timestamp::from_millis(s * 1_000)),
         };

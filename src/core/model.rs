@@ -306,10 +306,6 @@ pub struct Pod {
     /// No controller owns it: evicted, it is gone for good.
     #[serde(default)]
     pub bare: bool,
-    /// Its controller (`kind/name` of its controller owner reference): one controller's pods
-    /// mostly share one PodDisruptionBudget, whose evictions the API server takes one at a time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub controller: Option<String>,
     /// `spec.terminationGracePeriodSeconds`: how long it may take to stop once evicted. A drain
     /// against a deadline starts early enough to give every pod this much.
     #[serde(default = "Pod::default_grace_seconds")]
@@ -960,7 +956,6 @@ pub mod builders {
                 class: PodClass::Ordinary,
                 opt_out: None,
                 bare: false,
-                controller: None,
                 grace_seconds: Pod::DEFAULT_GRACE_SECONDS,
             }
         }

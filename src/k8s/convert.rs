@@ -244,13 +244,6 @@ pub fn pod_from_kube(pod: &KubePod) -> Result<(Option<NodeName>, Pod), ConvertEr
         None
     };
     let bare = pod.metadata.owner_references.as_ref().is_none_or(Vec::is_empty);
-    let controller = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))
-        .map(|o| format!("{}/{}", o.kind, o.name));
     // A negative grace period is refused by the API server; clamp anything odd rather than fail.
     let grace_seconds = spec
         .and_then(|s| s.termination_grace_period_seconds)
@@ -265,7 +258,6 @@ pub fn pod_from_kube(pod: &KubePod) -> Result<(Option<NodeName>, Pod), ConvertEr
             class,
             opt_out,
             bare,
-            controller,
             grace_seconds,
         },
     ))
@@ -389,7 +381,6 @@ mod tests {
                 {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "x", "uid": "1", "controller": true}]}}));
             let p = pod_from_kube(&p).unwrap().1;
             assert!(!p.bare);
-            assert_eq!(p.controller.as_deref(), Some("ReplicaSet/x"), "its evictions take turns with its siblings'");
             p.opt_out
         };
         assert_eq!(opted(serde_json::json!({DO_NOT_DISRUPT: "true"})), Some(OptOut::DoNotDisrupt));

@@ -647,7 +647,6 @@ impl World {
             class: if w.critical { PodClass::Critical } else { PodClass::Ordinary },
             opt_out: None,
             bare: false,
-            controller: Some(format!("ReplicaSet/{}", w.name)),
             grace_seconds: 30,
         }
     }

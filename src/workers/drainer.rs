@@ -673,8 +673,7 @@ where
             let (round, pod) = (&rounds[k], PodRef::from(&rounds[k].pods[p]));
             let (ctx, evicted) = (self.ctx.clone(), pod.clone());
             let call = async move { within(deadline, ctx.writes.evict(&evicted)).await };
-            let lane = rounds[k].pods[p].controller.as_ref().map(|c| format!("{}/{c}", pod.namespace));
-            sent.extend(self.evictions.send((&round.node, &round.group), pod, lane, call));
+            sent.extend(self.evictions.send(&round.node, &round.group, pod, call));
         }
         if sent.is_empty() {
             return;

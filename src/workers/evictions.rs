@@ -4,10 +4,7 @@
 //! connections) to a server already behind. So each eviction runs as its own task, at most a
 //! bound at once, started in the order sent (nearest deadline first) and ended by its own call
 //! deadline; a pod is never sent twice while its call runs, and each pass folds in the answers
-//! that came since the last. The pods of one controller take turns: they mostly share a
-//! PodDisruptionBudget, and the API server takes one budget's evictions one at a time (two at once
-//! conflict on the budget's status, and the loser is retried half a second later), so a storm's
-//! calls spread over the budgets instead of queueing on a few.
+//! that came since the last.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -33,13 +30,6 @@ struct Sent {
     node: NodeName,
     group: GroupName,
     pod: PodRef,
-    lane: Option<String>,
-}
-
-/// One controller's turn, and how many of its calls are sent and unanswered.
-struct Lane {
-    turn: Arc<Semaphore>,
-    calls: usize,
 }
 
 /// The evictions sent and not yet answered.
@@ -49,7 +39,6 @@ pub(crate) struct EvictionsInFlight {
     /// The UIDs of the pods whose call runs (or waits for its turn).
     pods: HashSet<String>,
     turns: Arc<Semaphore>,
-    lanes: HashMap<String, Lane>,
 }
 
 impl EvictionsInFlight {
@@ -60,7 +49,6 @@ impl EvictionsInFlight {
             sent: HashMap::new(),
             pods: HashSet::new(),
             turns: Arc::new(Semaphore::new(bound.max(1))),
-            lanes: HashMap::new(),
         }
     }
 
@@ -76,38 +64,21 @@ impl EvictionsInFlight {
         self.sent.len()
     }
 
-    /// Sends `call` for `pod` of `node`, once its turn comes (and its `lane`'s, the pod's
-    /// controller, when it has one); returns its task's id, or `None` when the pod's eviction is
-    /// already running.
-    pub(crate) fn send<F>(
-        &mut self,
-        (node, group): (&NodeName, &GroupName),
-        pod: PodRef,
-        lane: Option<String>,
-        call: F,
-    ) -> Option<Id>
+    /// Sends `call` for `pod` of `node`, once its turn comes; returns its task's id, or `None`
+    /// when the pod's eviction is already running.
+    pub(crate) fn send<F>(&mut self, node: &NodeName, group: &GroupName, pod: PodRef, call: F) -> Option<Id>
     where
         F: Future<Output = Result<EvictOutcome, String>> + Send + 'static,
     {
         if !self.pods.insert(pod.uid.clone()) {
             return None;
         }
-        let lane_turn = lane.as_ref().map(|key| {
-            let lane =
-                self.lanes.entry(key.clone()).or_insert_with(|| Lane { turn: Arc::new(Semaphore::new(1)), calls: 0 });
-            lane.calls += 1;
-            lane.turn.clone()
-        });
         let turns = self.turns.clone();
         let handle = self.tasks.spawn(async move {
-            let _lane = match lane_turn {
-                Some(turn) => Some(turn.acquire_owned().await.map_err(|e| e.to_string())?),
-                None => None,
-            };
             let _turn = turns.acquire_owned().await.map_err(|e| e.to_string())?;
             call.await
         });
-        self.sent.insert(handle.id(), Sent { node: node.clone(), group: group.clone(), pod, lane });
+        self.sent.insert(handle.id(), Sent { node: node.clone(), group: group.clone(), pod });
         Some(handle.id())
     }
 
@@ -149,7 +120,6 @@ impl EvictionsInFlight {
         self.tasks.detach_all();
         self.sent.clear();
         self.pods.clear();
-        self.lanes.clear();
     }
 
     /// A joined task as an answer; a task that panicked answers as a failed call.
@@ -163,14 +133,6 @@ impl EvictionsInFlight {
         };
         let sent = self.sent.remove(&id)?;
         self.pods.remove(&sent.pod.uid);
-        if let Some(key) = &sent.lane {
-            if self.lanes.get_mut(key).is_some_and(|l| {
-                l.calls = l.calls.saturating_sub(1);
-                l.calls == 0
-            }) {
-                self.lanes.remove(key);
-            }
-        }
         Some((id, EvictionAnswer { node: sent.node, group: sent.group, pod: sent.pod, outcome }))
     }
 }
@@ -194,18 +156,14 @@ mod tests {
     async fn a_slow_call_is_neither_waited_for_past_the_pass_nor_sent_twice_and_its_answer_comes_later() {
         let mut calls = EvictionsInFlight::new(8);
         let (node, group) = (NodeName::from("n1"), GroupName::from("a"));
-        let fast = calls.send((&node, &group), pod("p1"), None, after(0, Ok(EvictOutcome::Evicted))).unwrap();
-        let slow = calls.send((&node, &group), pod("p2"), None, after(5, Ok(EvictOutcome::Gone))).unwrap();
+        let fast = calls.send(&node, &group, pod("p1"), after(0, Ok(EvictOutcome::Evicted))).unwrap();
+        let slow = calls.send(&node, &group, pod("p2"), after(5, Ok(EvictOutcome::Gone))).unwrap();
         let start = tokio::time::Instant::now();
         let answers = calls.answered_by([fast, slow].into(), start + Duration::from_secs(1)).await;
         assert_eq!(start.elapsed(), Duration::from_secs(1));
         assert_eq!(answers.iter().map(|a| a.pod.uid.as_str()).collect::<Vec<_>>(), ["p1"]);
         assert!(calls.running(&pod("p2")));
-        assert_eq!(
-            calls.send((&node, &group), pod("p2"), None, after(0, Ok(EvictOutcome::Evicted))),
-            None,
-            "never twice"
-        );
+        assert_eq!(calls.send(&node, &group, pod("p2"), after(0, Ok(EvictOutcome::Evicted))), None, "never twice");
 
         tokio::time::advance(Duration::from_secs(4)).await;
         tokio::task::yield_now().await;
@@ -220,9 +178,7 @@ mod tests {
         let mut calls = EvictionsInFlight::new(2);
         let (node, group) = (NodeName::from("n1"), GroupName::from("a"));
         let ids: HashSet<Id> = (0..5)
-            .filter_map(|k| {
-                calls.send((&node, &group), pod(&format!("p{k}")), None, after(1, Ok(EvictOutcome::Evicted)))
-            })
+            .filter_map(|k| calls.send(&node, &group, pod(&format!("p{k}")), after(1, Ok(EvictOutcome::Evicted))))
             .collect();
         let start = tokio::time::Instant::now();
         let first = calls.answered_by(ids.clone(), start + Duration::from_millis(1_500)).await;
@@ -235,35 +191,12 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn one_controller_s_pods_take_turns_while_other_controllers_go_at_once() {
-        let mut calls = EvictionsInFlight::new(8);
-        let (node, group) = (NodeName::from("n1"), GroupName::from("a"));
-        let web = || Some("default/ReplicaSet/web".to_string());
-        let ids: HashSet<Id> =
-            [("w1", web()), ("w2", web()), ("w3", web()), ("d1", Some("default/ReplicaSet/db".into()))]
-                .into_iter()
-                .filter_map(|(uid, lane)| {
-                    calls.send((&node, &group), pod(uid), lane, after(1, Ok(EvictOutcome::Evicted)))
-                })
-                .collect();
-        let start = tokio::time::Instant::now();
-        let first = calls.answered_by(ids.clone(), start + Duration::from_millis(1_500)).await;
-        let mut uids: Vec<String> = first.iter().map(|a| a.pod.uid.clone()).collect();
-        uids.sort();
-        assert_eq!(uids, ["d1", "w1"], "one web pod at a time, the db pod beside it");
-        let rest = calls.answered_by(ids, start + Duration::from_secs(10)).await;
-        assert_eq!(rest.iter().map(|a| a.pod.uid.as_str()).collect::<Vec<_>>(), ["w2", "w3"]);
-        assert_eq!(start.elapsed(), Duration::from_secs(3));
-        assert!(calls.lanes.is_empty(), "a lane goes with its last call");
-    }
-
-    #[tokio::test(start_paused = true)]
     async fn a_call_whose_task_panicked_answers_as_failed_and_may_be_sent_again() {
         let mut calls = EvictionsInFlight::new(2);
         let (node, group) = (NodeName::from("n1"), GroupName::from("a"));
-        let id = calls.send((&node, &group), pod("p1"), None, async { panic!("a bug in the call") }).unwrap();
+        let id = calls.send(&node, &group, pod("p1"), async { panic!("a bug in the call") }).unwrap();
         let answers = calls.answered_by([id].into(), tokio::time::Instant::now() + Duration::from_secs(1)).await;
         assert!(matches!(&answers[..], [a] if a.outcome.as_ref().is_err_and(|e| e.contains("task ended"))));
-        assert!(calls.send((&node, &group), pod("p1"), None, after(0, Ok(EvictOutcome::Evicted))).is_some());
+        assert!(calls.send(&node, &group, pod("p1"), after(0, Ok(EvictOutcome::Evicted))).is_some());
     }
 }

@@ -287,12 +287,7 @@ mod tests {
             node: node.clone(),
             group: group.clone(),
             held: HeldPod {
-                pod: crate::core::PodToEvict {
-                    namespace: "shop".into(),
-                    name: "web-0".into(),
-                    uid: "u".into(),
-                    controller: None,
-                },
+                pod: crate::core::PodToEvict { namespace: "shop".into(), name: "web-0".into(), uid: "u".into() },
                 budget: Some("web".into()),
             },
             grace_seconds: 5,
