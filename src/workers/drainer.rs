@@ -337,7 +337,8 @@ where
         self.protect_replacements(&plan).await;
         self.end_timed_out(&plan.drains, &snapshot, now, &mut report).await;
         let starting = began.elapsed();
-        for node in self.start_batches(&plan.drains, &snapshot, &mut report).await {
+        let (not_started, started_tells) = self.start_batches(&plan.drains, &snapshot, &mut report).await;
+        for node in not_started {
             plan.withdraw(&node);
         }
         let started = began.elapsed();
@@ -349,7 +350,10 @@ where
         }
         self.tell_held_at_deadline(&plan.held_at_deadline).await;
         self.delete_at_deadline(plan.force, now).await;
-        self.evict(plan.evictions, now, &mut report).await;
+        // The drains' first evictions go out with their Events, not after them: a storm's
+        // hundreds of Events would otherwise hold its first evictions back.
+        let events = ctx.clone();
+        tokio::join!(self.evict(plan.evictions, now, &mut report), super::publish_all(&events.events, started_tells));
         self.read_live_pods(&plan.verify).await;
         self.give_back_joining(&plan.drains.give_back_joining, &snapshot).await;
         self.terminate_drained(&mut report).await?;
@@ -495,11 +499,17 @@ where
         self.publish(NodeEvent::give_back_stopped(node, group, reclaimed, &why)).await;
     }
 
-    /// Starts the planned batches: cordons where needed and tells. Returns the targets it could
-    /// not start (their cordon failed: the gate fails it once the lease is gone).
-    /// Every node's cordon is one call with a deadline, all at once (within the in-flight bound):
-    /// a storm's drains start together, not one round trip after another.
-    async fn start_batches(&self, plan: &BatchPlan, snapshot: &Snapshot, report: &mut DrainReport) -> Vec<NodeName> {
+    /// Starts the planned batches: cordons where needed. Returns the targets it could not start
+    /// (their cordon failed: the gate fails it once the lease is gone), and the Events of those
+    /// that did, published as their first evictions go. Every node's cordon is one call with a
+    /// deadline, all at once (within the in-flight bound): a storm's drains start together, not
+    /// one round trip after another.
+    async fn start_batches(
+        &self,
+        plan: &BatchPlan,
+        snapshot: &Snapshot,
+        report: &mut DrainReport,
+    ) -> (Vec<NodeName>, Vec<NodeEvent>) {
         let writes = &self.ctx.writes;
         let deadline = self.settings.eviction_call_timeout;
         let mut cordons = Vec::new();
@@ -534,8 +544,7 @@ where
             self.ctx.metrics.drainer.drain(group.as_str(), outcome, None);
             report.started.push(target.node.clone());
         }
-        super::publish_all(&self.ctx.events, tells).await;
-        not_started
+        (not_started, tells)
     }
 
     /// Cordons nodes with a confirmed notice that wait for their replacements: nothing new lands
