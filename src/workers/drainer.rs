@@ -352,8 +352,7 @@ where
         self.delete_at_deadline(plan.force, now).await;
         // The drains' first evictions go out with their Events, not after them: a storm's
         // hundreds of Events would otherwise hold its first evictions back.
-        let events = ctx.clone();
-        tokio::join!(self.evict(plan.evictions, now, &mut report), super::publish_all(&events.events, started_tells));
+        tokio::join!(self.evict(plan.evictions, now, &mut report), super::publish_all(&ctx.events, started_tells));
         self.read_live_pods(&plan.verify).await;
         self.give_back_joining(&plan.drains.give_back_joining, &snapshot).await;
         self.terminate_drained(&mut report).await?;
