@@ -55,8 +55,7 @@ struct Seen {
     bound: BTreeMap<String, Instant>,
     /// Pods still on a node when its instance went, with the node.
     killed: Vec<String>,
-    /// Per noticed node: the pods it held at the notice, and when it held none.
-    held: BTreeMap<String, usize>,
+    /// Per noticed node: when it held no pod.
     emptied: BTreeMap<String, Instant>,
     /// Noticed nodes seen out of load balancers while they still had their instance.
     excluded: BTreeSet<String>,
@@ -309,18 +308,6 @@ impl Storm {
             ids.sort();
             chosen.extend(ids.into_iter().take(per_group));
         }
-        let per_node: BTreeMap<String, usize> = {
-            let mut counts = BTreeMap::new();
-            for (_, ns) in &self.groups {
-                let pods: Api<Pod> = Api::namespaced(self.kube.clone(), ns);
-                for p in pods.list(&ListParams::default()).await.unwrap().items {
-                    if let Some(n) = p.spec.and_then(|s| s.node_name) {
-                        *counts.entry(n).or_default() += 1;
-                    }
-                }
-            }
-            counts
-        };
         let sent = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
         let taken_at = Instant::now() + NOTICE;
         self.marked.lock().unwrap().extend(chosen.iter().cloned());
@@ -331,10 +318,8 @@ impl Storm {
             async move { nodes.patch(&node, &PatchParams::default(), &Patch::Merge(patch)).await.unwrap() }
         });
         futures::future::join_all(patches).await;
-        let mut seen = self.seen.lock().unwrap();
         for id in chosen {
             let node = self.node_name(&id);
-            seen.held.insert(node.clone(), per_node.get(&node).copied().unwrap_or(0));
             self.noticed.insert(id, (node, taken_at));
         }
     }
