@@ -677,6 +677,7 @@ where
     async fn evict(&mut self, rounds: Vec<EvictionRound>, now: Timestamp, report: &mut DrainReport) {
         let deadline = self.settings.eviction_call_timeout;
         let mut sent = HashSet::new();
+        self.evictions.new_sequence();
         for (k, p) in eviction_sequence(&rounds) {
             let (round, pod) = (&rounds[k], PodRef::from(&rounds[k].pods[p]));
             let (ctx, evicted) = (self.ctx.clone(), pod.clone());

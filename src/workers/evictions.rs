@@ -2,15 +2,20 @@
 //! server answering slowly; a pass that waited for them all would hold back the next drains and
 //! deadlines, and one that dropped the unanswered calls would send them again (with new
 //! connections) to a server already behind. So each eviction runs as its own task, at most a
-//! bound at once, started in the order sent (nearest deadline first) and ended by its own call
-//! deadline; a pod is never sent twice while its call runs, and each pass folds in the answers
-//! that came since the last.
+//! bound at once, and ended by its own call deadline; a pod is never sent twice while its call
+//! runs, and each pass folds in the answers that came since the last.
+//!
+//! A freed turn goes to the waiting call placed first by the latest pass's sequence, not to the
+//! one that waited longest: drains that start a pass later (the rest of a storm's notices) get
+//! their nodes' first pods out before the earlier nodes' last ones, instead of queueing behind
+//! every eviction the first pass sent.
 
-use std::collections::{HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use tokio::sync::Semaphore;
+use tokio::sync::oneshot;
 use tokio::task::{Id, JoinSet};
 
 use crate::core::{GroupName, NodeName};
@@ -38,7 +43,10 @@ pub(crate) struct EvictionsInFlight {
     sent: HashMap<Id, Sent>,
     /// The UIDs of the pods whose call runs (or waits for its turn).
     pods: HashSet<String>,
-    turns: Arc<Semaphore>,
+    turns: Arc<Turns>,
+    /// The pass whose sequence places the calls sent now, and the next call's place in it.
+    pass: u64,
+    position: usize,
 }
 
 impl EvictionsInFlight {
@@ -48,8 +56,17 @@ impl EvictionsInFlight {
             tasks: JoinSet::new(),
             sent: HashMap::new(),
             pods: HashSet::new(),
-            turns: Arc::new(Semaphore::new(bound.max(1))),
+            turns: Arc::new(Turns::new(bound.max(1))),
+            pass: 0,
+            position: 0,
         }
+    }
+
+    /// Starts a pass's sequence: the calls sent from now on, and those still waiting that it
+    /// sends again, take their turns before every call an earlier pass placed, in the order sent.
+    pub(crate) fn new_sequence(&mut self) {
+        self.pass += 1;
+        self.position = 0;
     }
 
     /// Whether `pod`'s eviction was sent and is not answered yet.
@@ -65,17 +82,23 @@ impl EvictionsInFlight {
     }
 
     /// Sends `call` for `pod` of `node`, once its turn comes; returns its task's id, or `None`
-    /// when the pod's eviction is already running.
+    /// when the pod's eviction is already sent (a call still waiting takes its new place).
     pub(crate) fn send<F>(&mut self, node: &NodeName, group: &GroupName, pod: PodRef, call: F) -> Option<Id>
     where
         F: Future<Output = Result<EvictOutcome, String>> + Send + 'static,
     {
+        let place = Place { pass: Reverse(self.pass), position: self.position };
+        self.position += 1;
         if !self.pods.insert(pod.uid.clone()) {
+            self.turns.move_to(&pod.uid, place);
             return None;
         }
-        let turns = self.turns.clone();
+        let ticket = self.turns.take(&pod.uid, place);
         let handle = self.tasks.spawn(async move {
-            let _turn = turns.acquire_owned().await.map_err(|e| e.to_string())?;
+            let _turn = match ticket {
+                Ticket::Now(turn) => turn,
+                Ticket::Wait(next) => next.await.map_err(|_| "its turn never came".to_string())?,
+            };
             call.await
         });
         self.sent.insert(handle.id(), Sent { node: node.clone(), group: group.clone(), pod });
@@ -118,6 +141,7 @@ impl EvictionsInFlight {
     pub(crate) fn abort_all(&mut self) {
         self.tasks.abort_all();
         self.tasks.detach_all();
+        self.turns.forget_waiting();
         self.sent.clear();
         self.pods.clear();
     }
@@ -134,6 +158,97 @@ impl EvictionsInFlight {
         let sent = self.sent.remove(&id)?;
         self.pods.remove(&sent.pod.uid);
         Some((id, EvictionAnswer { node: sent.node, group: sent.group, pod: sent.pod, outcome }))
+    }
+}
+
+/// A waiting call's place: the latest pass first, then the order that pass sent in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Place {
+    pass: Reverse<u64>,
+    position: usize,
+}
+
+/// The turns to call, handed out by place rather than by arrival.
+struct Turns {
+    state: Mutex<TurnsState>,
+}
+
+struct TurnsState {
+    free: usize,
+    waiting: BTreeMap<Place, (String, oneshot::Sender<Turn>)>,
+    /// Each waiting pod's place, by UID.
+    places: HashMap<String, Place>,
+}
+
+/// A call's turn: given to the best-placed waiting call (or freed) when dropped, however its
+/// task ends.
+struct Turn {
+    turns: Option<Arc<Turns>>,
+}
+
+/// A turn at once, or one to wait for.
+enum Ticket {
+    Now(Turn),
+    Wait(oneshot::Receiver<Turn>),
+}
+
+impl Turns {
+    fn new(bound: usize) -> Self {
+        Turns { state: Mutex::new(TurnsState { free: bound, waiting: BTreeMap::new(), places: HashMap::new() }) }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, TurnsState> {
+        // Nothing panics while holding it; a poisoned lock's state is still whole.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn take(self: &Arc<Self>, uid: &str, place: Place) -> Ticket {
+        let mut state = self.state();
+        if state.free > 0 {
+            state.free -= 1;
+            return Ticket::Now(Turn { turns: Some(self.clone()) });
+        }
+        let (tx, rx) = oneshot::channel();
+        state.waiting.insert(place, (uid.to_owned(), tx));
+        state.places.insert(uid.to_owned(), place);
+        Ticket::Wait(rx)
+    }
+
+    fn move_to(&self, uid: &str, place: Place) {
+        let mut state = self.state();
+        let Some(old) = state.places.insert(uid.to_owned(), place) else {
+            return;
+        };
+        if let Some(waiter) = state.waiting.remove(&old) {
+            state.waiting.insert(place, waiter);
+        }
+    }
+
+    fn give_back(self: &Arc<Self>) {
+        let mut state = self.state();
+        while let Some((_, (uid, next))) = state.waiting.pop_first() {
+            state.places.remove(&uid);
+            match next.send(Turn { turns: Some(self.clone()) }) {
+                Ok(()) => return,
+                // Its task was aborted: the turn goes on to the next, not back through this lock.
+                Err(mut unused) => drop(unused.turns.take()),
+            }
+        }
+        state.free += 1;
+    }
+
+    fn forget_waiting(&self) {
+        let mut state = self.state();
+        state.waiting.clear();
+        state.places.clear();
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if let Some(turns) = self.turns.take() {
+            turns.give_back();
+        }
     }
 }
 
@@ -188,6 +303,41 @@ mod tests {
         let rest = calls.answered_by(ids, start + Duration::from_secs(10)).await;
         assert_eq!(rest.len(), 3);
         assert_eq!(start.elapsed(), Duration::from_secs(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_freed_turn_goes_to_the_latest_pass_s_first_call_not_to_the_longest_waiting() {
+        let mut calls = EvictionsInFlight::new(1);
+        let (node, group) = (NodeName::from("n1"), GroupName::from("a"));
+        let send = |calls: &mut EvictionsInFlight, uid: &str| {
+            calls.send(&node, &group, pod(uid), after(1, Ok(EvictOutcome::Evicted)))
+        };
+        calls.new_sequence();
+        let mut ids: HashSet<Id> = ["p0", "p1", "p2"].iter().filter_map(|u| send(&mut calls, u)).collect();
+        calls.new_sequence();
+        ids.extend(send(&mut calls, "p3"));
+        assert_eq!(send(&mut calls, "p2"), None, "still waiting: placed again, not sent twice");
+        let start = tokio::time::Instant::now();
+        let mut order = Vec::new();
+        for second in 1..=4 {
+            let answers = calls.answered_by(ids.clone(), start + Duration::from_millis(second * 1_000 + 500)).await;
+            order.extend(answers.into_iter().map(|a| a.pod.uid));
+        }
+        assert_eq!(order, ["p0", "p3", "p2", "p1"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_aborted_waiting_call_passes_its_turn_on() {
+        let mut calls = EvictionsInFlight::new(1);
+        let (node, group) = (NodeName::from("n1"), GroupName::from("a"));
+        calls.send(&node, &group, pod("p0"), after(1, Ok(EvictOutcome::Evicted)));
+        calls.send(&node, &group, pod("p1"), after(1, Ok(EvictOutcome::Evicted)));
+        calls.abort_all();
+        let id = calls.send(&node, &group, pod("p2"), after(1, Ok(EvictOutcome::Evicted))).unwrap();
+        let start = tokio::time::Instant::now();
+        let answers = calls.answered_by([id].into(), start + Duration::from_secs(5)).await;
+        assert_eq!(answers.iter().map(|a| a.pod.uid.as_str()).collect::<Vec<_>>(), ["p2"]);
+        assert_eq!(start.elapsed(), Duration::from_secs(1), "the aborted calls' turns came back at once");
     }
 
     #[tokio::test(start_paused = true)]
