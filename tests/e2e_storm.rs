@@ -346,12 +346,14 @@ async fn all_of<F: std::future::Future<Output = ()>>(calls: impl Iterator<Item =
     futures::stream::iter(calls).buffer_unordered(8).collect::<Vec<()>>().await;
 }
 
-/// When the first pod of each node went (evicted or deleted), as the API server's watch tells it
-/// the moment it happens, not at the test's next round.
-fn watch_first_out(kube: &Client) -> Arc<Mutex<BTreeMap<String, Instant>>> {
+/// When the first pod of each node went (evicted or deleted), by the API server's own clock: its
+/// deletion timestamp less its grace period, rounded up to the next second (the timestamp is kept
+/// to the second). The watch's delivery lags on a loaded 2-core machine, so its arrival is not
+/// the eviction's time; a pod gone without a deletion timestamp counts when the watch tells it.
+fn watch_first_out(kube: &Client) -> Arc<Mutex<BTreeMap<String, jiff::Timestamp>>> {
     use futures::StreamExt;
     use kube::runtime::watcher;
-    let first_out: Arc<Mutex<BTreeMap<String, Instant>>> = Arc::default();
+    let first_out: Arc<Mutex<BTreeMap<String, jiff::Timestamp>>> = Arc::default();
     let (pods, seen) = (Api::<Pod>::all(kube.clone()), first_out.clone());
     tokio::spawn(async move {
         let mut events = watcher(pods, watcher::Config::default().labels("app=web")).boxed();
@@ -361,8 +363,14 @@ fn watch_first_out(kube: &Client) -> Arc<Mutex<BTreeMap<String, Instant>>> {
                 Ok(watcher::Event::Delete(p)) => p,
                 _ => continue,
             };
+            let out = match (&pod.metadata.deletion_timestamp, pod.metadata.deletion_grace_period_seconds) {
+                (Some(at), grace) => at.0 - jiff::SignedDuration::from_secs(grace.unwrap_or(0) - 1),
+                (None, _) => jiff::Timestamp::now(),
+            };
             if let Some(node) = pod.spec.and_then(|s| s.node_name) {
-                seen.lock().unwrap().entry(node).or_insert_with(Instant::now);
+                let mut seen = seen.lock().unwrap();
+                let first = seen.entry(node).or_insert(out);
+                *first = (*first).min(out);
             }
         }
     });
@@ -531,7 +539,7 @@ async fn storm(shape: Shape) {
             .values()
             .map(|(node, _)| {
                 let first = first_out.lock().unwrap().get(node).copied();
-                first.map_or(f64::INFINITY, |at| at.saturating_duration_since(noticed).as_secs_f64())
+                first.map_or(f64::INFINITY, |at| at.duration_since(noticed_wall).as_secs_f64().max(0.0))
             })
             .collect();
         let emptied =

@@ -43,6 +43,10 @@ pub struct EvictionRound {
     pub group: GroupName,
     /// The pods, in eviction order.
     pub pods: Vec<PodToEvict>,
+    /// How many of the drain's pods are already evicted or deleted: `pods[0]` is the node's pod
+    /// of that rank in its whole drain, which is how its turn compares with other nodes' pods.
+    #[serde(default)]
+    pub gone: usize,
     /// When the node's instance goes, for a drain against a notice: rounds are sent nearest
     /// deadline first, across nodes and groups.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -185,10 +189,12 @@ const ONE_WAVE: Duration = Duration::from_secs(10);
 
 /// The order in which to send `rounds`' evictions, as (round, pod) indexes: nearest deadline
 /// first, and within a wave of nodes whose deadlines fall within [`ONE_WAVE`] of its first, every
-/// node's first pod, then every node's second, and so on. A node's pods mostly belong to the same
-/// few apps, and the API server takes the evictions of one PodDisruptionBudget one at a time (a
-/// conflict on the budget's status is retried half a second later): sent node by node, a storm's
-/// calls would queue on a few budgets while the others wait.
+/// node's first pod, then every node's second, and so on, counted over the whole drain (a node
+/// with pods already gone waits for the others to catch up). A node's pods mostly belong to the
+/// same few apps, and the API server takes the evictions of one PodDisruptionBudget one at a time
+/// (a conflict on the budget's status is retried half a second later): sent node by node, a
+/// storm's calls would queue on a few budgets while the others wait; and a node whose first pod
+/// has not gone must not wait behind another's tenth.
 pub fn eviction_sequence(rounds: &[EvictionRound]) -> Vec<(usize, usize)> {
     let mut order: Vec<usize> = (0..rounds.len()).collect();
     // No deadline (a voluntary drain) goes after every deadline.
@@ -205,10 +211,13 @@ pub fn eviction_sequence(rounds: &[EvictionRound]) -> Vec<(usize, usize)> {
             })
             .count();
         let (wave, later) = rest.split_at(wave_len);
-        let deepest = wave.iter().map(|k| rounds[*k].pods.len()).max().unwrap_or(0);
-        for rank in 0..deepest {
-            sequence.extend(wave.iter().filter(|k| rank < rounds[**k].pods.len()).map(|k| (*k, rank)));
-        }
+        let mut ranked: Vec<(usize, usize, usize)> = wave
+            .iter()
+            .enumerate()
+            .flat_map(|(at, k)| (0..rounds[*k].pods.len()).map(move |p| (rounds[*k].gone + p, at, p)))
+            .collect();
+        ranked.sort_unstable();
+        sequence.extend(ranked.into_iter().map(|(_, at, p)| (wave[at], p)));
         rest = later;
     }
     sequence
@@ -478,8 +487,8 @@ fn due(
             .filter(|p| !progress.evicted.contains(&p.uid) && !progress.forced.contains(&p.uid))
             .map(|p| PodToEvict { namespace: p.namespace.clone(), name: p.name.clone(), uid: p.uid.clone() }),
     );
-    let deadline = drain.deadline;
-    (!pods.is_empty()).then(|| EvictionRound { node: name.clone(), group: drain.group.clone(), pods, deadline })
+    let (deadline, gone) = (drain.deadline, progress.evicted.len() + progress.forced.len());
+    (!pods.is_empty()).then(|| EvictionRound { node: name.clone(), group: drain.group.clone(), pods, gone, deadline })
 }
 
 impl DrainingPlan {
@@ -551,24 +560,40 @@ mod tests {
 
     #[test]
     fn a_wave_s_evictions_take_one_pod_of_every_node_before_any_node_s_second() {
-        let round = |node: &str, pods: &[&str], deadline: Option<i64>| EvictionRound {
+        let rounds = vec![
+            eviction_round("voluntary", &["d1", "d2"], None),
+            eviction_round("later", &["c1"], Some(200)),
+            eviction_round("n2", &["b1", "b2"], Some(105)),
+            eviction_round("n1", &["a1", "a2", "a3"], Some(100)),
+        ];
+        let sent: Vec<&str> =
+            eviction_sequence(&rounds).into_iter().map(|(k, p)| rounds[k].pods[p].name.as_str()).collect();
+        assert_eq!(sent, ["a1", "b1", "a2", "b2", "a3", "c1", "d1", "d2"]);
+    }
+
+    #[test]
+    fn a_node_whose_first_pods_went_waits_for_the_wave_s_first_pods() {
+        let rounds = vec![
+            EvictionRound { gone: 2, ..eviction_round("n1", &["a3", "a4"], Some(100)) },
+            eviction_round("n2", &["b1", "b2"], Some(100)),
+            EvictionRound { gone: 1, ..eviction_round("n3", &["c2", "c3"], Some(101)) },
+        ];
+        let sent: Vec<&str> =
+            eviction_sequence(&rounds).into_iter().map(|(k, p)| rounds[k].pods[p].name.as_str()).collect();
+        assert_eq!(sent, ["b1", "b2", "c2", "a3", "c3", "a4"]);
+    }
+
+    fn eviction_round(node: &str, pods: &[&str], deadline: Option<i64>) -> EvictionRound {
+        EvictionRound {
             node: node.into(),
             group: "a".into(),
             pods: pods
                 .iter()
                 .map(|p| PodToEvict { namespace: "default".into(), name: (*p).into(), uid: (*p).into() })
                 .collect(),
+            gone: 0,
             deadline: deadline.map(|s| Timestamp::from_millis(s * 1_000)),
-        };
-        let rounds = vec![
-            round("voluntary", &["d1", "d2"], None),
-            round("later", &["c1"], Some(200)),
-            round("n2", &["b1", "b2"], Some(105)),
-            round("n1", &["a1", "a2", "a3"], Some(100)),
-        ];
-        let sent: Vec<&str> =
-            eviction_sequence(&rounds).into_iter().map(|(k, p)| rounds[k].pods[p].name.as_str()).collect();
-        assert_eq!(sent, ["a1", "b1", "a2", "b2", "a3", "c1", "d1", "d2"]);
+        }
     }
 
     /// Group `a`: n1 at risk, cordoned, boosted by one node at 10 s, whose replacement r1 is Ready.

@@ -678,12 +678,23 @@ where
         let deadline = self.settings.eviction_call_timeout;
         let mut sent = HashSet::new();
         self.evictions.new_sequence();
-        for (k, p) in eviction_sequence(&rounds) {
-            let (round, pod) = (&rounds[k], PodRef::from(&rounds[k].pods[p]));
+        let sequence = eviction_sequence(&rounds);
+        let first: Vec<String> = sequence.iter().take(3).map(|(k, p)| format!("{}#{p}", rounds[*k].node)).collect();
+        for (k, p) in &sequence {
+            let (round, pod) = (&rounds[*k], PodRef::from(&rounds[*k].pods[*p]));
             let (ctx, evicted) = (self.ctx.clone(), pod.clone());
             let call = async move { within(deadline, ctx.writes.evict(&evicted)).await };
             sent.extend(self.evictions.send(&round.node, &round.group, pod, call));
         }
+        let deadlines: BTreeSet<_> = rounds.iter().map(|r| r.deadline).collect();
+        debug!(
+            rounds = rounds.len(),
+            pods = sequence.len(),
+            new = sent.len(),
+            deadlines = deadlines.len(),
+            ?first,
+            "evictions sequenced"
+        );
         if sent.is_empty() {
             return;
         }

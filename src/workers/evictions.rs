@@ -94,12 +94,19 @@ impl EvictionsInFlight {
             return None;
         }
         let ticket = self.turns.take(&pod.uid, place);
+        let (uid, on) = (pod.uid.clone(), node.clone());
         let handle = self.tasks.spawn(async move {
+            let sent = tokio::time::Instant::now();
             let _turn = match ticket {
                 Ticket::Now(turn) => turn,
                 Ticket::Wait(next) => next.await.map_err(|_| "its turn never came".to_string())?,
             };
-            call.await
+            let turn_came = sent.elapsed();
+            let outcome = call.await;
+            let waited_ms = turn_came.as_millis();
+            let call_ms = sent.elapsed().saturating_sub(turn_came).as_millis();
+            tracing::debug!(node = %on, pod = uid, waited_ms, call_ms, ?outcome, "eviction answered");
+            outcome
         });
         self.sent.insert(handle.id(), Sent { node: node.clone(), group: group.clone(), pod });
         Some(handle.id())
@@ -214,9 +221,10 @@ impl Turns {
         Ticket::Wait(rx)
     }
 
+    /// Places `uid`'s call again, if it still waits for its turn.
     fn move_to(&self, uid: &str, place: Place) {
         let mut state = self.state();
-        let Some(old) = state.places.insert(uid.to_owned(), place) else {
+        let Some(old) = state.places.get_mut(uid).map(|at| std::mem::replace(at, place)) else {
             return;
         };
         if let Some(waiter) = state.waiting.remove(&old) {
