@@ -2,7 +2,9 @@
 //! answer, where moto cannot play AWS: it launches every instance and reports no scaling
 //! activity, so a pool that runs dry has to be answered here (`DescribeScalingActivities` with a
 //! failed launch worded as Auto Scaling words it, a `SetDesiredCapacity` that launches nothing).
-//! Everything else goes to moto, one request per upstream connection.
+//! Everything else goes to moto, one request per upstream connection. Requests that change a
+//! group's desired capacity go to moto one at a time: moto reads, changes and writes it back
+//! without a lock, so two decrements at once lose one, where Auto Scaling applies both.
 
 #![allow(dead_code)]
 
@@ -39,11 +41,23 @@ pub async fn intercepting_proxy(upstream: &str, hook: Hook) -> String {
     address
 }
 
+/// The Auto Scaling actions that read and write a group's desired capacity in moto.
+const DESIRED_WRITES: [&str; 4] =
+    ["TerminateInstanceInAutoScalingGroup", "SetDesiredCapacity", "UpdateAutoScalingGroup", "DetachInstances"];
+
+static DESIRED_WRITE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn serve(mut client: TcpStream, upstream: String, hook: Hook) {
     let mut pending = Vec::new();
     while let Some((head, body)) = read_request(&mut client, &mut pending).await {
-        let response = match hook(&form(&body)) {
+        let form = form(&body);
+        let writes_desired = form.get("Action").is_some_and(|a| DESIRED_WRITES.contains(&a.as_str()));
+        let response = match hook(&form) {
             Answer::Reply(xml) => ok(&xml),
+            Answer::Forward if writes_desired => {
+                let _one_at_a_time = DESIRED_WRITE.lock().await;
+                forward(&upstream, &head, &body).await
+            }
             Answer::Forward => forward(&upstream, &head, &body).await,
             Answer::Edit(edit) => {
                 let answered = forward(&upstream, &head, &body).await;
