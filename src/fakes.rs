@@ -115,6 +115,8 @@ struct FakeWritesState {
     unwatched: BTreeMap<NodeName, Vec<Pod>>,
     /// Pods (by UID) whose eviction call never answers, as with a stalled API server.
     stalled: BTreeSet<String>,
+    /// Nodes whose cordon call hangs without an answer.
+    stalled_cordons: BTreeSet<NodeName>,
 }
 
 /// Cluster writes applied to an [`InMemoryCluster`]: cordon marks the node, an accepted eviction
@@ -159,6 +161,11 @@ impl FakeClusterWrites {
     /// Makes every eviction fail with a server error (or succeed again).
     pub fn fail_evictions(&self, fail: bool) {
         lock(&self.state).fail_evictions = fail;
+    }
+
+    /// Makes the node's cordon call hang without an answer.
+    pub fn stall_cordon(&self, node: &str) {
+        lock(&self.state).stalled_cordons.insert(NodeName::from(node));
     }
 
     /// Makes every cordon fail with a server error (or succeed again).
@@ -215,11 +222,14 @@ impl ClusterWrites for FakeClusterWrites {
     }
 
     async fn cordon(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
-        let fail = {
+        let (fail, stalled) = {
             let mut st = lock(&self.state);
             st.calls.push(ClusterCall::Cordon(node.clone()));
-            st.fail_cordons
+            (st.fail_cordons, st.stalled_cordons.contains(node))
         };
+        if stalled {
+            return std::future::pending().await;
+        }
         if fail {
             return Err(ClusterWriteError::Cordon { node: node.clone(), source: "500 Internal Server Error".into() });
         }

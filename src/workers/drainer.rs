@@ -38,6 +38,7 @@ use crate::ports::{
     LedgerStore, NodeEvent, PodRef, TagFilter, TerminateOutcome, AZ_REBALANCE_SUSPENDED_TAG,
 };
 use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
+use tokio::task::Id;
 
 /// How long a pass woken by a new signal waits for the rest of its burst: NTH taints a storm's
 /// nodes over a second or so, and each pass reads the whole cluster.
@@ -168,6 +169,59 @@ async fn cordon_within<'t, W: ClusterWrites>(
 ) -> (&'t GroupName, &'t DrainTarget, Result<(), String>) {
     let outcome = within(deadline, writes.cordon(&target.node)).await;
     (group, target, outcome)
+}
+
+/// A pass's evictions in the core's order (nearest deadline first, one pod of every node of a
+/// wave at a time: [`eviction_sequence`]), sent node by node as each node's drain may go on. One
+/// node's refused or slow pod never holds another back: every eviction is one call with a
+/// deadline, running beside the passes (see [`EvictionsInFlight`]), and a pod whose call still
+/// runs is not sent again.
+struct Sequenced {
+    rounds: Vec<EvictionRound>,
+    /// Each node's pods as (place in the sequence, round, pod).
+    places: BTreeMap<NodeName, Vec<(usize, usize, usize)>>,
+    /// The calls sent.
+    sent: HashSet<Id>,
+}
+
+impl Sequenced {
+    fn new(rounds: Vec<EvictionRound>) -> Self {
+        let sequence = eviction_sequence(&rounds);
+        let mut places: BTreeMap<NodeName, Vec<(usize, usize, usize)>> = BTreeMap::new();
+        for (place, (k, p)) in sequence.iter().enumerate() {
+            places.entry(rounds[*k].node.clone()).or_default().push((place, *k, *p));
+        }
+        let first: Vec<String> = sequence.iter().take(3).map(|(k, p)| format!("{}#{p}", rounds[*k].node)).collect();
+        debug!(rounds = rounds.len(), pods = sequence.len(), ?first, "evictions sequenced");
+        Sequenced { rounds, places, sent: HashSet::new() }
+    }
+
+    /// The nodes with evictions due.
+    fn nodes(&self) -> impl Iterator<Item = NodeName> + '_ {
+        self.places.keys().cloned()
+    }
+
+    /// Sends `node`'s evictions in their places, once.
+    fn send<A, C, L, W, E>(
+        &mut self,
+        evictions: &mut EvictionsInFlight,
+        ctx: &Arc<WorkerContext<A, C, L, W, E>>,
+        deadline: Duration,
+        node: &NodeName,
+    ) where
+        A: AutoScaling + 'static,
+        C: ClusterView + 'static,
+        L: LedgerStore + 'static,
+        W: ClusterWrites + 'static,
+        E: EventSink + 'static,
+    {
+        for (place, k, p) in self.places.remove(node).unwrap_or_default() {
+            let (round, pod) = (&self.rounds[k], PodRef::from(&self.rounds[k].pods[p]));
+            let (ctx, evicted) = (ctx.clone(), pod.clone());
+            let call = async move { within(deadline, ctx.writes.evict(&evicted)).await };
+            self.sent.extend(evictions.send(place, &round.node, &round.group, pod, call));
+        }
+    }
 }
 
 /// One live read of a node's pods with a deadline.
@@ -337,7 +391,18 @@ where
         self.protect_replacements(&plan).await;
         self.end_timed_out(&plan.drains, &snapshot, now, &mut report).await;
         let starting = began.elapsed();
-        let (not_started, started_tells) = self.start_batches(&plan.drains, &snapshot, &mut report).await;
+        let beginning: HashSet<NodeName> =
+            plan.drains.batches.iter().flat_map(|b| b.nodes.iter().map(|t| t.node.clone())).collect();
+        if second {
+            plan.evictions.retain(|r| beginning.contains(&r.node));
+        }
+        let mut sequenced = Sequenced::new(std::mem::take(&mut plan.evictions));
+        self.evictions.new_sequence();
+        for node in sequenced.nodes().filter(|n| !beginning.contains(n)).collect::<Vec<_>>() {
+            sequenced.send(&mut self.evictions, &self.ctx, self.settings.eviction_call_timeout, &node);
+        }
+        let (not_started, started_tells) =
+            self.start_batches(&plan.drains, &snapshot, &mut sequenced, &mut report).await;
         for node in not_started {
             plan.withdraw(&node);
         }
@@ -345,14 +410,14 @@ where
         self.cordon_ahead(&plan.drains.cordon_ahead).await;
         self.drains = plan.next;
         self.end_drains(&plan.ended, now, &mut report).await;
-        if second {
-            plan.evictions.retain(|r| report.started.contains(&r.node));
-        }
         self.tell_held_at_deadline(&plan.held_at_deadline).await;
         self.delete_at_deadline(plan.force, now).await;
-        // The drains' first evictions go out with their Events, not after them: a storm's
-        // hundreds of Events would otherwise hold its first evictions back.
-        tokio::join!(self.evict(plan.evictions, now, &mut report), super::publish_all(&ctx.events, started_tells));
+        // The drains' Events go out while their first evictions are answered: a storm's hundreds
+        // of Events would otherwise hold the pass back.
+        tokio::join!(
+            self.await_evictions(sequenced.sent, now, &mut report),
+            super::publish_all(&ctx.events, started_tells)
+        );
         self.read_live_pods(&plan.verify).await;
         self.give_back_joining(&plan.drains.give_back_joining, &snapshot).await;
         self.terminate_drained(&mut report).await?;
@@ -502,11 +567,13 @@ where
     /// (their cordon failed: the gate fails it once the lease is gone), and the Events of those
     /// that did, published as their first evictions go. Every node's cordon is one call with a
     /// deadline, all at once (within the in-flight bound): a storm's drains start together, not
-    /// one round trip after another.
+    /// one round trip after another, and each node's evictions are sent as soon as its own cordon
+    /// lands (in their places in the pass's sequence), not once every node's has.
     async fn start_batches(
-        &self,
+        &mut self,
         plan: &BatchPlan,
         snapshot: &Snapshot,
+        sequenced: &mut Sequenced,
         report: &mut DrainReport,
     ) -> (Vec<NodeName>, Vec<NodeEvent>) {
         let writes = &self.ctx.writes;
@@ -516,9 +583,9 @@ where
             // Also out of load balancers, NTH's cordon or not: traffic stops before pods go.
             cordons.extend(batch.nodes.iter().map(|target| cordon_within(writes, deadline, &batch.group, target)));
         }
-        let cordoned: Vec<_> = stream::iter(cordons).buffered(self.settings.evictions_in_flight.max(1)).collect().await;
+        let mut cordoned = stream::iter(cordons).buffer_unordered(self.settings.evictions_in_flight.max(1));
         let (mut not_started, mut tells) = (Vec::new(), Vec::new());
-        for (group, target, cordon) in cordoned {
+        while let Some((group, target, cordon)) = cordoned.next().await {
             match cordon {
                 Err(e) if target.cordon => {
                     warn!(node = %target.node, error = %e, "cordon failed; the drain waits for the next plan");
@@ -530,6 +597,7 @@ where
                 }
                 Ok(()) => {}
             }
+            sequenced.send(&mut self.evictions, &self.ctx, deadline, &target.node);
             let pods = snapshot.nodes.get(&target.node).map_or(0, |n| eviction_order(n).len());
             info!(node = %target.node, %group, pods, "drain started");
             if let Some(node) = snapshot.nodes.get(&target.node) {
@@ -669,32 +737,9 @@ where
         }
     }
 
-    /// Evicts what the plan says is due, all nodes at once, in the core's sequence (nearest
-    /// deadline first, one pod of every node of a wave at a time: [`eviction_sequence`]). One node's
-    /// refused or slow pod never holds another node back: every eviction is one call with a
-    /// deadline, running beside the passes (see [`EvictionsInFlight`]); the pass waits at most
-    /// half a tick for the calls it sent, and a pod whose call still runs is not sent again.
-    async fn evict(&mut self, rounds: Vec<EvictionRound>, now: Timestamp, report: &mut DrainReport) {
-        let deadline = self.settings.eviction_call_timeout;
-        let mut sent = HashSet::new();
-        self.evictions.new_sequence();
-        let sequence = eviction_sequence(&rounds);
-        let first: Vec<String> = sequence.iter().take(3).map(|(k, p)| format!("{}#{p}", rounds[*k].node)).collect();
-        for (k, p) in &sequence {
-            let (round, pod) = (&rounds[*k], PodRef::from(&rounds[*k].pods[*p]));
-            let (ctx, evicted) = (self.ctx.clone(), pod.clone());
-            let call = async move { within(deadline, ctx.writes.evict(&evicted)).await };
-            sent.extend(self.evictions.send(&round.node, &round.group, pod, call));
-        }
-        let deadlines: BTreeSet<_> = rounds.iter().map(|r| r.deadline).collect();
-        debug!(
-            rounds = rounds.len(),
-            pods = sequence.len(),
-            new = sent.len(),
-            deadlines = deadlines.len(),
-            ?first,
-            "evictions sequenced"
-        );
+    /// Waits at most half a tick for the evictions this pass sent (the rest are answered beside
+    /// the next passes, see [`EvictionsInFlight`]) and folds in every answer that came.
+    async fn await_evictions(&mut self, sent: HashSet<Id>, now: Timestamp, report: &mut DrainReport) {
         if sent.is_empty() {
             return;
         }
@@ -1792,6 +1837,41 @@ mod tests {
         assert_eq!(report.terminated, vec![("i-n1".into(), true)], "drained 90 s before AWS takes it");
         assert_eq!(rig.aws.desired("a"), 3, "the boost's node is given back with the instance; its launch goes on");
         assert!(rig.events.reasons_for("n1").contains(&"DrainStarted"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_s_evictions_go_as_soon_as_its_own_cordon_lands_not_once_every_node_s_has() {
+        let (rig, ctx, mut scaler, drainer) = rebalanced(policy()).await;
+        let now = (ctx.clock)();
+        rig.cluster.edit(|s| {
+            s.signals[0].kind = SignalKind::SpotInterruption;
+            s.signals[0].evidence = Evidence::NodeTaint;
+            s.signals[0].observed_at = now;
+            s.signals.push(Signal { instance: "i-n2".into(), node: "n2".into(), ..s.signals[0].clone() });
+            s.nodes.get_mut(&NodeName::from("n2")).unwrap().cordoned = true;
+        });
+        rig.aws.interrupt("i-n1");
+        rig.aws.interrupt("i-n2");
+        rig.writes.stall_cordon("n1");
+        scaler.tick().await.unwrap();
+
+        let mut drainer = drainer;
+        let pass = tokio::spawn(async move { drainer.tick().await.map(|r| r.started) });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let evicted: Vec<String> = rig
+            .writes
+            .calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                ClusterCall::Evict(pod, _) => Some(pod.uid),
+                _ => None,
+            })
+            .collect();
+        assert!(!evicted.is_empty() && evicted.iter().all(|uid| uid.starts_with("uid-n2-")), "{evicted:?}");
+        // n1's cordon (which also takes it out of load balancers) is still unanswered: none of
+        // its pods is evicted until its call's deadline ends the wait.
+        let started = pass.await.unwrap().unwrap();
+        assert_eq!(started.len(), 2, "NTH cordoned both: n1 drains without the load balancers' label");
     }
 
     /// n1 with a spot interruption notice EC2 confirms, one of its pods held by its budget.

@@ -44,9 +44,8 @@ pub(crate) struct EvictionsInFlight {
     /// The UIDs of the pods whose call runs (or waits for its turn).
     pods: HashSet<String>,
     turns: Arc<Turns>,
-    /// The pass whose sequence places the calls sent now, and the next call's place in it.
+    /// The pass whose sequence places the calls sent now.
     pass: u64,
-    position: usize,
 }
 
 impl EvictionsInFlight {
@@ -58,7 +57,6 @@ impl EvictionsInFlight {
             pods: HashSet::new(),
             turns: Arc::new(Turns::new(bound.max(1))),
             pass: 0,
-            position: 0,
         }
     }
 
@@ -66,7 +64,6 @@ impl EvictionsInFlight {
     /// sends again, take their turns before every call an earlier pass placed, in the order sent.
     pub(crate) fn new_sequence(&mut self) {
         self.pass += 1;
-        self.position = 0;
     }
 
     /// Whether `pod`'s eviction was sent and is not answered yet.
@@ -81,14 +78,21 @@ impl EvictionsInFlight {
         self.sent.len()
     }
 
-    /// Sends `call` for `pod` of `node`, once its turn comes; returns its task's id, or `None`
-    /// when the pod's eviction is already sent (a call still waiting takes its new place).
-    pub(crate) fn send<F>(&mut self, node: &NodeName, group: &GroupName, pod: PodRef, call: F) -> Option<Id>
+    /// Sends `call` for `pod` of `node`, at `position` in the pass's sequence, once its turn
+    /// comes; returns its task's id, or `None` when the pod's eviction is already sent (a call
+    /// still waiting takes its new place).
+    pub(crate) fn send<F>(
+        &mut self,
+        position: usize,
+        node: &NodeName,
+        group: &GroupName,
+        pod: PodRef,
+        call: F,
+    ) -> Option<Id>
     where
         F: Future<Output = Result<EvictOutcome, String>> + Send + 'static,
     {
-        let place = Place { pass: Reverse(self.pass), position: self.position };
-        self.position += 1;
+        let place = Place { pass: Reverse(self.pass), position };
         if !self.pods.insert(pod.uid.clone()) {
             self.turns.move_to(&pod.uid, place);
             return None;
@@ -279,14 +283,14 @@ mod tests {
     async fn a_slow_call_is_neither_waited_for_past_the_pass_nor_sent_twice_and_its_answer_comes_later() {
         let mut calls = EvictionsInFlight::new(8);
         let (node, group) = (NodeName::from("n1"), GroupName::from("a"));
-        let fast = calls.send(&node, &group, pod("p1"), after(0, Ok(EvictOutcome::Evicted))).unwrap();
-        let slow = calls.send(&node, &group, pod("p2"), after(5, Ok(EvictOutcome::Gone))).unwrap();
+        let fast = calls.send(0, &node, &group, pod("p1"), after(0, Ok(EvictOutcome::Evicted))).unwrap();
+        let slow = calls.send(0, &node, &group, pod("p2"), after(5, Ok(EvictOutcome::Gone))).unwrap();
         let start = tokio::time::Instant::now();
         let answers = calls.answered_by([fast, slow].into(), start + Duration::from_secs(1)).await;
         assert_eq!(start.elapsed(), Duration::from_secs(1));
         assert_eq!(answers.iter().map(|a| a.pod.uid.as_str()).collect::<Vec<_>>(), ["p1"]);
         assert!(calls.running(&pod("p2")));
-        assert_eq!(calls.send(&node, &group, pod("p2"), after(0, Ok(EvictOutcome::Evicted))), None, "never twice");
+        assert_eq!(calls.send(0, &node, &group, pod("p2"), after(0, Ok(EvictOutcome::Evicted))), None, "never twice");
 
         tokio::time::advance(Duration::from_secs(4)).await;
         tokio::task::yield_now().await;
@@ -301,7 +305,7 @@ mod tests {
         let mut calls = EvictionsInFlight::new(2);
         let (node, group) = (NodeName::from("n1"), GroupName::from("a"));
         let ids: HashSet<Id> = (0..5)
-            .filter_map(|k| calls.send(&node, &group, pod(&format!("p{k}")), after(1, Ok(EvictOutcome::Evicted))))
+            .filter_map(|k| calls.send(k, &node, &group, pod(&format!("p{k}")), after(1, Ok(EvictOutcome::Evicted))))
             .collect();
         let start = tokio::time::Instant::now();
         let first = calls.answered_by(ids.clone(), start + Duration::from_millis(1_500)).await;
@@ -317,14 +321,15 @@ mod tests {
     async fn a_freed_turn_goes_to_the_latest_pass_s_first_call_not_to_the_longest_waiting() {
         let mut calls = EvictionsInFlight::new(1);
         let (node, group) = (NodeName::from("n1"), GroupName::from("a"));
-        let send = |calls: &mut EvictionsInFlight, uid: &str| {
-            calls.send(&node, &group, pod(uid), after(1, Ok(EvictOutcome::Evicted)))
+        let send = |calls: &mut EvictionsInFlight, position: usize, uid: &str| {
+            calls.send(position, &node, &group, pod(uid), after(1, Ok(EvictOutcome::Evicted)))
         };
         calls.new_sequence();
-        let mut ids: HashSet<Id> = ["p0", "p1", "p2"].iter().filter_map(|u| send(&mut calls, u)).collect();
+        let mut ids: HashSet<Id> =
+            ["p0", "p1", "p2"].iter().enumerate().filter_map(|(k, u)| send(&mut calls, k, u)).collect();
         calls.new_sequence();
-        ids.extend(send(&mut calls, "p3"));
-        assert_eq!(send(&mut calls, "p2"), None, "still waiting: placed again, not sent twice");
+        ids.extend(send(&mut calls, 0, "p3"));
+        assert_eq!(send(&mut calls, 1, "p2"), None, "still waiting: placed again, not sent twice");
         let start = tokio::time::Instant::now();
         let mut order = Vec::new();
         for second in 1..=4 {
@@ -338,10 +343,10 @@ mod tests {
     async fn an_aborted_waiting_call_passes_its_turn_on() {
         let mut calls = EvictionsInFlight::new(1);
         let (node, group) = (NodeName::from("n1"), GroupName::from("a"));
-        calls.send(&node, &group, pod("p0"), after(1, Ok(EvictOutcome::Evicted)));
-        calls.send(&node, &group, pod("p1"), after(1, Ok(EvictOutcome::Evicted)));
+        calls.send(0, &node, &group, pod("p0"), after(1, Ok(EvictOutcome::Evicted)));
+        calls.send(0, &node, &group, pod("p1"), after(1, Ok(EvictOutcome::Evicted)));
         calls.abort_all();
-        let id = calls.send(&node, &group, pod("p2"), after(1, Ok(EvictOutcome::Evicted))).unwrap();
+        let id = calls.send(0, &node, &group, pod("p2"), after(1, Ok(EvictOutcome::Evicted))).unwrap();
         let start = tokio::time::Instant::now();
         let answers = calls.answered_by([id].into(), start + Duration::from_secs(5)).await;
         assert_eq!(answers.iter().map(|a| a.pod.uid.as_str()).collect::<Vec<_>>(), ["p2"]);
@@ -352,9 +357,9 @@ mod tests {
     async fn a_call_whose_task_panicked_answers_as_failed_and_may_be_sent_again() {
         let mut calls = EvictionsInFlight::new(2);
         let (node, group) = (NodeName::from("n1"), GroupName::from("a"));
-        let id = calls.send(&node, &group, pod("p1"), async { panic!("a bug in the call") }).unwrap();
+        let id = calls.send(0, &node, &group, pod("p1"), async { panic!("a bug in the call") }).unwrap();
         let answers = calls.answered_by([id].into(), tokio::time::Instant::now() + Duration::from_secs(1)).await;
         assert!(matches!(&answers[..], [a] if a.outcome.as_ref().is_err_and(|e| e.contains("task ended"))));
-        assert!(calls.send(&node, &group, pod("p1"), after(0, Ok(EvictOutcome::Evicted))).is_some());
+        assert!(calls.send(0, &node, &group, pod("p1"), after(0, Ok(EvictOutcome::Evicted))).is_some());
     }
 }
