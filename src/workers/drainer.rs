@@ -21,6 +21,7 @@ use std::time::Duration;
 use futures::stream::{self, StreamExt};
 use thiserror::Error;
 use tokio::sync::watch;
+use tokio::task::Id;
 use tracing::{debug, info, warn};
 
 use super::evictions::{EvictionAnswer, EvictionsInFlight};
@@ -38,7 +39,6 @@ use crate::ports::{
     LedgerStore, NodeEvent, PodRef, TagFilter, TerminateOutcome, AZ_REBALANCE_SUSPENDED_TAG,
 };
 use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
-use tokio::task::Id;
 
 /// How long a pass woken by a new signal waits for the rest of its burst: NTH taints a storm's
 /// nodes over a second or so, and each pass reads the whole cluster.
