@@ -154,6 +154,7 @@ fn boost(group: GroupName, instances: BTreeSet<InstanceId>, at: i64, before: u32
         returning: Default::default(),
         moved: Vec::new(),
         ahead: None,
+        standby: None,
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use thiserror::Error;
 
-use crate::core::{Policy, Resources, SizingMode};
+use crate::core::{MemorySettings, Policy, RebalancePolicy, Resources, SizingMode};
 use crate::units::{parse_cpu_millis, parse_duration, parse_memory_bytes};
 
 /// spots-booster: keeps Kubernetes clusters on AWS Spot capacity whole.
@@ -232,6 +232,17 @@ pub enum SizingArg {
     Pods,
 }
 
+/// How a group answers rebalance recommendations, as a flag value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RebalancePolicyArg {
+    /// Boost, wait for the replacements, drain, terminate.
+    Replace,
+    /// Boost and keep the replacements Ready; drain only on the interruption notice.
+    Standby,
+    /// Standby or replace, by the pool's learned conversion.
+    Auto,
+}
+
 /// The scaling core's knobs. Every flag also reads `SPOTS_BOOSTER_<FLAG>`.
 #[derive(Debug, Clone, Args)]
 pub struct PolicyArgs {
@@ -329,6 +340,35 @@ pub struct PolicyArgs {
     /// nodes it added are given back.
     #[arg(long, env = "SPOTS_BOOSTER_POOL_MATE_WINDOW", default_value = "3m", value_parser = duration)]
     pub(crate) pool_mate_window: Duration,
+    /// How a group without a `spots-booster.io/rebalance-policy` tag answers rebalance
+    /// recommendations: `replace` (boost, drain once the replacements are Ready), `standby` (boost
+    /// and keep them Ready; drain only on the interruption notice, else give the boost back at the
+    /// pool's learned lead time) or `auto` (standby where the pool's recommendations rarely become
+    /// interruptions, replace where they often do).
+    #[arg(long, env = "SPOTS_BOOSTER_REBALANCE_POLICY", default_value = "replace", value_enum)]
+    pub(crate) rebalance_policy: RebalancePolicyArg,
+    /// Shortest standby for a recommendation, whatever the pool's learned lead time.
+    #[arg(long, env = "SPOTS_BOOSTER_REBALANCE_STANDBY_MIN", default_value = "10m", value_parser = duration)]
+    pub(crate) rebalance_standby_min: Duration,
+    /// Longest standby for a recommendation, and the standby of a pool whose lead times are not
+    /// learnt yet; shorter than --max-boost-age.
+    #[arg(long, env = "SPOTS_BOOSTER_REBALANCE_STANDBY_MAX", default_value = "2h", value_parser = duration)]
+    pub(crate) rebalance_standby_max: Duration,
+    /// `auto` stands by only while the upper bound of the pool's conversion estimate (the share of
+    /// its recommendations followed by an interruption) is below this percentage.
+    #[arg(long, env = "SPOTS_BOOSTER_REBALANCE_AUTO_MAX_CONVERSION", default_value_t = 50)]
+    pub(crate) rebalance_auto_max_conversion: u32,
+    /// `auto` trusts a pool's conversion estimate once this many of its recommendations were
+    /// resolved (followed, or not within --pool-memory-window); before, it stands by to learn.
+    #[arg(long, env = "SPOTS_BOOSTER_REBALANCE_AUTO_MIN_OBSERVATIONS", default_value_t = 10)]
+    pub(crate) rebalance_auto_min_observations: u32,
+    /// Pool memory's counts halve over this.
+    #[arg(long, env = "SPOTS_BOOSTER_POOL_MEMORY_HALF_LIFE", default_value = "7d", value_parser = duration)]
+    pub(crate) pool_memory_half_life: Duration,
+    /// A rebalance recommendation whose instance is not interrupted within this counts as not
+    /// followed.
+    #[arg(long, env = "SPOTS_BOOSTER_POOL_MEMORY_WINDOW", default_value = "6h", value_parser = duration)]
+    pub(crate) pool_memory_window: Duration,
 }
 
 fn cpu(s: &str) -> Result<u64, String> {
@@ -390,6 +430,24 @@ impl PolicyArgs {
         if self.eviction_backoff_initial > self.eviction_backoff_max {
             return fail("eviction-backoff-max", "must not be shorter than --eviction-backoff-initial");
         }
+        if self.rebalance_standby_min > self.rebalance_standby_max {
+            return fail("rebalance-standby-max", "must not be shorter than --rebalance-standby-min");
+        }
+        if self.rebalance_standby_max >= self.max_boost_age {
+            return fail(
+                "rebalance-standby-max",
+                "must be shorter than --max-boost-age, which would expire the standby",
+            );
+        }
+        if self.rebalance_auto_max_conversion > 100 {
+            return fail("rebalance-auto-max-conversion", "is a percentage: 0 to 100");
+        }
+        if self.pool_memory_half_life.is_zero() {
+            return fail("pool-memory-half-life", "must be longer than zero, or nothing is remembered");
+        }
+        if self.pool_memory_window.is_zero() {
+            return fail("pool-memory-window", "must be longer than zero");
+        }
         if let Some(bad) = self.ignored_autoscaling_groups.iter().find(|g| g.trim().is_empty()) {
             return fail("ignored-autoscaling-groups", &format!("empty group name in {bad:?}"));
         }
@@ -422,6 +480,16 @@ impl PolicyArgs {
             capacity_cooldown: self.capacity_cooldown,
             pool_mate_boost_budget: self.pool_mate_boost_budget,
             pool_mate_window: self.pool_mate_window,
+            rebalance_policy: match self.rebalance_policy {
+                RebalancePolicyArg::Replace => RebalancePolicy::Replace,
+                RebalancePolicyArg::Standby => RebalancePolicy::Standby,
+                RebalancePolicyArg::Auto => RebalancePolicy::Auto,
+            },
+            standby_min: self.rebalance_standby_min,
+            standby_max: self.rebalance_standby_max,
+            auto_max_conversion_percent: self.rebalance_auto_max_conversion,
+            auto_min_observations: self.rebalance_auto_min_observations,
+            memory: MemorySettings { half_life: self.pool_memory_half_life, window: self.pool_memory_window },
         })
     }
 }

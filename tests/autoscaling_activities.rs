@@ -273,6 +273,7 @@ async fn a_boost_into_a_pool_without_capacity_lands_in_its_fallback_through_the_
         returning: Default::default(),
         moved: Vec::new(),
         ahead: None,
+        standby: None,
     };
     ctx.ledger.update(|l| l.record(record)).await.unwrap();
 

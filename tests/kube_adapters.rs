@@ -360,6 +360,7 @@ fn ledger() -> BoostLedger {
         returning: Default::default(),
         moved: Vec::new(),
         ahead: None,
+        standby: None,
     });
     l
 }

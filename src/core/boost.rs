@@ -364,6 +364,7 @@ fn plan_group(
             returning: Default::default(),
             moved: Vec::new(),
             ahead: None,
+            standby: None,
         },
     });
 }

@@ -112,6 +112,14 @@ pub enum DrainWait {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         drain_by: Option<Timestamp>,
     },
+    /// The boost stands by for these rebalance recommendations (see [`super::standby`]): they
+    /// drain on their own interruption notice, else lapse at `until`.
+    Standby {
+        /// The instances.
+        instances: Vec<InstanceId>,
+        /// When their recommendations lapse.
+        until: Timestamp,
+    },
     /// A pod on the node opted out of voluntary disruption, and the node's trouble is voluntary
     /// (a rebalance recommendation, a rotation): it waits for a confirmed interruption.
     OptedOut {
@@ -136,6 +144,15 @@ impl std::fmt::Display for DrainWait {
                     Some(by) => write!(f, "; the interruption notice drains them at {} ms regardless", by.as_millis()),
                     None => Ok(()),
                 }
+            }
+            DrainWait::Standby { instances, until } => {
+                let names: Vec<&str> = instances.iter().map(InstanceId::as_str).collect();
+                write!(
+                    f,
+                    "standing by for {}: drained on an interruption notice, else the recommendation lapses at {} ms",
+                    names.join(", "),
+                    until.as_millis()
+                )
             }
             DrainWait::OptedOut { node, pod, how } => write!(
                 f,
@@ -331,6 +348,21 @@ pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp
                     }
             })
             .collect();
+        // A standby drains only on the instance's own notice; its spare stays Ready meanwhile.
+        let mut standing_by: BTreeMap<Timestamp, Vec<InstanceId>> = BTreeMap::new();
+        candidates.retain(|r| {
+            let standby = records.get(&r.instance).and_then(|&k| snapshot.ledger.records[k].standby.as_ref());
+            match standby.filter(|_| r.deadline.is_none()) {
+                Some(s) => {
+                    standing_by.entry(s.until).or_default().push(r.instance.clone());
+                    false
+                }
+                None => true,
+            }
+        });
+        for (until, instances) in standing_by {
+            plan.waiting.push(Waiting { group: group.clone(), reason: DrainWait::Standby { instances, until } });
+        }
         candidates.retain(|r| match opted_out(at_risk_nodes.of(r), r) {
             Some(reason) => {
                 plan.waiting.push(Waiting { group: group.clone(), reason });

@@ -121,7 +121,7 @@ impl<'s> TakenFirst<'s> {
             let mut left = added.saturating_sub(record.returned).saturating_sub(giving);
             // A boost ahead for pool-mates that all stayed quiet returns its nodes as if AWS had
             // taken them, though they still run.
-            let returning = record.ahead.as_ref().is_some_and(|a| a.returning);
+            let returning = record.returns_unused();
             let taken = |i: &&InstanceId| {
                 !record.settled.contains(*i)
                     && !record.giving_back.contains_key(*i)
@@ -247,9 +247,7 @@ pub(crate) fn plan_give_backs(
     let serving: FastSet<NodeName> = claim_replacements(snapshot, &snapshot.ledger, at_risk)
         .into_iter()
         .zip(&snapshot.ledger.records)
-        .filter(|(c, r)| {
-            c.instances.iter().any(|i| alive.contains(i)) && !r.ahead.as_ref().is_some_and(|a| a.returning)
-        })
+        .filter(|(c, r)| c.instances.iter().any(|i| alive.contains(i)) && !r.returns_unused())
         .flat_map(|(c, _)| c.nodes)
         .collect();
 

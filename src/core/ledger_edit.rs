@@ -203,6 +203,22 @@ pub enum LedgerEdit {
     /// A boost made ahead for pool-mates reached its window's end with no notice in any of them:
     /// the nodes it added are given back.
     ReturnAhead(BoostId),
+    /// A boost standing by for rebalance recommendations reached its window's end with no notice
+    /// in any of them: the nodes it added are given back.
+    ReturnStandby(BoostId),
+    /// Rebalance recommendations that lapsed: the instances leave their boost (the boost, if it
+    /// still holds others, is an ordinary one from now on) and their recommendation is not
+    /// answered again.
+    Lapse {
+        /// The boost, if it is still open.
+        id: BoostId,
+        /// The instances.
+        instances: BTreeSet<InstanceId>,
+        /// When.
+        at: Timestamp,
+    },
+    /// Lapsed instances no longer remembered: their nodes are gone.
+    ForgetLapsed(Vec<InstanceId>),
     /// Some of the boost's nodes move to a fallback group, saved before the fallback's write.
     /// Refused unless the boost still has that many nodes and no unanswered write.
     Move(BoostId, MovedPart),
@@ -338,6 +354,29 @@ impl LedgerEdit {
                 .find_mut(id)
                 .and_then(|r| r.ahead.as_mut())
                 .is_some_and(|a| !std::mem::replace(&mut a.returning, true)),
+            LedgerEdit::ReturnStandby(id) => ledger
+                .find_mut(id)
+                .and_then(|r| r.standby.as_mut())
+                .is_some_and(|s| !std::mem::replace(&mut s.returning, true)),
+            LedgerEdit::Lapse { id, instances, at } => {
+                let mut changed = false;
+                for instance in instances {
+                    changed |= ledger.lapsed.insert(instance.clone(), *at).is_none();
+                }
+                if let Some(r) = ledger.find_mut(id) {
+                    r.instances.retain(|i| !instances.contains(i));
+                    r.standby = None;
+                    changed = true;
+                }
+                changed
+            }
+            LedgerEdit::ForgetLapsed(instances) => {
+                let before = ledger.lapsed.len();
+                instances.iter().for_each(|i| {
+                    ledger.lapsed.remove(i);
+                });
+                ledger.lapsed.len() != before
+            }
             LedgerEdit::Expire(id, why) => ledger.find_mut(id).map(|r| r.expired.get_or_insert(*why)).is_some(),
             LedgerEdit::ForgetSpent(nodes) => {
                 let before = ledger.spent.len();

@@ -22,10 +22,12 @@ mod names;
 pub mod pacing;
 pub mod policy;
 pub mod pool_mates;
+pub mod pool_memory;
 pub(crate) mod raises;
 pub mod scaling;
 pub mod signals;
 pub mod sizing;
+pub mod standby;
 
 pub use boost::{Boost, BoostPlan, BoostReason, Held, HoldReason};
 pub(crate) use drain_batches::eviction_order;
@@ -49,14 +51,17 @@ pub use ledger_edit::{
 pub use model::{
     Ahead, BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, GiveBackNode, Group, GroupName, InstanceFacts,
     InstanceId, InstanceLifecycle, LaunchOptions, MovedPart, Namespace, Node, NodeName, OptOut, Pod, PodClass, PodName,
-    PodUid, Pool, Resources, Signal, SignalKind, Snapshot, Timestamp, INTERRUPTION_NOTICE, NODE_OPT_OUT,
+    PodUid, Pool, RebalancePolicy, Resources, Signal, SignalKind, Snapshot, Standby, Timestamp, INTERRUPTION_NOTICE,
+    NODE_OPT_OUT,
 };
 pub use pacing::{BurstTimes, WavePace};
 pub use policy::{Policy, SizingMode};
+pub use pool_memory::{Conversion, Learned, MemorySettings, PoolKey, PoolMemory, PoolRecord, Sighting};
 pub use raises::{resolve_raises, unresolved_groups, ResolvedRaise};
 pub use scaling::{plan_scaling, Acting, ScalingPlan};
 pub(crate) use signals::{scheduled_events_needed, spot_interruptions_needed};
 pub use signals::{AtRisk, AtRiskSet, DropReason, Dropped};
+pub use standby::{ChoiceWhy, RebalanceChoice};
 
 #[cfg(test)]
 mod properties;

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::fast_hash::{FastMap, FastSet};
 use super::flag_set::Flag;
 use super::names::Text;
+use super::pool_memory::PoolMemory;
 
 /// A point in time, in milliseconds since the Unix epoch. The core never reads a clock: `now` is
 /// always passed in.
@@ -209,6 +210,9 @@ pub struct Group {
     /// Where Auto Scaling may launch the group's instances, as it describes the group.
     #[serde(default, skip_serializing_if = "LaunchOptions::is_unknown")]
     pub launch: LaunchOptions,
+    /// How the group answers rebalance recommendations, when its tag says (else the flag's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebalance_policy: Option<RebalancePolicy>,
 }
 
 /// The instance types and Availability Zones a group launches in (its mixed-instances policy's
@@ -651,6 +655,65 @@ pub struct BoostRecord {
     /// released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ahead: Option<Ahead>,
+    /// Set for a boost that answers rebalance recommendations by standing by (see
+    /// [`super::standby`]): its replacements are kept Ready, its instances drained only once an
+    /// interruption notice comes. At `until`, with none noticed, its nodes are given back and the
+    /// recommendations lapse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub standby: Option<Standby>,
+}
+
+/// How a group answers a rebalance recommendation: its ASG tag
+/// `spots-booster.io/rebalance-policy`, else `--rebalance-policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RebalancePolicy {
+    /// Boost, wait for the replacements, drain, terminate (the booster's answer before pool
+    /// memory).
+    Replace,
+    /// Boost and keep the replacements Ready; drain only on the interruption notice. With none
+    /// by the pool's learned lead time, the boost is given back and the node keeps running.
+    Standby,
+    /// `standby` where the pool's learned conversion is low and the group has room to hold a
+    /// spare, `replace` where it is high (see [`super::standby`]).
+    Auto,
+}
+
+impl RebalancePolicy {
+    /// Every policy, in the order documented.
+    pub const ALL: [RebalancePolicy; 3] = [RebalancePolicy::Replace, RebalancePolicy::Standby, RebalancePolicy::Auto];
+
+    /// Its kebab-case name, as tags, flags and reports spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RebalancePolicy::Replace => "replace",
+            RebalancePolicy::Standby => "standby",
+            RebalancePolicy::Auto => "auto",
+        }
+    }
+}
+
+impl std::str::FromStr for RebalancePolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        RebalancePolicy::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s.trim())
+            .ok_or_else(|| format!("{s:?} is not a rebalance policy (replace, standby or auto)"))
+    }
+}
+
+/// A boost standing by for rebalance recommendations.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Standby {
+    /// When the recommendations lapse if no interruption came: the pool's learned lead time
+    /// after the boost, within `--rebalance-standby-min` and `--rebalance-standby-max`.
+    pub until: Timestamp,
+    /// The window passed with no notice: the nodes it added are being given back, like those of
+    /// an instance AWS took first, and it closes once each instance is settled.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub returning: bool,
 }
 
 /// What a boost made ahead for pool-mates was for.
@@ -668,6 +731,13 @@ pub struct Ahead {
 }
 
 impl BoostRecord {
+    /// Whether it gives back nodes it added that nothing used: a boost ahead for pool-mates that
+    /// all stayed quiet, or a standby whose recommendations lapsed. Its instances count as taken
+    /// first though they still run.
+    pub(crate) fn returns_unused(&self) -> bool {
+        self.ahead.as_ref().is_some_and(|a| a.returning) || self.standby.as_ref().is_some_and(|s| s.returning)
+    }
+
     /// A group one of this boost's writes went to whose outcome is unknown (see
     /// [`super::raises`]), if any.
     pub fn unconfirmed(&self) -> Option<&GroupName> {
@@ -754,6 +824,11 @@ pub struct BoostLedger {
     /// to write, so it never says whose protection an annotation is.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub(crate) protected: BTreeSet<NodeName>,
+    /// Instances whose standby for a rebalance recommendation lapsed, with when: their
+    /// recommendation is not answered again (an interruption notice still is). Forgotten once
+    /// their node is gone.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lapsed: BTreeMap<InstanceId, Timestamp>,
 }
 
 impl BoostLedger {
@@ -825,6 +900,9 @@ pub struct Snapshot {
     /// When each group last failed to launch for want of capacity (its scaling activities).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub capacity_failures: BTreeMap<GroupName, Timestamp>,
+    /// What the daemon learnt of the spot market (see [`super::pool_memory`]).
+    #[serde(default)]
+    pub market: PoolMemory,
 }
 
 impl Snapshot {
@@ -861,6 +939,7 @@ pub mod builders {
                 fallbacks: Vec::new(),
                 tenant_namespace: None,
                 launch: LaunchOptions::default(),
+                rebalance_policy: None,
             }
         }
         /// Sets DesiredCapacity.
@@ -984,6 +1063,7 @@ pub mod builders {
                 returning: BTreeSet::new(),
                 moved: Vec::new(),
                 ahead: None,
+                standby: None,
             }
         }
     }

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::model::{GroupName, Resources};
+use super::model::{GroupName, RebalancePolicy, Resources};
+use super::pool_memory::MemorySettings;
 
 /// How many replacement nodes an at-risk node calls for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,6 +89,22 @@ pub struct Policy {
     /// How long a boost ahead for pool-mates waits for their own notices before releasing them
     /// (most co-interruptions in one pool come within three minutes). Default: 3m.
     pub pool_mate_window: Duration,
+    /// How a group without a `spots-booster.io/rebalance-policy` tag answers rebalance
+    /// recommendations. Default: `replace`.
+    pub rebalance_policy: RebalancePolicy,
+    /// Shortest standby for a recommendation, whatever the pool's learned lead time. Default: 10m.
+    pub standby_min: Duration,
+    /// Longest standby, and the standby of a pool with too few lead times learnt. Default: 2h.
+    pub standby_max: Duration,
+    /// `auto` stands by only while the upper bound of the pool's conversion estimate is below
+    /// this percentage. Default: 50.
+    pub auto_max_conversion_percent: u32,
+    /// `auto` trusts a pool's conversion estimate once it rests on this many resolved
+    /// recommendations; before, it stands by to learn (replacing would censor what it learns:
+    /// the instance is gone before AWS could say). Default: 10.
+    pub auto_min_observations: u32,
+    /// How pool memory ages and when a recommendation counts as not followed.
+    pub memory: MemorySettings,
 }
 
 impl Default for Policy {
@@ -118,6 +135,12 @@ impl Default for Policy {
             capacity_cooldown: Duration::from_secs(180),
             pool_mate_boost_budget: 10,
             pool_mate_window: Duration::from_secs(180),
+            rebalance_policy: RebalancePolicy::Replace,
+            standby_min: Duration::from_secs(600),
+            standby_max: Duration::from_secs(2 * 3600),
+            auto_max_conversion_percent: 50,
+            auto_min_observations: 10,
+            memory: MemorySettings::default(),
         }
     }
 }

@@ -101,6 +101,7 @@ fn group_strategy(index: usize) -> impl Strategy<Value = (Group, Vec<Node>)> {
                 fallbacks: Vec::new(),
                 tenant_namespace: None,
                 launch: Default::default(),
+                rebalance_policy: None,
             };
             (Just(group), nodes)
         })
@@ -209,8 +210,8 @@ fn case_strategy() -> impl Strategy<Value = Case> {
 }
 
 fn policy_strategy() -> impl Strategy<Value = Policy> {
-    (any::<bool>(), 0u32..50, 0u32..3, 1u32..12, 0u32..5, 1u32..5, any::<bool>()).prop_map(
-        |(count, over, extra, budget, ok, concurrent, terminate)| Policy {
+    (any::<bool>(), 0u32..50, 0u32..3, 1u32..12, 0u32..5, 1u32..5, any::<bool>(), 0usize..3).prop_map(
+        |(count, over, extra, budget, ok, concurrent, terminate, rebalance)| Policy {
             sizing: if count { SizingMode::Count } else { SizingMode::Pods },
             over_subscription_percent: over,
             extra_nodes: extra,
@@ -219,6 +220,7 @@ fn policy_strategy() -> impl Strategy<Value = Policy> {
             max_concurrent_drains: concurrent,
             terminate_after_drain_timeout: terminate,
             boost_capacity_rebalance_groups: count,
+            rebalance_policy: RebalancePolicy::ALL[rebalance],
             ..Policy::default()
         },
     )
@@ -300,6 +302,51 @@ proptest! {
                 Some(_) if target.early => prop_assert!(claim.is_none_or(|c| !c.complete()), "{target:?}"),
                 _ => prop_assert!(claim.is_some_and(Claim::complete), "{target:?} drains with {claim:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn once_an_interruption_arrives_a_standby_drains_it_no_later_than_replacing_would(case in case_strategy()) {
+        // The same ledger, once as planned (standing by where the policy chose to) and once with
+        // every standby answered by replacing: every node with a notice drained by the second is
+        // drained by the first, in the same pass and as it would be (decrement, deadline).
+        // The interruption comes for the first instance of every standby.
+        let mut snapshot = case.snapshot.clone();
+        let noticed: Vec<InstanceId> = snapshot
+            .ledger
+            .records
+            .iter()
+            .filter(|r| r.standby.is_some())
+            .filter_map(|r| r.instances.iter().next().cloned())
+            .collect();
+        for instance in noticed {
+            let Some(node) = snapshot.nodes.values().find(|n| n.instance.as_ref() == Some(&instance)) else { continue };
+            snapshot.signals.push(Signal {
+                instance: instance.clone(),
+                node: node.name.clone(),
+                kind: SignalKind::SpotInterruption,
+                observed_at: NOW.minus(std::time::Duration::from_secs(10)),
+                evidence: Evidence::NodeTaint,
+                notice_deadline: None,
+            });
+            snapshot.spot_interrupted.insert(instance);
+        }
+        let mut replaced = snapshot.clone();
+        replaced.ledger.records.iter_mut().for_each(|r| r.standby = None);
+        let standing = plan(&snapshot, &case.drains, &case.policy, NOW).draining;
+        let replacing = plan(&replaced, &case.drains, &case.policy, NOW).draining;
+        let noticed = |p: &DrainingPlan| -> BTreeMap<NodeName, (bool, Option<Timestamp>)> {
+            p.drains
+                .batches
+                .iter()
+                .flat_map(|b| &b.nodes)
+                .filter(|t| t.deadline.is_some())
+                .map(|t| (t.node.clone(), (t.decrement, t.deadline)))
+                .collect()
+        };
+        let (standing, replacing) = (noticed(&standing), noticed(&replacing));
+        for (node, how) in &replacing {
+            prop_assert_eq!(standing.get(node), Some(how), "{} drains later standing by", node);
         }
     }
 

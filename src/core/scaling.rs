@@ -17,6 +17,7 @@ use super::model::{BoostLedger, GroupName, Snapshot, Timestamp};
 use super::policy::Policy;
 use super::pool_mates::{plan_pool_mates, release_quiet_pools};
 use super::signals::{fold_signals_with_nodes, AtRiskSet};
+use super::standby::{choose_standby, lapse_quiet_standbys, RebalanceChoice};
 
 /// Who plans, and so which of its decisions are meant to be carried out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,6 +62,9 @@ pub struct ScalingPlan {
     /// activity.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub replan_once_raised: BTreeSet<GroupName>,
+    /// How the boosts for rebalance recommendations answer them (see [`super::standby`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rebalance_choices: Vec<RebalanceChoice>,
 }
 
 /// Plans one scaling pass over `snapshot` at `now`.
@@ -87,7 +91,11 @@ pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting
     let released = release_quiet_pools(snapshot, &ledger, &at_risk, now);
     apply_all(&mut ledger, &released);
     closes.extend(released);
+    let lapsed = lapse_quiet_standbys(snapshot, &ledger, &at_risk, now);
+    apply_all(&mut ledger, &lapsed);
+    closes.extend(lapsed);
     let mut boosts = plan_boosts(snapshot, &ledger, (&at_risk, &nodes), policy, now);
+    let rebalance_choices = choose_standby(snapshot, &ledger, &at_risk, &mut boosts, policy, now);
     let ahead = plan_pool_mates(snapshot, &ledger, &at_risk, &boosts, policy, now);
     boosts.boosts.extend(ahead);
     let (fallbacks, refused_fallbacks) = match acting {
@@ -115,6 +123,7 @@ pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting
         fallbacks,
         refused_fallbacks,
         replan_once_raised,
+        rebalance_choices,
     }
 }
 

@@ -63,6 +63,9 @@ pub enum DropReason {
     NoReplacementCalledFor,
     /// Cluster Autoscaler is already deleting the node.
     DeletingByCa,
+    /// Only a rebalance recommendation speaks for it, and its standby lapsed: the node keeps
+    /// running, and only an interruption notice is answered now.
+    StandbyLapsed,
     /// Only Events vouch for it, and the Node or AWS does not agree.
     Untrusted(Distrust),
 }
@@ -80,6 +83,7 @@ impl DropReason {
             DropReason::Expired => "expired",
             DropReason::NoReplacementCalledFor => "no-replacement-called-for",
             DropReason::DeletingByCa => "deleting-by-ca",
+            DropReason::StandbyLapsed => "standby-lapsed",
             DropReason::Untrusted(d) => d.as_str(),
         }
     }
@@ -344,7 +348,14 @@ fn admit<'s>(
     if !risk.kinds.iter().any(|k| k.calls_for_replacement()) {
         return Err(DropReason::NoReplacementCalledFor);
     }
-    if !boosted && now.since(risk.first_seen) > policy.signal_max_age {
+    if !boosted
+        && snapshot.ledger.lapsed.contains_key(&risk.instance)
+        && risk.kinds.iter().all(|k| k == SignalKind::Rebalance)
+    {
+        return Err(DropReason::StandbyLapsed);
+    }
+    // An old recommendation never ages out a notice whose deadline is still ahead.
+    if !boosted && now.since(risk.first_seen) > policy.signal_max_age && risk.deadline.is_none_or(|d| d <= now) {
         return Err(DropReason::Expired);
     }
     Ok((group, node))

@@ -9,7 +9,8 @@ use thiserror::Error;
 
 use super::BoxError;
 use crate::core::{
-    CaGroupView, Group, GroupName, InstanceFacts, InstanceId, LaunchOptions, Resources, ScalingActivity, Timestamp,
+    CaGroupView, Group, GroupName, InstanceFacts, InstanceId, LaunchOptions, RebalancePolicy, Resources,
+    ScalingActivity, Timestamp,
 };
 
 /// How an AWS call failed, as far as retrying and alerting care.
@@ -205,6 +206,10 @@ pub const INSTANCE_GROUP_CLUSTER_TAG: &str = "instancegroups.keikoproj.io/Cluste
 /// ownership tag; tenants' own tags may not set it).
 pub const INSTANCE_GROUP_NAMESPACE_TAG: &str = "instancegroups.keikoproj.io/Namespace";
 
+/// The ASG tag choosing how the group answers rebalance recommendations: `replace`, `standby`
+/// or `auto` (see `--rebalance-policy`).
+pub const REBALANCE_POLICY_TAG: &str = "spots-booster.io/rebalance-policy";
+
 /// The ASG tag naming, comma-separated and in order, where a boost's missing nodes go when the
 /// group has no capacity.
 pub const FALLBACK_GROUPS_TAG: &str = "spots-booster.io/fallback-groups";
@@ -232,6 +237,7 @@ impl GroupDescription {
             az_rebalance: self.az_rebalance,
             members: Some(self.members().cloned().collect()),
             launch: self.launch.clone(),
+            rebalance_policy: self.rebalance_policy(),
         }
     }
 
@@ -241,6 +247,20 @@ impl GroupDescription {
             .get(FALLBACK_GROUPS_TAG)
             .map(|v| v.split(',').map(str::trim).filter(|g| !g.is_empty()).map(GroupName::from).collect())
             .unwrap_or_default()
+    }
+
+    /// How its [`REBALANCE_POLICY_TAG`] says it answers rebalance recommendations; `None` when it
+    /// has no such tag. A value that names no policy is refused with a warning naming the group
+    /// and the tag, and the group answers as `replace` (what it did before the tag existed).
+    pub fn rebalance_policy(&self) -> Option<RebalancePolicy> {
+        let value = self.tags.get(REBALANCE_POLICY_TAG)?;
+        match value.parse() {
+            Ok(policy) => Some(policy),
+            Err(why) => {
+                tracing::warn!(group = %self.name, tag = REBALANCE_POLICY_TAG, "{why}: the group answers as replace");
+                Some(RebalancePolicy::Replace)
+            }
+        }
     }
 
     /// The instances that belong to the group: every listed one that is not terminating nor

@@ -607,6 +607,7 @@ impl World {
                     fallbacks: Vec::new(),
                     tenant_namespace: None,
                     launch: Default::default(),
+                    rebalance_policy: None,
                 },
             );
         }

@@ -1,0 +1,619 @@
+//! Pool memory: what the daemon saw of each capacity pool (an instance type in one Availability
+//! Zone, within one group), so a rebalance recommendation can be answered by how often the pool's
+//! recommendations became interruptions rather than the same way every time.
+//!
+//! Per pool it counts recommendations, interruptions EC2 confirmed, recommendations followed by
+//! an interruption of the same instance (with the lead time between them), recommendations whose
+//! instance ran out the window uninterrupted, and failed launches by reason. Counts decay with a
+//! half-life, so a pool's memory follows the market; the memory is bounded (pools, tracked
+//! instances, lead-time samples) so it fits a ConfigMap whatever the cluster's history.
+//!
+//! Only trusted sightings teach it: a recommendation on an instance the core holds at risk (the
+//! Node and EC2 agree), an interruption only once EC2 marks the spot request. A recommendation
+//! whose instance leaves before either answer (the booster drained and terminated it, say) is
+//! censored: nobody learns whether it would have been interrupted, so it counts for neither side.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::model::{GroupName, InstanceId, Pool, SignalKind, Snapshot, Timestamp};
+use super::signals::AtRiskSet;
+
+/// Most pools remembered: past it, the one with the least (decayed) history is forgotten.
+pub const MAX_POOLS: usize = 512;
+/// Most instances tracked at once (recommended or interrupted, not yet gone).
+pub const MAX_TRACKED: usize = 8192;
+/// Lead times kept per pool, the newest.
+pub const LEAD_SAMPLES: usize = 64;
+/// Failure reasons kept per pool.
+const MAX_REASONS: usize = 8;
+/// Least weight a pool keeps: below it, it is forgotten.
+const FORGOTTEN: f64 = 1e-3;
+
+/// How the memory ages and when a recommendation counts as not followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemorySettings {
+    /// Counts halve over this. Default: 7 days.
+    pub half_life: Duration,
+    /// A recommendation whose instance is not interrupted within this counts as not followed.
+    /// Default: 6 h (operators saw lead times up to about 9 h; most come well inside 6).
+    pub window: Duration,
+}
+
+impl Default for MemorySettings {
+    fn default() -> Self {
+        MemorySettings { half_life: Duration::from_secs(7 * 24 * 3600), window: Duration::from_secs(6 * 3600) }
+    }
+}
+
+/// One pool's memory, its counts decayed to `as_of`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolRecord {
+    /// The group.
+    pub group: GroupName,
+    /// The instance type.
+    pub instance_type: String,
+    /// The Availability Zone.
+    pub zone: String,
+    /// Rebalance recommendations seen.
+    #[serde(default)]
+    pub recommendations: f64,
+    /// Spot interruptions EC2 confirmed.
+    #[serde(default)]
+    pub interruptions: f64,
+    /// Recommendations followed by an interruption of the same instance within the window.
+    #[serde(default)]
+    pub converted: f64,
+    /// Recommendations whose instance ran the whole window uninterrupted.
+    #[serde(default)]
+    pub lapsed: f64,
+    /// Failed launches, by reason (EC2's error code, or `configuration`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub failed_launches: BTreeMap<String, f64>,
+    /// Recommendation → interruption lead times in seconds, the newest last.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lead_seconds: Vec<u64>,
+    /// When the counts were last decayed.
+    pub as_of: Timestamp,
+}
+
+impl PoolRecord {
+    fn new(key: &PoolKey, now: Timestamp) -> Self {
+        PoolRecord {
+            group: key.group.clone(),
+            instance_type: key.instance_type.clone(),
+            zone: key.zone.clone(),
+            recommendations: 0.0,
+            interruptions: 0.0,
+            converted: 0.0,
+            lapsed: 0.0,
+            failed_launches: BTreeMap::new(),
+            lead_seconds: Vec::new(),
+            as_of: now,
+        }
+    }
+
+    /// The pool this record is of.
+    pub fn key(&self) -> PoolKey {
+        PoolKey { group: self.group.clone(), instance_type: self.instance_type.clone(), zone: self.zone.clone() }
+    }
+
+    fn is(&self, key: &PoolKey) -> bool {
+        self.group == key.group && self.instance_type == key.instance_type && self.zone == key.zone
+    }
+
+    /// Ages the counts to `now`.
+    fn decay(&mut self, now: Timestamp, half_life: Duration) {
+        let elapsed = now.since(self.as_of);
+        if elapsed.is_zero() {
+            return;
+        }
+        let factor =
+            if half_life.is_zero() { 0.0 } else { 0.5f64.powf(elapsed.as_secs_f64() / half_life.as_secs_f64()) };
+        for count in [&mut self.recommendations, &mut self.interruptions, &mut self.converted, &mut self.lapsed] {
+            *count *= factor;
+        }
+        self.failed_launches.values_mut().for_each(|c| *c *= factor);
+        self.failed_launches.retain(|_, c| *c >= FORGOTTEN);
+        self.as_of = now;
+    }
+
+    /// How much history it holds, to choose what to forget.
+    fn weight(&self) -> f64 {
+        self.recommendations + self.interruptions + self.failed_launches.values().sum::<f64>()
+    }
+}
+
+/// A pool as the memory keys it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct PoolKey {
+    /// The group.
+    pub group: GroupName,
+    /// The instance type.
+    pub instance_type: String,
+    /// The Availability Zone.
+    pub zone: String,
+}
+
+impl PoolKey {
+    /// `pool` within `group`.
+    pub fn of(group: &GroupName, pool: &Pool) -> Self {
+        PoolKey { group: group.clone(), instance_type: pool.instance_type.clone(), zone: pool.zone.clone() }
+    }
+}
+
+/// An instance the memory follows until it is gone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tracked {
+    /// Its pool.
+    pub pool: PoolKey,
+    /// When its recommendation was first seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recommended: Option<Timestamp>,
+    /// When its interruption was first confirmed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<Timestamp>,
+    /// Its recommendation has been counted as followed or not.
+    #[serde(default)]
+    pub resolved: bool,
+}
+
+/// What the daemon remembers of the spot market it runs on.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PoolMemory {
+    /// The pools, by key.
+    #[serde(default)]
+    pub pools: Vec<PoolRecord>,
+    /// The instances followed.
+    #[serde(default)]
+    pub tracked: BTreeMap<InstanceId, Tracked>,
+}
+
+/// One thing seen in a pass that the memory learns from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum Sighting {
+    /// A trusted rebalance recommendation.
+    Recommended {
+        /// The instance.
+        instance: InstanceId,
+        /// Its pool.
+        pool: PoolKey,
+        /// When it was first seen.
+        at: Timestamp,
+    },
+    /// A spot interruption EC2 confirmed.
+    Interrupted {
+        /// The instance.
+        instance: InstanceId,
+        /// Its pool.
+        pool: PoolKey,
+        /// When the notice was first seen.
+        at: Timestamp,
+    },
+    /// A launch that failed.
+    LaunchFailed {
+        /// Where it was to launch; type or zone `unknown` when AWS did not say.
+        pool: PoolKey,
+        /// EC2's error code, or `configuration`.
+        reason: String,
+    },
+}
+
+/// What one round of learning changed, for the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Learned {
+    /// Recommendations newly counted.
+    pub recommendations: Vec<PoolKey>,
+    /// Interruptions newly counted.
+    pub interruptions: Vec<PoolKey>,
+    /// Recommendations newly found followed, with their lead time.
+    pub converted: Vec<(PoolKey, Duration)>,
+    /// Recommendations newly found not followed.
+    pub lapsed: Vec<PoolKey>,
+    /// Recommendations whose instance went before anyone could tell.
+    pub censored: Vec<PoolKey>,
+    /// Failed launches newly counted, with their reason.
+    pub failed_launches: Vec<(PoolKey, String)>,
+}
+
+impl Learned {
+    /// Whether anything changed.
+    pub fn is_empty(&self) -> bool {
+        self.recommendations.is_empty()
+            && self.interruptions.is_empty()
+            && self.converted.is_empty()
+            && self.lapsed.is_empty()
+            && self.censored.is_empty()
+            && self.failed_launches.is_empty()
+    }
+}
+
+/// How often a recommendation became an interruption, with its uncertainty.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Conversion {
+    /// The estimate: the posterior mean under a uniform prior, `(converted + 1) / (resolved + 2)`.
+    pub estimate: f64,
+    /// The Wilson 90 % interval's lower bound.
+    pub low: f64,
+    /// Its upper bound.
+    pub high: f64,
+    /// Resolved recommendations it rests on (decayed): followed plus not followed.
+    pub observations: f64,
+}
+
+impl Conversion {
+    /// From `converted` of `resolved` recommendations.
+    pub fn of(converted: f64, resolved: f64) -> Self {
+        let n = resolved.max(0.0);
+        let c = converted.clamp(0.0, n);
+        let estimate = (c + 1.0) / (n + 2.0);
+        if n <= 0.0 {
+            return Conversion { estimate, low: 0.0, high: 1.0, observations: 0.0 };
+        }
+        // Wilson score interval, z for 90 % two-sided.
+        let z = 1.644_853_6_f64;
+        let p = c / n;
+        let z2n = z * z / n;
+        let centre = (p + z2n / 2.0) / (1.0 + z2n);
+        let half = z * ((p * (1.0 - p) / n) + z2n / (4.0 * n)).sqrt() / (1.0 + z2n);
+        Conversion { estimate, low: (centre - half).max(0.0), high: (centre + half).min(1.0), observations: n }
+    }
+}
+
+/// The sightings a pass holds that the memory has not learnt yet: trusted recommendations, and
+/// interruptions EC2 confirmed, of instances whose pool EC2 named.
+pub fn sightings(snapshot: &Snapshot, at_risk: &AtRiskSet, memory: &PoolMemory) -> Vec<Sighting> {
+    let mut first: BTreeMap<(&InstanceId, SignalKind), Timestamp> = BTreeMap::new();
+    for s in &snapshot.signals {
+        if matches!(s.kind, SignalKind::Rebalance | SignalKind::SpotInterruption) {
+            let at = first.entry((&s.instance, s.kind)).or_insert(s.observed_at);
+            *at = (*at).min(s.observed_at);
+        }
+    }
+    let mut out = Vec::new();
+    for (group, risks) in &at_risk.by_group {
+        for risk in risks.values() {
+            let Some(pool) = snapshot.instances.get(&risk.instance).and_then(|f| f.pool.as_ref()) else { continue };
+            let key = PoolKey::of(group, pool);
+            let tracked = memory.tracked.get(&risk.instance);
+            if risk.kinds.contains(&SignalKind::Rebalance) && tracked.is_none_or(|t| t.recommended.is_none()) {
+                let at = first.get(&(&risk.instance, SignalKind::Rebalance)).copied().unwrap_or(risk.first_seen);
+                out.push(Sighting::Recommended { instance: risk.instance.clone(), pool: key.clone(), at });
+            }
+            if risk.kinds.contains(&SignalKind::SpotInterruption)
+                && snapshot.spot_interrupted.contains(&risk.instance)
+                && tracked.is_none_or(|t| t.interrupted.is_none())
+            {
+                let at = first.get(&(&risk.instance, SignalKind::SpotInterruption)).copied().unwrap_or(risk.first_seen);
+                out.push(Sighting::Interrupted { instance: risk.instance.clone(), pool: key, at });
+            }
+        }
+    }
+    out
+}
+
+impl PoolMemory {
+    /// The record of `key`, if remembered.
+    pub fn pool(&self, key: &PoolKey) -> Option<&PoolRecord> {
+        self.pools.iter().find(|p| p.is(key))
+    }
+
+    fn pool_mut(&mut self, key: &PoolKey, settings: &MemorySettings, now: Timestamp) -> &mut PoolRecord {
+        let k = match self.pools.iter().position(|p| p.is(key)) {
+            Some(k) => k,
+            None => {
+                self.pools.push(PoolRecord::new(key, now));
+                self.pools.len() - 1
+            }
+        };
+        let record = &mut self.pools[k];
+        record.decay(now, settings.half_life);
+        record
+    }
+
+    /// Learns from `seen` at `now`: counts what is new, resolves recommendations whose window
+    /// ran out, and forgets instances that are gone (`live` says which still run) once resolved.
+    pub fn learn(
+        &mut self,
+        seen: &[Sighting],
+        live: &dyn Fn(&InstanceId) -> bool,
+        settings: &MemorySettings,
+        now: Timestamp,
+    ) -> Learned {
+        let mut learned = Learned::default();
+        for sighting in seen {
+            match sighting {
+                Sighting::Recommended { instance, pool, at } => {
+                    let t = self.tracked.entry(instance.clone()).or_insert_with(|| Tracked::new(pool));
+                    if t.recommended.is_some() {
+                        continue;
+                    }
+                    t.recommended = Some(*at);
+                    // A recommendation that comes after its own interruption teaches nothing.
+                    t.resolved = t.interrupted.is_some();
+                    self.pool_mut(pool, settings, now).recommendations += 1.0;
+                    learned.recommendations.push(pool.clone());
+                }
+                Sighting::Interrupted { instance, pool, at } => {
+                    let t = self.tracked.entry(instance.clone()).or_insert_with(|| Tracked::new(pool));
+                    if t.interrupted.is_some() {
+                        continue;
+                    }
+                    t.interrupted = Some(*at);
+                    let followed = match t.recommended {
+                        Some(rec) if !t.resolved && at.since(rec) <= settings.window => Some(at.since(rec)),
+                        _ => None,
+                    };
+                    t.resolved = true;
+                    let record = self.pool_mut(pool, settings, now);
+                    record.interruptions += 1.0;
+                    learned.interruptions.push(pool.clone());
+                    if let Some(lead) = followed {
+                        record.converted += 1.0;
+                        record.lead_seconds.push(lead.as_secs());
+                        if record.lead_seconds.len() > LEAD_SAMPLES {
+                            record.lead_seconds.remove(0);
+                        }
+                        learned.converted.push((pool.clone(), lead));
+                    }
+                }
+                Sighting::LaunchFailed { pool, reason } => {
+                    let record = self.pool_mut(pool, settings, now);
+                    if !record.failed_launches.contains_key(reason) && record.failed_launches.len() >= MAX_REASONS {
+                        continue;
+                    }
+                    *record.failed_launches.entry(reason.clone()).or_default() += 1.0;
+                    learned.failed_launches.push((pool.clone(), reason.clone()));
+                }
+            }
+        }
+        self.resolve(live, settings, now, &mut learned);
+        self.bound(settings, now);
+        learned
+    }
+
+    /// Resolves the recommendations whose window ran out, censors those whose instance went
+    /// unanswered, and forgets gone instances.
+    fn resolve(
+        &mut self,
+        live: &dyn Fn(&InstanceId) -> bool,
+        settings: &MemorySettings,
+        now: Timestamp,
+        learned: &mut Learned,
+    ) {
+        let mut lapsed = Vec::new();
+        let mut gone = Vec::new();
+        for (instance, t) in &mut self.tracked {
+            let open = !t.resolved && t.recommended.is_some();
+            if open && t.recommended.is_some_and(|rec| now.since(rec) >= settings.window) {
+                t.resolved = true;
+                lapsed.push(t.pool.clone());
+            } else if !live(instance) {
+                if open {
+                    learned.censored.push(t.pool.clone());
+                }
+                gone.push(instance.clone());
+            }
+        }
+        for instance in gone {
+            self.tracked.remove(&instance);
+        }
+        for pool in lapsed {
+            self.pool_mut(&pool, settings, now).lapsed += 1.0;
+            learned.lapsed.push(pool);
+        }
+    }
+
+    /// Keeps the memory within its bounds: pools with (almost) no history left and the least
+    /// remembered pools past [`MAX_POOLS`] are forgotten; past [`MAX_TRACKED`], the oldest
+    /// resolved instances first.
+    fn bound(&mut self, settings: &MemorySettings, now: Timestamp) {
+        let followed: BTreeSet<PoolKey> = self.tracked.values().map(|t| t.pool.clone()).collect();
+        for record in &mut self.pools {
+            record.decay(now, settings.half_life);
+        }
+        self.pools.retain(|p| p.weight() >= FORGOTTEN || followed.contains(&p.key()));
+        if self.pools.len() > MAX_POOLS {
+            self.pools.sort_by(|a, b| b.weight().total_cmp(&a.weight()));
+            self.pools.truncate(MAX_POOLS);
+        }
+        self.pools.sort_by(|a, b| (&a.group, &a.instance_type, &a.zone).cmp(&(&b.group, &b.instance_type, &b.zone)));
+        if self.tracked.len() > MAX_TRACKED {
+            let mut by_age: Vec<(bool, Timestamp, InstanceId)> = self
+                .tracked
+                .iter()
+                .map(|(i, t)| (!t.resolved, t.recommended.or(t.interrupted).unwrap_or(Timestamp::EPOCH), i.clone()))
+                .collect();
+            by_age.sort();
+            for (_, _, instance) in by_age.into_iter().take(self.tracked.len() - MAX_TRACKED) {
+                self.tracked.remove(&instance);
+            }
+        }
+    }
+
+    /// The conversion of `group`'s recommendations in `pools` (every pool of the group when
+    /// empty), decayed to `now`.
+    pub fn conversion(
+        &self,
+        group: &GroupName,
+        pools: &BTreeSet<Pool>,
+        settings: &MemorySettings,
+        now: Timestamp,
+    ) -> Conversion {
+        let (mut converted, mut resolved) = (0.0, 0.0);
+        for record in self.of_group(group, pools) {
+            let mut r = record.clone();
+            r.decay(now, settings.half_life);
+            converted += r.converted;
+            resolved += r.converted + r.lapsed;
+        }
+        Conversion::of(converted, resolved)
+    }
+
+    /// The lead time (recommendation → interruption) that `quantile` of `group`'s followed
+    /// recommendations in `pools` came within, once at least `min_samples` were seen.
+    pub fn lead_time(
+        &self,
+        group: &GroupName,
+        pools: &BTreeSet<Pool>,
+        quantile: f64,
+        min_samples: usize,
+    ) -> Option<Duration> {
+        let mut samples: Vec<u64> = self.of_group(group, pools).flat_map(|r| r.lead_seconds.iter().copied()).collect();
+        if samples.len() < min_samples.max(1) {
+            return None;
+        }
+        samples.sort_unstable();
+        let rank = ((samples.len() as f64) * quantile.clamp(0.0, 1.0)).ceil() as usize;
+        Some(Duration::from_secs(samples[rank.clamp(1, samples.len()) - 1]))
+    }
+
+    fn of_group<'m>(&'m self, group: &'m GroupName, pools: &'m BTreeSet<Pool>) -> impl Iterator<Item = &'m PoolRecord> {
+        self.pools.iter().filter(move |r| {
+            &r.group == group
+                && (pools.is_empty() || pools.iter().any(|p| p.instance_type == r.instance_type && p.zone == r.zone))
+        })
+    }
+
+    /// The groups it remembers.
+    pub fn groups(&self) -> BTreeSet<&GroupName> {
+        self.pools.iter().map(|p| &p.group).collect()
+    }
+}
+
+impl Tracked {
+    fn new(pool: &PoolKey) -> Self {
+        Tracked { pool: pool.clone(), recommended: None, interrupted: None, resolved: false }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    fn key(zone: &str) -> PoolKey {
+        PoolKey { group: GroupName::from("spot"), instance_type: "m5.large".into(), zone: zone.into() }
+    }
+
+    fn at(secs: u64) -> Timestamp {
+        Timestamp::EPOCH.plus(Duration::from_secs(secs))
+    }
+
+    fn rec(i: &str, secs: u64) -> Sighting {
+        Sighting::Recommended { instance: InstanceId::from(i), pool: key("a"), at: at(secs) }
+    }
+
+    fn int(i: &str, secs: u64) -> Sighting {
+        Sighting::Interrupted { instance: InstanceId::from(i), pool: key("a"), at: at(secs) }
+    }
+
+    fn all_live(_: &InstanceId) -> bool {
+        true
+    }
+
+    fn settings() -> MemorySettings {
+        MemorySettings { half_life: Duration::from_secs(1_000_000_000), window: 6 * HOUR }
+    }
+
+    #[test]
+    fn a_recommendation_followed_by_its_interruption_counts_with_its_lead_time() {
+        let mut m = PoolMemory::default();
+        m.learn(&[rec("i-1", 0)], &all_live, &settings(), at(0));
+        let learned = m.learn(&[int("i-1", 1800)], &all_live, &settings(), at(1800));
+        assert_eq!(learned.converted, vec![(key("a"), Duration::from_secs(1800))]);
+        let p = m.pool(&key("a")).unwrap();
+        let counts = [p.recommendations, p.interruptions, p.converted, p.lapsed];
+        assert!(counts.iter().zip([1.0, 1.0, 1.0, 0.0]).all(|(c, want)| (c - want).abs() < 1e-3), "{p:?}");
+        assert_eq!(p.lead_seconds, vec![1800]);
+        // Seen again, nothing is counted twice.
+        assert!(m.learn(&[rec("i-1", 0), int("i-1", 1800)], &all_live, &settings(), at(1900)).is_empty());
+    }
+
+    #[test]
+    fn a_recommendation_unanswered_for_the_window_lapses_and_one_whose_instance_went_is_censored() {
+        let mut m = PoolMemory::default();
+        m.learn(&[rec("i-1", 0), rec("i-2", 0)], &all_live, &settings(), at(0));
+        let only_one = |i: &InstanceId| i.as_str() == "i-1";
+        let learned = m.learn(&[], &only_one, &settings(), at(60));
+        assert_eq!(learned.censored, vec![key("a")]);
+        assert!(!m.tracked.contains_key(&InstanceId::from("i-2")));
+        let learned = m.learn(&[], &all_live, &settings(), at(6 * 3600));
+        assert_eq!(learned.lapsed, vec![key("a")]);
+        let p = m.pool(&key("a")).unwrap();
+        assert!(p.converted == 0.0 && (p.lapsed - 1.0).abs() < 1e-3, "{p:?}");
+        // An interruption past the window is an interruption, not a conversion.
+        let learned = m.learn(&[int("i-1", 7 * 3600)], &all_live, &settings(), at(7 * 3600));
+        assert!(learned.converted.is_empty() && learned.interruptions.len() == 1);
+    }
+
+    #[test]
+    fn counts_halve_over_the_half_life() {
+        let s = MemorySettings { half_life: HOUR, window: HOUR };
+        let mut m = PoolMemory::default();
+        m.learn(&[rec("i-1", 0)], &all_live, &s, at(0));
+        m.learn(&[], &all_live, &s, at(3600));
+        let p = m.pool(&key("a")).unwrap();
+        assert!((p.recommendations - 0.5).abs() < 1e-9, "{p:?}");
+        assert!((p.lapsed - 1.0).abs() < 1e-9, "lapsed at the window's end, not decayed yet: {p:?}");
+    }
+
+    #[test]
+    fn the_estimate_narrows_around_the_truth_as_observations_grow() {
+        let few = Conversion::of(1.0, 2.0);
+        let many = Conversion::of(50.0, 100.0);
+        assert!(few.high - few.low > many.high - many.low);
+        assert!((many.estimate - 0.5).abs() < 0.01 && many.low < 0.5 && many.high > 0.5);
+        let none = Conversion::of(0.0, 0.0);
+        assert_eq!((none.estimate, none.low, none.high), (0.5, 0.0, 1.0));
+        // Outside values never make it leave [0, 1].
+        let odd = Conversion::of(f64::MAX, 3.0);
+        assert!(odd.low >= 0.0 && odd.high <= 1.0 && odd.estimate <= 1.0);
+    }
+
+    #[test]
+    fn lead_times_give_their_quantile_once_enough_were_seen() {
+        let mut m = PoolMemory::default();
+        let pools = BTreeSet::new();
+        let group = GroupName::from("spot");
+        for (k, lead) in [600u64, 1200, 1800, 2400, 3600].iter().enumerate() {
+            let i = format!("i-{k}");
+            m.learn(&[rec(&i, 0), int(&i, *lead)], &all_live, &settings(), at(*lead));
+        }
+        assert_eq!(m.lead_time(&group, &pools, 0.9, 3), Some(Duration::from_secs(3600)));
+        assert_eq!(m.lead_time(&group, &pools, 0.5, 3), Some(Duration::from_secs(1800)));
+        assert_eq!(m.lead_time(&group, &pools, 0.5, 6), None);
+    }
+
+    #[test]
+    fn the_memory_stays_bounded() {
+        let mut m = PoolMemory::default();
+        let seen: Vec<Sighting> = (0..MAX_POOLS + 50)
+            .map(|k| Sighting::LaunchFailed {
+                pool: key(&format!("z{k}")),
+                reason: "InsufficientInstanceCapacity".into(),
+            })
+            .collect();
+        m.learn(&seen, &all_live, &settings(), at(0));
+        assert_eq!(m.pools.len(), MAX_POOLS);
+        let reasons: Vec<Sighting> =
+            (0..20).map(|k| Sighting::LaunchFailed { pool: key("z1"), reason: format!("Code{k}") }).collect();
+        m.learn(&reasons, &all_live, &settings(), at(1));
+        assert!(m.pool(&key("z1")).unwrap().failed_launches.len() <= MAX_REASONS);
+        let recs: Vec<Sighting> = (0..MAX_TRACKED + 10).map(|k| rec(&format!("i-{k}"), 0)).collect();
+        m.learn(&recs, &all_live, &settings(), at(2));
+        assert_eq!(m.tracked.len(), MAX_TRACKED);
+    }
+
+    #[test]
+    fn it_survives_a_round_trip_through_json() {
+        let mut m = PoolMemory::default();
+        m.learn(&[rec("i-1", 0), int("i-1", 900)], &all_live, &settings(), at(900));
+        let text = serde_json::to_string(&m).unwrap();
+        assert_eq!(serde_json::from_str::<PoolMemory>(&text).unwrap(), m);
+    }
+}

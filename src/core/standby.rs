@@ -1,0 +1,444 @@
+//! Standing by for rebalance recommendations. Recommendations far outnumber interruptions (one
+//! operator saw 30 against 15, 21 nodes never interrupted, lead times from 17 minutes to almost
+//! 9 hours), so draining every recommended node replaces many that would have run for hours.
+//!
+//! A group answers a recommendation by its policy (tag, else flag):
+//! - `replace`: boost, wait for the replacements, drain, terminate.
+//! - `standby`: boost and keep the replacements Ready (claimed and protected as for `replace`),
+//!   but drain nothing until the instance's interruption notice comes; then it drains at once,
+//!   onto capacity that is already Ready, with every safeguard of a notice. With no notice by the
+//!   pool's learned lead time (its 90th percentile, within `--rebalance-standby-min` and
+//!   `--rebalance-standby-max`), the nodes the boost added are given back as for an instance
+//!   AWS took first, the recommended node keeps running, and its recommendation lapses: it is
+//!   not answered again, though an interruption notice still is.
+//! - `auto`: `replace` once the pool's conversion estimate is trusted (at least
+//!   `--rebalance-auto-min-observations` resolved recommendations) and its upper bound reaches
+//!   `--rebalance-auto-max-conversion`; `standby` below it, and while the pool is still being
+//!   learnt (replacing would censor what it learns: the instance is gone before AWS could say).
+//!   It stands by only while the group keeps room for another boost of the same size after this
+//!   one (spares held for hours spend MaxSize and `--max-boost-per-group`); else it replaces,
+//!   which frees the room within minutes.
+//!
+//! Only boosts whose instances carry nothing but a recommendation stand by: a notice, a rotation
+//! or a scheduled event is answered as before.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use super::boost::BoostPlan;
+use super::drain_batches::claim_replacements;
+use super::ledger_edit::LedgerEdit;
+use super::model::{
+    BoostLedger, GroupName, InstanceId, Pool, RebalancePolicy, SignalKind, Snapshot, Standby, Timestamp,
+};
+use super::policy::Policy;
+use super::signals::{AtRisk, AtRiskSet};
+
+/// The share of followed recommendations whose lead time the standby waits out.
+const LEAD_QUANTILE: f64 = 0.9;
+/// Lead times a pool must have shown before its quantile sets a standby.
+const LEAD_MIN_SAMPLES: usize = 3;
+
+/// How a boost for rebalance recommendations answers them, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RebalanceChoice {
+    /// The group.
+    pub group: GroupName,
+    /// The recommended instances the boost covers.
+    pub instances: Vec<InstanceId>,
+    /// The group's policy (its tag, else the flag).
+    pub policy: RebalancePolicy,
+    /// When the standby lapses; `None`: replaced as before.
+    pub standby_until: Option<Timestamp>,
+    /// Why.
+    pub why: ChoiceWhy,
+}
+
+/// Why a rebalance recommendation is answered as it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum ChoiceWhy {
+    /// The group's policy is `replace` or `standby`.
+    Configured,
+    /// `auto`, and the pool's estimate rests on too few recommendations: it stands by to learn.
+    Learning {
+        /// Resolved recommendations so far (decayed, rounded down).
+        observations: u32,
+    },
+    /// `auto`, and the pool's recommendations rarely become interruptions.
+    LowConversion {
+        /// The estimate's upper bound, in percent.
+        high_percent: u32,
+        /// Resolved recommendations it rests on.
+        observations: u32,
+    },
+    /// `auto`, and the pool's recommendations often become interruptions.
+    HighConversion {
+        /// The estimate's upper bound, in percent.
+        high_percent: u32,
+        /// Resolved recommendations it rests on.
+        observations: u32,
+    },
+    /// `auto`, but holding a spare would leave the group less room than this boost takes.
+    NoRoom {
+        /// Nodes the group could still be boosted by after this boost.
+        room: u32,
+    },
+}
+
+impl RebalanceChoice {
+    /// `standby` or `replace`, for logs and metric labels.
+    pub fn answer(&self) -> &'static str {
+        if self.standby_until.is_some() {
+            "standby"
+        } else {
+            "replace"
+        }
+    }
+}
+
+impl std::fmt::Display for ChoiceWhy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChoiceWhy::Configured => f.write_str("the group's rebalance policy"),
+            ChoiceWhy::Learning { observations } => {
+                write!(f, "the pool's conversion rests on {observations} recommendation(s): standing by to learn it")
+            }
+            ChoiceWhy::LowConversion { high_percent, observations } => write!(
+                f,
+                "at most {high_percent} % of the pool's recommendations became interruptions ({observations} seen)"
+            ),
+            ChoiceWhy::HighConversion { high_percent, observations } => write!(
+                f,
+                "up to {high_percent} % of the pool's recommendations became interruptions ({observations} seen)"
+            ),
+            ChoiceWhy::NoRoom { room } => {
+                write!(f, "a spare would leave the group room for {room} more node(s), less than this boost takes")
+            }
+        }
+    }
+}
+
+/// Whether `risk` is a rebalance recommendation and nothing else.
+fn recommendation_only(risk: &AtRisk) -> bool {
+    risk.deadline.is_none() && risk.kinds.iter().all(|k| k == SignalKind::Rebalance) && !risk.kinds.is_empty()
+}
+
+/// Decides, for every boost in `boosts` that covers only rebalance recommendations, whether it
+/// stands by, and marks those that do.
+pub(crate) fn choose_standby(
+    snapshot: &Snapshot,
+    ledger: &BoostLedger,
+    at_risk: &AtRiskSet,
+    boosts: &mut BoostPlan,
+    policy: &Policy,
+    now: Timestamp,
+) -> Vec<RebalanceChoice> {
+    let mut choices = Vec::new();
+    for boost in boosts.boosts.iter_mut().filter(|b| b.record.ahead.is_none()) {
+        let Some(risks) = at_risk.by_group.get(&boost.group) else { continue };
+        let only_recommended = boost.record.instances.iter().all(|i| risks.get(i).is_some_and(recommendation_only));
+        let Some(group) = snapshot.groups.get(&boost.group).filter(|_| only_recommended) else { continue };
+        let group_policy = group.rebalance_policy.unwrap_or(policy.rebalance_policy);
+        let pools: BTreeSet<Pool> =
+            boost.record.instances.iter().filter_map(|i| snapshot.instances.get(i)?.pool.clone()).collect();
+        let (stand_by, why) = match group_policy {
+            RebalancePolicy::Replace => (false, ChoiceWhy::Configured),
+            RebalancePolicy::Standby => (true, ChoiceWhy::Configured),
+            RebalancePolicy::Auto => {
+                let conversion = snapshot.market.conversion(&group.name, &pools, &policy.memory, now);
+                let observations = conversion.observations.floor() as u32;
+                let high_percent = (conversion.high * 100.0).round() as u32;
+                let in_flight: u32 = ledger
+                    .records
+                    .iter()
+                    .filter(|r| r.group == group.name && r.expired.is_none())
+                    .map(|r| r.added)
+                    .fold(0, u32::saturating_add);
+                let added = boost.record.added;
+                let room = group
+                    .max
+                    .saturating_sub(boost.to)
+                    .min(policy.max_boost_per_group.saturating_sub(in_flight.saturating_add(added)));
+                if room < added.max(1) {
+                    (false, ChoiceWhy::NoRoom { room })
+                } else if observations < policy.auto_min_observations {
+                    (true, ChoiceWhy::Learning { observations })
+                } else if high_percent < policy.auto_max_conversion_percent {
+                    (true, ChoiceWhy::LowConversion { high_percent, observations })
+                } else {
+                    (false, ChoiceWhy::HighConversion { high_percent, observations })
+                }
+            }
+        };
+        let standby_until = stand_by.then(|| {
+            let learned = snapshot.market.lead_time(&group.name, &pools, LEAD_QUANTILE, LEAD_MIN_SAMPLES);
+            now.plus(learned.unwrap_or(policy.standby_max).clamp(policy.standby_min, policy.standby_max))
+        });
+        if let Some(until) = standby_until {
+            boost.record.standby = Some(Standby { until, returning: false });
+        }
+        choices.push(RebalanceChoice {
+            group: group.name.clone(),
+            instances: boost.record.instances.iter().cloned().collect(),
+            policy: group_policy,
+            standby_until,
+            why,
+        });
+    }
+    choices
+}
+
+/// The edits that end the standbys whose window is over: one with no notice in any of its
+/// instances starts giving its nodes back, and once each instance is settled it closes and its
+/// recommendations lapse; in one where some were noticed, the others lapse now and the rest is
+/// an ordinary boost. Lapsed instances whose node is gone are forgotten.
+pub(crate) fn lapse_quiet_standbys(
+    snapshot: &Snapshot,
+    open: &BoostLedger,
+    at_risk: &AtRiskSet,
+    now: Timestamp,
+) -> Vec<LedgerEdit> {
+    let mut edits = Vec::new();
+    if !open.lapsed.is_empty() {
+        let live = snapshot.live_instances();
+        let gone: Vec<InstanceId> = open.lapsed.keys().filter(|i| !live.contains(i)).cloned().collect();
+        if !gone.is_empty() {
+            edits.push(LedgerEdit::ForgetLapsed(gone));
+        }
+    }
+    let over: Vec<usize> = open
+        .records
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.standby.as_ref().is_some_and(|s| now >= s.until))
+        .map(|(k, _)| k)
+        .collect();
+    if over.is_empty() {
+        return edits;
+    }
+    let noticed: BTreeSet<&InstanceId> = at_risk
+        .by_group
+        .values()
+        .flat_map(|g| g.values())
+        .filter(|r| r.deadline.is_some())
+        .map(|r| &r.instance)
+        .collect();
+    let claims = claim_replacements(snapshot, open, at_risk);
+    for k in over {
+        let record = &open.records[k];
+        let returning = record.standby.as_ref().is_some_and(|s| s.returning);
+        let quiet: BTreeSet<InstanceId> = record
+            .instances
+            .iter()
+            .filter(|i| {
+                !noticed.contains(i)
+                    && !record.settled.contains(*i)
+                    && !record.kept.contains(*i)
+                    && !record.returning.contains(*i)
+                    && !record.giving_back.contains_key(*i)
+            })
+            .cloned()
+            .collect();
+        if !returning && quiet.len() == record.instances.len() {
+            edits.push(LedgerEdit::ReturnStandby(record.id()));
+        } else if !returning {
+            edits.push(LedgerEdit::Lapse { id: record.id(), instances: quiet, at: now });
+        } else if record.giving_back.is_empty() && record.instances.iter().all(|i| record.settled.contains(i)) {
+            edits.push(LedgerEdit::Close { id: record.id(), spent: claims[k].nodes.clone() });
+            edits.push(LedgerEdit::Lapse { id: record.id(), instances: record.instances.clone(), at: now });
+        }
+    }
+    edits
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::core::draining::plan_draining;
+    use crate::core::model::{BoostRecord, Group, Node, NodeName, Signal};
+    use crate::core::pool_memory::{PoolKey, PoolMemory, PoolRecord};
+    use crate::core::scaling::{plan_scaling, Acting, ScalingPlan};
+    use crate::core::{DrainState, DrainWait, DropReason, GiveBackHow};
+
+    const NOW: Timestamp = Timestamp::from_millis(60_000);
+
+    fn pool() -> Pool {
+        Pool { instance_type: "m5.large".into(), zone: "us-east-1a".into() }
+    }
+
+    /// Group `a` (4 of at most 20): n1 carries a rebalance recommendation seen at 50 s; two pods
+    /// on each node, all in m5.large/us-east-1a.
+    fn recommended() -> Snapshot {
+        let mut s = Snapshot::default()
+            .with_group(Group::test("a").desired(4).max(20))
+            .with_signal(Signal::rebalance("n1", 50_000));
+        for name in ["n1", "n2", "n3", "n4"] {
+            s = s.with_node(Node::test(name, "a").with_pods(2, 500, 2 << 30));
+            s.instances.get_mut(&format!("i-{name}").as_str().into()).unwrap().pool = Some(pool());
+        }
+        s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = true;
+        s
+    }
+
+    fn with(policy: RebalancePolicy) -> Policy {
+        Policy { rebalance_policy: policy, ..Policy::default() }
+    }
+
+    /// The pass's boost for `a`, saved as its write applied, with its replacement r1 Ready.
+    fn boosted(mut s: Snapshot, p: &ScalingPlan) -> Snapshot {
+        let boost = &p.boosts.boosts[0];
+        s.ledger.record(BoostRecord { raising_to: None, ..boost.record.clone() });
+        let group = s.groups.get_mut(&GroupName::from("a")).unwrap();
+        group.desired = boost.to;
+        group.members = Some(["i-n1", "i-n2", "i-n3", "i-n4", "i-r1"].map(InstanceId::from).into());
+        s.with_node(Node::test("r1", "a").created_at(NOW.as_millis() + 1_000))
+    }
+
+    fn drains(s: &Snapshot, at: Timestamp) -> crate::core::DrainingPlan {
+        plan_draining(s, &BTreeSet::new(), &DrainState::default(), &Policy::default(), at)
+    }
+
+    #[test]
+    fn a_standby_keeps_its_spare_ready_and_drains_only_on_the_interruption_notice() {
+        let s = recommended();
+        let p = plan_scaling(&s, &with(RebalancePolicy::Standby), NOW, Acting::Leader);
+        let until = NOW.plus(Policy::default().standby_max);
+        assert_eq!(p.boosts.boosts[0].record.standby, Some(Standby { until, returning: false }));
+        assert_eq!(p.rebalance_choices[0].answer(), "standby");
+        assert_eq!(p.rebalance_choices[0].why, ChoiceWhy::Configured);
+
+        let mut s = boosted(s, &p);
+        let later = NOW.plus(Duration::from_secs(600));
+        let d = drains(&s, later);
+        assert!(d.drains.batches.is_empty(), "{d:?}");
+        assert!(d
+            .drains
+            .waiting
+            .iter()
+            .any(|w| matches!(&w.reason, DrainWait::Standby { until: u, .. } if *u == until)));
+        assert_eq!(d.drains.claims[0].nodes, vec![NodeName::from("r1")], "the spare is claimed, so protected");
+
+        // The notice comes: the node drains at once onto the spare, giving the boost back.
+        s = s.with_signal(Signal::interruption("n1", later.as_millis()));
+        s.spot_interrupted.insert("i-n1".into());
+        let d = drains(&s, later);
+        let target = &d.drains.batches[0].nodes[0];
+        assert_eq!((target.node.as_str(), target.decrement), ("n1", true), "{d:?}");
+    }
+
+    #[test]
+    fn a_quiet_standby_gives_its_spare_back_and_its_recommendation_lapses_but_a_notice_is_still_answered() {
+        let s = recommended();
+        let policy = with(RebalancePolicy::Standby);
+        let p = plan_scaling(&s, &policy, NOW, Acting::Leader);
+        let mut s = boosted(s, &p);
+        let until = NOW.plus(policy.standby_max);
+        let before = until.minus(Duration::from_secs(1));
+        assert!(plan_scaling(&s, &policy, before, Acting::Leader).closes.is_empty());
+        let p = plan_scaling(&s, &policy, until, Acting::Leader);
+        assert!(matches!(p.closes[..], [LedgerEdit::ReturnStandby(_)]), "{:?}", p.closes);
+        p.closes.iter().for_each(|e| _ = e.apply(&mut s.ledger));
+
+        // The spare goes back, never the recommended node itself.
+        let p = plan_scaling(&s, &policy, until, Acting::Leader);
+        let chosen: Vec<_> = p.give_backs.iter().map(|g| g.how.clone()).collect();
+        assert!(matches!(&chosen[..], [GiveBackHow::Drain(n)] if n.node == Some("r1".into())), "{chosen:?}");
+        s.ledger.records[0].settled.insert("i-n1".into());
+        let p = plan_scaling(&s, &policy, until, Acting::Leader);
+        assert!(matches!(p.closes[..], [LedgerEdit::Close { .. }, LedgerEdit::Lapse { .. }]), "{:?}", p.closes);
+        p.closes.iter().for_each(|e| _ = e.apply(&mut s.ledger));
+        assert!(s.ledger.records.is_empty() && s.ledger.lapsed.contains_key(&InstanceId::from("i-n1")));
+
+        // The recommendation is not answered again; an interruption notice is, afresh.
+        let p = plan_scaling(&s, &policy, until, Acting::Leader);
+        assert!(p.boosts.boosts.is_empty());
+        assert!(p.at_risk.dropped.iter().any(|d| d.reason == DropReason::StandbyLapsed), "{:?}", p.at_risk.dropped);
+        s = s.with_signal(Signal::interruption("n1", until.as_millis()));
+        s.spot_interrupted.insert("i-n1".into());
+        let p = plan_scaling(&s, &policy, until, Acting::Leader);
+        assert_eq!(p.boosts.boosts.len(), 1, "{p:?}");
+        assert_eq!(p.boosts.boosts[0].record.standby, None, "a notice is never stood by");
+
+        // Once its node is gone, the lapse is forgotten.
+        s.nodes.remove(&NodeName::from("n1"));
+        let p = plan_scaling(&s, &policy, until, Acting::Leader);
+        assert!(p.closes.contains(&LedgerEdit::ForgetLapsed(vec!["i-n1".into()])), "{:?}", p.closes);
+    }
+
+    #[test]
+    fn a_standby_with_a_notice_in_some_instances_lets_the_quiet_ones_lapse_and_is_an_ordinary_boost() {
+        let mut s = recommended().with_signal(Signal::rebalance("n2", 50_000));
+        s.nodes.get_mut(&NodeName::from("n2")).unwrap().cordoned = true;
+        let policy = with(RebalancePolicy::Standby);
+        let p = plan_scaling(&s, &policy, NOW, Acting::Leader);
+        let mut s = boosted(s, &p);
+        s = s.with_signal(Signal::interruption("n2", 70_000));
+        s.spot_interrupted.insert("i-n2".into());
+        let p = plan_scaling(&s, &policy, NOW.plus(policy.standby_max), Acting::Leader);
+        let record = &p.ledger.records[0];
+        assert_eq!(record.instances, ["i-n2"].map(InstanceId::from).into());
+        assert_eq!(record.standby, None);
+        assert!(p.ledger.lapsed.contains_key(&InstanceId::from("i-n1")));
+    }
+
+    fn market(converted: f64, lapsed: f64, leads: &[u64]) -> PoolMemory {
+        let key = PoolKey::of(&"a".into(), &pool());
+        let mut record: PoolRecord = serde_json::from_value(serde_json::json!({
+            "group": "a", "instance_type": "m5.large", "zone": "us-east-1a", "as_of": NOW,
+        }))
+        .unwrap();
+        record.converted = converted;
+        record.lapsed = lapsed;
+        record.recommendations = converted + lapsed;
+        record.lead_seconds = leads.to_vec();
+        assert_eq!(record.key(), key);
+        PoolMemory { pools: vec![record], tracked: Default::default() }
+    }
+
+    fn auto_choice(s: &Snapshot) -> RebalanceChoice {
+        plan_scaling(s, &with(RebalancePolicy::Auto), NOW, Acting::Leader).rebalance_choices.remove(0)
+    }
+
+    #[test]
+    fn auto_learns_by_standing_by_then_follows_the_pool_s_conversion() {
+        let mut s = recommended();
+        let choice = auto_choice(&s);
+        assert_eq!((choice.answer(), choice.why), ("standby", ChoiceWhy::Learning { observations: 0 }));
+
+        s.market = market(1.0, 19.0, &[300, 900, 1500]);
+        let choice = auto_choice(&s);
+        assert!(matches!(choice.why, ChoiceWhy::LowConversion { observations: 20, .. }), "{choice:?}");
+        assert_eq!(choice.standby_until, Some(NOW.plus(Duration::from_secs(1500))), "the learned lead time's p90");
+
+        s.market = market(15.0, 5.0, &[]);
+        let choice = auto_choice(&s);
+        assert!(matches!(choice.why, ChoiceWhy::HighConversion { observations: 20, .. }), "{choice:?}");
+        assert_eq!(choice.standby_until, None);
+
+        // A group whose spare would leave no room for the next boost replaces.
+        s.market = market(1.0, 19.0, &[]);
+        s.groups.get_mut(&GroupName::from("a")).unwrap().max = 5;
+        let choice = auto_choice(&s);
+        assert_eq!((choice.answer(), choice.why), ("replace", ChoiceWhy::NoRoom { room: 0 }));
+    }
+
+    #[test]
+    fn the_group_s_tag_wins_over_the_flag_and_notices_and_rotations_are_never_stood_by() {
+        let mut s = recommended();
+        s.groups.get_mut(&GroupName::from("a")).unwrap().rebalance_policy = Some(RebalancePolicy::Replace);
+        let p = plan_scaling(&s, &with(RebalancePolicy::Standby), NOW, Acting::Leader);
+        assert_eq!(
+            (p.boosts.boosts[0].record.standby.clone(), p.rebalance_choices[0].policy),
+            (None, RebalancePolicy::Replace)
+        );
+
+        let mut s = recommended().with_signal(Signal::interruption("n1", 55_000));
+        s.spot_interrupted.insert("i-n1".into());
+        let p = plan_scaling(&s, &with(RebalancePolicy::Standby), NOW, Acting::Leader);
+        assert!(p.rebalance_choices.is_empty() && p.boosts.boosts[0].record.standby.is_none());
+    }
+}
