@@ -5,6 +5,10 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+mod market;
+
+pub use market::MarketMetrics;
+
 use prometheus::core::Collector;
 use prometheus::{
     Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
@@ -203,6 +207,8 @@ pub struct Metrics {
     pub aws: AwsMetrics,
     /// The InstanceGroup reconciler.
     pub instancegroups: InstanceGroupMetrics,
+    /// Pool memory, and what interruptions cost.
+    pub market: MarketMetrics,
     /// Always 1; its labels say which build runs.
     build_info: IntGaugeVec,
     hooks: Mutex<Vec<ScrapeHook>>,
@@ -863,6 +869,7 @@ impl Metrics {
             ledger: LedgerMetrics::register(&r),
             aws: AwsMetrics::register(&r),
             instancegroups: InstanceGroupMetrics::register(&r),
+            market: MarketMetrics::register(&r),
             build_info,
             registry: r,
             hooks: Mutex::new(Vec::new()),

@@ -16,7 +16,7 @@ use super::drain_batches::{eviction_backoff, eviction_order_of, next_batches, Ba
 use super::drain_state::{DrainStarted, DrainState, FinishedDrain, NodeEvictions};
 use super::identity;
 use super::model::{
-    GroupName, InstanceId, Namespace, Node, NodeName, Pod, PodClass, PodName, PodUid, Snapshot, Timestamp,
+    GroupName, InstanceId, Namespace, Node, NodeName, Pod, PodClass, PodName, PodUid, SignalKind, Snapshot, Timestamp,
     INTERRUPTION_NOTICE,
 };
 use super::policy::Policy;
@@ -127,6 +127,10 @@ pub struct EndedDrain {
     pub gives_back: Option<InstanceId>,
     /// How it ends.
     pub(crate) ending: HowDrainEnded,
+    /// It was drained for a rebalance recommendation alone: no interruption notice for its
+    /// instance by now (what `needless_drains_total` counts).
+    #[serde(default)]
+    pub recommendation_only: bool,
 }
 
 /// Everything one draining pass decided.
@@ -301,6 +305,10 @@ pub fn plan_draining(
             .or_else(|| snapshot.nodes.get(&name).filter(|n| n.instance.as_ref() == Some(&drain.instance)));
         let progress = next.evictions.entry(name.clone()).or_default();
         progress.seen_cordoned |= node.is_some_and(|n| n.cordoned);
+        let recommendation_only = drain.gives_back.is_none()
+            && at_risk.by_group.get(&drain.group).and_then(|m| m.get(&drain.instance)).is_some_and(|r| {
+                r.deadline.is_none() && !r.kinds.is_empty() && r.kinds.iter().all(|k| k == SignalKind::Rebalance)
+            });
         let end = |ending| EndedDrain {
             node: name.clone(),
             group: drain.group.clone(),
@@ -308,6 +316,7 @@ pub fn plan_draining(
             started_at: drain.started_at,
             gives_back: drain.gives_back.clone(),
             ending,
+            recommendation_only,
         };
         let taken_back = match node {
             Some(n) if n.opted_out => Some(HowDrainEnded::OptedOut),

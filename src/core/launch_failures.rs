@@ -129,9 +129,42 @@ pub fn classify(activity: &ScalingActivity) -> Option<LaunchFailure> {
     })
 }
 
+/// The instance type and Availability Zone a failed launch names, as far as AWS's message says
+/// ("We currently do not have sufficient m5.large capacity in the Availability Zone you requested
+/// (us-east-1a)…"): either may be missing.
+pub fn failed_pool(activity: &ScalingActivity) -> (Option<String>, Option<String>) {
+    let message = activity.status_message.as_deref().unwrap_or(&activity.description);
+    let instance_type = message
+        .split("sufficient ")
+        .nth(1)
+        .and_then(|rest| rest.split_once(" capacity"))
+        .map(|(t, _)| t.trim())
+        .filter(|t| t.contains('.') && !t.contains(' ') && t.len() <= 32)
+        .map(str::to_string);
+    let zone = message
+        .split("Availability Zone you requested (")
+        .nth(1)
+        .and_then(|rest| rest.split_once(')'))
+        .map(|(z, _)| z.trim())
+        .filter(|z| !z.is_empty() && !z.contains(' ') && z.len() <= 32)
+        .map(str::to_string);
+    (instance_type, zone)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failure_names_its_pool_where_aws_says_it() {
+        let said = failed(
+            "We currently do not have sufficient m5.large capacity in the Availability Zone you requested \
+             (us-east-1a). Our system will be working on provisioning additional capacity.",
+        );
+        assert_eq!(failed_pool(&said), (Some("m5.large".into()), Some("us-east-1a".into())));
+        let unsaid = failed("There is no Spot capacity available that matches your request.");
+        assert_eq!(failed_pool(&unsaid), (None, None));
+    }
 
     fn failed(message: &str) -> ScalingActivity {
         ScalingActivity {

@@ -43,7 +43,7 @@ pub use expiry::Expired;
 pub use fallback::{plan_take_backs, Fallback, FallbackRefusal, RefusedFallback, TakeBack};
 pub use give_back::{facts_needed, pods_needed, GiveBack, GiveBackHow, LeftWhy};
 pub use identity::Distrust;
-pub use launch_failures::{classify, launching_groups, stalled_boosts, LaunchFailure, ScalingActivity};
+pub use launch_failures::{classify, failed_pool, launching_groups, stalled_boosts, LaunchFailure, ScalingActivity};
 pub use ledger_edit::{
     answer_terminations, apply_all, decide_terminations, BoostId, LedgerEdit, Termination, TerminationAnswer,
     TerminationDecision, WriteAnswer,

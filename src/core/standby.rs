@@ -98,6 +98,19 @@ impl RebalanceChoice {
     }
 }
 
+impl ChoiceWhy {
+    /// The kebab-case name used in metric labels.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ChoiceWhy::Configured => "configured",
+            ChoiceWhy::Learning { .. } => "learning",
+            ChoiceWhy::LowConversion { .. } => "low-conversion",
+            ChoiceWhy::HighConversion { .. } => "high-conversion",
+            ChoiceWhy::NoRoom { .. } => "no-room",
+        }
+    }
+}
+
 impl std::fmt::Display for ChoiceWhy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -1,11 +1,12 @@
-//! Where the boost ledger is kept: a ConfigMap in the daemon (`k8s::ledger`), memory in `simulate`.
+//! Where the boost ledger and the pool memory beside it are kept: a ConfigMap in the daemon
+//! (`k8s::ledger`), memory in `simulate`.
 
 use std::future::Future;
 
 use thiserror::Error;
 
 use super::BoxError;
-use crate::core::BoostLedger;
+use crate::core::{BoostLedger, PoolMemory};
 
 /// A ledger that could not be read or written.
 #[derive(Debug, Error)]
@@ -16,6 +17,12 @@ pub enum LedgerError {
     /// Writing it failed.
     #[error("saving the boost ledger failed")]
     Save(#[source] BoxError),
+    /// Reading the pool memory kept beside it failed.
+    #[error("loading the pool memory failed")]
+    LoadPools(#[source] BoxError),
+    /// Writing the pool memory failed.
+    #[error("saving the pool memory failed")]
+    SavePools(#[source] BoxError),
     /// Not saved: this replica does not hold the lease.
     #[error("the boost ledger is saved by the leader: this replica does not hold the lease")]
     NotLeader,
@@ -25,8 +32,8 @@ impl LedgerError {
     /// `load` or `save`, for metric labels.
     pub fn operation(&self) -> &'static str {
         match self {
-            LedgerError::Load(_) => "load",
-            LedgerError::Save(_) | LedgerError::NotLeader => "save",
+            LedgerError::Load(_) | LedgerError::LoadPools(_) => "load",
+            LedgerError::Save(_) | LedgerError::SavePools(_) | LedgerError::NotLeader => "save",
         }
     }
 }
@@ -37,4 +44,8 @@ pub trait LedgerStore: Send + Sync {
     fn load(&self) -> impl Future<Output = Result<BoostLedger, LedgerError>> + Send;
     /// Replaces the saved ledger.
     fn save(&self, ledger: &BoostLedger) -> impl Future<Output = Result<(), LedgerError>> + Send;
+    /// The pool memory kept beside the ledger, as last saved (empty when never saved).
+    fn load_pools(&self) -> impl Future<Output = Result<PoolMemory, LedgerError>> + Send;
+    /// Replaces the saved pool memory, leaving the ledger as it is.
+    fn save_pools(&self, memory: &PoolMemory) -> impl Future<Output = Result<(), LedgerError>> + Send;
 }

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{LedgerError, LedgerStore};
-use crate::core::BoostLedger;
+use crate::core::{BoostLedger, PoolMemory};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -14,6 +14,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Debug, Clone, Default)]
 pub struct MemoryLedger {
     saved: Arc<Mutex<BoostLedger>>,
+    pools: Arc<Mutex<PoolMemory>>,
     saves: Arc<Mutex<u32>>,
     fail_saves: Arc<Mutex<bool>>,
     lose_answers: Arc<Mutex<u32>>,
@@ -24,6 +25,11 @@ impl MemoryLedger {
     /// The ledger as saved.
     pub fn saved(&self) -> BoostLedger {
         lock(&self.saved).clone()
+    }
+
+    /// The pool memory as saved.
+    pub fn saved_pools(&self) -> PoolMemory {
+        lock(&self.pools).clone()
     }
 
     /// How many saves succeeded.
@@ -83,6 +89,18 @@ impl LedgerStore for MemoryLedger {
         if count_down(&self.lose_answers) {
             return Err(LedgerError::Save("injected: applied, answer lost".into()));
         }
+        Ok(())
+    }
+
+    async fn load_pools(&self) -> Result<PoolMemory, LedgerError> {
+        Ok(self.saved_pools())
+    }
+
+    async fn save_pools(&self, memory: &PoolMemory) -> Result<(), LedgerError> {
+        if *lock(&self.fail_saves) {
+            return Err(LedgerError::SavePools("injected failure".into()));
+        }
+        *lock(&self.pools) = memory.clone();
         Ok(())
     }
 }

@@ -635,6 +635,7 @@ where
             let budgets: Vec<&str> = h.pods.iter().map(|p| p.budget.as_deref().unwrap_or("?")).collect();
             warn!(node = %h.node, group = %h.group, pods = %pods.join(","), budgets = %budgets.join(","), "interruption deadline came with pods held by their budgets");
             self.ctx.metrics.drainer.held_at_deadline(h.group.as_str(), h.pods.len());
+            self.ctx.metrics.market.pods_killed(h.group.as_str(), h.pods.len() as u64);
             self.publish(NodeEvent::pods_held_at_deadline(h)).await;
         }
     }
@@ -699,6 +700,9 @@ where
                 }
                 HowDrainEnded::Drained { terminate, decrement } => {
                     self.observe_end(&e.group, DrainOutcome::Drained, Some(e.started_at), now);
+                    if e.recommendation_only {
+                        self.ctx.metrics.market.needless_drain(e.group.as_str());
+                    }
                     if terminate {
                         report.drained.push(e.node.clone());
                         info!(node = %e.node, "drained");

@@ -21,7 +21,8 @@ use tracing::warn;
 use super::told_once::ToldOnce;
 use super::WorkerContext;
 use crate::core::{
-    classify, launching_groups, stalled_boosts, GroupName, InstanceId, LaunchFailure, NodeName, Timestamp,
+    classify, failed_pool, launching_groups, stalled_boosts, GroupName, InstanceId, LaunchFailure, NodeName, PoolKey,
+    ScalingActivity, Sighting, Timestamp,
 };
 use crate::ports::{AutoScaling, AwsError, ClusterView, ClusterWrites, EventSink, LedgerStore, NodeEvent};
 use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
@@ -168,6 +169,7 @@ where
                 }
                 self.tell_failure(&group.name, &ledger_instances(&ledger, &group.name), &failure, activity.started)
                     .await;
+                self.remember_failure(&group.name, activity, &failure, now).await;
                 report.failed.push((group.name.clone(), failure));
             }
             let missing = group.desired - listed;
@@ -183,6 +185,30 @@ where
             }
         }
         Ok(report)
+    }
+
+    /// Counts the failure in its pool's memory (type or zone `unknown` where AWS did not say).
+    async fn remember_failure(
+        &self,
+        group: &GroupName,
+        activity: &ScalingActivity,
+        failure: &LaunchFailure,
+        now: Timestamp,
+    ) {
+        let (instance_type, zone) = failed_pool(activity);
+        let unknown = || "unknown".to_string();
+        let pool = PoolKey {
+            group: group.clone(),
+            instance_type: instance_type.unwrap_or_else(unknown),
+            zone: zone.unwrap_or_else(unknown),
+        };
+        let reason = match failure {
+            LaunchFailure::Capacity { code } => code.clone(),
+            LaunchFailure::Configuration { .. } => "configuration".to_string(),
+        };
+        let seen = [Sighting::LaunchFailed { pool, reason }];
+        let learned = self.ctx.ledger.learn(&seen, &|_| true, &self.ctx.policy.memory, now).await;
+        self.ctx.metrics.market.learned(&learned);
     }
 
     async fn tell_failure(&self, group: &GroupName, instances: &[InstanceId], failure: &LaunchFailure, at: Timestamp) {

@@ -171,6 +171,17 @@ impl<P: LedgerStore> LedgerStore for LeaderOnly<P> {
         }
         self.inner.save(ledger).await
     }
+
+    async fn load_pools(&self) -> Result<crate::core::PoolMemory, LedgerError> {
+        self.inner.load_pools().await
+    }
+
+    async fn save_pools(&self, memory: &crate::core::PoolMemory) -> Result<(), LedgerError> {
+        if !self.allows(SkippedAction::LedgerSave) {
+            return Err(LedgerError::NotLeader);
+        }
+        self.inner.save_pools(memory).await
+    }
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ mod boost_writes;
 mod error;
 mod execute;
 mod guarded;
+mod market;
 mod stages;
 mod tell;
 
@@ -128,6 +129,8 @@ pub struct Scaler<A, C, L, W, E> {
     /// How far apart the last wave's nodes came, for pacing the next.
     pace: WavePace,
     heartbeat: Option<Heartbeat>,
+    /// When boost node-seconds were last counted.
+    market_counted_at: Option<Timestamp>,
 }
 
 impl<A, C, L, W, E> Scaler<A, C, L, W, E>
@@ -152,6 +155,7 @@ where
             flights: Vec::new(),
             pace: WavePace::default(),
             heartbeat: None,
+            market_counted_at: None,
         }
     }
 
@@ -231,8 +235,9 @@ where
             return Ok(TickReport::default());
         }
         let now = (ctx.clock)();
-        let Observation { snapshot, first_seen, .. } =
+        let Observation { mut snapshot, first_seen, .. } =
             ctx.observe(false).await.map_err(ScalerError::Describe)?.ok_or(ScalerError::NotSynced)?;
+        snapshot.market = ctx.ledger.pools().await;
         stages.mark("observe");
         self.report_view(leading, &snapshot, now);
         let acting = if leading { Acting::Leader } else { Acting::Follower };
@@ -240,8 +245,10 @@ where
         stages.mark("plan");
         self.count_untrusted(&plan.at_risk);
         if !leading {
+            self.market_counted_at = None;
             return Ok(self.follow(&plan));
         }
+        self.learn_market(&snapshot, &plan, now).await;
         if !flying.is_empty() && Self::beyond_boosts(&plan, &snapshot.ledger, &flying) {
             // Give-backs, expiries and fallbacks change the ledger the boosts were planned on,
             // and may touch the groups in flight: all wait for the landing, which wakes the loop.
@@ -283,6 +290,9 @@ where
         let leading = self.ctx.leadership.is_leader();
         if !leading || !self.was_leader {
             self.ctx.ledger.reload().await?;
+        }
+        if leading && !self.was_leader {
+            self.ctx.ledger.reload_pools().await;
         }
         self.was_leader = leading;
         Ok(leading)

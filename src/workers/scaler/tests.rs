@@ -645,6 +645,14 @@ impl LedgerStore for LeaseGoesOnSave {
         self.leadership.set(false);
         Ok(())
     }
+
+    async fn load_pools(&self) -> Result<crate::core::PoolMemory, LedgerError> {
+        self.saved.load_pools().await
+    }
+
+    async fn save_pools(&self, memory: &crate::core::PoolMemory) -> Result<(), LedgerError> {
+        self.saved.save_pools(memory).await
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -864,4 +872,61 @@ async fn a_confirmed_interruption_boosts_its_pool_mates_groups_ahead_and_drains_
     let draining = drainer.state().in_progress.keys().cloned().collect::<Vec<_>>();
     assert_eq!(draining, vec![NodeName::from("n1")]);
     assert!(rig.events.reasons_for("n3") == vec!["BoostRequested"], "nothing else is done to n3");
+}
+
+/// Pool memory learns from the leader's passes, is saved beside the ledger, survives a restart,
+/// and a replica that becomes leader picks up what the last one learnt.
+#[tokio::test(start_paused = true)]
+async fn pool_memory_learns_a_conversion_survives_a_restart_and_a_leader_change() {
+    let rig = FakeRig::new(FakeAutoScaling::default().with_group("a", 3, 50));
+    let policy = Policy { rebalance_policy: crate::core::RebalancePolicy::Auto, ..count_policy() };
+    let metrics = Arc::new(Metrics::new());
+    let ctx = rig.context(policy.clone(), paused_clock(), metrics.clone()).await;
+    let mut s = Scaler::new(ctx.clone(), ScalerSettings::default());
+    rig.aws.pool("i-n1", "m5.large", "us-east-1a");
+    rebalance(&rig.cluster, "n1", "a");
+    let report = s.tick().await.unwrap();
+    assert_eq!(report.raised.len(), 1, "{report:?}");
+    let text = metrics.encode();
+    assert!(
+        text.contains(r#"spots_booster_rebalance_answers_total{answer="standby",group="a",why="learning"} 1"#),
+        "{text}"
+    );
+    assert!(text.contains(r#"spots_booster_rebalance_recommendations_total{group="a",zone="us-east-1a"} 1"#), "{text}");
+
+    // EC2 confirms the interruption ten minutes on (609 s after the recommendation): it was followed.
+    tokio::time::advance(Duration::from_secs(600)).await;
+    rig.cluster.signal(Signal {
+        instance: "i-n1".into(),
+        node: "n1".into(),
+        kind: SignalKind::SpotInterruption,
+        observed_at: (ctx.clock)(),
+        evidence: Evidence::NodeTaint,
+        notice_deadline: None,
+    });
+    rig.aws.interrupt("i-n1");
+    // The drainer's pass asks EC2; the scaler learns from what it confirmed.
+    ctx.observe(true).await.unwrap();
+    s.tick().await.unwrap();
+    let saved = rig.ledger.saved_pools();
+    let pool = &saved.pools[0];
+    assert_eq!(
+        (pool.instance_type.as_str(), pool.zone.as_str(), pool.lead_seconds.as_slice()),
+        ("m5.large", "us-east-1a", &[609][..])
+    );
+    assert!(metrics.encode().contains(r#"spots_booster_rebalance_conversion_ratio{bound="estimate",group="a"} 0.666"#));
+
+    // A restart loads it; a follower that becomes leader reloads what the leader saved.
+    let restarted = rig.context(policy.clone(), paused_clock(), Arc::new(Metrics::new())).await;
+    assert_eq!(restarted.ledger.pools().await, saved);
+    rig.leadership.set(false);
+    let follower_ctx = rig.context(policy, paused_clock(), Arc::new(Metrics::new())).await;
+    let mut follower = Scaler::new(follower_ctx.clone(), ScalerSettings::default());
+    follower.tick().await.unwrap();
+    let mut later = saved.clone();
+    later.pools[0].recommendations = 42.0;
+    LedgerStore::save_pools(&rig.ledger, &later).await.unwrap();
+    rig.leadership.set(true);
+    follower.tick().await.unwrap();
+    assert_eq!(follower_ctx.ledger.pools().await.pools[0].recommendations, 42.0, "the new leader read the store");
 }

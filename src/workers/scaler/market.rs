@@ -1,0 +1,72 @@
+//! What the leader's scaler pass learns of the spot market: the pass's trusted recommendations
+//! and confirmed interruptions go into pool memory (saved beside the ledger), the groups'
+//! conversion estimates into the metrics, and the capacity its open boosts hold into boost
+//! node-seconds.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use super::Scaler;
+use crate::core::pool_memory::sightings;
+use crate::core::{GroupName, Pool, ScalingPlan, Snapshot, Timestamp};
+use crate::ports::{AutoScaling, ClusterView, ClusterWrites, EventSink, LedgerStore};
+
+/// Pool memory is saved at most this often (what a crash loses at most).
+pub(crate) const POOLS_SAVE_EVERY: Duration = Duration::from_secs(30);
+
+impl<A, C, L, W, E> Scaler<A, C, L, W, E>
+where
+    A: AutoScaling + 'static,
+    C: ClusterView + 'static,
+    L: LedgerStore + 'static,
+    W: ClusterWrites + 'static,
+    E: EventSink + 'static,
+{
+    /// Learns from the pass (leader only), reports the estimates and how recommendations were
+    /// answered, and saves the memory when due.
+    pub(super) async fn learn_market(&mut self, snapshot: &Snapshot, plan: &ScalingPlan, now: Timestamp) {
+        let ctx = self.ctx.clone();
+        let seen = sightings(snapshot, &plan.at_risk, &snapshot.market);
+        let live = snapshot.live_instances();
+        let is_live = |i: &crate::core::InstanceId| live.contains(i);
+        let learned = ctx.ledger.learn(&seen, &is_live, &ctx.policy.memory, now).await;
+        ctx.metrics.market.learned(&learned);
+        for (pool, lead) in &learned.converted {
+            info!(group = %pool.group, instance_type = %pool.instance_type, zone = %pool.zone,
+                lead_s = lead.as_secs(), "a rebalance recommendation was followed by its interruption");
+        }
+        let memory = ctx.ledger.pools().await;
+        let all = std::collections::BTreeSet::<Pool>::new();
+        for group in memory.groups() {
+            ctx.metrics.market.conversion(group.as_str(), &memory.conversion(group, &all, &ctx.policy.memory, now));
+        }
+        for choice in &plan.rebalance_choices {
+            ctx.metrics.market.answered(choice.group.as_str(), choice.answer(), choice.why.as_str());
+            info!(group = %choice.group, policy = choice.policy.as_str(), answer = choice.answer(),
+                until_ms = ?choice.standby_until.map(|t| t.as_millis()), instances = ?choice.instances,
+                why = %choice.why, "rebalance recommendation answered");
+        }
+        self.count_boost_node_seconds(snapshot, now);
+        if let Err(e) = ctx.ledger.save_pools_due(now, POOLS_SAVE_EVERY).await {
+            ctx.metrics.ledger.error(&e);
+            warn!(error = %e, cause = ?std::error::Error::source(&e), "pool memory not saved; kept for the next pass");
+        }
+    }
+
+    /// Adds, per group, the nodes its open boosts added and have not given back, times the time
+    /// since the last pass that counted.
+    fn count_boost_node_seconds(&mut self, snapshot: &Snapshot, now: Timestamp) {
+        let since = self.market_counted_at.replace(now);
+        let Some(since) = since else { return };
+        let seconds = now.since(since).as_secs_f64();
+        let mut held: BTreeMap<&GroupName, u32> = BTreeMap::new();
+        for r in snapshot.ledger.records.iter().filter(|r| r.raising_to.is_none()) {
+            *held.entry(&r.group).or_default() += r.added.saturating_sub(r.returned);
+        }
+        for (group, nodes) in held {
+            self.ctx.metrics.market.boost_node_seconds(group.as_str(), f64::from(nodes) * seconds);
+        }
+    }
+}
