@@ -94,6 +94,10 @@ pub fn run(cli: Cli) -> Result<String, AppError> {
             let input = read_input(&args.file)?;
             Ok(crate::inspect::nodes::render_nodes(&crate::inspect::nodes::inspect_nodes(&input)?, args.output))
         }
+        Command::Inspect(InspectCommand::Pools(args)) => {
+            let input = read_input(&args.file)?;
+            Ok(crate::inspect::pools::render_pools(&crate::inspect::pools::inspect_pools(&input)?, args.output))
+        }
         Command::Simulate(args) => Ok(simulate_file(&args.scenario, args.baseline, args.output)?),
         Command::Crd => Ok(crate::instancegroup::api::crd_yaml()),
         Command::Run(args) => {

@@ -149,6 +149,10 @@ pub enum InspectCommand {
     /// Nodes (`kubectl get nodes -o yaml|json`): their instance, the signal they carry, and
     /// whether the booster acts on them (an operator's `spots-booster.io/disabled=true` opts out).
     Nodes(InspectArgs),
+    /// The pool memory kept beside the boost ledger (`kubectl get cm spots-booster-ledger -o
+    /// yaml|json`, or the bare `data.pools.json`): per pool, recommendations, interruptions, how
+    /// many recommendations were followed, the conversion estimate and lead times.
+    Pools(InspectArgs),
 }
 
 /// Input and output of `inspect`.

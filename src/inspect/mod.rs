@@ -4,6 +4,7 @@
 
 pub(crate) mod activities;
 pub(crate) mod nodes;
+pub(crate) mod pools;
 
 use std::io::Read;
 use std::path::Path;
@@ -67,6 +68,9 @@ pub enum InspectError {
     /// Nothing to show.
     #[error("the input holds no Node")]
     NoNodes,
+    /// Not the ledger ConfigMap nor its pool memory.
+    #[error("not the pool memory (the ledger ConfigMap or its data.pools.json): {0}")]
+    NotPools(String),
     /// Not what `aws autoscaling describe-scaling-activities` prints.
     #[error("not the output of aws autoscaling describe-scaling-activities: {0}")]
     NotActivities(String),
