@@ -365,6 +365,62 @@ fn ledger() -> BoostLedger {
     l
 }
 
+/// Pool memory lives beside the ledger in the same ConfigMap: saving one key writes the other as
+/// last read, with the one resourceVersion, and a pool memory that does not parse is an error
+/// naming its key.
+#[tokio::test]
+async fn pool_memory_is_saved_beside_the_ledger_keeping_it_and_its_resource_version() {
+    let (client, mut server) = mocked().await;
+    let store = Arc::new(ConfigMapLedger::new(client, "spots", "spots-booster-ledger"));
+    let ledger_text = serde_json::to_string(&ledger()).unwrap();
+
+    let s = store.clone();
+    let load = tokio::spawn(async move { s.load().await });
+    let text = ledger_text.clone();
+    answer(&mut server, move |_| {
+        reply(200, json!({"metadata": {"name": "spots-booster-ledger", "resourceVersion": "3"}, "data": {"ledger.json": text}}))
+    })
+    .await;
+    assert_eq!(load.await.unwrap().unwrap(), ledger());
+
+    let memory: spots_booster::core::PoolMemory = serde_json::from_value(json!({"pools": [{
+        "group": "spot-a", "instance_type": "m5.large", "zone": "us-east-1a", "recommendations": 2.0,
+        "converted": 1.0, "lapsed": 1.0, "lead_seconds": [900], "as_of": 0}]}))
+    .unwrap();
+    let (s, m) = (store.clone(), memory.clone());
+    let save = tokio::spawn(async move { s.save_pools(&m).await });
+    let seen = answer(&mut server, |seen| {
+        let mut written = seen.body.clone();
+        written["metadata"]["resourceVersion"] = json!("4");
+        reply(200, written)
+    })
+    .await;
+    assert_eq!((seen.method.as_str(), seen.body["metadata"]["resourceVersion"].as_str()), ("PUT", Some("3")));
+    assert_eq!(seen.body["data"]["ledger.json"].as_str(), Some(ledger_text.as_str()), "the ledger is kept as read");
+    let saved: spots_booster::core::PoolMemory =
+        serde_json::from_str(seen.body["data"]["pools.json"].as_str().unwrap()).unwrap();
+    assert_eq!(saved, memory);
+    save.await.unwrap().unwrap();
+
+    // A ledger save keeps the pools, on the version the pools' save left.
+    let s = store.clone();
+    let save = tokio::spawn(async move { s.save(&BoostLedger::default()).await });
+    let seen = answer(&mut server, |seen| reply(200, seen.body.clone())).await;
+    assert_eq!(seen.body["metadata"]["resourceVersion"], "4");
+    assert!(seen.body["data"]["pools.json"].as_str().is_some_and(|t| t.contains("m5.large")), "{}", seen.body);
+    save.await.unwrap().unwrap();
+
+    let s = store.clone();
+    let load = tokio::spawn(async move { s.load_pools().await });
+    answer(&mut server, |_| {
+        reply(200, json!({"metadata": {"name": "spots-booster-ledger", "resourceVersion": "6"}, "data": {"pools.json": "{oops"}}))
+    })
+    .await;
+    let err = load.await.unwrap().unwrap_err();
+    let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+    assert!(chain.contains("data.pools.json is not a pool memory"), "{chain}");
+}
+
 #[tokio::test]
 async fn the_ledger_configmap_is_created_then_replaced_with_its_resource_version() {
     let (client, mut server) = mocked().await;
