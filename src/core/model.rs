@@ -738,6 +738,15 @@ impl BoostRecord {
         self.ahead.as_ref().is_some_and(|a| a.returning) || self.standby.as_ref().is_some_and(|s| s.returning)
     }
 
+    /// Whether `instance`'s departure is still to come as far as this boost knows: not settled,
+    /// not kept by an operator, not being returned, no node being given back for it.
+    pub(crate) fn unaccounted(&self, instance: &InstanceId) -> bool {
+        !self.settled.contains(instance)
+            && !self.kept.contains(instance)
+            && !self.returning.contains(instance)
+            && !self.giving_back.contains_key(instance)
+    }
+
     /// A group one of this boost's writes went to whose outcome is unknown (see
     /// [`super::raises`]), if any.
     pub fn unconfirmed(&self) -> Option<&GroupName> {

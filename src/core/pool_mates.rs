@@ -162,18 +162,8 @@ pub(crate) fn release_quiet_pools(
     let mut edits = Vec::new();
     for k in over {
         let record = &open.records[k];
-        let quiet: BTreeSet<_> = record
-            .instances
-            .iter()
-            .filter(|i| {
-                !risky.contains(*i)
-                    && !record.settled.contains(*i)
-                    && !record.kept.contains(*i)
-                    && !record.returning.contains(*i)
-                    && !record.giving_back.contains_key(*i)
-            })
-            .cloned()
-            .collect();
+        let quiet: BTreeSet<_> =
+            record.instances.iter().filter(|i| !risky.contains(*i) && record.unaccounted(i)).cloned().collect();
         let returning = record.ahead.as_ref().is_some_and(|a| a.returning);
         if !returning && quiet.len() == record.instances.len() {
             edits.push(LedgerEdit::ReturnAhead(record.id()));

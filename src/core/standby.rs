@@ -242,18 +242,8 @@ pub(crate) fn lapse_quiet_standbys(
     for k in over {
         let record = &open.records[k];
         let returning = record.standby.as_ref().is_some_and(|s| s.returning);
-        let quiet: BTreeSet<InstanceId> = record
-            .instances
-            .iter()
-            .filter(|i| {
-                !noticed.contains(i)
-                    && !record.settled.contains(*i)
-                    && !record.kept.contains(*i)
-                    && !record.returning.contains(*i)
-                    && !record.giving_back.contains_key(*i)
-            })
-            .cloned()
-            .collect();
+        let quiet: BTreeSet<InstanceId> =
+            record.instances.iter().filter(|i| !noticed.contains(i) && record.unaccounted(i)).cloned().collect();
         if !returning && quiet.len() == record.instances.len() {
             edits.push(LedgerEdit::ReturnStandby(record.id()));
         } else if !returning {
