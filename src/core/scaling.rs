@@ -13,11 +13,11 @@ use super::expiry::{expire_boosts, Expired};
 use super::fallback::{failing, plan_fallbacks, refused_fallbacks, Fallback, RefusedFallback};
 use super::give_back::{plan_give_backs, GiveBack};
 use super::ledger_edit::{apply_all, LedgerEdit};
-use super::model::{BoostLedger, GroupName, Snapshot, Timestamp};
+use super::model::{BoostLedger, GroupName, NodeName, Snapshot, Timestamp};
 use super::policy::Policy;
 use super::pool_mates::{plan_pool_mates, release_quiet_pools};
 use super::signals::{fold_signals_with_nodes, AtRiskSet};
-use super::standby::{choose_standby, lapse_quiet_standbys, RebalanceChoice};
+use super::standby::{choose_standby, lapse_quiet_standbys, readmit_lapsed, RebalanceChoice};
 
 /// Who plans, and so which of its decisions are meant to be carried out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,6 +65,10 @@ pub struct ScalingPlan {
     /// How the boosts for rebalance recommendations answer them (see [`super::standby`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rebalance_choices: Vec<RebalanceChoice>,
+    /// Nodes whose rebalance recommendation lapses now, cordoned (NTH cordons on one): made
+    /// schedulable again once the lapse is saved, since they keep serving.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub readmit: Vec<NodeName>,
 }
 
 /// Plans one scaling pass over `snapshot` at `now`.
@@ -92,6 +96,7 @@ pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting
     apply_all(&mut ledger, &released);
     closes.extend(released);
     let lapsed = lapse_quiet_standbys(snapshot, &ledger, &at_risk, now);
+    let readmit = readmit_lapsed(snapshot, &lapsed);
     apply_all(&mut ledger, &lapsed);
     closes.extend(lapsed);
     let mut boosts = plan_boosts(snapshot, &ledger, (&at_risk, &nodes), policy, now);
@@ -124,6 +129,7 @@ pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting
         refused_fallbacks,
         replan_once_raised,
         rebalance_choices,
+        readmit,
     }
 }
 

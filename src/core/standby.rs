@@ -28,9 +28,10 @@ use serde::{Deserialize, Serialize};
 
 use super::boost::BoostPlan;
 use super::drain_batches::claim_replacements;
+use super::identity;
 use super::ledger_edit::LedgerEdit;
 use super::model::{
-    BoostLedger, GroupName, InstanceId, Pool, RebalancePolicy, SignalKind, Snapshot, Standby, Timestamp,
+    BoostLedger, GroupName, InstanceId, NodeName, Pool, RebalancePolicy, SignalKind, Snapshot, Standby, Timestamp,
 };
 use super::policy::Policy;
 use super::signals::{AtRisk, AtRiskSet};
@@ -203,6 +204,30 @@ pub(crate) fn choose_standby(
     choices
 }
 
+/// The cordoned nodes of the instances `edits` let lapse: each still runs the instance it names
+/// (EC2 agreeing, as for any write to a node), carries no notice, and goes back to serving.
+pub(crate) fn readmit_lapsed(snapshot: &Snapshot, edits: &[LedgerEdit]) -> Vec<NodeName> {
+    let lapsing: BTreeSet<&InstanceId> = edits
+        .iter()
+        .filter_map(|e| match e {
+            LedgerEdit::Lapse { instances, .. } => Some(instances),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    if lapsing.is_empty() {
+        return Vec::new();
+    }
+    let contested = identity::contested(snapshot);
+    snapshot
+        .nodes
+        .values()
+        .filter(|n| n.cordoned && n.instance.as_ref().is_some_and(|i| lapsing.contains(i)))
+        .filter(|n| identity::verify(snapshot, &contested, n).is_ok())
+        .map(|n| n.name.clone())
+        .collect()
+}
+
 /// The edits that end the standbys whose window is over: one with no notice in any of its
 /// instances starts giving its nodes back, and once each instance is settled it closes and its
 /// recommendations lapse; in one where some were noticed, the others lapse now and the rest is
@@ -353,6 +378,7 @@ mod tests {
         s.ledger.records[0].settled.insert("i-n1".into());
         let p = plan_scaling(&s, &policy, until, Acting::Leader);
         assert!(matches!(p.closes[..], [LedgerEdit::Close { .. }, LedgerEdit::Lapse { .. }]), "{:?}", p.closes);
+        assert_eq!(p.readmit, vec![NodeName::from("n1")], "NTH's cordon is lifted: the node keeps serving");
         p.closes.iter().for_each(|e| _ = e.apply(&mut s.ledger));
         assert!(s.ledger.records.is_empty() && s.ledger.lapsed.contains_key(&InstanceId::from("i-n1")));
 

@@ -10,7 +10,7 @@ use tracing::{info, warn};
 
 use super::Scaler;
 use crate::core::pool_memory::sightings;
-use crate::core::{GroupName, Pool, ScalingPlan, Snapshot, Timestamp};
+use crate::core::{GroupName, NodeName, Pool, ScalingPlan, Snapshot, Timestamp};
 use crate::ports::{AutoScaling, ClusterView, ClusterWrites, EventSink, LedgerStore};
 
 /// Pool memory is saved at most this often (what a crash loses at most).
@@ -52,6 +52,19 @@ where
         if let Err(e) = ctx.ledger.save_pools_due(now, POOLS_SAVE_EVERY).await {
             ctx.metrics.ledger.error(&e);
             warn!(error = %e, cause = ?std::error::Error::source(&e), "pool memory not saved; kept for the next pass");
+        }
+    }
+
+    /// Makes the nodes whose recommendation lapsed schedulable again (saved first, so a failure
+    /// here leaves a cordoned node, never a lapse forgotten); a failure is logged and left.
+    pub(super) async fn readmit(&self, nodes: &[NodeName]) {
+        for node in nodes {
+            match self.ctx.writes.uncordon(node).await {
+                Ok(()) => info!(%node, "rebalance recommendation lapsed with no interruption: node schedulable again"),
+                Err(e) => {
+                    warn!(%node, error = %e, "could not make the node schedulable again after its recommendation lapsed")
+                }
+            }
         }
     }
 

@@ -255,7 +255,14 @@ where
             return Ok(TickReport::default());
         }
         let mut report = self.carry_out_ledger_changes(&snapshot, &plan, &flying).await?;
-        let ScalingPlan { closes, boosts: BoostPlan { mut boosts, .. }, at_risk, replan_once_raised, .. } = plan;
+        let ScalingPlan {
+            closes,
+            boosts: BoostPlan { mut boosts, .. },
+            at_risk,
+            replan_once_raised,
+            readmit: plan_readmit,
+            ..
+        } = plan;
         if pacing == Pacing::PerGroup {
             report.settling =
                 self.pace.hold_back_settling(&mut boosts, &at_risk, &first_seen, now, &self.settings.burst());
@@ -265,6 +272,7 @@ where
         boosts.retain(|b| !flying.contains(&b.group));
         let writes = self.open_boosts(&snapshot, &first_seen, &boosts, &closes).await?;
         stages.mark("ledger-save");
+        self.readmit(&plan_readmit).await;
         if writes.is_empty() {
             return Ok(report);
         }
