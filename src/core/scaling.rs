@@ -165,7 +165,7 @@ mod tests {
         assert_eq!(p.give_backs.len(), 1);
         let GiveBackHow::Drain(chosen) = &p.give_backs[0].how else { panic!("{:?}", p.give_backs) };
         assert_eq!(
-            chosen.node.as_ref().map(crate::core::NodeName::as_str),
+            chosen.node.as_ref().map(NodeName::as_str),
             Some("r1"),
             "empty and newest; n2 is at risk"
         );
@@ -187,7 +187,7 @@ mod tests {
         let mut s = taken_first();
         s.groups.get_mut(&GroupName::from("a")).unwrap().members = None;
         s.nodes.insert("n1".into(), Node::test("n1", "a").cordoned());
-        s.nodes.remove(&crate::core::NodeName::from("r1"));
+        s.nodes.remove(&NodeName::from("r1"));
         let policy = count();
         let late = Timestamp::from_millis(10_000).plus(policy.replacement_timeout);
         let p = plan_scaling(&s, &policy, late, Acting::Leader);
