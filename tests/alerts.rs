@@ -71,7 +71,7 @@ fn every_alert_has_a_case_that_fires_and_one_that_does_not() {
     }
     let rule = rule();
     let names: BTreeSet<String> = alerts(&rule).iter().map(|a| a["alert"].as_str().unwrap().to_string()).collect();
-    assert_eq!(names.len(), 16);
+    assert_eq!(names.len(), 17);
     for name in &names {
         let (fires, quiet) = cases.get(name).copied().unwrap_or_default();
         assert!(fires > 0, "{name} has no case where it fires");

@@ -164,11 +164,7 @@ mod tests {
         let p = plan_scaling(&taken_first(), &count(), NOW, Acting::Leader);
         assert_eq!(p.give_backs.len(), 1);
         let GiveBackHow::Drain(chosen) = &p.give_backs[0].how else { panic!("{:?}", p.give_backs) };
-        assert_eq!(
-            chosen.node.as_ref().map(NodeName::as_str),
-            Some("r1"),
-            "empty and newest; n2 is at risk"
-        );
+        assert_eq!(chosen.node.as_ref().map(NodeName::as_str), Some("r1"), "empty and newest; n2 is at risk");
         assert_eq!(p.ledger.records[0].giving_back.get(&InstanceId::from("i-n1")), Some(chosen));
         let boosted: Vec<&InstanceId> = p.boosts.boosts.iter().flat_map(|b| &b.record.instances).collect();
         assert_eq!(boosted, vec![&InstanceId::from("i-n2")]);

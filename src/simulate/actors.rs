@@ -114,6 +114,7 @@ impl Nth {
             match outcome {
                 Some("drained") => {
                     world.counters.drained_nodes += 1;
+                    world.note_drained(&node);
                     world.log("nth", "drained", &node, "every pod evicted");
                 }
                 Some(other) => {

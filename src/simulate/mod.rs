@@ -8,6 +8,7 @@
 
 pub(crate) mod actors;
 mod html;
+pub mod market;
 pub mod ports;
 pub mod scenario;
 pub mod world;
@@ -21,7 +22,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::config::{Baseline, ReportFormat};
-use crate::core::{GroupName, InstanceId, Policy, Timestamp};
+use crate::core::{GroupName, InstanceId, Policy, RebalancePolicy, Timestamp};
 use crate::metrics::Metrics;
 use crate::output::{structured, table, Width, TABLE_WIDTH};
 
@@ -37,8 +38,10 @@ use crate::workers::scaler::{Scaler, ScalerSettings};
 use crate::workers::Ports;
 use crate::workers::WorkerContext;
 use actors::{ClusterAutoscaler, Nth};
+use market::{LearnedPool, PolicyReport};
 use ports::SimWorld;
 pub use scenario::{parse_scenario, Scenario, ScenarioError};
+use scenario::{SpotEvent, SpotEventKind, Targets};
 use world::{Sample, TimelineEntry, World};
 
 /// Why a simulation could not run.
@@ -139,6 +142,9 @@ pub struct RunReport {
     /// The plotted values over time (HTML only: they would multiply the JSON's size).
     #[serde(skip)]
     pub samples: Vec<Sample>,
+    /// What the market cost this run, for a scenario with a market (reported under `policies`).
+    #[serde(skip)]
+    pub market: Option<PolicyReport>,
 }
 
 /// The booster's run, and the baseline's when asked for.
@@ -152,6 +158,10 @@ pub struct Report {
     /// NTH + Cluster Autoscaler alone.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub baseline: Option<RunReport>,
+    /// For a scenario with a market: what it cost under each rebalance policy (`replace`,
+    /// `standby`, `auto`) and under NTH + Cluster Autoscaler (`nth-ca`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub policies: BTreeMap<String, PolicyReport>,
 }
 
 /// Who runs the cluster in a simulation.
@@ -295,6 +305,9 @@ async fn run_scenario_async(scenario: &Scenario, mode: Mode, mut progress: Optio
         Mode::NthCa => None,
     };
     let mut events = scenario.events.iter().peekable();
+    let mut recommendations = scenario.market.iter().flat_map(|m| m.recommendations.iter()).peekable();
+    // Interruptions the market has in store: when, and which instance (and node).
+    let mut doomed: BTreeSet<(Duration, String, String)> = BTreeSet::new();
     while sim.lock().elapsed() < scenario.duration {
         {
             let mut world = sim.lock();
@@ -302,6 +315,24 @@ async fn run_scenario_async(scenario: &Scenario, mode: Mode, mut progress: Optio
             let elapsed = world.elapsed();
             while let Some(event) = events.next_if(|e| e.at <= elapsed) {
                 nth.on_event(&mut world, event);
+            }
+            while let Some(r) = recommendations.next_if(|r| r.at <= elapsed) {
+                let Some(node) = world.pick_for_recommendation(&r.group) else { continue };
+                let instance = world.nodes[&node].instance.clone();
+                world.recommended.insert(instance.clone(), r.interrupted_after.is_some());
+                world.counters.recommendations += 1;
+                if let Some(lead) = r.interrupted_after {
+                    doomed.insert((elapsed + lead, instance, node.clone()));
+                }
+                nth.on_event(&mut world, &market_event(SpotEventKind::Rebalance, &r.group, node));
+            }
+            while let Some(due) = doomed.first().filter(|(at, ..)| *at <= elapsed).cloned() {
+                doomed.remove(&due);
+                let (_, instance, node) = due;
+                if let Some(group) = world.instances.get(&instance).map(|i| i.group.clone()) {
+                    world.counters.interruptions += 1;
+                    nth.on_event(&mut world, &market_event(SpotEventKind::Interrupt, &group, node));
+                }
             }
             nth.step(&mut world);
         }
@@ -327,6 +358,15 @@ async fn run_scenario_async(scenario: &Scenario, mode: Mode, mut progress: Optio
     sim.lock().sample(true);
     let world = sim.lock().clone();
     let c = &world.counters;
+    let market = scenario.market.as_ref().map(|m| PolicyReport {
+        needless_drains: c.needless_drains,
+        boost_node_seconds: c.extra_node_seconds,
+        capacity_gap_pod_seconds: c.capacity_gap_pod_seconds,
+        pods_killed: c.pods_killed,
+        recommendations: c.recommendations,
+        interruptions: c.interruptions,
+        learned: workers.as_ref().map(|w| learned(m, &w.ledger.saved_pools(), world.now)).unwrap_or_default(),
+    });
     let boosted = workers.as_ref().map(|w| &w.boosted);
     RunReport {
         summary: Summary {
@@ -359,7 +399,33 @@ async fn run_scenario_async(scenario: &Scenario, mode: Mode, mut progress: Optio
             .collect(),
         timeline: world.timeline,
         samples: world.samples,
+        market,
     }
+}
+
+/// A market's recommendation or interruption for `node`, as NTH gets it.
+fn market_event(kind: SpotEventKind, group: &str, node: String) -> SpotEvent {
+    SpotEvent { at: Duration::ZERO, kind, group: group.to_string(), targets: Targets::Named(vec![node]), notice: None }
+}
+
+/// What pool memory learnt of each of the market's pools, against its truth.
+fn learned(market: &market::Market, memory: &crate::core::PoolMemory, now: Timestamp) -> Vec<LearnedPool> {
+    let settings = crate::core::MemorySettings::default();
+    market
+        .pools
+        .iter()
+        .map(|p| {
+            let c = memory.conversion(&p.group.as_str().into(), &BTreeSet::from([p.pool.clone()]), &settings, now);
+            LearnedPool {
+                group: p.group.clone(),
+                truth: p.conversion,
+                estimate: c.estimate,
+                low: c.low,
+                high: c.high,
+                observations: c.observations,
+            }
+        })
+        .collect()
 }
 
 /// Runs a scenario, with the baseline when asked for.
@@ -372,10 +438,32 @@ fn simulate_showing_progress(
     baseline: Option<Baseline>,
     mut progress: Option<Progress>,
 ) -> Report {
+    if scenario.market.is_none() {
+        return Report {
+            simulated_seconds: scenario.duration.as_secs(),
+            booster: run_scenario_with(scenario, Mode::Booster, progress.as_mut()),
+            baseline: baseline.map(|Baseline::NthCa| run_scenario_with(scenario, Mode::NthCa, progress.as_mut())),
+            policies: BTreeMap::new(),
+        };
+    }
+    // Every policy meets the same market; the scenario's own policy's run is the booster's.
+    let mut runs: BTreeMap<String, RunReport> = BTreeMap::new();
+    for policy in RebalancePolicy::ALL {
+        let mut each = scenario.clone();
+        each.policy.rebalance_policy = policy;
+        runs.insert(policy.as_str().to_string(), run_scenario_with(&each, Mode::Booster, progress.as_mut()));
+    }
+    let nth_ca = run_scenario_with(scenario, Mode::NthCa, progress.as_mut());
+    let mut policies: BTreeMap<String, PolicyReport> =
+        runs.iter().filter_map(|(name, run)| Some((name.clone(), run.market.clone()?))).collect();
+    if let Some(m) = nth_ca.market.clone() {
+        policies.insert("nth-ca".to_string(), m);
+    }
     Report {
         simulated_seconds: scenario.duration.as_secs(),
-        booster: run_scenario_with(scenario, Mode::Booster, progress.as_mut()),
-        baseline: baseline.map(|Baseline::NthCa| run_scenario_with(scenario, Mode::NthCa, progress.as_mut())),
+        booster: runs.remove(scenario.policy.rebalance_policy.as_str()).expect("every policy ran"),
+        baseline: baseline.map(|Baseline::NthCa| nth_ca),
+        policies,
     }
 }
 
@@ -484,7 +572,50 @@ pub(crate) fn render_text(name: &str, report: &Report, width: Width) -> String {
     } else {
         &["GROUP", "MAX", "PEAK", "FINAL"]
     };
-    out + &table(header, &rows, width)
+    out += &table(header, &rows, width);
+    out + &policies_table(report, width)
+}
+
+/// The market's cost under each policy, and what `auto` learnt, for a scenario with a market.
+fn policies_table(report: &Report, width: Width) -> String {
+    if report.policies.is_empty() {
+        return String::new();
+    }
+    let rows: Vec<Vec<String>> = report
+        .policies
+        .iter()
+        .map(|(name, p)| {
+            vec![
+                name.clone(),
+                p.recommendations.to_string(),
+                p.interruptions.to_string(),
+                p.needless_drains.to_string(),
+                format!("{:.1}", p.boost_node_seconds as f64 / 3600.0),
+                p.capacity_gap_pod_seconds.to_string(),
+                p.pods_killed.to_string(),
+            ]
+        })
+        .collect();
+    let header =
+        ["POLICY", "RECOMMENDED", "INTERRUPTED", "NEEDLESS DRAINS", "BOOST NODE-HOURS", "GAP POD-S", "PODS KILLED"];
+    let mut out = format!("\n== market: every policy on the same recommendations ==\n{}", table(&header, &rows, width));
+    if let Some(auto) = report.policies.get("auto").filter(|a| !a.learned.is_empty()) {
+        let rows: Vec<Vec<String>> = auto
+            .learned
+            .iter()
+            .map(|l| {
+                vec![
+                    l.group.clone(),
+                    format!("{:.2}", l.truth),
+                    format!("{:.2} ({:.2}-{:.2})", l.estimate, l.low, l.high),
+                    format!("{:.1}", l.observations),
+                ]
+            })
+            .collect();
+        out += "\n";
+        out += &table(&["GROUP", "TRUE CONVERSION", "LEARNT (90%)", "OBSERVATIONS"], &rows, width);
+    }
+    out
 }
 
 #[cfg(test)]

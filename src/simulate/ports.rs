@@ -201,6 +201,7 @@ impl AutoScaling for SimWorld {
                 let facts = InstanceFacts {
                     private_dns_name: Some(x.node.clone()),
                     launched: Some(x.launched),
+                    pool: world.pools.get(&x.group).cloned(),
                     ..InstanceFacts::bought(InstanceLifecycle::Spot)
                 };
                 (i.clone(), facts)

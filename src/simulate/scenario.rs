@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use thiserror::Error;
 
+use super::market::{market, Market, RawMarket};
 use crate::config::policy_from_pairs;
 use crate::core::{Policy, Resources};
 use crate::units::{parse_cpu_millis, parse_duration, parse_memory_bytes};
@@ -28,7 +29,7 @@ pub enum ScenarioError {
     },
 }
 
-fn field_error(field: impl Into<String>, why: impl std::fmt::Display) -> ScenarioError {
+pub(super) fn field_error(field: impl Into<String>, why: impl std::fmt::Display) -> ScenarioError {
     ScenarioError::Field { field: field.into(), why: why.to_string() }
 }
 
@@ -45,6 +46,8 @@ struct RawScenario {
     events: Vec<RawEvent>,
     #[serde(default)]
     cluster: RawCluster,
+    #[serde(default)]
+    market: Option<RawMarket>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -144,6 +147,9 @@ pub struct Scenario {
     pub events: Vec<SpotEvent>,
     /// Timings of the simulated cluster.
     pub cluster: ClusterTimings,
+    /// The spot market, when the scenario describes one: its recommendations come on top of
+    /// `events`, and every rebalance policy is compared on it.
+    pub market: Option<Market>,
 }
 
 /// Timings of the simulated cluster; each has a documented default.
@@ -435,10 +441,12 @@ pub fn parse_scenario(text: &str) -> Result<Scenario, ScenarioError> {
     if cluster.ca_scan_interval < Duration::from_secs(1) {
         return Err(field_error("cluster.ca-scan-interval", "must be at least 1s"));
     }
-    Ok(Scenario { duration, policy, groups, workloads, events, cluster })
+    let group_names: Vec<String> = groups.iter().map(|g| g.name.clone()).collect();
+    let market = raw.market.as_ref().map(|m| market(m, &group_names, duration)).transpose()?;
+    Ok(Scenario { duration, policy, groups, workloads, events, cluster, market })
 }
 
-fn duration_field(field: &str, value: &str) -> Result<Duration, ScenarioError> {
+pub(super) fn duration_field(field: &str, value: &str) -> Result<Duration, ScenarioError> {
     parse_duration(value).map_err(|e| field_error(field, e))
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::market::Rng;
 use super::scenario::{ClusterTimings, GroupSpec, Scenario, Workload};
 use crate::core::{self, GroupName, InstanceId, NodeName, PodClass, Resources, Signal, Snapshot, Timestamp};
 
@@ -49,6 +50,14 @@ pub(crate) struct Counters {
     pub undrained_at_interruption: u32,
     /// Most pods Pending at once.
     pub(crate) peak_pending_pods: u32,
+    /// Nodes drained whose instance had a recommendation the market never follows.
+    pub(crate) needless_drains: u32,
+    /// Node-seconds of desired capacity above the groups' starting sizes.
+    pub(crate) extra_node_seconds: u64,
+    /// Market recommendations sent.
+    pub(crate) recommendations: u32,
+    /// Market interruptions that came.
+    pub(crate) interruptions: u32,
 }
 
 /// The plotted values at one moment; a new one is taken only when a value changes.
@@ -170,6 +179,12 @@ pub struct World {
     /// From each notice to its node's first pod leaving (the drain's start as pods see it).
     pub(crate) drain_starts: Vec<Duration>,
     next_pod: u64,
+    /// Each group's capacity pool, where the scenario's market names it.
+    pub(crate) pools: BTreeMap<String, core::Pool>,
+    /// Instances the market recommended, and whether it interrupts them later.
+    pub(crate) recommended: BTreeMap<String, bool>,
+    /// Picks the node each market recommendation hits.
+    rng: Rng,
 }
 
 /// How often Auto Scaling retries a launch a pool has no capacity for, each a failed activity.
@@ -201,6 +216,13 @@ impl World {
             noticed: BTreeMap::new(),
             drain_starts: Vec::new(),
             next_pod: 0,
+            pools: scenario
+                .market
+                .iter()
+                .flat_map(|m| m.pools.iter().map(|p| (p.group.clone(), p.pool.clone())))
+                .collect(),
+            recommended: BTreeMap::new(),
+            rng: Rng::new(scenario.market.as_ref().map_or(0, |m| m.seed) ^ 0x5EED),
         };
         for spec in &scenario.groups {
             world.groups.insert(
@@ -350,6 +372,10 @@ impl World {
     /// below MinSize; the ASG then replaces the instance).
     pub fn terminate(&mut self, id: &str, decrement: bool) -> bool {
         let Some(inst) = self.instances.get(id) else { return false };
+        if self.pods_on(&inst.node).is_empty() {
+            self.note_drained_instance(id);
+        }
+        let Some(inst) = self.instances.get(id) else { return false };
         let group = inst.group.clone();
         let asg = self.groups.get_mut(&group).expect("known group");
         let decremented = decrement && asg.desired > asg.spec.min;
@@ -379,6 +405,38 @@ impl World {
             self.counters.pods_killed += 1;
             self.replace_pod(seq);
         }
+    }
+
+    /// Counts `node`'s drain as needless when its instance had a recommendation the market never
+    /// follows with an interruption.
+    pub(crate) fn note_drained(&mut self, node: &str) {
+        if let Some(id) = self.nodes.get(node).map(|n| n.instance.clone()) {
+            self.note_drained_instance(&id);
+        }
+    }
+
+    fn note_drained_instance(&mut self, id: &str) {
+        if self.recommended.remove(id) == Some(false) {
+            self.counters.needless_drains += 1;
+        }
+    }
+
+    /// The node a market recommendation hits in `group`: a live, schedulable node no notice has
+    /// named yet, drawn from the run's generator.
+    pub(crate) fn pick_for_recommendation(&mut self, group: &str) -> Option<String> {
+        let named: BTreeSet<&str> = self.signals.iter().map(|s| s.instance.as_str()).collect();
+        let candidates: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.group == group && !n.cordoned && !named.contains(n.instance.as_str()))
+            .filter(|(_, n)| !self.interrupted(&n.instance))
+            .map(|(name, _)| name.clone())
+            .collect();
+        if candidates.is_empty() {
+            return None;
+        }
+        let k = self.rng.below(candidates.len());
+        Some(candidates[k].clone())
     }
 
     /// Cordons a node.
@@ -553,6 +611,8 @@ impl World {
         let pending = self.pods.values().filter(|p| p.node.is_none()).count() as u32;
         let displaced = self.pods.values().filter(|p| p.node.is_none() && p.displaced).count() as u64;
         self.counters.capacity_gap_pod_seconds += displaced * dt.as_secs();
+        let extra: u64 = self.groups.values().map(|g| u64::from(g.desired.saturating_sub(g.spec.desired))).sum();
+        self.counters.extra_node_seconds += extra * dt.as_secs();
         self.counters.peak_pending_pods = self.counters.peak_pending_pods.max(pending);
     }
 
