@@ -903,6 +903,7 @@ impl Metrics {
         collectors.extend(self.ledger.collectors());
         collectors.extend(self.aws.collectors());
         collectors.extend(self.instancegroups.collectors());
+        collectors.extend(self.market.collectors());
         let mut names: Vec<String> =
             collectors.iter().flat_map(|c| c.desc().into_iter().map(|d| d.fq_name.clone())).collect();
         names.sort();
@@ -955,7 +956,7 @@ mod tests {
         for name in ["spots_booster_evictions_total", "spots_booster_reaction_seconds", "spots_booster_leader"] {
             assert!(m.names().contains(&name.to_string()), "{name}");
         }
-        assert_eq!(m.names().len(), 38);
+        assert_eq!(m.names().len(), 48);
     }
 
     #[test]

@@ -51,8 +51,8 @@ pub use ledger_edit::{
 pub use model::{
     Ahead, BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, GiveBackNode, Group, GroupName, InstanceFacts,
     InstanceId, InstanceLifecycle, LaunchOptions, MovedPart, Namespace, Node, NodeName, OptOut, Pod, PodClass, PodName,
-    PodUid, Pool, RebalancePolicy, Resources, Signal, SignalKind, Snapshot, Standby, Timestamp, INTERRUPTION_NOTICE,
-    NODE_OPT_OUT,
+    PodUid, Pool, PoolHistory, RebalancePolicy, Resources, Signal, SignalKind, Snapshot, Standby, Timestamp,
+    INTERRUPTION_NOTICE, NODE_OPT_OUT,
 };
 pub use pacing::{BurstTimes, WavePace};
 pub use policy::{Policy, SizingMode};

@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 use super::fast_hash::{FastMap, FastSet};
 use super::flag_set::Flag;
 use super::names::Text;
-use super::pool_memory::PoolMemory;
 
 /// A point in time, in milliseconds since the Unix epoch. The core never reads a clock: `now` is
 /// always passed in.
@@ -656,7 +655,7 @@ pub struct BoostRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ahead: Option<Ahead>,
     /// Set for a boost that answers rebalance recommendations by standing by (see
-    /// [`super::standby`]): its replacements are kept Ready, its instances drained only once an
+    /// `core::standby`): its replacements are kept Ready, its instances drained only once an
     /// interruption notice comes. At `until`, with none noticed, its nodes are given back and the
     /// recommendations lapse.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -675,7 +674,7 @@ pub enum RebalancePolicy {
     /// by the pool's learned lead time, the boost is given back and the node keeps running.
     Standby,
     /// `standby` where the pool's learned conversion is low and the group has room to hold a
-    /// spare, `replace` where it is high (see [`super::standby`]).
+    /// spare, `replace` where it is high (see `core::standby`).
     Auto,
 }
 
@@ -909,9 +908,25 @@ pub struct Snapshot {
     /// When each group last failed to launch for want of capacity (its scaling activities).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub capacity_failures: BTreeMap<GroupName, Timestamp>,
-    /// What the daemon learnt of the spot market (see [`super::pool_memory`]).
-    #[serde(default)]
-    pub market: PoolMemory,
+    /// What pool memory remembers of each pool, decayed to the pass (see `core::pool_memory`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub market: Vec<PoolHistory>,
+}
+
+/// What pool memory remembers of one pool (an instance type in one zone, within one group), as
+/// the core decides with it: how its recommendations resolved, decayed, and its lead times.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolHistory {
+    /// The group.
+    pub group: GroupName,
+    /// The pool.
+    pub pool: Pool,
+    /// Recommendations followed by their instance's interruption.
+    pub converted: f64,
+    /// Recommendations not followed within the memory's window.
+    pub lapsed: f64,
+    /// Recommendation → interruption lead times, in seconds.
+    pub lead_seconds: Vec<u64>,
 }
 
 impl Snapshot {

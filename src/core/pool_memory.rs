@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::model::{GroupName, InstanceId, Pool, SignalKind, Snapshot, Timestamp};
+use super::model::{GroupName, InstanceId, Pool, PoolHistory, SignalKind, Snapshot, Timestamp};
 use super::signals::AtRiskSet;
 
 /// Most pools remembered: past it, the one with the least (decayed) history is forgotten.
@@ -434,54 +434,63 @@ impl PoolMemory {
         }
     }
 
-    /// The conversion of `group`'s recommendations in `pools` (every pool of the group when
-    /// empty), decayed to `now`.
-    pub fn conversion(
-        &self,
-        group: &GroupName,
-        pools: &BTreeSet<Pool>,
-        settings: &MemorySettings,
-        now: Timestamp,
-    ) -> Conversion {
-        let (mut converted, mut resolved) = (0.0, 0.0);
-        for record in self.of_group(group, pools) {
-            let mut r = record.clone();
-            r.decay(now, settings.half_life);
-            converted += r.converted;
-            resolved += r.converted + r.lapsed;
-        }
-        Conversion::of(converted, resolved)
-    }
-
-    /// The lead time (recommendation → interruption) that `quantile` of `group`'s followed
-    /// recommendations in `pools` came within, once at least `min_samples` were seen.
-    pub fn lead_time(
-        &self,
-        group: &GroupName,
-        pools: &BTreeSet<Pool>,
-        quantile: f64,
-        min_samples: usize,
-    ) -> Option<Duration> {
-        let mut samples: Vec<u64> = self.of_group(group, pools).flat_map(|r| r.lead_seconds.iter().copied()).collect();
-        if samples.len() < min_samples.max(1) {
-            return None;
-        }
-        samples.sort_unstable();
-        let rank = ((samples.len() as f64) * quantile.clamp(0.0, 1.0)).ceil() as usize;
-        Some(Duration::from_secs(samples[rank.clamp(1, samples.len()) - 1]))
-    }
-
-    fn of_group<'m>(&'m self, group: &'m GroupName, pools: &'m BTreeSet<Pool>) -> impl Iterator<Item = &'m PoolRecord> {
-        self.pools.iter().filter(move |r| {
-            &r.group == group
-                && (pools.is_empty() || pools.iter().any(|p| p.instance_type == r.instance_type && p.zone == r.zone))
-        })
+    /// Every pool's history, decayed to `now`: what the core decides with.
+    pub fn histories(&self, settings: &MemorySettings, now: Timestamp) -> Vec<PoolHistory> {
+        self.pools
+            .iter()
+            .map(|record| {
+                let mut r = record.clone();
+                r.decay(now, settings.half_life);
+                PoolHistory {
+                    group: r.group.clone(),
+                    pool: Pool { instance_type: r.instance_type.clone(), zone: r.zone.clone() },
+                    converted: r.converted,
+                    lapsed: r.lapsed,
+                    lead_seconds: r.lead_seconds,
+                }
+            })
+            .collect()
     }
 
     /// The groups it remembers.
     pub fn groups(&self) -> BTreeSet<&GroupName> {
         self.pools.iter().map(|p| &p.group).collect()
     }
+}
+
+/// The histories of `group`'s pools among `pools` (every pool of the group when empty).
+fn of_group<'h>(
+    histories: &'h [PoolHistory],
+    group: &'h GroupName,
+    pools: &'h BTreeSet<Pool>,
+) -> impl Iterator<Item = &'h PoolHistory> {
+    histories.iter().filter(move |h| &h.group == group && (pools.is_empty() || pools.contains(&h.pool)))
+}
+
+/// How often `group`'s recommendations in `pools` became interruptions.
+pub fn conversion(histories: &[PoolHistory], group: &GroupName, pools: &BTreeSet<Pool>) -> Conversion {
+    let (converted, resolved) =
+        of_group(histories, group, pools).fold((0.0, 0.0), |(c, n), h| (c + h.converted, n + h.converted + h.lapsed));
+    Conversion::of(converted, resolved)
+}
+
+/// The lead time (recommendation → interruption) that `quantile` of `group`'s followed
+/// recommendations in `pools` came within, once at least `min_samples` were seen.
+pub fn lead_time(
+    histories: &[PoolHistory],
+    group: &GroupName,
+    pools: &BTreeSet<Pool>,
+    quantile: f64,
+    min_samples: usize,
+) -> Option<Duration> {
+    let mut samples: Vec<u64> =
+        of_group(histories, group, pools).flat_map(|h| h.lead_seconds.iter().copied()).collect();
+    if samples.len() < min_samples.max(1) {
+        return None;
+    }
+    samples.sort_unstable();
+    let rank = ((samples.len() as f64) * quantile.clamp(0.0, 1.0)).ceil() as usize;
+    Some(Duration::from_secs(samples[rank.clamp(1, samples.len()) - 1]))
 }
 
 impl Tracked {
@@ -584,9 +593,10 @@ mod tests {
             let i = format!("i-{k}");
             m.learn(&[rec(&i, 0), int(&i, *lead)], &all_live, &settings(), at(*lead));
         }
-        assert_eq!(m.lead_time(&group, &pools, 0.9, 3), Some(Duration::from_secs(3600)));
-        assert_eq!(m.lead_time(&group, &pools, 0.5, 3), Some(Duration::from_secs(1800)));
-        assert_eq!(m.lead_time(&group, &pools, 0.5, 6), None);
+        let h = m.histories(&settings(), at(3600));
+        assert_eq!(lead_time(&h, &group, &pools, 0.9, 3), Some(Duration::from_secs(3600)));
+        assert_eq!(lead_time(&h, &group, &pools, 0.5, 3), Some(Duration::from_secs(1800)));
+        assert_eq!(lead_time(&h, &group, &pools, 0.5, 6), None);
     }
 
     #[test]

@@ -34,6 +34,7 @@ use super::model::{
     BoostLedger, GroupName, InstanceId, NodeName, Pool, RebalancePolicy, SignalKind, Snapshot, Standby, Timestamp,
 };
 use super::policy::Policy;
+use super::pool_memory::{conversion, lead_time};
 use super::signals::{AtRisk, AtRiskSet};
 
 /// The share of followed recommendations whose lead time the standby waits out.
@@ -161,7 +162,7 @@ pub(crate) fn choose_standby(
             RebalancePolicy::Replace => (false, ChoiceWhy::Configured),
             RebalancePolicy::Standby => (true, ChoiceWhy::Configured),
             RebalancePolicy::Auto => {
-                let conversion = snapshot.market.conversion(&group.name, &pools, &policy.memory, now);
+                let conversion = conversion(&snapshot.market, &group.name, &pools);
                 let observations = conversion.observations.floor() as u32;
                 let high_percent = (conversion.high * 100.0).round() as u32;
                 let in_flight: u32 = ledger
@@ -187,7 +188,7 @@ pub(crate) fn choose_standby(
             }
         };
         let standby_until = stand_by.then(|| {
-            let learned = snapshot.market.lead_time(&group.name, &pools, LEAD_QUANTILE, LEAD_MIN_SAMPLES);
+            let learned = lead_time(&snapshot.market, &group.name, &pools, LEAD_QUANTILE, LEAD_MIN_SAMPLES);
             now.plus(learned.unwrap_or(policy.standby_max).clamp(policy.standby_min, policy.standby_max))
         });
         if let Some(until) = standby_until {
@@ -287,8 +288,8 @@ mod tests {
 
     use super::*;
     use crate::core::draining::plan_draining;
+    use crate::core::model::PoolHistory;
     use crate::core::model::{BoostRecord, Group, Node, NodeName, Signal};
-    use crate::core::pool_memory::{PoolKey, PoolMemory, PoolRecord};
     use crate::core::scaling::{plan_scaling, Acting, ScalingPlan};
     use crate::core::{DrainState, DrainWait, DropReason, GiveBackHow};
 
@@ -414,18 +415,8 @@ mod tests {
         assert!(p.ledger.lapsed.contains_key(&InstanceId::from("i-n1")));
     }
 
-    fn market(converted: f64, lapsed: f64, leads: &[u64]) -> PoolMemory {
-        let key = PoolKey::of(&"a".into(), &pool());
-        let mut record: PoolRecord = serde_json::from_value(serde_json::json!({
-            "group": "a", "instance_type": "m5.large", "zone": "us-east-1a", "as_of": NOW,
-        }))
-        .unwrap();
-        record.converted = converted;
-        record.lapsed = lapsed;
-        record.recommendations = converted + lapsed;
-        record.lead_seconds = leads.to_vec();
-        assert_eq!(record.key(), key);
-        PoolMemory { pools: vec![record], tracked: Default::default() }
+    fn market(converted: f64, lapsed: f64, leads: &[u64]) -> Vec<PoolHistory> {
+        vec![PoolHistory { group: "a".into(), pool: pool(), converted, lapsed, lead_seconds: leads.to_vec() }]
     }
 
     fn auto_choice(s: &Snapshot) -> RebalanceChoice {

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::InspectError;
 use crate::config::OutputFormat;
+use crate::core::pool_memory::lead_time;
 use crate::core::{Conversion, PoolMemory};
 use crate::output::{structured, table, table_width};
 
@@ -57,7 +58,8 @@ pub(crate) fn inspect_pools(input: &str) -> Result<Vec<InspectedPool>, InspectEr
         .map(|p| {
             let pools =
                 BTreeSet::from([crate::core::Pool { instance_type: p.instance_type.clone(), zone: p.zone.clone() }]);
-            let only = PoolMemory { pools: vec![p.clone()], tracked: Default::default() };
+            let only = PoolMemory { pools: vec![p.clone()], tracked: Default::default() }
+                .histories(&crate::core::MemorySettings::default(), p.as_of);
             InspectedPool {
                 group: p.group.to_string(),
                 instance_type: p.instance_type.clone(),
@@ -67,8 +69,8 @@ pub(crate) fn inspect_pools(input: &str) -> Result<Vec<InspectedPool>, InspectEr
                 followed: p.converted,
                 not_followed: p.lapsed,
                 conversion: Conversion::of(p.converted, p.converted + p.lapsed),
-                lead_p50_seconds: only.lead_time(&p.group, &pools, 0.5, 1).map(|d| d.as_secs()),
-                lead_p90_seconds: only.lead_time(&p.group, &pools, 0.9, 1).map(|d| d.as_secs()),
+                lead_p50_seconds: lead_time(&only, &p.group, &pools, 0.5, 1).map(|d| d.as_secs()),
+                lead_p90_seconds: lead_time(&only, &p.group, &pools, 0.9, 1).map(|d| d.as_secs()),
                 failed_launches: p.failed_launches.values().sum(),
             }
         })

@@ -103,6 +103,21 @@ impl MarketMetrics {
         }
     }
 
+    pub(super) fn collectors(&self) -> Vec<&dyn prometheus::core::Collector> {
+        vec![
+            &self.recommendations,
+            &self.interruptions,
+            &self.resolved,
+            &self.failed_launches,
+            &self.conversion,
+            &self.observations,
+            &self.answers,
+            &self.boost_node_seconds,
+            &self.needless_drains,
+            &self.pods_killed,
+        ]
+    }
+
     /// Counts what one round of learning changed.
     pub fn learned(&self, learned: &Learned) {
         for pool in &learned.recommendations {

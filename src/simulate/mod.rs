@@ -415,7 +415,12 @@ fn learned(market: &market::Market, memory: &crate::core::PoolMemory, now: Times
         .pools
         .iter()
         .map(|p| {
-            let c = memory.conversion(&p.group.as_str().into(), &BTreeSet::from([p.pool.clone()]), &settings, now);
+            let histories = memory.histories(&settings, now);
+            let c = crate::core::pool_memory::conversion(
+                &histories,
+                &p.group.as_str().into(),
+                &BTreeSet::from([p.pool.clone()]),
+            );
             LearnedPool {
                 group: p.group.clone(),
                 truth: p.conversion,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::Scaler;
-use crate::core::pool_memory::sightings;
+use crate::core::pool_memory::{conversion, sightings};
 use crate::core::{GroupName, NodeName, Pool, ScalingPlan, Snapshot, Timestamp};
 use crate::ports::{AutoScaling, ClusterView, ClusterWrites, EventSink, LedgerStore};
 
@@ -28,7 +28,7 @@ where
     /// answered, and saves the memory when due.
     pub(super) async fn learn_market(&mut self, snapshot: &Snapshot, plan: &ScalingPlan, now: Timestamp) {
         let ctx = self.ctx.clone();
-        let seen = sightings(snapshot, &plan.at_risk, &snapshot.market);
+        let seen = sightings(snapshot, &plan.at_risk, &ctx.ledger.pools().await);
         let live = snapshot.live_instances();
         let is_live = |i: &crate::core::InstanceId| live.contains(i);
         let learned = ctx.ledger.learn(&seen, &is_live, &ctx.policy.memory, now).await;
@@ -38,9 +38,10 @@ where
                 lead_s = lead.as_secs(), "a rebalance recommendation was followed by its interruption");
         }
         let memory = ctx.ledger.pools().await;
+        let histories = memory.histories(&ctx.policy.memory, now);
         let all = std::collections::BTreeSet::<Pool>::new();
         for group in memory.groups() {
-            ctx.metrics.market.conversion(group.as_str(), &memory.conversion(group, &all, &ctx.policy.memory, now));
+            ctx.metrics.market.conversion(group.as_str(), &conversion(&histories, group, &all));
         }
         for choice in &plan.rebalance_choices {
             ctx.metrics.market.answered(choice.group.as_str(), choice.answer(), choice.why.as_str());

@@ -237,7 +237,7 @@ where
         let now = (ctx.clock)();
         let Observation { mut snapshot, first_seen, .. } =
             ctx.observe(false).await.map_err(ScalerError::Describe)?.ok_or(ScalerError::NotSynced)?;
-        snapshot.market = ctx.ledger.pools().await;
+        snapshot.market = ctx.ledger.pools().await.histories(&ctx.policy.memory, now);
         stages.mark("observe");
         self.report_view(leading, &snapshot, now);
         let acting = if leading { Acting::Leader } else { Acting::Follower };
