@@ -371,7 +371,7 @@ pub struct PolicyArgs {
     pub(crate) pool_memory_half_life: Duration,
     /// A rebalance recommendation whose instance is not interrupted within this counts as not
     /// followed.
-    #[arg(long, env = "SPOTS_BOOSTER_POOL_MEMORY_WINDOW", default_value = "6h", value_parser = duration)]
+    #[arg(long, env = "SPOTS_BOOSTER_POOL_MEMORY_WINDOW", default_value = "12h", value_parser = duration)]
     pub(crate) pool_memory_window: Duration,
 }
 

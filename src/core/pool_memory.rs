@@ -38,13 +38,13 @@ pub struct MemorySettings {
     /// Counts halve over this. Default: 7 days.
     pub half_life: Duration,
     /// A recommendation whose instance is not interrupted within this counts as not followed.
-    /// Default: 6 h (operators saw lead times up to about 9 h; most come well inside 6).
+    /// Default: 12 h (operators saw lead times from 17 minutes to almost 9 hours).
     pub window: Duration,
 }
 
 impl Default for MemorySettings {
     fn default() -> Self {
-        MemorySettings { half_life: Duration::from_secs(7 * 24 * 3600), window: Duration::from_secs(6 * 3600) }
+        MemorySettings { half_life: Duration::from_secs(7 * 24 * 3600), window: Duration::from_secs(12 * 3600) }
     }
 }
 
@@ -263,34 +263,62 @@ impl Conversion {
     }
 }
 
-/// The sightings a pass holds that the memory has not learnt yet: trusted recommendations, and
-/// interruptions EC2 confirmed, of instances whose pool EC2 named.
-pub fn sightings(snapshot: &Snapshot, at_risk: &AtRiskSet, memory: &PoolMemory) -> Vec<Sighting> {
-    let mut first: BTreeMap<(&InstanceId, SignalKind), Timestamp> = BTreeMap::new();
-    for s in &snapshot.signals {
-        if matches!(s.kind, SignalKind::Rebalance | SignalKind::SpotInterruption) {
-            let at = first.entry((&s.instance, s.kind)).or_insert(s.observed_at);
-            *at = (*at).min(s.observed_at);
-        }
+/// When each instance's first signal of `kind` was seen.
+fn first_seen(snapshot: &Snapshot, kind: SignalKind) -> BTreeMap<&InstanceId, Timestamp> {
+    let mut first: BTreeMap<&InstanceId, Timestamp> = BTreeMap::new();
+    for s in snapshot.signals.iter().filter(|s| s.kind == kind) {
+        let at = first.entry(&s.instance).or_insert(s.observed_at);
+        *at = (*at).min(s.observed_at);
     }
+    first
+}
+
+/// The sightings a scaler pass holds that the memory has not learnt yet: trusted
+/// recommendations (instances the core holds at risk for one), and interruptions EC2 confirmed
+/// (see [`interruption_sightings`]).
+pub fn sightings(snapshot: &Snapshot, at_risk: &AtRiskSet, memory: &PoolMemory) -> Vec<Sighting> {
+    let first = first_seen(snapshot, SignalKind::Rebalance);
     let mut out = Vec::new();
     for (group, risks) in &at_risk.by_group {
-        for risk in risks.values() {
+        for risk in risks.values().filter(|r| r.kinds.contains(&SignalKind::Rebalance)) {
             let Some(pool) = snapshot.instances.get(&risk.instance).and_then(|f| f.pool.as_ref()) else { continue };
-            let key = PoolKey::of(group, pool);
-            let tracked = memory.tracked.get(&risk.instance);
-            if risk.kinds.contains(&SignalKind::Rebalance) && tracked.is_none_or(|t| t.recommended.is_none()) {
-                let at = first.get(&(&risk.instance, SignalKind::Rebalance)).copied().unwrap_or(risk.first_seen);
-                out.push(Sighting::Recommended { instance: risk.instance.clone(), pool: key.clone(), at });
-            }
-            if risk.kinds.contains(&SignalKind::SpotInterruption)
-                && snapshot.spot_interrupted.contains(&risk.instance)
-                && tracked.is_none_or(|t| t.interrupted.is_none())
-            {
-                let at = first.get(&(&risk.instance, SignalKind::SpotInterruption)).copied().unwrap_or(risk.first_seen);
-                out.push(Sighting::Interrupted { instance: risk.instance.clone(), pool: key, at });
+            if memory.tracked.get(&risk.instance).is_none_or(|t| t.recommended.is_none()) {
+                let at = first.get(&risk.instance).copied().unwrap_or(risk.first_seen);
+                out.push(Sighting::Recommended { instance: risk.instance.clone(), pool: PoolKey::of(group, pool), at });
             }
         }
+    }
+    out.extend(interruption_sightings(snapshot, memory));
+    out
+}
+
+/// The interruptions EC2 confirms in `snapshot` (the spot request marked: no tenant, kubelet or
+/// Event's author can say so) that the memory has not learnt yet, in groups this cluster serves,
+/// each in the pool EC2 describes and the group Auto Scaling names. The drainer learns them as it
+/// confirms them: by the scaler's next pass a drained instance may be gone.
+pub fn interruption_sightings(snapshot: &Snapshot, memory: &PoolMemory) -> Vec<Sighting> {
+    if snapshot.spot_interrupted.is_empty() {
+        return Vec::new();
+    }
+    let first = first_seen(snapshot, SignalKind::SpotInterruption);
+    let mut out = Vec::new();
+    for node in snapshot.nodes.values() {
+        let (Some(instance), Some(group)) = (&node.instance, &node.group) else { continue };
+        if !snapshot.spot_interrupted.contains(instance)
+            || memory.tracked.get(instance).is_some_and(|t| t.interrupted.is_some())
+            || !snapshot.groups.get(group).is_some_and(|g| g.served())
+        {
+            continue;
+        }
+        let (Some(pool), Some(at)) =
+            (snapshot.instances.get(instance).and_then(|f| f.pool.as_ref()), first.get(instance))
+        else {
+            continue;
+        };
+        if out.iter().any(|s| matches!(s, Sighting::Interrupted { instance: i, .. } if i == instance)) {
+            continue;
+        }
+        out.push(Sighting::Interrupted { instance: instance.clone(), pool: PoolKey::of(group, pool), at: *at });
     }
     out
 }

@@ -195,7 +195,8 @@ pub struct PolicyReport {
     /// Nodes drained (every evictable pod evicted) whose instance had a recommendation the market
     /// never follows with an interruption.
     pub needless_drains: u32,
-    /// Node-seconds of desired capacity above the groups' starting sizes.
+    /// Node-seconds the booster's open boosts held (added and not given back yet); 0 for NTH +
+    /// Cluster Autoscaler, which boosts nothing.
     pub boost_node_seconds: u64,
     /// Pod-seconds that evicted or displaced pods spent unschedulable.
     pub capacity_gap_pod_seconds: u64,

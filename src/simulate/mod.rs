@@ -185,7 +185,14 @@ struct Workers {
     moved: BTreeMap<(BTreeSet<InstanceId>, GroupName, Timestamp), u32>,
     /// Every boost record ever saved, to count instances boosted more than once.
     records: BTreeSet<(GroupName, BTreeSet<InstanceId>, Timestamp)>,
+    /// The boosts those records are, by group and decision time: a record whose instances shrank
+    /// (a lapse, a release) is the same boost.
+    openings: BTreeSet<(GroupName, Timestamp)>,
     boosted: BTreeMap<InstanceId, u32>,
+    /// Instances whose standby lapsed: a later notice boosts them afresh, which is no double boost.
+    lapsed: BTreeSet<InstanceId>,
+    /// Node-seconds the open boosts held (added and not given back).
+    boost_node_seconds: u64,
 }
 
 impl Workers {
@@ -217,7 +224,10 @@ impl Workers {
             moved: BTreeMap::new(),
             ledger,
             records: BTreeSet::new(),
+            openings: BTreeSet::new(),
             boosted: BTreeMap::new(),
+            lapsed: BTreeSet::new(),
+            boost_node_seconds: 0,
         }
     }
 
@@ -237,13 +247,23 @@ impl Workers {
         if let Ok(report) = self.drainer.tick().await {
             sim.lock().counters.drained_nodes += report.drained.len() as u32;
         }
-        for r in self.ledger.saved().records {
+        let saved = self.ledger.saved();
+        self.lapsed.extend(saved.lapsed.keys().cloned());
+        for r in saved.records {
             for part in r.moved.iter().filter(|p| p.raising_to.is_none()) {
                 self.moved.insert((r.instances.clone(), part.group.clone(), part.at), part.added);
             }
-            if self.records.insert((r.group.clone(), r.instances.clone(), r.at)) {
+            if r.raising_to.is_none() {
+                self.boost_node_seconds += u64::from(r.added.saturating_sub(r.returned)) * TICK.as_secs();
+            }
+            if self.records.insert((r.group.clone(), r.instances.clone(), r.at))
+                && self.openings.insert((r.group.clone(), r.at))
+            {
                 for i in r.instances {
-                    *self.boosted.entry(i).or_default() += 1;
+                    let times = self.boosted.entry(i.clone()).or_default();
+                    if *times == 0 || !self.lapsed.contains(&i) {
+                        *times += 1;
+                    }
                 }
             }
         }
@@ -360,7 +380,7 @@ async fn run_scenario_async(scenario: &Scenario, mode: Mode, mut progress: Optio
     let c = &world.counters;
     let market = scenario.market.as_ref().map(|m| PolicyReport {
         needless_drains: c.needless_drains,
-        boost_node_seconds: c.extra_node_seconds,
+        boost_node_seconds: workers.as_ref().map_or(0, |w| w.boost_node_seconds),
         capacity_gap_pod_seconds: c.capacity_gap_pod_seconds,
         pods_killed: c.pods_killed,
         recommendations: c.recommendations,

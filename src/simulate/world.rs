@@ -52,8 +52,6 @@ pub(crate) struct Counters {
     pub(crate) peak_pending_pods: u32,
     /// Nodes drained whose instance had a recommendation the market never follows.
     pub(crate) needless_drains: u32,
-    /// Node-seconds of desired capacity above the groups' starting sizes.
-    pub(crate) extra_node_seconds: u64,
     /// Market recommendations sent.
     pub(crate) recommendations: u32,
     /// Market interruptions that came.
@@ -421,14 +419,14 @@ impl World {
         }
     }
 
-    /// The node a market recommendation hits in `group`: a live, schedulable node no notice has
-    /// named yet, drawn from the run's generator.
+    /// The node a market recommendation hits in `group`: a live, schedulable node whose instance
+    /// has no interruption notice and none in store, drawn from the run's generator (EC2 may
+    /// recommend an instance again once an earlier recommendation came to nothing).
     pub(crate) fn pick_for_recommendation(&mut self, group: &str) -> Option<String> {
-        let named: BTreeSet<&str> = self.signals.iter().map(|s| s.instance.as_str()).collect();
         let candidates: Vec<String> = self
             .nodes
             .iter()
-            .filter(|(_, n)| n.group == group && !n.cordoned && !named.contains(n.instance.as_str()))
+            .filter(|(_, n)| n.group == group && !n.cordoned && self.recommended.get(&n.instance) != Some(&true))
             .filter(|(_, n)| !self.interrupted(&n.instance))
             .map(|(name, _)| name.clone())
             .collect();
@@ -611,8 +609,6 @@ impl World {
         let pending = self.pods.values().filter(|p| p.node.is_none()).count() as u32;
         let displaced = self.pods.values().filter(|p| p.node.is_none() && p.displaced).count() as u64;
         self.counters.capacity_gap_pod_seconds += displaced * dt.as_secs();
-        let extra: u64 = self.groups.values().map(|g| u64::from(g.desired.saturating_sub(g.spec.desired))).sum();
-        self.counters.extra_node_seconds += extra * dt.as_secs();
         self.counters.peak_pending_pods = self.counters.peak_pending_pods.max(pending);
     }
 

@@ -365,6 +365,12 @@ where
         self.az_rebalance = snapshot.groups.values().filter(|g| g.az_rebalance).map(|g| g.name.clone()).collect();
         if !snapshot.spot_interrupted.is_subset(&self.confirmed) {
             self.wake_scaler();
+            if ctx.leadership.is_leader() {
+                let memory = ctx.ledger.pools().await;
+                let seen = crate::core::pool_memory::interruption_sightings(&snapshot, &memory);
+                let learned = ctx.ledger.learn(&seen, &|_| true, &ctx.policy.memory, now).await;
+                ctx.metrics.market.learned(&learned);
+            }
         }
         self.confirmed.clone_from(&snapshot.spot_interrupted);
 
