@@ -648,6 +648,26 @@ mod tests {
     }
 
     #[test]
+    fn only_an_interruption_ec2_confirms_in_a_group_this_cluster_serves_is_learnt() {
+        use crate::core::model::{Group, Node, Signal};
+        let mut s = Snapshot::default()
+            .with_group(Group::test("spot"))
+            .with_node(Node::test("n1", "spot"))
+            .with_signal(Signal::interruption("n1", 5_000));
+        s.instances.get_mut(&InstanceId::from("i-n1")).unwrap().pool =
+            Some(Pool { instance_type: "m5.large".into(), zone: "a".into() });
+        let m = PoolMemory::default();
+        assert!(interruption_sightings(&s, &m).is_empty(), "an Event alone, as a tenant could forge it");
+        s.spot_interrupted.insert("i-n1".into());
+        assert_eq!(
+            interruption_sightings(&s, &m),
+            vec![Sighting::Interrupted { instance: "i-n1".into(), pool: key("a"), at: Timestamp::from_millis(5_000) }]
+        );
+        s.groups.get_mut(&GroupName::from("spot")).unwrap().foreign = true;
+        assert!(interruption_sightings(&s, &m).is_empty(), "another cluster's group");
+    }
+
+    #[test]
     fn it_survives_a_round_trip_through_json() {
         let mut m = PoolMemory::default();
         m.learn(&[rec("i-1", 0), int("i-1", 900)], &all_live, &settings(), at(900));
