@@ -414,19 +414,20 @@ impl World {
     }
 
     fn note_drained_instance(&mut self, id: &str) {
-        if self.recommended.remove(id) == Some(false) {
+        if self.recommended.insert(id.to_string(), true) == Some(false) {
+            // Counted once; the instance is going.
             self.counters.needless_drains += 1;
         }
     }
 
     /// The node a market recommendation hits in `group`: a live, schedulable node whose instance
-    /// has no interruption notice and none in store, drawn from the run's generator (EC2 may
-    /// recommend an instance again once an earlier recommendation came to nothing).
+    /// was never recommended nor noticed, drawn from the run's generator (EC2 recommends an
+    /// instance once).
     pub(crate) fn pick_for_recommendation(&mut self, group: &str) -> Option<String> {
         let candidates: Vec<String> = self
             .nodes
             .iter()
-            .filter(|(_, n)| n.group == group && !n.cordoned && self.recommended.get(&n.instance) != Some(&true))
+            .filter(|(_, n)| n.group == group && !n.cordoned && !self.recommended.contains_key(&n.instance))
             .filter(|(_, n)| !self.interrupted(&n.instance))
             .map(|(name, _)| name.clone())
             .collect();

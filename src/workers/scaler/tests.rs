@@ -914,7 +914,11 @@ async fn pool_memory_learns_a_conversion_survives_a_restart_and_a_leader_change(
         (pool.instance_type.as_str(), pool.zone.as_str(), pool.lead_seconds.as_slice()),
         ("m5.large", "us-east-1a", &[609][..])
     );
+    // It resolves as followed when its window closes.
+    tokio::time::advance(policy.memory.window).await;
+    s.tick().await.unwrap();
     assert!(metrics.encode().contains(r#"spots_booster_rebalance_conversion_ratio{bound="estimate",group="a"} 0.666"#));
+    let saved = rig.ledger.saved_pools();
 
     // A restart loads it; a follower that becomes leader reloads what the leader saved.
     let restarted = rig.context(policy.clone(), paused_clock(), Arc::new(Metrics::new())).await;
