@@ -337,11 +337,14 @@ fn on_a_day_of_the_market_auto_drains_far_fewer_nodes_than_replace_loses_no_pod_
     );
     assert_eq!((auto.pods_killed, standby.pods_killed, replace.pods_killed), (0, 0, 0));
     assert!(nth_ca.needless_drains >= replace.needless_drains, "NTH drains every recommendation: {nth_ca:?}");
-    // Standing by on every pool lets pool memory see every recommendation resolve.
+    // Standing by on every pool lets pool memory see every recommendation resolve: by the day's
+    // end about half of each pool's 48 have (a recommendation resolves when its 12 h window
+    // closes). Within 0.1 once 50 have is `pool_memory`'s own test.
     for pool in &standby.learned {
-        assert!(pool.observations >= 30.0, "{pool:?}");
-        assert!((pool.estimate - pool.truth).abs() <= 0.1, "learnt within 0.1 of the truth: {pool:?}");
+        assert!(pool.observations >= 15.0, "{pool:?}");
+        assert!((pool.estimate - pool.truth).abs() <= 0.15, "learnt near the truth: {pool:?}");
     }
+    assert!(standby.needless_drains <= 2 && standby.boost_node_seconds > replace.boost_node_seconds, "{standby:?}");
     let s = &report.booster.summary;
     assert_eq!((s.double_boosts, s.pdb_violations), (0, 0), "{s:?}");
 }
