@@ -55,8 +55,8 @@ pub use model::{
     INTERRUPTION_NOTICE, NODE_OPT_OUT,
 };
 pub use pacing::{BurstTimes, WavePace};
-pub use policy::{Policy, SizingMode};
-pub use pool_memory::{Conversion, Learned, MemorySettings, PoolKey, PoolMemory, PoolRecord, Sighting};
+pub use policy::{MemorySettings, Policy, SizingMode};
+pub use pool_memory::{Conversion, Learned, PoolKey, PoolMemory, PoolRecord, Sighting};
 pub use raises::{resolve_raises, unresolved_groups, ResolvedRaise};
 pub use scaling::{plan_scaling, Acting, ScalingPlan};
 pub(crate) use signals::{scheduled_events_needed, spot_interruptions_needed};

@@ -7,7 +7,6 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::model::{GroupName, RebalancePolicy, Resources};
-use super::pool_memory::MemorySettings;
 
 /// How many replacement nodes an at-risk node calls for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -142,5 +141,21 @@ impl Default for Policy {
             auto_min_observations: 10,
             memory: MemorySettings::default(),
         }
+    }
+}
+
+/// How the memory ages and when a recommendation counts as not followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemorySettings {
+    /// Counts halve over this. Default: 7 days.
+    pub half_life: Duration,
+    /// A recommendation whose instance is not interrupted within this counts as not followed.
+    /// Default: 12 h (operators saw lead times from 17 minutes to almost 9 hours).
+    pub window: Duration,
+}
+
+impl Default for MemorySettings {
+    fn default() -> Self {
+        MemorySettings { half_life: Duration::from_secs(7 * 24 * 3600), window: Duration::from_secs(12 * 3600) }
     }
 }

@@ -23,6 +23,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::model::{GroupName, InstanceId, Pool, PoolHistory, SignalKind, Snapshot, Timestamp};
+use super::policy::MemorySettings;
 use super::signals::AtRiskSet;
 
 /// Most pools remembered: past it, the one with the least (decayed) history is forgotten.
@@ -35,22 +36,6 @@ pub const LEAD_SAMPLES: usize = 64;
 const MAX_REASONS: usize = 8;
 /// Least weight a pool keeps: below it, it is forgotten.
 const FORGOTTEN: f64 = 1e-3;
-
-/// How the memory ages and when a recommendation counts as not followed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MemorySettings {
-    /// Counts halve over this. Default: 7 days.
-    pub half_life: Duration,
-    /// A recommendation whose instance is not interrupted within this counts as not followed.
-    /// Default: 12 h (operators saw lead times from 17 minutes to almost 9 hours).
-    pub window: Duration,
-}
-
-impl Default for MemorySettings {
-    fn default() -> Self {
-        MemorySettings { half_life: Duration::from_secs(7 * 24 * 3600), window: Duration::from_secs(12 * 3600) }
-    }
-}
 
 /// One pool's memory, its counts decayed to `as_of`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::scenario::{duration_field, field_error, ScenarioError};
 use crate::core::Pool;
+use crate::units::parse_duration;
 
 /// Most recommendations a market may draw: each is simulated, with its node, every second.
 const MAX_RECOMMENDATIONS: usize = 20_000;
@@ -87,7 +87,24 @@ impl Market {
 }
 
 /// Validates the market against the scenario's groups and draws its recommendations.
-pub(super) fn market(raw: &RawMarket, groups: &[String], duration: Duration) -> Result<Market, ScenarioError> {
+/// A market field with an invalid value: the field's path and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct MarketFieldError {
+    /// The field path, e.g. `market.pools[0].conversion`.
+    pub(super) field: String,
+    /// What is wrong.
+    pub(super) why: String,
+}
+
+fn field_error(field: impl Into<String>, why: impl std::fmt::Display) -> MarketFieldError {
+    MarketFieldError { field: field.into(), why: why.to_string() }
+}
+
+fn duration_field(field: &str, value: &str) -> Result<Duration, MarketFieldError> {
+    parse_duration(value).map_err(|e| field_error(field, e))
+}
+
+pub(super) fn market(raw: &RawMarket, groups: &[String], duration: Duration) -> Result<Market, MarketFieldError> {
     if raw.pools.is_empty() {
         return Err(field_error("market.pools", "name at least one pool"));
     }
@@ -259,11 +276,11 @@ mod tests {
     fn a_market_is_refused_naming_the_field() {
         let groups = ["a".to_string()];
         let day = Duration::from_secs(86_400);
-        let err = market(&raw(4.0, 1.5), &groups, day).unwrap_err().to_string();
-        assert!(err.contains("market.pools[0].conversion"), "{err}");
-        let err = market(&raw(0.0, 0.5), &groups, day).unwrap_err().to_string();
-        assert!(err.contains("recommendations-per-hour"), "{err}");
-        let err = market(&raw(4.0, 0.5), &["b".to_string()], day).unwrap_err().to_string();
-        assert!(err.contains("market.pools[0].group"), "{err}");
+        let err = market(&raw(4.0, 1.5), &groups, day).unwrap_err();
+        assert_eq!(err.field, "market.pools[0].conversion", "{err:?}");
+        let err = market(&raw(0.0, 0.5), &groups, day).unwrap_err();
+        assert_eq!(err.field, "market.pools[0].recommendations-per-hour", "{err:?}");
+        let err = market(&raw(4.0, 0.5), &["b".to_string()], day).unwrap_err();
+        assert_eq!(err.field, "market.pools[0].group", "{err:?}");
     }
 }

@@ -29,7 +29,7 @@ pub enum ScenarioError {
     },
 }
 
-pub(super) fn field_error(field: impl Into<String>, why: impl std::fmt::Display) -> ScenarioError {
+fn field_error(field: impl Into<String>, why: impl std::fmt::Display) -> ScenarioError {
     ScenarioError::Field { field: field.into(), why: why.to_string() }
 }
 
@@ -442,11 +442,15 @@ pub fn parse_scenario(text: &str) -> Result<Scenario, ScenarioError> {
         return Err(field_error("cluster.ca-scan-interval", "must be at least 1s"));
     }
     let group_names: Vec<String> = groups.iter().map(|g| g.name.clone()).collect();
-    let market = raw.market.as_ref().map(|m| market(m, &group_names, duration)).transpose()?;
+    let market = raw
+        .market
+        .as_ref()
+        .map(|m| market(m, &group_names, duration).map_err(|e| field_error(e.field, e.why)))
+        .transpose()?;
     Ok(Scenario { duration, policy, groups, workloads, events, cluster, market })
 }
 
-pub(super) fn duration_field(field: &str, value: &str) -> Result<Duration, ScenarioError> {
+fn duration_field(field: &str, value: &str) -> Result<Duration, ScenarioError> {
     parse_duration(value).map_err(|e| field_error(field, e))
 }
 
