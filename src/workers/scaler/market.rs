@@ -50,8 +50,8 @@ where
                 why = %choice.why, "rebalance recommendation answered");
         }
         self.count_boost_node_seconds(snapshot, now);
+        // Not a ledger error: boosting goes on without it, and the memory is tried again.
         if let Err(e) = ctx.ledger.save_pools_due(now, POOLS_SAVE_EVERY).await {
-            ctx.metrics.ledger.error(&e);
             warn!(error = %e, cause = ?std::error::Error::source(&e), "pool memory not saved; kept for the next pass");
         }
     }
