@@ -9,8 +9,8 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::Scaler;
-use crate::core::pool_memory::{conversion, sightings};
-use crate::core::{GroupName, NodeName, Pool, ScalingPlan, Snapshot, Timestamp};
+use crate::core::pool_memory::conversion;
+use crate::core::{GroupName, NodeName, Pool, RebalanceChoice, Sighting, Snapshot, Timestamp};
 use crate::ports::{AutoScaling, ClusterView, ClusterWrites, EventSink, LedgerStore};
 
 /// Pool memory is saved at most this often (what a crash loses at most).
@@ -24,30 +24,48 @@ where
     W: ClusterWrites + 'static,
     E: EventSink + 'static,
 {
-    /// Learns from the pass (leader only), reports the estimates and how recommendations were
-    /// answered, and saves the memory when due.
-    pub(super) async fn learn_market(&mut self, snapshot: &Snapshot, plan: &ScalingPlan, now: Timestamp) {
+    /// Learns what the pass `seen` (leader only), reports the estimates when they moved and how
+    /// the boosts opened answered their recommendations, and saves the memory when due.
+    pub(super) async fn learn_market(
+        &mut self,
+        snapshot: &Snapshot,
+        seen: &[Sighting],
+        choices: &[RebalanceChoice],
+        now: Timestamp,
+    ) {
         let ctx = self.ctx.clone();
-        let seen = sightings(snapshot, &plan.at_risk, &ctx.ledger.pools().await);
         let live = snapshot.live_instances();
         let is_live = |i: &crate::core::InstanceId| live.contains(i);
-        let learned = ctx.ledger.learn(&seen, &is_live, &ctx.policy.memory, now).await;
+        let learned = ctx.ledger.learn(seen, &is_live, &ctx.policy.memory, now).await;
         ctx.metrics.market.learned(&learned);
         for (pool, lead) in &learned.converted {
             info!(group = %pool.group, instance_type = %pool.instance_type, zone = %pool.zone,
                 lead_s = lead.as_secs(), "a rebalance recommendation was followed by its interruption");
         }
-        let memory = ctx.ledger.pools().await;
-        let histories = memory.histories(&ctx.policy.memory, now);
-        let all = std::collections::BTreeSet::<Pool>::new();
-        for group in memory.groups() {
-            ctx.metrics.market.conversion(group.as_str(), &conversion(&histories, group, &all));
+        if !learned.is_empty() || !self.conversions_reported {
+            let memory = ctx.ledger.pools().await;
+            let histories = memory.histories(&ctx.policy.memory, now);
+            let all = std::collections::BTreeSet::<Pool>::new();
+            for group in memory.groups() {
+                ctx.metrics.market.conversion(group.as_str(), &conversion(&histories, group, &all));
+            }
+            self.conversions_reported = true;
         }
-        for choice in &plan.rebalance_choices {
-            ctx.metrics.market.answered(choice.group.as_str(), choice.answer(), choice.why.as_str());
-            info!(group = %choice.group, policy = choice.policy.as_str(), answer = choice.answer(),
-                until_ms = ?choice.standby_until.map(|t| t.as_millis()), instances = ?choice.instances,
-                why = %choice.why, "rebalance recommendation answered");
+        if !choices.is_empty() {
+            // Told once, by the pass whose boost opened: a boost held back is planned again.
+            let ledger = ctx.ledger.current().await;
+            let opened = |c: &RebalanceChoice| {
+                ledger
+                    .records
+                    .iter()
+                    .any(|r| r.group == c.group && r.at == now && c.instances.iter().all(|i| r.instances.contains(i)))
+            };
+            for choice in choices.iter().filter(|c| opened(c)) {
+                ctx.metrics.market.answered(choice.group.as_str(), choice.answer(), choice.why.as_str());
+                info!(group = %choice.group, policy = choice.policy.as_str(), answer = choice.answer(),
+                    until_ms = ?choice.standby_until.map(|t| t.as_millis()), instances = ?choice.instances,
+                    why = %choice.why, "rebalance recommendation answered");
+            }
         }
         self.count_boost_node_seconds(snapshot, now);
         // Not a ledger error: boosting goes on without it, and the memory is tried again.

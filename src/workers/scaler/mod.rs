@@ -29,6 +29,7 @@ mod tell;
 use super::told_once::ToldOnce;
 pub use super::{system_clock, Clock};
 use super::{Observation, WorkerContext};
+use crate::core::pool_memory::sightings;
 use crate::core::{
     apply_all, plan_scaling, unresolved_groups, Acting, Boost, BoostLedger, BoostPlan, BurstTimes, GroupName,
     InstanceId, LedgerEdit, ScalingPlan, Snapshot, Timestamp, WavePace,
@@ -131,6 +132,9 @@ pub struct Scaler<A, C, L, W, E> {
     heartbeat: Option<Heartbeat>,
     /// When boost node-seconds were last counted.
     market_counted_at: Option<Timestamp>,
+    /// The conversion estimates were reported since this replica leads: after that, only when
+    /// something was learnt.
+    conversions_reported: bool,
 }
 
 impl<A, C, L, W, E> Scaler<A, C, L, W, E>
@@ -156,6 +160,7 @@ where
             pace: WavePace::default(),
             heartbeat: None,
             market_counted_at: None,
+            conversions_reported: false,
         }
     }
 
@@ -237,7 +242,8 @@ where
         let now = (ctx.clock)();
         let Observation { mut snapshot, first_seen, .. } =
             ctx.observe(false).await.map_err(ScalerError::Describe)?.ok_or(ScalerError::NotSynced)?;
-        snapshot.market = ctx.ledger.pools().await.histories(&ctx.policy.memory, now);
+        let memory = ctx.ledger.pools().await;
+        snapshot.market = memory.histories(&ctx.policy.memory, now);
         stages.mark("observe");
         self.report_view(leading, &snapshot, now);
         let acting = if leading { Acting::Leader } else { Acting::Follower };
@@ -246,15 +252,35 @@ where
         self.count_untrusted(&plan.at_risk);
         if !leading {
             self.market_counted_at = None;
+            self.conversions_reported = false;
             return Ok(self.follow(&plan));
         }
-        self.learn_market(&snapshot, &plan, now).await;
-        if !flying.is_empty() && Self::beyond_boosts(&plan, &snapshot.ledger, &flying) {
+        // Learnt once the pass has acted: the boosts' writes come first.
+        let seen = sightings(&snapshot, &plan.at_risk, &memory);
+        let choices = plan.rebalance_choices.clone();
+        let acted = self.act(&snapshot, plan, (&first_seen, &flying), pacing, stages, now).await;
+        self.learn_market(&snapshot, &seen, &choices, now).await;
+        acted
+    }
+
+    /// The leader's part of a pass, once planned: the ledger changes, the boosts' records and
+    /// writes, and the readmissions of lapsed nodes.
+    async fn act(
+        &mut self,
+        snapshot: &Snapshot,
+        plan: ScalingPlan,
+        (first_seen, flying): (&BTreeMap<InstanceId, Timestamp>, &BTreeSet<GroupName>),
+        pacing: Pacing,
+        mut stages: Stages,
+        now: Timestamp,
+    ) -> Result<TickReport, ScalerError> {
+        let ctx = self.ctx.clone();
+        if !flying.is_empty() && Self::beyond_boosts(&plan, &snapshot.ledger, flying) {
             // Give-backs, expiries and fallbacks change the ledger the boosts were planned on,
             // and may touch the groups in flight: all wait for the landing, which wakes the loop.
             return Ok(TickReport::default());
         }
-        let mut report = self.carry_out_ledger_changes(&snapshot, &plan, &flying).await?;
+        let mut report = self.carry_out_ledger_changes(snapshot, &plan, flying).await?;
         let ScalingPlan {
             closes,
             boosts: BoostPlan { mut boosts, .. },
@@ -265,12 +291,12 @@ where
         } = plan;
         if pacing == Pacing::PerGroup {
             report.settling =
-                self.pace.hold_back_settling(&mut boosts, &at_risk, &first_seen, now, &self.settings.burst());
+                self.pace.hold_back_settling(&mut boosts, &at_risk, first_seen, now, &self.settings.burst());
         }
         // A group's next write waits for its last one's answer: planned from the size before it,
         // it would undo it. Its landing wakes the loop.
         boosts.retain(|b| !flying.contains(&b.group));
-        let writes = self.open_boosts(&snapshot, &first_seen, &boosts, &closes).await?;
+        let writes = self.open_boosts(snapshot, first_seen, &boosts, &closes).await?;
         stages.mark("ledger-save");
         self.readmit(&plan_readmit).await;
         if writes.is_empty() {
