@@ -471,14 +471,29 @@ fn simulate_showing_progress(
             policies: BTreeMap::new(),
         };
     }
-    // Every policy meets the same market; the scenario's own policy's run is the booster's.
-    let mut runs: BTreeMap<String, RunReport> = BTreeMap::new();
-    for policy in RebalancePolicy::ALL {
-        let mut each = scenario.clone();
-        each.policy.rebalance_policy = policy;
-        runs.insert(policy.as_str().to_string(), run_scenario_with(&each, Mode::Booster, progress.as_mut()));
-    }
-    let nth_ca = run_scenario_with(scenario, Mode::NthCa, progress.as_mut());
+    // Every policy meets the same market; the scenario's own policy's run is the booster's, run
+    // here with the progress line while the others run beside it (each run is independent and
+    // deterministic, so running them at once changes no figure).
+    let own = scenario.policy.rebalance_policy;
+    let (mut runs, nth_ca) = std::thread::scope(|s| {
+        let others: Vec<_> = RebalancePolicy::ALL
+            .into_iter()
+            .filter(|p| *p != own)
+            .map(|policy| {
+                let mut each = scenario.clone();
+                each.policy.rebalance_policy = policy;
+                s.spawn(move || (policy.as_str().to_string(), run_scenario_with(&each, Mode::Booster, None)))
+            })
+            .collect();
+        let nth_ca = s.spawn(|| run_scenario_with(scenario, Mode::NthCa, None));
+        let mut runs: BTreeMap<String, RunReport> = BTreeMap::new();
+        runs.insert(own.as_str().to_string(), run_scenario_with(scenario, Mode::Booster, progress.as_mut()));
+        for other in others {
+            let (name, run) = other.join().expect("a simulation run panicked");
+            runs.insert(name, run);
+        }
+        (runs, nth_ca.join().expect("a simulation run panicked"))
+    });
     let mut policies: BTreeMap<String, PolicyReport> =
         runs.iter().filter_map(|(name, run)| Some((name.clone(), run.market.clone()?))).collect();
     if let Some(m) = nth_ca.market.clone() {
