@@ -652,7 +652,7 @@ fn policies_table(report: &Report, width: Width) -> String {
                 ]
             })
             .collect();
-        out += "\n";
+        out += "\nwhat pool memory learnt under auto (replacing censors what it would learn):\n";
         out += &table(&["GROUP", "TRUE CONVERSION", "LEARNT (90%)", "OBSERVATIONS"], &rows, width);
     }
     out
