@@ -840,6 +840,12 @@ pub struct BoostLedger {
 }
 
 impl BoostLedger {
+    /// The positions of the records whose window, as `until` reads it (a boost ahead's, a
+    /// standby's), is over at `now`.
+    pub(crate) fn windows_over(&self, now: Timestamp, until: impl Fn(&BoostRecord) -> Option<Timestamp>) -> Vec<usize> {
+        self.records.iter().enumerate().filter(|(_, r)| until(r).is_some_and(|u| now >= u)).map(|(k, _)| k).collect()
+    }
+
     /// Whether any boost already covers `instance`.
     pub fn covers(&self, instance: &InstanceId) -> bool {
         self.records.iter().any(|r| r.instances.contains(instance))

@@ -147,13 +147,7 @@ pub(crate) fn release_quiet_pools(
     at_risk: &AtRiskSet,
     now: Timestamp,
 ) -> Vec<LedgerEdit> {
-    let over: Vec<usize> = open
-        .records
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.ahead.as_ref().is_some_and(|a| now >= a.until))
-        .map(|(k, _)| k)
-        .collect();
+    let over = open.windows_over(now, |r| r.ahead.as_ref().map(|a| a.until));
     if over.is_empty() {
         return Vec::new();
     }

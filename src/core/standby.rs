@@ -247,13 +247,7 @@ pub(crate) fn lapse_quiet_standbys(
             edits.push(LedgerEdit::ForgetLapsed(gone));
         }
     }
-    let over: Vec<usize> = open
-        .records
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.standby.as_ref().is_some_and(|s| now >= s.until))
-        .map(|(k, _)| k)
-        .collect();
+    let over = open.windows_over(now, |r| r.standby.as_ref().map(|s| s.until));
     if over.is_empty() {
         return edits;
     }
