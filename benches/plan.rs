@@ -45,6 +45,7 @@ fn cluster(at_risk_every: usize) -> (Snapshot, DrainState) {
                     class: if p == 0 { PodClass::DaemonSet } else { PodClass::Ordinary },
                     opt_out: None,
                     bare: false,
+                    owner: None,
                     grace_seconds: 30,
                 })
                 .collect();
@@ -225,6 +226,7 @@ fn storm() -> Snapshot {
                     class: if p == 0 { PodClass::DaemonSet } else { PodClass::Ordinary },
                     opt_out: None,
                     bare: false,
+                    owner: None,
                     grace_seconds: 30,
                 })
                 .collect();

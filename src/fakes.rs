@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::core::{GroupName, InstanceFacts, InstanceId, InstanceLifecycle, Node, NodeName, Pod, Signal};
+use crate::core::{GroupName, InstanceFacts, InstanceId, InstanceLifecycle, Node, NodeName, PendingPod, Pod, Signal};
 use crate::ports::{
     AutoScaling, AwsError, AwsFailure, ClusterState, ClusterView, ClusterWriteError, ClusterWrites, DesiredWrite,
     EventSink, EvictOutcome, FailureKind, GroupDescription, GroupInstance, Guard, NodeEvent, PodRef, TagFilter,
@@ -17,12 +17,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A cluster view the test edits.
 #[derive(Debug, Clone, Default)]
-pub struct InMemoryCluster(Arc<Mutex<Option<ClusterState>>>);
+pub struct InMemoryCluster(Arc<Mutex<Option<ClusterState>>>, Arc<Mutex<Vec<PendingPod>>>);
 
 impl InMemoryCluster {
     /// A synced, empty cluster.
     pub fn synced() -> Self {
-        InMemoryCluster(Arc::new(Mutex::new(Some(ClusterState::default()))))
+        InMemoryCluster(Arc::new(Mutex::new(Some(ClusterState::default()))), Arc::default())
+    }
+
+    /// Sets the unbound pods the watch shows.
+    pub fn set_pending(&self, pending: Vec<PendingPod>) {
+        *lock(&self.1) = pending;
     }
 
     /// Adds or replaces a node.
@@ -76,6 +81,10 @@ impl ClusterView for InMemoryCluster {
                 node.pods_known = true;
             }
         }
+    }
+
+    fn pending_pods(&self) -> Vec<PendingPod> {
+        lock(&self.1).clone()
     }
 }
 

@@ -956,7 +956,7 @@ mod tests {
         for name in ["spots_booster_evictions_total", "spots_booster_reaction_seconds", "spots_booster_leader"] {
             assert!(m.names().contains(&name.to_string()), "{name}");
         }
-        assert_eq!(m.names().len(), 48);
+        assert_eq!(m.names().len(), 49);
     }
 
     #[test]

@@ -80,7 +80,7 @@ fn urldecode(q: &str) -> String {
 }
 
 fn pod_ref() -> PodRef {
-    PodRef { namespace: "shop".into(), name: "web-0".into(), uid: "uid-web-0".into() }
+    PodRef { namespace: "shop".into(), name: "web-0".into(), uid: "uid-web-0".into(), owner: None }
 }
 
 #[tokio::test]
@@ -633,7 +633,8 @@ async fn the_watches_use_server_side_selectors_and_sync_into_one_view() {
     }
     let query = |path: &str| lists.iter().find(|s| s.path == path).unwrap().query.clone();
     assert!(
-        query("/api/v1/pods").contains("fieldSelector=spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed")
+        query("/api/v1/pods").contains("fieldSelector=status.phase!=Succeeded,status.phase!=Failed"),
+        "unbound pods too: the capacity gap counts their Pending time"
     );
     assert!(query("/api/v1/namespaces/default/events").contains("fieldSelector=involvedObject.kind=Node"));
     assert!(query("/api/v1/namespaces/kube-system/configmaps")
@@ -654,6 +655,78 @@ async fn the_watches_use_server_side_selectors_and_sync_into_one_view() {
     assert!(state.first_seen.contains_key(&signal.instance));
     assert_eq!(cluster.node_uid(&NodeName::from("n1")).as_deref(), Some("node-uid-1"));
     assert!(metrics.encode().contains("spots_booster_synced 1"));
+}
+
+#[tokio::test]
+async fn an_unbound_pod_with_a_controller_is_kept_for_the_capacity_gap_until_the_watch_sees_it_bound() {
+    let (client, mut server) = mocked().await;
+    let cluster = KubeCluster::new(settings(), Arc::new(Notify::new()), Arc::new(Metrics::new()), system_clock());
+    cluster.spawn_watches(&client);
+    let owned = |name: &str, node: Option<&str>| {
+        json!({"metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}"), "resourceVersion": "101",
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d8f",
+                                     "uid": "rs-uid-web", "controller": true}]},
+               "spec": {"nodeName": node, "containers": [{"name": "c"}]}, "status": {"phase": "Pending"}})
+    };
+    let bare = json!({"metadata": {"name": "debug", "namespace": "shop", "uid": "uid-debug"},
+        "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Pending"}});
+    let before = system_clock()();
+    let mut held = Vec::new();
+    let mut watched_pods = false;
+    while !watched_pods {
+        let (request, send) = tokio::time::timeout(Duration::from_secs(5), server.next_request())
+            .await
+            .expect("a request within 5 s")
+            .expect("the client is alive");
+        let (path, query) = (request.uri().path().to_string(), request.uri().query().unwrap_or_default().to_string());
+        let watch = query.contains("watch=true");
+        match (path.as_str(), watch) {
+            ("/api/v1/nodes", false) => send.send_response(reply(200, list("NodeList", json!([])))),
+            ("/api/v1/pods", false) => send.send_response(reply(
+                200,
+                list("PodList", json!([owned("web-new", None), owned("web-old", Some("n1")), bare])),
+            )),
+            ("/api/v1/namespaces/default/events", false) => {
+                send.send_response(reply(200, list("EventList", json!([]))))
+            }
+            ("/api/v1/namespaces/kube-system/configmaps", false) => {
+                send.send_response(reply(200, list("ConfigMapList", json!([]))))
+            }
+            ("/api/v1/pods", true) => {
+                tokio::time::timeout(Duration::from_secs(5), cluster.wait_synced()).await.expect("synced");
+                let pending = cluster.pending_pods();
+                assert_eq!(pending.len(), 1, "only the unbound pod a controller will have replaced: {pending:?}");
+                let p = &pending[0];
+                assert_eq!((p.uid.as_str(), p.owner.as_str(), p.ended), ("uid-web-new", "rs-uid-web", None));
+                assert!(p.since >= before, "since the watch first saw it");
+                // The scheduler binds it: kube-apiserver's watch says so in a MODIFIED event.
+                let event = json!({"type": "MODIFIED", "object": owned("web-new", Some("n2"))});
+                let body = format!("{event}\n");
+                send.send_response(
+                    http::Response::builder()
+                        .status(200)
+                        .header("content-type", "application/json")
+                        .body(http_body_util::Full::new(hyper::body::Bytes::from(body)))
+                        .unwrap(),
+                );
+                watched_pods = true;
+            }
+            // The other watches stay open, as kube-apiserver holds them.
+            _ => held.push(send),
+        }
+    }
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if let Some(end) = cluster.pending_pods().first().and_then(|p| p.ended) {
+                return end;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the binding is seen");
+    assert!(ended >= cluster.pending_pods()[0].since);
+    drop(held);
 }
 
 #[tokio::test]

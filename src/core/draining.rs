@@ -16,8 +16,8 @@ use super::drain_batches::{eviction_backoff, eviction_order_of, next_batches, Ba
 use super::drain_state::{DrainStarted, DrainState, FinishedDrain, NodeEvictions};
 use super::identity;
 use super::model::{
-    GroupName, InstanceId, Namespace, Node, NodeName, Pod, PodClass, PodName, PodUid, SignalKind, Snapshot, Timestamp,
-    INTERRUPTION_NOTICE,
+    GroupName, InstanceId, Namespace, Node, NodeName, OwnerUid, Pod, PodClass, PodName, PodUid, SignalKind, Snapshot,
+    Timestamp, INTERRUPTION_NOTICE,
 };
 use super::policy::Policy;
 use super::signals::fold_signals_with_nodes;
@@ -31,6 +31,21 @@ pub struct PodToEvict {
     pub name: PodName,
     /// UID.
     pub uid: PodUid,
+    /// The controller that recreates it.
+    #[serde(default)]
+    pub owner: Option<OwnerUid>,
+}
+
+impl PodToEvict {
+    /// The eviction of `pod`.
+    pub fn of(pod: &Pod) -> PodToEvict {
+        PodToEvict {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            owner: pod.owner.clone(),
+        }
+    }
 }
 
 /// The evictions due on one draining node in this pass: ordinary pods first, critical ones once
@@ -409,10 +424,7 @@ fn held_pods(
         }
         // Only a pod a budget refused is forced; one still waiting out its node's backoff is told.
         let refused = progress.held.get(&pod.uid);
-        let named = HeldPod {
-            pod: PodToEvict { namespace: pod.namespace.clone(), name: pod.name.clone(), uid: pod.uid.clone() },
-            budget: refused.cloned().flatten(),
-        };
+        let named = HeldPod { pod: PodToEvict::of(pod), budget: refused.cloned().flatten() };
         let due = refused
             .and(force)
             .map(|margin| deadline.minus(margin))
@@ -494,7 +506,7 @@ fn due(
             .iter()
             .filter(|p| !(p.class == PodClass::Critical && hold_critical))
             .filter(|p| !progress.evicted.contains(&p.uid) && !progress.forced.contains(&p.uid))
-            .map(|p| PodToEvict { namespace: p.namespace.clone(), name: p.name.clone(), uid: p.uid.clone() }),
+            .map(|p| PodToEvict::of(p)),
     );
     let (deadline, gone) = (drain.deadline, progress.evicted.len() + progress.forced.len());
     (!pods.is_empty()).then(|| EvictionRound { node: name.clone(), group: drain.group.clone(), pods, gone, deadline })
@@ -598,7 +610,7 @@ mod tests {
             group: "a".into(),
             pods: pods
                 .iter()
-                .map(|p| PodToEvict { namespace: "default".into(), name: (*p).into(), uid: (*p).into() })
+                .map(|p| PodToEvict { namespace: "default".into(), name: (*p).into(), uid: (*p).into(), owner: None })
                 .collect(),
             gone: 0,
             deadline: deadline.map(|s| Timestamp::from_millis(s * 1_000)),

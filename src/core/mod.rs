@@ -6,6 +6,7 @@
 //! tests and the planning bench call exactly these.
 
 pub mod boost;
+pub mod capacity_gap;
 pub mod drain_batches;
 pub mod drain_state;
 pub mod draining;
@@ -30,6 +31,7 @@ pub mod sizing;
 pub mod standby;
 
 pub use boost::{Boost, BoostPlan, BoostReason, Held, HoldReason};
+pub use capacity_gap::{Displaced, GapMeter, PendingPod};
 pub(crate) use drain_batches::eviction_order;
 pub use drain_batches::{
     BatchPlan, Claim, DrainBatch, DrainTarget, DrainView, DrainWait, JoiningGiveBack, TimedOutDrain,
@@ -50,9 +52,9 @@ pub use ledger_edit::{
 };
 pub use model::{
     Ahead, BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, GiveBackNode, Group, GroupName, InstanceFacts,
-    InstanceId, InstanceLifecycle, LaunchOptions, MovedPart, Namespace, Node, NodeName, OptOut, Pod, PodClass, PodName,
-    PodUid, Pool, PoolHistory, RebalancePolicy, Resources, Signal, SignalKind, Snapshot, Standby, Timestamp,
-    INTERRUPTION_NOTICE, NODE_OPT_OUT,
+    InstanceId, InstanceLifecycle, LaunchOptions, MovedPart, Namespace, Node, NodeName, OptOut, OwnerUid, Pod,
+    PodClass, PodName, PodUid, Pool, PoolHistory, RebalancePolicy, Resources, Signal, SignalKind, Snapshot, Standby,
+    Timestamp, INTERRUPTION_NOTICE, NODE_OPT_OUT,
 };
 pub use pacing::{BurstTimes, WavePace};
 pub use policy::{MemorySettings, Policy, SizingMode};

@@ -123,6 +123,11 @@ name_type!(
     /// A Pod's UID (`metadata.uid`).
     PodUid
 );
+name_type!(
+    /// The UID of the controller that owns a pod (its owner reference marked `controller`): the
+    /// object that recreates the pod once it is evicted.
+    OwnerUid
+);
 
 /// CPU and memory, in the units the scheduler counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -309,6 +314,9 @@ pub struct Pod {
     /// No controller owns it: evicted, it is gone for good.
     #[serde(default)]
     pub bare: bool,
+    /// The controller that recreates it once it is gone, if any.
+    #[serde(default)]
+    pub owner: Option<OwnerUid>,
     /// `spec.terminationGracePeriodSeconds`: how long it may take to stop once evicted. A drain
     /// against a deadline starts early enough to give every pod this much.
     #[serde(default = "Pod::default_grace_seconds")]
@@ -1065,6 +1073,7 @@ pub mod builders {
                 class: PodClass::Ordinary,
                 opt_out: None,
                 bare: false,
+                owner: Some(OwnerUid::from("uid-owner")),
                 grace_seconds: Pod::DEFAULT_GRACE_SECONDS,
             }
         }

@@ -62,6 +62,7 @@ fn node_strategy(group: usize, index: usize) -> impl Strategy<Value = Node> {
                     class: if k % 5 == 4 { PodClass::DaemonSet } else { PodClass::Ordinary },
                     opt_out: None,
                     bare: false,
+                    owner: None,
                     grace_seconds: 30,
                 })
                 .collect(),

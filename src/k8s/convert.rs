@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::{Container, Node as KubeNode, Pod as KubePod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use thiserror::Error;
 
-use crate::core::{Node, NodeName, OptOut, Pod, PodClass, Resources, SignalKind, Timestamp, NODE_OPT_OUT};
+use crate::core::{Node, NodeName, OptOut, OwnerUid, Pod, PodClass, Resources, SignalKind, Timestamp, NODE_OPT_OUT};
 use crate::k8s::nth::instance_from_provider_id;
 use crate::units::{parse_cpu_millis, parse_memory_bytes};
 
@@ -244,6 +244,13 @@ pub fn pod_from_kube(pod: &KubePod) -> Result<(Option<NodeName>, Pod), ConvertEr
         None
     };
     let bare = pod.metadata.owner_references.as_ref().is_none_or(Vec::is_empty);
+    let owner = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true) && !o.uid.is_empty())
+        .map(|o| OwnerUid::from(o.uid.as_str()));
     // A negative grace period is refused by the API server; clamp anything odd rather than fail.
     let grace_seconds = spec
         .and_then(|s| s.termination_grace_period_seconds)
@@ -258,6 +265,7 @@ pub fn pod_from_kube(pod: &KubePod) -> Result<(Option<NodeName>, Pod), ConvertEr
             class,
             opt_out,
             bare,
+            owner,
             grace_seconds,
         },
     ))
@@ -355,7 +363,7 @@ mod tests {
         assert_eq!(node, Some(NodeName::from("n1")));
         assert_eq!(p.requests, Resources::new(1010, 256 << 20));
         assert_eq!((p.class, p.uid.as_str(), p.namespace.as_str()), (PodClass::Ordinary, "u1", "shop"));
-        assert_eq!((p.opt_out, p.bare), (None, true), "no owner: a bare pod");
+        assert_eq!((p.opt_out, p.bare, p.owner), (None, true, None), "no owner: a bare pod");
         assert_eq!(p.grace_seconds, 30, "Kubernetes' default grace period");
 
         let grace = |g: i64| {
@@ -381,6 +389,7 @@ mod tests {
                 {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "x", "uid": "1", "controller": true}]}}));
             let p = pod_from_kube(&p).unwrap().1;
             assert!(!p.bare);
+            assert_eq!(p.owner, Some(OwnerUid::from("1")), "the controller recreates it");
             p.opt_out
         };
         assert_eq!(opted(serde_json::json!({DO_NOT_DISRUPT: "true"})), Some(OptOut::DoNotDisrupt));

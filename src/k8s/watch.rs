@@ -1,4 +1,4 @@
-//! The watches: Nodes, bound and unfinished Pods, NTH Events on Nodes and the CA status ConfigMap,
+//! The watches: Nodes, unfinished Pods, NTH Events on Nodes and the CA status ConfigMap,
 //! each through kube's watcher with backoff, pruned into one in-memory store that implements
 //! [`ClusterView`]. The store answers `None` until every watch has listed once: nothing is
 //! decided on a partial view. A new signal wakes the scaler at once.
@@ -7,7 +7,7 @@
 //! never full objects. One object that cannot be understood is counted and skipped; it never stops
 //! its watch. A malformed CA status keeps the last good one.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt::Debug;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -25,7 +25,8 @@ use tracing::{debug, info, warn};
 use crate::core::identity::{event_about, EventClaim, NamedNode};
 use crate::core::Distrust;
 use crate::core::{
-    CaGroupView, Evidence, GroupName, Node, NodeName, Pod, PodUid, Signal, SignalKind, Timestamp, INTERRUPTION_NOTICE,
+    CaGroupView, Evidence, GroupName, Node, NodeName, OwnerUid, PendingPod, Pod, PodUid, Signal, SignalKind, Timestamp,
+    INTERRUPTION_NOTICE,
 };
 use crate::k8s::ca_status::parse_ca_status;
 use crate::k8s::convert::{node_from_kube, pod_from_kube, WatchedNode};
@@ -63,6 +64,13 @@ pub const CA_STATUS_MAX_AGE: Duration = Duration::from_secs(300);
 
 /// The default [`WatchSettings::signal_grace`].
 pub const SIGNAL_GRACE: Duration = Duration::from_secs(600);
+
+/// Unbound pods kept (those with a controller): a storm's replacements, with room to spare.
+const UNBOUND_KEPT: usize = 65_536;
+
+/// How long an unbound pod is kept once seen bound or gone: long enough for the drainer's next
+/// passes to count its end.
+const UNBOUND_ENDED_KEPT: Duration = Duration::from_secs(60);
 
 /// Event keys remembered per signal: enough to follow NTH's repeats, bounded against a flood.
 const EVENTS_PER_SIGNAL: usize = 16;
@@ -148,6 +156,10 @@ struct Store {
     pods: HashMap<PodUid, (NodeName, Pod)>,
     /// Pod UIDs by node.
     pods_by_node: HashMap<NodeName, HashSet<PodUid>>,
+    /// Pods with a controller and no node (the capacity gap's replacements), by UID.
+    unbound: HashMap<PodUid, Unbound>,
+    /// The unbound pods seen bound or gone, in that order: forgotten after [`UNBOUND_ENDED_KEPT`].
+    unbound_ended: VecDeque<(Timestamp, PodUid)>,
     /// Signals by node and kind.
     signals: HashMap<SignalKey, SeenSignal>,
     /// When each tainted node's taint was first seen.
@@ -160,6 +172,16 @@ struct Store {
     synced: BTreeSet<Watched>,
     /// Events that named another instance than their node's, by key.
     mismatched: HashSet<String>,
+}
+
+/// A pod seen without a node.
+#[derive(Debug, Clone)]
+struct Unbound {
+    owner: OwnerUid,
+    /// When the watch first saw it unbound.
+    since: Timestamp,
+    /// When the watch saw it bound or gone.
+    ended: Option<Timestamp>,
 }
 
 impl Store {
@@ -190,6 +212,34 @@ impl Store {
     fn remove_pod(&mut self, uid: &PodUid) {
         if let Some((node, _)) = self.pods.remove(uid) {
             self.unlink(&node, uid);
+        }
+    }
+
+    /// Keeps `pod` as unbound since `now`, unless it is already.
+    fn put_unbound(&mut self, uid: PodUid, pod: &Pod, now: Timestamp) {
+        let Some(owner) = pod.owner.clone() else { return };
+        if self.unbound.len() >= UNBOUND_KEPT && !self.unbound.contains_key(&uid) {
+            return;
+        }
+        self.unbound.entry(uid).or_insert(Unbound { owner, since: now, ended: None });
+    }
+
+    /// Marks an unbound pod bound or gone at `now`.
+    fn end_unbound(&mut self, uid: &PodUid, now: Timestamp) {
+        if let Some(u) = self.unbound.get_mut(uid).filter(|u| u.ended.is_none()) {
+            u.ended = Some(now);
+            self.unbound_ended.push_back((now, uid.clone()));
+        }
+    }
+
+    /// Forgets the unbound pods that ended longer than [`UNBOUND_ENDED_KEPT`] ago.
+    fn forget_ended(&mut self, now: Timestamp) {
+        while self.unbound_ended.front().is_some_and(|(at, _)| now.since(*at) > UNBOUND_ENDED_KEPT) {
+            let Some((_, uid)) = self.unbound_ended.pop_front() else { break };
+            // Listed again since (a relist found it unbound afresh): keep the new entry.
+            if self.unbound.get(&uid).is_some_and(|u| u.ended.is_some()) {
+                self.unbound.remove(&uid);
+            }
         }
     }
 
@@ -349,9 +399,9 @@ impl KubeCluster {
     pub fn watches(&self, client: &Client) -> Vec<(&'static str, BoxFuture<'static, ()>)> {
         let s = &self.settings;
         let nodes: Api<KubeNode> = Api::all(client.clone());
-        // Unscheduled and finished pods matter to neither sizing nor draining.
+        // Finished pods matter to nothing here; unbound ones only to the capacity gap.
         let pods: Api<KubePod> = Api::all(client.clone());
-        let pod_filter = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed";
+        let pod_filter = "status.phase!=Succeeded,status.phase!=Failed";
         let events: Api<KubeEvent> = Api::namespaced(client.clone(), &s.events_namespace);
         let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &s.ca_status_namespace);
         let ca_filter = format!("metadata.name={}", s.ca_status_name);
@@ -370,7 +420,7 @@ impl KubeCluster {
                 "watch:pods",
                 async move {
                     let stream = watcher(pods, watcher::Config::default().fields(pod_filter).page_size(LIST_PAGE));
-                    p.drive(Watched::Pods, stream, |x| p.convert_pod(x), Self::apply_pods).await;
+                    p.drive(Watched::Pods, stream, |x| p.convert_pod(x), |s, c| p.apply_pods(s, c)).await;
                 }
                 .boxed(),
             ),
@@ -569,20 +619,43 @@ impl KubeCluster {
         tainted
     }
 
-    fn apply_pods(store: &mut Store, change: Change<(PodUid, Option<NodeName>, Pod)>) -> bool {
+    fn apply_pods(&self, store: &mut Store, change: Change<(PodUid, Option<NodeName>, Pod)>) -> bool {
+        let now = (self.clock)();
         match change {
             Change::Reset(pods) => {
                 store.pods.clear();
                 store.pods_by_node.clear();
+                let mut still_unbound = HashSet::new();
                 for (uid, node, pod) in pods {
-                    if let Some(node) = node {
-                        store.put_pod(uid, node, pod);
+                    match node {
+                        Some(node) => store.put_pod(uid, node, pod),
+                        None => {
+                            store.put_unbound(uid.clone(), &pod, now);
+                            still_unbound.insert(uid);
+                        }
                     }
                 }
+                // Bound or deleted while the watch was away.
+                let ended: Vec<PodUid> =
+                    store.unbound.keys().filter(|u| !still_unbound.contains(*u)).cloned().collect();
+                for uid in ended {
+                    store.end_unbound(&uid, now);
+                }
             }
-            Change::Upsert((uid, Some(node), pod)) => store.put_pod(uid, node, pod),
-            Change::Upsert((uid, _, _)) | Change::Remove((uid, _, _)) => store.remove_pod(&uid),
+            Change::Upsert((uid, Some(node), pod)) => {
+                store.end_unbound(&uid, now);
+                store.put_pod(uid, node, pod);
+            }
+            Change::Upsert((uid, None, pod)) => {
+                store.remove_pod(&uid);
+                store.put_unbound(uid, &pod, now);
+            }
+            Change::Remove((uid, _, _)) => {
+                store.remove_pod(&uid);
+                store.end_unbound(&uid, now);
+            }
         }
+        store.forget_ended(now);
         false
     }
 
@@ -778,6 +851,15 @@ impl ClusterView for KubeCluster {
         Some(state)
     }
 
+    fn pending_pods(&self) -> Vec<PendingPod> {
+        let store = self.read();
+        store
+            .unbound
+            .iter()
+            .map(|(uid, u)| PendingPod { uid: uid.clone(), owner: u.owner.clone(), since: u.since, ended: u.ended })
+            .collect()
+    }
+
     fn attach_pods(&self, nodes: &mut BTreeMap<NodeName, Node>, names: &BTreeSet<NodeName>) {
         let store = self.read();
         for name in names {
@@ -826,7 +908,7 @@ mod tests {
     fn synced(c: &KubeCluster, nodes: Vec<WatchedNode>, pods: Vec<(PodUid, Option<NodeName>, Pod)>) {
         let mut store = c.write();
         c.apply_nodes(&mut store, Change::Reset(nodes));
-        KubeCluster::apply_pods(&mut store, Change::Reset(pods));
+        c.apply_pods(&mut store, Change::Reset(pods));
         c.apply_events(&mut store, Change::Reset(Vec::new()));
         c.apply_ca(&mut store, Change::Reset(Vec::new()));
         store.synced.extend(Watched::ALL);
@@ -1040,13 +1122,13 @@ mod tests {
         let c = cluster(true);
         synced(&c, vec![node("n1", Some(SignalKind::Rebalance)), node("n2", Some(SignalKind::Rebalance))], Vec::new());
         let mut store = c.write();
-        KubeCluster::apply_pods(&mut store, Change::Upsert(("p1".into(), Some("n1".into()), pod("p1"))));
-        KubeCluster::apply_pods(&mut store, Change::Upsert(("p1".into(), Some("n2".into()), pod("p1"))));
+        c.apply_pods(&mut store, Change::Upsert(("p1".into(), Some("n1".into()), pod("p1"))));
+        c.apply_pods(&mut store, Change::Upsert(("p1".into(), Some("n2".into()), pod("p1"))));
         drop(store);
         let state = c.current().unwrap();
         assert!(state.nodes[&NodeName::from("n1")].pods.is_empty());
         assert_eq!(state.nodes[&NodeName::from("n2")].pods.len(), 1);
-        KubeCluster::apply_pods(&mut c.write(), Change::Remove(("p1".into(), Some("n2".into()), pod("p1"))));
+        c.apply_pods(&mut c.write(), Change::Remove(("p1".into(), Some("n2".into()), pod("p1"))));
         assert!(c.current().unwrap().nodes[&NodeName::from("n2")].pods.is_empty());
         assert!(c.read().pods_by_node.is_empty(), "no empty sets left behind");
     }
@@ -1109,5 +1191,38 @@ mod tests {
         c.apply_ca(&mut c.write(), Change::Remove(KubeCluster::parse_ca(cm(good))));
         assert!(c.current().unwrap().ca.is_empty(), "a deleted status is gone");
         assert!(c.ca_status_age(Timestamp::EPOCH).is_none());
+    }
+
+    #[test]
+    fn an_unbound_pod_ends_when_bound_deleted_or_missing_from_a_relist_and_is_forgotten_a_minute_later() {
+        let now = Arc::new(std::sync::atomic::AtomicI64::new(1_000_000));
+        let c = cluster_on(false, clock_at(&now));
+        let at = |ms: i64| now.store(ms, std::sync::atomic::Ordering::Relaxed);
+        let (a, b, bare) = (pod("a"), pod("b"), Pod { owner: None, ..pod("c") });
+        synced(
+            &c,
+            Vec::new(),
+            vec![("a".into(), None, a.clone()), ("b".into(), None, b.clone()), ("c".into(), None, bare)],
+        );
+        let ended = |c: &KubeCluster| {
+            let mut p: Vec<(String, Option<i64>)> =
+                c.pending_pods().iter().map(|p| (p.uid.to_string(), p.ended.map(Timestamp::as_millis))).collect();
+            p.sort();
+            p
+        };
+        assert_eq!(ended(&c), vec![("a".into(), None), ("b".into(), None)], "a bare pod has nothing to wait for");
+
+        at(1_002_000);
+        c.apply_pods(&mut c.write(), Change::Upsert(("a".into(), Some("n1".into()), a.clone())));
+        assert_eq!(ended(&c), vec![("a".into(), Some(1_002_000)), ("b".into(), None)]);
+        assert_eq!(c.current().unwrap().nodes.len(), 0);
+
+        at(1_003_000);
+        c.apply_pods(&mut c.write(), Change::Reset(vec![("a".into(), Some("n1".into()), a)]));
+        assert_eq!(ended(&c), vec![("a".into(), Some(1_002_000)), ("b".into(), Some(1_003_000))], "gone while away");
+
+        at(1_062_500);
+        c.apply_pods(&mut c.write(), Change::Remove(("x".into(), None, pod("x"))));
+        assert_eq!(ended(&c), vec![("b".into(), Some(1_003_000))], "a's end was a minute ago");
     }
 }

@@ -20,6 +20,7 @@ pub struct MarketMetrics {
     boost_node_seconds: CounterVec,
     needless_drains: IntCounterVec,
     pods_killed: IntCounterVec,
+    capacity_gap: CounterVec,
 }
 
 fn float_counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> CounterVec {
@@ -100,6 +101,13 @@ impl MarketMetrics {
                 "Pods still on a node when its instance's interruption deadline came.",
                 &["group"],
             ),
+            capacity_gap: float_counter(
+                r,
+                "capacity_gap_pod_seconds_total",
+                "Pod-seconds the replacements of pods displaced from the group's at-risk nodes (evicted, deleted \
+                 at the deadline, or left to the instance's end) spent Pending.",
+                &["group"],
+            ),
         }
     }
 
@@ -115,6 +123,7 @@ impl MarketMetrics {
             &self.boost_node_seconds,
             &self.needless_drains,
             &self.pods_killed,
+            &self.capacity_gap,
         ]
     }
 
@@ -163,6 +172,24 @@ impl MarketMetrics {
     /// Counts a needless drain.
     pub fn needless_drain(&self, group: &str) {
         self.needless_drains.with_label_values(&[group]).inc();
+    }
+
+    /// Adds pod-seconds of capacity gap.
+    pub fn capacity_gap(&self, group: &str, pod_seconds: f64) {
+        if pod_seconds > 0.0 {
+            self.capacity_gap.with_label_values(&[group]).inc_by(pod_seconds);
+        }
+    }
+
+    /// The capacity gap counted so far, over every group.
+    pub fn capacity_gap_total(&self) -> f64 {
+        use prometheus::core::Collector;
+        self.capacity_gap
+            .collect()
+            .iter()
+            .flat_map(|family| family.get_metric())
+            .map(|m| m.get_counter().get_value())
+            .sum()
     }
 
     /// Counts pods killed with their instance.

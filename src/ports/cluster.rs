@@ -7,7 +7,7 @@ use std::future::Future;
 use thiserror::Error;
 
 use super::BoxError;
-use crate::core::{CaGroupView, GroupName, InstanceId, Node, NodeName, Pod, Signal, Timestamp};
+use crate::core::{CaGroupView, GroupName, InstanceId, Node, NodeName, PendingPod, Pod, Signal, Timestamp};
 
 /// Where EKS maps IAM roles to Kubernetes users (namespace, name): the InstanceGroup half maps
 /// its node roles there, and the startup check asks for the right to.
@@ -61,6 +61,10 @@ pub trait ClusterView: Send + Sync {
     /// view left out and whose names are in `names` (the plan needs them: see
     /// [`crate::core::pods_needed`]), and marks them known.
     fn attach_pods(&self, nodes: &mut BTreeMap<NodeName, Node>, names: &BTreeSet<NodeName>);
+
+    /// The pods with a controller and no node, and those seen bound or gone in the last minute
+    /// with when: what the capacity gap counts. Whatever the view's sync state.
+    fn pending_pods(&self) -> Vec<PendingPod>;
 }
 
 /// A pod to evict: its eviction is conditioned on the UID, so a pod recreated under the same name
@@ -73,11 +77,18 @@ pub struct PodRef {
     pub name: String,
     /// UID.
     pub uid: String,
+    /// The controller that recreates it: what its replacement is known by.
+    pub owner: Option<crate::core::OwnerUid>,
 }
 
 impl From<&crate::core::PodToEvict> for PodRef {
     fn from(p: &crate::core::PodToEvict) -> PodRef {
-        PodRef { namespace: p.namespace.to_string(), name: p.name.to_string(), uid: p.uid.to_string() }
+        PodRef {
+            namespace: p.namespace.to_string(),
+            name: p.name.to_string(),
+            uid: p.uid.to_string(),
+            owner: p.owner.clone(),
+        }
     }
 }
 

@@ -217,6 +217,10 @@ pub struct PolicyReport {
     pub boost_node_seconds: u64,
     /// Pod-seconds that evicted or displaced pods spent unschedulable.
     pub capacity_gap_pod_seconds: u64,
+    /// The same gap as the daemon's `capacity_gap_pod_seconds_total` counted it (runs with the
+    /// booster only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live_capacity_gap_pod_seconds: Option<u64>,
     /// Pods that died with their node.
     pub pods_killed: u32,
     /// Recommendations sent.

@@ -72,6 +72,9 @@ pub enum SimulateError {
 pub struct Summary {
     /// Pod-seconds that evicted or displaced pods spent unschedulable.
     pub capacity_gap_pod_seconds: u64,
+    /// The same gap as the daemon's `capacity_gap_pod_seconds_total` counted it from what its
+    /// watch showed (none without the daemon).
+    pub live_capacity_gap_pod_seconds: Option<u64>,
     /// Ready pods removed while their PodDisruptionBudget allowed no disruption.
     pub pdb_violations: u32,
     /// Distinct instances a boost covered.
@@ -193,6 +196,8 @@ struct Workers {
     lapsed: BTreeSet<InstanceId>,
     /// Node-seconds the open boosts held (added and not given back).
     boost_node_seconds: u64,
+    /// The daemon's metrics, as the workers counted them.
+    metrics: Arc<Metrics>,
 }
 
 impl Workers {
@@ -213,7 +218,8 @@ impl Workers {
             Duration::from_secs(3600),
             clock.clone(),
         ));
-        let ctx = WorkerContext::new(ports, groups, Leadership::always(), Arc::new(Metrics::new()), policy, clock)
+        let metrics = Arc::new(Metrics::new());
+        let ctx = WorkerContext::new(ports, groups, Leadership::always(), metrics.clone(), policy, clock)
             .await
             .expect("an in-memory ledger loads");
         let scaler = Scaler::new(ctx.clone(), ScalerSettings::default());
@@ -228,6 +234,7 @@ impl Workers {
             boosted: BTreeMap::new(),
             lapsed: BTreeSet::new(),
             boost_node_seconds: 0,
+            metrics,
         }
     }
 
@@ -378,10 +385,12 @@ async fn run_scenario_async(scenario: &Scenario, mode: Mode, mut progress: Optio
     sim.lock().sample(true);
     let world = sim.lock().clone();
     let c = &world.counters;
+    let live_gap = workers.as_ref().map(|w| w.metrics.market.capacity_gap_total().round() as u64);
     let market = scenario.market.as_ref().map(|m| PolicyReport {
         needless_drains: c.needless_drains,
         boost_node_seconds: workers.as_ref().map_or(0, |w| w.boost_node_seconds),
         capacity_gap_pod_seconds: c.capacity_gap_pod_seconds,
+        live_capacity_gap_pod_seconds: live_gap,
         pods_killed: c.pods_killed,
         recommendations: c.recommendations,
         interruptions: c.interruptions,
@@ -391,6 +400,7 @@ async fn run_scenario_async(scenario: &Scenario, mode: Mode, mut progress: Optio
     RunReport {
         summary: Summary {
             capacity_gap_pod_seconds: c.capacity_gap_pod_seconds,
+            live_capacity_gap_pod_seconds: live_gap,
             pdb_violations: c.pdb_violations,
             boosted_instances: boosted.map_or(0, |b| b.len() as u32),
             double_boosts: boosted.map_or(0, |b| b.values().filter(|n| **n > 1).count() as u32),
@@ -556,6 +566,7 @@ pub(crate) fn render_text(name: &str, report: &Report, width: Width) -> String {
     type Metric = (&'static str, fn(&Summary) -> Option<u64>);
     let metrics: Vec<Metric> = vec![
         ("capacity_gap_pod_seconds", |s| Some(s.capacity_gap_pod_seconds)),
+        ("live_capacity_gap_pod_seconds", |s| s.live_capacity_gap_pod_seconds),
         ("pdb_violations", |s| Some(u64::from(s.pdb_violations))),
         ("boosted_instances", |s| Some(u64::from(s.boosted_instances))),
         ("double_boosts", |s| Some(u64::from(s.double_boosts))),

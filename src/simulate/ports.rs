@@ -137,6 +137,9 @@ impl ClusterView for SimWorld {
             }
         }
     }
+    fn pending_pods(&self) -> Vec<crate::core::PendingPod> {
+        self.lock().pending_pods(super::TICK)
+    }
 }
 
 impl AutoScaling for SimWorld {

@@ -126,6 +126,8 @@ pub struct SimPod {
     pub node: Option<String>,
     /// When it was bound; while Pending, when it was created.
     pub since: Timestamp,
+    /// When it was created.
+    pub(crate) created: Timestamp,
     /// Whether it replaces a pod that was evicted or lost with its node.
     pub(crate) displaced: bool,
 }
@@ -475,8 +477,18 @@ impl World {
         let seq = self.next_pod;
         self.next_pod += 1;
         let name = format!("{}-{seq}", self.workloads[workload].name);
-        self.pods
-            .insert(seq, SimPod { uid: format!("uid-{seq}"), name, workload, node: None, since: self.now, displaced });
+        self.pods.insert(
+            seq,
+            SimPod {
+                uid: format!("uid-{seq}"),
+                name,
+                workload,
+                node: None,
+                since: self.now,
+                created: self.now,
+                displaced,
+            },
+        );
     }
 
     fn replace_pod(&mut self, seq: u64) {
@@ -705,8 +717,32 @@ impl World {
             class: if w.critical { PodClass::Critical } else { PodClass::Ordinary },
             opt_out: None,
             bare: false,
+            owner: Some(Self::owner_of(w)),
             grace_seconds: 30,
         }
+    }
+
+    /// The UID of a workload's controller, as its pods name it.
+    pub(crate) fn owner_of(workload: &Workload) -> core::OwnerUid {
+        format!("owner-{}", workload.name).as_str().into()
+    }
+
+    /// The pods without a node, and those bound in the last minute with when, as the pod watch
+    /// shows them ([`crate::ports::ClusterView::pending_pods`]). The scheduler binds at the end
+    /// of a tick: a pod bound in the tick it was created was Pending for that tick, as
+    /// [`World::account`] counts it.
+    pub(crate) fn pending_pods(&self, tick: Duration) -> Vec<core::PendingPod> {
+        let recent = Duration::from_secs(60);
+        self.pods
+            .values()
+            .filter(|p| p.node.is_none() || self.now.since(p.since) <= recent)
+            .map(|p| core::PendingPod {
+                uid: p.uid.as_str().into(),
+                owner: Self::owner_of(&self.workloads[p.workload]),
+                since: p.created,
+                ended: p.node.is_some().then(|| p.since.plus(tick)),
+            })
+            .collect()
     }
 
     /// Live nodes of a group, oldest first.

@@ -29,9 +29,9 @@ use super::told_once::ToldOnce;
 use super::{Observation, WorkerContext};
 use crate::core::{
     answer_terminations, apply_all, decide_terminations, eviction_order, eviction_sequence, plan_draining, BatchPlan,
-    DrainState, DrainTarget, DrainWait, DrainingPlan, EndedDrain, EvictionResult, EvictionRound, ForcedDeletion, Group,
-    GroupName, HeldAtDeadline, HowDrainEnded, InstanceId, JoiningGiveBack, LedgerEdit, Node, NodeName, Pod, Snapshot,
-    Termination, TerminationAnswer, Timestamp,
+    Displaced, DrainState, DrainTarget, DrainWait, DrainingPlan, EndedDrain, EvictionResult, EvictionRound,
+    ForcedDeletion, GapMeter, Group, GroupName, HeldAtDeadline, HowDrainEnded, InstanceId, JoiningGiveBack, LedgerEdit,
+    Node, NodeName, OwnerUid, Pod, Snapshot, Termination, TerminationAnswer, Timestamp,
 };
 use crate::metrics::{DrainOutcome, EvictionOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{
@@ -271,6 +271,8 @@ pub(crate) struct Drainer<A, C, L, W, E> {
     /// Notified when a signal is new or changed: a notice's drain starts without waiting out the
     /// tick.
     signals: Option<Arc<tokio::sync::Notify>>,
+    /// The pods this drainer displaced, paired with their Pending replacements.
+    gap: GapMeter,
 }
 
 impl<A, C, L, W, E> Drainer<A, C, L, W, E>
@@ -296,6 +298,7 @@ where
             confirmed: BTreeSet::new(),
             evictions: EvictionsInFlight::new(settings.evictions_in_flight),
             signals: None,
+            gap: GapMeter::default(),
             settings,
         }
     }
@@ -341,11 +344,39 @@ where
     /// One planning pass and the progress it allows; when it read a drained node's live pods and
     /// found none, a second pass right after, which ends that drain while the read is fresh.
     pub async fn tick(&mut self) -> Result<DrainReport, DrainerError> {
+        let report = self.passes().await;
+        self.measure_gap();
+        report
+    }
+
+    async fn passes(&mut self) -> Result<DrainReport, DrainerError> {
         let mut report = self.pass(false).await?;
         if std::mem::take(&mut self.pass_again) {
             report.add(self.pass(true).await?);
         }
         Ok(report)
+    }
+
+    /// Records a pod this drainer evicted, deleted or left to its instance's end, when a
+    /// controller will replace it.
+    fn displaced(&mut self, pod: &str, owner: Option<&OwnerUid>, group: &GroupName, at: Timestamp) {
+        let Some(owner) = owner else { return };
+        if !self.gap.displaced(Displaced::evicted(pod.into(), owner.clone(), group.clone(), at)) {
+            debug!(%group, "the capacity gap meter is full; a displaced pod is not counted");
+        }
+    }
+
+    /// Counts the Pending time of the displaced pods' replacements into
+    /// `capacity_gap_pod_seconds_total`.
+    fn measure_gap(&mut self) {
+        // The leader's count alone: replicas summed would count each pod once per replica.
+        if !self.ctx.leadership.is_leader() || (self.gap.waiting() == 0 && !self.gap.replacing()) {
+            return;
+        }
+        let now = (self.ctx.clock)();
+        for (group, seconds) in self.gap.measure(&self.ctx.cluster.pending_pods(), now) {
+            self.ctx.metrics.market.capacity_gap(group.as_str(), seconds);
+        }
     }
 
     /// One pass. A `second` pass of a tick evicts only on the nodes whose drain it starts: the
@@ -373,6 +404,9 @@ where
             }
         }
         self.confirmed.clone_from(&snapshot.spot_interrupted);
+        if ctx.leadership.is_leader() {
+            self.gap.observe(&snapshot, now);
+        }
 
         if !ctx.leadership.is_leader() {
             if !self.drains.in_progress.is_empty() || !self.to_terminate.is_empty() {
@@ -416,7 +450,7 @@ where
         self.cordon_ahead(&plan.drains.cordon_ahead).await;
         self.drains = plan.next;
         self.end_drains(&plan.ended, now, &mut report).await;
-        self.tell_held_at_deadline(&plan.held_at_deadline).await;
+        self.tell_held_at_deadline(&plan.held_at_deadline, now).await;
         self.delete_at_deadline(plan.force, now).await;
         // The drains' Events go out while their first evictions are answered: a storm's hundreds
         // of Events would otherwise hold the pass back.
@@ -635,13 +669,16 @@ where
 
     /// Tells which budget held which pod on each node whose deadline came: what the instance's
     /// end kills.
-    async fn tell_held_at_deadline(&self, held: &[HeldAtDeadline]) {
+    async fn tell_held_at_deadline(&mut self, held: &[HeldAtDeadline], now: Timestamp) {
         for h in held {
             let pods: Vec<String> = h.pods.iter().map(|p| format!("{}/{}", p.pod.namespace, p.pod.name)).collect();
             let budgets: Vec<&str> = h.pods.iter().map(|p| p.budget.as_deref().unwrap_or("?")).collect();
             warn!(node = %h.node, group = %h.group, pods = %pods.join(","), budgets = %budgets.join(","), "interruption deadline came with pods held by their budgets");
             self.ctx.metrics.drainer.held_at_deadline(h.group.as_str(), h.pods.len());
             self.ctx.metrics.market.pods_killed(h.group.as_str(), h.pods.len() as u64);
+            for p in &h.pods {
+                self.displaced(p.pod.uid.as_str(), p.pod.owner.as_ref(), &h.group, now);
+            }
             self.publish(NodeEvent::pods_held_at_deadline(h)).await;
         }
     }
@@ -670,6 +707,7 @@ where
                     let budget = f.held.budget.as_deref().unwrap_or("?");
                     warn!(node = %f.node, pod = %f.held.pod.name, namespace = %f.held.pod.namespace, budget, grace = f.grace_seconds, "deleted a pod its budget still refused: the interruption deadline is near");
                     self.ctx.metrics.drainer.pdb_overridden(f.group.as_str());
+                    self.displaced(f.held.pod.uid.as_str(), f.held.pod.owner.as_ref(), &f.group, now);
                     tells.push(NodeEvent::pdb_overridden(&f, f.deadline.since(now)));
                 }
                 Err(e) => {
@@ -897,6 +935,9 @@ where
                 }
             };
             self.ctx.metrics.drainer.eviction(group.as_str(), label);
+            if let Ok(EvictOutcome::Evicted) = outcome {
+                self.displaced(&pod.uid, pod.owner.as_ref(), group, now);
+            }
             match result {
                 EvictionResult::Evicted | EvictionResult::Gone => report.evicted = report.evicted.saturating_add(1),
                 EvictionResult::Blocked { .. } => blocked.push(pod.to_string()),
@@ -1171,7 +1212,7 @@ mod tests {
 
     use super::*;
     use crate::core::FinishedDrain;
-    use crate::core::{Evidence, Policy, Signal, SignalKind, SizingMode};
+    use crate::core::{Evidence, PendingPod, Policy, Signal, SignalKind, SizingMode};
     use crate::fakes::{AsgCall, ClusterCall, FakeAutoScaling, FakeContext, FakeRig};
     use crate::metrics::Metrics;
     use crate::ports::Leadership;
@@ -1250,6 +1291,67 @@ mod tests {
         let mut node = Node::test(name, "a");
         node.created = (ctx.clock)();
         rig.cluster.put_node(node);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_replacements_of_the_pods_it_evicts_count_their_pending_time_as_the_capacity_gap() {
+        let (rig, ctx, mut scaler, mut drainer) = rebalanced(policy()).await;
+        scaler.tick().await.unwrap();
+        join(&rig, &ctx, "r1");
+        assert_eq!(drainer.tick().await.unwrap().evicted, 3);
+        // The ReplicaSet makes three new pods; the scheduler has not placed them yet.
+        let since = (ctx.clock)();
+        let replacements = |ended: Option<Timestamp>| {
+            (0..3)
+                .map(|k| PendingPod {
+                    uid: format!("new-{k}").as_str().into(),
+                    owner: "uid-owner".into(),
+                    since,
+                    ended,
+                })
+                .collect::<Vec<_>>()
+        };
+        rig.cluster.set_pending(replacements(None));
+        tokio::time::advance(Duration::from_secs(10)).await;
+        drainer.tick().await.unwrap();
+        let gap = ctx.metrics.market.capacity_gap_total();
+        assert!((gap - 30.0).abs() < 0.5, "three pods Pending for 10 s: {gap}");
+
+        rig.cluster.set_pending(replacements(Some(since.plus(Duration::from_secs(12)))));
+        tokio::time::advance(Duration::from_secs(10)).await;
+        drainer.tick().await.unwrap();
+        drainer.tick().await.unwrap();
+        let gap = ctx.metrics.market.capacity_gap_total();
+        assert!((gap - 36.0).abs() < 0.5, "bound 12 s after they appeared: {gap}");
+        assert!(ctx.metrics.encode().contains("spots_booster_capacity_gap_pod_seconds_total{group=\"a\"}"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pods_lost_with_a_signalled_node_count_as_displaced_by_the_leader_alone() {
+        for leading in [true, false] {
+            let (rig, ctx, _scaler, mut drainer) = rebalanced(policy()).await;
+            ctx.leadership.set(leading);
+            drainer.tick().await.unwrap();
+            // AWS takes n1 before any drain: its three pods go with it, and come back Pending.
+            rig.cluster.remove_node("n1");
+            drainer.tick().await.unwrap();
+            let since = (ctx.clock)();
+            rig.cluster.set_pending(
+                (0..3)
+                    .map(|k| PendingPod {
+                        uid: format!("new-{k}").as_str().into(),
+                        owner: "uid-owner".into(),
+                        since,
+                        ended: None,
+                    })
+                    .collect(),
+            );
+            tokio::time::advance(Duration::from_secs(10)).await;
+            drainer.tick().await.unwrap();
+            let gap = ctx.metrics.market.capacity_gap_total();
+            let expected = if leading { 30.0 } else { 0.0 };
+            assert!((gap - expected).abs() < 0.5, "leading: {leading}: {gap}");
+        }
     }
 
     fn terminations(aws: &FakeAutoScaling) -> Vec<(InstanceId, bool)> {

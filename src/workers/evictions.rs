@@ -271,7 +271,7 @@ mod tests {
     use super::*;
 
     fn pod(uid: &str) -> PodRef {
-        PodRef { namespace: "default".into(), name: uid.into(), uid: uid.into() }
+        PodRef { namespace: "default".into(), name: uid.into(), uid: uid.into(), owner: None }
     }
 
     async fn after(secs: u64, outcome: Result<EvictOutcome, String>) -> Result<EvictOutcome, String> {

@@ -206,7 +206,7 @@ mod tests {
         assert!(matches!(aws.terminate_instance(&"i-1".into(), true).await, Err(AwsError::NotLeader { .. })));
         assert!(matches!(aws.suspend_az_rebalance(&"a".into(), true, "c").await, Err(AwsError::NotLeader { .. })));
         assert!(matches!(writes.cordon(&node).await, Err(ClusterWriteError::NotLeader { operation: "cordon" })));
-        let pod = PodRef { namespace: "default".into(), name: "web".into(), uid: "u".into() };
+        let pod = PodRef { namespace: "default".into(), name: "web".into(), uid: "u".into(), owner: None };
         assert!(matches!(writes.evict(&pod).await, Err(ClusterWriteError::NotLeader { .. })));
         assert!(matches!(writes.protect_from_scale_down(&node, true).await, Err(ClusterWriteError::NotLeader { .. })));
         events

@@ -287,7 +287,12 @@ mod tests {
             node: node.clone(),
             group: group.clone(),
             held: HeldPod {
-                pod: crate::core::PodToEvict { namespace: "shop".into(), name: "web-0".into(), uid: "u".into() },
+                pod: crate::core::PodToEvict {
+                    namespace: "shop".into(),
+                    name: "web-0".into(),
+                    uid: "u".into(),
+                    owner: None,
+                },
                 budget: Some("web".into()),
             },
             grace_seconds: 5,
