@@ -8,9 +8,12 @@
 //! scheduler and AWS itself: at the notice's deadline it takes the instance if it is still there,
 //! and the pods still bound to its node die with it. Two cases, both with room on the other nodes:
 //! replacements that boot slower than the notice, and AWS taking an instance before the booster.
+//! A third has no room: the interrupted node's pods wait Pending for the replacement, and the
+//! daemon's `capacity_gap_pod_seconds_total` is held to what the API server showed and to what
+//! `simulate` says of the same shape.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_config::SdkConfig;
@@ -19,10 +22,12 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
+use spots_booster::simulate::{parse_scenario, simulate};
+use support::aws_intercept::{ec2_as_aws, intercepting_proxy};
 use support::e2e::{
-    await_synced, aws, bind_pod, booster_events_on, create_group, create_namespace, deploy_with_budget,
-    desired_capacity, env, free_port, kube_client, live_instances, metric, pod_ready, register_node, report_pod_ready,
-    run_suffix, schedulable_nodes, scrape, start_booster, LONE_DRAINER,
+    await_synced, aws, bind_pod, booster_events_on, create_group, create_namespace, deploy_requesting,
+    deploy_with_budget, desired_capacity, env, free_port, kube_client, live_instances, metric, pod_ready,
+    register_node, report_pod_ready, run_suffix, schedulable_nodes, scrape, start_booster, LONE_DRAINER,
 };
 
 use crate::support;
@@ -44,6 +49,12 @@ struct Seen {
     min_ready: Option<usize>,
     /// No disruption controller runs: the test keeps the PDB's status.
     play_disruption_controller: bool,
+    /// When the scheduler first saw each unbound pod.
+    unbound_since: BTreeMap<String, Instant>,
+    /// From when the capacity gap is counted.
+    gap_from: Option<Instant>,
+    /// Seconds the pods first seen unbound after `gap_from` waited for the scheduler to bind them.
+    pending_seconds: f64,
 }
 
 /// One test's cluster: a namespace, a group in moto, and the test's kubelet and scheduler.
@@ -59,6 +70,8 @@ struct Cluster {
     initial: BTreeSet<String>,
     /// Nodes whose emptying is timed.
     watched: BTreeSet<String>,
+    /// Pods the scheduler places on one node at most (`None`: no limit).
+    pods_per_node: Option<usize>,
     seen: Mutex<Seen>,
 }
 
@@ -146,10 +159,13 @@ impl Cluster {
             let name = pod.metadata.name.clone().unwrap();
             match pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
                 None => {
-                    // The scheduler: the pinned node first, else the emptiest schedulable one.
+                    self.seen.lock().unwrap().unbound_since.entry(name.clone()).or_insert(now);
+                    // The scheduler: the pinned node first, else the emptiest schedulable one
+                    // with room.
+                    let room = self.pods_per_node.unwrap_or(usize::MAX);
                     let target = if placement.is_empty() {
                         on.iter()
-                            .filter(|(n, _)| schedulable.contains(n))
+                            .filter(|(n, k)| schedulable.contains(n) && **k < room)
                             .min_by_key(|(_, k)| **k)
                             .map(|(n, _)| n.clone())
                     } else {
@@ -158,6 +174,13 @@ impl Cluster {
                     if let Some(target) = target {
                         bind_pod(&pods, &name, &target).await;
                         *on.entry(target).or_default() += 1;
+                        let bound = Instant::now();
+                        let mut seen = self.seen.lock().unwrap();
+                        if let Some(since) = seen.unbound_since.remove(&name) {
+                            if seen.gap_from.is_some_and(|from| since >= from) {
+                                seen.pending_seconds += bound.duration_since(since).as_secs_f64();
+                            }
+                        }
                     }
                 }
                 Some(_) if !pod_ready(pod) => report_pod_ready(&pods, &name).await,
@@ -222,6 +245,7 @@ impl Cluster {
             boot,
             initial: BTreeSet::new(),
             watched: BTreeSet::new(),
+            pods_per_node: None,
             seen: Mutex::new(Seen::default()),
         };
         cluster.initial = cluster.instances().await.into_iter().map(|(id, _)| id).collect();
@@ -505,6 +529,85 @@ async fn a_give_back_drains_a_node_by_its_live_pods_never_one_with_an_opted_out_
     for name in ["keep", "lonely"] {
         assert!(pods.get_opt(name).await.unwrap().is_some(), "{name} is still there");
     }
+    let _ = booster.start_kill();
+    let _ = booster.wait().await;
+    cluster.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real API server and moto: set SPOTS_BOOSTER_E2E_KUBECONFIG and SPOTS_BOOSTER_E2E_AWS_ENDPOINT, pass --include-ignored"]
+async fn the_capacity_gap_the_daemon_counts_is_what_the_api_server_showed_and_what_simulate_predicts() {
+    let (kubeconfig, endpoint) = env();
+    // The shipped scenario is the shape: its group, boot time and workload.
+    let text = include_str!("../examples/scenarios/interruption-no-room.yaml");
+    let scenario = parse_scenario(text).unwrap();
+    let spec = &scenario.groups[0];
+    // simulate runs its own runtime: on a thread of its own, not inside this test's.
+    let predicted = std::thread::spawn(|| simulate(&parse_scenario(text).unwrap(), None))
+        .join()
+        .unwrap()
+        .booster
+        .summary
+        .capacity_gap_pod_seconds as f64;
+    let desired = i32::try_from(spec.desired).unwrap();
+    let mut cluster = Cluster::start(&kubeconfig, &endpoint, "gap", desired, spec.boot).await;
+    // Four 1-CPU pods fill a 4-CPU node: nothing displaced fits anywhere but on the replacement.
+    cluster.pods_per_node = Some(4);
+    let replicas = 4 * spec.desired;
+    deploy_requesting(&cluster.kube, &cluster.ns, "web", replicas, json!({"maxUnavailable": 4}), 1000).await;
+    cluster.settle(&mut Vec::new(), replicas as usize).await;
+    let at_risk_instance = cluster.initial.iter().next().unwrap().clone();
+    let at_risk = cluster.node_name(&at_risk_instance);
+    assert_eq!(cluster.seen.lock().unwrap().on.get(&at_risk), Some(&4));
+
+    // EC2 marks the instance's spot request with its notice, as simulate's world does (moto has
+    // no spot requests: a loopback proxy answers for it).
+    let marked = Arc::new(Mutex::new(BTreeSet::new()));
+    let proxied = intercepting_proxy(&endpoint, ec2_as_aws(marked.clone())).await;
+    let port = free_port();
+    let mut booster = cluster.booster(&kubeconfig, &proxied, port).await;
+    cluster.watched.insert(at_risk.clone());
+    marked.lock().unwrap().insert(at_risk_instance.clone());
+    cluster.notice(&at_risk, Duration::ZERO).await;
+    let noticed = Instant::now();
+    cluster.seen.lock().unwrap().gap_from = Some(noticed);
+    let (taken_at, deadline) = (noticed + Duration::from_secs(120), noticed + spec.boot + Duration::from_secs(60));
+    let mut reclaimed = false;
+    loop {
+        let ready = cluster.play(&mut Vec::new(), true).await;
+        if !reclaimed && Instant::now() >= taken_at {
+            if cluster.instances().await.iter().any(|(id, _)| *id == at_risk_instance) {
+                cluster.reclaim(&at_risk_instance).await;
+            }
+            reclaimed = true;
+        }
+        let (emptied, waiting) = {
+            let seen = cluster.seen.lock().unwrap();
+            (seen.emptied.contains_key(&at_risk), !seen.unbound_since.is_empty())
+        };
+        if emptied && ready == replicas as usize && !waiting {
+            break;
+        }
+        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited");
+        assert!(Instant::now() < deadline, "the displaced pods never ran again");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // The daemon's drain pass counts the last binding.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let text = scrape(port).await;
+    let live = metric(&text, &format!("spots_booster_capacity_gap_pod_seconds_total{{group=\"{}\"}}", cluster.group));
+    let (shown, killed) = {
+        let seen = cluster.seen.lock().unwrap();
+        (seen.pending_seconds, seen.killed.clone())
+    };
+    eprintln!(
+        "capacity gap: daemon {live:.1} pod-s, API server (first seen unbound to bound) {shown:.1} pod-s, simulate {predicted:.0} pod-s; pods killed {killed:?}"
+    );
+    assert!(killed.is_empty(), "no pod died with the node: {killed:?}");
+    assert!(shown > 100.0, "the pods waited for the replacement: {shown}");
+    assert!((live - shown).abs() <= shown / 10.0, "daemon {live} against the API server's {shown}");
+    assert!((live - predicted).abs() <= predicted / 10.0, "daemon {live} against simulate's {predicted}");
+
     let _ = booster.start_kill();
     let _ = booster.wait().await;
     cluster.clean_up().await;

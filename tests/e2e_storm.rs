@@ -26,7 +26,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
-use support::aws_intercept::{intercepting_proxy, Answer, Hook};
+use support::aws_intercept::{ec2_as_aws, intercepting_proxy};
 use support::e2e::{
     await_synced, aws, bind_pod, booster_events_on, create_group, create_namespace, deploy_requesting, env, free_port,
     groups_now, kube_client, live_instances, metric, pod_ready, register_node, renew_lease, report_pod_ready,
@@ -379,43 +379,6 @@ fn watch_first_out(kube: &Client) -> Arc<Mutex<BTreeMap<String, jiff::Timestamp>
 
 fn group_label(suffix: &str, g: usize) -> String {
     format!("{suffix}-g{g}")
-}
-
-/// EC2 as it would answer for these instances: all spot, the marked ones' requests
-/// `marked-for-termination`; everything else goes to moto.
-fn ec2_as_aws(marked: Arc<Mutex<BTreeSet<String>>>) -> Hook {
-    Arc::new(move |form: &BTreeMap<String, String>| match form.get("Action").map(String::as_str) {
-        Some("DescribeInstances") => Answer::Edit(Box::new(|xml| {
-            xml.replace("</instanceId>", "</instanceId><instanceLifecycle>spot</instanceLifecycle>")
-        })),
-        Some("DescribeSpotInstanceRequests") => {
-            let marked = marked.lock().unwrap();
-            let items: String = form
-                .iter()
-                .filter(|(k, _)| k.starts_with("Filter.1.Value."))
-                .map(|(_, id)| id)
-                .filter(|id| marked.contains(*id))
-                .enumerate()
-                .map(|(k, id)| {
-                    format!(
-                        "<item><spotInstanceRequestId>sir-{k:08}</spotInstanceRequestId><spotPrice>0.0416</spotPrice>\
-                         <type>one-time</type><state>active</state><status><code>marked-for-termination</code>\
-                         <updateTime>2026-11-28T01:00:00.000Z</updateTime><message>Spot Instance terminated due to \
-                         EC2 capacity needs</message></status><instanceId>{id}</instanceId>\
-                         <instanceInterruptionBehavior>terminate</instanceInterruptionBehavior>\
-                         <productDescription>Linux/UNIX</productDescription></item>"
-                    )
-                })
-                .collect();
-            Answer::Reply(format!(
-                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
-                 <DescribeSpotInstanceRequestsResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\">\
-                 <requestId>5b4b7f5e-0000-4000-8000-000000000002</requestId>\
-                 <spotInstanceRequestSet>{items}</spotInstanceRequestSet></DescribeSpotInstanceRequestsResponse>"
-            ))
-        }
-        _ => Answer::Forward,
-    })
 }
 
 /// The booster's resident memory, from `/proc`.

@@ -8,8 +8,8 @@
 
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -183,4 +183,41 @@ pub fn activities_answer(group: &str, failed_at: Option<&str>) -> String {
          <ResponseMetadata><RequestId>7a62c49f-0000-4fc4-9331-000000000002</RequestId></ResponseMetadata>\
          </DescribeScalingActivitiesResponse>"
     )
+}
+
+/// EC2 as it would answer for these instances: all spot, the marked ones' requests
+/// `marked-for-termination`; everything else goes to moto.
+pub fn ec2_as_aws(marked: Arc<Mutex<BTreeSet<String>>>) -> Hook {
+    Arc::new(move |form: &BTreeMap<String, String>| match form.get("Action").map(String::as_str) {
+        Some("DescribeInstances") => Answer::Edit(Box::new(|xml| {
+            xml.replace("</instanceId>", "</instanceId><instanceLifecycle>spot</instanceLifecycle>")
+        })),
+        Some("DescribeSpotInstanceRequests") => {
+            let marked = marked.lock().unwrap();
+            let items: String = form
+                .iter()
+                .filter(|(k, _)| k.starts_with("Filter.1.Value."))
+                .map(|(_, id)| id)
+                .filter(|id| marked.contains(*id))
+                .enumerate()
+                .map(|(k, id)| {
+                    format!(
+                        "<item><spotInstanceRequestId>sir-{k:08}</spotInstanceRequestId><spotPrice>0.0416</spotPrice>\
+                         <type>one-time</type><state>active</state><status><code>marked-for-termination</code>\
+                         <updateTime>2026-11-28T01:00:00.000Z</updateTime><message>Spot Instance terminated due to \
+                         EC2 capacity needs</message></status><instanceId>{id}</instanceId>\
+                         <instanceInterruptionBehavior>terminate</instanceInterruptionBehavior>\
+                         <productDescription>Linux/UNIX</productDescription></item>"
+                    )
+                })
+                .collect();
+            Answer::Reply(format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
+                 <DescribeSpotInstanceRequestsResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\">\
+                 <requestId>5b4b7f5e-0000-4000-8000-000000000002</requestId>\
+                 <spotInstanceRequestSet>{items}</spotInstanceRequestSet></DescribeSpotInstanceRequestsResponse>"
+            ))
+        }
+        _ => Answer::Forward,
+    })
 }
