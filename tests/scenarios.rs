@@ -361,6 +361,10 @@ fn on_a_day_of_the_market_auto_drains_far_fewer_nodes_than_replace_loses_no_pod_
     for pool in &standby.learned {
         assert!(pool.observations >= 15.0, "{pool:?}");
         assert!((pool.estimate - pool.truth).abs() <= 0.15, "learnt near the truth: {pool:?}");
+        // The seeded day's own draw (the recommendations whose window closed) may sit off the
+        // market's conversion; the estimate follows the draw.
+        let drawn = pool.realized.expect("windows closed within the day");
+        assert!((pool.estimate - drawn).abs() <= 0.05, "learnt what the market did: {pool:?}");
     }
     assert!(standby.needless_drains <= 2 && standby.boost_node_seconds > replace.boost_node_seconds, "{standby:?}");
     let s = &report.booster.summary;

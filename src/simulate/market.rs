@@ -240,6 +240,9 @@ pub struct LearnedPool {
     pub group: String,
     /// The market's conversion.
     pub truth: f64,
+    /// The share of the pool's recommendations whose window closed within the run that the
+    /// market followed: the draw the estimate sees, which a seeded day may place off `truth`.
+    pub realized: Option<f64>,
     /// Pool memory's estimate.
     pub estimate: f64,
     /// Its 90 % interval.

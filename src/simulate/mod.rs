@@ -394,7 +394,10 @@ async fn run_scenario_async(scenario: &Scenario, mode: Mode, mut progress: Optio
         pods_killed: c.pods_killed,
         recommendations: c.recommendations,
         interruptions: c.interruptions,
-        learned: workers.as_ref().map(|w| learned(m, &w.ledger.saved_pools(), world.now)).unwrap_or_default(),
+        learned: workers
+            .as_ref()
+            .map(|w| learned(m, &w.ledger.saved_pools(), &scenario.policy.memory, world.elapsed(), world.now))
+            .unwrap_or_default(),
     });
     let boosted = workers.as_ref().map(|w| &w.boosted);
     RunReport {
@@ -439,21 +442,35 @@ fn market_event(kind: SpotEventKind, group: &str, node: String) -> SpotEvent {
 }
 
 /// What pool memory learnt of each of the market's pools, against its truth.
-fn learned(market: &market::Market, memory: &crate::core::PoolMemory, now: Timestamp) -> Vec<LearnedPool> {
-    let settings = crate::core::MemorySettings::default();
+fn learned(
+    market: &market::Market,
+    memory: &crate::core::PoolMemory,
+    settings: &crate::core::MemorySettings,
+    elapsed: Duration,
+    now: Timestamp,
+) -> Vec<LearnedPool> {
+    let histories = memory.histories(settings, now);
     market
         .pools
         .iter()
         .map(|p| {
-            let histories = memory.histories(&settings, now);
             let c = crate::core::pool_memory::conversion(
                 &histories,
                 &p.group.as_str().into(),
                 &BTreeSet::from([p.pool.clone()]),
             );
+            // The recommendations whose window closed within the run: those the memory resolves.
+            let closed: Vec<bool> = market
+                .recommendations
+                .iter()
+                .filter(|r| r.group == p.group && r.at + settings.window <= elapsed)
+                .map(|r| r.interrupted_after.is_some_and(|lead| lead <= settings.window))
+                .collect();
+            let followed = closed.iter().filter(|f| **f).count();
             LearnedPool {
                 group: p.group.clone(),
                 truth: p.conversion,
+                realized: (!closed.is_empty()).then(|| followed as f64 / closed.len() as f64),
                 estimate: c.estimate,
                 low: c.low,
                 high: c.high,
@@ -658,13 +675,18 @@ fn policies_table(report: &Report, width: Width) -> String {
                 vec![
                     l.group.clone(),
                     format!("{:.2}", l.truth),
+                    l.realized.map_or_else(|| "-".to_string(), |r| format!("{r:.2}")),
                     format!("{:.2} ({:.2}-{:.2})", l.estimate, l.low, l.high),
                     format!("{:.1}", l.observations),
                 ]
             })
             .collect();
         out += "\nwhat pool memory learnt under auto (replacing censors what it would learn):\n";
-        out += &table(&["GROUP", "TRUE CONVERSION", "LEARNT (90%)", "OBSERVATIONS"], &rows, width);
+        out += &table(
+            &["GROUP", "TRUE CONVERSION", "DRAWN (WINDOWS CLOSED)", "LEARNT (90%)", "OBSERVATIONS"],
+            &rows,
+            width,
+        );
     }
     out
 }
