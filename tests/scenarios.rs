@@ -26,6 +26,7 @@ fn the_shipped_scenarios_include_the_production_shapes() {
         shipped(),
         [
             "group-at-max.yaml",
+            "interruption-no-room.yaml",
             "interruption-reclaim-first.yaml",
             "interruption-slow-replacement.yaml",
             "interruption-without-notice.yaml",
