@@ -12,6 +12,11 @@
 //! desired capacity goes back down by what moved only while no instance of it can be terminated
 //! by that (the workers re-read before the write).
 //!
+//! Among the usable fallbacks, the order is chosen at each move from what pool memory knows of
+//! them ([`FallbackRank`]): a group whose pools failed to launch lately (past the cool-down, which
+//! skips it outright) comes after one whose pools did not, then the one whose pools EC2 interrupted
+//! less, then the tag's order. With no memory of them, the tag's order stands.
+//!
 //! A fallback must be a group this daemon serves and, for a group made for an InstanceGroup, one
 //! made for the same namespace: the tag is only a list of names, and a name may belong to another
 //! cluster, to a group `--asg-tag-filter` leaves out, or (names join cluster, namespace and name
@@ -23,7 +28,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::ledger_edit::{BoostId, LedgerEdit};
-use super::model::{BoostLedger, BoostRecord, Group, GroupName, MovedPart, Snapshot, Timestamp};
+use super::model::{BoostLedger, BoostRecord, Group, GroupName, MovedPart, PoolHistory, Snapshot, Timestamp};
 use super::policy::Policy;
 
 /// Nodes of one boost moved to a fallback group.
@@ -40,6 +45,9 @@ pub struct Fallback {
     pub to_desired: u32,
     /// Nodes moved.
     pub nodes: u32,
+    /// What placed the fallback first among those usable.
+    #[serde(default)]
+    pub rank: FallbackRank,
 }
 
 impl Fallback {
@@ -209,7 +217,7 @@ pub(crate) fn plan_fallbacks(
             if !settled || want == 0 {
                 continue;
             }
-            let Some((to, room)) = first_fallback(snapshot, group, policy, now, &flight, &plan) else { continue };
+            let Some((to, room, rank)) = best_fallback(snapshot, group, policy, now, &flight, &plan) else { continue };
             let nodes = want.min(room);
             missing -= nodes;
             *flight.entry(&to.name).or_default() += nodes;
@@ -219,6 +227,7 @@ pub(crate) fn plan_fallbacks(
                 to: to.name.clone(),
                 to_desired: to.desired,
                 nodes,
+                rank,
             });
         }
     }
@@ -281,28 +290,64 @@ pub fn plan_take_backs(snapshot: &Snapshot, ledger: &BoostLedger) -> Vec<TakeBac
     plan
 }
 
-/// The first of `group`'s fallbacks that can take nodes now, with how many.
-fn first_fallback<'s>(
+/// Failed launches (decayed) past which a fallback's pools count as failing lately.
+const FAILED_LATELY: f64 = 0.5;
+
+/// What ranks a usable fallback: compared field by field, the least first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, PartialOrd, Serialize, Deserialize)]
+pub struct FallbackRank {
+    /// Its pools failed to launch lately (pool memory, past the cool-down).
+    pub failed_lately: bool,
+    /// Interruptions EC2 confirmed in its pools (decayed).
+    pub interruptions: f64,
+    /// Its place in the tag.
+    pub position: usize,
+}
+
+// Its counts are sums of finite decayed counts: never NaN.
+impl Eq for FallbackRank {}
+
+impl FallbackRank {
+    /// `to`'s rank at `position` in the tag, from pool memory's `histories`.
+    pub fn of(histories: &[PoolHistory], to: &GroupName, position: usize) -> Self {
+        let (failed, interruptions) = histories
+            .iter()
+            .filter(|h| &h.group == to)
+            .fold((0.0, 0.0), |(f, i), h| (f + h.failed_launches, i + h.interruptions));
+        FallbackRank { failed_lately: failed >= FAILED_LATELY, interruptions, position }
+    }
+}
+
+/// The best-ranked of `group`'s fallbacks that can take nodes now, with how many.
+fn best_fallback<'s>(
     snapshot: &'s Snapshot,
     group: &Group,
     policy: &Policy,
     now: Timestamp,
     flight: &BTreeMap<&GroupName, u32>,
     planned: &[Fallback],
-) -> Option<(&'s Group, u32)> {
-    group.fallbacks.iter().filter(|f| **f != group.name).find_map(|name| {
-        let to = snapshot.groups.get(name)?;
-        let usable = refusal(group, to).is_none()
-            && !policy.ignored_groups.contains(name)
-            && !failing(snapshot, name, policy, now)
-            && to.ca.as_ref().is_none_or(|ca| ca.backoff.is_none())
-            // One write per fallback group per pass.
-            && !planned.iter().any(|p| &p.to == name);
-        let base = to.desired.max(to.ca.as_ref().map_or(0, |ca| ca.cloud_provider_target));
-        let budget = policy.max_boost_per_group.saturating_sub(flight.get(name).copied().unwrap_or(0));
-        let room = to.max.saturating_sub(base).min(budget);
-        (usable && room > 0).then_some((to, room))
-    })
+) -> Option<(&'s Group, u32, FallbackRank)> {
+    let mut usable: Vec<(FallbackRank, &'s Group, u32)> = group
+        .fallbacks
+        .iter()
+        .filter(|f| **f != group.name)
+        .enumerate()
+        .filter_map(|(position, name)| {
+            let to = snapshot.groups.get(name)?;
+            let usable = refusal(group, to).is_none()
+                && !policy.ignored_groups.contains(name)
+                && !failing(snapshot, name, policy, now)
+                && to.ca.as_ref().is_none_or(|ca| ca.backoff.is_none())
+                // One write per fallback group per pass.
+                && !planned.iter().any(|p| &p.to == name);
+            let base = to.desired.max(to.ca.as_ref().map_or(0, |ca| ca.cloud_provider_target));
+            let budget = policy.max_boost_per_group.saturating_sub(flight.get(name).copied().unwrap_or(0));
+            let room = to.max.saturating_sub(base).min(budget);
+            (usable && room > 0).then(|| (FallbackRank::of(&snapshot.market, name, position), to, room))
+        })
+        .collect();
+    usable.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
+    usable.into_iter().next().map(|(rank, to, room)| (to, room, rank))
 }
 
 #[cfg(test)]
@@ -351,6 +396,45 @@ mod tests {
         // A failure older than the cool-down is forgotten.
         let later = Timestamp::from_millis(590_000 + 180_000);
         assert!(plan_fallbacks(&s, &s.ledger, &Policy::default(), later).is_empty());
+    }
+
+    fn history(group: &str, failed_launches: f64, interruptions: f64) -> PoolHistory {
+        PoolHistory {
+            group: group.into(),
+            pool: crate::core::model::Pool { instance_type: "m5.large".into(), zone: "us-east-1a".into() },
+            converted: 0.0,
+            lapsed: 0.0,
+            lead_seconds: Vec::new(),
+            interruptions,
+            failed_launches,
+        }
+    }
+
+    #[test]
+    fn the_fallback_is_chosen_by_what_pool_memory_knows_then_by_the_tag() {
+        let to = |s: &Snapshot| plan_fallbacks(s, &s.ledger, &Policy::default(), NOW)[0].to.to_string();
+        let mut s = exhausted();
+        s.market = vec![history("spot-b", 0.0, 0.0), history("od", 0.0, 0.0)];
+        assert_eq!(to(&s), "spot-b", "nothing known against either: the tag's order");
+
+        // spot-b's pools failed to launch an hour ago (past the cool-down): od first.
+        s.market = vec![history("spot-b", 2.0, 0.0)];
+        assert_eq!(to(&s), "od");
+
+        // Both failed lately: the one EC2 interrupted less.
+        s.market = vec![history("spot-b", 1.0, 1.0), history("od", 3.0, 6.0)];
+        assert_eq!(to(&s), "spot-b");
+        s.market = vec![history("spot-b", 0.0, 4.0), history("od", 0.0, 0.5)];
+        assert_eq!(to(&s), "od", "no failures: fewer interruptions first");
+
+        // A failure almost decayed away no longer counts.
+        s.market = vec![history("spot-b", 0.1, 0.0)];
+        assert_eq!(to(&s), "spot-b");
+
+        // Ranking never brings back a fallback the plan skips outright.
+        s.market = vec![history("od", 5.0, 5.0)];
+        s.capacity_failures.insert("spot-b".into(), Timestamp::from_millis(595_000));
+        assert_eq!(to(&s), "od");
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub use draining::{
     HeldAtDeadline, HeldPod, HowDrainEnded, PodToEvict, Refusal,
 };
 pub use expiry::Expired;
-pub use fallback::{plan_take_backs, Fallback, FallbackRefusal, RefusedFallback, TakeBack};
+pub use fallback::{plan_take_backs, Fallback, FallbackRank, FallbackRefusal, RefusedFallback, TakeBack};
 pub use give_back::{facts_needed, pods_needed, GiveBack, GiveBackHow, LeftWhy};
 pub use identity::Distrust;
 pub use launch_failures::{classify, failed_pool, launching_groups, stalled_boosts, LaunchFailure, ScalingActivity};

@@ -941,6 +941,12 @@ pub struct PoolHistory {
     pub lapsed: f64,
     /// Recommendation → interruption lead times, in seconds.
     pub lead_seconds: Vec<u64>,
+    /// Interruptions EC2 confirmed (decayed).
+    #[serde(default)]
+    pub interruptions: f64,
+    /// Failed launches, every reason (decayed).
+    #[serde(default)]
+    pub failed_launches: f64,
 }
 
 impl Snapshot {

@@ -478,6 +478,8 @@ impl PoolMemory {
                     pool: Pool { instance_type: r.instance_type.clone(), zone: r.zone.clone() },
                     converted: r.converted,
                     lapsed: r.lapsed,
+                    interruptions: r.interruptions,
+                    failed_launches: r.failed_launches.values().sum(),
                     lead_seconds: r.lead_seconds,
                 }
             })

@@ -410,7 +410,15 @@ mod tests {
     }
 
     fn market(converted: f64, lapsed: f64, leads: &[u64]) -> Vec<PoolHistory> {
-        vec![PoolHistory { group: "a".into(), pool: pool(), converted, lapsed, lead_seconds: leads.to_vec() }]
+        vec![PoolHistory {
+            group: "a".into(),
+            pool: pool(),
+            converted,
+            lapsed,
+            lead_seconds: leads.to_vec(),
+            interruptions: 0.0,
+            failed_launches: 0.0,
+        }]
     }
 
     fn auto_choice(s: &Snapshot) -> RebalanceChoice {

@@ -97,7 +97,12 @@ where
             let (f, group) = (applied[i], &a.group);
             match (&a.outcome, a.answer) {
                 (Ok(WriteOutcome::Written { from, to } | WriteOutcome::DryRun { from, to }), _) => {
-                    warn!(from_group = %f.record.group, %group, nodes = f.nodes, from, to, "no capacity in the boosted group: its missing nodes moved to its fallback");
+                    warn!(
+                        from_group = %f.record.group, %group, nodes = f.nodes, from, to,
+                        tag_position = f.rank.position, failed_lately = f.rank.failed_lately,
+                        interruptions = f.rank.interruptions,
+                        "no capacity in the boosted group: its missing nodes moved to its best-ranked fallback"
+                    );
                     ctx.metrics.scaler.boost(group.as_str(), BoostOutcome::FellBack);
                     report.push((f.record.group.clone(), group.clone(), f.nodes));
                     let instances: Vec<&InstanceId> = f.record.instances.iter().collect();
