@@ -488,12 +488,16 @@ async fn a_give_back_drains_a_node_by_its_live_pods_never_one_with_an_opted_out_
 
     let port = free_port();
     let mut booster = cluster.booster(&kubeconfig, &endpoint, port).await;
-    // A notice 30 s ahead on nodes[0]; AWS takes the instance half a second later and the group
-    // replaces it. (At 1.5 s the booster, draining the one grace-0 pod against the near deadline,
-    // has been seen to terminate the instance itself first: 1.4 s after the notice.)
+    // A notice 30 s ahead on nodes[0]; AWS takes the instance as soon as the boost is written and
+    // the group replaces it. (A fixed 1.5 s, then 0.5 s, lost the race: the booster drains the one
+    // grace-0 pod against the near deadline and terminated the instance itself 0.7 s after the
+    // notice.)
     cluster.notice(&nodes[0], Duration::from_secs(90)).await;
     let noticed = Instant::now();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    while cluster.desired().await < 5 {
+        assert!(noticed.elapsed() < Duration::from_secs(10), "the notice was never boosted");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     cluster.reclaim(&ids[0]).await;
     let deadline = noticed + Duration::from_secs(150);
     // Each new node gets a web pod as it joins (the Deployment grows by one, pinned to it): every
