@@ -415,6 +415,8 @@ where
             self.drains = DrainState::default();
             self.to_terminate.clear();
             self.evictions.abort_all();
+            // The leader counts the gap; what this replica half-counted would be stale if it led again.
+            self.gap = GapMeter::default();
             // The new leader reports the drains it runs; a follower reports none.
             ctx.metrics.drainer.forget_in_progress();
             report.not_leader = plan.drains.batches.len();
