@@ -236,10 +236,7 @@ impl Store {
     fn forget_ended(&mut self, now: Timestamp) {
         while self.unbound_ended.front().is_some_and(|(at, _)| now.since(*at) > UNBOUND_ENDED_KEPT) {
             let Some((_, uid)) = self.unbound_ended.pop_front() else { break };
-            // Listed again since (a relist found it unbound afresh): keep the new entry.
-            if self.unbound.get(&uid).is_some_and(|u| u.ended.is_some()) {
-                self.unbound.remove(&uid);
-            }
+            self.unbound.remove(&uid);
         }
     }
 
