@@ -327,7 +327,7 @@ fn best_fallback<'s>(
     flight: &BTreeMap<&GroupName, u32>,
     planned: &[Fallback],
 ) -> Option<(&'s Group, u32, FallbackRank)> {
-    let mut usable: Vec<(FallbackRank, &'s Group, u32)> = group
+    group
         .fallbacks
         .iter()
         .filter(|f| **f != group.name)
@@ -343,11 +343,10 @@ fn best_fallback<'s>(
             let base = to.desired.max(to.ca.as_ref().map_or(0, |ca| ca.cloud_provider_target));
             let budget = policy.max_boost_per_group.saturating_sub(flight.get(name).copied().unwrap_or(0));
             let room = to.max.saturating_sub(base).min(budget);
-            (usable && room > 0).then(|| (FallbackRank::of(&snapshot.market, name, position), to, room))
+            (usable && room > 0).then(|| (to, room, FallbackRank::of(&snapshot.market, name, position)))
         })
-        .collect();
-    usable.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
-    usable.into_iter().next().map(|(rank, to, room)| (to, room, rank))
+        // The first of equals: the tag's order breaks every tie.
+        .min_by(|a, b| a.2.partial_cmp(&b.2).unwrap_or(std::cmp::Ordering::Equal))
 }
 
 #[cfg(test)]
