@@ -81,6 +81,9 @@ labels!(
         ExpiredMaxAge => "expired-max-age",
         /// Nodes its group could not launch moved to a fallback group (counted under the fallback).
         FellBack => "fell-back",
+        /// Every group it may use failed to launch its nodes: parked until a retry, counted under
+        /// its own group.
+        FallbackExhausted => "fallback-exhausted",
     }
 );
 

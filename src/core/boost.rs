@@ -230,7 +230,7 @@ pub(crate) fn group_facts<'s>(snapshot: &'s Snapshot, ledger: &'s BoostLedger) -
         let f = facts.entry(&record.group).or_default();
         f.in_flight = f.in_flight.saturating_add(record.added);
         // Nodes moved to a fallback spend that group's budget.
-        for part in &record.moved {
+        for part in record.moved.iter().filter(|p| p.asked()) {
             let f = facts.entry(&part.group).or_default();
             f.in_flight = f.in_flight.saturating_add(part.added);
         }

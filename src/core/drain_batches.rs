@@ -254,14 +254,15 @@ pub(crate) fn claim_replacements(snapshot: &Snapshot, ledger: &BoostLedger, at_r
         .into_iter()
         .map(|(k, record)| {
             // Its own group's new nodes, then those of the fallbacks its missing nodes moved to.
-            let parts = std::iter::once((&record.group, record.at, record.added))
-                .chain(record.moved.iter().map(|p| (&p.group, p.at, p.added)));
+            // Parked nodes are needed but asked of no group: the batch waits for their retry.
+            let parts = std::iter::once((&record.group, record.at, record.added, true))
+                .chain(record.moved.iter().map(|p| (&p.group, p.at, p.added, p.asked())));
             let mut nodes: Vec<NodeName> = Vec::new();
             let mut needed = 0u32;
-            for (group, since, added) in parts {
+            for (group, since, added, asked) in parts {
                 needed = needed.saturating_add(added);
                 // An expired boost waits on nothing: it claims (and protects) no node.
-                let Some(candidates) = by_group.get_mut(group).filter(|_| record.expired.is_none()) else {
+                let Some(candidates) = by_group.get_mut(group).filter(|_| record.expired.is_none() && asked) else {
                     continue;
                 };
                 nodes.extend(
@@ -524,7 +525,8 @@ pub(crate) fn latest_drain_start(node: Option<&Node>, deadline: Timestamp, polic
 /// When a boost's replacements should be Ready: `--replacement-boot-time` after its latest write
 /// (a move to a fallback group starts their boot over).
 pub(crate) fn expected_ready(record: &BoostRecord, policy: &Policy) -> Timestamp {
-    let last_write = record.moved.iter().filter(|p| p.added > 0).map(|p| p.at).fold(record.at, Timestamp::max);
+    let last_write =
+        record.moved.iter().filter(|p| p.asked() && p.added > 0).map(|p| p.at).fold(record.at, Timestamp::max);
     last_write.plus(policy.replacement_boot_time)
 }
 

@@ -28,42 +28,97 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::ledger_edit::{BoostId, LedgerEdit};
-use super::model::{BoostLedger, BoostRecord, Group, GroupName, MovedPart, PoolHistory, Snapshot, Timestamp};
+use super::model::{BoostLedger, BoostRecord, Group, GroupName, MovedPart, Parked, PoolHistory, Snapshot, Timestamp};
 use super::policy::Policy;
 
-/// Nodes of one boost moved to a fallback group.
+/// Nodes of one boost moved to a fallback group (or back to its own, on a retry).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fallback {
-    /// The boost whose nodes move; its group is the one without capacity.
+    /// The boost whose nodes move.
     pub record: BoostId,
-    /// Its group's desired capacity now: lowered by `nodes` once the move is written, if no instance
-    /// can be terminated by it.
-    pub from_desired: u32,
-    /// The fallback group.
+    /// The group the nodes leave, which failed to launch them: lowered by them once the move is
+    /// written, if no instance can be terminated by that. `None` for parked nodes retried,
+    /// which no group counts.
+    pub left: Option<GroupName>,
+    /// The part of the boost they move on from (a fallback that failed too, or parked nodes);
+    /// `None`: the boost's own nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<Timestamp>,
+    /// The group they move to.
     pub to: GroupName,
     /// Its desired capacity the move starts from.
     pub to_desired: u32,
     /// Nodes moved.
     pub nodes: u32,
-    /// What placed the fallback first among those usable.
+    /// What placed `to` first among those usable.
     #[serde(default)]
     pub rank: FallbackRank,
 }
 
 impl Fallback {
     /// The move as recorded on the boost's record at `at`, before the fallback's write: its
-    /// nodes leave the record's `added`, and the write is unanswered until confirmed.
+    /// nodes leave the record's `added` (or the part they move on from), and the write is
+    /// unanswered until confirmed.
     pub fn moving(&self, at: Timestamp) -> LedgerEdit {
         let part = MovedPart {
             group: self.to.clone(),
             added: self.nodes,
             at,
             raising_to: Some(self.to_desired.saturating_add(self.nodes)),
-            taken_back: false,
+            // Parked nodes are counted by no group: nothing is lowered for them.
+            taken_back: self.left.is_none(),
             lowering_to: None,
+            from: self.from,
+            parked: None,
         };
         LedgerEdit::Move(self.record.clone(), part)
     }
+}
+
+/// Nodes of a boost that every group allowed to take them failed to launch: asked of none until
+/// a retry, while the at-risk nodes they replace keep serving.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exhausted {
+    /// The boost.
+    pub record: BoostId,
+    /// The group they leave, lowered by them as a take-back; `None` for parked nodes whose
+    /// retry found every group failing again.
+    pub left: Option<GroupName>,
+    /// The part they leave; `None`: the boost's own nodes.
+    pub from: Option<Timestamp>,
+    /// Nodes parked.
+    pub nodes: u32,
+    /// Every group tried since the boost began or its last retry, in the order tried, then
+    /// those failing without being tried.
+    pub tried: Vec<GroupName>,
+    /// When they move to the best-ranked group again.
+    pub retry_at: Timestamp,
+}
+
+impl Exhausted {
+    /// Its record on the boost at `at`: a part asked of no group.
+    pub fn parking(&self, at: Timestamp) -> LedgerEdit {
+        let part = MovedPart {
+            group: self.left.clone().unwrap_or_else(|| self.record.group.clone()),
+            added: self.nodes,
+            at,
+            raising_to: None,
+            taken_back: self.left.is_none(),
+            lowering_to: None,
+            from: self.from,
+            parked: Some(Parked { retry_at: self.retry_at, tried: self.tried.clone() }),
+        };
+        LedgerEdit::Move(self.record.clone(), part)
+    }
+}
+
+/// What to do now about nodes no group launched.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FallbackPlan {
+    /// Moves to a group that can take the nodes, each one write.
+    pub moves: Vec<Fallback>,
+    /// Nodes every group allowed failed to launch, parked until a retry.
+    pub exhausted: Vec<Exhausted>,
 }
 
 /// Why a group a fallback tag names is never used as one.
@@ -137,7 +192,7 @@ pub(crate) fn refused_fallbacks(
     }
     for (name, records) in records_by_group(ledger) {
         let Some(group) = snapshot.groups.get(name) else { continue };
-        if group.fallbacks.is_empty() || !failing(snapshot, name, policy, now) || missing(group, &records) == 0 {
+        if group.fallbacks.is_empty() || !failing(snapshot, name, policy, now) || missing(group, ledger) == 0 {
             continue;
         }
         let Some(oldest) = records.iter().filter(|r| r.expired.is_none()).min_by_key(|r| r.at) else { continue };
@@ -159,14 +214,19 @@ fn records_by_group(ledger: &BoostLedger) -> BTreeMap<&GroupName, Vec<&BoostReco
     by_group
 }
 
-/// The nodes `group`'s boosts still miss: desired beyond what it lists and what moved (desired
-/// still counts what moved until the group is lowered).
-fn missing(group: &Group, records: &[&BoostRecord]) -> u32 {
+/// The nodes `group` is asked for and does not list: desired beyond what it lists, less the
+/// nodes that left it for another group (or were parked) and that it still counts until lowered.
+fn missing(group: &Group, ledger: &BoostLedger) -> u32 {
     let Some(members) = group.members.as_ref() else { return 0 };
     let listed = u32::try_from(members.len()).unwrap_or(u32::MAX);
-    let moved: u32 =
-        records.iter().flat_map(|r| &r.moved).filter(|p| !p.taken_back).map(|p| p.added).fold(0, u32::saturating_add);
-    group.desired.saturating_sub(listed).saturating_sub(moved)
+    let left: u32 = ledger
+        .records
+        .iter()
+        .flat_map(|r| {
+            r.moved.iter().filter(|p| !p.taken_back && r.left_group(p) == Some(&group.name)).map(|p| r.left_with(p))
+        })
+        .fold(0, u32::saturating_add);
+    group.desired.saturating_sub(listed).saturating_sub(left)
 }
 
 /// Whether `group` failed to launch for want of capacity within `policy.capacity_cooldown`.
@@ -180,7 +240,7 @@ fn in_flight(ledger: &BoostLedger) -> BTreeMap<&GroupName, u32> {
     for r in ledger.records.iter().filter(|r| r.expired.is_none()) {
         let own = counts.entry(&r.group).or_default();
         *own = own.saturating_add(r.added.saturating_sub(r.returned));
-        for part in &r.moved {
+        for part in r.moved.iter().filter(|p| p.asked()) {
             let moved = counts.entry(&part.group).or_default();
             *moved = moved.saturating_add(part.added);
         }
@@ -188,58 +248,232 @@ fn in_flight(ledger: &BoostLedger) -> BTreeMap<&GroupName, u32> {
     counts
 }
 
-/// The moves to make now, from `ledger` (the one the pass keeps).
-pub(crate) fn plan_fallbacks(
-    snapshot: &Snapshot,
-    ledger: &BoostLedger,
+/// Nodes of one boost that some group was asked for and did not launch, or that wait parked.
+struct Claim<'l> {
+    record: &'l BoostRecord,
+    /// The part holding them; `None`: the boost's own.
+    part: Option<&'l MovedPart>,
+    /// How many it holds.
+    nodes: u32,
+    /// When they were asked for: the oldest claim on a group is served first.
+    at: Timestamp,
+}
+
+impl Claim<'_> {
+    /// Whether every write of its boost is answered, so it can move.
+    fn settled(&self) -> bool {
+        let r = self.record;
+        r.expired.is_none()
+            && r.raising_to.is_none()
+            && r.moved.iter().all(|p| p.raising_to.is_none() && p.lowering_to.is_none())
+    }
+
+    /// The groups its boost tried since it began or since its nodes were last parked.
+    fn tried(&self) -> Vec<GroupName> {
+        let r = self.record;
+        let last_park = r.moved.iter().filter(|p| !p.asked()).map(|p| p.at).max();
+        let mut tried: Vec<GroupName> = Vec::new();
+        let own = last_park.is_none().then_some(&r.group);
+        let since = r.moved.iter().filter(|p| p.asked() && last_park.is_none_or(|at| p.at > at)).map(|p| &p.group);
+        for group in own.into_iter().chain(since) {
+            if !tried.contains(group) {
+                tried.push(group.clone());
+            }
+        }
+        tried
+    }
+}
+
+/// The moves to make now, from `ledger` (the one the pass keeps), and the nodes to park: at most
+/// one per boost and one write per group per pass.
+///
+/// The nodes a failing group misses are claimed oldest first: its own boosts' (if its tag names
+/// fallbacks), then those moved to it. Each claim goes to the best-ranked usable group among the
+/// boost's own and the fallbacks its tag names that the boost has not tried since it began or
+/// was last parked. When every such group failed or was tried, and at least one of them is a
+/// fallback, its nodes are parked: the group lowered by them, and a retry after a backoff that
+/// doubles from `--capacity-cooldown` with each parking.
+pub(crate) fn plan_fallbacks<'l>(
+    snapshot: &'l Snapshot,
+    ledger: &'l BoostLedger,
     policy: &Policy,
     now: Timestamp,
-) -> Vec<Fallback> {
-    let mut plan: Vec<Fallback> = Vec::new();
-    if snapshot.capacity_failures.is_empty() {
+) -> FallbackPlan {
+    let mut plan = FallbackPlan::default();
+    let due = |p: &&MovedPart| p.parked.as_ref().is_some_and(|k| k.retry_at <= now) && p.added > 0;
+    let retries: Vec<Claim> = ledger
+        .records
+        .iter()
+        .flat_map(|r| r.moved.iter().filter(due).map(move |p| Claim { record: r, part: Some(p), nodes: p.added, at: p.at }))
+        .collect();
+    if snapshot.capacity_failures.is_empty() && retries.is_empty() {
         return plan;
     }
     let mut flight = in_flight(ledger);
-    for (name, mut records) in records_by_group(ledger) {
+    let mut moving: Vec<BoostId> = Vec::new();
+    for claim in retries {
+        place(snapshot, policy, now, (&claim, claim.nodes, None), (&mut flight, &mut moving), &mut plan);
+    }
+    for (name, failed_at) in &snapshot.capacity_failures {
         let Some(group) = snapshot.groups.get(name) else { continue };
-        if group.fallbacks.is_empty() || !failing(snapshot, name, policy, now) || group.members.is_none() {
+        if !failing(snapshot, name, policy, now) || group.members.is_none() {
             continue;
         }
-        let mut missing = missing(group, &records);
-        records.sort_by_key(|r| r.at);
-        for r in records {
+        let mut claims: Vec<Claim> = Vec::new();
+        for r in &ledger.records {
+            if &r.group == name && !group.fallbacks.is_empty() {
+                claims.push(Claim { record: r, part: None, nodes: r.added.saturating_sub(r.returned), at: r.at });
+            }
+            // A fallback's own failure since its nodes were asked for.
+            let failed_since = |p: &&MovedPart| &p.group == name && p.asked() && p.added > 0 && p.at < *failed_at;
+            claims.extend(r.moved.iter().filter(failed_since).map(|p| Claim {
+                record: r,
+                part: Some(p),
+                nodes: p.added,
+                at: p.at,
+            }));
+        }
+        claims.sort_by_key(|c| c.at);
+        let mut missing = missing(group, ledger);
+        for claim in claims {
             if missing == 0 {
                 break;
             }
-            let settled =
-                r.expired.is_none() && r.raising_to.is_none() && r.moved.iter().all(|p| p.raising_to.is_none());
-            let want = missing.min(r.added.saturating_sub(r.returned));
-            if !settled || want == 0 {
+            let want = missing.min(claim.nodes);
+            if want == 0 || !claim.settled() {
                 continue;
             }
-            let Some((to, room, rank)) = best_fallback(snapshot, group, policy, now, &flight, &plan) else { continue };
-            let nodes = want.min(room);
-            missing -= nodes;
-            *flight.entry(&to.name).or_default() += nodes;
-            plan.push(Fallback {
-                record: r.id(),
-                from_desired: group.desired,
-                to: to.name.clone(),
-                to_desired: to.desired,
-                nodes,
-                rank,
-            });
+            missing -= place(snapshot, policy, now, (&claim, want, Some(group)), (&mut flight, &mut moving), &mut plan);
         }
     }
     plan
 }
 
-/// Lowering a boost's own group by nodes that moved to a fallback and will never launch there.
+/// Plans where `want` of `claim`'s nodes go, leaving `left` (none: parked nodes retried), and
+/// returns how many it placed or parked.
+fn place<'l>(
+    snapshot: &'l Snapshot,
+    policy: &Policy,
+    now: Timestamp,
+    (claim, want, left): (&Claim<'l>, u32, Option<&Group>),
+    (flight, moving): (&mut BTreeMap<&'l GroupName, u32>, &mut Vec<BoostId>),
+    plan: &mut FallbackPlan,
+) -> u32 {
+    let id = claim.record.id();
+    if moving.contains(&id) || !claim.settled() {
+        return 0;
+    }
+    let Some(home) = snapshot.groups.get(&claim.record.group) else { return 0 };
+    let mut tried = if left.is_some() { claim.tried() } else { Vec::new() };
+    let from = claim.part.map(|p| p.at);
+    let left_name = left.map(|g| g.name.clone());
+    match choose(snapshot, home, &tried, policy, now, flight, &plan.moves) {
+        Choice::To(to, room, rank) => {
+            let nodes = want.min(room);
+            *flight.entry(&to.name).or_default() += nodes;
+            moving.push(id.clone());
+            plan.moves.push(Fallback {
+                record: id,
+                left: left_name,
+                from,
+                to: to.name.clone(),
+                to_desired: to.desired,
+                nodes,
+                rank,
+            });
+            nodes
+        }
+        Choice::Exhausted(failing) => {
+            let parkings = claim.record.moved.iter().filter(|p| !p.asked()).count();
+            let backoff = policy.capacity_cooldown.saturating_mul(1 << parkings.min(6));
+            for g in failing {
+                if !tried.contains(&g) {
+                    tried.push(g);
+                }
+            }
+            moving.push(id.clone());
+            plan.exhausted.push(Exhausted {
+                record: id,
+                left: left_name,
+                from,
+                nodes: want,
+                tried,
+                retry_at: now.plus(backoff),
+            });
+            want
+        }
+        Choice::Wait => 0,
+    }
+}
+
+/// Where a claim's nodes can go now.
+enum Choice<'s> {
+    /// The best-ranked usable group, with its room and rank.
+    To(&'s Group, u32, FallbackRank),
+    /// None: every group allowed was tried or is failing (those failing untried, named).
+    Exhausted(Vec<GroupName>),
+    /// None now, but not for want of capacity: the groups are at their max, over budget or
+    /// written this pass, or the boost's tag names no fallback it may use.
+    Wait,
+}
+
+/// The best-ranked group `home`'s boost may move nodes to now, among `home` itself and the
+/// fallbacks its tag names, less those in `tried`.
+fn choose<'s>(
+    snapshot: &'s Snapshot,
+    home: &Group,
+    tried: &[GroupName],
+    policy: &Policy,
+    now: Timestamp,
+    flight: &BTreeMap<&GroupName, u32>,
+    planned: &[Fallback],
+) -> Choice<'s> {
+    let mut best: Option<(&Group, u32, FallbackRank)> = None;
+    let (mut failed, mut fallback_failed, mut waits) = (Vec::new(), false, false);
+    let candidates = std::iter::once(&home.name).chain(home.fallbacks.iter().filter(|f| **f != home.name));
+    for (position, name) in candidates.enumerate() {
+        let Some(to) = snapshot.groups.get(name) else { continue };
+        let own = position == 0;
+        if (!own && refusal(home, to).is_some()) || policy.ignored_groups.contains(name) {
+            continue;
+        }
+        let backed_off = to.ca.as_ref().is_some_and(|ca| ca.backoff.is_some());
+        if tried.contains(name) || failing(snapshot, name, policy, now) || backed_off {
+            fallback_failed |= !own;
+            if !tried.contains(name) {
+                failed.push(name.clone());
+            }
+            continue;
+        }
+        let base = to.desired.max(to.ca.as_ref().map_or(0, |ca| ca.cloud_provider_target));
+        let budget = policy.max_boost_per_group.saturating_sub(flight.get(name).copied().unwrap_or(0));
+        let room = to.max.saturating_sub(base).min(budget);
+        // One write per group per pass.
+        if room == 0 || planned.iter().any(|p| &p.to == name) {
+            waits = true;
+            continue;
+        }
+        let rank = FallbackRank::of(&snapshot.market, name, position);
+        // The first of equals: the order (own group, then the tag's) breaks every tie.
+        if best.as_ref().is_none_or(|(_, _, b)| rank.partial_cmp(b) == Some(std::cmp::Ordering::Less)) {
+            best = Some((to, room, rank));
+        }
+    }
+    match best {
+        Some((to, room, rank)) => Choice::To(to, room, rank),
+        None if fallback_failed && !waits => Choice::Exhausted(failed),
+        None => Choice::Wait,
+    }
+}
+
+/// Lowering the group nodes left by those of them that will never launch there.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TakeBack {
-    /// The boost; its group is the one lowered.
+    /// The boost.
     pub record: BoostId,
-    /// Its group's desired capacity the plan starts from.
+    /// The group lowered: the boost's own, or a fallback its nodes moved on from.
+    pub group: GroupName,
+    /// Its desired capacity the plan starts from.
     pub from: u32,
     /// Nodes taken back.
     pub nodes: u32,
@@ -264,27 +498,31 @@ impl TakeBack {
     }
 }
 
-/// The groups to lower by nodes that moved to a fallback (one per group per pass), from their
-/// desired capacity in `snapshot`. The write is guarded: sent only while the group lists no more
-/// instances than the lowered value.
+/// The groups to lower by nodes that left them for a fallback or were parked (one per group per
+/// pass), from their desired capacity in `snapshot`. The write is guarded: sent only while the
+/// group lists no more instances than the lowered value.
 pub fn plan_take_backs(snapshot: &Snapshot, ledger: &BoostLedger) -> Vec<TakeBack> {
     let mut plan: Vec<TakeBack> = Vec::new();
     for r in &ledger.records {
-        // Not while another write of the boost's own group has an unknown outcome.
-        if r.raising_to.is_some() || r.moved.iter().any(|p| p.lowering_to.is_some()) {
+        // Not while another write of the boost has an unknown outcome.
+        if r.unconfirmed().is_some() || r.moved.iter().any(|p| p.lowering_to.is_some()) {
             continue;
         }
-        let Some(group) = snapshot.groups.get(&r.group) else { continue };
-        // Only when the guard would let it through: a group that lists more instances than the
-        // lowered value (its capacity came back) keeps them, and is not asked again every pass.
-        let listed = group.members.as_ref().map_or(u32::MAX, |m| u32::try_from(m.len()).unwrap_or(u32::MAX));
-        let fits = |p: &&MovedPart| {
-            let to = group.desired.saturating_sub(p.added);
-            listed <= to && to >= group.min && to < group.desired
-        };
-        let due = r.moved.iter().filter(|p| p.raising_to.is_none() && !p.taken_back).find(fits);
-        if let Some(part) = due.filter(|_| !plan.iter().any(|t| t.record.group == r.group)) {
-            plan.push(TakeBack { record: r.id(), from: group.desired, nodes: part.added, moved_at: part.at });
+        for part in r.moved.iter().filter(|p| p.raising_to.is_none() && !p.taken_back) {
+            let Some(group) = r.left_group(part).and_then(|g| snapshot.groups.get(g)) else { continue };
+            if plan.iter().any(|t| t.group == group.name) {
+                continue;
+            }
+            // Only when the guard would let it through: a group that lists more instances than
+            // the lowered value (its capacity came back) keeps them, and is not asked again
+            // every pass.
+            let listed = group.members.as_ref().map_or(u32::MAX, |m| u32::try_from(m.len()).unwrap_or(u32::MAX));
+            let nodes = r.left_with(part);
+            let to = group.desired.saturating_sub(nodes);
+            if listed <= to && to >= group.min && to < group.desired {
+                plan.push(TakeBack { record: r.id(), group: group.name.clone(), from: group.desired, nodes, moved_at: part.at });
+                break;
+            }
         }
     }
     plan
@@ -300,7 +538,7 @@ pub struct FallbackRank {
     pub failed_lately: bool,
     /// Interruptions EC2 confirmed in its pools (decayed).
     pub interruptions: f64,
-    /// Its place in the tag.
+    /// Its place: 0 for the boost's own group, then the tag's order.
     pub position: usize,
 }
 
@@ -308,7 +546,7 @@ pub struct FallbackRank {
 impl Eq for FallbackRank {}
 
 impl FallbackRank {
-    /// `to`'s rank at `position` in the tag, from pool memory's `histories`.
+    /// `to`'s rank at `position`, from pool memory's `histories`.
     pub fn of(histories: &[PoolHistory], to: &GroupName, position: usize) -> Self {
         let (failed, interruptions) = histories
             .iter()
@@ -318,43 +556,16 @@ impl FallbackRank {
     }
 }
 
-/// The best-ranked of `group`'s fallbacks that can take nodes now, with how many.
-fn best_fallback<'s>(
-    snapshot: &'s Snapshot,
-    group: &Group,
-    policy: &Policy,
-    now: Timestamp,
-    flight: &BTreeMap<&GroupName, u32>,
-    planned: &[Fallback],
-) -> Option<(&'s Group, u32, FallbackRank)> {
-    group
-        .fallbacks
-        .iter()
-        .filter(|f| **f != group.name)
-        .enumerate()
-        .filter_map(|(position, name)| {
-            let to = snapshot.groups.get(name)?;
-            let usable = refusal(group, to).is_none()
-                && !policy.ignored_groups.contains(name)
-                && !failing(snapshot, name, policy, now)
-                && to.ca.as_ref().is_none_or(|ca| ca.backoff.is_none())
-                // One write per fallback group per pass.
-                && !planned.iter().any(|p| &p.to == name);
-            let base = to.desired.max(to.ca.as_ref().map_or(0, |ca| ca.cloud_provider_target));
-            let budget = policy.max_boost_per_group.saturating_sub(flight.get(name).copied().unwrap_or(0));
-            let room = to.max.saturating_sub(base).min(budget);
-            (usable && room > 0).then(|| (to, room, FallbackRank::of(&snapshot.market, name, position)))
-        })
-        // The first of equals: the tag's order breaks every tie.
-        .min_by(|a, b| a.2.partial_cmp(&b.2).unwrap_or(std::cmp::Ordering::Equal))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::core::model::{BoostRecord, MovedPart};
 
     const NOW: Timestamp = Timestamp::from_millis(600_000);
+
+    fn moves(s: &Snapshot, ledger: &BoostLedger, policy: &Policy, now: Timestamp) -> Vec<Fallback> {
+        plan_fallbacks(s, ledger, policy, now).moves
+    }
 
     /// `spot-a` boosted 5 → 8 for three at-risk nodes, none launched; it falls back to `spot-b`,
     /// then `od`.
@@ -379,22 +590,22 @@ mod tests {
     #[test]
     fn the_nodes_a_boost_misses_move_to_the_first_fallback_that_can_launch() {
         let s = exhausted();
-        let plan = plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW);
+        let plan = moves(&s, &s.ledger, &Policy::default(), NOW);
         assert_eq!(plan.len(), 1);
         let f = &plan[0];
         assert_eq!(
-            (f.record.group.as_str(), f.to.as_str(), f.nodes, f.to_desired, f.from_desired),
-            ("spot-a", "spot-b", 3, 4, 8)
+            (f.record.group.as_str(), f.left.as_ref().map(|g| g.as_str()), f.to.as_str(), f.nodes, f.to_desired),
+            ("spot-a", Some("spot-a"), "spot-b", 3, 4)
         );
 
         // spot-b failed too: od takes them.
         let mut both = s.clone();
         both.capacity_failures.insert("spot-b".into(), Timestamp::from_millis(595_000));
-        assert_eq!(plan_fallbacks(&both, &both.ledger, &Policy::default(), NOW)[0].to.as_str(), "od");
+        assert_eq!(moves(&both, &both.ledger, &Policy::default(), NOW)[0].to.as_str(), "od");
 
         // A failure older than the cool-down is forgotten.
         let later = Timestamp::from_millis(590_000 + 180_000);
-        assert!(plan_fallbacks(&s, &s.ledger, &Policy::default(), later).is_empty());
+        assert!(moves(&s, &s.ledger, &Policy::default(), later).is_empty());
     }
 
     fn history(group: &str, failed_launches: f64, interruptions: f64) -> PoolHistory {
@@ -411,7 +622,7 @@ mod tests {
 
     #[test]
     fn the_fallback_is_chosen_by_what_pool_memory_knows_then_by_the_tag() {
-        let to = |s: &Snapshot| plan_fallbacks(s, &s.ledger, &Policy::default(), NOW)[0].to.to_string();
+        let to = |s: &Snapshot| moves(s, &s.ledger, &Policy::default(), NOW)[0].to.to_string();
         let mut s = exhausted();
         s.market = vec![history("spot-b", 0.0, 0.0), history("od", 0.0, 0.0)];
         assert_eq!(to(&s), "spot-b", "nothing known against either: the tag's order");
@@ -441,7 +652,7 @@ mod tests {
         let mut s = exhausted();
         // One of the three launched after all.
         s.groups.get_mut(&GroupName::from("spot-a")).unwrap().members.as_mut().unwrap().insert("i-6".into());
-        let plan = plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW);
+        let plan = moves(&s, &s.ledger, &Policy::default(), NOW);
         assert_eq!(plan[0].nodes, 2);
 
         // Once moved (and spot-a not lowered yet), nothing more moves.
@@ -454,8 +665,10 @@ mod tests {
             raising_to: None,
             taken_back: false,
             lowering_to: None,
+            from: None,
+            parked: None,
         });
-        assert!(plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW).is_empty());
+        assert!(moves(&s, &s.ledger, &Policy::default(), NOW).is_empty());
 
         // A move whose write's outcome is unknown is resolved first.
         let mut pending = exhausted();
@@ -466,16 +679,18 @@ mod tests {
             raising_to: Some(5),
             taken_back: false,
             lowering_to: None,
+            from: None,
+            parked: None,
         });
         pending.ledger.records[0].added = 2;
-        assert!(plan_fallbacks(&pending, &pending.ledger, &Policy::default(), NOW).is_empty());
+        assert!(moves(&pending, &pending.ledger, &Policy::default(), NOW).is_empty());
     }
 
     #[test]
     fn a_fallback_at_its_max_budget_or_backoff_is_skipped_and_none_is_no_move() {
         let mut s = exhausted();
         s.groups.get_mut(&GroupName::from("spot-b")).unwrap().max = 5;
-        let plan = plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW);
+        let plan = moves(&s, &s.ledger, &Policy::default(), NOW);
         assert_eq!((plan[0].to.as_str(), plan[0].nodes), ("spot-b", 1), "its room only");
 
         s.groups.get_mut(&GroupName::from("spot-b")).unwrap().max = 4;
@@ -485,11 +700,11 @@ mod tests {
             healthy: true,
             ready: None,
         });
-        assert!(plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW).is_empty(), "nowhere to go");
+        assert!(moves(&s, &s.ledger, &Policy::default(), NOW).is_empty(), "nowhere to go");
 
         let mut no_tag = exhausted();
         no_tag.groups.get_mut(&GroupName::from("spot-a")).unwrap().fallbacks.clear();
-        assert!(plan_fallbacks(&no_tag, &no_tag.ledger, &Policy::default(), NOW).is_empty());
+        assert!(moves(&no_tag, &no_tag.ledger, &Policy::default(), NOW).is_empty());
     }
 
     #[test]
@@ -501,10 +716,10 @@ mod tests {
         ] {
             let mut s = exhausted();
             edit(s.groups.get_mut(&GroupName::from("spot-b")).unwrap());
-            let plan = plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW);
+            let plan = moves(&s, &s.ledger, &Policy::default(), NOW);
             assert_eq!(plan[0].to.as_str(), "od", "spot-b is {why}: the next one this daemon serves");
             edit(s.groups.get_mut(&GroupName::from("od")).unwrap());
-            assert!(plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW).is_empty(), "{why}: nowhere to go");
+            assert!(moves(&s, &s.ledger, &Policy::default(), NOW).is_empty(), "{why}: nowhere to go");
         }
     }
 
@@ -518,7 +733,7 @@ mod tests {
         tenant(&mut s, "spot-a", "team");
         tenant(&mut s, "spot-b", "team-a");
         tenant(&mut s, "od", "team");
-        let plan = plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW);
+        let plan = moves(&s, &s.ledger, &Policy::default(), NOW);
         assert_eq!(plan[0].to.as_str(), "od", "the other tenant's group is passed over");
         let refused = refused_fallbacks(&s, &s.ledger, &Policy::default(), NOW);
         assert_eq!(refused.len(), 1, "{refused:?}");
@@ -527,7 +742,7 @@ mod tests {
 
         // An operator's group (no InstanceGroup) is no fallback of a tenant's either.
         s.groups.get_mut(&GroupName::from("od")).unwrap().tenant_namespace = None;
-        assert!(plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW).is_empty(), "the boost waits");
+        assert!(moves(&s, &s.ledger, &Policy::default(), NOW).is_empty(), "the boost waits");
         assert_eq!(refused_fallbacks(&s, &s.ledger, &Policy::default(), NOW).len(), 2);
 
         // Nothing is refused while nothing is missing, or the group launches.
@@ -562,6 +777,8 @@ mod tests {
             raising_to,
             taken_back,
             lowering_to,
+            from: None,
+            parked: None,
         };
         s.ledger.records[0].added = 0;
         s.ledger.records[0].moved.push(part(None, false, None));

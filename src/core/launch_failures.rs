@@ -71,7 +71,7 @@ pub fn launching_groups(ledger: &BoostLedger) -> BTreeMap<GroupName, Timestamp> 
             note(&r.group, r.at);
         }
         // A fallback's launches can fail too.
-        for part in r.moved.iter().filter(|p| p.raising_to.is_none() && p.added > 0) {
+        for part in r.moved.iter().filter(|p| p.asked() && p.raising_to.is_none() && p.added > 0) {
             note(&part.group, part.at);
         }
     }

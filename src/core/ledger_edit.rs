@@ -36,6 +36,17 @@ impl BoostRecord {
     }
 }
 
+impl BoostRecord {
+    /// Gives `nodes` of a move that never applied back to where they moved from: the boost's
+    /// own count, or the earlier part (`from`) they moved on from.
+    fn return_nodes(&mut self, from: Option<Timestamp>, nodes: u32) {
+        match from.and_then(|at| self.moved.iter_mut().find(|p| p.at == at)) {
+            Some(source) => source.added = source.added.saturating_add(nodes),
+            None => self.added = self.added.saturating_add(nodes),
+        }
+    }
+}
+
 impl BoostLedger {
     /// The record `id` names, if the ledger still holds it.
     pub(crate) fn find_mut(&mut self, id: &BoostId) -> Option<&mut BoostRecord> {
@@ -261,8 +272,8 @@ pub enum LedgerEdit {
         /// The nodes the fallback shows.
         kept: u32,
     },
-    /// The boost's own group is about to be lowered to `to` by nodes that moved at `moved_at` and
-    /// never launched: saved before the guarded write.
+    /// The group that nodes moving at `moved_at` left is about to be lowered to `to` by them (they
+    /// never launched there): saved before the guarded write.
     Lowering {
         /// The boost.
         id: BoostId,
@@ -387,12 +398,26 @@ impl LedgerEdit {
             }
             LedgerEdit::Move(id, part) => {
                 let Some(r) = ledger.find_mut(id) else { return false };
-                if r.added.saturating_sub(r.returned) < part.added || r.unconfirmed().is_some() {
+                if r.unconfirmed().is_some() || r.moved.iter().any(|p| p.at == part.at) {
                     return false;
                 }
-                r.added -= part.added;
-                r.moved.push(part.clone());
-                true
+                let taken = match part.from {
+                    None if r.added.saturating_sub(r.returned) >= part.added => {
+                        r.added -= part.added;
+                        true
+                    }
+                    None => false,
+                    Some(at) => r
+                        .moved
+                        .iter_mut()
+                        .find(|p| p.at == at && p.added >= part.added && p.lowering_to.is_none())
+                        .map(|p| p.added -= part.added)
+                        .is_some(),
+                };
+                if taken {
+                    r.moved.push(part.clone());
+                }
+                taken
             }
             LedgerEdit::ConfirmMove { id, to, at } => {
                 let part = ledger.find_mut(id).and_then(|r| r.moved.iter_mut().find(|p| &p.group == to && p.at == *at));
@@ -401,7 +426,8 @@ impl LedgerEdit {
             LedgerEdit::UndoMove { id, to, at } => {
                 let Some(r) = ledger.find_mut(id) else { return false };
                 let Some(k) = r.moved.iter().position(|p| &p.group == to && p.at == *at) else { return false };
-                r.added = r.added.saturating_add(r.moved.remove(k).added);
+                let part = r.moved.remove(k);
+                r.return_nodes(part.from, part.added);
                 true
             }
             LedgerEdit::Resolve { id, kept } => {
@@ -426,12 +452,13 @@ impl LedgerEdit {
                 let part = &mut r.moved[k];
                 let kept = (*kept).min(part.added);
                 let back = part.added - kept;
+                let from = part.from;
                 part.raising_to = None;
                 part.added = kept;
                 if kept == 0 {
                     r.moved.remove(k);
                 }
-                r.added = r.added.saturating_add(back);
+                r.return_nodes(from, back);
                 true
             }
             LedgerEdit::Lowering { id, moved_at, to } => {
@@ -581,6 +608,8 @@ mod tests {
             raising_to: Some(7),
             taken_back: false,
             lowering_to: None,
+            from: None,
+            parked: None,
         };
         let moved = LedgerEdit::Move(record.id(), part);
         assert!(moved.apply(&mut l));
@@ -598,7 +627,7 @@ mod tests {
         let id = record.id();
         let at = Timestamp::from_millis(5);
         let part =
-            MovedPart { group: "b".into(), added: 1, at, raising_to: Some(3), taken_back: false, lowering_to: None };
+            MovedPart { group: "b".into(), added: 1, at, raising_to: Some(3), taken_back: false, lowering_to: None, from: None, parked: None };
         let intents = [
             (LedgerEdit::Open(record.clone()), LedgerEdit::Confirm(id.clone()), LedgerEdit::Withdraw(id.clone())),
             (
@@ -686,6 +715,8 @@ mod tests {
             raising_to: None,
             taken_back: false,
             lowering_to: None,
+            from: None,
+            parked: None,
         };
         let record = BoostRecord { moved: vec![part.clone()], ..BoostRecord::test("a", &["i-1"], 1, 1_000) };
         let mut l = ledger(std::slice::from_ref(&record));

@@ -762,6 +762,23 @@ impl BoostRecord {
         }
         self.moved.iter().find(|p| p.raising_to.is_some()).map(|p| &p.group)
     }
+
+    /// The nodes that left `part`'s group-left when it moved ([`Self::left_group`]): its own
+    /// and those that moved on from it since, however far.
+    pub fn left_with(&self, part: &MovedPart) -> u32 {
+        let onward = self.moved.iter().filter(|p| p.from == Some(part.at) && p.at > part.at);
+        onward.map(|p| self.left_with(p)).fold(part.added, u32::saturating_add)
+    }
+
+    /// The group `part`'s nodes left, whose desired capacity still counts them until it is
+    /// lowered: the boost's own group, or the earlier part's group they moved on from. `None`
+    /// when they moved on from parked nodes, which no group counts.
+    pub fn left_group<'r>(&'r self, part: &MovedPart) -> Option<&'r GroupName> {
+        match part.from {
+            None => Some(&self.group),
+            Some(at) => self.moved.iter().find(|p| p.at == at).filter(|p| p.asked()).map(|p| &p.group),
+        }
+    }
 }
 
 /// Nodes of a boost moved to a fallback group.
@@ -777,14 +794,40 @@ pub struct MovedPart {
     /// [`BoostRecord::raising_to`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raising_to: Option<u32>,
-    /// The boost's own group was lowered by these nodes (they will never launch there).
+    /// The group these nodes left ([`BoostRecord::left_group`]) was lowered by them (they will
+    /// never launch there), or nothing was asked of it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub taken_back: bool,
-    /// The desired capacity the own group's lowering asked for, while AWS's answer is unknown:
+    /// The desired capacity that group's lowering asked for, while AWS's answer is unknown:
     /// resolved by reading the group before anything else is written, so it is never lowered
     /// twice for the same nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lowering_to: Option<u32>,
+    /// Set on nodes that moved on from an earlier part of the boost (a fallback that failed too,
+    /// or nodes parked until a retry): when that part moved. Unset: they left the boost's own
+    /// group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<Timestamp>,
+    /// Set on nodes parked because every group that could take them failed to launch: they are
+    /// asked of no group (`group` is the one they left) until the retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked: Option<Parked>,
+}
+
+impl MovedPart {
+    /// Whether its nodes are asked of `group` (not parked).
+    pub fn asked(&self) -> bool {
+        self.parked.is_none()
+    }
+}
+
+/// Nodes of a boost that no group could launch, waiting for a retry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Parked {
+    /// When they move to the best-ranked group again.
+    pub retry_at: Timestamp,
+    /// Every group tried since the boost began or its last retry, in the order tried.
+    pub tried: Vec<GroupName>,
 }
 
 /// A node drained to give back the capacity a boost added, in place of an instance AWS took, or

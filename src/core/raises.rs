@@ -36,8 +36,9 @@ pub fn unresolved_groups(ledger: &BoostLedger) -> BTreeSet<GroupName> {
     let own = ledger.records.iter().filter(|r| r.raising_to.is_some()).map(|r| r.group.clone());
     let moved =
         ledger.records.iter().flat_map(|r| &r.moved).filter(|p| p.raising_to.is_some()).map(|p| p.group.clone());
-    let lowered =
-        ledger.records.iter().filter(|r| r.moved.iter().any(|p| p.lowering_to.is_some())).map(|r| r.group.clone());
+    let lowered = ledger.records.iter().flat_map(|r| {
+        r.moved.iter().filter(|p| p.lowering_to.is_some()).filter_map(|p| r.left_group(p).cloned())
+    });
     own.chain(moved).chain(lowered).collect()
 }
 
@@ -60,12 +61,12 @@ pub fn resolve_raises(ledger: &BoostLedger, live: &BTreeMap<GroupName, u32>) -> 
     };
     for r in &ledger.records {
         let id = r.id();
-        // A lowering of the own group applied when desired is at most what it asked for; else it
-        // is planned again (its guard re-reads).
-        let own = live.get(&r.group).copied();
+        // A lowering of the group nodes left applied when desired is at most what it asked for;
+        // else it is planned again (its guard re-reads).
         for part in &r.moved {
             if let Some(asked) = part.lowering_to {
-                let lowered = own.is_none_or(|d| d <= asked);
+                let desired = r.left_group(part).and_then(|g| live.get(g).copied());
+                let lowered = desired.is_none_or(|d| d <= asked);
                 edits.push(LedgerEdit::Lowered { id: id.clone(), moved_at: part.at, lowered });
             }
         }
@@ -148,6 +149,8 @@ mod tests {
             raising_to: None,
             taken_back: false,
             lowering_to,
+            from: None,
+            parked: None,
         };
         let mut ledger = pending(0, 0);
         ledger.records[0].raising_to = None;

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::boost::{plan_boosts, BoostPlan};
 use super::drain_batches::close_finished_boosts;
 use super::expiry::{expire_boosts, Expired};
-use super::fallback::{failing, plan_fallbacks, refused_fallbacks, Fallback, RefusedFallback};
+use super::fallback::{failing, plan_fallbacks, refused_fallbacks, Exhausted, Fallback, FallbackPlan, RefusedFallback};
 use super::give_back::{plan_give_backs, GiveBack};
 use super::ledger_edit::{apply_all, LedgerEdit};
 use super::model::{BoostLedger, GroupName, NodeName, Snapshot, Timestamp};
@@ -53,6 +53,9 @@ pub struct ScalingPlan {
     /// Nodes of boosts whose group has no capacity, moved to a fallback group.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fallbacks: Vec<Fallback>,
+    /// Nodes of boosts that every group allowed failed to launch, parked until a retry (their
+    /// groups lowered by them as take-backs).
+    pub exhausted: Vec<Exhausted>,
     /// Groups named as fallbacks of a failing group that may not take its nodes (to report).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refused_fallbacks: Vec<RefusedFallback>,
@@ -103,8 +106,8 @@ pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting
     let rebalance_choices = choose_standby(snapshot, &ledger, &at_risk, &mut boosts, policy, now);
     let ahead = plan_pool_mates(snapshot, &ledger, &at_risk, &boosts, policy, now);
     boosts.boosts.extend(ahead);
-    let (fallbacks, refused_fallbacks) = match acting {
-        Acting::Follower => (Vec::new(), Vec::new()),
+    let (FallbackPlan { moves: fallbacks, exhausted }, refused_fallbacks) = match acting {
+        Acting::Follower => (FallbackPlan::default(), Vec::new()),
         Acting::Leader => {
             (plan_fallbacks(snapshot, &ledger, policy, now), refused_fallbacks(snapshot, &ledger, policy, now))
         }
@@ -126,6 +129,7 @@ pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting
         closes,
         boosts,
         fallbacks,
+        exhausted,
         refused_fallbacks,
         replan_once_raised,
         rebalance_choices,

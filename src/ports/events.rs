@@ -27,6 +27,8 @@ pub enum NodeEventReason {
     BoostFellBack,
     /// A group the failing group's fallback tag names may not take its nodes.
     FallbackRefused,
+    /// Every group the boost may use failed to launch its nodes: they are parked until a retry.
+    FallbackExhausted,
     /// The group could not launch a replacement for want of capacity.
     CapacityUnavailable,
     /// The group could not launch a replacement: a configuration error.
@@ -62,12 +64,13 @@ pub enum NodeEventReason {
 
 impl NodeEventReason {
     /// Every reason.
-    pub const ALL: [NodeEventReason; 20] = [
+    pub const ALL: [NodeEventReason; 21] = [
         Self::BoostRequested,
         Self::BoostHeld,
         Self::BoostExpired,
         Self::BoostFellBack,
         Self::FallbackRefused,
+        Self::FallbackExhausted,
         Self::CapacityUnavailable,
         Self::LaunchFailed,
         Self::LaunchStalled,
@@ -93,6 +96,7 @@ impl NodeEventReason {
             Self::BoostExpired => "BoostExpired",
             Self::BoostFellBack => "BoostFellBack",
             Self::FallbackRefused => "FallbackRefused",
+            Self::FallbackExhausted => "FallbackExhausted",
             Self::CapacityUnavailable => "CapacityUnavailable",
             Self::LaunchFailed => "LaunchFailed",
             Self::LaunchStalled => "LaunchStalled",
@@ -114,7 +118,11 @@ impl NodeEventReason {
     /// The Event's `action`, PascalCase.
     pub fn action(self) -> &'static str {
         match self {
-            Self::BoostRequested | Self::BoostHeld | Self::BoostFellBack | Self::FallbackRefused => {
+            Self::BoostRequested
+            | Self::BoostHeld
+            | Self::BoostFellBack
+            | Self::FallbackRefused
+            | Self::FallbackExhausted => {
                 "SetDesiredCapacity"
             }
             Self::BoostExpired => "Boost",
@@ -192,6 +200,6 @@ mod tests {
         let labels: BTreeSet<&str> = NodeEventReason::ALL.iter().map(|r| r.timeline_label()).collect();
         assert_eq!(labels.len(), NodeEventReason::ALL.len(), "simulate's timeline tells them apart");
         let warnings = NodeEventReason::ALL.iter().filter(|r| r.severity() == EventSeverity::Warning).count();
-        assert_eq!(warnings, 15);
+        assert_eq!(warnings, 16);
     }
 }

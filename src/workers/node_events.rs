@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::core::{
-    Boost, BoostExpiry, DrainTarget, DrainWait, Expired, Fallback, ForcedDeletion, GroupName, Held, HeldAtDeadline,
+    Boost, BoostExpiry, DrainTarget, DrainWait, Exhausted, Expired, Fallback, ForcedDeletion, GroupName, Held, HeldAtDeadline,
     HeldPod, InstanceId, LaunchFailure, NodeName, Pod, RefusedFallback,
 };
 use crate::ports::{NodeEvent, NodeEventReason};
@@ -53,17 +53,31 @@ impl NodeEvent {
     }
 
     /// `moved`'s nodes were asked of its fallback instead: `from -> to` there.
-    pub(crate) fn boost_fell_back(
-        node: &NodeName,
-        moved: &Fallback,
-        boosted: &GroupName,
-        (from, to): (u32, u32),
-    ) -> NodeEvent {
-        let note = format!(
-            "{} node(s) {boosted} could not launch (no capacity) asked of {} instead: {from} -> {to}",
-            moved.nodes, moved.to
-        );
+    pub(crate) fn boost_fell_back(node: &NodeName, moved: &Fallback, (from, to): (u32, u32)) -> NodeEvent {
+        let note = match &moved.left {
+            Some(left) => format!(
+                "{} node(s) {left} could not launch (no capacity) asked of {} instead: {from} -> {to}",
+                moved.nodes, moved.to
+            ),
+            None => format!(
+                "{} parked node(s) of the {} boost retried in {}: {from} -> {to}",
+                moved.nodes, moved.record.group, moved.to
+            ),
+        };
         event(node, NodeEventReason::BoostFellBack, note)
+    }
+
+    /// Every group `exhausted`'s nodes may go to failed: they are parked, their group lowered,
+    /// and retried later.
+    pub(crate) fn fallback_exhausted(node: &NodeName, exhausted: &Exhausted, retry_in: Duration) -> NodeEvent {
+        let note = format!(
+            "{} node(s) of the {} boost could not launch in any group it may use (tried: {}); desired capacity is taken back and they are retried in {}s while this node keeps serving",
+            exhausted.nodes,
+            exhausted.record.group,
+            exhausted.tried.iter().map(|g| g.as_str()).collect::<Vec<_>>().join(", "),
+            retry_in.as_secs()
+        );
+        event(node, NodeEventReason::FallbackExhausted, note)
     }
 
     /// The fallback the core refused, and why.

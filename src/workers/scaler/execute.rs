@@ -9,7 +9,7 @@ use tracing::{debug, info, warn};
 use super::guarded::{send_and_answer, Answered, Direction, LostAnswer};
 use super::{Scaler, ScalerError};
 use crate::core::{
-    apply_all, plan_take_backs, resolve_raises, unresolved_groups, BoostExpiry, Expired, Fallback, GiveBack,
+    apply_all, plan_take_backs, resolve_raises, unresolved_groups, BoostExpiry, Exhausted, Expired, Fallback, GiveBack,
     GiveBackHow, GiveBackNode, GroupName, InstanceId, LedgerEdit, LeftWhy, Snapshot, TakeBack, WriteAnswer,
 };
 use crate::metrics::{BoostOutcome, GiveBackOutcome};
@@ -97,17 +97,22 @@ where
             let (f, group) = (applied[i], &a.group);
             match (&a.outcome, a.answer) {
                 (Ok(WriteOutcome::Written { from, to } | WriteOutcome::DryRun { from, to }), _) => {
+                    let left = f.left.as_ref().map_or("", |g| g.as_str());
                     warn!(
-                        from_group = %f.record.group, %group, nodes = f.nodes, from, to,
-                        tag_position = f.rank.position, failed_lately = f.rank.failed_lately,
+                        boosted = %f.record.group, left, %group, nodes = f.nodes, from, to,
+                        position = f.rank.position, failed_lately = f.rank.failed_lately,
                         interruptions = f.rank.interruptions,
-                        "no capacity in the boosted group: its missing nodes moved to its best-ranked fallback"
+                        "{}",
+                        if f.left.is_some() {
+                            "no capacity where the boost's nodes were asked for: they moved to the best-ranked group"
+                        } else {
+                            "parked nodes retried in the best-ranked group"
+                        }
                     );
                     ctx.metrics.scaler.boost(group.as_str(), BoostOutcome::FellBack);
-                    report.push((f.record.group.clone(), group.clone(), f.nodes));
+                    report.push((f.left.clone().unwrap_or_else(|| f.record.group.clone()), group.clone(), f.nodes));
                     let instances: Vec<&InstanceId> = f.record.instances.iter().collect();
-                    let fell_back =
-                        |n: &crate::core::Node| NodeEvent::boost_fell_back(&n.name, f, &f.record.group, (*from, *to));
+                    let fell_back = |n: &crate::core::Node| NodeEvent::boost_fell_back(&n.name, f, (*from, *to));
                     Self::nodes_of(snapshot, &instances).into_iter().map(fell_back).collect()
                 }
                 // The next tick reads the fallback first (`core::raises`).
@@ -125,6 +130,31 @@ where
         Ok(())
     }
 
+    /// Parks the nodes every group a boost may use failed to launch: saved on its record (no
+    /// write: the take-backs that follow lower the groups they left), then told on its at-risk
+    /// nodes with every group tried.
+    pub(super) async fn park(&self, snapshot: &Snapshot, exhausted: &[Exhausted]) -> Result<(), ScalerError> {
+        let ctx = &self.ctx;
+        let now = (ctx.clock)();
+        let mut made = Vec::new();
+        ctx.ledger.update(|l| made = exhausted.iter().map(|e| e.parking(now).apply(l)).collect()).await?;
+        for (e, _) in exhausted.iter().zip(made).filter(|(_, made)| *made) {
+            let group = &e.record.group;
+            let tried = e.tried.iter().map(|g| g.as_str()).collect::<Vec<_>>().join(",");
+            let retry_in = e.retry_at.since(now);
+            warn!(
+                %group, nodes = e.nodes, %tried, retry_in_secs = retry_in.as_secs(),
+                "no group the boost may use could launch its nodes: parked, their desired capacity taken back, retried later"
+            );
+            ctx.metrics.scaler.boost(group.as_str(), BoostOutcome::FallbackExhausted);
+            let instances: Vec<&InstanceId> = e.record.instances.iter().collect();
+            for node in Self::nodes_of(snapshot, &instances) {
+                ctx.events.publish(NodeEvent::fallback_exhausted(&node.name, e, retry_in)).await;
+            }
+        }
+        Ok(())
+    }
+
     /// Lowers boosts' own groups by the nodes that moved to a fallback and will never launch
     /// there: the intent is saved before the guarded write (sent only while the group lists no
     /// more instances than the lowered value) and the outcome after ([`send_and_answer`]), so a
@@ -137,7 +167,7 @@ where
             return Ok(());
         }
         let writes: Vec<DesiredWrite> =
-            plan.iter().map(|t| DesiredWrite { group: t.record.group.clone(), expected: t.from, to: t.to() }).collect();
+            plan.iter().map(|t| DesiredWrite { group: t.group.clone(), expected: t.from, to: t.to() }).collect();
         let intents: Vec<LedgerEdit> = plan.iter().map(TakeBack::lowering).collect();
         ctx.ledger.update(|l| _ = apply_all(l, &intents)).await?;
         let intents: Vec<&LedgerEdit> = intents.iter().collect();

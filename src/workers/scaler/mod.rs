@@ -215,6 +215,7 @@ where
         !plan.give_backs.is_empty()
             || !plan.expired.is_empty()
             || !plan.fallbacks.is_empty()
+            || !plan.exhausted.is_empty()
             || plan.closes.iter().any(|c| matches!(c, LedgerEdit::Close { id, .. } if in_flight(id)))
     }
 
@@ -384,6 +385,9 @@ where
         }
         if !plan.fallbacks.is_empty() {
             self.fall_back(snapshot, &plan.fallbacks, &mut report.fell_back).await?;
+        }
+        if !plan.exhausted.is_empty() {
+            self.park(snapshot, &plan.exhausted).await?;
         }
         if flying.is_empty() {
             self.take_back_unlaunched(snapshot).await?;
