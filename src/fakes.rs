@@ -584,7 +584,8 @@ impl FakeAutoScaling {
     pub fn fail_launch(&self, group: &str, message: &str, at: crate::core::Timestamp) {
         let mut s = lock(&self.0);
         let list = s.activities.entry(group.into()).or_default();
-        let id = format!("activity-{}", list.len());
+        // Activity ids are unique across groups, as AWS's UUIDs are.
+        let id = format!("{group}-activity-{}", list.len());
         list.insert(
             0,
             crate::core::ScalingActivity {

@@ -304,7 +304,9 @@ pub(crate) fn plan_fallbacks<'l>(
     let retries: Vec<Claim> = ledger
         .records
         .iter()
-        .flat_map(|r| r.moved.iter().filter(due).map(move |p| Claim { record: r, part: Some(p), nodes: p.added, at: p.at }))
+        .flat_map(|r| {
+            r.moved.iter().filter(due).map(move |p| Claim { record: r, part: Some(p), nodes: p.added, at: p.at })
+        })
         .collect();
     if snapshot.capacity_failures.is_empty() && retries.is_empty() {
         return plan;
@@ -520,7 +522,13 @@ pub fn plan_take_backs(snapshot: &Snapshot, ledger: &BoostLedger) -> Vec<TakeBac
             let nodes = r.left_with(part);
             let to = group.desired.saturating_sub(nodes);
             if listed <= to && to >= group.min && to < group.desired {
-                plan.push(TakeBack { record: r.id(), group: group.name.clone(), from: group.desired, nodes, moved_at: part.at });
+                plan.push(TakeBack {
+                    record: r.id(),
+                    group: group.name.clone(),
+                    from: group.desired,
+                    nodes,
+                    moved_at: part.at,
+                });
                 break;
             }
         }
@@ -558,6 +566,8 @@ impl FallbackRank {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::core::model::{BoostRecord, MovedPart};
 
@@ -765,6 +775,146 @@ mod tests {
             reasons,
             vec![("spot-b".into(), FallbackRefusal::NotThisCluster), ("od".into(), FallbackRefusal::NotSelected)]
         );
+    }
+
+    /// `exhausted()` after its three nodes moved to spot-b at 595 s, the move answered and
+    /// spot-a lowered by them; spot-b (4 → 7) lists none of them.
+    fn moved_to_spot_b() -> Snapshot {
+        let mut s = exhausted();
+        let id = s.ledger.records[0].id();
+        let mut ledger = s.ledger.clone();
+        let moving = Fallback {
+            record: id.clone(),
+            left: Some("spot-a".into()),
+            from: None,
+            to: "spot-b".into(),
+            to_desired: 4,
+            nodes: 3,
+            rank: FallbackRank::default(),
+        }
+        .moving(Timestamp::from_millis(595_000));
+        assert!(moving.apply(&mut ledger));
+        assert!(moving.confirm().unwrap().apply(&mut ledger));
+        let take_back = TakeBack {
+            record: id,
+            group: "spot-a".into(),
+            from: 8,
+            nodes: 3,
+            moved_at: Timestamp::from_millis(595_000),
+        };
+        assert!(take_back.lowering().apply(&mut ledger) && take_back.lowered(true).apply(&mut ledger));
+        s.ledger = ledger;
+        s.groups.get_mut(&GroupName::from("spot-a")).unwrap().desired = 5;
+        s.groups.get_mut(&GroupName::from("spot-b")).unwrap().desired = 7;
+        s.groups.get_mut(&GroupName::from("spot-b")).unwrap().members =
+            Some(["i-b1", "i-b2", "i-b3", "i-b4"].into_iter().map(Into::into).collect());
+        s.groups.get_mut(&GroupName::from("od")).unwrap().members =
+            Some(["i-o1", "i-o2"].into_iter().map(Into::into).collect());
+        s
+    }
+
+    #[test]
+    fn a_fallback_that_fails_too_passes_its_nodes_on_to_the_next_group_and_is_lowered_by_them() {
+        let mut s = moved_to_spot_b();
+        assert!(moves(&s, &s.ledger, &Policy::default(), NOW).is_empty(), "spot-b has not failed: its nodes wait");
+
+        // spot-b failed before the nodes were asked of it: not about them.
+        s.capacity_failures.insert("spot-b".into(), Timestamp::from_millis(594_000));
+        assert!(moves(&s, &s.ledger, &Policy::default(), NOW).is_empty());
+
+        s.capacity_failures.insert("spot-b".into(), Timestamp::from_millis(598_000));
+        let plan = moves(&s, &s.ledger, &Policy::default(), NOW);
+        assert_eq!(plan.len(), 1, "{plan:?}");
+        let f = &plan[0];
+        assert_eq!(
+            (f.left.as_ref().map(|g| g.as_str()), f.from, f.to.as_str(), f.nodes),
+            (Some("spot-b"), Some(Timestamp::from_millis(595_000)), "od", 3),
+            "spot-a was tried and fails still: the next untried group takes them"
+        );
+        let mut ledger = s.ledger.clone();
+        assert!(f.moving(NOW).apply(&mut ledger) && f.moving(NOW).confirm().unwrap().apply(&mut ledger));
+        let r = &ledger.records[0];
+        assert_eq!(r.moved.iter().map(|p| (p.group.as_str(), p.added)).collect::<Vec<_>>(), [("spot-b", 0), ("od", 3)]);
+
+        // spot-b still counts the three in its desired capacity: lowered by them, once.
+        let plan = plan_take_backs(&s, &ledger);
+        assert_eq!(plan.len(), 1, "{plan:?}");
+        assert_eq!((plan[0].group.as_str(), plan[0].from, plan[0].to(), plan[0].moved_at), ("spot-b", 7, 4, NOW));
+        s.ledger = ledger;
+        assert!(moves(&s, &s.ledger, &Policy::default(), NOW).is_empty(), "nothing is missing in spot-b any more");
+    }
+
+    #[test]
+    fn nodes_no_group_launches_are_parked_their_group_lowered_then_retried_after_a_backoff_that_grows() {
+        let mut s = moved_to_spot_b();
+        s.capacity_failures.insert("spot-b".into(), Timestamp::from_millis(598_000));
+        s.capacity_failures.insert("od".into(), Timestamp::from_millis(599_000));
+        let plan = plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW);
+        assert!(plan.moves.is_empty());
+        assert_eq!(plan.exhausted.len(), 1, "{plan:?}");
+        let e = &plan.exhausted[0];
+        let cooldown = Policy::default().capacity_cooldown;
+        assert_eq!((e.left.as_ref().map(|g| g.as_str()), e.nodes), (Some("spot-b"), 3));
+        assert_eq!(e.tried, ["spot-a", "spot-b", "od"].map(GroupName::from), "every group tried, in order");
+        assert_eq!(e.retry_at, NOW.plus(cooldown));
+
+        let mut ledger = s.ledger.clone();
+        assert!(e.parking(NOW).apply(&mut ledger));
+        // The parked nodes are asked of no group, and spot-b is lowered by them.
+        assert!(in_flight(&ledger).get(&GroupName::from("spot-b")).is_none_or(|n| *n == 0));
+        let take_back = plan_take_backs(&s, &ledger);
+        assert_eq!((take_back[0].group.as_str(), take_back[0].to()), ("spot-b", 4));
+        assert!(take_back[0].lowering().apply(&mut ledger) && take_back[0].lowered(true).apply(&mut ledger));
+        s.ledger = ledger;
+        s.groups.get_mut(&GroupName::from("spot-b")).unwrap().desired = 4;
+        assert_eq!(plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW), FallbackPlan::default(), "they wait");
+
+        // At the retry every failure is past the cool-down: the boost's own group, first in order.
+        let retry = NOW.plus(cooldown);
+        let plan = plan_fallbacks(&s, &s.ledger, &Policy::default(), retry);
+        assert_eq!(plan.moves.len(), 1, "{plan:?}");
+        let f = &plan.moves[0];
+        assert_eq!(
+            (f.left.as_ref(), f.from, f.to.as_str(), f.nodes, f.rank.position),
+            (None, Some(NOW), "spot-a", 3, 0)
+        );
+        assert!(
+            match f.moving(retry) {
+                LedgerEdit::Move(_, part) => part.taken_back,
+                _ => false,
+            },
+            "no group counts parked nodes: nothing to lower for them"
+        );
+
+        // Still failing everywhere at the retry: parked again, the backoff doubled.
+        for group in ["spot-a", "spot-b", "od"] {
+            s.capacity_failures.insert(group.into(), retry.minus(Duration::from_secs(1)));
+        }
+        let plan = plan_fallbacks(&s, &s.ledger, &Policy::default(), retry);
+        assert!(plan.moves.is_empty());
+        assert_eq!(plan.exhausted.len(), 1, "{plan:?}");
+        let again = &plan.exhausted[0];
+        assert_eq!((again.left.as_ref(), again.from, again.retry_at), (None, Some(NOW), retry.plus(cooldown * 2)));
+        assert_eq!(
+            again.tried,
+            ["spot-a", "spot-b", "od"].map(GroupName::from),
+            "those failing, untried since the retry"
+        );
+    }
+
+    #[test]
+    fn a_boost_with_no_fallback_it_may_use_waits_instead_of_parking() {
+        // The tag names only a group at its max: the boost waits for room, it is not parked.
+        let mut s = moved_to_spot_b();
+        s.capacity_failures.insert("spot-b".into(), Timestamp::from_millis(598_000));
+        s.groups.get_mut(&GroupName::from("od")).unwrap().max = 2;
+        assert_eq!(plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW), FallbackPlan::default());
+
+        // Every fallback refused: the own group's failure alone parks nothing.
+        let mut s = exhausted();
+        s.groups.get_mut(&GroupName::from("spot-b")).unwrap().foreign = true;
+        s.groups.get_mut(&GroupName::from("od")).unwrap().excluded = true;
+        assert_eq!(plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW), FallbackPlan::default());
     }
 
     #[test]

@@ -622,12 +622,56 @@ mod tests {
     }
 
     #[test]
+    fn nodes_moving_on_leave_the_part_they_move_from_and_go_back_to_it_when_the_write_is_not_made() {
+        let record = BoostRecord::test("a", &["i-1"], 3, 1_000);
+        let mut l = BoostLedger { records: vec![record.clone()], ..Default::default() };
+        let part = |group: &str, added, at, from: Option<i64>| MovedPart {
+            group: GroupName::from(group),
+            added,
+            at: Timestamp::from_millis(at),
+            raising_to: Some(9),
+            taken_back: false,
+            lowering_to: None,
+            from: from.map(Timestamp::from_millis),
+            parked: None,
+        };
+        let to_b = LedgerEdit::Move(record.id(), part("b", 3, 5_000, None));
+        assert!(to_b.apply(&mut l) && to_b.confirm().unwrap().apply(&mut l));
+        let to_c = LedgerEdit::Move(record.id(), part("c", 2, 6_000, Some(5_000)));
+        assert!(!LedgerEdit::Move(record.id(), part("c", 4, 6_000, Some(5_000))).apply(&mut l), "more than b holds");
+        assert!(to_c.apply(&mut l));
+        let counts = |l: &BoostLedger| {
+            let r = &l.records[0];
+            (r.added, r.moved.iter().map(|p| p.added).collect::<Vec<_>>(), r.left_with(&r.moved[0]))
+        };
+        assert_eq!(counts(&l), (0, vec![1, 2], 3), "b's part still answers for the three that left a");
+        assert_eq!(l.records[0].left_group(&l.records[0].moved[1]), Some(&GroupName::from("b")));
+        assert!(to_c.undo().unwrap().apply(&mut l));
+        assert_eq!(counts(&l).1, vec![3], "back to b's part, not to the boost's own count");
+
+        // AWS shows one of two moved on: the other goes back to b's part.
+        assert!(to_c.apply(&mut l));
+        let resolve =
+            LedgerEdit::ResolveMove { id: record.id(), to: "c".into(), at: Timestamp::from_millis(6_000), kept: 1 };
+        assert!(resolve.apply(&mut l));
+        assert_eq!(counts(&l), (0, vec![2, 1], 3));
+    }
+
+    #[test]
     fn every_intent_is_confirmed_when_applied_taken_back_when_not_made_and_left_while_unknown() {
         let record = BoostRecord::test("a", &["i-1"], 2, 0);
         let id = record.id();
         let at = Timestamp::from_millis(5);
-        let part =
-            MovedPart { group: "b".into(), added: 1, at, raising_to: Some(3), taken_back: false, lowering_to: None, from: None, parked: None };
+        let part = MovedPart {
+            group: "b".into(),
+            added: 1,
+            at,
+            raising_to: Some(3),
+            taken_back: false,
+            lowering_to: None,
+            from: None,
+            parked: None,
+        };
         let intents = [
             (LedgerEdit::Open(record.clone()), LedgerEdit::Confirm(id.clone()), LedgerEdit::Withdraw(id.clone())),
             (

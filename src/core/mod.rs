@@ -42,7 +42,9 @@ pub use draining::{
     HeldAtDeadline, HeldPod, HowDrainEnded, PodToEvict, Refusal,
 };
 pub use expiry::Expired;
-pub use fallback::{plan_take_backs, Exhausted, Fallback, FallbackPlan, FallbackRank, FallbackRefusal, RefusedFallback, TakeBack};
+pub use fallback::{
+    plan_take_backs, Exhausted, Fallback, FallbackPlan, FallbackRank, FallbackRefusal, RefusedFallback, TakeBack,
+};
 pub use give_back::{facts_needed, pods_needed, GiveBack, GiveBackHow, LeftWhy};
 pub use identity::Distrust;
 pub use launch_failures::{classify, failed_pool, launching_groups, stalled_boosts, LaunchFailure, ScalingActivity};
@@ -52,7 +54,7 @@ pub use ledger_edit::{
 };
 pub use model::{
     Ahead, BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, GiveBackNode, Group, GroupName, InstanceFacts,
-    InstanceId, InstanceLifecycle, LaunchOptions, MovedPart, Namespace, Parked, Node, NodeName, OptOut, OwnerUid, Pod,
+    InstanceId, InstanceLifecycle, LaunchOptions, MovedPart, Namespace, Node, NodeName, OptOut, OwnerUid, Parked, Pod,
     PodClass, PodName, PodUid, Pool, PoolHistory, RebalancePolicy, Resources, Signal, SignalKind, Snapshot, Standby,
     Timestamp, INTERRUPTION_NOTICE, NODE_OPT_OUT,
 };

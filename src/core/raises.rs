@@ -36,9 +36,10 @@ pub fn unresolved_groups(ledger: &BoostLedger) -> BTreeSet<GroupName> {
     let own = ledger.records.iter().filter(|r| r.raising_to.is_some()).map(|r| r.group.clone());
     let moved =
         ledger.records.iter().flat_map(|r| &r.moved).filter(|p| p.raising_to.is_some()).map(|p| p.group.clone());
-    let lowered = ledger.records.iter().flat_map(|r| {
-        r.moved.iter().filter(|p| p.lowering_to.is_some()).filter_map(|p| r.left_group(p).cloned())
-    });
+    let lowered = ledger
+        .records
+        .iter()
+        .flat_map(|r| r.moved.iter().filter(|p| p.lowering_to.is_some()).filter_map(|p| r.left_group(p).cloned()));
     own.chain(moved).chain(lowered).collect()
 }
 
@@ -165,5 +166,19 @@ mod tests {
         resolve(&mut ledger, &live(5));
         let part = &ledger.records[0].moved[0];
         assert!(!part.taken_back && part.lowering_to.is_none(), "not applied: planned again, never twice");
+
+        // Nodes that moved on from b: b is the group lowered, and the one read.
+        let mut ledger = pending(0, 0);
+        ledger.records[0].raising_to = None;
+        ledger.records[0].moved.push(MovedPart { taken_back: true, ..moved(None) });
+        ledger.records[0].moved.push(MovedPart {
+            group: "c".into(),
+            at: Timestamp::from_millis(6),
+            from: Some(Timestamp::from_millis(5)),
+            ..moved(Some(7))
+        });
+        assert_eq!(unresolved_groups(&ledger), BTreeSet::from([GroupName::from("b")]));
+        resolve(&mut ledger, &BTreeMap::from([(GroupName::from("a"), 1), (GroupName::from("b"), 7)]));
+        assert!(ledger.records[0].moved[1].taken_back, "b shows what the lowering asked");
     }
 }

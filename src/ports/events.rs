@@ -122,9 +122,7 @@ impl NodeEventReason {
             | Self::BoostHeld
             | Self::BoostFellBack
             | Self::FallbackRefused
-            | Self::FallbackExhausted => {
-                "SetDesiredCapacity"
-            }
+            | Self::FallbackExhausted => "SetDesiredCapacity",
             Self::BoostExpired => "Boost",
             Self::CapacityUnavailable | Self::LaunchFailed | Self::LaunchStalled => "Launch",
             Self::DrainBlockedByPdb => "Evict",

@@ -240,12 +240,13 @@ where
     }
 }
 
-/// The at-risk instances of `group`'s open boosts.
+/// The at-risk instances of open boosts whose nodes are asked of `group` (their own or moved there).
 fn ledger_instances(ledger: &crate::core::BoostLedger, group: &GroupName) -> Vec<InstanceId> {
     ledger
         .records
         .iter()
-        .filter(|r| &r.group == group && r.expired.is_none())
+        .filter(|r| r.expired.is_none())
+        .filter(|r| &r.group == group || r.moved.iter().any(|p| &p.group == group && p.asked() && p.added > 0))
         .flat_map(|r| r.instances.iter().cloned())
         .collect()
 }
@@ -499,6 +500,145 @@ mod tests {
         assert_eq!(terminated, vec![(InstanceId::from("i-n1"), false), (InstanceId::from("i-n2"), false)]);
         let sizes = (rig.aws.desired("spot-a"), rig.aws.desired("spot-b"));
         assert_eq!(sizes, (3, 4), "spot-a never below its size, nothing raised twice");
+    }
+
+    type FakeScaler = crate::workers::scaler::Scaler<
+        FakeAutoScaling,
+        crate::fakes::InMemoryCluster,
+        crate::fakes::MemoryLedger,
+        crate::fakes::FakeClusterWrites,
+        crate::fakes::RecordedEvents,
+    >;
+    type FakeWatcher = LaunchWatcher<
+        FakeAutoScaling,
+        crate::fakes::InMemoryCluster,
+        crate::fakes::MemoryLedger,
+        crate::fakes::FakeClusterWrites,
+        crate::fakes::RecordedEvents,
+    >;
+
+    /// `spot-a` (3) falls back to `spot-b` (2), then `od` (2); n1 in spot-a has a
+    /// recommendation and the scaler boosted spot-a for it.
+    async fn boosted_with_two_fallbacks(
+    ) -> (FakeRig, Arc<crate::fakes::FakeContext>, Arc<Metrics>, crate::workers::Clock, FakeScaler, FakeWatcher) {
+        use crate::workers::scaler::{Scaler, ScalerSettings};
+        let aws = FakeAutoScaling::default()
+            .with_group("spot-a", 3, 10)
+            .with_tag("spot-a", crate::ports::FALLBACK_GROUPS_TAG, "spot-b, od")
+            .with_group("spot-b", 2, 10)
+            .with_group("od", 2, 10);
+        for (i, g) in [
+            ("n1", "spot-a"),
+            ("n2", "spot-a"),
+            ("n3", "spot-a"),
+            ("m1", "spot-b"),
+            ("m2", "spot-b"),
+            ("o1", "od"),
+            ("o2", "od"),
+        ] {
+            aws.clone().with_instance(g, &format!("i-{i}"));
+        }
+        let rig = FakeRig::new(aws);
+        for (n, g) in [
+            ("n1", "spot-a"),
+            ("n2", "spot-a"),
+            ("n3", "spot-a"),
+            ("m1", "spot-b"),
+            ("m2", "spot-b"),
+            ("o1", "od"),
+            ("o2", "od"),
+        ] {
+            let mut node = Node::test(n, g).with_pods(2, 500, 1 << 30);
+            node.group = None;
+            rig.cluster.put_node(node);
+        }
+        let (ctx, metrics, clock) = rebalance_on_n1(&rig).await;
+        let mut scaler = Scaler::new(ctx.clone(), ScalerSettings::default());
+        let watcher = LaunchWatcher::new(ctx.clone(), LaunchWatchSettings::default()).waking(scaler.waker());
+        scaler.tick().await.unwrap();
+        assert_eq!(rig.aws.desired("spot-a"), 4);
+        (rig, ctx, metrics, clock, scaler, watcher)
+    }
+
+    /// `group` fails to launch for want of spot capacity a few seconds on; the watcher reads it,
+    /// and the scaler's next pass answers. Returns that pass's report and how long after the
+    /// failed activity it came.
+    async fn fails(
+        group: &str,
+        (rig, clock): (&FakeRig, &crate::workers::Clock),
+        (scaler, watcher): (&mut FakeScaler, &mut FakeWatcher),
+    ) -> (crate::workers::scaler::TickReport, Duration) {
+        tokio::time::advance(Duration::from_secs(4)).await;
+        rig.aws.fail_launch(group, SPOT, clock());
+        let failed_at = clock();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        watcher.tick().await.unwrap();
+        let report = scaler.tick().await.unwrap();
+        (report, clock().since(failed_at))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fallback_without_capacity_passes_the_nodes_on_within_seconds_and_gives_its_raise_back() {
+        let (rig, ctx, _, clock, mut scaler, mut watcher) = boosted_with_two_fallbacks().await;
+        let (report, _) = fails("spot-a", (&rig, &clock), (&mut scaler, &mut watcher)).await;
+        assert_eq!(report.fell_back, vec![(GroupName::from("spot-a"), GroupName::from("spot-b"), 1)]);
+        assert_eq!((rig.aws.desired("spot-a"), rig.aws.desired("spot-b")), (3, 3));
+
+        // spot-b is dry too: its missing node goes on to od, and spot-b is lowered by it.
+        let (report, took) = fails("spot-b", (&rig, &clock), (&mut scaler, &mut watcher)).await;
+        assert_eq!(report.fell_back, vec![(GroupName::from("spot-b"), GroupName::from("od"), 1)]);
+        assert!(took <= Duration::from_secs(30), "{took:?} after spot-b's failed activity");
+        let sizes = (rig.aws.desired("spot-a"), rig.aws.desired("spot-b"), rig.aws.desired("od"));
+        assert_eq!(sizes, (3, 2, 3), "one node asked for, in od only");
+        assert_eq!(
+            rig.events.reasons_for("n1"),
+            vec!["BoostRequested", "CapacityUnavailable", "BoostFellBack", "CapacityUnavailable", "BoostFellBack"]
+        );
+        let record = ctx.ledger.current().await.records[0].clone();
+        let parts: Vec<_> = record.moved.iter().map(|p| (p.group.as_str(), p.added, p.taken_back)).collect();
+        assert_eq!(parts, [("spot-b", 0, true), ("od", 1, true)]);
+
+        // Nothing is raised again while od's node boots.
+        for _ in 0..3 {
+            tokio::time::advance(Duration::from_secs(5)).await;
+            watcher.tick().await.unwrap();
+            scaler.tick().await.unwrap();
+        }
+        assert_eq!((rig.aws.desired("spot-a"), rig.aws.desired("spot-b"), rig.aws.desired("od")), (3, 2, 3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn when_every_group_fails_the_boost_says_so_gives_every_raise_back_and_retries_later() {
+        let (rig, _, metrics, clock, mut scaler, mut watcher) = boosted_with_two_fallbacks().await;
+        fails("spot-a", (&rig, &clock), (&mut scaler, &mut watcher)).await;
+        fails("spot-b", (&rig, &clock), (&mut scaler, &mut watcher)).await;
+        fails("od", (&rig, &clock), (&mut scaler, &mut watcher)).await;
+        let sizes = (rig.aws.desired("spot-a"), rig.aws.desired("spot-b"), rig.aws.desired("od"));
+        assert_eq!(sizes, (3, 2, 2), "no group is left counting a node it cannot launch");
+        let (reasons, notes) = (rig.events.reasons_for("n1"), rig.events.notes_for("n1"));
+        let told: Vec<&String> =
+            reasons.iter().zip(&notes).filter(|(r, _)| **r == "FallbackExhausted").map(|(_, n)| n).collect();
+        assert_eq!(told.len(), 1, "{reasons:?}");
+        assert!(told[0].contains("tried: spot-a, spot-b, od"), "{}", told[0]);
+        assert!(metrics
+            .encode()
+            .contains("spots_booster_boosts_total{group=\"spot-a\",outcome=\"fallback-exhausted\"} 1"));
+
+        // Nothing is asked while the backoff runs; then spot-a is tried again first.
+        for _ in 0..10 {
+            tokio::time::advance(Duration::from_secs(10)).await;
+            watcher.tick().await.unwrap();
+            scaler.tick().await.unwrap();
+        }
+        assert_eq!((rig.aws.desired("spot-a"), rig.aws.desired("spot-b"), rig.aws.desired("od")), (3, 2, 2));
+        let mut retried = Vec::new();
+        for _ in 0..10 {
+            tokio::time::advance(Duration::from_secs(10)).await;
+            watcher.tick().await.unwrap();
+            retried.extend(scaler.tick().await.unwrap().fell_back);
+        }
+        assert_eq!(retried, vec![(GroupName::from("spot-a"), GroupName::from("spot-a"), 1)]);
+        assert_eq!((rig.aws.desired("spot-a"), rig.aws.desired("spot-b"), rig.aws.desired("od")), (4, 2, 2));
     }
 
     #[tokio::test(start_paused = true)]

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use crate::core::{
-    Boost, BoostExpiry, DrainTarget, DrainWait, Exhausted, Expired, Fallback, ForcedDeletion, GroupName, Held, HeldAtDeadline,
-    HeldPod, InstanceId, LaunchFailure, NodeName, Pod, RefusedFallback,
+    Boost, BoostExpiry, DrainTarget, DrainWait, Exhausted, Expired, Fallback, ForcedDeletion, GroupName, Held,
+    HeldAtDeadline, HeldPod, InstanceId, LaunchFailure, NodeName, Pod, RefusedFallback,
 };
 use crate::ports::{NodeEvent, NodeEventReason};
 
