@@ -19,6 +19,7 @@ mod cli;
 mod docs;
 mod e2e_burst;
 mod e2e_daemon;
+mod e2e_fallback;
 mod e2e_fleet;
 mod e2e_instancegroups;
 mod e2e_interruptions;

@@ -83,6 +83,14 @@ pub struct Summary {
     pub double_boosts: u32,
     /// Nodes boosts moved to a fallback group because their own had no capacity.
     pub fell_back_nodes: u32,
+    /// Failed scaling activities: launches Auto Scaling attempted without capacity (it retries
+    /// every 10 s while a group asks for more than it has).
+    pub failed_launches: u32,
+    /// From the first failed launch to the moment as many nodes launched since the first signal
+    /// were Ready as nodes were signalled until that failure, in seconds: how long the wave the
+    /// first dry pool hit waited for its replacements (none without a failure, or if they never
+    /// all came within the run).
+    pub replacements_ready_after_failure_seconds: Option<u64>,
     /// Nodes drained by eviction (by the booster or NTH).
     pub drained_nodes: u32,
     /// Successful evictions.
@@ -257,7 +265,7 @@ impl Workers {
         let saved = self.ledger.saved();
         self.lapsed.extend(saved.lapsed.keys().cloned());
         for r in saved.records {
-            for part in r.moved.iter().filter(|p| p.raising_to.is_none()) {
+            for part in r.moved.iter().filter(|p| p.raising_to.is_none() && p.asked() && p.group != r.group) {
                 self.moved.insert((r.instances.clone(), part.group.clone(), part.at), part.added);
             }
             if r.raising_to.is_none() {
@@ -408,6 +416,8 @@ async fn run_scenario_async(scenario: &Scenario, mode: Mode, mut progress: Optio
             boosted_instances: boosted.map_or(0, |b| b.len() as u32),
             double_boosts: boosted.map_or(0, |b| b.values().filter(|n| **n > 1).count() as u32),
             fell_back_nodes: workers.as_ref().map_or(0, |w| w.moved.values().sum()),
+            failed_launches: world.failed_launches.values().map(|l| l.len() as u32).sum(),
+            replacements_ready_after_failure_seconds: replacements_ready_after_failure(&world),
             drained_nodes: c.drained_nodes,
             evictions: c.evictions,
             evictions_blocked: c.evictions_blocked,
@@ -434,6 +444,15 @@ async fn run_scenario_async(scenario: &Scenario, mode: Mode, mut progress: Optio
         samples: world.samples,
         market,
     }
+}
+
+/// See [`Summary::replacements_ready_after_failure_seconds`].
+fn replacements_ready_after_failure(world: &World) -> Option<u64> {
+    let failed = world.first_failed_launch?;
+    let signalled: BTreeSet<&str> =
+        world.signals.iter().filter(|s| s.observed_at <= failed).map(|s| s.node.as_str()).collect();
+    let ready = world.replacements_ready.get(signalled.len().checked_sub(1)?)?;
+    Some(ready.since(failed).as_secs())
 }
 
 /// A market's recommendation or interruption for `node`, as NTH gets it.
@@ -588,6 +607,8 @@ pub(crate) fn render_text(name: &str, report: &Report, width: Width) -> String {
         ("boosted_instances", |s| Some(u64::from(s.boosted_instances))),
         ("double_boosts", |s| Some(u64::from(s.double_boosts))),
         ("fell_back_nodes", |s| Some(u64::from(s.fell_back_nodes))),
+        ("failed_launches", |s| Some(u64::from(s.failed_launches))),
+        ("replacements_ready_after_failure_seconds", |s| s.replacements_ready_after_failure_seconds),
         ("drained_nodes", |s| Some(u64::from(s.drained_nodes))),
         ("evictions", |s| Some(u64::from(s.evictions))),
         ("evictions_blocked", |s| Some(u64::from(s.evictions_blocked))),

@@ -174,6 +174,11 @@ pub struct World {
     pub samples: Vec<Sample>,
     /// Each group's scaling activities that failed, newest first (launches without capacity).
     pub(crate) failed_launches: BTreeMap<String, Vec<core::ScalingActivity>>,
+    /// When Auto Scaling first failed to launch for want of capacity.
+    pub(crate) first_failed_launch: Option<Timestamp>,
+    /// When each node launched after the first signal joined, in order: the replacements, whoever
+    /// asked for them.
+    pub(crate) replacements_ready: Vec<Timestamp>,
     /// When each instance with a notice got it, until its node's first pod leaves.
     noticed: BTreeMap<String, Timestamp>,
     /// From each notice to its node's first pod leaving (the drain's start as pods see it).
@@ -213,6 +218,8 @@ impl World {
             counters: Counters::default(),
             samples: Vec::new(),
             failed_launches: BTreeMap::new(),
+            first_failed_launch: None,
+            replacements_ready: Vec::new(),
             noticed: BTreeMap::new(),
             drain_starts: Vec::new(),
             next_pod: 0,
@@ -285,6 +292,9 @@ impl World {
 
     fn register(&mut self, id: &str, at: Timestamp) {
         let inst = &self.instances[id];
+        if self.signals.first().is_some_and(|first| inst.launched >= first.observed_at) {
+            self.replacements_ready.push(at);
+        }
         let allocatable = self.groups[&inst.group].spec.node;
         self.nodes.insert(
             inst.node.clone(),
@@ -343,6 +353,7 @@ impl World {
         // A streak of retries is one line of the timeline.
         let streak = list.first().is_some_and(|last| now.since(last.started) <= LAUNCH_RETRY * 2);
         let id = format!("{group}-activity-{}", list.len() + 1);
+        self.first_failed_launch.get_or_insert(now);
         list.insert(
             0,
             core::ScalingActivity {

@@ -160,10 +160,12 @@ pub fn set_desired_capacity_answer() -> String {
 /// Auto Scaling's answer to `DescribeScalingActivities` for `group`: one launch that failed for
 /// want of spot capacity at `at` (RFC 3339), or none.
 pub fn activities_answer(group: &str, failed_at: Option<&str>) -> String {
+    // Activity ids are UUIDs, unique across groups: one per group here.
+    let id = group.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
     let members = failed_at
         .map(|at| {
             format!(
-                "<member><ActivityId>5e0f9a62-0000-4a8e-b000-000000000001</ActivityId>\
+                "<member><ActivityId>5e0f9a62-0000-4a8e-b000-{:012x}</ActivityId>\
                  <AutoScalingGroupName>{group}</AutoScalingGroupName>\
                  <Description>Launching a new EC2 instance.  Status Reason: Could not launch Spot Instances. \
                  InsufficientInstanceCapacity - There is no Spot capacity available that matches your request. \
@@ -173,7 +175,8 @@ pub fn activities_answer(group: &str, failed_at: Option<&str>) -> String {
                  <StatusCode>Failed</StatusCode><StatusMessage>Could not launch Spot Instances. \
                  InsufficientInstanceCapacity - There is no Spot capacity available that matches your request. \
                  Launching EC2 instance failed.</StatusMessage><Progress>100</Progress>\
-                 <Details>{{\"Subnet ID\":\"subnet-0f77\",\"Availability Zone\":\"us-east-1a\"}}</Details></member>"
+                 <Details>{{\"Subnet ID\":\"subnet-0f77\",\"Availability Zone\":\"us-east-1a\"}}</Details></member>",
+                id & 0xffff_ffff_ffff
             )
         })
         .unwrap_or_default();
