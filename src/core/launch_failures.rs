@@ -7,12 +7,12 @@
 //! subnet that does not exist, an instance profile it may not pass) fails everywhere it is used,
 //! and is an operator's to fix.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::model::{BoostLedger, BoostRecord, GroupName, Timestamp};
+use super::model::{BoostLedger, GroupName, InstanceId, Timestamp};
 
 /// One scaling activity of a group, as Auto Scaling reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,23 +78,36 @@ pub fn launching_groups(ledger: &BoostLedger) -> BTreeMap<GroupName, Timestamp> 
     groups
 }
 
-/// The open boosts of `group` whose nodes are overdue at `now`: the group has listed fewer
-/// instances than its desired capacity without a break since `short_since`, and neither that
-/// nor the boost is newer than `launch_timeout`. Whatever AWS says (or does not), such a group is
-/// taken as without capacity. A boost whose write is unanswered is not counted: its nodes may
-/// not be asked for yet.
+/// Nodes of a boost asked of a group that have not launched in time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stall<'l> {
+    /// When they were asked of the group: the boost's decision, or the move that brought them.
+    pub asked_at: Timestamp,
+    /// The boost's at-risk instances.
+    pub instances: &'l BTreeSet<InstanceId>,
+}
+
+/// The open boosts' nodes asked of `group` (their own, or moved there) that are overdue at `now`:
+/// the group has listed fewer instances than its desired capacity without a break since
+/// `short_since`, and neither that nor the asking is newer than `launch_timeout`. Whatever AWS
+/// says (or does not), such a group is taken as without capacity. A write still unanswered is
+/// not counted: its nodes may not be asked for yet.
 pub fn stalled_boosts<'l>(
     ledger: &'l BoostLedger,
     group: &'l GroupName,
     short_since: Timestamp,
     now: Timestamp,
     launch_timeout: Duration,
-) -> impl Iterator<Item = &'l BoostRecord> + 'l {
-    ledger.records.iter().filter(move |r| {
-        &r.group == group
-            && r.expired.is_none()
-            && r.raising_to.is_none()
-            && now.since(r.at.max(short_since)) >= launch_timeout
+) -> impl Iterator<Item = Stall<'l>> + 'l {
+    let overdue = move |at: Timestamp| now.since(at.max(short_since)) >= launch_timeout;
+    ledger.records.iter().filter(|r| r.expired.is_none()).flat_map(move |r| {
+        let own = (&r.group == group && r.raising_to.is_none() && overdue(r.at)).then_some(r.at);
+        let moved = r
+            .moved
+            .iter()
+            .filter(move |p| &p.group == group && p.asked() && p.added > 0 && p.raising_to.is_none() && overdue(p.at))
+            .map(|p| p.at);
+        own.into_iter().chain(moved).map(move |asked_at| Stall { asked_at, instances: &r.instances })
     })
 }
 
@@ -154,6 +167,7 @@ pub fn failed_pool(activity: &ScalingActivity) -> (Option<String>, Option<String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::model::BoostRecord;
 
     #[test]
     fn a_failure_names_its_pool_where_aws_says_it() {
@@ -195,6 +209,24 @@ mod tests {
         assert!(stalled(0, 189_999).is_empty());
         assert!(stalled(100_000, 190_000).is_empty(), "short only since 100 s: a moment's gap is no stall");
         assert_eq!(stalled(100_000, 280_000), ["i-1"]);
+
+        // Nodes b's boost moved to a stall there as a's own do, from their move.
+        let mut moved = ledger.clone();
+        moved.records[2].moved.push(crate::core::model::MovedPart {
+            group: "a".into(),
+            added: 1,
+            at: Timestamp::from_millis(50_000),
+            raising_to: None,
+            taken_back: true,
+            lowering_to: None,
+            from: None,
+            parked: None,
+        });
+        let stalls: Vec<(i64, Vec<String>)> =
+            stalled_boosts(&moved, &a, Timestamp::from_millis(0), Timestamp::from_millis(230_000), timeout)
+                .map(|s| (s.asked_at.as_millis(), s.instances.iter().map(ToString::to_string).collect()))
+                .collect();
+        assert_eq!(stalls, [(10_000, vec!["i-1".to_string()]), (50_000, vec!["i-3".to_string()])]);
     }
 
     fn code(message: &str) -> Option<String> {

@@ -47,7 +47,9 @@ pub use fallback::{
 };
 pub use give_back::{facts_needed, pods_needed, GiveBack, GiveBackHow, LeftWhy};
 pub use identity::Distrust;
-pub use launch_failures::{classify, failed_pool, launching_groups, stalled_boosts, LaunchFailure, ScalingActivity};
+pub use launch_failures::{
+    classify, failed_pool, launching_groups, stalled_boosts, LaunchFailure, ScalingActivity, Stall,
+};
 pub use ledger_edit::{
     answer_terminations, apply_all, decide_terminations, BoostId, LedgerEdit, Termination, TerminationAnswer,
     TerminationDecision, WriteAnswer,

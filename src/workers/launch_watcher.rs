@@ -132,7 +132,12 @@ where
         if launching.is_empty() {
             self.told.clear();
         }
-        self.stalled.retain(|(g, at)| ledger.records.iter().any(|r| &r.group == g && r.at == *at));
+        self.stalled.retain(|(g, at)| {
+            ledger
+                .records
+                .iter()
+                .any(|r| (&r.group == g && r.at == *at) || r.moved.iter().any(|p| &p.group == g && p.at == *at))
+        });
         self.short_since.retain(|g, _| launching.contains_key(g));
         if launching.is_empty() {
             return Ok(report);
@@ -173,9 +178,9 @@ where
                 report.failed.push((group.name.clone(), failure));
             }
             let missing = group.desired - listed;
-            for r in stalled_boosts(&ledger, &group.name, short_since, now, self.settings.launch_timeout) {
-                if self.stalled.insert((r.group.clone(), r.at)) {
-                    self.tell_stalled(&group.name, &r.instances.iter().cloned().collect::<Vec<_>>(), missing).await;
+            for stall in stalled_boosts(&ledger, &group.name, short_since, now, self.settings.launch_timeout) {
+                if self.stalled.insert((group.name.clone(), stall.asked_at)) {
+                    self.tell_stalled(&group.name, &stall.instances.iter().cloned().collect::<Vec<_>>(), missing).await;
                     report.stalled.push(group.name.clone());
                     self.ctx.groups.note_capacity_failure(&group.name, now);
                     if let Some(scaler) = &self.scaler {
@@ -605,6 +610,24 @@ mod tests {
             scaler.tick().await.unwrap();
         }
         assert_eq!((rig.aws.desired("spot-a"), rig.aws.desired("spot-b"), rig.aws.desired("od")), (3, 2, 3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fallback_that_launches_nothing_and_says_nothing_is_passed_over_at_the_launch_timeout() {
+        let (rig, _, _, clock, mut scaler, mut watcher) = boosted_with_two_fallbacks().await;
+        fails("spot-a", (&rig, &clock), (&mut scaler, &mut watcher)).await;
+        assert_eq!(rig.aws.desired("spot-b"), 3);
+        // spot-b lists nothing new and AWS records no activity, as moto and sometimes AWS do.
+        let mut stalled = Vec::new();
+        for _ in 0..19 {
+            tokio::time::advance(Duration::from_secs(10)).await;
+            stalled.extend(watcher.tick().await.unwrap().stalled);
+            scaler.tick().await.unwrap();
+        }
+        assert_eq!(stalled, vec![GroupName::from("spot-b")], "told once, from the move");
+        let sizes = (rig.aws.desired("spot-a"), rig.aws.desired("spot-b"), rig.aws.desired("od"));
+        assert_eq!(sizes, (3, 2, 3), "passed on to od and taken back from spot-b");
+        assert!(rig.events.reasons_for("n1").contains(&"LaunchStalled"));
     }
 
     #[tokio::test(start_paused = true)]
