@@ -948,3 +948,119 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::core::model::BoostRecord;
+
+    const SIZE: u32 = 5;
+
+    /// `g0` boosted by `added` for one at-risk node, its tag naming `fallbacks` more groups, every
+    /// group listing `SIZE` instances and launching nothing more.
+    fn world(fallbacks: usize, added: u32) -> Snapshot {
+        let mut s = Snapshot::default();
+        for k in 0..=fallbacks {
+            let name = format!("g{k}");
+            let members: Vec<String> = (0..SIZE).map(|i| format!("i-{name}-{i}")).collect();
+            let mut g = Group::test(&name).desired(SIZE).members(members.iter().map(String::as_str));
+            g.max = 40;
+            if k == 0 {
+                g.fallbacks = (1..=fallbacks).map(|f| GroupName::from(format!("g{f}").as_str())).collect();
+                g.desired = SIZE + added;
+            }
+            s.groups.insert(g.name.clone(), g);
+        }
+        let mut record = BoostRecord::test("g0", &["i-g0-0"], added, 0);
+        record.before = SIZE;
+        s.ledger.record(record);
+        s
+    }
+
+    /// What each group's desired capacity must count beyond its own `SIZE`: the nodes asked of
+    /// it, and those that left it and it was not lowered for yet.
+    fn counted(r: &BoostRecord, group: &GroupName) -> u32 {
+        let own = if &r.group == group { r.added } else { 0 };
+        let asked: u32 = r.moved.iter().filter(|p| p.asked() && &p.group == group).map(|p| p.added).sum();
+        let left: u32 =
+            r.moved.iter().filter(|p| !p.taken_back && r.left_group(p) == Some(group)).map(|p| r.left_with(p)).sum();
+        own + asked + left
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+        /// Whatever fails when, every node a boost asked for is counted by exactly the groups
+        /// that should count it: none is lost, none is asked twice, no group is left counting a
+        /// node it could not launch once lowered, and none goes below its size.
+        #[test]
+        fn moving_on_parking_and_retrying_keep_every_node_counted_once(
+            fallbacks in 1usize..4,
+            added in 1u32..4,
+            steps in proptest::collection::vec(
+                (proptest::collection::vec(any::<bool>(), 4), 1u64..400, any::<bool>()),
+                1..14,
+            ),
+        ) {
+            let mut s = world(fallbacks, added);
+            let policy = Policy::default();
+            let mut now = Timestamp::from_millis(1_000_000);
+            for (failing, wait, lowered) in steps {
+                now = now.plus(Duration::from_secs(wait));
+                for (k, fails) in failing.iter().enumerate().take(fallbacks + 1) {
+                    if *fails {
+                        s.capacity_failures.insert(GroupName::from(format!("g{k}").as_str()), now.minus(Duration::from_secs(1)));
+                    }
+                }
+                let plan = plan_fallbacks(&s, &s.ledger, &policy, now);
+                let boosts: BTreeSet<&BoostId> = plan.moves.iter().map(|m| &m.record).chain(plan.exhausted.iter().map(|e| &e.record)).collect();
+                prop_assert_eq!(boosts.len(), plan.moves.len() + plan.exhausted.len(), "one step per boost per pass");
+                let mut ledger = s.ledger.clone();
+                for m in &plan.moves {
+                    let tried: Vec<GroupName> = Claim { record: &ledger.records[0], part: None, nodes: 0, at: now }.tried();
+                    prop_assert!(m.left.is_none() || !tried.contains(&m.to), "{:?} was tried: {:?}", m.to, tried);
+                    let moving = m.moving(now);
+                    prop_assert!(moving.apply(&mut ledger));
+                    prop_assert!(moving.confirm().unwrap().apply(&mut ledger));
+                    s.groups.get_mut(&m.to).unwrap().desired += m.nodes;
+                }
+                for e in &plan.exhausted {
+                    prop_assert!(e.parking(now).apply(&mut ledger));
+                }
+                s.ledger = ledger;
+                // A lowering AWS refuses (the group changed) is planned again later, perhaps
+                // after its nodes moved on.
+                for t in plan_take_backs(&s, &s.ledger) {
+                    let mut ledger = s.ledger.clone();
+                    prop_assert!(t.lowering().apply(&mut ledger) && t.lowered(lowered).apply(&mut ledger));
+                    s.ledger = ledger;
+                    if lowered {
+                        s.groups.get_mut(&t.group).unwrap().desired = t.to();
+                    }
+                }
+                let r = &s.ledger.records[0];
+                let held: u32 = r.added + r.moved.iter().map(|p| p.added).sum::<u32>();
+                prop_assert_eq!(held, added, "every node is somewhere: {:?}", r.moved);
+                for g in s.groups.values() {
+                    prop_assert!(g.desired >= SIZE, "{} below its size", g.name);
+                    prop_assert_eq!(g.desired - SIZE, counted(r, &g.name), "{}: {:?}", g.name, r.moved);
+                }
+            }
+            // Once AWS takes the lowerings, every group nodes left is lowered for them.
+            for _ in 0..=fallbacks + 1 {
+                for t in plan_take_backs(&s, &s.ledger) {
+                    prop_assert!(t.lowering().apply(&mut s.ledger) && t.lowered(true).apply(&mut s.ledger));
+                    s.groups.get_mut(&t.group).unwrap().desired = t.to();
+                }
+            }
+            let r = &s.ledger.records[0];
+            let still = r.moved.iter().filter(|p| !p.taken_back && r.left_group(p).is_some()).count();
+            prop_assert_eq!(still, 0, "a group still counts nodes that left it: {:?}", r.moved);
+        }
+    }
+}
