@@ -294,6 +294,14 @@ pub struct PolicyArgs {
     /// its boosts miss move to the groups its `spots-booster.io/fallback-groups` tag names.
     #[arg(long, env = "SPOTS_BOOSTER_CAPACITY_COOLDOWN", default_value = "3m", value_parser = duration)]
     pub(crate) capacity_cooldown: Duration,
+    /// Capacity that moved to a fallback goes back to its own group this often: a node at a
+    /// time (`--return-to-spot-nodes`), replaced there before it is drained, never while that
+    /// group has a notice open or failed to launch within the interval. `0s` keeps it where it is.
+    #[arg(long, env = "SPOTS_BOOSTER_RETURN_TO_SPOT_INTERVAL", default_value = "10m", value_parser = duration)]
+    pub(crate) return_to_spot_interval: Duration,
+    /// Most fallback nodes one group takes back per `--return-to-spot-interval`.
+    #[arg(long, env = "SPOTS_BOOSTER_RETURN_TO_SPOT_NODES", default_value_t = 1)]
+    pub(crate) return_to_spot_nodes: u32,
     /// No boost stays open longer than this, whatever it waits on.
     #[arg(long, env = "SPOTS_BOOSTER_MAX_BOOST_AGE", default_value = "6h", value_parser = duration)]
     pub(crate) max_boost_age: Duration,
@@ -482,6 +490,8 @@ impl PolicyArgs {
             force_margin: self.interruption_force_margin,
             boost_capacity_rebalance_groups: self.boost_capacity_rebalance_groups,
             capacity_cooldown: self.capacity_cooldown,
+            return_to_spot_interval: self.return_to_spot_interval,
+            return_to_spot_nodes: self.return_to_spot_nodes,
             pool_mate_boost_budget: self.pool_mate_boost_budget,
             pool_mate_window: self.pool_mate_window,
             rebalance_policy: match self.rebalance_policy {

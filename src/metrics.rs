@@ -346,6 +346,12 @@ pub struct ScalerMetrics {
     fallbacks_refused: IntCounterVec,
     /// Nodes added ahead for pool-mates of a confirmed interruption, by group.
     boosted_ahead: IntCounterVec,
+    /// Nodes that run on a fallback for boosts now over, by the fallback.
+    fallback_nodes: IntGaugeVec,
+    /// Fallback nodes given back to their own group, by that group.
+    returned_to_spot: IntCounterVec,
+    /// How long capacity returned to its own group had run on a fallback.
+    time_on_fallback: Histogram,
 }
 
 impl ScalerMetrics {
@@ -357,7 +363,39 @@ impl ScalerMetrics {
         )
         .expect("valid histogram");
         r.register(Box::new(reaction.clone())).expect("unique metric");
+        let time_on_fallback = Histogram::with_opts(
+            HistogramOpts::new(
+                "time_on_fallback_seconds",
+                "How long capacity a boost moved to a fallback ran there before it returned to its own group.",
+            )
+            .namespace(PREFIX)
+            .buckets(vec![
+                300.0,
+                600.0,
+                1800.0,
+                3600.0,
+                3.0 * 3600.0,
+                6.0 * 3600.0,
+                12.0 * 3600.0,
+                24.0 * 3600.0,
+            ]),
+        )
+        .expect("valid histogram");
+        r.register(Box::new(time_on_fallback.clone())).expect("unique metric");
         ScalerMetrics {
+            fallback_nodes: gauge_vec(
+                r,
+                "fallback_nodes",
+                "Nodes that run on a fallback group for boosts now over, until they return to their own group.",
+                &["group"],
+            ),
+            returned_to_spot: counter(
+                r,
+                "returned_to_spot_total",
+                "Fallback nodes replaced in their own group, drained and terminated with decrement, by that group.",
+                &["group"],
+            ),
+            time_on_fallback,
             boosts: counter(r, "boosts_total", "Boost decisions by group and outcome.", &["group", "outcome"]),
             boosted_nodes_in_flight: gauge_vec(
                 r,
@@ -422,7 +460,26 @@ impl ScalerMetrics {
             &self.oldest_boost_age,
             &self.launch_failures,
             &self.fallbacks_refused,
+            &self.fallback_nodes,
+            &self.returned_to_spot,
+            &self.time_on_fallback,
         ]
+    }
+
+    /// Exports the nodes running on each fallback for boosts now over (the leader's view).
+    pub(crate) fn on_fallback(&self, by_group: &BTreeMap<&str, u32>) {
+        self.fallback_nodes.reset();
+        for (group, nodes) in by_group {
+            self.fallback_nodes.with_label_values(&[group]).set(i64::from(*nodes));
+        }
+    }
+
+    /// Counts `nodes` returned to `group` after `on_fallback` on a fallback.
+    pub(crate) fn returned_to_spot(&self, group: &str, nodes: u32, on_fallback: Duration) {
+        self.returned_to_spot.with_label_values(&[group]).inc_by(u64::from(nodes));
+        for _ in 0..nodes {
+            self.time_on_fallback.observe(on_fallback.as_secs_f64());
+        }
     }
 
     /// Counts one fallback refused for `group` (told once while the refusal lasts).
@@ -481,7 +538,13 @@ impl ScalerMetrics {
     /// Drops every group's sizes: only the leader reports what it acts on (with two replicas,
     /// sums and rates of a follower's copies would double every group's numbers).
     pub(crate) fn forget_group_sizes(&self) {
-        for family in [&self.asg_desired, &self.asg_max, &self.boosted_nodes_in_flight, &self.oldest_boost_age] {
+        for family in [
+            &self.asg_desired,
+            &self.asg_max,
+            &self.boosted_nodes_in_flight,
+            &self.oldest_boost_age,
+            &self.fallback_nodes,
+        ] {
             family.reset();
         }
     }
@@ -959,7 +1022,7 @@ mod tests {
         for name in ["spots_booster_evictions_total", "spots_booster_reaction_seconds", "spots_booster_leader"] {
             assert!(m.names().contains(&name.to_string()), "{name}");
         }
-        assert_eq!(m.names().len(), 49);
+        assert_eq!(m.names().len(), 52);
     }
 
     #[test]

@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::back_to_spot::is_back_to_spot;
 use super::ledger_edit::{BoostId, LedgerEdit};
 use super::model::{BoostLedger, BoostRecord, Group, GroupName, MovedPart, Parked, PoolHistory, Snapshot, Timestamp};
 use super::policy::Policy;
@@ -251,6 +252,8 @@ fn in_flight(ledger: &BoostLedger) -> BTreeMap<&GroupName, u32> {
 /// Nodes of one boost that some group was asked for and did not launch, or that wait parked.
 struct Claim<'l> {
     record: &'l BoostRecord,
+    /// Its boost returns fallback nodes to their own group: tried there only.
+    returning: bool,
     /// The part holding them; `None`: the boost's own.
     part: Option<&'l MovedPart>,
     /// How many it holds.
@@ -305,7 +308,14 @@ pub(crate) fn plan_fallbacks<'l>(
         .records
         .iter()
         .flat_map(|r| {
-            r.moved.iter().filter(due).map(move |p| Claim { record: r, part: Some(p), nodes: p.added, at: p.at })
+            let returning = is_back_to_spot(ledger, r);
+            r.moved.iter().filter(due).map(move |p| Claim {
+                record: r,
+                returning,
+                part: Some(p),
+                nodes: p.added,
+                at: p.at,
+            })
         })
         .collect();
     if snapshot.capacity_failures.is_empty() && retries.is_empty() {
@@ -323,13 +333,16 @@ pub(crate) fn plan_fallbacks<'l>(
         }
         let mut claims: Vec<Claim> = Vec::new();
         for r in &ledger.records {
-            if &r.group == name && !group.fallbacks.is_empty() {
-                claims.push(Claim { record: r, part: None, nodes: r.added.saturating_sub(r.returned), at: r.at });
+            let returning = is_back_to_spot(ledger, r);
+            if &r.group == name && (!group.fallbacks.is_empty() || returning) {
+                let nodes = r.added.saturating_sub(r.returned);
+                claims.push(Claim { record: r, returning, part: None, nodes, at: r.at });
             }
             // A fallback's own failure since its nodes were asked for.
             let failed_since = |p: &&MovedPart| &p.group == name && p.asked() && p.added > 0 && p.at < *failed_at;
             claims.extend(r.moved.iter().filter(failed_since).map(|p| Claim {
                 record: r,
+                returning,
                 part: Some(p),
                 nodes: p.added,
                 at: p.at,
@@ -369,7 +382,7 @@ fn place<'l>(
     let mut tried = if left.is_some() { claim.tried() } else { Vec::new() };
     let from = claim.part.map(|p| p.at);
     let left_name = left.map(|g| g.name.clone());
-    match choose(snapshot, home, &tried, policy, now, flight, &plan.moves) {
+    match choose(snapshot, (home, claim.returning), &tried, policy, now, flight, &plan.moves) {
         Choice::To(to, room, rank) => {
             let nodes = want.min(room);
             *flight.entry(&to.name).or_default() += nodes;
@@ -420,10 +433,10 @@ enum Choice<'s> {
 }
 
 /// The best-ranked group `home`'s boost may move nodes to now, among `home` itself and the
-/// fallbacks its tag names, less those in `tried`.
+/// fallbacks its tag names (`home` alone for a return to it), less those in `tried`.
 fn choose<'s>(
     snapshot: &'s Snapshot,
-    home: &Group,
+    (home, only_home): (&Group, bool),
     tried: &[GroupName],
     policy: &Policy,
     now: Timestamp,
@@ -432,7 +445,8 @@ fn choose<'s>(
 ) -> Choice<'s> {
     let mut best: Option<(&Group, u32, FallbackRank)> = None;
     let (mut failed, mut fallback_failed, mut waits) = (Vec::new(), false, false);
-    let candidates = std::iter::once(&home.name).chain(home.fallbacks.iter().filter(|f| **f != home.name));
+    let fallbacks = home.fallbacks.iter().filter(|f| **f != home.name && !only_home);
+    let candidates = std::iter::once(&home.name).chain(fallbacks);
     for (position, name) in candidates.enumerate() {
         let Some(to) = snapshot.groups.get(name) else { continue };
         let own = position == 0;
@@ -441,7 +455,7 @@ fn choose<'s>(
         }
         let backed_off = to.ca.as_ref().is_some_and(|ca| ca.backoff.is_some());
         if tried.contains(name) || failing(snapshot, name, policy, now) || backed_off {
-            fallback_failed |= !own;
+            fallback_failed |= !own || only_home;
             if !tried.contains(name) {
                 failed.push(name.clone());
             }
@@ -1022,7 +1036,8 @@ mod properties {
                 prop_assert_eq!(boosts.len(), plan.moves.len() + plan.exhausted.len(), "one step per boost per pass");
                 let mut ledger = s.ledger.clone();
                 for m in &plan.moves {
-                    let tried: Vec<GroupName> = Claim { record: &ledger.records[0], part: None, nodes: 0, at: now }.tried();
+                    let tried: Vec<GroupName> =
+                        Claim { record: &ledger.records[0], returning: false, part: None, nodes: 0, at: now }.tried();
                     prop_assert!(m.left.is_none() || !tried.contains(&m.to), "{:?} was tried: {:?}", m.to, tried);
                     let moving = m.moving(now);
                     prop_assert!(moving.apply(&mut ledger));

@@ -9,7 +9,8 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use super::model::{
-    BoostExpiry, BoostLedger, BoostRecord, GiveBackNode, GroupName, InstanceId, MovedPart, NodeName, Timestamp,
+    BoostExpiry, BoostLedger, BoostRecord, GiveBackNode, GroupName, InstanceId, MovedPart, NodeName, OnFallback,
+    Returning, Timestamp,
 };
 
 /// Which boost a record is: its group, its at-risk instances and when it was decided. No two
@@ -48,6 +49,39 @@ impl BoostRecord {
 }
 
 impl BoostLedger {
+    /// What closing `record` leaves on fallbacks: the nodes it asked of them stay there, counted
+    /// against its own group until returned; a return that closes takes the nodes it gave back
+    /// off its fallback's count.
+    fn close_on_fallback(&mut self, record: &BoostRecord) {
+        let returned: Vec<Returning> = record.instances.iter().filter_map(|i| self.returning.remove(i)).collect();
+        if let Some(r) = returned.first() {
+            let given_back = record.returned;
+            if let Some(k) = self.on_fallback.iter().position(|f| f.home == r.home && f.group == r.from) {
+                let left = self.on_fallback[k].nodes.saturating_sub(given_back);
+                if left == 0 {
+                    self.on_fallback.remove(k);
+                } else {
+                    self.on_fallback[k].nodes = left;
+                }
+            }
+            return;
+        }
+        for part in record.moved.iter().filter(|p| p.asked() && p.added > 0 && p.group != record.group) {
+            match self.on_fallback.iter_mut().find(|f| f.home == record.group && f.group == part.group) {
+                Some(f) => {
+                    f.nodes = f.nodes.saturating_add(part.added);
+                    f.since = f.since.min(part.at);
+                }
+                None => self.on_fallback.push(OnFallback {
+                    home: record.group.clone(),
+                    group: part.group.clone(),
+                    nodes: part.added,
+                    since: part.at,
+                }),
+            }
+        }
+    }
+
     /// The record `id` names, if the ledger still holds it.
     pub(crate) fn find_mut(&mut self, id: &BoostId) -> Option<&mut BoostRecord> {
         self.records.iter_mut().find(|r| r.is(id))
@@ -202,6 +236,27 @@ pub enum LedgerEdit {
     },
     /// Replacements no longer remembered as spent: their nodes are gone.
     ForgetSpent(Vec<NodeName>),
+    /// A fallback node begins its return to its own group (see `core::back_to_spot`); the
+    /// group's earlier returns older than `forget_before` no longer count against its budget.
+    BeginBackToSpot {
+        /// Its instance.
+        instance: InstanceId,
+        /// The return.
+        returning: Returning,
+        /// Returns begun before this are forgotten.
+        forget_before: Timestamp,
+    },
+    /// A return that never got its boost (the group held it) or whose boost expired with nothing
+    /// left asked of any group: forgotten, with its boost if any, so the node is the fallback's
+    /// again and a later return may try.
+    AbandonBackToSpot(InstanceId),
+    /// Capacity once on a fallback that runs there no more (its nodes are gone).
+    ForgetOnFallback {
+        /// Its own group.
+        home: GroupName,
+        /// The fallback.
+        group: GroupName,
+    },
     /// A boost made ahead for pool-mates reached its window's end: these instances, which had no
     /// notice of their own, are no longer covered (a later notice boosts them afresh), and the
     /// rest is an ordinary boost.
@@ -348,11 +403,31 @@ impl LedgerEdit {
             LedgerEdit::Confirm(id) => ledger.find_mut(id).map(|r| r.raising_to = None).is_some(),
             LedgerEdit::Withdraw(id) | LedgerEdit::Close { id, .. } => {
                 let Some(k) = ledger.records.iter().position(|r| r.is(id)) else { return false };
-                ledger.records.remove(k);
+                let record = ledger.records.remove(k);
                 if let LedgerEdit::Close { spent, .. } = self {
                     ledger.spent.extend(spent.iter().cloned());
+                    ledger.close_on_fallback(&record);
                 }
                 true
+            }
+            LedgerEdit::BeginBackToSpot { instance, returning, forget_before } => {
+                ledger.return_starts.retain(|(_, at)| at >= forget_before);
+                if ledger.returning.contains_key(instance) || ledger.covers(instance) {
+                    return false;
+                }
+                ledger.return_starts.push((returning.home.clone(), returning.at));
+                ledger.returning.insert(instance.clone(), returning.clone());
+                true
+            }
+            LedgerEdit::AbandonBackToSpot(instance) => {
+                let removed = ledger.returning.remove(instance).is_some();
+                ledger.records.retain(|r| !r.instances.contains(instance));
+                removed
+            }
+            LedgerEdit::ForgetOnFallback { home, group } => {
+                let before = ledger.on_fallback.len();
+                ledger.on_fallback.retain(|f| !(&f.home == home && &f.group == group));
+                ledger.on_fallback.len() != before
             }
             LedgerEdit::Release { id, instances } => ledger
                 .find_mut(id)

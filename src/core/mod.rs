@@ -5,6 +5,7 @@
 //! scaler, [`plan_draining`] for the drainer. The workers only carry them out, and the property
 //! tests and the planning bench call exactly these.
 
+pub mod back_to_spot;
 pub mod boost;
 pub mod capacity_gap;
 pub mod drain_batches;
@@ -30,6 +31,7 @@ pub mod signals;
 pub mod sizing;
 pub mod standby;
 
+pub use back_to_spot::{BackToSpot, BackToSpotPlan};
 pub use boost::{Boost, BoostPlan, BoostReason, Held, HoldReason};
 pub use capacity_gap::{Displaced, GapMeter, PendingPod};
 pub(crate) use drain_batches::eviction_order;
@@ -56,15 +58,15 @@ pub use ledger_edit::{
 };
 pub use model::{
     Ahead, BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, GiveBackNode, Group, GroupName, InstanceFacts,
-    InstanceId, InstanceLifecycle, LaunchOptions, MovedPart, Namespace, Node, NodeName, OptOut, OwnerUid, Parked, Pod,
-    PodClass, PodName, PodUid, Pool, PoolHistory, RebalancePolicy, Resources, Signal, SignalKind, Snapshot, Standby,
-    Timestamp, INTERRUPTION_NOTICE, NODE_OPT_OUT,
+    InstanceId, InstanceLifecycle, LaunchOptions, MovedPart, Namespace, Node, NodeName, OnFallback, OptOut, OwnerUid,
+    Parked, Pod, PodClass, PodName, PodUid, Pool, PoolHistory, RebalancePolicy, Resources, Returning, Signal,
+    SignalKind, Snapshot, Standby, Timestamp, INTERRUPTION_NOTICE, NODE_OPT_OUT,
 };
 pub use pacing::{BurstTimes, WavePace};
 pub use policy::{MemorySettings, Policy, SizingMode};
 pub use pool_memory::{Conversion, Learned, PoolKey, PoolMemory, PoolRecord, Sighting};
 pub use raises::{resolve_raises, unresolved_groups, ResolvedRaise};
-pub use scaling::{plan_scaling, Acting, ScalingPlan};
+pub use scaling::{plan_scaling, Acting, ReturnedToSpot, ScalingPlan};
 pub(crate) use signals::{scheduled_events_needed, spot_interruptions_needed};
 pub use signals::{AtRisk, AtRiskSet, DropReason, Dropped};
 pub use standby::{ChoiceWhy, RebalanceChoice};

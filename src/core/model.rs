@@ -423,6 +423,9 @@ pub enum SignalKind {
     /// An InstanceGroup rolling update retires this drifted instance: replace it, drain it, then
     /// terminate it, exactly like a rebalance recommendation.
     Rotation,
+    /// A fallback node whose own group launches again (see `core::back_to_spot`): replaced in
+    /// that group, then drained and terminated with decrement, like a rebalance recommendation.
+    BackToSpot,
 }
 
 impl Flag for SignalKind {
@@ -434,6 +437,7 @@ impl Flag for SignalKind {
         SignalKind::StateChange,
         SignalKind::Unknown,
         SignalKind::Rotation,
+        SignalKind::BackToSpot,
     ];
 
     fn position(self) -> u32 {
@@ -456,7 +460,11 @@ impl SignalKind {
     pub(crate) fn calls_for_replacement(self) -> bool {
         matches!(
             self,
-            SignalKind::Rebalance | SignalKind::SpotInterruption | SignalKind::Scheduled | SignalKind::Rotation
+            SignalKind::Rebalance
+                | SignalKind::SpotInterruption
+                | SignalKind::Scheduled
+                | SignalKind::Rotation
+                | SignalKind::BackToSpot
         )
     }
 
@@ -489,6 +497,7 @@ impl SignalKind {
             SignalKind::StateChange => "state-change",
             SignalKind::Unknown => "unknown",
             SignalKind::Rotation => "rotation",
+            SignalKind::BackToSpot => "back-to-spot",
         }
     }
 }
@@ -888,6 +897,45 @@ pub struct BoostLedger {
     /// their node is gone.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub lapsed: BTreeMap<InstanceId, Timestamp>,
+    /// Capacity that moved to fallbacks for boosts now over: it runs there until returned to its
+    /// own group.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub on_fallback: Vec<OnFallback>,
+    /// Fallback nodes on their way back to their own group, by instance.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub returning: BTreeMap<InstanceId, Returning>,
+    /// When each return to a group began, kept for `--return-to-spot-interval`: its budget.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub return_starts: Vec<(GroupName, Timestamp)>,
+}
+
+/// Nodes a fallback launched for a boost that is over, while its own group had no capacity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OnFallback {
+    /// The boost's own group, where they belong.
+    pub home: GroupName,
+    /// The fallback they run in.
+    pub group: GroupName,
+    /// How many.
+    pub nodes: u32,
+    /// When they were asked of it: its nodes created since are theirs.
+    pub since: Timestamp,
+}
+
+/// A fallback node on its way back to its own group: boosted there, drained once its
+/// replacement is Ready, terminated with decrement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Returning {
+    /// Its node.
+    pub node: NodeName,
+    /// The group it goes back to.
+    pub home: GroupName,
+    /// The fallback it runs in.
+    pub from: GroupName,
+    /// When the return began.
+    pub at: Timestamp,
+    /// When its capacity moved to the fallback.
+    pub since: Timestamp,
 }
 
 impl BoostLedger {

@@ -82,6 +82,13 @@ pub struct Policy {
     /// its boosts still miss move to its fallback groups, which it is not one of meanwhile.
     /// Default: 3m.
     pub capacity_cooldown: Duration,
+    /// How often a group whose capacity moved to fallbacks takes some back (see
+    /// `core::back_to_spot`): at most `return_to_spot_nodes` of them begin their return per
+    /// interval, the first once this long has passed since the group last failed to launch.
+    /// Zero turns returns off. Default: 10m.
+    pub return_to_spot_interval: Duration,
+    /// Most fallback nodes one group takes back per `return_to_spot_interval`. Default: 1.
+    pub return_to_spot_nodes: u32,
     /// Most nodes boosted ahead for pool-mates at once, across the cluster (their open boosts'
     /// added nodes); 0 turns pool-mate boosts off. Default: 10.
     pub pool_mate_boost_budget: u32,
@@ -132,6 +139,8 @@ impl Default for Policy {
             force_margin: Duration::from_secs(10),
             boost_capacity_rebalance_groups: false,
             capacity_cooldown: Duration::from_secs(180),
+            return_to_spot_interval: Duration::from_secs(600),
+            return_to_spot_nodes: 1,
             pool_mate_boost_budget: 10,
             pool_mate_window: Duration::from_secs(180),
             rebalance_policy: RebalancePolicy::Replace,

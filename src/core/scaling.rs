@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+use super::back_to_spot::{is_back_to_spot, plan_back_to_spot, BackToSpotPlan};
 use super::boost::{plan_boosts, BoostPlan};
 use super::drain_batches::close_finished_boosts;
 use super::expiry::{expire_boosts, Expired};
@@ -59,6 +60,13 @@ pub struct ScalingPlan {
     /// Groups named as fallbacks of a failing group that may not take its nodes (to report).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refused_fallbacks: Vec<RefusedFallback>,
+    /// Fallback nodes whose return to their own group begins or is abandoned now, and the edits
+    /// that note it (saved with the closes).
+    #[serde(skip)]
+    pub back_to_spot: BackToSpotPlan,
+    /// Returns that end now: their boost closes with the fallback node terminated.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub returned_to_spot: Vec<ReturnedToSpot>,
     /// Groups boosted now that failed to launch for want of capacity and name fallbacks: they
     /// will not launch these nodes either, so once a group's raise is written the scaler plans
     /// again at once and the nodes move to its fallback without waiting for the next failed
@@ -72,6 +80,36 @@ pub struct ScalingPlan {
     /// schedulable again once the lapse is saved, since they keep serving.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub readmit: Vec<NodeName>,
+}
+
+/// A return that ends: the nodes given back by its fallback, now in their own group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReturnedToSpot {
+    /// The group they went back to.
+    pub home: GroupName,
+    /// The fallback they left.
+    pub from: GroupName,
+    /// Nodes the fallback gave back (terminated with decrement).
+    pub nodes: u32,
+    /// When their capacity had moved to the fallback.
+    pub since: Timestamp,
+}
+
+/// The returns among `closes` (on `ledger`, before they apply).
+fn returned_to_spot(ledger: &BoostLedger, closes: &[LedgerEdit]) -> Vec<ReturnedToSpot> {
+    closes
+        .iter()
+        .filter_map(|c| match c {
+            LedgerEdit::Close { id, .. } => ledger.records.iter().find(|r| r.is(id)),
+            _ => None,
+        })
+        .filter(|r| r.returned > 0 && is_back_to_spot(ledger, r))
+        .filter_map(|r| {
+            let returning = r.instances.iter().find_map(|i| ledger.returning.get(i))?;
+            let (home, from, since) = (returning.home.clone(), returning.from.clone(), returning.since);
+            Some(ReturnedToSpot { home, from, nodes: r.returned, since })
+        })
+        .collect()
 }
 
 /// Plans one scaling pass over `snapshot` at `now`.
@@ -94,10 +132,17 @@ pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting
         e.edit().apply(&mut ledger);
     });
     let mut closes = close_finished_boosts(snapshot, &ledger, &at_risk);
+    let returned_to_spot = returned_to_spot(&ledger, &closes);
     apply_all(&mut ledger, &closes);
     let released = release_quiet_pools(snapshot, &ledger, &at_risk, now);
     apply_all(&mut ledger, &released);
     closes.extend(released);
+    let back_to_spot = match acting {
+        Acting::Follower => BackToSpotPlan::default(),
+        Acting::Leader => plan_back_to_spot(snapshot, &ledger, &at_risk, policy, now),
+    };
+    apply_all(&mut ledger, &back_to_spot.edits);
+    closes.extend(back_to_spot.edits.iter().cloned());
     let lapsed = lapse_quiet_standbys(snapshot, &ledger, &at_risk, now);
     let readmit = readmit_lapsed(snapshot, &lapsed);
     apply_all(&mut ledger, &lapsed);
@@ -131,6 +176,8 @@ pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting
         fallbacks,
         exhausted,
         refused_fallbacks,
+        back_to_spot,
+        returned_to_spot,
         replan_once_raised,
         rebalance_choices,
         readmit,

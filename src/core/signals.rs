@@ -215,6 +215,34 @@ pub(crate) fn fold_signals_with_nodes<'s>(
             entry.first_seen = s.observed_at;
         }
     }
+    // A fallback node on its way back is at risk as if signalled, on the ledger's word.
+    for (instance, r) in &snapshot.ledger.returning {
+        let k = *position.entry(instance).or_insert_with(|| {
+            merged.push(Folding {
+                risk: AtRisk {
+                    instance: instance.clone(),
+                    node: r.node.clone(),
+                    kinds: FlagSet::default(),
+                    first_seen: r.at,
+                    evidence: FlagSet::default(),
+                    deadline: None,
+                    confirmed: false,
+                },
+                node: None,
+                facts: None,
+                claims: 0,
+                first_claimant: None,
+                named_by_ec2: 0,
+                ec2_named: None,
+                notices: Vec::new(),
+            });
+            merged.len() - 1
+        });
+        let entry = &mut merged[k].risk;
+        entry.kinds.insert(SignalKind::BackToSpot);
+        entry.evidence.insert(Evidence::Ledger);
+        entry.first_seen = entry.first_seen.min(r.at);
+    }
     // EC2's facts by instance: most instances signalled, a walk of the facts; a few, lookups.
     if merged.len().saturating_mul(8) >= snapshot.instances.len() {
         for (instance, facts) in &snapshot.instances {
@@ -274,7 +302,9 @@ pub(crate) fn fold_signals_with_nodes<'s>(
             None => claims <= 1,
         };
         let seen = Seen { node, facts, claimed_twice: !believed };
-        match admit(snapshot, (&known, policy), now, (&risk, seen), boosted.contains_key(&risk.instance)) {
+        let admitted = admit(snapshot, (&known, policy), now, (&risk, seen), boosted.contains_key(&risk.instance))
+            .and_then(|(group, node)| Ok((returning_home(snapshot, policy, &risk)?.unwrap_or(group), node)));
+        match admitted {
             Ok((group, node)) => {
                 nodes.push(Some(node));
                 by_group.entry(group).or_default().insert(risk.instance.clone(), risk);
@@ -288,6 +318,27 @@ pub(crate) fn fold_signals_with_nodes<'s>(
     set.by_group = by_group.into_iter().map(|(g, instances)| (g.clone(), instances)).collect();
     set.dropped.sort_unstable_by(|a, b| a.instance.cmp(&b.instance));
     (set, AtRiskNodes { position, nodes })
+}
+
+/// The group a fallback node on its way back is at risk in: its own, where it is replaced, while
+/// this daemon serves it. `None` for any other instance.
+fn returning_home<'s>(
+    snapshot: &'s Snapshot,
+    policy: &Policy,
+    risk: &AtRisk,
+) -> Result<Option<&'s GroupName>, DropReason> {
+    let Some(r) = snapshot.ledger.returning.get(&risk.instance) else { return Ok(None) };
+    let home = snapshot.groups.get(&r.home).ok_or(DropReason::NoGroup)?;
+    if home.foreign {
+        return Err(DropReason::NotThisCluster);
+    }
+    if policy.ignored_groups.contains(&home.name) {
+        return Err(DropReason::IgnoredGroup);
+    }
+    if home.excluded {
+        return Err(DropReason::NotSelected);
+    }
+    Ok(Some(&home.name))
 }
 
 /// A signalled instance while its signals fold: the node that runs it under the name the

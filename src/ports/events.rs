@@ -29,6 +29,8 @@ pub enum NodeEventReason {
     FallbackRefused,
     /// Every group the boost may use failed to launch its nodes: they are parked until a retry.
     FallbackExhausted,
+    /// A fallback node goes back to its own group, which launches again.
+    ReturningToSpot,
     /// The group could not launch a replacement for want of capacity.
     CapacityUnavailable,
     /// The group could not launch a replacement: a configuration error.
@@ -64,13 +66,14 @@ pub enum NodeEventReason {
 
 impl NodeEventReason {
     /// Every reason.
-    pub const ALL: [NodeEventReason; 21] = [
+    pub const ALL: [NodeEventReason; 22] = [
         Self::BoostRequested,
         Self::BoostHeld,
         Self::BoostExpired,
         Self::BoostFellBack,
         Self::FallbackRefused,
         Self::FallbackExhausted,
+        Self::ReturningToSpot,
         Self::CapacityUnavailable,
         Self::LaunchFailed,
         Self::LaunchStalled,
@@ -97,6 +100,7 @@ impl NodeEventReason {
             Self::BoostFellBack => "BoostFellBack",
             Self::FallbackRefused => "FallbackRefused",
             Self::FallbackExhausted => "FallbackExhausted",
+            Self::ReturningToSpot => "ReturningToSpot",
             Self::CapacityUnavailable => "CapacityUnavailable",
             Self::LaunchFailed => "LaunchFailed",
             Self::LaunchStalled => "LaunchStalled",
@@ -122,7 +126,8 @@ impl NodeEventReason {
             | Self::BoostHeld
             | Self::BoostFellBack
             | Self::FallbackRefused
-            | Self::FallbackExhausted => "SetDesiredCapacity",
+            | Self::FallbackExhausted
+            | Self::ReturningToSpot => "SetDesiredCapacity",
             Self::BoostExpired => "Boost",
             Self::CapacityUnavailable | Self::LaunchFailed | Self::LaunchStalled => "Launch",
             Self::DrainBlockedByPdb => "Evict",
@@ -145,7 +150,8 @@ impl NodeEventReason {
             | Self::DrainDeferred
             | Self::DrainStarted
             | Self::InstanceTerminated
-            | Self::AzRebalanceSuspended => EventSeverity::Normal,
+            | Self::AzRebalanceSuspended
+            | Self::ReturningToSpot => EventSeverity::Normal,
             _ => EventSeverity::Warning,
         }
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::core::{
     Boost, BoostExpiry, DrainTarget, DrainWait, Exhausted, Expired, Fallback, ForcedDeletion, GroupName, Held,
-    HeldAtDeadline, HeldPod, InstanceId, LaunchFailure, NodeName, Pod, RefusedFallback,
+    HeldAtDeadline, HeldPod, InstanceId, LaunchFailure, NodeName, Pod, RefusedFallback, Returning,
 };
 use crate::ports::{NodeEvent, NodeEventReason};
 
@@ -78,6 +78,15 @@ impl NodeEvent {
             retry_in.as_secs()
         );
         event(node, NodeEventReason::FallbackExhausted, note)
+    }
+
+    /// A fallback node's return to its own group began.
+    pub(crate) fn returning_to_spot(node: &NodeName, r: &Returning) -> NodeEvent {
+        let note = format!(
+            "capacity {} could not launch runs on its fallback {}; {} launches again: a replacement is asked of it, then this node is drained and terminated with decrement",
+            r.home, r.from, r.home
+        );
+        event(node, NodeEventReason::ReturningToSpot, note)
     }
 
     /// The fallback the core refused, and why.

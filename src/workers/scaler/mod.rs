@@ -288,6 +288,8 @@ where
             at_risk,
             replan_once_raised,
             readmit: plan_readmit,
+            back_to_spot,
+            returned_to_spot,
             ..
         } = plan;
         if pacing == Pacing::PerGroup {
@@ -299,6 +301,7 @@ where
         boosts.retain(|b| !flying.contains(&b.group));
         let writes = self.open_boosts(snapshot, first_seen, &boosts, &closes).await?;
         stages.mark("ledger-save");
+        self.tell_back_to_spot(&back_to_spot, &returned_to_spot, now).await;
         self.readmit(&plan_readmit).await;
         if writes.is_empty() {
             return Ok(report);

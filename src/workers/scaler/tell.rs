@@ -8,8 +8,8 @@ use tracing::{info, warn};
 
 use super::{Scaler, TickReport};
 use crate::core::{
-    AtRiskSet, BoostLedger, DropReason, GiveBackHow, GroupName, InstanceId, RefusedFallback, ScalingPlan, Snapshot,
-    Timestamp,
+    AtRiskSet, BackToSpotPlan, BoostLedger, DropReason, GiveBackHow, GroupName, InstanceId, RefusedFallback,
+    ReturnedToSpot, ScalingPlan, Snapshot, Timestamp,
 };
 use crate::metrics::{BoostOutcome, GiveBackOutcome, SkippedAction};
 use crate::ports::{AutoScaling, ClusterView, ClusterWrites, EventSink, LedgerStore, NodeEvent};
@@ -74,6 +74,29 @@ where
         }
         for (group, (in_flight, oldest)) in open {
             m.open_boosts(group, in_flight, oldest);
+        }
+        let mut on_fallback: BTreeMap<&str, u32> = BTreeMap::new();
+        for f in &ledger.on_fallback {
+            let nodes = on_fallback.entry(f.group.as_str()).or_default();
+            *nodes = nodes.saturating_add(f.nodes);
+        }
+        m.on_fallback(&on_fallback);
+    }
+
+    /// Tells the returns the pass began, abandoned and ended, once the ledger holds them.
+    pub(super) async fn tell_back_to_spot(&self, plan: &BackToSpotPlan, ended: &[ReturnedToSpot], now: Timestamp) {
+        let ctx = &self.ctx;
+        for b in &plan.begun {
+            let r = &b.returning;
+            info!(node = %r.node, instance = %b.instance, home = %r.home, fallback = %r.from, "a fallback node returns to its own group, which launches again: replaced there first, then drained");
+            ctx.events.publish(NodeEvent::returning_to_spot(&r.node, r)).await;
+        }
+        for instance in &plan.abandoned {
+            info!(%instance, "a return to the node's own group is abandoned: its boost was held or expired; it stays on the fallback for a later try");
+        }
+        for r in ended {
+            info!(home = %r.home, fallback = %r.from, nodes = r.nodes, "fallback capacity returned to its own group");
+            ctx.metrics.scaler.returned_to_spot(r.home.as_str(), r.nodes, now.since(r.since));
         }
     }
 
