@@ -143,6 +143,21 @@ pub(crate) fn plan_back_to_spot(
     plan
 }
 
+/// The nodes whose pods a return is chosen by and a view may have left out (see
+/// [`Node::pods_known`]): those the fallbacks launched for capacity still on them.
+pub fn pods_needed(snapshot: &Snapshot) -> std::collections::BTreeSet<super::model::NodeName> {
+    let ledger = &snapshot.ledger;
+    if ledger.on_fallback.is_empty() {
+        return std::collections::BTreeSet::new();
+    }
+    snapshot
+        .nodes
+        .values()
+        .filter(|n| !n.pods_known && ledger.on_fallback.iter().any(|f| runs_on_fallback(n, f)))
+        .map(|n| n.name.clone())
+        .collect()
+}
+
 /// Whether `node` is of the fallback `f` names and joined since its capacity moved there.
 fn runs_on_fallback(node: &Node, f: &OnFallback) -> bool {
     node.group.as_ref() == Some(&f.group) && node.created >= f.since.whole_second() && !node.deleting_by_ca

@@ -273,6 +273,10 @@ pub(crate) struct Drainer<A, C, L, W, E> {
     signals: Option<Arc<tokio::sync::Notify>>,
     /// The pods this drainer displaced, paired with their Pending replacements.
     gap: GapMeter,
+    /// Fallback nodes on their way back to their own group, by instance, with the fallback they
+    /// run in: their drain is planned in their own group, but they are terminated (and
+    /// decremented) in the fallback.
+    returning_from: BTreeMap<InstanceId, GroupName>,
 }
 
 impl<A, C, L, W, E> Drainer<A, C, L, W, E>
@@ -299,6 +303,7 @@ where
             evictions: EvictionsInFlight::new(settings.evictions_in_flight),
             signals: None,
             gap: GapMeter::default(),
+            returning_from: BTreeMap::new(),
             settings,
         }
     }
@@ -394,6 +399,7 @@ where
         self.fold_evictions(answers, now, &mut report).await;
         let mut plan = plan_draining(&snapshot, &protected, &self.drains, &ctx.policy, now);
         self.az_rebalance = snapshot.groups.values().filter(|g| g.az_rebalance).map(|g| g.name.clone()).collect();
+        self.returning_from = snapshot.ledger.returning.iter().map(|(i, r)| (i.clone(), r.from.clone())).collect();
         if !snapshot.spot_interrupted.is_subset(&self.confirmed) {
             self.wake_scaler();
             if ctx.leadership.is_leader() {
@@ -571,7 +577,7 @@ where
                 self.to_terminate.insert(
                     t.instance.clone(),
                     PendingTermination {
-                        group: t.group.clone(),
+                        group: self.returning_from.get(&t.instance).unwrap_or(&t.group).clone(),
                         node: Some(t.node.clone()),
                         instance: t.instance.clone(),
                         decrement: t.decrement,
@@ -755,7 +761,7 @@ where
                         self.to_terminate.insert(
                             e.instance.clone(),
                             PendingTermination {
-                                group: e.group.clone(),
+                                group: self.returning_from.get(&e.instance).unwrap_or(&e.group).clone(),
                                 node: Some(e.node.clone()),
                                 instance: e.instance.clone(),
                                 decrement,

@@ -665,6 +665,97 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn capacity_left_on_a_fallback_returns_to_its_group_once_it_launches_again_replaced_first() {
+        use crate::core::NodeName;
+        use crate::workers::drainer::{Drainer, DrainerSettings};
+        use crate::workers::scaler::{Scaler, ScalerSettings};
+        let aws = FakeAutoScaling::default()
+            .with_group("spot-a", 3, 10)
+            .with_tag("spot-a", crate::ports::FALLBACK_GROUPS_TAG, "spot-b")
+            .with_group("spot-b", 2, 10);
+        for (i, g) in [("n1", "spot-a"), ("n2", "spot-a"), ("n3", "spot-a"), ("m1", "spot-b"), ("m2", "spot-b")] {
+            aws.clone().with_instance(g, &format!("i-{i}"));
+        }
+        let rig = FakeRig::new(aws);
+        for (n, g) in [("n1", "spot-a"), ("n2", "spot-a"), ("n3", "spot-a"), ("m1", "spot-b"), ("m2", "spot-b")] {
+            let mut node = Node::test(n, g).with_pods(2, 500, 1 << 30);
+            node.group = None;
+            rig.cluster.put_node(node);
+        }
+        let (ctx, metrics, clock) = rebalance_on_n1(&rig).await;
+        let mut scaler = Scaler::new(ctx.clone(), ScalerSettings::default());
+        let mut drainer = Drainer::new(ctx.clone(), DrainerSettings::default());
+        let mut watcher = LaunchWatcher::new(ctx.clone(), LaunchWatchSettings::default()).waking(scaler.waker());
+        scaler.tick().await.unwrap();
+        tokio::time::advance(Duration::from_secs(4)).await;
+        rig.aws.fail_launch("spot-a", SPOT, clock());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        watcher.tick().await.unwrap();
+        scaler.tick().await.unwrap();
+        assert_eq!((rig.aws.desired("spot-a"), rig.aws.desired("spot-b")), (3, 3), "moved to spot-b");
+
+        // spot-b's node joins; n1 drains onto it and goes (spot-a replaces it); the boost closes.
+        let join = |name: &str, group: &str| {
+            rig.aws.clone().with_instance(group, &format!("i-{name}"));
+            let mut node = Node::test(name, group);
+            node.group = None;
+            node.created = clock();
+            rig.cluster.put_node(node);
+        };
+        join("r1", "spot-b");
+        let mut step = async |rounds: usize| {
+            let mut terminated = Vec::new();
+            for _ in 0..rounds {
+                watcher.tick().await.unwrap();
+                scaler.tick().await.unwrap();
+                for (instance, decremented) in drainer.tick().await.unwrap().terminated {
+                    rig.aws.remove_instance(&instance);
+                    let node = instance.as_str().trim_start_matches("i-").to_string();
+                    rig.cluster.remove_node(&node);
+                    terminated.push((node, decremented));
+                }
+                tokio::time::advance(Duration::from_secs(5)).await;
+            }
+            terminated
+        };
+        assert_eq!(step(12).await, vec![("n1".to_string(), false)]);
+        let ledger = ctx.ledger.current().await;
+        assert!(ledger.records.is_empty(), "{:?}", ledger.records);
+        assert_eq!((ledger.on_fallback.len(), ledger.on_fallback[0].nodes), (1, 1));
+        assert!(metrics.encode().contains("spots_booster_fallback_nodes{group=\"spot-b\"} 1"));
+
+        // Within the interval since spot-a last failed, nothing goes back.
+        assert!(step(60).await.is_empty());
+        assert!(ctx.ledger.current().await.returning.is_empty());
+        assert_eq!((rig.aws.desired("spot-a"), rig.aws.desired("spot-b")), (3, 3));
+
+        // Ten minutes on: r1 (launched for the move) is replaced in spot-a, then drained and
+        // terminated with decrement; spot-b is back to its size.
+        step(60).await;
+        assert_eq!(rig.aws.desired("spot-a"), 4, "the replacement is asked of spot-a first");
+        assert!(rig.events.reasons_for("r1").contains(&"ReturningToSpot"), "{:?}", rig.events.reasons_for("r1"));
+        assert!(rig.cluster.protected().is_empty() || !rig.cluster.protected().contains(&NodeName::from("r1")));
+        join("a1", "spot-a");
+        let terminated = step(12).await;
+        assert_eq!(terminated, vec![("r1".to_string(), true)]);
+        assert_eq!((rig.aws.desired("spot-a"), rig.aws.desired("spot-b")), (4, 2));
+        step(2).await;
+        let ledger = ctx.ledger.current().await;
+        assert!(
+            ledger.records.is_empty() && ledger.returning.is_empty() && ledger.on_fallback.is_empty(),
+            "{ledger:?}"
+        );
+        let text = metrics.encode();
+        assert!(text.contains("spots_booster_returned_to_spot_total{group=\"spot-a\"} 1"), "{text}");
+        assert!(text.contains("spots_booster_time_on_fallback_seconds_count 1"));
+        assert!(
+            text.contains("spots_booster_terminations_total{decrement=\"true\",group=\"spot-b\"} 1"),
+            "terminated and decremented in the fallback it ran in: {text}"
+        );
+        assert!(!text.contains("spots_booster_fallback_nodes{group=\"spot-b\"} 1"));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_group_that_launches_nothing_within_the_launch_timeout_falls_back_though_aws_says_nothing() {
         use crate::workers::scaler::{Scaler, ScalerSettings};
         let (rig, ctx, _) = boosted().await;

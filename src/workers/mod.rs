@@ -260,6 +260,7 @@ impl<A: AutoScaling, C: ClusterView, L: LedgerStore, W, E> WorkerContext<A, C, L
         }
         let mut needed = crate::core::pods_needed(&snapshot);
         needed.extend(crate::core::pool_mates::pods_needed(&snapshot));
+        needed.extend(crate::core::back_to_spot::pods_needed(&snapshot));
         if !needed.is_empty() {
             self.cluster.attach_pods(&mut snapshot.nodes, &needed);
         }
