@@ -474,6 +474,16 @@ impl ScalerMetrics {
         }
     }
 
+    /// Fallback nodes returned to their own group so far, every group together.
+    pub fn returned_to_spot_total(&self) -> u64 {
+        self.returned_to_spot
+            .collect()
+            .iter()
+            .flat_map(|family| family.get_metric())
+            .map(|m| m.get_counter().get_value() as u64)
+            .sum()
+    }
+
     /// Counts `nodes` returned to `group` after `on_fallback` on a fallback.
     pub(crate) fn returned_to_spot(&self, group: &str, nodes: u32, on_fallback: Duration) {
         self.returned_to_spot.with_label_values(&[group]).inc_by(u64::from(nodes));

@@ -25,6 +25,7 @@ fn the_shipped_scenarios_include_the_production_shapes() {
     assert_eq!(
         shipped(),
         [
+            "fallback-returns.yaml",
             "group-at-max.yaml",
             "interruption-no-room.yaml",
             "interruption-reclaim-first.yaml",
@@ -142,6 +143,47 @@ fn with_two_dry_pools_and_a_good_one_replacements_are_ready_a_boot_time_after_th
     }
     eprintln!("two dry pools: {within} of {runs} seeded runs Ready within boot + 30 s; missed: {misses:?}");
     assert!(within * 100 >= runs * 95, "{within} of {runs} within boot + 30 s; missed: {misses:?}");
+}
+
+#[test]
+fn capacity_on_a_fallback_goes_back_once_its_pool_recovers_one_node_per_interval() {
+    let report = run("fallback-returns.yaml");
+    let s = &report.booster.summary;
+    assert_eq!((s.fell_back_nodes, s.returned_to_spot_nodes), (3, 3), "{s:?}");
+    assert_eq!((s.pods_killed, s.pdb_violations, s.double_boosts), (0, 0, 0), "{s:?}");
+    let group = |name: &str| report.booster.groups.iter().find(|g| g.name == name).unwrap().final_desired;
+    assert_eq!(group("od"), 4, "the fallback is back at its own size");
+    let returns: Vec<u64> = report
+        .booster
+        .timeline
+        .iter()
+        .filter(|e| e.actor == "booster" && e.action == "ReturningToSpot")
+        .map(|e| e.at_seconds)
+        .collect();
+    assert_eq!(returns.len(), 3, "{returns:?}");
+    // spot-a's pool recovers at 20 minutes: the first node is on its way back within 15.
+    let recovered = 20 * 60;
+    assert!(returns[0] >= recovered && returns[0] - recovered <= 15 * 60, "{returns:?}");
+    assert!(returns.windows(2).all(|w| w[1] - w[0] >= 600), "one per group per 10 minutes: {returns:?}");
+    // Each node is replaced in spot-a before it is drained: terminated with decrement.
+    let terminated: Vec<&str> = report
+        .booster
+        .timeline
+        .iter()
+        .filter(|e| e.action == "terminated" && e.target.starts_with("od-"))
+        .map(|e| e.detail.as_str())
+        .collect();
+    assert_eq!(terminated.len(), 3);
+    assert!(terminated.iter().all(|d| d.contains("with decrement")), "{terminated:?}");
+    let last = s.last_on_fallback_seconds.unwrap();
+    eprintln!(
+        "fallback returns: first on its way {} s after recovery, all back {} s after; {} node-seconds on od",
+        returns[0] - recovered,
+        last - recovered,
+        s.fallback_node_seconds
+    );
+    // Cluster Autoscaler leaves its scale-up where it landed.
+    assert_eq!(report.baseline.as_ref().unwrap().summary.returned_to_spot_nodes, 0);
 }
 
 #[test]

@@ -306,11 +306,17 @@ fn plan_group(
         match policy.sizing {
             SizingMode::Count => k as u32,
             SizingMode::Pods => {
-                let packed = nodes_for_pods(nodes(k).flat_map(|n| n.pods.iter()), capacity, policy);
+                // A fallback node going back is one node here, whatever its pods: its capacity
+                // is what moves.
+                let returning = |r: &AtRisk| r.kinds.contains(&crate::core::SignalKind::BackToSpot);
+                let others = || pending[..k].iter().filter(|(r, _)| !returning(r));
+                let pods = others().filter_map(|(_, n)| *n).flat_map(|n| n.pods.iter());
+                let packed = nodes_for_pods(pods, capacity, policy);
+                // A node NTH drains itself counts as one at least.
                 let drained_by_nth =
-                    pending[..k].iter().filter(|(r, _)| r.kinds.iter().any(|kind| kind.drained_by_nth())).count()
-                        as u32;
-                packed.max(drained_by_nth)
+                    others().filter(|(r, _)| r.kinds.iter().any(|kind| kind.drained_by_nth())).count() as u32;
+                let going_back = (k - others().count()) as u32;
+                packed.max(drained_by_nth).saturating_add(going_back)
             }
         }
     };

@@ -917,6 +917,43 @@ mod tests {
     }
 
     #[test]
+    fn a_return_whose_own_group_fails_is_parked_and_retried_there_never_moved_to_a_fallback() {
+        // od's node o9 returns to spot-a: spot-a (5 → 6) fails to launch its replacement.
+        let mut s = exhausted();
+        s.ledger.records.clear();
+        s.groups.get_mut(&GroupName::from("spot-a")).unwrap().desired = 6;
+        let mut record = BoostRecord::test("spot-a", &["i-o9"], 1, 595_000);
+        record.before = 5;
+        s.ledger.record(record);
+        s.ledger.returning.insert(
+            "i-o9".into(),
+            crate::core::model::Returning {
+                node: "o9".into(),
+                home: "spot-a".into(),
+                from: "od".into(),
+                at: Timestamp::from_millis(595_000),
+                since: Timestamp::from_millis(1_000),
+            },
+        );
+        s.capacity_failures.insert("spot-a".into(), Timestamp::from_millis(598_000));
+        let plan = plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW);
+        assert!(plan.moves.is_empty(), "{plan:?}");
+        assert_eq!(plan.exhausted.len(), 1);
+        assert_eq!((plan.exhausted[0].tried.clone(), plan.exhausted[0].nodes), (vec![GroupName::from("spot-a")], 1));
+        // Even with spot-a's own tag emptied, the return is still parked, not left counted.
+        s.groups.get_mut(&GroupName::from("spot-a")).unwrap().fallbacks.clear();
+        assert_eq!(plan_fallbacks(&s, &s.ledger, &Policy::default(), NOW).exhausted.len(), 1);
+
+        // Its retry goes to spot-a alone.
+        let mut ledger = s.ledger.clone();
+        assert!(plan.exhausted[0].parking(NOW).apply(&mut ledger));
+        s.ledger = ledger;
+        let retry = NOW.plus(Policy::default().capacity_cooldown);
+        let again = plan_fallbacks(&s, &s.ledger, &Policy::default(), retry);
+        assert_eq!(again.moves.iter().map(|m| m.to.as_str()).collect::<Vec<_>>(), ["spot-a"]);
+    }
+
+    #[test]
     fn a_boost_with_no_fallback_it_may_use_waits_instead_of_parking() {
         // The tag names only a group at its max: the boost waits for room, it is not parked.
         let mut s = moved_to_spot_b();

@@ -58,14 +58,19 @@ impl LaunchFailure {
 }
 
 /// Groups with a boost whose nodes may still be launching (confirmed, not expired, not all given
-/// back), each with when its oldest such boost was decided: only their launches are watched, and
-/// only activities since then matter.
+/// back), and groups whose capacity runs on a fallback, each with when its oldest such boost was
+/// decided (or its capacity moved): only their launches are watched, and only activities since
+/// then matter.
 pub fn launching_groups(ledger: &BoostLedger) -> BTreeMap<GroupName, Timestamp> {
     let mut groups: BTreeMap<GroupName, Timestamp> = BTreeMap::new();
     let mut note = |group: &GroupName, at: Timestamp| {
         let oldest = groups.entry(group.clone()).or_insert(at);
         *oldest = (*oldest).min(at);
     };
+    // A group whose capacity runs on a fallback: whether it launches again decides the return.
+    for f in &ledger.on_fallback {
+        note(&f.home, f.since);
+    }
     for r in ledger.records.iter().filter(|r| r.expired.is_none()) {
         if r.raising_to.is_none() && r.added > r.returned {
             note(&r.group, r.at);

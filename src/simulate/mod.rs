@@ -86,6 +86,14 @@ pub struct Summary {
     /// Failed scaling activities: launches Auto Scaling attempted without capacity (it retries
     /// every 10 s while a group asks for more than it has).
     pub failed_launches: u32,
+    /// Fallback nodes the booster returned to their own group (replaced there, then drained and
+    /// terminated with decrement).
+    pub returned_to_spot_nodes: u32,
+    /// Node-seconds capacity ran on fallbacks for the booster's boosts: moved there, and left
+    /// there after the boost until returned.
+    pub fallback_node_seconds: u64,
+    /// The last simulated second any such capacity ran on a fallback (none if it never did).
+    pub last_on_fallback_seconds: Option<u64>,
     /// From the first failed launch to the moment as many nodes launched since the first signal
     /// were Ready as nodes were signalled until that failure, in seconds: how long the wave the
     /// first dry pool hit waited for its replacements (none without a failure, or if they never
@@ -204,6 +212,11 @@ struct Workers {
     lapsed: BTreeSet<InstanceId>,
     /// Node-seconds the open boosts held (added and not given back).
     boost_node_seconds: u64,
+    /// Node-seconds capacity ran on fallbacks: nodes moved there, and left there after their
+    /// boost until returned.
+    fallback_node_seconds: u64,
+    /// The last second any capacity ran on a fallback.
+    last_on_fallback: Option<Timestamp>,
     /// The daemon's metrics, as the workers counted them.
     metrics: Arc<Metrics>,
 }
@@ -242,6 +255,8 @@ impl Workers {
             boosted: BTreeMap::new(),
             lapsed: BTreeSet::new(),
             boost_node_seconds: 0,
+            fallback_node_seconds: 0,
+            last_on_fallback: None,
             metrics,
         }
     }
@@ -264,6 +279,19 @@ impl Workers {
         }
         let saved = self.ledger.saved();
         self.lapsed.extend(saved.lapsed.keys().cloned());
+        // A return boosts a fallback node afresh: no second boost for one risk.
+        self.lapsed.extend(saved.returning.keys().cloned());
+        let moved_there: u32 = saved
+            .records
+            .iter()
+            .flat_map(|r| r.moved.iter().filter(move |p| p.asked() && p.group != r.group && p.raising_to.is_none()))
+            .map(|p| p.added)
+            .sum();
+        let on_fallback = moved_there + saved.on_fallback.iter().map(|f| f.nodes).sum::<u32>();
+        if on_fallback > 0 {
+            self.fallback_node_seconds += u64::from(on_fallback) * TICK.as_secs();
+            self.last_on_fallback = Some(sim.lock().now);
+        }
         for r in saved.records {
             for part in r.moved.iter().filter(|p| p.raising_to.is_none() && p.asked() && p.group != r.group) {
                 self.moved.insert((r.instances.clone(), part.group.clone(), part.at), part.added);
@@ -418,6 +446,12 @@ async fn run_scenario_async(scenario: &Scenario, mode: Mode, mut progress: Optio
             fell_back_nodes: workers.as_ref().map_or(0, |w| w.moved.values().sum()),
             failed_launches: world.failed_launches.values().map(|l| l.len() as u32).sum(),
             replacements_ready_after_failure_seconds: replacements_ready_after_failure(&world),
+            returned_to_spot_nodes: workers.as_ref().map_or(0, |w| w.metrics.scaler.returned_to_spot_total() as u32),
+            fallback_node_seconds: workers.as_ref().map_or(0, |w| w.fallback_node_seconds),
+            last_on_fallback_seconds: workers
+                .as_ref()
+                .and_then(|w| w.last_on_fallback)
+                .map(|at| at.since(world.start()).as_secs()),
             drained_nodes: c.drained_nodes,
             evictions: c.evictions,
             evictions_blocked: c.evictions_blocked,
@@ -609,6 +643,9 @@ pub(crate) fn render_text(name: &str, report: &Report, width: Width) -> String {
         ("fell_back_nodes", |s| Some(u64::from(s.fell_back_nodes))),
         ("failed_launches", |s| Some(u64::from(s.failed_launches))),
         ("replacements_ready_after_failure_seconds", |s| s.replacements_ready_after_failure_seconds),
+        ("returned_to_spot_nodes", |s| Some(u64::from(s.returned_to_spot_nodes))),
+        ("fallback_node_seconds", |s| Some(s.fallback_node_seconds)),
+        ("last_on_fallback_seconds", |s| s.last_on_fallback_seconds),
         ("drained_nodes", |s| Some(u64::from(s.drained_nodes))),
         ("evictions", |s| Some(u64::from(s.evictions))),
         ("evictions_blocked", |s| Some(u64::from(s.evictions_blocked))),

@@ -256,7 +256,12 @@ impl World {
         world
     }
 
-    /// Seconds since the start.
+    /// When the run started.
+    pub(crate) fn start(&self) -> Timestamp {
+        self.start
+    }
+
+    /// Simulated time since the start.
     pub fn elapsed(&self) -> Duration {
         self.now.since(self.start)
     }
