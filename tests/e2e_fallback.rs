@@ -12,8 +12,8 @@ use support::aws_intercept::{
 };
 use support::e2e::{
     await_synced, aws, bind_pod, booster_events_on, create_group, create_namespace, deploy_with_budget,
-    desired_capacity, env, free_port, kube_client, live_instances, nth_cordon_and_taint, register_node,
-    report_pod_ready, run_suffix, scrape, start_booster,
+    desired_capacity, env, free_port, kube_client, live_instances, metric, nth_cordon_and_taint, pod_ready,
+    register_node, report_pod_ready, run_suffix, schedulable_nodes, scrape, start_booster, LONE_DRAINER,
 };
 use support::moto::group_tag;
 
@@ -139,5 +139,175 @@ async fn a_boost_whose_group_and_first_fallback_are_dry_lands_on_the_second_with
         text.contains(&format!("spots_booster_boosts_total{{group=\"{spot_c}\",outcome=\"fell-back\"}} 1")),
         "{text}"
     );
+    booster.kill().await.unwrap();
+}
+
+/// One round of kubelet and scheduler for `groups`: every live instance's Node is Ready, a Node
+/// whose instance left goes (with its pods), and unbound `app=app` pods are bound to the
+/// emptiest schedulable Node and reported Ready.
+async fn play(kube: &kube::Client, aws: &aws_config::SdkConfig, (ns, suffix): (&str, &str), groups: &[&String]) {
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use kube::api::{DeleteParams, ListParams};
+    let nodes: kube::Api<Node> = kube::Api::all(kube.clone());
+    let pods: kube::Api<Pod> = kube::Api::namespaced(kube.clone(), ns);
+    let mut live = std::collections::BTreeSet::new();
+    for group in groups {
+        for (id, zone) in live_instances(aws, group).await {
+            let name = format!("{id}.{suffix}.e2e.internal");
+            register_node(kube, &name, &zone, &id, suffix).await;
+            live.insert(name);
+        }
+    }
+    let all = pods.list(&ListParams::default().labels("app=app")).await.unwrap().items;
+    let ours = nodes.list(&ListParams::default().labels(&format!("spots-booster-e2e={suffix}"))).await.unwrap();
+    for n in ours.items {
+        let name = n.metadata.name.clone().unwrap();
+        if !live.contains(&name) {
+            for pod in all.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&name)) {
+                let _ =
+                    pods.delete(pod.metadata.name.as_deref().unwrap(), &DeleteParams::default().grace_period(0)).await;
+            }
+            let _ = nodes.delete(&name, &DeleteParams::default()).await;
+        }
+    }
+    let schedulable: Vec<String> =
+        schedulable_nodes(kube, suffix).await.into_iter().filter(|n| live.contains(n.as_str())).collect();
+    let all = pods.list(&ListParams::default().labels("app=app")).await.unwrap().items;
+    let mut on: BTreeMap<String, usize> = schedulable.iter().map(|n| (n.clone(), 0)).collect();
+    for pod in &all {
+        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+            *on.entry(node).or_default() += 1;
+        }
+    }
+    for pod in &all {
+        let name = pod.metadata.name.clone().unwrap();
+        match pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+            None => {
+                let target = on.iter().filter(|(n, _)| schedulable.contains(n)).min_by_key(|(_, k)| **k);
+                if let Some(target) = target.map(|(n, _)| n.clone()) {
+                    bind_pod(&pods, &name, &target).await;
+                    *on.entry(target).or_default() += 1;
+                }
+            }
+            Some(_) if !pod_ready(pod) => report_pod_ready(&pods, &name).await,
+            Some(_) => {}
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real API server and moto: set SPOTS_BOOSTER_E2E_KUBECONFIG and SPOTS_BOOSTER_E2E_AWS_ENDPOINT, pass --include-ignored"]
+async fn capacity_on_the_fallback_returns_to_its_group_once_that_group_launches_again() {
+    let (kubeconfig, endpoint) = env();
+    let suffix = run_suffix();
+    let kube = kube_client(&kubeconfig).await;
+    let aws = aws(&endpoint).await;
+    let ns = format!("sb-e2e-return-{suffix}");
+    create_namespace(&kube, &ns).await;
+    let asg = aws_sdk_autoscaling::Client::new(&aws);
+    let (spot, od) = (format!("spot-{suffix}"), format!("od-{suffix}"));
+    for group in [&spot, &od] {
+        create_group(&aws, group, 2, 6).await;
+    }
+    asg.create_or_update_tags().tags(group_tag(&spot, "spots-booster.io/fallback-groups", &od)).send().await.unwrap();
+    let groups = [&spot, &od];
+    play(&kube, &aws, (&ns, &suffix), &groups).await;
+    let before: Vec<String> =
+        schedulable_nodes(&kube, &suffix).await.into_iter().filter(|n| !n.contains("placeholder")).collect();
+
+    // spot's pool is dry until the booster gives its raise back (the move to od); from then
+    // on it launches again, and Auto Scaling says nothing more of it.
+    let state: Dry = Arc::default();
+    let dry = dry_pools(vec![spot.clone()], state.clone());
+    let recovered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (flag, home) = (recovered.clone(), spot.clone());
+    let hook: Hook = Arc::new(move |form: &BTreeMap<String, String>| {
+        use std::sync::atomic::Ordering;
+        if flag.load(Ordering::SeqCst) {
+            return Answer::Forward;
+        }
+        let lowered = form.get("Action").map(String::as_str) == Some("SetDesiredCapacity")
+            && form.get("AutoScalingGroupName") == Some(&home)
+            && form.get("DesiredCapacity").map(String::as_str) == Some("2");
+        let answer = dry(form);
+        if lowered {
+            flag.store(true, Ordering::SeqCst);
+        }
+        answer
+    });
+    let proxy = intercepting_proxy(&endpoint, hook).await;
+    let port = free_port();
+    let mut flags = LONE_DRAINER.to_vec();
+    flags.extend(["--return-to-spot-interval", "20s", "--capacity-cooldown", "10s"]);
+    let mut booster = start_booster(&kubeconfig, &proxy, &ns, port, &flags);
+    await_synced(port, &mut booster).await;
+    deploy_with_budget(&kube, &ns, "app", 2, serde_json::json!({"maxUnavailable": 1})).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        play(&kube, &aws, (&ns, &suffix), &groups).await;
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(kube.clone(), &ns);
+        let listed = pods.list(&kube::api::ListParams::default().labels("app=app")).await.unwrap().items;
+        if listed.len() == 2 && listed.iter().all(pod_ready) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the app never became Ready");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let (at_risk, _) = live_instances(&aws, &spot).await.remove(0);
+    let at_risk_node = format!("{at_risk}.{suffix}.e2e.internal");
+    assert!(before.contains(&at_risk_node));
+    nth_cordon_and_taint(&kube, &at_risk_node).await;
+
+    // The boost fails in spot, moves to od, the at-risk node drains there and goes.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut moved_at = None;
+    let mut returning = None;
+    let mut back = None;
+    let (od_size, spot_size) = loop {
+        play(&kube, &aws, (&ns, &suffix), &groups).await;
+        let text = scrape(port).await;
+        let (od_size, spot_size) = (desired_capacity(&aws, &od).await, desired_capacity(&aws, &spot).await);
+        if moved_at.is_none() && od_size == 3 {
+            moved_at = Some(Instant::now());
+        }
+        let od_nodes: Vec<String> = live_instances(&aws, &od).await.into_iter().map(|(i, _)| i).collect();
+        for instance in &od_nodes {
+            let node = format!("{instance}.{suffix}.e2e.internal");
+            let told = booster_events_on(&kube, &node).await;
+            if returning.is_none() && told.iter().any(|e| e.reason.as_deref() == Some("ReturningToSpot")) {
+                returning = Some((node, Instant::now()));
+            }
+        }
+        if back.is_none() && metric(&text, &format!("spots_booster_returned_to_spot_total{{group=\"{spot}\"}}")) == 1.0
+        {
+            back = Some(Instant::now());
+            break (od_size, spot_size);
+        }
+        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited early");
+        assert!(
+            Instant::now() < deadline,
+            "od {od_size}, spot {spot_size}; moved: {moved_at:?}; returning: {returning:?}; recovered: {}",
+            recovered.load(std::sync::atomic::Ordering::SeqCst)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let (moved_at, (node, began), back) =
+        (moved_at.unwrap(), returning.expect("a ReturningToSpot Event"), back.unwrap());
+    eprintln!(
+        "moved to od, then its node {node} began its return {:.1} s later and was back {:.1} s after that",
+        began.duration_since(moved_at).as_secs_f64(),
+        back.duration_since(began).as_secs_f64()
+    );
+    assert_eq!(od_size, 2, "od gave back the node it launched for spot (terminated with decrement)");
+    assert_eq!(spot_size, 3, "spot keeps the node it launched for it");
+    assert!(before.iter().all(|n| n != &node), "the node returned was one od launched for the boost");
+    // The next pass shows nothing left on od.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while metric(&scrape(port).await, &format!("spots_booster_fallback_nodes{{group=\"{od}\"}}")) != 0.0 {
+        assert!(Instant::now() < deadline, "od still shows capacity away");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let told = booster_events_on(&kube, &node).await;
+    assert!(told.iter().any(|e| e.reason.as_deref() == Some("ReturningToSpot")), "{told:?}");
     booster.kill().await.unwrap();
 }

@@ -70,9 +70,9 @@ pub(crate) fn plan_back_to_spot(
     }
     for (instance, r) in &ledger.returning {
         let abandon = match ledger.records.iter().find(|rec| rec.instances.contains(instance)) {
-            // The group held its boost (at its max, over budget) for a whole interval, or the
-            // node went before it was boosted.
-            None => now.since(r.at) >= policy.return_to_spot_interval || !snapshot.nodes.contains_key(&r.node),
+            // The group held its boost (at its max, over budget) as long as a boost waits for its
+            // replacements, or the node went before it was boosted.
+            None => now.since(r.at) >= policy.replacement_timeout || !snapshot.nodes.contains_key(&r.node),
             // Expired with nothing still asked of any group: what it raised was taken back.
             Some(rec) => {
                 rec.expired.is_some()
@@ -101,7 +101,7 @@ pub(crate) fn plan_back_to_spot(
             .count()
             .saturating_add(plan.begun.iter().filter(|b| b.returning.home == f.home).count());
         let mut room = (policy.return_to_spot_nodes as usize).saturating_sub(begun);
-        if room == 0 || !may_take_back(snapshot, ledger, at_risk, policy, (f, since)) {
+        if room == 0 || !may_take_back(snapshot, ledger, at_risk, policy, (f, since, now)) {
             continue;
         }
         let on_the_way = ledger.returning.values().filter(|r| r.home == f.home && r.from == f.group).count();
@@ -164,19 +164,21 @@ fn runs_on_fallback(node: &Node, f: &OnFallback) -> bool {
 }
 
 /// Whether `f`'s own group may take a node back now: one this daemon serves, with room, that
-/// has not failed to launch since `since`, has no notice open and no boost of its own.
+/// has not failed to launch since `since` (nor within `--capacity-cooldown`, while it counts as
+/// failing), has no notice open and no boost of its own.
 fn may_take_back(
     snapshot: &Snapshot,
     ledger: &BoostLedger,
     at_risk: &AtRiskSet,
     policy: &Policy,
-    (f, since): (&OnFallback, Timestamp),
+    (f, since, now): (&OnFallback, Timestamp, Timestamp),
 ) -> bool {
     let (Some(home), Some(fallback)) = (snapshot.groups.get(&f.home), snapshot.groups.get(&f.group)) else {
         return false;
     };
     let serves = |g: &super::model::Group| !g.foreign && !g.excluded && !policy.ignored_groups.contains(&g.name);
-    let failed_lately = snapshot.capacity_failures.get(&f.home).is_some_and(|at| *at > since);
+    let failed_lately = snapshot.capacity_failures.get(&f.home).is_some_and(|at| *at > since)
+        || super::fallback::failing(snapshot, &f.home, policy, now);
     let notice_open = at_risk
         .by_group
         .get(&f.home)
@@ -252,7 +254,8 @@ mod tests {
         assert!(!at_risk.by_group.contains_key(&GroupName::from("od")));
         assert!(plan(&s, &policy, NOW.plus(policy.return_to_spot_interval / 2)).begun.is_empty());
 
-        // Once the interval has passed, the next (its own o1 and o2 are never taken).
+        // Once the interval has passed, the next (its own o1 and o2 are never taken); o4's return
+        // waits for its boost meanwhile.
         let next = plan(&s, &policy, NOW.plus(policy.return_to_spot_interval));
         assert_eq!(begun(&next), ["o3"]);
     }
@@ -317,8 +320,9 @@ mod tests {
         let mut s = lent();
         let p = plan(&s, &policy, NOW);
         assert!(p.edits.iter().all(|e| e.apply(&mut s.ledger)));
-        // Held for a whole interval: abandoned, and the node is od's again.
-        let later = plan(&s, &policy, NOW.plus(policy.return_to_spot_interval));
+        // Held as long as a boost waits for its replacements: abandoned, and the node is od's again.
+        assert!(plan(&s, &policy, NOW.plus(policy.return_to_spot_interval)).abandoned.is_empty());
+        let later = plan(&s, &policy, NOW.plus(policy.replacement_timeout));
         assert_eq!(later.abandoned, [InstanceId::from("i-o4")]);
 
         // Boosted, then expired with its node parked and taken back: abandoned too.

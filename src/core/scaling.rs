@@ -148,6 +148,8 @@ pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting
     apply_all(&mut ledger, &lapsed);
     closes.extend(lapsed);
     let mut boosts = plan_boosts(snapshot, &ledger, (&at_risk, &nodes), policy, now);
+    // A return abandoned now is the fallback's node again: not boosted for.
+    boosts.boosts.retain(|b| !b.record.instances.iter().any(|i| back_to_spot.abandoned.contains(i)));
     let rebalance_choices = choose_standby(snapshot, &ledger, &at_risk, &mut boosts, policy, now);
     let ahead = plan_pool_mates(snapshot, &ledger, &at_risk, &boosts, policy, now);
     boosts.boosts.extend(ahead);

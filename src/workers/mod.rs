@@ -203,7 +203,10 @@ pub(crate) async fn settle(notify: &tokio::sync::Notify, quiet: std::time::Durat
 pub(crate) fn remember_boosted(state: &mut ClusterState, ledger: &BoostLedger) {
     let signalled: BTreeSet<_> = state.signals.iter().map(|s| s.instance.clone()).collect();
     for record in &ledger.records {
-        for instance in record.instances.iter().filter(|i| !signalled.contains(*i)) {
+        // A fallback node on its way back is at risk on the ledger's word already (`core::back_to_spot`),
+        // and never as a recommendation: pool memory would learn one that never came.
+        let remembered = |i: &&InstanceId| !signalled.contains(*i) && !ledger.returning.contains_key(*i);
+        for instance in record.instances.iter().filter(remembered) {
             let Some(node) = state.nodes.values().find(|n| n.instance.as_ref() == Some(instance)) else { continue };
             state.signals.push(Signal {
                 instance: instance.clone(),

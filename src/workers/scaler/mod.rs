@@ -302,6 +302,10 @@ where
         let writes = self.open_boosts(snapshot, first_seen, &boosts, &closes).await?;
         stages.mark("ledger-save");
         self.tell_back_to_spot(&back_to_spot, &returned_to_spot, now).await;
+        if !back_to_spot.begun.is_empty() {
+            // A return's node is at risk from now: its boost is planned at once.
+            self.wake.notify_one();
+        }
         self.readmit(&plan_readmit).await;
         if writes.is_empty() {
             return Ok(report);
