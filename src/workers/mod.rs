@@ -278,3 +278,34 @@ impl<A: AutoScaling, C: ClusterView, L: LedgerStore, W, E> WorkerContext<A, C, L
         Ok(Some(Observation { snapshot, protected: state.protected, first_seen: state.first_seen }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{BoostRecord, Node, Returning};
+
+    #[test]
+    fn a_boosted_instance_is_remembered_at_risk_but_a_returning_one_never_as_a_recommendation() {
+        let mut state = ClusterState::default();
+        for (name, group) in [("n1", "spot"), ("o9", "od")] {
+            let node = Node::test(name, group);
+            state.nodes.insert(node.name.clone(), node);
+        }
+        let mut ledger = BoostLedger::default();
+        ledger.record(BoostRecord::test("spot", &["i-n1"], 1, 1_000));
+        ledger.record(BoostRecord::test("spot", &["i-o9"], 1, 2_000));
+        ledger.returning.insert(
+            "i-o9".into(),
+            Returning {
+                node: "o9".into(),
+                home: "spot".into(),
+                from: "od".into(),
+                at: Timestamp::from_millis(2_000),
+                since: Timestamp::from_millis(0),
+            },
+        );
+        remember_boosted(&mut state, &ledger);
+        let remembered: Vec<(&str, SignalKind)> = state.signals.iter().map(|s| (s.instance.as_str(), s.kind)).collect();
+        assert_eq!(remembered, [("i-n1", SignalKind::Rebalance)]);
+    }
+}
