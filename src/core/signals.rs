@@ -185,24 +185,7 @@ pub(crate) fn fold_signals_with_nodes<'s>(
     let mut merged: Vec<Folding> = Vec::with_capacity(snapshot.signals.len());
     for s in &snapshot.signals {
         let k = *position.entry(&s.instance).or_insert_with(|| {
-            merged.push(Folding {
-                risk: AtRisk {
-                    instance: s.instance.clone(),
-                    node: s.node.clone(),
-                    kinds: FlagSet::default(),
-                    first_seen: s.observed_at,
-                    evidence: FlagSet::default(),
-                    deadline: None,
-                    confirmed: false,
-                },
-                node: None,
-                facts: None,
-                claims: 0,
-                first_claimant: None,
-                named_by_ec2: 0,
-                ec2_named: None,
-                notices: Vec::new(),
-            });
+            merged.push(Folding::new(&s.instance, &s.node, s.observed_at));
             merged.len() - 1
         });
         if s.kind.has_deadline() {
@@ -218,24 +201,7 @@ pub(crate) fn fold_signals_with_nodes<'s>(
     // A fallback node on its way back is at risk as if signalled, on the ledger's word.
     for (instance, r) in &snapshot.ledger.returning {
         let k = *position.entry(instance).or_insert_with(|| {
-            merged.push(Folding {
-                risk: AtRisk {
-                    instance: instance.clone(),
-                    node: r.node.clone(),
-                    kinds: FlagSet::default(),
-                    first_seen: r.at,
-                    evidence: FlagSet::default(),
-                    deadline: None,
-                    confirmed: false,
-                },
-                node: None,
-                facts: None,
-                claims: 0,
-                first_claimant: None,
-                named_by_ec2: 0,
-                ec2_named: None,
-                notices: Vec::new(),
-            });
+            merged.push(Folding::new(instance, &r.node, r.at));
             merged.len() - 1
         });
         let entry = &mut merged[k].risk;
@@ -355,6 +321,30 @@ struct Folding<'s> {
     ec2_named: Option<&'s Node>,
     /// Its signals of kinds that take the instance at a set time.
     notices: Vec<&'s Signal>,
+}
+
+impl Folding<'_> {
+    /// `instance` on `node`, first seen at `first_seen`, before anything is folded in.
+    fn new(instance: &InstanceId, node: &NodeName, first_seen: Timestamp) -> Self {
+        Folding {
+            risk: AtRisk {
+                instance: instance.clone(),
+                node: node.clone(),
+                kinds: FlagSet::default(),
+                first_seen,
+                evidence: FlagSet::default(),
+                deadline: None,
+                confirmed: false,
+            },
+            node: None,
+            facts: None,
+            claims: 0,
+            first_claimant: None,
+            named_by_ec2: 0,
+            ec2_named: None,
+            notices: Vec::new(),
+        }
+    }
 }
 
 /// What the snapshot holds about a signalled instance.

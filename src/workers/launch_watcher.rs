@@ -507,6 +507,21 @@ mod tests {
         assert_eq!(sizes, (3, 4), "spot-a never below its size, nothing raised twice");
     }
 
+    /// A rig over `aws` whose groups run `nodes` (name, group), each with two pods, their groups
+    /// unknown until resolved through Auto Scaling.
+    fn running(aws: FakeAutoScaling, nodes: &[(&str, &str)]) -> FakeRig {
+        for (n, g) in nodes {
+            aws.clone().with_instance(g, &format!("i-{n}"));
+        }
+        let rig = FakeRig::new(aws);
+        for (n, g) in nodes {
+            let mut node = Node::test(n, g).with_pods(2, 500, 1 << 30);
+            node.group = None;
+            rig.cluster.put_node(node);
+        }
+        rig
+    }
+
     type FakeScaler = crate::workers::scaler::Scaler<
         FakeAutoScaling,
         crate::fakes::InMemoryCluster,
@@ -532,31 +547,8 @@ mod tests {
             .with_tag("spot-a", crate::ports::FALLBACK_GROUPS_TAG, "spot-b, od")
             .with_group("spot-b", 2, 10)
             .with_group("od", 2, 10);
-        for (i, g) in [
-            ("n1", "spot-a"),
-            ("n2", "spot-a"),
-            ("n3", "spot-a"),
-            ("m1", "spot-b"),
-            ("m2", "spot-b"),
-            ("o1", "od"),
-            ("o2", "od"),
-        ] {
-            aws.clone().with_instance(g, &format!("i-{i}"));
-        }
-        let rig = FakeRig::new(aws);
-        for (n, g) in [
-            ("n1", "spot-a"),
-            ("n2", "spot-a"),
-            ("n3", "spot-a"),
-            ("m1", "spot-b"),
-            ("m2", "spot-b"),
-            ("o1", "od"),
-            ("o2", "od"),
-        ] {
-            let mut node = Node::test(n, g).with_pods(2, 500, 1 << 30);
-            node.group = None;
-            rig.cluster.put_node(node);
-        }
+        let spot = [("n1", "spot-a"), ("n2", "spot-a"), ("n3", "spot-a"), ("m1", "spot-b"), ("m2", "spot-b")];
+        let rig = running(aws, &[spot.as_slice(), &[("o1", "od"), ("o2", "od")]].concat());
         let (ctx, metrics, clock) = rebalance_on_n1(&rig).await;
         let mut scaler = Scaler::new(ctx.clone(), ScalerSettings::default());
         let watcher = LaunchWatcher::new(ctx.clone(), LaunchWatchSettings::default()).waking(scaler.waker());
@@ -673,15 +665,8 @@ mod tests {
             .with_group("spot-a", 3, 10)
             .with_tag("spot-a", crate::ports::FALLBACK_GROUPS_TAG, "spot-b")
             .with_group("spot-b", 2, 10);
-        for (i, g) in [("n1", "spot-a"), ("n2", "spot-a"), ("n3", "spot-a"), ("m1", "spot-b"), ("m2", "spot-b")] {
-            aws.clone().with_instance(g, &format!("i-{i}"));
-        }
-        let rig = FakeRig::new(aws);
-        for (n, g) in [("n1", "spot-a"), ("n2", "spot-a"), ("n3", "spot-a"), ("m1", "spot-b"), ("m2", "spot-b")] {
-            let mut node = Node::test(n, g).with_pods(2, 500, 1 << 30);
-            node.group = None;
-            rig.cluster.put_node(node);
-        }
+        let rig =
+            running(aws, &[("n1", "spot-a"), ("n2", "spot-a"), ("n3", "spot-a"), ("m1", "spot-b"), ("m2", "spot-b")]);
         let (ctx, metrics, clock) = rebalance_on_n1(&rig).await;
         let mut scaler = Scaler::new(ctx.clone(), ScalerSettings::default());
         let mut drainer = Drainer::new(ctx.clone(), DrainerSettings::default());
