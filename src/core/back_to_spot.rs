@@ -18,9 +18,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::ledger_edit::LedgerEdit;
-use super::model::{
-    BoostLedger, BoostRecord, InstanceId, Node, OnFallback, Returning, SignalKind, Snapshot, Timestamp,
-};
+use super::model::{BoostLedger, InstanceId, Node, OnFallback, Returning, SignalKind, Snapshot, Timestamp};
 use super::policy::Policy;
 use super::signals::AtRiskSet;
 
@@ -42,11 +40,6 @@ pub struct BackToSpotPlan {
     pub abandoned: Vec<InstanceId>,
     /// Ledger edits that note all of it, to apply in order.
     pub edits: Vec<LedgerEdit>,
-}
-
-/// Whether `record` is a return's boost: it covers fallback nodes on their way back.
-pub(crate) fn is_back_to_spot(ledger: &BoostLedger, record: &BoostRecord) -> bool {
-    !record.instances.is_empty() && record.instances.iter().all(|i| ledger.returning.contains_key(i))
 }
 
 /// The returns to begin and abandon at `now`, and the capacity on fallbacks to forget.
@@ -183,15 +176,14 @@ fn may_take_back(
         .by_group
         .get(&f.home)
         .is_some_and(|risks| risks.values().any(|r| r.kinds.iter().any(|k| k != SignalKind::BackToSpot)));
-    let own_boost =
-        ledger.records.iter().any(|r| r.group == f.home && r.expired.is_none() && !is_back_to_spot(ledger, r));
+    let own_boost = ledger.records.iter().any(|r| r.group == f.home && r.expired.is_none() && !ledger.is_return(r));
     serves(home) && serves(fallback) && home.desired < home.max && !failed_lately && !notice_open && !own_boost
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::model::{Group, GroupName, InstanceFacts, InstanceLifecycle, NodeName};
+    use crate::core::model::{BoostRecord, Group, GroupName, InstanceFacts, InstanceLifecycle, NodeName};
     use crate::core::signals::fold_signals;
 
     const NOW: Timestamp = Timestamp::from_millis(10_000_000);

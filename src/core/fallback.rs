@@ -27,7 +27,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::back_to_spot::is_back_to_spot;
 use super::ledger_edit::{BoostId, LedgerEdit};
 use super::model::{BoostLedger, BoostRecord, Group, GroupName, MovedPart, Parked, PoolHistory, Snapshot, Timestamp};
 use super::policy::Policy;
@@ -308,7 +307,7 @@ pub(crate) fn plan_fallbacks<'l>(
         .records
         .iter()
         .flat_map(|r| {
-            let returning = is_back_to_spot(ledger, r);
+            let returning = ledger.is_return(r);
             r.moved.iter().filter(due).map(move |p| Claim {
                 record: r,
                 returning,
@@ -333,7 +332,7 @@ pub(crate) fn plan_fallbacks<'l>(
         }
         let mut claims: Vec<Claim> = Vec::new();
         for r in &ledger.records {
-            let returning = is_back_to_spot(ledger, r);
+            let returning = ledger.is_return(r);
             if &r.group == name && (!group.fallbacks.is_empty() || returning) {
                 let nodes = r.added.saturating_sub(r.returned);
                 claims.push(Claim { record: r, returning, part: None, nodes, at: r.at });

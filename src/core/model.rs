@@ -945,6 +945,12 @@ impl BoostLedger {
         self.records.iter().enumerate().filter(|(_, r)| until(r).is_some_and(|u| now >= u)).map(|(k, _)| k).collect()
     }
 
+    /// Whether `record` is a return's boost: it covers fallback nodes on their way back to their
+    /// own group (see `core::back_to_spot`).
+    pub(crate) fn is_return(&self, record: &BoostRecord) -> bool {
+        !record.instances.is_empty() && record.instances.iter().all(|i| self.returning.contains_key(i))
+    }
+
     /// Whether any boost already covers `instance`.
     pub fn covers(&self, instance: &InstanceId) -> bool {
         self.records.iter().any(|r| r.instances.contains(instance))

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::back_to_spot::{is_back_to_spot, plan_back_to_spot, BackToSpotPlan};
+use super::back_to_spot::{plan_back_to_spot, BackToSpotPlan};
 use super::boost::{plan_boosts, BoostPlan};
 use super::drain_batches::close_finished_boosts;
 use super::expiry::{expire_boosts, Expired};
@@ -103,7 +103,7 @@ fn returned_to_spot(ledger: &BoostLedger, closes: &[LedgerEdit]) -> Vec<Returned
             LedgerEdit::Close { id, .. } => ledger.records.iter().find(|r| r.is(id)),
             _ => None,
         })
-        .filter(|r| r.returned > 0 && is_back_to_spot(ledger, r))
+        .filter(|r| r.returned > 0 && ledger.is_return(r))
         .filter_map(|r| {
             let returning = r.instances.iter().find_map(|i| ledger.returning.get(i))?;
             let (home, from, since) = (returning.home.clone(), returning.from.clone(), returning.since);
