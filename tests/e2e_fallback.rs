@@ -12,8 +12,8 @@ use support::aws_intercept::{
 };
 use support::e2e::{
     await_synced, aws, bind_pod, booster_events_on, create_group, create_namespace, deploy_with_budget,
-    desired_capacity, env, free_port, kube_client, live_instances, metric, nth_cordon_and_taint, pod_ready,
-    register_node, report_pod_ready, run_suffix, schedulable_nodes, scrape, start_booster, LONE_DRAINER,
+    desired_capacity, env, free_port, kube_client, live_instances, metric, nth_cordon_and_taint, one_app_pod_on,
+    pod_ready, register_node, report_pod_ready, run_suffix, schedulable_nodes, scrape, start_booster, LONE_DRAINER,
 };
 use support::moto::group_tag;
 
@@ -90,17 +90,7 @@ async fn a_boost_whose_group_and_first_fallback_are_dry_lands_on_the_second_with
         &["--leader-elect", "false", "--instance-groups", "false", "--nth-taint-signals", "true", "--sizing", "count"],
     );
     await_synced(port, &mut booster).await;
-    deploy_with_budget(&kube, &ns, "app", 1, serde_json::json!({"maxUnavailable": 1})).await;
-    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(kube.clone(), &ns);
-    let pod = loop {
-        let listed = pods.list(&kube::api::ListParams::default().labels("app=app")).await.unwrap();
-        if let Some(name) = listed.items.into_iter().find_map(|p| p.metadata.name) {
-            break name;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    bind_pod(&pods, &pod, &node).await;
-    report_pod_ready(&pods, &pod).await;
+    one_app_pod_on(&kube, &ns, &node).await;
     nth_cordon_and_taint(&kube, &node).await;
 
     // spot-a is raised and fails; its node moves to spot-b, which fails too; it moves on to

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use aws_config::SdkConfig;
 use support::e2e::{
-    await_synced, aws, bind_pod, booster_events_on, create_group, create_namespace, deploy_with_budget,
-    desired_capacity, env, free_port, kube_client, live_instances, metric, nth_cordon_and_taint, register_node,
-    report_pod_ready, run_suffix, scrape, start_booster, CLUSTER,
+    await_synced, aws, booster_events_on, create_group, create_namespace, desired_capacity, env, free_port,
+    kube_client, live_instances, metric, nth_cordon_and_taint, one_app_pod_on, register_node, run_suffix, scrape,
+    start_booster, CLUSTER,
 };
 use support::moto::group_tag;
 
@@ -214,17 +214,7 @@ async fn a_fallback_of_another_cluster_or_another_tenant_is_refused_told_and_pas
     );
     await_synced(port, &mut booster).await;
     let node = format!("{at_risk}.{suffix}.e2e.internal");
-    deploy_with_budget(&kube, &ns, "app", 1, serde_json::json!({"maxUnavailable": 1})).await;
-    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(kube.clone(), &ns);
-    let pod = loop {
-        let listed = pods.list(&kube::api::ListParams::default().labels("app=app")).await.unwrap();
-        if let Some(name) = listed.items.into_iter().find_map(|p| p.metadata.name) {
-            break name;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    bind_pod(&pods, &pod, &node).await;
-    report_pod_ready(&pods, &pod).await;
+    one_app_pod_on(&kube, &ns, &node).await;
     nth_cordon_and_taint(&kube, &node).await;
 
     let refused = |text: &str, reason: &str| {

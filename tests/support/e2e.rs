@@ -363,3 +363,19 @@ pub async fn schedulable_nodes(kube: &Client, run: &str) -> Vec<String> {
         .filter_map(|n| n.metadata.name)
         .collect()
 }
+
+/// Deployment `app` (one replica, `maxUnavailable: 1`) in `ns`, its pod bound to `node` and
+/// reported Ready: the at-risk node's only pod, as the fallback tests need it.
+pub async fn one_app_pod_on(kube: &Client, ns: &str, node: &str) {
+    deploy_with_budget(kube, ns, "app", 1, json!({"maxUnavailable": 1})).await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(kube.clone(), ns);
+    let pod = loop {
+        let listed = pods.list(&ListParams::default().labels("app=app")).await.unwrap();
+        if let Some(name) = listed.items.into_iter().find_map(|p| p.metadata.name) {
+            break name;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    bind_pod(&pods, &pod, node).await;
+    report_pod_ready(&pods, &pod).await;
+}
