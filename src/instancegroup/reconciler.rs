@@ -15,6 +15,7 @@ use crate::instancegroup::api::{InstanceGroup, InstanceGroupSpec, InstanceGroupS
 use crate::instancegroup::boundaries::InstanceManagerConfig;
 use crate::instancegroup::cloud::{CloudError, NodeGroupCloud};
 use crate::instancegroup::crd_strategy::{self, CrdStep};
+use crate::instancegroup::design::Design;
 use crate::instancegroup::design::{CrdPlan, GroupDesign};
 use crate::instancegroup::events::GroupEventReason;
 use crate::instancegroup::launch::{owner_tags, owner_tags_of, AsgFacts, Resolved};
@@ -25,7 +26,7 @@ use crate::instancegroup::plan::{
 pub use crate::instancegroup::plan::{Requeue, State, REQUEUE, RESYNC};
 use crate::instancegroup::store::{GroupRef, InstanceGroupStore, StoreError};
 use crate::instancegroup::validate::{
-    managed_role_name, validate, FieldError, FieldErrorKind, IamRules, ObjectInfo, ValidateError,
+    managed_role_name, validate_design, FieldError, FieldErrorKind, IamRules, ObjectInfo, ValidateError,
 };
 use crate::metrics::{Metrics, ReconcileResult};
 use crate::ports::Clock;
@@ -95,7 +96,7 @@ pub struct InstanceGroupReconciler<C, S, V> {
     pub cluster: String,
 }
 
-fn key(ig: &InstanceGroup) -> (String, String) {
+pub(crate) fn key(ig: &InstanceGroup) -> (String, String) {
     (ig.metadata.namespace.clone().unwrap_or_default(), ig.metadata.name.clone().unwrap_or_default())
 }
 
@@ -105,7 +106,7 @@ where
     S: InstanceGroupStore,
     V: ClusterView,
 {
-    fn now(&self) -> Timestamp {
+    pub(crate) fn now(&self) -> Timestamp {
         (self.clock)()
     }
 
@@ -199,13 +200,13 @@ where
         (requeue, status)
     }
 
-    async fn tell(&self, ig: &InstanceGroup, note: Option<Note>) {
+    pub(crate) async fn tell(&self, ig: &InstanceGroup, note: Option<Note>) {
         if let Some(Note { reason, message }) = note {
             self.event(ig, reason, &message).await;
         }
     }
 
-    async fn event(&self, ig: &InstanceGroup, reason: GroupEventReason, message: &str) {
+    pub(crate) async fn event(&self, ig: &InstanceGroup, reason: GroupEventReason, message: &str) {
         let (namespace, name) = key(ig);
         let group = GroupRef { namespace, name, uid: ig.metadata.uid.clone() };
         if let Err(e) = self.store.event(&group, reason.as_str(), message, reason.is_warning()).await {
@@ -231,8 +232,9 @@ where
             uid: ig.metadata.uid.as_deref(),
             cluster: &self.cluster,
         };
-        let design = match spec.and_then(|spec| validate(&info, &spec, &self.iam)) {
-            Ok(design) => design,
+        let design = match spec.and_then(|spec| validate_design(&info, &spec, &self.iam)) {
+            Ok(Design::SelfManaged(design)) => design,
+            Ok(Design::Managed(design)) => return self.apply_node_group(ig, &design, status).await,
             Err(invalid) => {
                 let note;
                 (*status, note) = refuse(ig.status.as_ref(), status, invalid.reason(), invalid.to_string(), self.now());
@@ -388,6 +390,9 @@ where
         status: &mut InstanceGroupStatus,
         all: &[InstanceGroup],
     ) -> Result<Requeue, ReconcileError> {
+        if ig.spec.provisioner.eq_ignore_ascii_case("eks-managed") {
+            return self.delete_node_group(ig, status, all).await;
+        }
         let (namespace, name) = key(ig);
         let configuration = ig.spec.eks.as_ref().map(|e| &e.configuration);
         // Never from the status, which whoever may write `instancegroups/status` writes: the
@@ -465,7 +470,12 @@ where
 
     /// Writes the `Deleted` status. An object already gone was cleaned up by an earlier pass
     /// that a requeue of its last, stale copy repeats: nothing is left to write.
-    async fn write_deleted(&self, namespace: &str, name: &str, status: &InstanceGroupStatus) -> Result<(), StoreError> {
+    pub(crate) async fn write_deleted(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &InstanceGroupStatus,
+    ) -> Result<(), StoreError> {
         match self.store.patch_status(namespace, name, status).await {
             Ok(()) | Err(StoreError::Gone(_)) => Ok(()),
             Err(e) => Err(e),

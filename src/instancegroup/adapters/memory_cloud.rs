@@ -11,6 +11,7 @@ use crate::core::GroupName;
 use crate::instancegroup::cloud::{CloudError, NodeGroupCloud, RoleFacts};
 use crate::instancegroup::design::RoleChoice;
 use crate::instancegroup::launch::{AsgChanges, AsgDesign, AsgFacts, LaunchTemplateData, TemplateFacts};
+use crate::instancegroup::node_group::{NodeGroupChanges, NodeGroupFacts, NodeGroupWanted};
 use crate::instancegroup::userdata::ClusterInfo;
 
 /// What the cloud holds.
@@ -24,6 +25,8 @@ pub(crate) struct CloudState {
     pub(crate) templates: BTreeMap<String, TemplateFacts>,
     /// Auto Scaling Groups by name.
     pub(crate) groups: BTreeMap<GroupName, AsgFacts>,
+    /// EKS managed node groups by name, as EKS describes them.
+    pub(crate) node_groups: BTreeMap<String, NodeGroupFacts>,
     /// Every write, as `operation name`.
     pub(crate) writes: Vec<String>,
 }
@@ -227,5 +230,138 @@ impl NodeGroupCloud for InMemoryNodeGroups {
         self.state().groups.remove(name);
         self.wrote(format!("DeleteAutoScalingGroup {name}"));
         Ok(())
+    }
+
+    async fn node_group(&self, cluster: &str, name: &str) -> Result<Option<NodeGroupFacts>, CloudError> {
+        self.cluster(cluster).await?;
+        Ok(self.state().node_groups.get(name).cloned())
+    }
+
+    async fn create_node_group(&self, wanted: &NodeGroupWanted) -> Result<(), CloudError> {
+        self.cluster(&wanted.cluster).await?;
+        // As EKS answers: created, and `CREATING` until it is looked at again.
+        let facts = NodeGroupFacts {
+            arn: format!("arn:aws:eks:eu-west-1:123456789012:nodegroup/{}/{}/1", wanted.cluster, wanted.name),
+            status: "CREATING".into(),
+            min_size: wanted.min_size,
+            max_size: wanted.max_size,
+            desired_size: wanted.min_size,
+            instance_types: wanted.instance_types.clone(),
+            capacity_type: wanted.capacity_type.clone(),
+            disk_size: wanted.disk_size.or(Some(20)),
+            ami_type: wanted.ami_type.clone().or(Some("AL2023_x86_64_STANDARD".into())),
+            release_version: wanted.release_version.clone().or(Some("1.31.0-20261101".into())),
+            version: wanted.version.clone().or(Some("1.31".into())),
+            labels: wanted.labels.clone(),
+            taints: wanted.taints.clone(),
+            tags: wanted.tags.clone(),
+            subnets: wanted.subnets.clone(),
+            node_role: wanted.role_arn.clone(),
+            ssh_key: wanted.ssh.as_ref().map(|(k, _)| k.clone()),
+            ssh_security_groups: wanted.ssh.as_ref().map(|(_, g)| g.clone()).unwrap_or_default(),
+            scaling_groups: vec![format!("eks-{}-1", wanted.name)],
+            health: vec![],
+        };
+        self.state().node_groups.insert(wanted.name.clone(), facts);
+        self.wrote(format!("CreateNodegroup {}", wanted.name));
+        Ok(())
+    }
+
+    async fn update_node_group(
+        &self,
+        _cluster: &str,
+        name: &str,
+        _facts: &NodeGroupFacts,
+        changes: &NodeGroupChanges,
+    ) -> Result<(), CloudError> {
+        {
+            let mut state = self.state();
+            let facts = state.node_groups.get_mut(name).ok_or_else(|| CloudError::NotFound {
+                what: "EKS node group",
+                name: name.into(),
+                scope: None,
+            })?;
+            if let Some((min, max, desired)) = changes.scaling {
+                (facts.min_size, facts.max_size, facts.desired_size) = (min, max, desired);
+            }
+            facts.labels.extend(changes.add_labels.clone());
+            facts.labels.retain(|k, _| !changes.remove_labels.contains(k));
+            facts.taints.retain(|t| !changes.remove_taints.contains(t));
+            facts.taints.retain(|t| !changes.add_taints.iter().any(|a| a.key == t.key && a.effect == t.effect));
+            facts.taints.extend(changes.add_taints.iter().cloned());
+            facts.tags.extend(changes.tag.clone());
+            facts.tags.retain(|k, _| !changes.untag.contains(k));
+            if changes.config() {
+                facts.status = "UPDATING".into();
+            }
+        }
+        if changes.config() {
+            self.wrote(format!("UpdateNodegroupConfig {name}"));
+        }
+        if !changes.tag.is_empty() {
+            self.wrote(format!("TagResource {name}"));
+        }
+        if !changes.untag.is_empty() {
+            self.wrote(format!("UntagResource {name}"));
+        }
+        Ok(())
+    }
+
+    async fn upgrade_node_group(
+        &self,
+        _cluster: &str,
+        name: &str,
+        version: Option<&str>,
+        release_version: Option<&str>,
+    ) -> Result<(), CloudError> {
+        {
+            let mut state = self.state();
+            let facts = state.node_groups.get_mut(name).ok_or_else(|| CloudError::NotFound {
+                what: "EKS node group",
+                name: name.into(),
+                scope: None,
+            })?;
+            if let Some(v) = version {
+                facts.version = Some(v.into());
+            }
+            facts.release_version = Some(
+                release_version
+                    .map_or_else(|| format!("{}.0-latest", facts.version.clone().unwrap_or_default()), String::from),
+            );
+            facts.status = "UPDATING".into();
+        }
+        self.wrote(format!("UpdateNodegroupVersion {name}"));
+        Ok(())
+    }
+
+    async fn delete_node_group(&self, _cluster: &str, name: &str) -> Result<(), CloudError> {
+        let deleting = {
+            let mut state = self.state();
+            match state.node_groups.get_mut(name) {
+                Some(facts) if facts.status != "DELETING" => {
+                    facts.status = "DELETING".into();
+                    true
+                }
+                _ => false,
+            }
+        };
+        if deleting {
+            self.wrote(format!("DeleteNodegroup {name}"));
+        }
+        Ok(())
+    }
+}
+
+impl InMemoryNodeGroups {
+    /// EKS finishes what it was busy with: `CREATING` and `UPDATING` become `ACTIVE`, and a
+    /// `DELETING` node group is gone.
+    pub(crate) fn eks_settles(&self) {
+        let mut state = self.state();
+        state.node_groups.retain(|_, g| g.status != "DELETING");
+        for group in state.node_groups.values_mut() {
+            if group.status == "CREATING" || group.status == "UPDATING" {
+                group.status = "ACTIVE".into();
+            }
+        }
     }
 }

@@ -52,16 +52,15 @@ pub(crate) const DOCUMENT_MAX: u32 = 64 * 1024;
 )]
 #[schemars(transform = bound_strings)]
 pub struct InstanceGroupSpec {
-    /// `eks`, `eks-managed` or `eks-fargate` (case-insensitive). Only `eks` is reconciled.
+    /// `eks`, `eks-managed` or `eks-fargate` (case-insensitive). `eks-fargate` is refused.
     #[serde(default)]
     pub provisioner: String,
     /// The self-managed node group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eks: Option<EksSpec>,
-    /// EKS managed node groups: accepted by the schema, rejected by the reconciler.
+    /// The EKS managed node group (provisioner `eks-managed`).
     #[serde(rename = "eks-managed", default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "free_form")]
-    pub eks_managed: Option<serde_json::Value>,
+    pub eks_managed: Option<EksManagedSpec>,
     /// EKS Fargate profiles: accepted by the schema, rejected by the reconciler.
     #[serde(rename = "eks-fargate", default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "free_form")]
@@ -89,6 +88,90 @@ pub struct EksSpec {
     pub warm_pool: Option<WarmPoolSpec>,
     /// The node configuration.
     pub configuration: EksConfiguration,
+}
+
+/// `spec.eks-managed`: an EKS managed node group, upstream's fields plus `capacityType`,
+/// `instanceTypes` and `taints`.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+pub struct EksManagedSpec {
+    /// The node group's minimum size; also its desired size at creation only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_size: Option<i64>,
+    /// The node group's maximum size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_size: Option<i64>,
+    /// The node group's configuration.
+    #[serde(default)]
+    pub configuration: EksManagedConfiguration,
+    /// Fields this version does not know, kept by the API server so they are refused by name
+    /// instead of dropped unseen.
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(skip)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
+}
+
+/// `spec.eks-managed.configuration`.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+pub struct EksManagedConfiguration {
+    /// EKS cluster name.
+    #[serde(default)]
+    pub cluster_name: String,
+    /// Root volume size in GiB (EKS's `diskSize`; default 20).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vol_size: Option<i64>,
+    /// Instance type (with `instanceTypes`, the first choice).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub instance_type: String,
+    /// More instance types, for spot: EKS spreads the group over them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instance_types: Vec<String>,
+    /// `ON_DEMAND` (default) or `SPOT`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_type: Option<String>,
+    /// Node labels.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_labels: BTreeMap<String, String>,
+    /// Node taints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<Taint>,
+    /// An existing node role's ARN to use instead of creating one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = ARN_MAX))]
+    pub node_role: Option<String>,
+    /// Extra managed policies (names or ARNs) for a created role.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(length(max = ARN_MAX)))]
+    pub managed_policies: Vec<String>,
+    /// Security groups allowed to reach the nodes over SSH (with `keyPairName`), ids or `Name`
+    /// tag values.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub security_groups: Vec<String>,
+    /// EC2 key pair for SSH.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_pair_name: Option<String>,
+    /// Node group tags, as `{key, value}`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<BTreeMap<String, String>>,
+    /// Subnet ids or `Name` tag values.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subnets: Vec<String>,
+    /// EKS AMI type, such as `AL2023_x86_64_STANDARD` or `BOTTLEROCKET_ARM_64`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ami_type: Option<String>,
+    /// EKS-optimised AMI release version (default: the latest for `version`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_version: Option<String>,
+    /// Kubernetes version (default: the cluster's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Fields this version does not know, refused by name.
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(skip)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
 }
 
 /// `spec.eks.warmPool`.

@@ -3,7 +3,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// A validated InstanceGroup.
+/// A validated InstanceGroup, by provisioner.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Design {
+    /// `eks`: a launch template and an Auto Scaling group the reconciler owns.
+    SelfManaged(Box<GroupDesign>),
+    /// `eks-managed`: an EKS managed node group.
+    Managed(Box<super::node_group::NodeGroupDesign>),
+}
+
+/// A validated `eks` InstanceGroup.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupDesign {
     /// `<clusterName>-<namespace>-<name>`: the ASG name and the prefix of everything created.

@@ -31,6 +31,11 @@ pub(crate) enum GroupEventReason {
     UpgradeRetried,
     /// The `crd` upgrade failed past its retries.
     InstanceGroupUpgradeFailed,
+    /// An EKS managed node group's sizes, labels, taints or tags were changed to the spec.
+    NodeGroupUpdated,
+    /// An EKS managed node group is moving to another Kubernetes version or AMI release; EKS
+    /// replaces its nodes.
+    NodeGroupUpgrading,
 }
 
 impl GroupEventReason {
@@ -50,6 +55,8 @@ impl GroupEventReason {
             Self::UpgradeReplaced => "UpgradeReplaced",
             Self::UpgradeRetried => "UpgradeRetried",
             Self::InstanceGroupUpgradeFailed => "InstanceGroupUpgradeFailed",
+            Self::NodeGroupUpdated => "NodeGroupUpdated",
+            Self::NodeGroupUpgrading => "NodeGroupUpgrading",
         }
     }
 

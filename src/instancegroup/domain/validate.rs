@@ -168,25 +168,26 @@ pub struct ObjectInfo<'a> {
     pub cluster: &'a str,
 }
 
-struct Errors(Vec<FieldError>);
+/// Every field error found so far.
+pub(super) struct Errors(pub(super) Vec<FieldError>);
 
 impl Errors {
-    fn invalid(&mut self, field: impl Into<String>, message: impl Into<String>) {
+    pub(super) fn invalid(&mut self, field: impl Into<String>, message: impl Into<String>) {
         self.0.push(FieldError { field: field.into(), message: message.into(), kind: FieldErrorKind::Invalid });
     }
 
-    fn unsupported(&mut self, field: impl Into<String>, message: impl Into<String>) {
+    pub(super) fn unsupported(&mut self, field: impl Into<String>, message: impl Into<String>) {
         self.0.push(FieldError { field: field.into(), message: message.into(), kind: FieldErrorKind::Unsupported });
     }
 
-    fn int(&mut self, field: &str, value: i64, min: i64, max: i64) -> i32 {
+    pub(super) fn int(&mut self, field: &str, value: i64, min: i64, max: i64) -> i32 {
         if value < min || value > max {
             self.invalid(field, format!("{value} is out of range {min}..={max}"));
         }
         value.clamp(min, max) as i32
     }
 
-    fn one_of(&mut self, field: &str, value: &str, allowed: &[&str]) -> String {
+    pub(super) fn one_of(&mut self, field: &str, value: &str, allowed: &[&str]) -> String {
         match allowed.iter().find(|a| a.eq_ignore_ascii_case(value)) {
             Some(found) => (*found).to_string(),
             None => {
@@ -199,7 +200,20 @@ impl Errors {
 
 const CONF: &str = "spec.eks.configuration";
 
-/// Validates and normalises an InstanceGroup.
+/// Validates and normalises an InstanceGroup of either provisioner.
+pub fn validate_design(
+    info: &ObjectInfo<'_>,
+    spec: &InstanceGroupSpec,
+    iam: &IamRules,
+) -> Result<Design, ValidateError> {
+    if spec.provisioner.eq_ignore_ascii_case("eks-managed") {
+        super::validate_managed::validate_managed(info, spec, iam).map(|d| Design::Managed(Box::new(d)))
+    } else {
+        validate(info, spec, iam).map(|d| Design::SelfManaged(Box::new(d)))
+    }
+}
+
+/// Validates and normalises an InstanceGroup of the `eks` provisioner.
 pub fn validate(info: &ObjectInfo<'_>, spec: &InstanceGroupSpec, iam: &IamRules) -> Result<GroupDesign, ValidateError> {
     let mut errors = Errors(Vec::new());
     let fail = |errors: Errors| ValidateError {
@@ -209,12 +223,13 @@ pub fn validate(info: &ObjectInfo<'_>, spec: &InstanceGroupSpec, iam: &IamRules)
     };
     match spec.provisioner.to_ascii_lowercase().as_str() {
         "eks" => {}
-        "eks-managed" | "eks-fargate" => errors.unsupported(
+        "eks-managed" => errors.invalid("spec.provisioner", "eks-managed groups are validated by validate_managed"),
+        "eks-fargate" => errors.unsupported(
             "spec.provisioner",
-            format!("{} is not supported by spots-booster; use the eks provisioner", spec.provisioner),
+            format!("{} is not supported by spots-booster; use eks or eks-managed", spec.provisioner),
         ),
-        "" => errors.invalid("spec.provisioner", "is required (eks)"),
-        other => errors.invalid("spec.provisioner", format!("unknown provisioner {other:?}; use eks")),
+        "" => errors.invalid("spec.provisioner", "is required (eks or eks-managed)"),
+        other => errors.invalid("spec.provisioner", format!("unknown provisioner {other:?}; use eks or eks-managed")),
     }
     let Some(eks) = &spec.eks else {
         if spec.provisioner.eq_ignore_ascii_case("eks") {
@@ -690,7 +705,7 @@ fn bootstrap(
 /// cluster a group or instance belongs to (another cluster's Cluster Autoscaler or cloud provider
 /// would take it for its own; `Name` and `KubernetesCluster` are the reconciler's). Cluster
 /// Autoscaler's node-template hints stay the tenant's.
-fn refuse_reserved_tags(errors: &mut Errors, field: &str, tags: &BTreeMap<String, String>) {
+pub(super) fn refuse_reserved_tags(errors: &mut Errors, field: &str, tags: &BTreeMap<String, String>) {
     let reserved = |key: &str| {
         let lower = key.to_ascii_lowercase();
         ["instancegroups.keikoproj.io/", "spots-booster.io/", "kubernetes.io/cluster/", "eks:", "aws:"]
@@ -706,7 +721,11 @@ fn refuse_reserved_tags(errors: &mut Errors, field: &str, tags: &BTreeMap<String
     }
 }
 
-fn tag_list(errors: &mut Errors, field: &str, tags: &[BTreeMap<String, String>]) -> BTreeMap<String, String> {
+pub(super) fn tag_list(
+    errors: &mut Errors,
+    field: &str,
+    tags: &[BTreeMap<String, String>],
+) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for (i, tag) in tags.iter().enumerate() {
         match tag.get("key").filter(|k| !k.is_empty()) {
@@ -750,15 +769,28 @@ fn role(errors: &mut Errors, prefix: &str, config: &EksConfiguration, irsa: bool
         let profile_name = profile.or_else(|| role_name.clone()).unwrap_or_default();
         return RoleChoice::Existing { role_name, profile_name };
     }
+    created_role(errors, CONF, prefix, &config.managed_policies, irsa, iam)
+}
+
+/// The role the daemon creates for `prefix`: the node defaults, and `managed_policies` (at
+/// `{conf}.managedPolicies`) when the operator allows each, under the operator's boundary.
+pub(super) fn created_role(
+    errors: &mut Errors,
+    conf: &str,
+    prefix: &str,
+    managed_policies: &[String],
+    irsa: bool,
+    iam: &IamRules,
+) -> RoleChoice {
     let defaults = default_node_policies(false);
     let mut policies = default_node_policies(irsa);
-    for (i, policy) in config.managed_policies.iter().enumerate().filter(|(_, p)| !p.trim().is_empty()) {
+    for (i, policy) in managed_policies.iter().enumerate().filter(|(_, p)| !p.trim().is_empty()) {
         let arn = policy_arn(policy.trim());
         if defaults.contains(&arn) || iam.allowed_policies.contains(&arn) {
             policies.insert(arn);
         } else {
             errors.invalid(
-                format!("{CONF}.managedPolicies[{i}]"),
+                format!("{conf}.managedPolicies[{i}]"),
                 format!(
                     "{policy} is not in the operator's allow-list: the node role's policies are the \
                      InstanceGroup author's, through the userdata (--instancegroup-allowed-policies)"
@@ -936,7 +968,11 @@ mod tests {
             uid: None,
             cluster: CLUSTER,
         };
-        validate(&info, &ig.spec, &IamRules::default())
+        match validate_design(&info, &ig.spec, &IamRules::default()) {
+            Ok(Design::SelfManaged(design)) => Ok(*design),
+            Ok(Design::Managed(design)) => panic!("an eks-managed design from the eks example: {design:?}"),
+            Err(e) => Err(e),
+        }
     }
 
     fn run_with(ig: &InstanceGroup, iam: &IamRules) -> Result<GroupDesign, ValidateError> {
@@ -1102,7 +1138,7 @@ mod tests {
             (
                 "managed",
                 Box::new(|ig| ig.spec.provisioner = "eks-managed".into()),
-                vec![("spec.provisioner", Unsupported)],
+                vec![("spec.eks", Invalid), ("spec.strategy.type", Unsupported), ("spec.eks-managed", Invalid)],
             ),
             (
                 "fargate",

@@ -8,6 +8,7 @@ use crate::core::GroupName;
 use crate::instancegroup::design::RoleChoice;
 pub use crate::instancegroup::launch::TemplateFacts;
 use crate::instancegroup::launch::{AsgChanges, AsgDesign, AsgFacts, LaunchTemplateData};
+use crate::instancegroup::node_group::{NodeGroupChanges, NodeGroupFacts, NodeGroupWanted};
 use crate::instancegroup::userdata::ClusterInfo;
 use crate::ports::{AwsFailure, FailureKind};
 
@@ -133,4 +134,32 @@ pub trait NodeGroupCloud: Send + Sync {
     ) -> impl Future<Output = Result<(), CloudError>> + Send;
     /// Force-deletes the group (its instances go with it). Gone already is fine.
     fn delete_scaling_group(&self, name: &GroupName) -> impl Future<Output = Result<(), CloudError>> + Send;
+    /// The EKS managed node group `name` of `cluster`, if it exists.
+    fn node_group(
+        &self,
+        cluster: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<NodeGroupFacts>, CloudError>> + Send;
+    /// Creates the managed node group, its desired size at its minimum.
+    fn create_node_group(&self, wanted: &NodeGroupWanted) -> impl Future<Output = Result<(), CloudError>> + Send;
+    /// `UpdateNodegroupConfig` for sizes, labels and taints when `changes` has any, then the tag
+    /// changes on `facts.arn`. Never anything else.
+    fn update_node_group(
+        &self,
+        cluster: &str,
+        name: &str,
+        facts: &NodeGroupFacts,
+        changes: &NodeGroupChanges,
+    ) -> impl Future<Output = Result<(), CloudError>> + Send;
+    /// `UpdateNodegroupVersion` to this Kubernetes version and/or AMI release; EKS replaces the
+    /// nodes, draining them.
+    fn upgrade_node_group(
+        &self,
+        cluster: &str,
+        name: &str,
+        version: Option<&str>,
+        release_version: Option<&str>,
+    ) -> impl Future<Output = Result<(), CloudError>> + Send;
+    /// Deletes the managed node group (EKS drains and terminates its nodes). Gone already is fine.
+    fn delete_node_group(&self, cluster: &str, name: &str) -> impl Future<Output = Result<(), CloudError>> + Send;
 }

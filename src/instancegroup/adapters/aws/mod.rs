@@ -1,5 +1,5 @@
 //! [`NodeGroupCloud`] on the SDK, one file per service: EKS for the cluster's endpoint
-//! (`eks`), EC2 for subnets and security groups (`network`) and launch templates
+//! (`eks`) and managed node groups (`node_groups`), EC2 for subnets and security groups (`network`) and launch templates
 //! (`launch_templates`), IAM for the node role (`iam`), Auto Scaling for the group
 //! (`scaling_groups`).
 
@@ -7,6 +7,7 @@ mod eks;
 mod iam;
 mod launch_templates;
 mod network;
+mod node_groups;
 mod scaling_groups;
 
 use std::collections::BTreeMap;
@@ -20,6 +21,7 @@ use crate::core::GroupName;
 use crate::instancegroup::cloud::{CloudError, NodeGroupCloud, RoleFacts, TemplateFacts};
 use crate::instancegroup::design::RoleChoice;
 use crate::instancegroup::launch::{AsgChanges, AsgDesign, AsgFacts, LaunchTemplateData};
+use crate::instancegroup::node_group::{NodeGroupChanges, NodeGroupFacts, NodeGroupWanted};
 use crate::instancegroup::userdata::ClusterInfo;
 
 /// The SDK clients the reconciler uses.
@@ -134,5 +136,37 @@ impl NodeGroupCloud for AwsNodeGroups {
 
     async fn delete_scaling_group(&self, name: &GroupName) -> Result<(), CloudError> {
         AwsNodeGroups::delete_scaling_group(self, name).await
+    }
+
+    async fn node_group(&self, cluster: &str, name: &str) -> Result<Option<NodeGroupFacts>, CloudError> {
+        self.describe_node_group(cluster, name).await
+    }
+
+    async fn create_node_group(&self, wanted: &NodeGroupWanted) -> Result<(), CloudError> {
+        AwsNodeGroups::create_node_group(self, wanted).await
+    }
+
+    async fn update_node_group(
+        &self,
+        cluster: &str,
+        name: &str,
+        facts: &NodeGroupFacts,
+        changes: &NodeGroupChanges,
+    ) -> Result<(), CloudError> {
+        AwsNodeGroups::update_node_group(self, cluster, name, facts, changes).await
+    }
+
+    async fn upgrade_node_group(
+        &self,
+        cluster: &str,
+        name: &str,
+        version: Option<&str>,
+        release_version: Option<&str>,
+    ) -> Result<(), CloudError> {
+        AwsNodeGroups::upgrade_node_group(self, cluster, name, version, release_version).await
+    }
+
+    async fn delete_node_group(&self, cluster: &str, name: &str) -> Result<(), CloudError> {
+        AwsNodeGroups::delete_node_group(self, cluster, name).await
     }
 }

@@ -1,0 +1,314 @@
+//! The `eks-managed` provisioner's reconcile and clean-up: an InstanceGroup becomes an EKS
+//! managed node group. EKS owns the node group's Auto Scaling group and drains the nodes it
+//! replaces or removes, so nothing here touches either; the decisions are `node_group`'s.
+
+use tracing::{info, warn};
+
+use crate::instancegroup::api::{InstanceGroup, InstanceGroupStatus};
+use crate::instancegroup::cloud::{CloudError, NodeGroupCloud};
+use crate::instancegroup::events::GroupEventReason;
+use crate::instancegroup::launch::owner_tags_of;
+use crate::instancegroup::node_group::{
+    foreign_node_group, node_group_outcome, node_group_step, NodeGroupDesign, NodeGroupResolved, NodeGroupStep,
+    NodeRole,
+};
+use crate::instancegroup::plan::{Owned, Requeue, State, REQUEUE};
+use crate::instancegroup::reconciler::{InstanceGroupReconciler, ReconcileError};
+use crate::instancegroup::store::InstanceGroupStore;
+use crate::instancegroup::validate::managed_role_name;
+use crate::ports::ClusterView;
+
+impl<C, S, V> InstanceGroupReconciler<C, S, V>
+where
+    C: NodeGroupCloud,
+    S: InstanceGroupStore,
+    V: ClusterView,
+{
+    /// Brings the node group to `design`, one step per pass.
+    pub(crate) async fn apply_node_group(
+        &self,
+        ig: &InstanceGroup,
+        design: &NodeGroupDesign,
+        status: &mut InstanceGroupStatus,
+    ) -> Result<Requeue, ReconcileError> {
+        status.strategy = "managed".into();
+        status.lifecycle = design.lifecycle.as_str().to_string();
+        status.active_scaling_group_name = design.name.clone();
+        status.active_launch_template_name.clear();
+        status.latest_template_version.clear();
+        let owner =
+            owner_tags_of(&design.cluster_name, &design.namespace, &design.instance_group, design.uid.as_deref());
+        // Before anything under this name is touched (its role included): whose is it?
+        let facts = self.cloud.node_group(&design.cluster_name, &design.name).await?;
+        if let Some(owner) = facts.as_ref().and_then(|f| foreign_node_group(f, &owner)) {
+            return Err(Owned { what: "EKS node group", name: design.name.clone(), owner }.into());
+        }
+        let cluster = self.cloud.cluster(&design.cluster_name).await?;
+        let role_arn = match &design.role {
+            NodeRole::Brought(arn) => arn.clone(),
+            NodeRole::Created(choice) => {
+                let role = self.cloud.ensure_role(choice, &design.cluster_name).await?;
+                role.role_arn.ok_or_else(|| CloudError::NotFound {
+                    what: "IAM role",
+                    name: managed_role_name(&design.name),
+                    scope: None,
+                })?
+            }
+        };
+        let vpc = cluster.vpc_id.as_deref();
+        let subnets = self.cloud.subnet_ids(vpc, &design.subnets).await?;
+        let ssh_security_groups = match &design.ssh {
+            Some((_, groups)) if !groups.is_empty() => self.cloud.security_group_ids(vpc, groups).await?,
+            _ => Vec::new(),
+        };
+        let resolved = NodeGroupResolved { role_arn: role_arn.clone(), subnets, ssh_security_groups };
+        status.nodes_instance_role_arn = role_arn;
+        status.current_min = Some(design.min_size.into());
+        status.current_max = Some(design.max_size.into());
+        let step = node_group_step(design, &resolved, &owner, facts.as_ref());
+        match &step {
+            NodeGroupStep::Create(wanted) => {
+                self.cloud.create_node_group(wanted).await?;
+                info!(node_group = %design.name, "EKS node group created");
+            }
+            NodeGroupStep::Update(changes) => {
+                let facts = facts.as_ref().expect("an update is planned for a node group EKS described");
+                self.cloud.update_node_group(&design.cluster_name, &design.name, facts, changes).await?;
+            }
+            NodeGroupStep::Upgrade { version, release_version } => {
+                self.cloud
+                    .upgrade_node_group(
+                        &design.cluster_name,
+                        &design.name,
+                        version.as_deref(),
+                        release_version.as_deref(),
+                    )
+                    .await?;
+            }
+            NodeGroupStep::Wait(_)
+            | NodeGroupStep::Failed(_)
+            | NodeGroupStep::Immutable(_)
+            | NodeGroupStep::Converged => {}
+        }
+        let (written, requeue, note) =
+            node_group_outcome(&step, design, facts.as_ref(), (ig.status.as_ref(), status), self.now());
+        *status = written;
+        self.tell(ig, note).await;
+        Ok(requeue)
+    }
+
+    /// Deletes the node group (EKS drains and terminates its nodes), then a role the daemon
+    /// created once EKS no longer needs it. The node group's name follows from this cluster, the
+    /// namespace and the name alone, never from the status.
+    pub(crate) async fn delete_node_group(
+        &self,
+        ig: &InstanceGroup,
+        status: &mut InstanceGroupStatus,
+        all: &[InstanceGroup],
+    ) -> Result<Requeue, ReconcileError> {
+        let (namespace, name) = super::reconciler::key(ig);
+        let prefix = format!("{}-{namespace}-{name}", self.cluster);
+        let ours = owner_tags_of(&self.cluster, &namespace, &name, ig.metadata.uid.as_deref());
+        let configuration = ig.spec.eks_managed.as_ref().map(|m| &m.configuration);
+        if let Some(facts) = self.cloud.node_group(&self.cluster, &prefix).await? {
+            if let Some(owner) = foreign_node_group(&facts, &ours) {
+                let message = format!("EKS node group {prefix} belongs to {owner}: left as it is");
+                warn!(%namespace, %name, %message, "InstanceGroup deleted without its node group");
+                self.event(ig, GroupEventReason::ReconcileFailed, &message).await;
+                status.current_state = State::Deleted.into();
+                self.write_deleted(&namespace, &name, status).await?;
+                return Ok(Requeue::OnChange);
+            }
+            if facts.status != "DELETING" {
+                self.cloud.delete_node_group(&self.cluster, &prefix).await?;
+                let message = format!("EKS node group {prefix} deleting; EKS drains its nodes");
+                self.event(ig, GroupEventReason::InstanceGroupDeleting, &message).await;
+            }
+            status.current_state = State::Deleting.into();
+            return Ok(Requeue::After(REQUEUE));
+        }
+        let role_arn = status.nodes_instance_role_arn.clone();
+        let created_role = configuration.is_some_and(|c| c.node_role.as_deref().unwrap_or("").is_empty());
+        let shared = all.iter().any(|other| {
+            super::reconciler::key(other) != (namespace.clone(), name.clone())
+                && other.status.as_ref().is_some_and(|s| !role_arn.is_empty() && s.nodes_instance_role_arn == role_arn)
+        });
+        if created_role && !shared {
+            match self.cloud.delete_role(&managed_role_name(&prefix), &self.cluster).await {
+                Ok(()) => {}
+                Err(foreign @ CloudError::NotOwned { .. }) => {
+                    let message = format!("{foreign}: left as it is");
+                    warn!(%namespace, %name, %message, "InstanceGroup deleted without its node role");
+                    self.event(ig, GroupEventReason::ReconcileFailed, &message).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        status.current_state = State::Deleted.into();
+        self.write_deleted(&namespace, &name, status).await?;
+        let message = format!("EKS node group {prefix} and its role are gone");
+        self.event(ig, GroupEventReason::InstanceGroupDeleted, &message).await;
+        Ok(Requeue::OnChange)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::core::Timestamp;
+    use crate::fakes::{FakeInstanceGroupStore, InMemoryCluster};
+    use crate::instancegroup::adapters::memory_cloud::InMemoryNodeGroups;
+    use crate::instancegroup::api::InstanceGroup;
+    use crate::instancegroup::reconciler::{Cleanup, InstanceGroupReconciler};
+    use crate::metrics::Metrics;
+    use crate::ports::Leadership;
+
+    type Reconciler = InstanceGroupReconciler<InMemoryNodeGroups, FakeInstanceGroupStore, InMemoryCluster>;
+    const NAME: &str = "prod-euw1-instance-manager-batch-managed";
+
+    fn group() -> InstanceGroup {
+        let mut ig: InstanceGroup = serde_yaml::from_str(include_str!("testdata/managed-spot.yaml")).unwrap();
+        ig.metadata.uid = Some("uid-1".into());
+        ig
+    }
+
+    fn world() -> (Reconciler, InMemoryNodeGroups, FakeInstanceGroupStore) {
+        let (cloud, store) = (InMemoryNodeGroups::with_cluster("prod-euw1"), FakeInstanceGroupStore::default());
+        let reconciler = InstanceGroupReconciler {
+            cloud: cloud.clone(),
+            store: store.clone(),
+            view: InMemoryCluster::default(),
+            clock: Arc::new(|| Timestamp::from_millis(1_000_000)),
+            leadership: Leadership::always(),
+            metrics: Arc::new(Metrics::new()),
+            iam: Default::default(),
+            cluster: "prod-euw1".into(),
+        };
+        (reconciler, cloud, store)
+    }
+
+    /// One reconcile with the status the last pass wrote: the AWS writes, the Events' reasons
+    /// and the state it left.
+    async fn pass(
+        r: &Reconciler,
+        cloud: &InMemoryNodeGroups,
+        store: &FakeInstanceGroupStore,
+        ig: &InstanceGroup,
+    ) -> (Vec<String>, Vec<String>, String) {
+        let mut ig = ig.clone();
+        ig.status = store.get("instance-manager", "batch-managed").and_then(|g| g.status);
+        store.apply(ig.clone());
+        let (writes, events) = (cloud.state().writes.len(), store.0.lock().unwrap().events.len());
+        r.reconcile(&ig, None).await;
+        let writes = cloud.state().writes[writes..].to_vec();
+        let events = store.0.lock().unwrap().events[events..].iter().map(|(_, reason, ..)| reason.clone()).collect();
+        let state = store.get("instance-manager", "batch-managed").and_then(|g| g.status).unwrap().current_state;
+        (writes, events, state)
+    }
+
+    #[tokio::test]
+    async fn an_eks_managed_group_is_created_waits_for_eks_and_is_ready_without_touching_an_asg_or_aws_auth() {
+        let (r, cloud, store) = world();
+        let (writes, events, state) = pass(&r, &cloud, &store, &group()).await;
+        assert_eq!(writes, [format!("CreateRole {NAME}"), format!("CreateNodegroup {NAME}")]);
+        assert_eq!((events.as_slice(), state.as_str()), (&["InstanceGroupCreated".to_string()][..], "InitCreate"));
+        let created = cloud.state().node_groups[NAME].clone();
+        assert_eq!((created.capacity_type.as_str(), created.desired_size), ("SPOT", 1));
+        assert_eq!(created.node_role, format!("arn:aws:iam::123456789012:role/{NAME}"));
+        let (writes, _, state) = pass(&r, &cloud, &store, &group()).await;
+        assert!(writes.is_empty(), "nothing is written while EKS is CREATING: {writes:?}");
+        assert_eq!(state, "InitCreate");
+        cloud.eks_settles();
+        let (writes, events, state) = pass(&r, &cloud, &store, &group()).await;
+        assert!(writes.is_empty() && events.is_empty(), "{writes:?} {events:?}");
+        assert_eq!(state, "Ready");
+        let status = store.get("instance-manager", "batch-managed").unwrap().status.unwrap();
+        assert_eq!(
+            (status.strategy.as_str(), status.lifecycle.as_str(), status.provisioner.as_str()),
+            ("managed", "spot", "eks-managed")
+        );
+        assert_eq!(status.active_scaling_group_name, NAME);
+        assert!(cloud.state().groups.is_empty(), "no Auto Scaling group is created or touched");
+        assert!(store.0.lock().unwrap().aws_auth.is_none(), "EKS maps a managed node group's role itself");
+    }
+
+    #[tokio::test]
+    async fn a_new_max_size_and_labels_edited_in_eks_are_one_config_update_then_ready() {
+        let (r, cloud, store) = world();
+        pass(&r, &cloud, &store, &group()).await;
+        cloud.eks_settles();
+        pass(&r, &cloud, &store, &group()).await;
+        cloud.state().node_groups.get_mut(NAME).unwrap().labels.insert("by-hand".into(), "1".into());
+        let mut scaled = group();
+        scaled.spec.eks_managed.as_mut().unwrap().max_size = Some(9);
+        let (writes, events, state) = pass(&r, &cloud, &store, &scaled).await;
+        assert_eq!(writes, [format!("UpdateNodegroupConfig {NAME}")]);
+        assert_eq!((events.as_slice(), state.as_str()), (&["NodeGroupUpdated".to_string()][..], "ReconcileModifying"));
+        let group = cloud.state().node_groups[NAME].clone();
+        assert_eq!((group.max_size, group.desired_size), (9, 1), "desired is Cluster Autoscaler's");
+        assert!(!group.labels.contains_key("by-hand"));
+        cloud.eks_settles();
+        assert_eq!(pass(&r, &cloud, &store, &scaled).await.2, "Ready");
+    }
+
+    #[tokio::test]
+    async fn a_changed_instance_type_is_refused_by_name_and_a_version_is_one_upgrade() {
+        let (r, cloud, store) = world();
+        pass(&r, &cloud, &store, &group()).await;
+        cloud.eks_settles();
+        let mut retyped = group();
+        retyped.spec.eks_managed.as_mut().unwrap().configuration.instance_type = "c6i.large".into();
+        let (writes, events, state) = pass(&r, &cloud, &store, &retyped).await;
+        assert!(writes.is_empty(), "{writes:?}");
+        assert_eq!((events.as_slice(), state.as_str()), (&["InvalidSpec".to_string()][..], "Error"));
+        let status = store.get("instance-manager", "batch-managed").unwrap().status.unwrap();
+        assert!(status.conditions.iter().any(|c| c.message.contains("instanceType(s)")), "{status:?}");
+        let mut upgraded = group();
+        upgraded.spec.eks_managed.as_mut().unwrap().configuration.version = Some("1.32".into());
+        let (writes, events, state) = pass(&r, &cloud, &store, &upgraded).await;
+        assert_eq!(writes, [format!("UpdateNodegroupVersion {NAME}")]);
+        assert_eq!((events.as_slice(), state.as_str()), (&["NodeGroupUpgrading".to_string()][..], "InitUpgrade"));
+    }
+
+    #[tokio::test]
+    async fn deletion_deletes_the_node_group_waits_until_eks_has_removed_it_then_the_role() {
+        let (r, cloud, store) = world();
+        pass(&r, &cloud, &store, &group()).await;
+        cloud.eks_settles();
+        pass(&r, &cloud, &store, &group()).await;
+        let ig = store.get("instance-manager", "batch-managed").unwrap();
+        assert!(matches!(r.clean_up(&ig, std::slice::from_ref(&ig)).await, Cleanup::Again(_)));
+        assert!(matches!(r.clean_up(&ig, std::slice::from_ref(&ig)).await, Cleanup::Again(_)), "EKS still deleting");
+        assert_eq!(cloud.state().writes.iter().filter(|w| w.starts_with("DeleteNodegroup")).count(), 1);
+        assert!(cloud.state().roles.contains_key(NAME), "the role stays while EKS deletes the node group");
+        cloud.eks_settles();
+        assert_eq!(r.clean_up(&ig, std::slice::from_ref(&ig)).await, Cleanup::Done);
+        let state = cloud.state();
+        assert!(state.node_groups.is_empty() && state.roles.is_empty(), "{state:?}");
+        assert_eq!(state.writes.last().map(String::as_str), Some(format!("DeleteRole {NAME}").as_str()));
+    }
+
+    #[tokio::test]
+    async fn a_node_group_another_instancegroup_owns_under_the_name_is_never_changed_or_deleted() {
+        let (r, cloud, store) = world();
+        pass(&r, &cloud, &store, &group()).await;
+        cloud.eks_settles();
+        cloud
+            .state()
+            .node_groups
+            .get_mut(NAME)
+            .unwrap()
+            .tags
+            .insert("instancegroups.keikoproj.io/Namespace".into(), "other".into());
+        let mut scaled = group();
+        scaled.spec.eks_managed.as_mut().unwrap().max_size = Some(9);
+        let (writes, events, state) = pass(&r, &cloud, &store, &scaled).await;
+        assert!(writes.is_empty(), "{writes:?}");
+        assert_eq!((events.as_slice(), state.as_str()), (&["ReconcileFailed".to_string()][..], "Error"));
+        let ig = store.get("instance-manager", "batch-managed").unwrap();
+        assert_eq!(r.clean_up(&ig, std::slice::from_ref(&ig)).await, Cleanup::Done);
+        assert!(cloud.state().node_groups.contains_key(NAME), "left as it is");
+        assert!(cloud.state().roles.contains_key(NAME), "and so is the role it may still use");
+    }
+}
