@@ -26,13 +26,13 @@ const NS: &str = "teams";
 const NAME: &str = "batch";
 const ASG: &str = "prod-teams-batch";
 
-struct World {
-    subnets: Vec<String>,
+pub(crate) struct World {
+    pub(crate) subnets: Vec<String>,
     image: String,
     other_image: String,
 }
 
-async fn seed(config: &SdkConfig) -> World {
+pub(crate) async fn seed(config: &SdkConfig) -> World {
     let ec2 = aws_sdk_ec2::Client::new(config);
     let vpc = ec2.describe_vpcs().send().await.unwrap().vpcs()[0].vpc_id().unwrap().to_string();
     let subnets: Vec<String> = ec2
@@ -105,9 +105,12 @@ spec:
     serde_yaml::from_str(&yaml).expect("the test group parses")
 }
 
-type Reconciler = InstanceGroupReconciler<AwsNodeGroups, FakeInstanceGroupStore, InMemoryCluster>;
+pub(crate) type Reconciler = InstanceGroupReconciler<AwsNodeGroups, FakeInstanceGroupStore, InMemoryCluster>;
 
-fn reconciler(config: &SdkConfig, stats: CallStats) -> (Reconciler, FakeInstanceGroupStore, InMemoryCluster) {
+pub(crate) fn reconciler(
+    config: &SdkConfig,
+    stats: CallStats,
+) -> (Reconciler, FakeInstanceGroupStore, InMemoryCluster) {
     let mut cloud = AwsNodeGroups::new(config, stats);
     cloud.profile_wait = Duration::from_secs(5);
     let (store, view) = (FakeInstanceGroupStore::default(), InMemoryCluster::synced());
@@ -128,7 +131,7 @@ fn reconciler(config: &SdkConfig, stats: CallStats) -> (Reconciler, FakeInstance
 /// One reconcile as the daemon's controller makes it around the reconciler: kube-runtime's
 /// `finalizer()` adds our finalizer before the first apply (the watch event of that write brings
 /// the apply at once; here, in the same call), and removes it once a deleted group is cleaned up.
-async fn drive(
+pub(crate) async fn drive(
     r: &Reconciler,
     store: &FakeInstanceGroupStore,
     config: Option<&InstanceManagerConfig>,

@@ -30,6 +30,7 @@ mod ec2_scheduled_events;
 mod ec2_spot_requests;
 mod fuzz;
 mod iam_policy;
+mod instancegroups_managed;
 mod instancegroups_moto;
 mod kube_adapters;
 mod manifests;

@@ -14,12 +14,18 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+/// The key under which the hook finds the request line (`POST /clusters/prod/node-groups/x`),
+/// for the REST-JSON services (EKS), whose operation is in the path rather than the form.
+pub const REQUEST_LINE: &str = ":request";
+
 /// What the proxy does with one request.
 pub enum Answer {
     /// Send it to moto and pass moto's answer back.
     Forward,
     /// Answer `200 OK` with this XML body; moto never sees the request.
     Reply(String),
+    /// Answer `200 OK` with this JSON body (a REST-JSON service); moto never sees the request.
+    ReplyJson(String),
     /// Send it to moto and pass back moto's body as edited.
     Edit(Box<dyn FnOnce(String) -> String + Send>),
 }
@@ -50,10 +56,20 @@ static DESIRED_WRITE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 async fn serve(mut client: TcpStream, upstream: String, hook: Hook) {
     let mut pending = Vec::new();
     while let Some((head, body)) = read_request(&mut client, &mut pending).await {
-        let form = form(&body);
+        let mut form = form(&body);
+        let line = head.lines().next().unwrap_or_default();
+        form.insert(REQUEST_LINE.to_string(), line.rsplit_once(' ').map_or(line, |(l, _)| l).to_string());
+        if header(&head, "content-type").is_some_and(|t| t.contains("json")) {
+            form.insert(":body".to_string(), String::from_utf8_lossy(&body).into_owned());
+        }
         let writes_desired = form.get("Action").is_some_and(|a| DESIRED_WRITES.contains(&a.as_str()));
         let response = match hook(&form) {
             Answer::Reply(xml) => ok(&xml),
+            Answer::ReplyJson(json) => format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{json}",
+                json.len()
+            )
+            .into_bytes(),
             Answer::Forward if writes_desired => {
                 let _one_at_a_time = DESIRED_WRITE.lock().await;
                 forward(&upstream, &head, &body).await

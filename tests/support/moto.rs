@@ -124,13 +124,18 @@ impl Moto {
     /// SDK configuration for this server: fixed region and static credentials, so nothing ever
     /// probes the instance-metadata address.
     pub async fn sdk_config(&self) -> SdkConfig {
-        aws_config::defaults(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .endpoint_url(&self.endpoint)
-            .credentials_provider(Credentials::new("test", "test", None, None, "moto"))
-            .load()
-            .await
+        sdk_config_for(&self.endpoint).await
     }
+}
+
+/// SDK configuration for a moto server or a proxy in front of it at `endpoint`.
+pub async fn sdk_config_for(endpoint: &str) -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(Credentials::new("test", "test", None, None, "moto"))
+        .load()
+        .await
 }
 
 /// Creates launch template `nodes` (m5.large on one of moto's Amazon images); returns the image.

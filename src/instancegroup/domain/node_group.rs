@@ -333,6 +333,7 @@ pub(crate) fn node_group_outcome(
     now: Timestamp,
 ) -> (InstanceGroupStatus, Requeue, Option<Note>) {
     let name = &design.name;
+    let upgrading = status.current_state == State::InitUpgrade.as_str();
     let mut status = status.clone();
     let mut progress = |state: State, reason: &str, message: String| {
         status.current_state = state.into();
@@ -349,6 +350,7 @@ pub(crate) fn node_group_outcome(
             let state = match busy.as_str() {
                 "CREATING" => State::InitCreate,
                 "DELETING" => State::Deleting,
+                _ if upgrading => State::InitUpgrade,
                 _ => State::ReconcileModifying,
             };
             progress(state, "EksBusy", format!("EKS reports node group {name} {busy}"));
