@@ -442,7 +442,7 @@ impl ScalerMetrics {
                 r,
                 "fallbacks_refused_total",
                 "Groups a failing group's spots-booster.io/fallback-groups tag names that may not take its nodes \
-                 (not-this-cluster, not-selected, other-namespace), by the failing group; the boost waits instead.",
+                 (not-this-cluster, not-selected, other-namespace, eks-managed), by the failing group; the boost waits instead.",
                 &["group", "reason"],
             ),
         }

@@ -807,3 +807,61 @@ async fn subnet_and_security_group_ids_of_another_vpc_are_refused() {
         vec![foreign_subnet]
     );
 }
+
+/// moto creates a group with Capacity Rebalance but ignores it on `UpdateAutoScalingGroup`: the
+/// proxy applies the update's `CapacityRebalance` to what moto describes, as Auto Scaling would.
+#[tokio::test]
+async fn price_capacity_optimized_spot_with_capacity_rebalance_reaches_the_asg_and_turns_off_again() {
+    use crate::support::aws_intercept::{intercepting_proxy, Answer, Hook};
+    use crate::support::moto::sdk_config_for;
+    let (moto, _guard) = moto().await;
+    let world = seed(&moto.sdk_config().await).await;
+    let rebalance: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    let updates = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let (seen, counted) = (rebalance.clone(), updates.clone());
+    let hook: Hook = Arc::new(move |form| match form.get("Action").map(String::as_str) {
+        Some("UpdateAutoScalingGroup") => {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            *seen.lock().unwrap() = form.get("CapacityRebalance").cloned();
+            Answer::Forward
+        }
+        Some("DescribeAutoScalingGroups") => match seen.lock().unwrap().clone() {
+            Some(value) => Answer::Edit(Box::new(move |xml| {
+                xml.replace(
+                    "<CapacityRebalance>true</CapacityRebalance>",
+                    &format!("<CapacityRebalance>{value}</CapacityRebalance>"),
+                )
+            })),
+            None => Answer::Forward,
+        },
+        _ => Answer::Forward,
+    });
+    let config = sdk_config_for(&intercepting_proxy(&moto.endpoint, hook).await).await;
+    let (r, store, _) = reconciler(&config, CallStats::default());
+    let with = |strategy: &str, rebalance: bool| {
+        let mut ig = group(&world, &world.image, 6);
+        let policy = ig.spec.eks.as_mut().unwrap().configuration.mixed_instances_policy.as_mut().unwrap();
+        policy.strategy = Some(strategy.into());
+        policy.capacity_rebalance = Some(rebalance);
+        ig
+    };
+    store.apply(with("PriceCapacityOptimized", true));
+    reconcile(&r, &store).await;
+    let created = asg(&config).await.expect("the ASG exists");
+    let distribution = created.mixed_instances_policy().unwrap().instances_distribution().unwrap();
+    assert_eq!(distribution.spot_allocation_strategy(), Some("price-capacity-optimized"));
+    assert_eq!(created.capacity_rebalance(), Some(true));
+    reconcile(&r, &store).await;
+    assert_eq!(updates.load(std::sync::atomic::Ordering::SeqCst), 0, "a group that matches is not updated");
+
+    store.apply(with("CapacityOptimizedPrioritized", false));
+    reconcile(&r, &store).await;
+    assert_eq!(rebalance.lock().unwrap().as_deref(), Some("false"), "the update turns it off");
+    let updated = asg(&config).await.unwrap();
+    let distribution = updated.mixed_instances_policy().unwrap().instances_distribution().unwrap();
+    assert_eq!(distribution.spot_allocation_strategy(), Some("capacity-optimized-prioritized"));
+    assert_eq!(updated.capacity_rebalance(), Some(false));
+    assert_eq!(updated.desired_capacity(), Some(2), "DesiredCapacity is never sent on update");
+    reconcile(&r, &store).await;
+    assert_eq!(updates.load(std::sync::atomic::Ordering::SeqCst), 1, "and stays off without another update");
+}

@@ -169,7 +169,7 @@ fn may_take_back(
     let (Some(home), Some(fallback)) = (snapshot.groups.get(&f.home), snapshot.groups.get(&f.group)) else {
         return false;
     };
-    let serves = |g: &super::model::Group| !g.foreign && !g.excluded && !policy.ignored_groups.contains(&g.name);
+    let serves = |g: &super::model::Group| g.served() && !policy.ignored_groups.contains(&g.name);
     let failed_lately = snapshot.capacity_failures.get(&f.home).is_some_and(|at| *at > since)
         || super::fallback::failing(snapshot, &f.home, policy, now);
     let notice_open = at_risk

@@ -131,6 +131,8 @@ pub enum FallbackRefusal {
     NotSelected,
     /// It was made for an InstanceGroup of another namespace than the failing group's.
     OtherNamespace,
+    /// It backs an EKS managed node group, whose size is EKS's.
+    EksManaged,
 }
 
 impl FallbackRefusal {
@@ -140,6 +142,7 @@ impl FallbackRefusal {
             Self::NotThisCluster => "not-this-cluster",
             Self::NotSelected => "not-selected",
             Self::OtherNamespace => "other-namespace",
+            Self::EksManaged => "eks-managed",
         }
     }
 
@@ -149,6 +152,7 @@ impl FallbackRefusal {
             Self::NotThisCluster => "its tags do not name this cluster",
             Self::NotSelected => "--asg-tag-filter leaves it out",
             Self::OtherNamespace => "it was made for an InstanceGroup of another namespace",
+            Self::EksManaged => "it backs an EKS managed node group, whose size is EKS's",
         }
     }
 }
@@ -171,6 +175,8 @@ fn refusal(from: &Group, to: &Group) -> Option<FallbackRefusal> {
         Some(FallbackRefusal::NotThisCluster)
     } else if to.excluded {
         Some(FallbackRefusal::NotSelected)
+    } else if to.eks_node_group.is_some() {
+        Some(FallbackRefusal::EksManaged)
     } else if from.tenant_namespace.is_some() && to.tenant_namespace != from.tenant_namespace {
         Some(FallbackRefusal::OtherNamespace)
     } else {
@@ -736,6 +742,7 @@ mod tests {
         for (why, edit) in [
             ("another cluster's", (|g: &mut Group| g.foreign = true) as fn(&mut Group)),
             ("left out by --asg-tag-filter", |g: &mut Group| g.excluded = true),
+            ("an EKS managed node group's", |g: &mut Group| g.eks_node_group = Some("ng".into())),
         ] {
             let mut s = exhausted();
             edit(s.groups.get_mut(&GroupName::from("spot-b")).unwrap());
@@ -788,6 +795,10 @@ mod tests {
             reasons,
             vec![("spot-b".into(), FallbackRefusal::NotThisCluster), ("od".into(), FallbackRefusal::NotSelected)]
         );
+        let od = s.groups.get_mut(&GroupName::from("od")).unwrap();
+        (od.excluded, od.eks_node_group) = (false, Some("od-managed".into()));
+        let refused = refused_fallbacks(&s, &s.ledger, &Policy::default(), NOW);
+        assert_eq!((refused[1].reason, refused[1].reason.as_str()), (FallbackRefusal::EksManaged, "eks-managed"));
     }
 
     /// `exhausted()` after its three nodes moved to spot-b at 595 s, the move answered and

@@ -203,6 +203,12 @@ pub struct Group {
     /// is touched (its nodes' notices are dropped as `not-this-cluster`), whatever a Node claims.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub foreign: bool,
+    /// The EKS managed node group the group runs, when EKS made it (its `eks:nodegroup-name`
+    /// tag): EKS owns its size and replaces its spot nodes itself, so nothing of it is touched
+    /// (its nodes' notices are dropped as `eks-managed`; no boost, drain, termination nor
+    /// fallback into it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eks_node_group: Option<String>,
     /// Where the nodes a boost misses go when this group has no capacity, in order (the ASG tag
     /// `spots-booster.io/fallback-groups`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -251,9 +257,10 @@ impl LaunchOptions {
 }
 
 impl Group {
-    /// Whether this daemon serves the group: this cluster's, and selected by `--asg-tag-filter`.
+    /// Whether this daemon serves the group: this cluster's, selected by `--asg-tag-filter`, and
+    /// not an EKS managed node group's.
     pub fn served(&self) -> bool {
-        !self.excluded && !self.foreign
+        !self.excluded && !self.foreign && self.eks_node_group.is_none()
     }
 }
 
@@ -1077,6 +1084,7 @@ pub mod builders {
                 members: None,
                 excluded: false,
                 foreign: false,
+                eks_node_group: None,
                 fallbacks: Vec::new(),
                 tenant_namespace: None,
                 launch: LaunchOptions::default(),

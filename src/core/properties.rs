@@ -99,6 +99,7 @@ fn group_strategy(index: usize) -> impl Strategy<Value = (Group, Vec<Node>)> {
                 members: None,
                 excluded: false,
                 foreign: false,
+                eks_node_group: None,
                 fallbacks: Vec::new(),
                 tenant_namespace: None,
                 launch: Default::default(),

@@ -57,6 +57,9 @@ pub enum DropReason {
     /// The instance belongs to another cluster's group (its tags do not name this cluster): a
     /// Node may name any instance, and matching it by address never makes it this cluster's.
     NotThisCluster,
+    /// The group backs an EKS managed node group: EKS owns its size, replaces a spot node on a
+    /// rebalance recommendation itself and drains the nodes it removes, so the booster holds.
+    EksManaged,
     /// Older than `--signal-max-age` and never boosted.
     Expired,
     /// Only kinds that the ASG handles itself (lifecycle terminations, state changes, unknown).
@@ -80,6 +83,7 @@ impl DropReason {
             DropReason::IgnoredGroup => "ignored-group",
             DropReason::NotSelected => "not-selected",
             DropReason::NotThisCluster => "not-this-cluster",
+            DropReason::EksManaged => "eks-managed",
             DropReason::Expired => "expired",
             DropReason::NoReplacementCalledFor => "no-replacement-called-for",
             DropReason::DeletingByCa => "deleting-by-ca",
@@ -304,6 +308,9 @@ fn returning_home<'s>(
     if home.excluded {
         return Err(DropReason::NotSelected);
     }
+    if home.eks_node_group.is_some() {
+        return Err(DropReason::EksManaged);
+    }
     Ok(Some(&home.name))
 }
 
@@ -382,6 +389,9 @@ fn admit<'s>(
     }
     if described.excluded {
         return Err(DropReason::NotSelected);
+    }
+    if described.eks_node_group.is_some() {
+        return Err(DropReason::EksManaged);
     }
     if node.deleting_by_ca {
         return Err(DropReason::DeletingByCa);
@@ -720,6 +730,21 @@ mod tests {
         assert!(set.by_group.is_empty(), "nothing of an unselected group is at risk: {:?}", set.by_group);
         assert_eq!(set.dropped[0].reason, DropReason::NotSelected);
         assert_eq!(set.dropped[0].reason.as_str(), "not-selected");
+    }
+
+    #[test]
+    fn a_notice_in_an_eks_managed_node_group_is_left_to_eks_whatever_its_kind() {
+        // EKS replaces and drains a managed node group's spot nodes itself, and owns its size.
+        for kind in [SignalKind::Rebalance, SignalKind::SpotInterruption] {
+            let mut s = snapshot().with_signal(Signal { kind, ..Signal::rebalance("n1", 0) });
+            s.groups.get_mut(&GroupName::from("spot-a")).unwrap().eks_node_group = Some("batch".into());
+            let set = fold_signals(&s, &Policy::default(), Timestamp::EPOCH);
+            assert!(set.by_group.is_empty(), "{kind:?}: {:?}", set.by_group);
+            assert_eq!(
+                (set.dropped[0].reason.clone(), set.dropped[0].reason.as_str()),
+                (DropReason::EksManaged, "eks-managed")
+            );
+        }
     }
 
     #[test]

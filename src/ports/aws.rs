@@ -210,6 +210,9 @@ pub const INSTANCE_GROUP_NAMESPACE_TAG: &str = "instancegroups.keikoproj.io/Name
 /// or `auto` (see `--rebalance-policy`).
 pub const REBALANCE_POLICY_TAG: &str = "spots-booster.io/rebalance-policy";
 
+/// The tag EKS puts on the Auto Scaling group behind a managed node group, naming the node group.
+pub const EKS_NODE_GROUP_TAG: &str = "eks:nodegroup-name";
+
 /// The ASG tag naming, comma-separated and in order, where a boost's missing nodes go when the
 /// group has no capacity.
 pub const FALLBACK_GROUPS_TAG: &str = "spots-booster.io/fallback-groups";
@@ -225,6 +228,7 @@ impl GroupDescription {
         Group {
             foreign: !scope.is_this_clusters(&self.tags),
             excluded: !scope.selects(&self.tags),
+            eks_node_group: self.tags.get(EKS_NODE_GROUP_TAG).cloned(),
             fallbacks: self.fallbacks(),
             tenant_namespace: self.tags.get(INSTANCE_GROUP_NAMESPACE_TAG).cloned(),
             name: self.name.clone(),
@@ -591,6 +595,14 @@ mod tests {
         };
         let core = described.to_core(None, None, &selected);
         assert!(core.foreign && core.excluded && !core.served());
+        // EKS tags the group behind a managed node group: this cluster's, and still not served.
+        let managed = GroupDescription {
+            tags: tags(&[("eks:cluster-name", "prod"), ("eks:nodegroup-name", "batch"), ("team", "batch")]),
+            ..described
+        };
+        let core = managed.to_core(None, None, &selected);
+        assert!(!core.foreign && !core.excluded && !core.served());
+        assert_eq!(core.eks_node_group.as_deref(), Some("batch"));
     }
 
     #[test]

@@ -689,6 +689,7 @@ impl World {
                     members: None,
                     excluded: false,
                     foreign: false,
+                    eks_node_group: None,
                     fallbacks: Vec::new(),
                     tenant_namespace: None,
                     launch: Default::default(),

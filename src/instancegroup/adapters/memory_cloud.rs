@@ -177,6 +177,7 @@ impl NodeGroupCloud for InMemoryNodeGroups {
             template_name: (!mixed).then(|| design.template_name.clone()),
             mixed_instances: design.mixed_instances.clone(),
             mixed_template: mixed.then(|| design.template_name.clone()),
+            capacity_rebalance: design.capacity_rebalance,
             suspended_processes: design.suspended_processes.clone(),
             metrics: design.metrics.clone(),
             lifecycle_hooks: design.lifecycle_hooks.clone(),
@@ -203,6 +204,7 @@ impl NodeGroupCloud for InMemoryNodeGroups {
                 facts.max_size = design.max_size;
                 facts.subnet_ids = design.subnet_ids.clone();
                 facts.mixed_instances = design.mixed_instances.clone();
+                facts.capacity_rebalance = design.capacity_rebalance;
                 let mixed = design.mixed_instances.is_some();
                 facts.template_name = (!mixed).then(|| design.template_name.clone());
                 facts.mixed_template = mixed.then(|| design.template_name.clone());

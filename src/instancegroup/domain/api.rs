@@ -396,9 +396,15 @@ pub struct LifecycleHookSpec {
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MixedInstancesPolicySpec {
-    /// `CapacityOptimized` (default) or `LowestPrice`.
+    /// `CapacityOptimized` (default), `PriceCapacityOptimized`, `CapacityOptimizedPrioritized`
+    /// (the instance types' order is their priority) or `LowestPrice`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<String>,
+    /// Turn the ASG's Capacity Rebalance on: Auto Scaling launches a replacement for a spot
+    /// instance with a rebalance recommendation itself, and the booster holds the group (unless
+    /// `--boost-capacity-rebalance-groups`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_rebalance: Option<bool>,
     /// Spot pools (1–20), with LowestPrice only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spot_pools: Option<i64>,

@@ -59,6 +59,8 @@ pub struct GroupDesign {
     pub(crate) lifecycle_hooks: BTreeMap<String, LifecycleHook>,
     /// Spot/on-demand mix.
     pub(crate) mixed_instances: Option<MixedInstances>,
+    /// Capacity Rebalance on the group (`mixedInstancesPolicy.capacityRebalance`).
+    pub(crate) capacity_rebalance: bool,
     /// Licence ARNs.
     pub(crate) licenses: Vec<String>,
     /// Placement.
@@ -188,7 +190,8 @@ pub(crate) struct LifecycleHook {
 /// The AWS MixedInstancesPolicy, in AWS's own terms.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct MixedInstances {
-    /// `capacity-optimized` or `lowest-price`.
+    /// `capacity-optimized`, `price-capacity-optimized`, `capacity-optimized-prioritized` or
+    /// `lowest-price`.
     pub spot_allocation_strategy: String,
     /// Spot pools (lowest-price only).
     pub(crate) spot_pools: Option<i32>,

@@ -187,6 +187,9 @@ pub struct AsgDesign {
     pub(crate) template_name: String,
     /// Spot/on-demand mix; `None` launches the template directly.
     pub(crate) mixed_instances: Option<MixedInstances>,
+    /// Capacity Rebalance: Auto Scaling replaces a rebalance-recommended spot instance itself
+    /// (and the booster holds the group).
+    pub capacity_rebalance: bool,
     /// Suspended processes.
     pub suspended_processes: BTreeSet<String>,
     /// Collected metrics.
@@ -239,6 +242,7 @@ pub(crate) fn asg_design(design: &GroupDesign, resolved: &Resolved, running_type
         subnet_ids: resolved.subnet_ids.clone(),
         tags: asg_tags(design),
         template_name: design.prefix.clone(),
+        capacity_rebalance: design.capacity_rebalance,
         mixed_instances,
         suspended_processes: design.suspended_processes.clone(),
         metrics: design.metrics.clone(),
@@ -283,6 +287,8 @@ pub struct AsgFacts {
     pub(crate) mixed_instances: Option<MixedInstances>,
     /// Template name inside the mixed policy.
     pub(crate) mixed_template: Option<String>,
+    /// Capacity Rebalance is on.
+    pub capacity_rebalance: bool,
     /// Suspended processes.
     pub suspended_processes: BTreeSet<String>,
     /// Collected metrics.
@@ -344,6 +350,7 @@ pub(crate) fn asg_changes(facts: &AsgFacts, design: &AsgDesign) -> AsgChanges {
     let update = facts.min_size != design.min_size
         || facts.max_size != design.max_size
         || facts.subnet_ids != design.subnet_ids
+        || facts.capacity_rebalance != design.capacity_rebalance
         || mixed_differs;
     let set_tags = design
         .tags
@@ -426,6 +433,7 @@ pub(crate) mod tests {
             template_name: None,
             mixed_instances: asg.mixed_instances.clone(),
             mixed_template: Some(asg.template_name.clone()),
+            capacity_rebalance: asg.capacity_rebalance,
             suspended_processes: asg.suspended_processes.clone(),
             metrics: asg.metrics.clone(),
             lifecycle_hooks: asg.lifecycle_hooks.clone(),
@@ -467,6 +475,18 @@ pub(crate) mod tests {
             edit(&mut d, &mut r);
             assert_eq!(drift(&base, &launch_template_data(&d, &r)), [field], "{field}");
         }
+    }
+
+    #[test]
+    fn capacity_rebalance_follows_the_design_through_an_update() {
+        let mut d = design();
+        d.capacity_rebalance = true;
+        let asg = asg_design(&d, &resolved(), &BTreeSet::new());
+        assert!(asg.capacity_rebalance);
+        let mut facts = facts_for(&asg);
+        assert!(asg_changes(&facts, &asg).is_empty());
+        facts.capacity_rebalance = false;
+        assert_eq!(asg_changes(&facts, &asg), AsgChanges { update: true, ..Default::default() });
     }
 
     #[test]

@@ -369,6 +369,7 @@ pub fn validate(info: &ObjectInfo<'_>, spec: &InstanceGroupSpec, iam: &IamRules)
         role,
         lifecycle_hooks,
         mixed_instances,
+        capacity_rebalance: config.mixed_instances_policy.as_ref().and_then(|m| m.capacity_rebalance).unwrap_or(false),
         licenses: config.license_specifications.clone(),
         placement,
         metadata,
@@ -523,8 +524,16 @@ fn mixed_instances(errors: &mut Errors, config: &EksConfiguration) -> Option<Mix
         None => "capacity-optimized",
         Some(s) if s.eq_ignore_ascii_case("CapacityOptimized") => "capacity-optimized",
         Some(s) if s.eq_ignore_ascii_case("LowestPrice") => "lowest-price",
+        Some(s) if s.eq_ignore_ascii_case("PriceCapacityOptimized") => "price-capacity-optimized",
+        Some(s) if s.eq_ignore_ascii_case("CapacityOptimizedPrioritized") => "capacity-optimized-prioritized",
         Some(s) => {
-            errors.invalid(format!("{field}.strategy"), format!("{s:?} is not CapacityOptimized or LowestPrice"));
+            errors.invalid(
+                format!("{field}.strategy"),
+                format!(
+                    "{s:?} is not CapacityOptimized, PriceCapacityOptimized, CapacityOptimizedPrioritized or \
+                     LowestPrice"
+                ),
+            );
             "capacity-optimized"
         }
     };
@@ -556,6 +565,9 @@ fn mixed_instances(errors: &mut Errors, config: &EksConfiguration) -> Option<Mix
         } else if !overrides.iter().any(|(existing, _)| *existing == t.instance_type) {
             overrides.push((t.instance_type.clone(), weight));
         }
+    }
+    if policy.capacity_rebalance == Some(true) && spot_ratio == 0 {
+        errors.invalid(format!("{field}.capacityRebalance"), "only applies to spot capacity (spotRatio above 0)");
     }
     Some(MixedInstances {
         spot_allocation_strategy: strategy.to_string(),
@@ -1092,6 +1104,32 @@ mod tests {
 
     fn config(ig: &mut InstanceGroup) -> &mut EksConfiguration {
         &mut ig.spec.eks.as_mut().unwrap().configuration
+    }
+
+    #[test]
+    fn the_newer_spot_allocation_strategies_and_capacity_rebalance_map_to_aws_terms() {
+        for (strategy, aws) in [
+            ("PriceCapacityOptimized", "price-capacity-optimized"),
+            ("capacityOptimizedPrioritized", "capacity-optimized-prioritized"),
+        ] {
+            let mut ig = example();
+            let policy = config(&mut ig).mixed_instances_policy.as_mut().unwrap();
+            policy.strategy = Some(strategy.into());
+            policy.capacity_rebalance = Some(true);
+            let design = run(&ig).unwrap();
+            assert_eq!(design.mixed_instances.unwrap().spot_allocation_strategy, aws);
+            assert!(design.capacity_rebalance);
+        }
+        let on_demand = errors_of(|ig| {
+            let policy = config(ig).mixed_instances_policy.as_mut().unwrap();
+            policy.spot_ratio = Some(IntOrString::Int(0));
+            policy.capacity_rebalance = Some(true);
+        });
+        assert_eq!(
+            on_demand,
+            [("spec.eks.configuration.mixedInstancesPolicy.capacityRebalance".to_string(), FieldErrorKind::Invalid)]
+        );
+        assert!(!run(&example()).unwrap().capacity_rebalance, "off unless asked");
     }
 
     #[test]

@@ -49,6 +49,7 @@ impl AwsNodeGroups {
             template_name: group.launch_template().and_then(|t| t.launch_template_name()).map(String::from),
             mixed_instances,
             mixed_template,
+            capacity_rebalance: group.capacity_rebalance().unwrap_or(false),
             suspended_processes: group
                 .suspended_processes()
                 .iter()
@@ -81,6 +82,7 @@ impl AwsNodeGroups {
             .min_size(design.min_size)
             .max_size(design.max_size)
             .desired_capacity(design.min_size)
+            .capacity_rebalance(design.capacity_rebalance)
             .vpc_zone_identifier(design.subnet_ids.join(","))
             .set_tags(Some(design.tags.iter().map(|(k, v)| asg_tag(name, k, v)).collect()));
         request = match &design.mixed_instances {
@@ -111,6 +113,7 @@ impl AwsNodeGroups {
                 .auto_scaling_group_name(name)
                 .min_size(design.min_size)
                 .max_size(design.max_size)
+                .capacity_rebalance(design.capacity_rebalance)
                 .vpc_zone_identifier(design.subnet_ids.join(","));
             request = match &design.mixed_instances {
                 Some(mixed) => request.mixed_instances_policy(mixed_policy(&design.template_name, mixed)),
