@@ -12,8 +12,9 @@ const OWNER: &str = "instancegroups.keikoproj.io/ClusterName";
 const AZ_SUSPENDED: &str = "spots-booster.io/suspended-az-rebalance";
 /// The kustomize files' placeholder for the cluster's name.
 pub(crate) const PLACEHOLDER: &str = "CLUSTER_NAME";
-/// The two files, in the order the chart's ConfigMap keys them.
-pub(crate) const FILES: [&str; 2] = ["iam-policy.json", "iam-policy-instancegroups.json"];
+/// The three files, in the order the chart's ConfigMap keys them.
+pub(crate) const FILES: [&str; 3] =
+    ["iam-policy.json", "iam-policy-instancegroups.json", "iam-policy-eks-managed.json"];
 
 /// Both policies of `manifests/`, for `cluster`.
 pub(crate) fn manifests_for(cluster: &str) -> Policy {
@@ -50,7 +51,7 @@ struct Groups {
     autoscaler: Resource,
     /// Only the cloud provider's tag.
     kubernetes: Resource,
-    /// EKS managed node group.
+    /// The Auto Scaling group behind an EKS managed node group, tagged as EKS tags it.
     managed: Resource,
     /// An InstanceGroup's, as the reconciler tags it.
     instance_group: Resource,
@@ -65,7 +66,15 @@ fn groups_of(cluster: &str) -> Groups {
             &[(&autoscaler_key, "owned"), ("k8s.io/cluster-autoscaler/enabled", "true")],
         ),
         kubernetes: asg(&format!("{cluster}-plain"), &[(&kubernetes_key, "owned")]),
-        managed: asg(&format!("eks-{cluster}-ng"), &[("eks:cluster-name", cluster)]),
+        managed: asg(
+            &format!("eks-{cluster}-ng"),
+            &[
+                ("eks:cluster-name", cluster),
+                ("eks:nodegroup-name", "ng"),
+                (&autoscaler_key, "owned"),
+                ("k8s.io/cluster-autoscaler/enabled", "true"),
+            ],
+        ),
         instance_group: asg(
             &format!("{cluster}-team-batch"),
             &[
@@ -109,7 +118,8 @@ fn table(ours: &str, theirs: &str, by_tag_key: bool) -> Vec<Case> {
         for (name, group, allowed) in [
             ("this cluster's Cluster Autoscaler group", &mine.autoscaler, by_tag_key),
             ("this cluster's kubernetes.io/cluster group", &mine.kubernetes, by_tag_key),
-            ("this cluster's EKS managed node group", &mine.managed, true),
+            // EKS owns its size: the booster holds such groups, and the policy denies it.
+            ("this cluster's EKS managed node group", &mine.managed, false),
             ("this cluster's InstanceGroup group", &mine.instance_group, true),
             ("another cluster's Cluster Autoscaler group", &other.autoscaler, false),
             ("another cluster's kubernetes.io/cluster group", &other.kubernetes, false),
@@ -130,14 +140,24 @@ fn table(ours: &str, theirs: &str, by_tag_key: bool) -> Vec<Case> {
         Request::new("autoscaling:DeleteTags", vec![group.clone()]).tagging(pairs)
     };
     cases.extend([
-        case("the AZRebalance record on this cluster's group", tag(&mine.managed, &[(AZ_SUSPENDED, ours)]), true),
-        case("its removal", untag(&mine.managed, &[(AZ_SUSPENDED, ours)]), true),
-        case("the AZRebalance record on another cluster's", tag(&other.managed, &[(AZ_SUSPENDED, ours)]), false),
-        case("its removal from another cluster's", untag(&other.managed, &[(AZ_SUSPENDED, theirs)]), false),
-        case("an AZRebalance record naming another cluster", tag(&mine.managed, &[(AZ_SUSPENDED, theirs)]), false),
+        case(
+            "the AZRebalance record on this cluster's group",
+            tag(&mine.kubernetes, &[(AZ_SUSPENDED, ours)]),
+            by_tag_key,
+        ),
+        case("its removal", untag(&mine.kubernetes, &[(AZ_SUSPENDED, ours)]), by_tag_key),
+        case(
+            "the AZRebalance record on its InstanceGroup's group",
+            tag(&mine.instance_group, &[(AZ_SUSPENDED, ours)]),
+            true,
+        ),
+        case("the AZRebalance record on another cluster's", tag(&other.kubernetes, &[(AZ_SUSPENDED, ours)]), false),
+        case("its removal from another cluster's", untag(&other.kubernetes, &[(AZ_SUSPENDED, theirs)]), false),
+        case("an AZRebalance record naming another cluster", tag(&mine.kubernetes, &[(AZ_SUSPENDED, theirs)]), false),
+        case("the AZRebalance record on an EKS managed node group", tag(&mine.managed, &[(AZ_SUSPENDED, ours)]), false),
         case(
             "any other tag on a boosted group",
-            tag(&mine.managed, &[("k8s.io/cluster-autoscaler/enabled", "true")]),
+            tag(&mine.kubernetes, &[("k8s.io/cluster-autoscaler/enabled", "true")]),
             false,
         ),
         case("claiming an untagged group", tag(&untagged, &[(OWNER, ours)]), false),
@@ -303,6 +323,67 @@ fn table(ours: &str, theirs: &str, by_tag_key: bool) -> Vec<Case> {
         ),
     ]);
 
+    // EKS managed node groups (the eks-managed provisioner): created in this cluster carrying the
+    // ownership tag, then changed, tagged and deleted only while they carry it.
+    let cluster =
+        |name: &str| Resource { arn: format!("arn:aws:eks:eu-west-1:{ACCOUNT}:cluster/{name}"), tags: tags(&[]) };
+    let node_group = |cluster: &str, owner: Option<&str>| {
+        let pairs: Vec<(&str, &str)> = owner.map(|o| vec![(OWNER, o)]).unwrap_or_default();
+        Resource {
+            arn: format!("arn:aws:eks:eu-west-1:{ACCOUNT}:nodegroup/{cluster}/{cluster}-team-batch/0ac5"),
+            tags: tags(&pairs),
+        }
+    };
+    let create =
+        |c: &str, owner: &str| Request::new("eks:CreateNodegroup", vec![cluster(c)]).tagging(&[(OWNER, owner)]);
+    cases.extend([
+        case("creating a node group in this cluster", create(ours, ours), true),
+        case("creating one in another cluster", create(theirs, theirs), false),
+        case("creating one in this cluster tagged for another", create(ours, theirs), false),
+        case(
+            "creating one without its ownership tag",
+            Request::new("eks:CreateNodegroup", vec![cluster(ours)]).tagging(&[("team", "batch")]),
+            false,
+        ),
+        case(
+            "tagging its node group",
+            Request::new("eks:TagResource", vec![node_group(ours, Some(ours))]).tagging(&[("team", "ml")]),
+            true,
+        ),
+        case(
+            "handing its node group to another cluster",
+            Request::new("eks:TagResource", vec![node_group(ours, Some(ours))]).tagging(&[(OWNER, theirs)]),
+            false,
+        ),
+        case(
+            "claiming an operator's node group",
+            Request::new("eks:TagResource", vec![node_group(ours, None)]).tagging(&[(OWNER, ours)]),
+            false,
+        ),
+        case(
+            "removing a user tag of its node group",
+            Request::new("eks:UntagResource", vec![node_group(ours, Some(ours))]).tagging(&[("team", "")]),
+            true,
+        ),
+        case(
+            "removing its node group's ownership tag",
+            Request::new("eks:UntagResource", vec![node_group(ours, Some(ours))]).tagging(&[(OWNER, "")]),
+            false,
+        ),
+        case("passing its node role to EKS", pass(role("a", Some(ours)), "eks.amazonaws.com"), true),
+        case("passing another cluster's node role to EKS", pass(role("b", Some(theirs)), "eks.amazonaws.com"), false),
+    ]);
+    for action in ["eks:UpdateNodegroupConfig", "eks:UpdateNodegroupVersion", "eks:DeleteNodegroup"] {
+        for (what, group, allowed) in [
+            ("its node group", node_group(ours, Some(ours)), true),
+            ("an operator's node group in this cluster", node_group(ours, None), false),
+            ("a node group of this cluster tagged for another", node_group(ours, Some(theirs)), false),
+            ("another cluster's node group", node_group(theirs, Some(theirs)), false),
+        ] {
+            cases.push(case(format!("{action} on {what}"), Request::new(action, vec![group]), allowed));
+        }
+    }
+
     // Reads reach everything (Describe calls take no resource-level permission).
     for action in ["autoscaling:DescribeAutoScalingGroups", "ec2:DescribeInstances", "ec2:DescribeSpotInstanceRequests"]
     {
@@ -372,8 +453,9 @@ fn every_write_statement_names_the_cluster_and_each_file_fits_a_managed_policy()
                 serde_json::Value::String(one) => vec![one.as_str()],
                 list => list.as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect(),
             };
-            let writes =
-                actions.iter().any(|a| !a.contains(":Describe") && !a.contains(":Get") && !a.contains(":List"));
+            // A Deny only narrows what the Allows grant.
+            let writes = s["Effect"] == "Allow"
+                && actions.iter().any(|a| !a.contains(":Describe") && !a.contains(":Get") && !a.contains(":List"));
             let scoped = s["Condition"].to_string().contains(PLACEHOLDER)
                 || s.get("NotResource").is_some() && s["Condition"].to_string().contains("ec2:LaunchTemplate");
             assert!(!writes || scoped, "{file}: a write not scoped to the cluster: {s}");

@@ -54,6 +54,7 @@ fn every_manifest_parses_and_the_kustomization_lists_them() {
             "prometheusrule.yaml",
             "iam-policy.json",
             "iam-policy-instancegroups.json",
+            "iam-policy-eks-managed.json",
             // Opt-in kustomize components (each checked where it is built: tests/chart.rs).
             "components",
         ];
@@ -196,7 +197,7 @@ fn the_iam_policies_allow_exactly_the_aws_calls() {
     // What each statement reaches is `tests/iam_policy.rs`'s table; here, that the two files name
     // every call the adapters make and nothing more.
     let mut allowed = BTreeSet::new();
-    for file in ["iam-policy.json", "iam-policy-instancegroups.json"] {
+    for file in crate::iam_policy::FILES {
         let policy: Value =
             serde_json::from_str(&std::fs::read_to_string(Path::new(MANIFESTS).join(file)).unwrap()).unwrap();
         for statement in policy["Statement"].as_array().unwrap() {

@@ -76,6 +76,14 @@ pub const IAM_ACTIONS: &[&str] = &[
     "iam:AddRoleToInstanceProfile",
     "iam:RemoveRoleFromInstanceProfile",
     "iam:PassRole",
+    // The `eks-managed` provisioner (`manifests/iam-policy-eks-managed.json`).
+    "eks:DescribeNodegroup",
+    "eks:CreateNodegroup",
+    "eks:UpdateNodegroupConfig",
+    "eks:UpdateNodegroupVersion",
+    "eks:DeleteNodegroup",
+    "eks:TagResource",
+    "eks:UntagResource",
 ];
 
 /// AWS flags. Every flag also reads its `SPOTS_BOOSTER_` environment variable.
