@@ -73,7 +73,7 @@ async fn an_eks_managed_group_is_created_ready_resized_has_eks_side_edits_revert
     let (moto, _guard) = moto().await;
     let direct = moto.sdk_config().await;
     let world = seed(&direct).await;
-    let script = Arc::new(Mutex::new(AsEks::default()));
+    let script = Arc::new(Mutex::new(AsEks { hold_deletes: true, ..AsEks::default() }));
     let config = sdk_config_for(&intercepting_proxy(&moto.endpoint, as_eks(script.clone())).await).await;
     let stats = CallStats::default();
     let (r, store, _) = reconciler(&config, stats.clone());
@@ -143,7 +143,10 @@ async fn an_eks_managed_group_is_created_ready_resized_has_eks_side_edits_revert
 
 /// What the proxy tells of the node group, where moto cannot.
 #[derive(Default)]
-struct AsEks {
+pub(crate) struct AsEks {
+    /// Answer `DeleteNodegroup` as EKS does (`DELETING` for minutes) until the test deletes it in
+    /// moto; otherwise moto deletes it at once.
+    hold_deletes: bool,
     /// The status EKS reports instead of moto's `ACTIVE`.
     status: Option<&'static str>,
     /// Health issues EKS reports.
@@ -179,7 +182,13 @@ fn unescape(text: &str) -> String {
 }
 
 fn as_eks(script: Arc<Mutex<AsEks>>) -> Hook {
-    let path = format!("/clusters/prod/node-groups/{NODE_GROUP}");
+    as_eks_for("prod", NODE_GROUP, script)
+}
+
+/// The proxy's hook for node group `node_group` of `cluster`.
+pub(crate) fn as_eks_for(cluster: &str, node_group: &str, script: Arc<Mutex<AsEks>>) -> Hook {
+    let (cluster, node_group) = (cluster.to_string(), node_group.to_string());
+    let path = format!("/clusters/{cluster}/node-groups/{node_group}");
     Arc::new(move |form| {
         let line = form.get(REQUEST_LINE).cloned().unwrap_or_default();
         let mut eks = script.lock().unwrap();
@@ -190,15 +199,15 @@ fn as_eks(script: Arc<Mutex<AsEks>>) -> Hook {
                 r#"{"update":{"id":"u-1","status":"InProgress","type":"VersionUpdate","params":[]}}"#.into(),
             );
         }
-        if line == format!("DELETE {path}") {
+        if line == format!("DELETE {path}") && eks.hold_deletes {
             eks.deletes += 1;
             eks.status = Some("DELETING");
             return Answer::ReplyJson(format!(
-                r#"{{"nodegroup":{{"nodegroupName":"{NODE_GROUP}","status":"DELETING"}}}}"#
+                r#"{{"nodegroup":{{"nodegroupName":"{node_group}","status":"DELETING"}}}}"#
             ));
         }
         let (method, target) = line.split_once(' ').unwrap_or_default();
-        if target.starts_with("/tags/") && unescape(target).contains(&format!(":nodegroup/prod/{NODE_GROUP}/")) {
+        if target.starts_with("/tags/") && unescape(target).contains(&format!(":nodegroup/{cluster}/{node_group}/")) {
             let tags = eks.tags.get_or_insert_with(Default::default);
             if method == "POST" {
                 let body: serde_json::Value =
@@ -246,7 +255,7 @@ async fn creating_degraded_upgrading_and_deleting_node_groups_are_waited_for_as_
     let (moto, _guard) = moto().await;
     let direct = moto.sdk_config().await;
     let world = seed(&direct).await;
-    let script = Arc::new(Mutex::new(AsEks { status: Some("CREATING"), ..AsEks::default() }));
+    let script = Arc::new(Mutex::new(AsEks { status: Some("CREATING"), hold_deletes: true, ..AsEks::default() }));
     let endpoint = intercepting_proxy(&moto.endpoint, as_eks(script.clone())).await;
     let config = sdk_config_for(&endpoint).await;
     let stats = CallStats::default();
@@ -273,7 +282,7 @@ async fn creating_degraded_upgrading_and_deleting_node_groups_are_waited_for_as_
     assert!(reconciled.message.contains("DEGRADED: Ec2SecurityGroupNotFound"), "{reconciled:?}");
     let warnings = store.state().events.iter().filter(|(_, reason, ..)| reason == "ReconcileFailed").count();
     assert_eq!(warnings, 1, "told once, not at every look");
-    *script.lock().unwrap() = AsEks::default();
+    *script.lock().unwrap() = AsEks { hold_deletes: true, ..AsEks::default() };
     assert_eq!(reconcile(&r, &store).await.1, State::Ready);
 
     // A new Kubernetes version: one UpdateNodegroupVersion, then wait while EKS replaces nodes.
