@@ -254,3 +254,62 @@ async fn a_fallback_of_another_cluster_or_another_tenant_is_refused_told_and_pas
     assert!(events.iter().any(|e| e.reason.as_deref() == Some("BoostFellBack")), "and it fell back to {od}");
     booster.kill().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real API server and moto: set SPOTS_BOOSTER_E2E_KUBECONFIG and SPOTS_BOOSTER_E2E_AWS_ENDPOINT, pass --include-ignored"]
+async fn a_notice_in_an_eks_managed_node_group_is_left_to_eks() {
+    let (kubeconfig, endpoint) = env();
+    let suffix = run_suffix();
+    let kube = kube_client(&kubeconfig).await;
+    let aws = aws(&endpoint).await;
+    let ns = format!("sb-e2e-mng-{suffix}");
+    create_namespace(&kube, &ns).await;
+    // This cluster's group, tagged as EKS tags the group behind a managed node group.
+    let managed = format!("eks-ng-{suffix}");
+    create_group(&aws, &managed, 2, 6).await;
+    let asg = aws_sdk_autoscaling::Client::new(&aws);
+    asg.create_or_update_tags().tags(group_tag(&managed, "eks:nodegroup-name", "batch")).send().await.unwrap();
+    asg.create_or_update_tags().tags(group_tag(&managed, "eks:cluster-name", CLUSTER)).send().await.unwrap();
+    for (id, zone) in live_instances(&aws, &managed).await {
+        register_node(&kube, &format!("{id}.{suffix}.e2e.internal"), &zone, &id, &suffix).await;
+    }
+    let port = free_port();
+    let mut booster = start_booster(
+        &kubeconfig,
+        &endpoint,
+        &ns,
+        port,
+        &["--leader-elect", "false", "--instance-groups", "false", "--nth-taint-signals", "true", "--sizing", "count"],
+    );
+    await_synced(port, &mut booster).await;
+
+    let (instance, _) = live_instances(&aws, &managed).await.remove(0);
+    let node = format!("{instance}.{suffix}.e2e.internal");
+    nth_cordon_and_taint(&kube, &node).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metric(&scrape(port).await, "spots_booster_signals_dropped_total{reason=\"eks-managed\"}") < 1.0 {
+        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited early");
+        assert!(Instant::now() < deadline, "the notice was not left to EKS as eks-managed");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // A few passes more: nothing of the managed node group moves.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(desired_capacity(&aws, &managed).await, 2, "never boosted");
+    assert_eq!(live_instances(&aws, &managed).await.len(), 2, "never terminated");
+    let text = scrape(port).await;
+    let touched: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(managed.as_str()))
+        .filter(|l| l.starts_with("spots_booster_drains") || l.starts_with("spots_booster_boosts"))
+        .collect();
+    assert!(touched.is_empty(), "no boost or drain in a managed node group: {touched:?}");
+    let told: Vec<_> = booster_events_on(&kube, &node)
+        .await
+        .into_iter()
+        .filter(|e| e.reporting_controller.as_deref() == Some("spots-booster"))
+        .filter_map(|e| e.reason)
+        .collect();
+    assert!(told.is_empty(), "no drain begun on a node EKS drains: {told:?}");
+    eprintln!("e2e scope: the notice on {node} was left to EKS (signals_dropped_total{{reason=\"eks-managed\"}})");
+    booster.kill().await.unwrap();
+}

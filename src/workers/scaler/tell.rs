@@ -129,6 +129,9 @@ where
                 continue;
             }
             self.ctx.metrics.signals.dropped(&d.reason);
+            if d.reason == DropReason::EksManaged {
+                info!(instance = %d.instance, "left to EKS: its managed node group replaces and drains the node itself");
+            }
             if let DropReason::Untrusted(why) = d.reason {
                 self.ctx.metrics.signals.untrusted(why);
                 info!(instance = %d.instance, reason = why.as_str(), "an Event's interruption notice is not believed yet");
