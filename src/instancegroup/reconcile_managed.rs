@@ -290,6 +290,24 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_made_group_cannot_switch_provisioner_and_is_still_deleted_as_made() {
+        let (r, cloud, store) = world();
+        pass(&r, &cloud, &store, &group()).await;
+        cloud.eks_settles();
+        let mut switched = group();
+        switched.spec.provisioner = "eks".into();
+        let (writes, events, state) = pass(&r, &cloud, &store, &switched).await;
+        assert!(writes.is_empty(), "{writes:?}");
+        assert_eq!((events.as_slice(), state.as_str()), (&["InvalidSpec".to_string()][..], "Error"));
+        let ig = store.get("instance-manager", "batch-managed").unwrap();
+        assert_eq!(ig.status.as_ref().unwrap().provisioner, "eks-managed", "the status keeps what made it");
+        let mut switched = ig.clone();
+        switched.spec.provisioner = "eks".into();
+        assert!(matches!(r.clean_up(&switched, std::slice::from_ref(&switched)).await, Cleanup::Again(_)));
+        assert_eq!(cloud.state().writes.last().map(String::as_str), Some(format!("DeleteNodegroup {NAME}").as_str()));
+    }
+
+    #[tokio::test]
     async fn a_node_group_another_instancegroup_owns_under_the_name_is_never_changed_or_deleted() {
         let (r, cloud, store) = world();
         pass(&r, &cloud, &store, &group()).await;

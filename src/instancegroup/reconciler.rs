@@ -225,6 +225,18 @@ where
         status.config_md5 = md5;
         status.provisioner =
             spec.as_ref().map_or(ig.spec.provisioner.to_ascii_lowercase(), |s| s.provisioner.to_ascii_lowercase());
+        if let Some(made) = switched_provisioner(ig.status.as_ref(), &status.provisioner) {
+            let message = format!(
+                "spec.provisioner: {} on an InstanceGroup whose {made} resources exist; a group cannot move between \
+                 provisioners (create another InstanceGroup, then delete this one)",
+                status.provisioner
+            );
+            status.provisioner = made;
+            let note;
+            (*status, note) = refuse(ig.status.as_ref(), status, GroupEventReason::InvalidSpec, message, self.now());
+            self.tell(ig, note).await;
+            return Ok(Requeue::OnChange);
+        }
         let info = ObjectInfo {
             namespace: &namespace,
             name: &name,
@@ -390,7 +402,11 @@ where
         status: &mut InstanceGroupStatus,
         all: &[InstanceGroup],
     ) -> Result<Requeue, ReconcileError> {
-        if ig.spec.provisioner.eq_ignore_ascii_case("eks-managed") {
+        // What was made goes by the provisioner that made it: a spec switched afterwards is
+        // refused, and the status keeps the provisioner it was made by.
+        let spec_provisioner = ig.spec.provisioner.to_ascii_lowercase();
+        let made_by = switched_provisioner(Some(status), &spec_provisioner).unwrap_or(spec_provisioner);
+        if made_by == "eks-managed" {
             return self.delete_node_group(ig, status, all).await;
         }
         let (namespace, name) = key(ig);
@@ -508,6 +524,13 @@ where
             ig.status.as_ref().map(|s| s.current_state.as_str()).filter(|s| !s.is_empty()).unwrap_or("Init")
         }));
     }
+}
+
+/// The provisioner `before` says made this group's resources, when `wanted` is the other one.
+fn switched_provisioner(before: Option<&InstanceGroupStatus>, wanted: &str) -> Option<String> {
+    let before = before.filter(|s| !s.active_scaling_group_name.is_empty())?;
+    let known = |p: &str| p == "eks" || p == "eks-managed";
+    (known(&before.provisioner) && known(wanted) && before.provisioner != wanted).then(|| before.provisioner.clone())
 }
 
 fn error_chain(err: &dyn std::error::Error) -> String {
