@@ -154,38 +154,18 @@ where
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use crate::core::Timestamp;
-    use crate::fakes::{FakeInstanceGroupStore, InMemoryCluster};
+    use crate::fakes::FakeInstanceGroupStore;
     use crate::instancegroup::adapters::memory_cloud::InMemoryNodeGroups;
     use crate::instancegroup::api::InstanceGroup;
-    use crate::instancegroup::reconciler::{Cleanup, InstanceGroupReconciler};
-    use crate::metrics::Metrics;
-    use crate::ports::Leadership;
+    use crate::instancegroup::reconciler::tests::{world, Reconciler};
+    use crate::instancegroup::reconciler::Cleanup;
 
-    type Reconciler = InstanceGroupReconciler<InMemoryNodeGroups, FakeInstanceGroupStore, InMemoryCluster>;
     const NAME: &str = "prod-euw1-instance-manager-batch-managed";
 
     fn group() -> InstanceGroup {
         let mut ig: InstanceGroup = serde_yaml::from_str(include_str!("testdata/managed-spot.yaml")).unwrap();
         ig.metadata.uid = Some("uid-1".into());
         ig
-    }
-
-    fn world() -> (Reconciler, InMemoryNodeGroups, FakeInstanceGroupStore) {
-        let (cloud, store) = (InMemoryNodeGroups::with_cluster("prod-euw1"), FakeInstanceGroupStore::default());
-        let reconciler = InstanceGroupReconciler {
-            cloud: cloud.clone(),
-            store: store.clone(),
-            view: InMemoryCluster::default(),
-            clock: Arc::new(|| Timestamp::from_millis(1_000_000)),
-            leadership: Leadership::always(),
-            metrics: Arc::new(Metrics::new()),
-            iam: Default::default(),
-            cluster: "prod-euw1".into(),
-        };
-        (reconciler, cloud, store)
     }
 
     /// One reconcile with the status the last pass wrote: the AWS writes, the Events' reasons

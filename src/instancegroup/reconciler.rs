@@ -545,13 +545,13 @@ fn error_chain(err: &dyn std::error::Error) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::fakes::{FakeInstanceGroupStore, InMemoryCluster};
     use crate::instancegroup::adapters::memory_cloud::InMemoryNodeGroups;
     use crate::instancegroup::launch::TAG_CLUSTER_NAME;
 
-    type Reconciler = InstanceGroupReconciler<InMemoryNodeGroups, FakeInstanceGroupStore, InMemoryCluster>;
+    pub(crate) type Reconciler = InstanceGroupReconciler<InMemoryNodeGroups, FakeInstanceGroupStore, InMemoryCluster>;
 
     /// The example InstanceGroup of the docs with a fixed image and `instance_type`.
     fn group(instance_type: &str) -> InstanceGroup {
@@ -563,7 +563,8 @@ mod tests {
         ig
     }
 
-    fn world() -> (Reconciler, InMemoryNodeGroups, FakeInstanceGroupStore) {
+    /// A reconciler for cluster `prod-euw1` over an in-memory cloud and store, sharing them.
+    pub(crate) fn world() -> (Reconciler, InMemoryNodeGroups, FakeInstanceGroupStore) {
         let (cloud, store) = (InMemoryNodeGroups::with_cluster("prod-euw1"), FakeInstanceGroupStore::default());
         let reconciler = InstanceGroupReconciler {
             cloud: cloud.clone(),

@@ -58,6 +58,10 @@ impl InMemoryNodeGroups {
     }
 }
 
+fn missing_node_group(name: &str) -> CloudError {
+    CloudError::NotFound { what: "EKS node group", name: name.into(), scope: None }
+}
+
 fn not_owned(what: &'static str, name: &str, owner: &str) -> CloudError {
     CloudError::NotOwned { what, name: name.into(), owner: format!("tagged for cluster {owner}") }
 }
@@ -278,11 +282,7 @@ impl NodeGroupCloud for InMemoryNodeGroups {
     ) -> Result<(), CloudError> {
         {
             let mut state = self.state();
-            let facts = state.node_groups.get_mut(name).ok_or_else(|| CloudError::NotFound {
-                what: "EKS node group",
-                name: name.into(),
-                scope: None,
-            })?;
+            let facts = state.node_groups.get_mut(name).ok_or_else(|| missing_node_group(name))?;
             if let Some((min, max, desired)) = changes.scaling {
                 (facts.min_size, facts.max_size, facts.desired_size) = (min, max, desired);
             }
@@ -318,11 +318,7 @@ impl NodeGroupCloud for InMemoryNodeGroups {
     ) -> Result<(), CloudError> {
         {
             let mut state = self.state();
-            let facts = state.node_groups.get_mut(name).ok_or_else(|| CloudError::NotFound {
-                what: "EKS node group",
-                name: name.into(),
-                scope: None,
-            })?;
+            let facts = state.node_groups.get_mut(name).ok_or_else(|| missing_node_group(name))?;
             if let Some(v) = version {
                 facts.version = Some(v.into());
             }

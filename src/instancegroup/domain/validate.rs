@@ -253,17 +253,7 @@ pub fn validate(info: &ObjectInfo<'_>, spec: &InstanceGroupSpec, iam: &IamRules)
     let annotations = info.annotations.cloned().unwrap_or_default();
     let flag = |key: &str| annotations.get(key).is_some_and(|v| v.eq_ignore_ascii_case("true"));
 
-    if config.cluster_name.is_empty() {
-        errors.invalid(format!("{CONF}.clusterName"), "is required");
-    } else if config.cluster_name != info.cluster {
-        errors.invalid(
-            format!("{CONF}.clusterName"),
-            format!(
-                "{:?} is not this cluster ({:?}): an InstanceGroup builds nodes for the cluster it lives in",
-                config.cluster_name, info.cluster
-            ),
-        );
-    }
+    check_cluster_name(&mut errors, CONF, &config.cluster_name, info.cluster);
     check_image(&mut errors, &config.image);
     if config.instance_type.is_empty() {
         errors.invalid(format!("{CONF}.instanceType"), "is required");
@@ -748,6 +738,21 @@ pub(super) fn tag_list(
         }
     }
     out
+}
+
+/// `{conf}.clusterName` must be the cluster this daemon serves: an InstanceGroup builds nodes for
+/// the cluster it lives in.
+pub(super) fn check_cluster_name(errors: &mut Errors, conf: &str, name: &str, cluster: &str) {
+    if name.is_empty() {
+        errors.invalid(format!("{conf}.clusterName"), "is required");
+    } else if name != cluster {
+        errors.invalid(
+            format!("{conf}.clusterName"),
+            format!(
+                "{name:?} is not this cluster ({cluster:?}): an InstanceGroup builds nodes for the cluster it lives in"
+            ),
+        );
+    }
 }
 
 /// The name of a created role and profile: the prefix, or its MD5 when IAM would refuse it.

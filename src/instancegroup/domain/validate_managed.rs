@@ -7,8 +7,8 @@ use super::api::{EksManagedConfiguration, InstanceGroupSpec};
 use super::design::Lifecycle;
 use super::node_group::{NodeGroupDesign, NodeRole, NodeTaint};
 use super::validate::{
-    created_role, refuse_reserved_tags, tag_list, Errors, IamRules, ObjectInfo, ValidateError, ANNOTATION_FALLBACKS,
-    ANNOTATION_IRSA,
+    check_cluster_name, created_role, refuse_reserved_tags, tag_list, Errors, IamRules, ObjectInfo, ValidateError,
+    ANNOTATION_FALLBACKS, ANNOTATION_IRSA,
 };
 
 const SPEC: &str = "spec.eks-managed";
@@ -58,17 +58,7 @@ pub fn validate_managed(
     if min_size > max_size {
         errors.invalid(format!("{SPEC}.maxSize"), format!("{max_size} is below minSize {min_size}"));
     }
-    if config.cluster_name.is_empty() {
-        errors.invalid(format!("{CONF}.clusterName"), "is required");
-    } else if config.cluster_name != info.cluster {
-        errors.invalid(
-            format!("{CONF}.clusterName"),
-            format!(
-                "{:?} is not this cluster ({:?}): an InstanceGroup builds nodes for the cluster it lives in",
-                config.cluster_name, info.cluster
-            ),
-        );
-    }
+    check_cluster_name(&mut errors, CONF, &config.cluster_name, info.cluster);
     let annotations = info.annotations.cloned().unwrap_or_default();
     if annotations.contains_key(ANNOTATION_FALLBACKS) {
         errors.invalid(
