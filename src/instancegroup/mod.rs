@@ -25,10 +25,14 @@ pub mod domain;
 pub mod ports;
 mod reconcile_managed;
 pub mod reconciler;
+#[cfg(test)]
+mod test_rig;
 
 // The sections' modules by their own names, as the rest of the crate and the tests know them.
 pub use adapters::{aws, k8s};
-pub use domain::{api, aws_auth, boundaries, design, launch, node_group, userdata, validate, validate_managed};
+pub use domain::{
+    api, aws_auth, boundaries, design, launch, node_group, provisioner, userdata, validate, validate_managed,
+};
 pub(crate) use domain::{crd_strategy, events, plan};
 pub use ports::{cloud, store};
 

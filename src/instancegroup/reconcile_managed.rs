@@ -157,8 +157,8 @@ mod tests {
     use crate::fakes::FakeInstanceGroupStore;
     use crate::instancegroup::adapters::memory_cloud::InMemoryNodeGroups;
     use crate::instancegroup::api::InstanceGroup;
-    use crate::instancegroup::reconciler::tests::{world, Reconciler};
     use crate::instancegroup::reconciler::Cleanup;
+    use crate::instancegroup::test_rig::{world, Reconciler};
 
     const NAME: &str = "prod-euw1-instance-manager-batch-managed";
 

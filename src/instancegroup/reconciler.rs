@@ -15,7 +15,6 @@ use crate::instancegroup::api::{InstanceGroup, InstanceGroupSpec, InstanceGroupS
 use crate::instancegroup::boundaries::InstanceManagerConfig;
 use crate::instancegroup::cloud::{CloudError, NodeGroupCloud};
 use crate::instancegroup::crd_strategy::{self, CrdStep};
-use crate::instancegroup::design::Design;
 use crate::instancegroup::design::{CrdPlan, GroupDesign};
 use crate::instancegroup::events::GroupEventReason;
 use crate::instancegroup::launch::{owner_tags, owner_tags_of, AsgFacts, Resolved};
@@ -24,9 +23,10 @@ use crate::instancegroup::plan::{
     CleanupStep, CrdResource, GroupStep, NodeStep, NodesSeen, Note, Owned, TemplateStep,
 };
 pub use crate::instancegroup::plan::{Requeue, State, REQUEUE, RESYNC};
+use crate::instancegroup::provisioner::{validate_design, Design};
 use crate::instancegroup::store::{GroupRef, InstanceGroupStore, StoreError};
 use crate::instancegroup::validate::{
-    managed_role_name, validate_design, FieldError, FieldErrorKind, IamRules, ObjectInfo, ValidateError,
+    managed_role_name, FieldError, FieldErrorKind, IamRules, ObjectInfo, ValidateError,
 };
 use crate::metrics::{Metrics, ReconcileResult};
 use crate::ports::Clock;
@@ -545,13 +545,13 @@ fn error_chain(err: &dyn std::error::Error) -> String {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use crate::fakes::{FakeInstanceGroupStore, InMemoryCluster};
+    use crate::fakes::FakeInstanceGroupStore;
     use crate::instancegroup::adapters::memory_cloud::InMemoryNodeGroups;
     use crate::instancegroup::launch::TAG_CLUSTER_NAME;
 
-    pub(crate) type Reconciler = InstanceGroupReconciler<InMemoryNodeGroups, FakeInstanceGroupStore, InMemoryCluster>;
+    use crate::instancegroup::test_rig::{world, Reconciler};
 
     /// The example InstanceGroup of the docs with a fixed image and `instance_type`.
     fn group(instance_type: &str) -> InstanceGroup {
@@ -561,22 +561,6 @@ pub(crate) mod tests {
         configuration.instance_type = instance_type.into();
         ig.metadata.uid = Some("uid-1".into());
         ig
-    }
-
-    /// A reconciler for cluster `prod-euw1` over an in-memory cloud and store, sharing them.
-    pub(crate) fn world() -> (Reconciler, InMemoryNodeGroups, FakeInstanceGroupStore) {
-        let (cloud, store) = (InMemoryNodeGroups::with_cluster("prod-euw1"), FakeInstanceGroupStore::default());
-        let reconciler = InstanceGroupReconciler {
-            cloud: cloud.clone(),
-            store: store.clone(),
-            view: InMemoryCluster::default(),
-            clock: Arc::new(|| Timestamp::from_millis(1_000_000)),
-            leadership: Leadership::always(),
-            metrics: Arc::new(Metrics::new()),
-            iam: Default::default(),
-            cluster: "prod-euw1".into(),
-        };
-        (reconciler, cloud, store)
     }
 
     /// Reconciles `ig` with the status the last pass wrote, as the controller does; returns the

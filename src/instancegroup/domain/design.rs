@@ -3,15 +3,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// A validated InstanceGroup, by provisioner.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Design {
-    /// `eks`: a launch template and an Auto Scaling group the reconciler owns.
-    SelfManaged(Box<GroupDesign>),
-    /// `eks-managed`: an EKS managed node group.
-    Managed(Box<super::node_group::NodeGroupDesign>),
-}
-
 /// A validated `eks` InstanceGroup.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupDesign {

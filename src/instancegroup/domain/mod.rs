@@ -12,6 +12,7 @@ pub(crate) mod events;
 pub mod launch;
 pub mod node_group;
 pub(crate) mod plan;
+pub mod provisioner;
 pub(crate) mod rolling;
 pub mod userdata;
 pub mod validate;

@@ -200,19 +200,6 @@ impl Errors {
 
 const CONF: &str = "spec.eks.configuration";
 
-/// Validates and normalises an InstanceGroup of either provisioner.
-pub fn validate_design(
-    info: &ObjectInfo<'_>,
-    spec: &InstanceGroupSpec,
-    iam: &IamRules,
-) -> Result<Design, ValidateError> {
-    if spec.provisioner.eq_ignore_ascii_case("eks-managed") {
-        super::validate_managed::validate_managed(info, spec, iam).map(|d| Design::Managed(Box::new(d)))
-    } else {
-        validate(info, spec, iam).map(|d| Design::SelfManaged(Box::new(d)))
-    }
-}
-
 /// Validates and normalises an InstanceGroup of the `eks` provisioner.
 pub fn validate(info: &ObjectInfo<'_>, spec: &InstanceGroupSpec, iam: &IamRules) -> Result<GroupDesign, ValidateError> {
     let mut errors = Errors(Vec::new());
@@ -985,11 +972,7 @@ mod tests {
             uid: None,
             cluster: CLUSTER,
         };
-        match validate_design(&info, &ig.spec, &IamRules::default()) {
-            Ok(Design::SelfManaged(design)) => Ok(*design),
-            Ok(Design::Managed(design)) => panic!("an eks-managed design from the eks example: {design:?}"),
-            Err(e) => Err(e),
-        }
+        validate(&info, &ig.spec, &IamRules::default())
     }
 
     fn run_with(ig: &InstanceGroup, iam: &IamRules) -> Result<GroupDesign, ValidateError> {
@@ -1178,11 +1161,7 @@ mod tests {
         type Expected = Vec<(&'static str, FieldErrorKind)>;
         let table: Vec<(&str, Edit, Expected)> = vec![
             ("no provisioner", Box::new(|ig| ig.spec.provisioner.clear()), vec![("spec.provisioner", Invalid)]),
-            (
-                "managed",
-                Box::new(|ig| ig.spec.provisioner = "eks-managed".into()),
-                vec![("spec.eks", Invalid), ("spec.strategy.type", Unsupported), ("spec.eks-managed", Invalid)],
-            ),
+            ("managed", Box::new(|ig| ig.spec.provisioner = "eks-managed".into()), vec![("spec.provisioner", Invalid)]),
             (
                 "fargate",
                 Box::new(|ig| ig.spec.provisioner = "EKS-Fargate".into()),
