@@ -72,8 +72,10 @@ where
                 info!(node_group = %design.name, "EKS node group created");
             }
             NodeGroupStep::Update(changes) => {
-                let facts = facts.as_ref().expect("an update is planned for a node group EKS described");
-                self.cloud.update_node_group(&design.cluster_name, &design.name, facts, changes).await?;
+                // Planned only for a node group EKS described.
+                if let Some(facts) = &facts {
+                    self.cloud.update_node_group(&design.cluster_name, &design.name, facts, changes).await?;
+                }
             }
             NodeGroupStep::Upgrade { version, release_version } => {
                 self.cloud
