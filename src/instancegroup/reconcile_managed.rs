@@ -136,15 +136,7 @@ where
                 && other.status.as_ref().is_some_and(|s| !role_arn.is_empty() && s.nodes_instance_role_arn == role_arn)
         });
         if created_role && !shared {
-            match self.cloud.delete_role(&managed_role_name(&prefix), &self.cluster).await {
-                Ok(()) => {}
-                Err(foreign @ CloudError::NotOwned { .. }) => {
-                    let message = format!("{foreign}: left as it is");
-                    warn!(%namespace, %name, %message, "InstanceGroup deleted without its node role");
-                    self.event(ig, GroupEventReason::ReconcileFailed, &message).await;
-                }
-                Err(e) => return Err(e.into()),
-            }
+            self.delete_created_role(ig, &prefix).await?;
         }
         status.current_state = State::Deleted.into();
         self.write_deleted(&namespace, &name, status).await?;

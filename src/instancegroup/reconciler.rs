@@ -465,15 +465,7 @@ where
                     self.store.remove_aws_auth(&role_arn).await?;
                 }
                 if delete_role {
-                    match self.cloud.delete_role(&managed_role_name(&prefix), &self.cluster).await {
-                        Ok(()) => {}
-                        Err(foreign @ CloudError::NotOwned { .. }) => {
-                            let message = format!("{foreign}: left as it is");
-                            warn!(%namespace, %name, %message, "InstanceGroup deleted without its node role");
-                            self.event(ig, GroupEventReason::ReconcileFailed, &message).await;
-                        }
-                        Err(e) => return Err(e.into()),
-                    }
+                    self.delete_created_role(ig, &prefix).await?;
                 }
             }
         }
@@ -482,6 +474,22 @@ where
         let message = format!("{prefix} and its launch template, role and aws-auth entry are gone");
         self.event(ig, GroupEventReason::InstanceGroupDeleted, &message).await;
         Ok(Requeue::OnChange)
+    }
+
+    /// Deletes the role the daemon created for `prefix`; one that is not this cluster's is left
+    /// as it is, and said so.
+    pub(crate) async fn delete_created_role(&self, ig: &InstanceGroup, prefix: &str) -> Result<(), ReconcileError> {
+        match self.cloud.delete_role(&managed_role_name(prefix), &self.cluster).await {
+            Ok(()) => Ok(()),
+            Err(foreign @ CloudError::NotOwned { .. }) => {
+                let (namespace, name) = key(ig);
+                let message = format!("{foreign}: left as it is");
+                warn!(%namespace, %name, %message, "InstanceGroup deleted without its node role");
+                self.event(ig, GroupEventReason::ReconcileFailed, &message).await;
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Writes the `Deleted` status. An object already gone was cleaned up by an earlier pass
