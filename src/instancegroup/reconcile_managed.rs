@@ -148,11 +148,9 @@ where
 
 #[cfg(test)]
 mod tests {
-    use crate::fakes::FakeInstanceGroupStore;
-    use crate::instancegroup::adapters::memory_cloud::InMemoryNodeGroups;
     use crate::instancegroup::api::InstanceGroup;
     use crate::instancegroup::reconciler::Cleanup;
-    use crate::instancegroup::test_rig::{world, Reconciler};
+    use crate::instancegroup::test_rig::{pass, world};
 
     const NAME: &str = "prod-euw1-instance-manager-batch-managed";
 
@@ -160,25 +158,6 @@ mod tests {
         let mut ig: InstanceGroup = serde_yaml::from_str(include_str!("testdata/managed-spot.yaml")).unwrap();
         ig.metadata.uid = Some("uid-1".into());
         ig
-    }
-
-    /// One reconcile with the status the last pass wrote: the AWS writes, the Events' reasons
-    /// and the state it left.
-    async fn pass(
-        r: &Reconciler,
-        cloud: &InMemoryNodeGroups,
-        store: &FakeInstanceGroupStore,
-        ig: &InstanceGroup,
-    ) -> (Vec<String>, Vec<String>, String) {
-        let mut ig = ig.clone();
-        ig.status = store.get("instance-manager", "batch-managed").and_then(|g| g.status);
-        store.apply(ig.clone());
-        let (writes, events) = (cloud.state().writes.len(), store.0.lock().unwrap().events.len());
-        r.reconcile(&ig, None).await;
-        let writes = cloud.state().writes[writes..].to_vec();
-        let events = store.0.lock().unwrap().events[events..].iter().map(|(_, reason, ..)| reason.clone()).collect();
-        let state = store.get("instance-manager", "batch-managed").and_then(|g| g.status).unwrap().current_state;
-        (writes, events, state)
     }
 
     #[tokio::test]

@@ -555,11 +555,9 @@ fn error_chain(err: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fakes::FakeInstanceGroupStore;
-    use crate::instancegroup::adapters::memory_cloud::InMemoryNodeGroups;
     use crate::instancegroup::launch::TAG_CLUSTER_NAME;
 
-    use crate::instancegroup::test_rig::{world, Reconciler};
+    use crate::instancegroup::test_rig::{pass, world};
 
     /// The example InstanceGroup of the docs with a fixed image and `instance_type`.
     fn group(instance_type: &str) -> InstanceGroup {
@@ -571,28 +569,10 @@ mod tests {
         ig
     }
 
-    /// Reconciles `ig` with the status the last pass wrote, as the controller does; returns the
-    /// writes to AWS and the Events' reasons of that pass.
-    async fn pass(
-        r: &Reconciler,
-        cloud: &InMemoryNodeGroups,
-        store: &FakeInstanceGroupStore,
-        ig: &InstanceGroup,
-    ) -> (Vec<String>, Vec<String>) {
-        let mut ig = ig.clone();
-        ig.status = store.get("instance-manager", "batch-spot").and_then(|g| g.status);
-        store.apply(ig.clone());
-        let (writes, events) = (cloud.state().writes.len(), store.0.lock().unwrap().events.len());
-        r.reconcile(&ig, None).await;
-        let writes = cloud.state().writes[writes..].to_vec();
-        let events = store.0.lock().unwrap().events[events..].iter().map(|(_, reason, ..)| reason.clone()).collect();
-        (writes, events)
-    }
-
     #[tokio::test]
     async fn a_new_instancegroup_makes_its_role_template_and_group_once_and_a_second_pass_writes_nothing() {
         let (r, cloud, store) = world();
-        let (writes, events) = pass(&r, &cloud, &store, &group("m6i.2xlarge")).await;
+        let (writes, events, _) = pass(&r, &cloud, &store, &group("m6i.2xlarge")).await;
         let prefix = "prod-euw1-instance-manager-batch-spot";
         assert_eq!(
             writes,
@@ -606,7 +586,7 @@ mod tests {
         let asg = cloud.state().groups[&GroupName::from(prefix)].clone();
         assert_eq!(asg.tags.get(TAG_CLUSTER_NAME).map(String::as_str), Some("prod-euw1"));
         assert_eq!((asg.min_size, asg.max_size), (1, 30));
-        let (writes, events) = pass(&r, &cloud, &store, &group("m6i.2xlarge")).await;
+        let (writes, events, _) = pass(&r, &cloud, &store, &group("m6i.2xlarge")).await;
         assert!(writes.is_empty() && events.is_empty(), "{writes:?} {events:?}");
     }
 
@@ -614,7 +594,7 @@ mod tests {
     async fn a_changed_instance_type_is_one_new_template_version_and_one_group_update_told_once() {
         let (r, cloud, store) = world();
         pass(&r, &cloud, &store, &group("m6i.2xlarge")).await;
-        let (writes, events) = pass(&r, &cloud, &store, &group("m7i.2xlarge")).await;
+        let (writes, events, _) = pass(&r, &cloud, &store, &group("m7i.2xlarge")).await;
         // The primary type is also the mixed-instances policy's first override.
         let prefix = "prod-euw1-instance-manager-batch-spot";
         assert_eq!(
@@ -622,7 +602,7 @@ mod tests {
             [format!("CreateLaunchTemplateVersion {prefix} 2"), format!("UpdateAutoScalingGroup {prefix}")]
         );
         assert_eq!(events, ["LaunchTemplateUpdated"]);
-        let (writes, _) = pass(&r, &cloud, &store, &group("m7i.2xlarge")).await;
+        let (writes, _, _) = pass(&r, &cloud, &store, &group("m7i.2xlarge")).await;
         assert!(writes.is_empty(), "{writes:?}");
     }
 
@@ -633,7 +613,7 @@ mod tests {
         for asg in cloud.state().groups.values_mut() {
             asg.tags.insert(TAG_CLUSTER_NAME.into(), "prod-use1".into());
         }
-        let (writes, events) = pass(&r, &cloud, &store, &group("m7i.2xlarge")).await;
+        let (writes, events, _) = pass(&r, &cloud, &store, &group("m7i.2xlarge")).await;
         assert!(writes.is_empty(), "{writes:?}");
         assert_eq!(events, ["ReconcileFailed"]);
         let status = store.get("instance-manager", "batch-spot").and_then(|g| g.status).unwrap();

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use crate::core::Timestamp;
 use crate::fakes::{FakeInstanceGroupStore, InMemoryCluster};
 use crate::instancegroup::adapters::memory_cloud::InMemoryNodeGroups;
+use crate::instancegroup::api::InstanceGroup;
 use crate::instancegroup::reconciler::InstanceGroupReconciler;
 use crate::metrics::Metrics;
 use crate::ports::Leadership;
@@ -26,4 +27,25 @@ pub(crate) fn world() -> (Reconciler, InMemoryNodeGroups, FakeInstanceGroupStore
         cluster: "prod-euw1".into(),
     };
     (reconciler, cloud, store)
+}
+
+/// Reconciles `ig` with the status the last pass wrote, as the controller does; returns the
+/// writes to AWS, the Events' reasons of that pass, and the state it left.
+pub(crate) async fn pass(
+    r: &Reconciler,
+    cloud: &InMemoryNodeGroups,
+    store: &FakeInstanceGroupStore,
+    ig: &InstanceGroup,
+) -> (Vec<String>, Vec<String>, String) {
+    let (namespace, name) =
+        (ig.metadata.namespace.clone().unwrap_or_default(), ig.metadata.name.clone().unwrap_or_default());
+    let mut ig = ig.clone();
+    ig.status = store.get(&namespace, &name).and_then(|g| g.status);
+    store.apply(ig.clone());
+    let (writes, events) = (cloud.state().writes.len(), store.0.lock().unwrap().events.len());
+    r.reconcile(&ig, None).await;
+    let writes = cloud.state().writes[writes..].to_vec();
+    let events = store.0.lock().unwrap().events[events..].iter().map(|(_, reason, ..)| reason.clone()).collect();
+    let state = store.get(&namespace, &name).and_then(|g| g.status).map(|s| s.current_state).unwrap_or_default();
+    (writes, events, state)
 }
