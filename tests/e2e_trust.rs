@@ -448,3 +448,78 @@ async fn a_node_claiming_a_boosted_instance_takes_no_drain_and_a_forged_past_not
         let _ = nodes.delete(n.metadata.name.as_deref().unwrap_or_default(), &Default::default()).await;
     }
 }
+
+/// Finding 0 of the third review, on a real API server: a Node `ip-10-255-0-1…` (what a
+/// compromised kubelet may register as its own) names the instance behind a real, Ready node
+/// running a Deployment's pod, and carries the rotation mark; a forged SpotInterruption Event (no
+/// source) names the real node. The real node must not be cordoned, drained or terminated, its
+/// group must not be boosted, and its pod must stay where it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real API server and moto: set SPOTS_BOOSTER_E2E_KUBECONFIG and SPOTS_BOOSTER_E2E_AWS_ENDPOINT, pass --include-ignored"]
+async fn a_node_claiming_a_healthy_nodes_instance_with_a_rotation_mark_moves_nothing() {
+    use k8s_openapi::api::core::v1::Pod;
+    use support::e2e::{booster_events_on, desired_capacity, live_instances, one_app_pod_on, LONE_DRAINER};
+    let (kubeconfig, endpoint) = env();
+    let suffix = run_suffix();
+    let (ns, group) = (format!("sb-spoof-{suffix}"), format!("sb-spoof-{suffix}"));
+    let kube = kube_client(&kubeconfig).await;
+    let sdk = aws(&endpoint).await;
+    create_namespace(&kube, &ns).await;
+    create_group(&sdk, &group, 2, 10).await;
+    let ids: Vec<String> = live_instances(&sdk, &group).await.into_iter().map(|(id, _)| id).collect();
+    let name = |id: &str| format!("{id}.{suffix}.e2e.internal");
+    for id in &ids {
+        register_node(&kube, &name(id), "us-east-1a", id, &suffix).await;
+    }
+    let real = name(&ids[0]);
+    one_app_pod_on(&kube, &ns, &real).await;
+
+    let port = free_port();
+    let mut booster = start_booster(&kubeconfig, &endpoint, &ns, port, LONE_DRAINER);
+    await_synced(port, &mut booster).await;
+
+    // The impostor registers under the real node's providerID and asks for rotation; a forged
+    // interruption names the real node.
+    let spoof = format!("ip-10-255-0-1.{suffix}.e2e.internal");
+    register_node(&kube, &spoof, "us-east-1a", &ids[0], &suffix).await;
+    let nodes: Api<Node> = Api::all(kube.clone());
+    let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let mark = json!({"metadata": {"annotations": {"spots-booster.io/rotate": now}}});
+    nodes.patch(&spoof, &PatchParams::default(), &Patch::Merge(mark)).await.unwrap();
+    forged_interruption(&kube, &ns, &real).await;
+
+    // What the daemon did in the spoofed build, it did 0.7 s after syncing: 15 s is ample.
+    let pods: Api<Pod> = Api::namespaced(kube.clone(), &ns);
+    let began = Instant::now();
+    while began.elapsed() < Duration::from_secs(15) {
+        assert_eq!(desired_capacity(&sdk, &group).await, 2, "the group was boosted for the impostor's mark");
+        let live: Vec<String> = live_instances(&sdk, &group).await.into_iter().map(|(id, _)| id).collect();
+        assert!(live.contains(&ids[0]), "the real node's instance was terminated");
+        let node = nodes.get(&real).await.unwrap();
+        assert!(!node.spec.and_then(|s| s.unschedulable).unwrap_or(false), "the real node was cordoned");
+        let app: Vec<Pod> = pods.list(&Default::default()).await.unwrap().items;
+        assert!(
+            app.iter().any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(real.as_str())
+                && p.metadata.deletion_timestamp.is_none()),
+            "the real node's pod was evicted"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for node in [&real, &spoof] {
+        let told: Vec<String> = booster_events_on(&kube, node).await.into_iter().filter_map(|e| e.reason).collect();
+        assert!(!told.iter().any(|r| r == "DrainStarted" || r == "BoostRequested"), "{node}: {told:?}");
+    }
+    let text = scrape(port).await;
+    assert!(
+        metric(&text, "spots_booster_signals_dropped_total{reason=\"identity-mismatch\"}") >= 1.0,
+        "the impostor's mark is refused by name: {}",
+        text.lines().filter(|l| l.contains("dropped") || l.contains("untrusted")).collect::<Vec<_>>().join("\n")
+    );
+    eprintln!("e2e spoof: desired stayed 2, {real} kept its pod and instance, the mark through {spoof} refused");
+
+    assert!(booster.try_wait().unwrap().is_none(), "still running");
+    booster.kill().await.unwrap();
+    for n in [&real, &spoof, &name(&ids[1])] {
+        let _ = nodes.delete(n, &Default::default()).await;
+    }
+}

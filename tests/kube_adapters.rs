@@ -1096,3 +1096,81 @@ async fn requests_over_the_daemons_budget_wait_their_turn_through_the_production
     assert!(arrivals[5] >= Duration::from_millis(180), "{arrivals:?}");
     assert_eq!(budget.throttled(), 4);
 }
+
+/// A Node a compromised kubelet may register (`ip-10-255-0-1`), naming in its providerID the
+/// instance behind the real node `ip-172-31-0-9` and carrying the rotation mark, plus a forged
+/// SpotInterruption Event (no source) on the real node, which runs a Deployment's pod and is
+/// neither cordoned nor tainted. Seen through the daemon's own client and watches, then planned
+/// by the core's own entry points: nothing is boosted or drained, the real node's pods are in
+/// the view (a plan about it counts them), and the refusal is `identity-mismatch`.
+#[tokio::test]
+async fn a_node_claiming_another_nodes_instance_with_a_rotation_mark_moves_nothing() {
+    use spots_booster::core::{
+        plan_draining, plan_scaling, Acting, DrainState, DropReason, Group, InstanceFacts, InstanceLifecycle, Policy,
+        Snapshot,
+    };
+    let (client, mut server) = mocked().await;
+    let cluster = KubeCluster::new(settings(), Arc::new(Notify::new()), Arc::new(Metrics::new()), system_clock());
+    cluster.spawn_watches(&client);
+
+    let real = "ip-172-31-0-9.eu-central-1.compute.internal";
+    let spoof = "ip-10-255-0-1.eu-central-1.compute.internal";
+    let instance = "i-0feedface0000001";
+    let node = |name: &str, uid: &str, annotations: Value| {
+        json!({"metadata": {"name": name, "uid": uid, "creationTimestamp": "2026-11-21T09:00:00Z", "annotations": annotations},
+            "spec": {"providerID": format!("aws:///eu-central-1a/{instance}")},
+            "status": {"allocatable": {"cpu": "4", "memory": "16Gi"}, "conditions": [{"type": "Ready", "status": "True"}]}})
+    };
+    let nodes = json!([
+        node(real, "uid-real", json!({})),
+        node(spoof, "uid-spoof", json!({"spots-booster.io/rotate": "2026-11-21T09:58:00Z"})),
+    ]);
+    let pod = json!({"metadata": {"name": "web-7d9f-abcde", "namespace": "shop", "uid": "uid-web",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9f", "uid": "rs-1", "controller": true}]},
+        "spec": {"nodeName": real, "containers": [{"name": "c", "resources": {"requests": {"cpu": "500m"}}}]},
+        "status": {"phase": "Running"}});
+    let forged = json!({"metadata": {"name": "forged.1", "namespace": "default", "uid": "ev-forged"},
+        "involvedObject": {"kind": "Node", "name": real, "namespace": "default"},
+        "reason": "SpotInterruption",
+        "message": "Spot ITN received. Instance will be interrupted at 2026-11-21T10:01:00Z \n",
+        "firstTimestamp": "2026-11-21T09:59:01Z", "lastTimestamp": "2026-11-21T09:59:01Z", "type": "Normal"});
+    for _ in 0..4 {
+        answer(&mut server, |seen| match seen.path.as_str() {
+            "/api/v1/nodes" => reply(200, list("NodeList", nodes.clone())),
+            "/api/v1/pods" => reply(200, list("PodList", json!([pod]))),
+            "/api/v1/namespaces/default/events" => reply(200, list("EventList", json!([forged]))),
+            "/api/v1/namespaces/kube-system/configmaps" => reply(200, list("ConfigMapList", json!([]))),
+            other => panic!("unexpected request {other}"),
+        })
+        .await;
+    }
+    tokio::time::timeout(Duration::from_secs(5), cluster.wait_synced()).await.expect("synced");
+    let state = cluster.current().expect("synced view");
+    let real_node = &state.nodes[&NodeName::from(real)];
+    assert!(real_node.pods_known && real_node.pods.len() == 1, "the claimed instance's real node shows its pod");
+
+    // Auto Scaling resolves the group; EC2 names the instance `ip-172-31-0-9`.
+    let mut snapshot = Snapshot::default().with_group(Group::test("spot-b").desired(1).members([instance]));
+    snapshot.nodes = state.nodes.clone();
+    for n in snapshot.nodes.values_mut() {
+        n.group = Some("spot-b".into());
+    }
+    snapshot.signals = state.signals.clone();
+    let mut facts = InstanceFacts::bought(InstanceLifecycle::Spot);
+    facts.private_dns_name = Some(real.into());
+    snapshot.instances.insert(instance.into(), facts);
+    let now = Timestamp::from_millis(jiff::Timestamp::now().as_millisecond());
+    let policy = Policy::default();
+
+    let scaling = plan_scaling(&snapshot, &policy, now, Acting::Leader);
+    assert!(scaling.at_risk.is_empty(), "put at risk: {:?}", scaling.at_risk);
+    assert!(scaling.boosts.boosts.is_empty(), "boosted: {:?}", scaling.boosts.boosts);
+    assert_eq!(
+        scaling.at_risk.dropped.iter().map(|d| d.reason.clone()).collect::<Vec<_>>(),
+        [DropReason::Untrusted(spots_booster::core::Distrust::IdentityMismatch)],
+        "the rotation mark came through the impostor, the forged Event finds the real node uncordoned"
+    );
+    let draining = plan_draining(&snapshot, &Default::default(), &DrainState::default(), &policy, now);
+    assert!(draining.drains.batches.is_empty(), "drained: {:?}", draining.drains.batches);
+    assert!(draining.evictions.is_empty() && draining.force.is_empty());
+}

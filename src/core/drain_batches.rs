@@ -615,7 +615,7 @@ mod tests {
     use super::*;
     use crate::core::drain_state::{DrainStarted, FinishedDrain};
     use crate::core::ledger_edit::apply_all;
-    use crate::core::model::{Group, Signal};
+    use crate::core::model::{Evidence, Group, Signal};
     use crate::core::signals::{fold_signals, fold_signals_with_nodes};
 
     const NOW: Timestamp = Timestamp::from_millis(600_000);
@@ -810,6 +810,31 @@ mod tests {
         s.signals[0].notice_deadline = Some(Timestamp::from_millis(45_000));
         let p = plan_at(&s, &DrainState::default(), &Policy::default(), Timestamp::from_millis(1_000));
         assert!(p.batches[0].nodes[0].early);
+    }
+
+    #[test]
+    fn an_unconfirmed_event_dated_in_the_past_waits_for_its_replacement() {
+        // An Event alone, dated so its deadline has passed (the watch clamps it to two minutes
+        // before it saw it), on a cordoned spot node with no opted-out pod, boosted, its
+        // replacement not Ready: EC2 has not confirmed it, so its time moves nothing forward.
+        let mut s = interrupted(0);
+        let seen = Timestamp::from_millis(200_000);
+        s.signals[0].evidence = Evidence::Event;
+        s.signals[0].observed_at = seen;
+        s.signals[0].notice_deadline = Some(seen.minus(INTERRUPTION_NOTICE));
+        s.instances.get_mut(&InstanceId::from("i-n1")).unwrap().lifecycle = crate::core::InstanceLifecycle::Spot;
+        s.ledger.records[0].at = seen;
+        let soon = seen.plus(Duration::from_secs(1));
+        let p = plan_at(&s, &DrainState::default(), &Policy::default(), soon);
+        assert!(p.batches.is_empty(), "drained ahead of its replacement on an Event's word: {p:?}");
+        // Two minutes after it was seen, less the grace and the lead, it drains as any notice.
+        let by =
+            latest_drain_start(s.nodes.get(&NodeName::from("n1")), seen.plus(INTERRUPTION_NOTICE), &Policy::default());
+        assert_eq!(plan_at(&s, &DrainState::default(), &Policy::default(), by).batches.len(), 1);
+        // Once EC2 confirms it, the Event's time stands: it drains at once.
+        s.spot_interrupted.insert("i-n1".into());
+        let p = plan_at(&s, &DrainState::default(), &Policy::default(), soon);
+        assert!(p.batches[0].nodes[0].early, "{p:?}");
     }
 
     #[test]

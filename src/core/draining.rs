@@ -357,7 +357,10 @@ pub fn plan_draining(
                 if let Some(deadline) = deadline {
                     let confirmed = risk.is_some_and(|r| r.confirmed);
                     let at_deadline = (&name, &drain.group, deadline, now);
-                    let may_force = (policy.force_at_deadline && confirmed).then_some(policy.force_margin);
+                    // The grace is cut to the deadline only as far as the booster's own sight of
+                    // the notice allows: an Event's time never shortens it.
+                    let seen_by = risk.map_or(deadline, |r| deadline.max(r.first_seen.plus(INTERRUPTION_NOTICE)));
+                    let may_force = (policy.force_at_deadline && confirmed).then_some((policy.force_margin, seen_by));
                     let (forced, held) = held_pods(at_deadline, &left, progress, may_force);
                     force.extend(forced);
                     held_at_deadline.extend(held);
@@ -407,14 +410,16 @@ pub fn plan_draining(
 }
 
 /// On a node draining against `deadline`: the refused pods whose graceful deletion is due now
-/// (when `force` names a margin: the notice is confirmed and `--interruption-force-at-deadline` is
-/// on), each noted as forced so it is neither evicted nor deleted again; and, once the deadline has
-/// come, the pods budgets still held there, told once.
+/// (when `force` names a margin and how far the grace may be cut: the notice is confirmed and
+/// `--interruption-force-at-deadline` is on), each noted as forced so it is neither evicted nor
+/// deleted again; and, once the deadline has come, the pods budgets still held there, told once.
+/// A forced pod gets its own grace, or less only to end by the margin before `seen_by` (the
+/// deadline, never earlier than two minutes after the booster saw the notice).
 fn held_pods(
     (node, group, deadline, now): (&NodeName, &GroupName, Timestamp, Timestamp),
     left: &[&Pod],
     progress: &mut NodeEvictions,
-    force: Option<Duration>,
+    force: Option<(Duration, Timestamp)>,
 ) -> (Vec<ForcedDeletion>, Option<HeldAtDeadline>) {
     let mut forced = Vec::new();
     let mut held = Vec::new();
@@ -427,10 +432,10 @@ fn held_pods(
         let named = HeldPod { pod: PodToEvict::of(pod), budget: refused.cloned().flatten() };
         let due = refused
             .and(force)
-            .map(|margin| deadline.minus(margin))
-            .filter(|end_by| now >= end_by.minus(pod.grace().min(INTERRUPTION_NOTICE)));
-        if let Some(end_by) = due {
-            let left_secs = u32::try_from(end_by.since(now).as_secs()).unwrap_or(u32::MAX);
+            .map(|(margin, seen_by)| (deadline.minus(margin), seen_by.minus(margin)))
+            .filter(|(end_by, _)| now >= end_by.minus(pod.grace().min(INTERRUPTION_NOTICE)));
+        if let Some((_, cut_to)) = due {
+            let left_secs = u32::try_from(cut_to.since(now).as_secs()).unwrap_or(u32::MAX);
             let grace_seconds = pod.grace_seconds.min(left_secs).max(1);
             progress.forced.insert(pod.uid.clone());
             forced.push(ForcedDeletion {
@@ -890,6 +895,33 @@ mod tests {
         unconfirmed.spot_interrupted.clear();
         let p = plan_draining(&unconfirmed, &BTreeSet::new(), &state, &forcing, Timestamp::from_millis(100_000));
         assert!(p.force.is_empty(), "{:?}", p.force);
+    }
+
+    #[test]
+    fn an_event_dated_in_the_past_never_cuts_a_forced_pods_grace() {
+        // A confirmed notice the booster saw at 100 s whose Event says the instance went at 0 s
+        // (its time, as the watch clamps it, two minutes before it was seen): the deadline has
+        // passed, but the held pod still gets its own 30 s, where it used to get 1 s.
+        let seen = Timestamp::from_millis(100_000);
+        let mut s = storm(0, 0);
+        for signal in &mut s.signals {
+            signal.evidence = Evidence::Event;
+            signal.observed_at = seen;
+            signal.notice_deadline = Some(seen.minus(Duration::from_secs(120)));
+        }
+        for node in s.nodes.values_mut() {
+            node.cordoned = true;
+        }
+        for i in ["i-n1", "i-n2"] {
+            s.instances.get_mut(&InstanceId::from(i)).unwrap().lifecycle = crate::core::InstanceLifecycle::Spot;
+        }
+        let forcing = Policy { force_at_deadline: true, ..policy() };
+        let mut state = plan_draining(&s, &BTreeSet::new(), &DrainState::default(), &forcing, seen).next;
+        let held = s.nodes[&n1()].pods[0].uid.clone();
+        state.record_round(&n1(), [(held.as_str(), EvictionResult::Blocked { budget: None })], &forcing, seen);
+        let due = plan_draining(&s, &BTreeSet::new(), &state, &forcing, seen.plus(Duration::from_secs(1)));
+        let f = due.force.iter().find(|f| f.held.pod.uid == held).expect("forced at its deadline");
+        assert_eq!(f.grace_seconds, 30, "{f:?}");
     }
 
     #[test]

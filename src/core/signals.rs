@@ -11,7 +11,7 @@ use super::flag_set::FlagSet;
 use super::identity::{self, Distrust};
 use super::model::{
     Evidence, Group, GroupName, InstanceFacts, InstanceId, InstanceLifecycle, Node, NodeName, Signal, SignalKind,
-    Snapshot, Timestamp,
+    Snapshot, Timestamp, INTERRUPTION_NOTICE,
 };
 use super::policy::Policy;
 
@@ -192,15 +192,7 @@ pub(crate) fn fold_signals_with_nodes<'s>(
             merged.push(Folding::new(&s.instance, &s.node, s.observed_at));
             merged.len() - 1
         });
-        if s.kind.has_deadline() {
-            merged[k].notices.push(s);
-        }
-        let entry = &mut merged[k].risk;
-        entry.kinds.insert(s.kind);
-        entry.evidence.insert(s.evidence);
-        if s.observed_at < entry.first_seen {
-            entry.first_seen = s.observed_at;
-        }
+        merged[k].fold(s);
     }
     // A fallback node on its way back is at risk as if signalled, on the ledger's word.
     for (instance, r) in &snapshot.ledger.returning {
@@ -208,10 +200,7 @@ pub(crate) fn fold_signals_with_nodes<'s>(
             merged.push(Folding::new(instance, &r.node, r.at));
             merged.len() - 1
         });
-        let entry = &mut merged[k].risk;
-        entry.kinds.insert(SignalKind::BackToSpot);
-        entry.evidence.insert(Evidence::Ledger);
-        entry.first_seen = entry.first_seen.min(r.at);
+        merged[k].add_returning(r.at);
     }
     // EC2's facts by instance: most instances signalled, a walk of the facts; a few, lookups.
     if merged.len().saturating_mul(8) >= snapshot.instances.len() {
@@ -226,8 +215,8 @@ pub(crate) fn fold_signals_with_nodes<'s>(
         }
     }
 
-    // One pass over the nodes finds each signalled instance's node, how many Nodes claim it and
-    // which of them carries the name EC2 gave it: lookups by instance id, not by node name.
+    // One pass over the nodes finds how many Nodes claim each signalled instance and which of
+    // them carries the name EC2 gave it: lookups by instance id, not by node name.
     for node in snapshot.nodes.values() {
         if let Some(&k) = node.instance.as_ref().and_then(|i| position.get(i)) {
             let folding = &mut merged[k];
@@ -241,7 +230,7 @@ pub(crate) fn fold_signals_with_nodes<'s>(
                     folding.first_claimant = Some(node);
                     [None, None]
                 }
-                2 => [folding.first_claimant.take(), Some(node)],
+                2 => [folding.first_claimant, Some(node)],
                 _ => [Some(node), None],
             };
             for claimant in claimants.into_iter().flatten() {
@@ -258,22 +247,17 @@ pub(crate) fn fold_signals_with_nodes<'s>(
     let mut by_group: FastMap<&GroupName, BTreeMap<InstanceId, AtRisk>> = FastMap::default();
     let mut set = AtRiskSet::default();
     let mut nodes = Vec::with_capacity(merged.len());
-    for Folding { mut risk, mut node, facts, claims, named_by_ec2, ec2_named, notices, .. } in merged {
+    for mut folding in merged {
+        let believed = folding.believed(snapshot);
+        let Folding { mut risk, facts, notices, .. } = folding;
         risk.confirmed = confirmed_by_aws(snapshot, &risk);
-        risk.deadline = notice_deadline(snapshot, &risk.instance, facts, &notices);
-        // A contested instance is the Node's EC2 named, whichever Node the signal came through;
-        // when both or neither carry that name, none is believed.
-        let believed = match ec2_named.filter(|_| claims > 1 && named_by_ec2 == 1) {
-            Some(named) => {
-                node = Some(named);
-                risk.node = named.name.clone();
-                true
-            }
-            None => claims <= 1,
-        };
-        let seen = Seen { node, facts, claimed_twice: !believed };
-        let admitted = admit(snapshot, (&known, policy), now, (&risk, seen), boosted.contains_key(&risk.instance))
-            .and_then(|(group, node)| Ok((returning_home(snapshot, policy, &risk)?.unwrap_or(group), node)));
+        risk.deadline = notice_deadline(snapshot, (&risk.instance, risk.confirmed), facts, &notices);
+        let admitted = believed.and_then(|(node, believed)| {
+            let seen = Seen { node, facts, claimed_twice: !believed };
+            admit(snapshot, (&known, policy), now, (&risk, seen), boosted.contains_key(&risk.instance))
+        });
+        let admitted =
+            admitted.and_then(|(group, node)| Ok((returning_home(snapshot, policy, &risk)?.unwrap_or(group), node)));
         match admitted {
             Ok((group, node)) => {
                 nodes.push(Some(node));
@@ -314,23 +298,26 @@ fn returning_home<'s>(
     Ok(Some(&home.name))
 }
 
-/// A signalled instance while its signals fold: the node that runs it under the name the
-/// signals gave, EC2's facts, how many Nodes claim it, and how many of those (and the last one)
+/// A signalled instance while its signals fold: the node that runs it under the name the first
+/// signal gave, EC2's facts, how many Nodes claim it, and how many of those (and the last one)
 /// carry the name EC2 gave it.
 struct Folding<'s> {
     risk: AtRisk,
     node: Option<&'s Node>,
     facts: Option<&'s InstanceFacts>,
     claims: u32,
-    /// The first Node claiming it, until a second does.
+    /// The first Node claiming it.
     first_claimant: Option<&'s Node>,
     named_by_ec2: u32,
     ec2_named: Option<&'s Node>,
     /// Its signals of kinds that take the instance at a set time.
     notices: Vec<&'s Signal>,
+    /// Whether a Node's own word (an Event about it, its taint or rotation mark) came through
+    /// another Node than the first signal's.
+    carriers_differ: bool,
 }
 
-impl Folding<'_> {
+impl<'s> Folding<'s> {
     /// `instance` on `node`, first seen at `first_seen`, before anything is folded in.
     fn new(instance: &InstanceId, node: &NodeName, first_seen: Timestamp) -> Self {
         Folding {
@@ -350,7 +337,75 @@ impl Folding<'_> {
             named_by_ec2: 0,
             ec2_named: None,
             notices: Vec::new(),
+            carriers_differ: false,
         }
+    }
+
+    /// Folds `signal` in, noting whether it came through another Node than the first.
+    fn fold(&mut self, signal: &'s Signal) {
+        if signal.evidence != Evidence::Ledger && signal.node != self.risk.node {
+            self.carriers_differ = true;
+        }
+        self.add(signal);
+    }
+
+    fn add(&mut self, signal: &'s Signal) {
+        if signal.kind.has_deadline() {
+            self.notices.push(signal);
+        }
+        self.risk.kinds.insert(signal.kind);
+        self.risk.evidence.insert(signal.evidence);
+        self.risk.first_seen = self.risk.first_seen.min(signal.observed_at);
+    }
+
+    /// A fallback node on its way back: at risk as if signalled, on the ledger's word.
+    fn add_returning(&mut self, at: Timestamp) {
+        self.risk.kinds.insert(SignalKind::BackToSpot);
+        self.risk.evidence.insert(Evidence::Ledger);
+        self.risk.first_seen = self.risk.first_seen.min(at);
+    }
+
+    /// The Node believed to run the instance (its sole claimant, or of several the one EC2
+    /// named), with the instance's signals narrowed to those that Node carries and the
+    /// ledger's. A Node may name any instance in its providerID, and an Event about it, its taint
+    /// or its rotation mark speak for that Node alone: one that claims another's instance never
+    /// puts the real node at risk. `(node, true)` when believed; `(the first signal's node,
+    /// false)` when several claim it and EC2 named none or more than one of them.
+    fn believed(&mut self, snapshot: &'s Snapshot) -> Result<(Option<&'s Node>, bool), DropReason> {
+        let believed = match self.claims {
+            1 => self.first_claimant,
+            n if n > 1 && self.named_by_ec2 == 1 => self.ec2_named,
+            _ => return Ok((self.node, self.claims <= 1)),
+        };
+        let Some(believed) = believed else { return Ok((None, true)) };
+        if !self.carriers_differ && believed.name == self.risk.node {
+            return Ok((Some(believed), true));
+        }
+        // Rarely: the signals came through other Nodes too. Only the believed one's count.
+        self.risk.kinds = FlagSet::default();
+        self.risk.evidence = FlagSet::default();
+        self.risk.first_seen = Timestamp::from_millis(i64::MAX);
+        self.notices.clear();
+        let instance = &self.risk.instance;
+        let counted: Vec<&'s Signal> = snapshot
+            .signals
+            .iter()
+            .filter(|s| &s.instance == instance && (s.evidence == Evidence::Ledger || s.node == believed.name))
+            .collect();
+        for signal in counted {
+            self.add(signal);
+        }
+        if let Some(r) = snapshot.ledger.returning.get(&self.risk.instance) {
+            self.add_returning(r.at);
+        }
+        if self.risk.kinds.is_empty() {
+            return Err(match self.claims {
+                1 => DropReason::NodeGone,
+                _ => DropReason::Untrusted(Distrust::IdentityMismatch),
+            });
+        }
+        self.risk.node = believed.name.clone();
+        Ok((Some(believed), true))
     }
 }
 
@@ -459,9 +514,12 @@ fn confirmed_by_aws(snapshot: &Snapshot, risk: &AtRisk) -> bool {
 /// check, so a later notice never brings it forward. A scheduled event's is EC2's `NotBefore`
 /// (none while EC2 lists no event); a spot interruption's counts when a taint or the ledger
 /// vouches for it or EC2 says the instance is spot; an Event's word on any other kind sets none.
+/// An Event's own time shortens a notice's two minutes only once AWS confirms the interruption:
+/// until then its deadline is two minutes after the booster saw it, so a notice dated in the
+/// past never drains a node ahead of its replacements.
 fn notice_deadline(
     snapshot: &Snapshot,
-    instance: &InstanceId,
+    (instance, confirmed): (&InstanceId, bool),
     facts: Option<&InstanceFacts>,
     notices: &[&Signal],
 ) -> Option<Timestamp> {
@@ -471,7 +529,11 @@ fn notice_deadline(
         .filter_map(|n| {
             let deadline = match n.kind {
                 SignalKind::Scheduled => snapshot.scheduled_events.get(instance).copied(),
-                SignalKind::SpotInterruption if n.evidence != Evidence::Event || spot => n.deadline(),
+                SignalKind::SpotInterruption if n.evidence != Evidence::Event => n.deadline(),
+                SignalKind::SpotInterruption if confirmed => n.deadline(),
+                SignalKind::SpotInterruption if spot => {
+                    n.deadline().map(|d| d.max(n.observed_at.plus(INTERRUPTION_NOTICE)))
+                }
                 _ if n.evidence != Evidence::Event => n.deadline(),
                 _ => None,
             };
@@ -666,14 +728,31 @@ mod tests {
     #[test]
     fn a_second_node_claiming_an_instance_never_silences_the_node_ec2_named() {
         // n9 names n1's instance in its providerID (kubelet's --provider-id is user data). The
-        // genuine notice on n1 still counts; one that came through n9 is n1's too.
+        // genuine notice on n1 still counts, and only n1's: n9's own word is about n9.
         let mut s = snapshot().with_signal(Signal::interruption("n1", 0));
         s.nodes.insert("n9".into(), Node::test("n9", "spot-a").with_instance("i-n1"));
         let set = fold_signals(&s, &Policy::default(), Timestamp::EPOCH);
         assert_eq!(set.by_group[&GroupName::from("spot-a")][&InstanceId::from("i-n1")].node, NodeName::from("n1"));
-        s.signals = vec![Signal { instance: "i-n1".into(), ..Signal::interruption("n9", 0) }];
+        s.signals.push(Signal {
+            instance: "i-n1".into(),
+            kind: SignalKind::Rotation,
+            evidence: Evidence::Rotation,
+            ..Signal::rebalance("n9", 0)
+        });
         let set = fold_signals(&s, &Policy::default(), Timestamp::EPOCH);
-        assert_eq!(set.by_group[&GroupName::from("spot-a")][&InstanceId::from("i-n1")].node, NodeName::from("n1"));
+        let risk = &set.by_group[&GroupName::from("spot-a")][&InstanceId::from("i-n1")];
+        assert_eq!(risk.kinds, FlagSet::from_iter([SignalKind::SpotInterruption]), "n9's rotation mark is not n1's");
+        assert_eq!(risk.evidence, FlagSet::from_iter([Evidence::NodeTaint]));
+        s.signals.remove(0);
+        assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::IdentityMismatch)), "through n9 alone: nothing");
+        // The ledger's word is about the boost, not about a Node: it stays with the Node EC2 named.
+        s.ledger.record(BoostRecord::test("spot-a", &["i-n1"], 1, 0));
+        s.signals.push(Signal { instance: "i-n1".into(), evidence: Evidence::Ledger, ..Signal::rebalance("n9", 0) });
+        let set = fold_signals(&s, &Policy::default(), Timestamp::EPOCH);
+        let risk = &set.by_group[&GroupName::from("spot-a")][&InstanceId::from("i-n1")];
+        assert_eq!((risk.node.as_str(), risk.kinds), ("n1", FlagSet::from_iter([SignalKind::Rebalance])));
+        s.ledger = Default::default();
+        s.signals = vec![Signal { instance: "i-n1".into(), ..Signal::interruption("n9", 0) }];
 
         // Both carry EC2's name for it, or neither does: refused, and counted as such.
         s.nodes.insert("i-n1".into(), Node::test("i-n1", "spot-a").with_instance("i-n1"));

@@ -32,7 +32,7 @@ use crate::k8s::ca_status::parse_ca_status;
 use crate::k8s::convert::{node_from_kube, pod_from_kube, WatchedNode};
 use crate::k8s::nth::{classify_event, Classification, Ignored, NthSignal};
 use crate::metrics::{Metrics, ParseSource};
-use crate::ports::{pods_in_view, Clock, ClusterState, ClusterView};
+use crate::ports::{pods_in_view, Clock, ClusterState, ClusterView, Signalled};
 
 /// Objects per list page. Smaller than kube's 500: a page of 500 Nodes (each with its kubelet's
 /// image list) is tens of MiB while it is parsed, and that peak stays in the allocator.
@@ -677,11 +677,12 @@ impl KubeCluster {
                 let entry = store.signals.entry(signal_key(&signal));
                 let seen = match entry {
                     std::collections::hash_map::Entry::Occupied(o) => {
-                        // Never overwritten by a later Event: its times could only move the
-                        // notice away. The earliest deadline any of them announces stands.
+                        // Never changed by a later Event: anyone who may create Events could
+                        // have written it, and its time would move a genuine deadline (earlier,
+                        // with a date in the past). The first notice's time stands.
                         let s = o.into_mut();
-                        if let Some(at) = signal.notice_time {
-                            s.signal.notice_time = Some(s.signal.notice_time.map_or(at, |t| t.min(at)));
+                        if s.signal.notice_time.is_none() {
+                            s.signal.notice_time = signal.notice_time;
                         }
                         s
                     }
@@ -832,11 +833,11 @@ impl ClusterView for KubeCluster {
         }
         // Deterministic order for the core, whatever the hash maps did.
         state.signals.sort_by(|a, b| (a.observed_at, &a.instance, a.kind).cmp(&(b.observed_at, &b.instance, b.kind)));
-        let signalled: HashSet<&NodeName> = state.signals.iter().map(|s| &s.node).collect();
+        let signalled = Signalled::by(state.signals.iter());
         for (name, w) in &store.nodes {
             let mut node = w.node.clone();
             // Draining nodes are cordoned: their pods must be seen even if their signal is not.
-            if pods_in_view(&node, signalled.contains(name)) {
+            if pods_in_view(&node, &signalled) {
                 node.pods = store.pods_of(name);
                 node.pods_known = true;
             }
@@ -1010,6 +1011,37 @@ mod tests {
         assert_eq!(c.current().unwrap().signals, genuine, "the genuine notice stands as it was");
         let text = c.metrics.encode();
         assert!(text.contains("spots_booster_signals_untrusted_total{reason=\"instance-mismatch\"} 1"), "{text}");
+    }
+
+    #[test]
+    fn a_later_event_dated_in_the_past_never_brings_a_genuine_deadline_forward() {
+        let c = cluster(false);
+        synced(&c, vec![node("n1", None)], Vec::new());
+        let itn = |uid: &str, at: jiff::Timestamp| {
+            let mut event: k8s_openapi::api::core::v1::Event =
+                serde_yaml::from_str(include_str!("../../tests/fixtures/nth/imds-spot-itn.yaml")).unwrap();
+            event.involved_object.name = Some("n1".into());
+            event.source.as_mut().unwrap().host = Some("n1".into());
+            event.reporting_instance = Some("n1".into());
+            event.metadata.uid = Some(uid.into());
+            event.metadata.annotations = Some(BTreeMap::from([("instance-id".to_string(), "i-n1".to_string())]));
+            event.message = Some(format!("Spot ITN received. Instance will be interrupted at {at} \n"));
+            event.first_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at));
+            event
+        };
+        let now = jiff::Timestamp::now();
+        let (k, s) = c.convert_event(itn("genuine", now + jiff::SignedDuration::from_secs(120))).unwrap();
+        c.apply_events(&mut c.write(), Change::Upsert((k, s)));
+        let genuine = c.current().unwrap().signals;
+        let deadline = genuine[0].deadline().expect("a spot interruption has a deadline");
+        assert!(deadline.as_millis() >= now.as_millisecond() + 119_000, "{genuine:?}");
+
+        // A second Event for the same node and kind, dated 2000: the deadline stays.
+        let (k, s) = c.convert_event(itn("forged", "2000-01-01T00:00:00Z".parse().unwrap())).unwrap();
+        c.apply_events(&mut c.write(), Change::Upsert((k, s)));
+        let after = c.current().unwrap().signals;
+        assert_eq!(after.len(), 1);
+        assert_eq!(after[0].deadline(), Some(deadline), "a later Event moved the deadline: {after:?}");
     }
 
     #[test]

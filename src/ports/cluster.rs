@@ -32,18 +32,41 @@ pub struct ClusterState {
 }
 
 /// Whether a view carries a node's pods: only a signalled or cordoned node's, the ones sizing
-/// and draining look at, so a view of a large cluster does not copy every pod. The fakes and
-/// `simulate` follow the same rule, so tests see the partial view the daemon sees.
-pub fn pods_in_view(node: &Node, signalled: bool) -> bool {
-    signalled || node.cordoned
+/// and draining look at, so a view of a large cluster does not copy every pod. A node counts as
+/// signalled when a signal names it or its instance, whichever Node the signal came through:
+/// the core decides which Node runs a claimed instance, and that one's pods must be seen. The
+/// fakes and `simulate` follow the same rule, so tests see the partial view the daemon sees.
+pub fn pods_in_view(node: &Node, signalled: &Signalled<'_>) -> bool {
+    node.cordoned
+        || signalled.nodes.contains(&node.name)
+        || node.instance.as_ref().is_some_and(|i| signalled.instances.contains(i))
+}
+
+/// The nodes and instances a set of signals names, for [`pods_in_view`].
+#[derive(Debug, Default)]
+pub struct Signalled<'s> {
+    nodes: BTreeSet<&'s NodeName>,
+    instances: BTreeSet<&'s InstanceId>,
+}
+
+impl<'s> Signalled<'s> {
+    /// What `signals` name.
+    pub fn by(signals: impl IntoIterator<Item = &'s Signal>) -> Self {
+        let mut named = Signalled::default();
+        for s in signals {
+            named.nodes.insert(&s.node);
+            named.instances.insert(&s.instance);
+        }
+        named
+    }
 }
 
 impl ClusterState {
     /// Leaves out the pods a view does not carry ([`pods_in_view`]) and marks the rest known.
     pub fn prune_pods(&mut self) {
-        let signalled: BTreeSet<&NodeName> = self.signals.iter().map(|s| &s.node).collect();
+        let signalled = Signalled::by(self.signals.iter());
         for node in self.nodes.values_mut() {
-            node.pods_known = pods_in_view(node, signalled.contains(&node.name));
+            node.pods_known = pods_in_view(node, &signalled);
             if !node.pods_known {
                 node.pods = Vec::new();
             }
