@@ -435,7 +435,8 @@ impl Daemon {
                     &args.instancegroup_allowed_policies,
                     args.instancegroup_existing_roles,
                     args.instancegroup_permissions_boundary.clone(),
-                ),
+                )
+                .in_region(self.sdk.region().map(|r| r.as_ref()).unwrap_or_default()),
                 cluster: args.aws.cluster_name.clone(),
             };
             let mut stopping = shutdown.clone();

@@ -16,6 +16,7 @@ use spots_booster::fakes::{FakeInstanceGroupStore, InMemoryCluster};
 use spots_booster::instancegroup::api::FINALIZER;
 use spots_booster::instancegroup::aws::AwsNodeGroups;
 use spots_booster::instancegroup::boundaries::InstanceManagerConfig;
+use spots_booster::instancegroup::design::RoleOwner;
 use spots_booster::instancegroup::reconciler::{Cleanup, InstanceGroupReconciler, Requeue, State};
 use spots_booster::instancegroup::validate::IamRules;
 use spots_booster::instancegroup::InstanceGroup;
@@ -25,6 +26,22 @@ use support::moto::moto;
 const NS: &str = "teams";
 const NAME: &str = "batch";
 const ASG: &str = "prod-teams-batch";
+
+/// The owner of the node role the reconciler creates for the test group in `config`'s region.
+pub(crate) fn role_owner(config: &SdkConfig) -> RoleOwner {
+    RoleOwner {
+        region: config.region().map(|r| r.to_string()).unwrap_or_default(),
+        cluster: "prod".into(),
+        namespace: NS.into(),
+        name: NAME.into(),
+        uid: None,
+    }
+}
+
+/// That role's name: `prod-teams-batch-<hash>`, never the group's.
+pub(crate) fn role_name(config: &SdkConfig) -> String {
+    role_owner(config).role_name()
+}
 
 pub(crate) struct World {
     pub(crate) subnets: Vec<String>,
@@ -122,7 +139,7 @@ pub(crate) fn reconciler(
         clock,
         leadership: Leadership::always(),
         metrics: Arc::new(spots_booster::metrics::Metrics::new()),
-        iam: IamRules::default(),
+        iam: IamRules::default().in_region(&config.region().map(|r| r.to_string()).unwrap_or_default()),
         cluster: "prod".into(),
     };
     (reconciler, store, view)
@@ -235,13 +252,14 @@ async fn create_ready_image_change_rotation_resize_and_delete() {
     assert_eq!(created.suspended_processes()[0].process_name(), Some("AZRebalance"));
 
     let iam = aws_sdk_iam::Client::new(&config);
-    let policies = iam.list_attached_role_policies().role_name(ASG).send().await.expect("the node role exists");
+    let policies =
+        iam.list_attached_role_policies().role_name(role_name(&config)).send().await.expect("the node role exists");
     assert_eq!(policies.attached_policies().len(), 3, "worker, ECR and CNI policies");
-    let role = iam.get_role().role_name(ASG).send().await.unwrap();
+    let role = iam.get_role().role_name(role_name(&config)).send().await.unwrap();
     let owner = role.role().unwrap().tags().iter().find(|t| t.key() == "instancegroups.keikoproj.io/ClusterName");
     assert_eq!(owner.map(|t| t.value()), Some("prod"), "the IAM policy's conditions rely on this tag");
-    let profile = iam.get_instance_profile().instance_profile_name(ASG).send().await.unwrap();
-    assert_eq!(profile.instance_profile().unwrap().roles()[0].role_name(), ASG);
+    let profile = iam.get_instance_profile().instance_profile_name(role_name(&config)).send().await.unwrap();
+    assert_eq!(profile.instance_profile().unwrap().roles()[0].role_name(), role_name(&config));
     let status = store.get(NS, NAME).unwrap().status.unwrap();
     assert!(status.nodes_instance_role_arn.ends_with(&format!("role/spots-booster/{ASG}")), "under the PassRole path");
     let mapped = spots_booster::instancegroup::aws_auth::mapped_arn(&status.nodes_instance_role_arn);
@@ -341,8 +359,11 @@ async fn create_ready_image_change_rotation_resize_and_delete() {
     assert_eq!(r.clean_up(&stale, &[]).await, Cleanup::Done, "a repeated clean-up is done, not an error");
     let templates = ec2.describe_launch_templates().send().await.unwrap();
     assert!(templates.launch_templates().iter().all(|t| t.launch_template_name() != Some(ASG)), "template deleted");
-    assert!(iam.get_role().role_name(ASG).send().await.is_err(), "role deleted");
-    assert!(iam.get_instance_profile().instance_profile_name(ASG).send().await.is_err(), "profile deleted");
+    assert!(iam.get_role().role_name(role_name(&config)).send().await.is_err(), "role deleted");
+    assert!(
+        iam.get_instance_profile().instance_profile_name(role_name(&config)).send().await.is_err(),
+        "profile deleted"
+    );
     assert!(!store.state().aws_auth.as_ref().unwrap()["mapRoles"].contains(ASG), "aws-auth entry removed");
 
     // Every delete step again, on what is already gone: done, whatever moto answers for a
@@ -350,7 +371,7 @@ async fn create_ready_image_change_rotation_resize_and_delete() {
     use spots_booster::instancegroup::cloud::NodeGroupCloud;
     r.cloud.delete_scaling_group(&ASG.into()).await.unwrap();
     r.cloud.delete_launch_template(ASG).await.unwrap();
-    r.cloud.delete_role(ASG, "prod").await.unwrap();
+    r.cloud.delete_role(&role_owner(&config)).await.unwrap();
 }
 
 #[tokio::test]
@@ -402,7 +423,7 @@ async fn tenant_escalations_are_refused_with_a_status_and_an_event() {
     assert!(message.contains("already mapped in kube-system/aws-auth"), "{message}");
     assert!(told, "a Warning Event says so");
     assert_eq!(store.state().aws_auth.as_ref().unwrap()["mapRoles"], admin_entry, "the admin mapping is untouched");
-    assert!(iam.get_role().role_name(ASG).send().await.is_ok());
+    assert!(iam.get_role().role_name(role_name(&config)).send().await.is_ok());
 }
 
 #[tokio::test]
@@ -722,15 +743,17 @@ async fn a_node_role_under_this_cluster_s_name_that_is_not_its_own_is_neither_ad
     let world = seed(&config).await;
     let (r, store, _) = reconciler(&config, CallStats::default());
     let iam = aws_sdk_iam::Client::new(&config);
-    // Cluster `prod-teams`'s role for its InstanceGroup `batch` in `default` would have this name
-    // too; this one is another cluster's, with a policy of its own.
+    // A role under this group's role name whose tags name this cluster (as every role an older
+    // release created was tagged) but no InstanceGroup: nobody can say it is this one's. It has a
+    // policy of its own.
+    let role = role_name(&config);
     let owner = aws_sdk_iam::types::Tag::builder()
         .key("instancegroups.keikoproj.io/ClusterName")
-        .value("prod-teams")
+        .value("prod")
         .build()
         .unwrap();
     iam.create_role()
-        .role_name(ASG)
+        .role_name(&role)
         .path("/spots-booster/")
         .assume_role_policy_document("{}")
         .tags(owner)
@@ -747,9 +770,9 @@ async fn a_node_role_under_this_cluster_s_name_that_is_not_its_own_is_neither_ad
         .await
         .unwrap();
     let theirs = theirs.policy().unwrap().arn().unwrap().to_string();
-    iam.attach_role_policy().role_name(ASG).policy_arn(&theirs).send().await.unwrap();
+    iam.attach_role_policy().role_name(&role).policy_arn(&theirs).send().await.unwrap();
     let attached = || async {
-        let out = iam.list_attached_role_policies().role_name(ASG).send().await.unwrap();
+        let out = iam.list_attached_role_policies().role_name(&role).send().await.unwrap();
         out.attached_policies().iter().map(|p| p.policy_arn().unwrap().to_string()).collect::<Vec<_>>()
     };
 
@@ -758,7 +781,8 @@ async fn a_node_role_under_this_cluster_s_name_that_is_not_its_own_is_neither_ad
     assert_eq!(current, State::Error.as_str());
     let status = store.get(NS, NAME).unwrap().status.unwrap();
     let condition = status.conditions.iter().find(|c| c.condition_type == "Reconciled").unwrap();
-    assert!(condition.message.contains("IAM role prod-teams-batch is cluster prod-teams's"), "{}", condition.message);
+    let said = format!("IAM role {role} is untagged (instancegroups.keikoproj.io/InstanceGroup)");
+    assert!(condition.message.contains(&said), "{}", condition.message);
     assert_eq!(attached().await, vec![theirs.clone()], "none of our policies attached, theirs kept");
     assert!(asg(&config).await.is_none(), "nothing launched with a role that is not ours");
     assert!(status.nodes_instance_role_arn.is_empty(), "never mapped in aws-auth");
@@ -767,10 +791,10 @@ async fn a_node_role_under_this_cluster_s_name_that_is_not_its_own_is_neither_ad
     reconcile(&r, &store).await;
     assert!(store.get(NS, NAME).is_none(), "its finalizer let go");
     assert_eq!(attached().await, vec![theirs], "the role stays whole");
-    let kept = iam.get_role().role_name(ASG).send().await;
+    let kept = iam.get_role().role_name(&role).send().await;
     assert!(kept.is_ok(), "and is not deleted");
     use spots_booster::instancegroup::cloud::NodeGroupCloud;
-    let refused = r.cloud.delete_role(ASG, "prod").await.unwrap_err();
+    let refused = r.cloud.delete_role(&role_owner(&config)).await.unwrap_err();
     assert!(matches!(refused, spots_booster::instancegroup::cloud::CloudError::NotOwned { .. }), "{refused}");
 }
 

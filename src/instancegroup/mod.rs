@@ -31,7 +31,7 @@ mod test_rig;
 // The sections' modules by their own names, as the rest of the crate and the tests know them.
 pub use adapters::{aws, k8s};
 pub use domain::{
-    api, aws_auth, boundaries, design, launch, node_group, provisioner, userdata, validate, validate_managed,
+    api, aws_auth, boundaries, design, launch, node_group, ownership, provisioner, userdata, validate, validate_managed,
 };
 pub(crate) use domain::{crd_strategy, events, plan};
 pub use ports::{cloud, store};

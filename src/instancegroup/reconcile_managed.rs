@@ -6,16 +6,16 @@ use tracing::{info, warn};
 
 use crate::instancegroup::api::{InstanceGroup, InstanceGroupStatus};
 use crate::instancegroup::cloud::{CloudError, NodeGroupCloud};
+use crate::instancegroup::design::RoleChoice;
 use crate::instancegroup::events::GroupEventReason;
-use crate::instancegroup::launch::owner_tags_of;
 use crate::instancegroup::node_group::{
     foreign_node_group, node_group_outcome, node_group_step, NodeGroupDesign, NodeGroupResolved, NodeGroupStep,
     NodeRole,
 };
+use crate::instancegroup::ownership::owner_tags_of;
 use crate::instancegroup::plan::{Owned, Requeue, State, REQUEUE};
 use crate::instancegroup::reconciler::{InstanceGroupReconciler, ReconcileError};
 use crate::instancegroup::store::InstanceGroupStore;
-use crate::instancegroup::validate::managed_role_name;
 use crate::ports::ClusterView;
 
 impl<C, S, V> InstanceGroupReconciler<C, S, V>
@@ -47,12 +47,12 @@ where
         let role_arn = match &design.role {
             NodeRole::Brought(arn) => arn.clone(),
             NodeRole::Created(choice) => {
-                let role = self.cloud.ensure_role(choice, &design.cluster_name).await?;
-                role.role_arn.ok_or_else(|| CloudError::NotFound {
-                    what: "IAM role",
-                    name: managed_role_name(&design.name),
-                    scope: None,
-                })?
+                let role = self.cloud.ensure_role(choice).await?;
+                let name = match choice {
+                    RoleChoice::Managed { name, .. } => name.clone(),
+                    RoleChoice::Existing { profile_name, .. } => profile_name.clone(),
+                };
+                role.role_arn.ok_or(CloudError::NotFound { what: "IAM role", name, scope: None })?
             }
         };
         let vpc = cluster.vpc_id.as_deref();
@@ -136,7 +136,7 @@ where
                 && other.status.as_ref().is_some_and(|s| !role_arn.is_empty() && s.nodes_instance_role_arn == role_arn)
         });
         if created_role && !shared {
-            self.delete_created_role(ig, &prefix).await?;
+            self.delete_created_role(ig).await?;
         }
         status.current_state = State::Deleted.into();
         self.write_deleted(&namespace, &name, status).await?;
@@ -164,11 +164,12 @@ mod tests {
     async fn an_eks_managed_group_is_created_waits_for_eks_and_is_ready_without_touching_an_asg_or_aws_auth() {
         let (r, cloud, store) = world();
         let (writes, events, state) = pass(&r, &cloud, &store, &group()).await;
-        assert_eq!(writes, [format!("CreateRole {NAME}"), format!("CreateNodegroup {NAME}")]);
+        let role = r.role_owner(&group()).role_name();
+        assert_eq!(writes, [format!("CreateRole {role}"), format!("CreateNodegroup {NAME}")]);
         assert_eq!((events.as_slice(), state.as_str()), (&["InstanceGroupCreated".to_string()][..], "InitCreate"));
         let created = cloud.state().node_groups[NAME].clone();
         assert_eq!((created.capacity_type.as_str(), created.desired_size), ("SPOT", 1));
-        assert_eq!(created.node_role, format!("arn:aws:iam::123456789012:role/{NAME}"));
+        assert_eq!(created.node_role, format!("arn:aws:iam::123456789012:role/{role}"));
         let (writes, _, state) = pass(&r, &cloud, &store, &group()).await;
         assert!(writes.is_empty(), "nothing is written while EKS is CREATING: {writes:?}");
         assert_eq!(state, "InitCreate");
@@ -234,12 +235,13 @@ mod tests {
         assert!(matches!(r.clean_up(&ig, std::slice::from_ref(&ig)).await, Cleanup::Again(_)));
         assert!(matches!(r.clean_up(&ig, std::slice::from_ref(&ig)).await, Cleanup::Again(_)), "EKS still deleting");
         assert_eq!(cloud.state().writes.iter().filter(|w| w.starts_with("DeleteNodegroup")).count(), 1);
-        assert!(cloud.state().roles.contains_key(NAME), "the role stays while EKS deletes the node group");
+        let role = r.role_owner(&ig).role_name();
+        assert!(cloud.state().roles.contains_key(&role), "the role stays while EKS deletes the node group");
         cloud.eks_settles();
         assert_eq!(r.clean_up(&ig, std::slice::from_ref(&ig)).await, Cleanup::Done);
         let state = cloud.state();
         assert!(state.node_groups.is_empty() && state.roles.is_empty(), "{state:?}");
-        assert_eq!(state.writes.last().map(String::as_str), Some(format!("DeleteRole {NAME}").as_str()));
+        assert_eq!(state.writes.last().map(String::as_str), Some(format!("DeleteRole {role}").as_str()));
     }
 
     #[tokio::test]
@@ -280,6 +282,9 @@ mod tests {
         let ig = store.get("instance-manager", "batch-managed").unwrap();
         assert_eq!(r.clean_up(&ig, std::slice::from_ref(&ig)).await, Cleanup::Done);
         assert!(cloud.state().node_groups.contains_key(NAME), "left as it is");
-        assert!(cloud.state().roles.contains_key(NAME), "and so is the role it may still use");
+        assert!(
+            cloud.state().roles.contains_key(&r.role_owner(&ig).role_name()),
+            "and so is the role it may still use"
+        );
     }
 }

@@ -15,9 +15,11 @@ use crate::instancegroup::api::{InstanceGroup, InstanceGroupSpec, InstanceGroupS
 use crate::instancegroup::boundaries::InstanceManagerConfig;
 use crate::instancegroup::cloud::{CloudError, NodeGroupCloud};
 use crate::instancegroup::crd_strategy::{self, CrdStep};
+use crate::instancegroup::design::RoleOwner;
 use crate::instancegroup::design::{CrdPlan, GroupDesign};
 use crate::instancegroup::events::GroupEventReason;
-use crate::instancegroup::launch::{owner_tags, owner_tags_of, AsgFacts, Resolved};
+use crate::instancegroup::launch::{owner_tags, AsgFacts, Resolved};
+use crate::instancegroup::ownership::owner_tags_of;
 use crate::instancegroup::plan::{
     applied, cleanup_step, converge, crd_outcome, created, fail, group_step, owned, refuse, template_step, CleanupSeen,
     CleanupStep, CrdResource, GroupStep, NodeStep, NodesSeen, Note, Owned, TemplateStep,
@@ -25,9 +27,7 @@ use crate::instancegroup::plan::{
 pub use crate::instancegroup::plan::{Requeue, State, REQUEUE, RESYNC};
 use crate::instancegroup::provisioner::{validate_design, Design};
 use crate::instancegroup::store::{GroupRef, InstanceGroupStore, StoreError};
-use crate::instancegroup::validate::{
-    managed_role_name, FieldError, FieldErrorKind, IamRules, ObjectInfo, ValidateError,
-};
+use crate::instancegroup::validate::{FieldError, FieldErrorKind, IamRules, ObjectInfo, ValidateError};
 use crate::metrics::{Metrics, ReconcileResult};
 use crate::ports::Clock;
 use crate::ports::{ClusterView, Leadership};
@@ -263,7 +263,7 @@ where
         let group = self.cloud.scaling_group(&GroupName::from(design.prefix.as_str())).await?;
         owned(&owner_tags(&design), &design.prefix, template.as_ref(), group.as_ref())?;
         let cluster = self.cloud.cluster(&design.cluster_name).await?;
-        let role = self.cloud.ensure_role(&design.role, &design.cluster_name).await?;
+        let role = self.cloud.ensure_role(&design.role).await?;
         let vpc = cluster.vpc_id.clone();
         let subnet_ids = self.cloud.subnet_ids(vpc.as_deref(), &design.subnets).await?;
         let security_group_ids = self.cloud.security_group_ids(vpc.as_deref(), &design.security_groups).await?;
@@ -419,6 +419,7 @@ where
         let facts = self.cloud.scaling_group(&group).await?;
         let template = self.cloud.launch_template(&prefix).await?;
         let role_arn = status.nodes_instance_role_arn.clone();
+        let own_role_name = self.role_owner(ig).role_name();
         let seen = CleanupSeen {
             ours: &ours,
             prefix: &prefix,
@@ -428,12 +429,16 @@ where
             named_role: configuration.and_then(|c| c.role_name.as_deref()).filter(|r| !r.is_empty()),
             role_shared: all.iter().any(|other| {
                 key(other) != (namespace.clone(), name.clone())
-                    && other.status.as_ref().is_some_and(|s| s.nodes_instance_role_arn == role_arn)
+                    && other
+                        .status
+                        .as_ref()
+                        .is_some_and(|s| !role_arn.is_empty() && s.nodes_instance_role_arn == role_arn)
             }),
             own_role: configuration.is_some_and(|c| {
                 c.role_name.as_deref().unwrap_or("").is_empty()
                     && c.instance_profile_name.as_deref().unwrap_or("").is_empty()
             }),
+            own_role_name: &own_role_name,
         };
         let step = cleanup_step(&seen);
         // Written once the step's calls are made: a failed call leaves the state as it was.
@@ -465,7 +470,7 @@ where
                     self.store.remove_aws_auth(&role_arn).await?;
                 }
                 if delete_role {
-                    self.delete_created_role(ig, &prefix).await?;
+                    self.delete_created_role(ig).await?;
                 }
             }
         }
@@ -476,10 +481,23 @@ where
         Ok(Requeue::OnChange)
     }
 
-    /// Deletes the role the daemon created for `prefix`; one that is not this cluster's is left
-    /// as it is, and said so.
-    pub(crate) async fn delete_created_role(&self, ig: &InstanceGroup, prefix: &str) -> Result<(), ReconcileError> {
-        match self.cloud.delete_role(&managed_role_name(prefix), &self.cluster).await {
+    /// The owner of the role the daemon creates for `ig`.
+    pub(crate) fn role_owner(&self, ig: &InstanceGroup) -> RoleOwner {
+        let (namespace, name) = key(ig);
+        let info = ObjectInfo {
+            namespace: &namespace,
+            name: &name,
+            annotations: None,
+            uid: ig.metadata.uid.as_deref(),
+            cluster: &self.cluster,
+        };
+        self.iam.role_owner(&self.cluster, &info)
+    }
+
+    /// Deletes the role the daemon created for `ig`; one that is not its own by every ownership
+    /// tag is left as it is, and said so.
+    pub(crate) async fn delete_created_role(&self, ig: &InstanceGroup) -> Result<(), ReconcileError> {
+        match self.cloud.delete_role(&self.role_owner(ig)).await {
             Ok(()) => Ok(()),
             Err(foreign @ CloudError::NotOwned { .. }) => {
                 let (namespace, name) = key(ig);
@@ -555,7 +573,7 @@ fn error_chain(err: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::instancegroup::launch::TAG_CLUSTER_NAME;
+    use crate::instancegroup::ownership::TAG_CLUSTER_NAME;
 
     use crate::instancegroup::test_rig::{pass, world};
 
@@ -574,10 +592,12 @@ mod tests {
         let (r, cloud, store) = world();
         let (writes, events, _) = pass(&r, &cloud, &store, &group("m6i.2xlarge")).await;
         let prefix = "prod-euw1-instance-manager-batch-spot";
+        let role = r.role_owner(&group("m6i.2xlarge")).role_name();
+        assert!(role.starts_with(prefix) && role != prefix, "{role}");
         assert_eq!(
             writes,
             [
-                format!("CreateRole {prefix}"),
+                format!("CreateRole {role}"),
                 format!("CreateLaunchTemplate {prefix}"),
                 format!("CreateAutoScalingGroup {prefix}"),
             ]
@@ -643,7 +663,7 @@ mod tests {
             [
                 format!("DeleteAutoScalingGroup {prefix}"),
                 format!("DeleteLaunchTemplate {prefix}"),
-                format!("DeleteRole {prefix}"),
+                format!("DeleteRole {}", r.role_owner(&group("m6i.2xlarge")).role_name()),
             ]
         );
         let reasons: Vec<String> = store.0.lock().unwrap().events.iter().map(|(_, r, ..)| r.clone()).collect();

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::core::GroupName;
 use crate::instancegroup::cloud::{CloudError, NodeGroupCloud, RoleFacts};
-use crate::instancegroup::design::RoleChoice;
+use crate::instancegroup::design::{RoleChoice, RoleOwner};
 use crate::instancegroup::launch::{AsgChanges, AsgDesign, AsgFacts, LaunchTemplateData, TemplateFacts};
 use crate::instancegroup::node_group::{NodeGroupChanges, NodeGroupFacts, NodeGroupWanted};
 use crate::instancegroup::userdata::ClusterInfo;
@@ -83,16 +83,16 @@ impl NodeGroupCloud for InMemoryNodeGroups {
         Ok(refs.to_vec())
     }
 
-    async fn ensure_role(&self, role: &RoleChoice, cluster: &str) -> Result<RoleFacts, CloudError> {
+    async fn ensure_role(&self, role: &RoleChoice) -> Result<RoleFacts, CloudError> {
         let arn = |kind: &str, name: &str| format!("arn:aws:iam::123456789012:{kind}/{name}");
         match role {
-            RoleChoice::Managed { name, .. } => {
+            RoleChoice::Managed { name, owner: ours, .. } => {
                 let owner = self.state().roles.get(name).cloned();
                 match owner {
-                    Some(owner) if owner != cluster => return Err(not_owned("IAM role", name, &owner)),
+                    Some(owner) if owner != ours.cluster => return Err(not_owned("IAM role", name, &owner)),
                     Some(_) => {}
                     None => {
-                        self.state().roles.insert(name.clone(), cluster.into());
+                        self.state().roles.insert(name.clone(), ours.cluster.clone());
                         self.wrote(format!("CreateRole {name}"));
                     }
                 }
@@ -105,10 +105,11 @@ impl NodeGroupCloud for InMemoryNodeGroups {
         }
     }
 
-    async fn delete_role(&self, name: &str, cluster: &str) -> Result<(), CloudError> {
+    async fn delete_role(&self, ours: &RoleOwner) -> Result<(), CloudError> {
+        let name = &ours.role_name();
         let owner = self.state().roles.get(name).cloned();
         match owner {
-            Some(owner) if owner != cluster => Err(not_owned("IAM role", name, &owner)),
+            Some(owner) if owner != ours.cluster => Err(not_owned("IAM role", name, &owner)),
             Some(_) => {
                 self.state().roles.remove(name);
                 self.wrote(format!("DeleteRole {name}"));

@@ -3,6 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+pub use super::ownership::RoleOwner;
+
 /// A validated `eks` InstanceGroup.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupDesign {
@@ -152,8 +154,10 @@ pub enum RoleChoice {
     },
     /// Create (and later delete) a role and profile with this name and these policy ARNs.
     Managed {
-        /// Role and profile name.
+        /// Role and profile name ([`RoleOwner::role_name`]).
         name: String,
+        /// Whose it is: tagged on both, and matched in full before either is adopted or deleted.
+        owner: RoleOwner,
         /// Managed policy ARNs to attach.
         policies: BTreeSet<String>,
         /// The permissions boundary the operator set (`--instancegroup-permissions-boundary`).

@@ -11,59 +11,11 @@ use super::design::{GroupDesign, LifecycleHook, Metadata, MixedInstances, Placem
 use super::userdata::{self, ClusterInfo};
 use crate::core::{GroupName, InstanceId};
 
-/// ASG tag holding the cluster name (upstream's ownership tag).
-pub(crate) const TAG_CLUSTER_NAME: &str = crate::ports::INSTANCE_GROUP_CLUSTER_TAG;
-/// ASG tag holding the InstanceGroup namespace.
-pub(crate) const TAG_NAMESPACE: &str = crate::ports::INSTANCE_GROUP_NAMESPACE_TAG;
-/// ASG tag holding the InstanceGroup name.
-pub(crate) const TAG_INSTANCE_GROUP: &str = "instancegroups.keikoproj.io/InstanceGroup";
-/// Tag holding the InstanceGroup's uid: which incarnation of the name owns the resource.
-pub(crate) const TAG_INSTANCE_GROUP_UID: &str = "spots-booster.io/instancegroup-uid";
+use super::ownership::owner_tags_of;
 
 /// The tags that say which InstanceGroup owns a resource: cluster, namespace, name and uid.
 pub(crate) fn owner_tags(design: &GroupDesign) -> BTreeMap<String, String> {
     owner_tags_of(&design.cluster_name, &design.namespace, &design.name, design.uid.as_deref())
-}
-
-/// [`owner_tags`] from the parts (a deleted InstanceGroup may have no valid design any more).
-pub(crate) fn owner_tags_of(cluster: &str, namespace: &str, name: &str, uid: Option<&str>) -> BTreeMap<String, String> {
-    let mut tags = BTreeMap::from([
-        (TAG_CLUSTER_NAME.to_string(), cluster.to_string()),
-        (TAG_NAMESPACE.to_string(), namespace.to_string()),
-        (TAG_INSTANCE_GROUP.to_string(), name.to_string()),
-    ]);
-    if let Some(uid) = uid.filter(|u| !u.is_empty()) {
-        tags.insert(TAG_INSTANCE_GROUP_UID.to_string(), uid.to_string());
-    }
-    tags
-}
-
-/// Who else owns a resource found under this design's name, by its tags, or `None` when it may
-/// be adopted. `{cluster}-{namespace}-{name}` is upstream's naming and stays, so groups created by
-/// keikoproj instance-manager are adopted; but dashes make it ambiguous (`a-b`/`c` and `a`/`b-c`),
-/// so a resource is adopted, changed or deleted only when every ownership tag it carries names
-/// this InstanceGroup, and an Auto Scaling group must carry cluster, namespace and name.
-pub(crate) fn foreign_owner(
-    tags: &BTreeMap<String, String>,
-    ours: &BTreeMap<String, String>,
-    group: bool,
-) -> Option<String> {
-    let differs = ours.iter().any(|(k, v)| tags.get(k).is_some_and(|t| t != v));
-    let required = [TAG_CLUSTER_NAME, TAG_NAMESPACE, TAG_INSTANCE_GROUP];
-    let unclaimed = group && required.iter().any(|k| !tags.contains_key(*k));
-    (differs || unclaimed).then(|| {
-        let tag = |k: &str| tags.get(k).map_or("?", String::as_str);
-        let mut owner = format!(
-            "cluster {}, InstanceGroup {}/{}",
-            tag(TAG_CLUSTER_NAME),
-            tag(TAG_NAMESPACE),
-            tag(TAG_INSTANCE_GROUP)
-        );
-        if let Some(uid) = tags.get(TAG_INSTANCE_GROUP_UID) {
-            owner.push_str(&format!(" (uid {uid})"));
-        }
-        owner
-    })
 }
 
 /// A launch template as AWS holds it.
@@ -396,6 +348,9 @@ fn same_mixed(a: &MixedInstances, b: &MixedInstances) -> bool {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::instancegroup::ownership::{
+        foreign_owner, TAG_CLUSTER_NAME, TAG_INSTANCE_GROUP, TAG_INSTANCE_GROUP_UID, TAG_NAMESPACE,
+    };
     use crate::instancegroup::validate::{validate, ObjectInfo};
     use crate::instancegroup::InstanceGroup;
 

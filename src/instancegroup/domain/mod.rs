@@ -11,6 +11,7 @@ pub mod design;
 pub(crate) mod events;
 pub mod launch;
 pub mod node_group;
+pub mod ownership;
 pub(crate) mod plan;
 pub mod provisioner;
 pub(crate) mod rolling;

@@ -250,7 +250,7 @@ pub enum NodeGroupStep {
 /// The ownership tags in `wanted` that `facts` does not carry the same, or that name another
 /// owner: a node group under this name that is not this InstanceGroup's is never changed.
 pub(crate) fn foreign_node_group(facts: &NodeGroupFacts, ours: &BTreeMap<String, String>) -> Option<String> {
-    super::launch::foreign_owner(&facts.tags, ours, true)
+    super::ownership::foreign_owner(&facts.tags, ours, true)
 }
 
 /// The node group as created from `design`.
@@ -508,7 +508,7 @@ mod tests {
     }
 
     fn owner() -> BTreeMap<String, String> {
-        super::super::launch::owner_tags_of("prod", "team", "batch", Some("uid-1"))
+        super::super::ownership::owner_tags_of("prod", "team", "batch", Some("uid-1"))
     }
 
     /// What EKS describes after creating `design`.

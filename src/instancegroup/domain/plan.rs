@@ -13,9 +13,10 @@ use super::crd_strategy::CrdStep;
 use super::design::{CrdPlan, GroupDesign, Strategy};
 use super::events::GroupEventReason;
 use super::launch::{
-    asg_changes, asg_design, drift, foreign_owner, launch_template_data, AsgChanges, AsgDesign, AsgFacts,
-    LaunchTemplateData, Resolved, TemplateFacts,
+    asg_changes, asg_design, drift, launch_template_data, AsgChanges, AsgDesign, AsgFacts, LaunchTemplateData,
+    Resolved, TemplateFacts,
 };
+use super::ownership::foreign_owner;
 use super::rolling::{self, NodeFacts, RollingInput, RollingStep};
 use crate::core::{InstanceId, Node, NodeName, Signal, SignalKind, Timestamp};
 
@@ -505,6 +506,8 @@ pub(crate) struct CleanupSeen<'a> {
     pub role_shared: bool,
     /// Whether the spec names neither a role nor a profile (the role is the one we created).
     pub own_role: bool,
+    /// The name of the role the daemon creates for this InstanceGroup.
+    pub own_role_name: &'a str,
 }
 
 /// The deletion's next step.
@@ -519,7 +522,8 @@ pub(crate) fn cleanup_step(seen: &CleanupSeen<'_>) -> CleanupStep {
         None => CleanupStep::DeleteRest {
             unmap_role: Some(seen.role_arn.to_string())
                 .filter(|r| !r.is_empty() && !seen.role_shared && names_this_groups_role(r, seen)),
-            delete_role: seen.own_role,
+            // Never one another InstanceGroup's nodes run with.
+            delete_role: seen.own_role && !seen.role_shared,
         },
     }
 }
@@ -531,7 +535,7 @@ pub(crate) fn cleanup_step(seen: &CleanupSeen<'_>) -> CleanupStep {
 fn names_this_groups_role(arn: &str, seen: &CleanupSeen<'_>) -> bool {
     let Some((_, path_and_name)) = arn.split_once(":role/") else { return false };
     if seen.own_role {
-        return path_and_name == format!("spots-booster/{}", super::validate::managed_role_name(seen.prefix));
+        return path_and_name == format!("spots-booster/{}", seen.own_role_name);
     }
     seen.named_role.is_some_and(|named| {
         let named = named.rsplit(['/', ':']).next().unwrap_or(named);
@@ -657,6 +661,7 @@ mod tests {
             named_role: None,
             role_shared,
             own_role: true,
+            own_role_name: "p",
         };
         assert_eq!(cleanup_step(&seen(Some(&facts), false)), CleanupStep::DeleteGroup);
         let going = AsgFacts { status: Some("Delete in progress".into()), ..facts.clone() };
@@ -675,11 +680,11 @@ mod tests {
         assert_eq!(cleanup_step(&seen(None, false)).state(), State::Deleted);
         assert_eq!(
             cleanup_step(&seen(None, true)),
-            CleanupStep::DeleteRest { unmap_role: None, delete_role: true },
-            "a role another group maps stays mapped"
+            CleanupStep::DeleteRest { unmap_role: None, delete_role: false },
+            "a role another group runs with stays mapped, and stays"
         );
         let mut theirs = facts.clone();
-        theirs.tags.insert(crate::instancegroup::launch::TAG_NAMESPACE.into(), "other".into());
+        theirs.tags.insert(crate::instancegroup::ownership::TAG_NAMESPACE.into(), "other".into());
         assert!(matches!(
             cleanup_step(&seen(Some(&theirs), false)),
             CleanupStep::LetGo(Owned { what: "Auto Scaling group", .. })
@@ -698,6 +703,7 @@ mod tests {
             named_role,
             role_shared: false,
             own_role,
+            own_role_name: "prod-team-batch",
         };
         let unmapped = |s: CleanupSeen<'_>| match cleanup_step(&s) {
             CleanupStep::DeleteRest { unmap_role, .. } => unmap_role,

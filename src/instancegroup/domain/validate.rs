@@ -120,6 +120,9 @@ pub struct IamRules {
     pub existing_roles: bool,
     /// Set as the permissions boundary of every role the daemon creates.
     pub(crate) permissions_boundary: Option<String>,
+    /// The region the daemon's groups are in: part of every created role's name and tags, since
+    /// IAM is one for the account and EKS names clusters uniquely per region only.
+    pub(crate) region: String,
 }
 
 impl IamRules {
@@ -129,6 +132,24 @@ impl IamRules {
             allowed_policies: policies.iter().filter(|p| !p.trim().is_empty()).map(|p| policy_arn(p.trim())).collect(),
             existing_roles,
             permissions_boundary: permissions_boundary.filter(|b| !b.is_empty()),
+            region: String::new(),
+        }
+    }
+
+    /// The same rules for a daemon whose groups are in `region`.
+    pub fn in_region(mut self, region: &str) -> Self {
+        self.region = region.to_string();
+        self
+    }
+
+    /// Whose the role this daemon creates for the InstanceGroup `info` of cluster `cluster` is.
+    pub(crate) fn role_owner(&self, cluster: &str, info: &ObjectInfo<'_>) -> RoleOwner {
+        RoleOwner {
+            region: self.region.clone(),
+            cluster: cluster.to_string(),
+            namespace: info.namespace.to_string(),
+            name: info.name.to_string(),
+            uid: info.uid.filter(|u| !u.is_empty()).map(String::from),
         }
     }
 }
@@ -302,8 +323,7 @@ pub fn validate(info: &ObjectInfo<'_>, spec: &InstanceGroupSpec, iam: &IamRules)
         tag_specifications.entry(resource).or_insert_with(BTreeMap::new).extend(tags);
     }
     let irsa_enabled = flag(ANNOTATION_IRSA);
-    let prefix = format!("{}-{}-{}", config.cluster_name, info.namespace, info.name);
-    let role = role(&mut errors, &prefix, config, irsa_enabled, iam);
+    let role = role(&mut errors, iam.role_owner(&config.cluster_name, info), config, irsa_enabled, iam);
     let lifecycle_hooks = lifecycle_hooks(&mut errors, config);
     for (i, licence) in config.license_specifications.iter().enumerate() {
         if !licence.starts_with("arn:") {
@@ -742,17 +762,7 @@ pub(super) fn check_cluster_name(errors: &mut Errors, conf: &str, name: &str, cl
     }
 }
 
-/// The name of a created role and profile: the prefix, or its MD5 when IAM would refuse it.
-pub(crate) fn managed_role_name(prefix: &str) -> String {
-    use md5::Digest;
-    if prefix.len() > 63 {
-        md5::Md5::digest(prefix.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
-    } else {
-        prefix.to_string()
-    }
-}
-
-fn role(errors: &mut Errors, prefix: &str, config: &EksConfiguration, irsa: bool, iam: &IamRules) -> RoleChoice {
+fn role(errors: &mut Errors, owner: RoleOwner, config: &EksConfiguration, irsa: bool, iam: &IamRules) -> RoleChoice {
     let role_name = config.role_name.clone().filter(|r| !r.is_empty());
     let profile = config.instance_profile_name.clone().filter(|p| !p.is_empty());
     if role_name.is_some() || profile.is_some() {
@@ -773,15 +783,15 @@ fn role(errors: &mut Errors, prefix: &str, config: &EksConfiguration, irsa: bool
         let profile_name = profile.or_else(|| role_name.clone()).unwrap_or_default();
         return RoleChoice::Existing { role_name, profile_name };
     }
-    created_role(errors, CONF, prefix, &config.managed_policies, irsa, iam)
+    created_role(errors, CONF, owner, &config.managed_policies, irsa, iam)
 }
 
-/// The role the daemon creates for `prefix`: the node defaults, and `managed_policies` (at
+/// The role the daemon creates for `owner`: the node defaults, and `managed_policies` (at
 /// `{conf}.managedPolicies`) when the operator allows each, under the operator's boundary.
 pub(super) fn created_role(
     errors: &mut Errors,
     conf: &str,
-    prefix: &str,
+    owner: RoleOwner,
     managed_policies: &[String],
     irsa: bool,
     iam: &IamRules,
@@ -802,7 +812,7 @@ pub(super) fn created_role(
             );
         }
     }
-    RoleChoice::Managed { name: managed_role_name(prefix), policies, boundary: iam.permissions_boundary.clone() }
+    RoleChoice::Managed { name: owner.role_name(), owner, policies, boundary: iam.permissions_boundary.clone() }
 }
 
 fn lifecycle_hooks(errors: &mut Errors, config: &EksConfiguration) -> BTreeMap<String, LifecycleHook> {
@@ -1134,8 +1144,10 @@ mod tests {
         assert_eq!(mixed.overrides.len(), 5);
         assert!(design.irsa_enabled && design.cluster_autoscaler_tags);
         match design.role {
-            RoleChoice::Managed { name, policies, .. } => {
-                assert_eq!(name, "prod-euw1-instance-manager-batch-spot");
+            RoleChoice::Managed { name, owner, policies, .. } => {
+                assert!(name.starts_with("prod-euw1-instance-manager-batch-spot-"), "{name}");
+                assert_eq!(name, owner.role_name());
+                assert_eq!((owner.namespace.as_str(), owner.name.as_str()), ("instance-manager", "batch-spot"));
                 assert!(
                     !policies.iter().any(|p| p.ends_with("AmazonEKS_CNI_Policy")),
                     "irsa-enabled drops the CNI policy"
@@ -1341,7 +1353,7 @@ mod tests {
     }
 
     #[test]
-    fn spot_price_becomes_spot_lifecycle_and_long_prefixes_hash_the_role_name() {
+    fn spot_price_becomes_spot_lifecycle_and_long_prefixes_fit_the_role_name() {
         let mut ig = example();
         config(&mut ig).mixed_instances_policy = None;
         config(&mut ig).spot_price = Some("0.25".into());
@@ -1350,7 +1362,39 @@ mod tests {
         assert_eq!(design.lifecycle, Lifecycle::Spot);
         assert_eq!(design.spot_price.as_deref(), Some("0.25"));
         let RoleChoice::Managed { name, .. } = design.role else { panic!("managed role") };
-        assert_eq!(name.len(), 32, "the MD5 hex of the prefix, as upstream");
+        assert_eq!(name.len(), 64, "cut to IAM's 64 characters, the owner's hash kept: {name}");
+        assert!(name.starts_with("prod-euw1-instance-manager-a-very-long"), "{name}");
+    }
+
+    #[test]
+    fn no_two_owners_share_a_role_name_and_every_part_is_tagged() {
+        let owner = |region: &str, namespace: &str, name: &str| RoleOwner {
+            region: region.into(),
+            cluster: "prod".into(),
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: Some("uid-1".into()),
+        };
+        // A tenant's `team/a-gpu` joins to `team-a/gpu`'s dashes; a same-name cluster in another
+        // region would share IAM's one account-wide namespace.
+        let victim = owner("eu-west-1", "team-a", "gpu");
+        for other in [owner("eu-west-1", "team", "a-gpu"), owner("us-east-1", "team-a", "gpu")] {
+            assert_ne!(victim.role_name(), other.role_name(), "{other:?}");
+            assert!(victim.foreign(&other.tags()).is_some(), "{other:?} would be adopted");
+        }
+        assert_eq!(victim.role_name(), owner("eu-west-1", "team-a", "gpu").role_name(), "stable");
+        assert!(victim.role_name().len() <= 64);
+        assert_eq!(victim.foreign(&victim.tags()), None);
+        let tags = victim.tags();
+        for key in [
+            "instancegroups.keikoproj.io/ClusterName",
+            "instancegroups.keikoproj.io/Namespace",
+            "instancegroups.keikoproj.io/InstanceGroup",
+            "spots-booster.io/instancegroup-uid",
+            "spots-booster.io/cluster-region",
+        ] {
+            assert!(tags.contains_key(key), "{key}: {tags:?}");
+        }
     }
 
     #[test]

@@ -140,7 +140,8 @@ pub fn validate_managed(
         }
         None => {
             let irsa = annotations.get(ANNOTATION_IRSA).is_some_and(|v| v.eq_ignore_ascii_case("true"));
-            NodeRole::Created(created_role(&mut errors, CONF, &name, &config.managed_policies, irsa, iam))
+            let owner = iam.role_owner(&config.cluster_name, info);
+            NodeRole::Created(created_role(&mut errors, CONF, owner, &config.managed_policies, irsa, iam))
         }
     };
     if !errors.0.is_empty() {
@@ -284,7 +285,7 @@ mod tests {
         let NodeRole::Created(RoleChoice::Managed { name, policies, .. }) = &design.role else {
             panic!("{:?}", design.role)
         };
-        assert_eq!(name, "prod-euw1-instance-manager-batch-managed");
+        assert!(name.starts_with("prod-euw1-instance-manager-batch-managed-"), "{name}");
         assert_eq!(policies.len(), 3, "the node defaults: {policies:?}");
     }
 

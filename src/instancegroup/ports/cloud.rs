@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 
 use crate::core::GroupName;
-use crate::instancegroup::design::RoleChoice;
+use crate::instancegroup::design::{RoleChoice, RoleOwner};
 pub use crate::instancegroup::launch::TemplateFacts;
 use crate::instancegroup::launch::{AsgChanges, AsgDesign, AsgFacts, LaunchTemplateData};
 use crate::instancegroup::node_group::{NodeGroupChanges, NodeGroupFacts, NodeGroupWanted};
@@ -91,17 +91,15 @@ pub trait NodeGroupCloud: Send + Sync {
         refs: &[String],
     ) -> impl Future<Output = Result<Vec<String>, CloudError>> + Send;
     /// Makes sure the role and profile exist (creating a managed one, with its policies, tagged
-    /// as owned by `cluster`) and returns their ARNs. Bounded wait until a new profile carries
-    /// the role. A managed role or profile that exists but is not `cluster`'s (another path, no
-    /// or another ownership tag) is [`CloudError::NotOwned`], untouched.
-    fn ensure_role(
-        &self,
-        role: &RoleChoice,
-        cluster: &str,
-    ) -> impl Future<Output = Result<RoleFacts, CloudError>> + Send;
-    /// Deletes a managed role and its profile (policies detached first) when both are `cluster`'s;
-    /// one that is not is [`CloudError::NotOwned`], untouched. Gone already is fine.
-    fn delete_role(&self, name: &str, cluster: &str) -> impl Future<Output = Result<(), CloudError>> + Send;
+    /// with its [`RoleOwner`]) and returns their ARNs. Bounded wait until a new profile carries
+    /// the role. A managed role or profile that exists but is not its owner's (another path, or an
+    /// ownership tag missing or naming another cluster, region or InstanceGroup) is
+    /// [`CloudError::NotOwned`], untouched.
+    fn ensure_role(&self, role: &RoleChoice) -> impl Future<Output = Result<RoleFacts, CloudError>> + Send;
+    /// Deletes `owner`'s managed role and its profile (policies detached first) when both are its
+    /// own by every ownership tag; one that is not is [`CloudError::NotOwned`], untouched. Gone
+    /// already is fine.
+    fn delete_role(&self, owner: &RoleOwner) -> impl Future<Output = Result<(), CloudError>> + Send;
     /// The launch template and its latest version, if it exists.
     fn launch_template(&self, name: &str) -> impl Future<Output = Result<Option<TemplateFacts>, CloudError>> + Send;
     /// Creates the template tagged with `owner` (its cluster, which the IAM policy's conditions

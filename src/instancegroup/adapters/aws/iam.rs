@@ -9,8 +9,7 @@ use tracing::info;
 
 use super::AwsNodeGroups;
 use crate::instancegroup::cloud::{CloudError, RoleFacts};
-use crate::instancegroup::design::RoleChoice;
-use crate::instancegroup::launch::TAG_CLUSTER_NAME;
+use crate::instancegroup::design::{RoleChoice, RoleOwner};
 
 /// The IAM path of every role and instance profile the daemon creates: `iam:PassRole` is granted
 /// on this path only, so no other role can be handed to an instance.
@@ -20,10 +19,10 @@ const NODE_ROLE_PATH: &str = "/spots-booster/";
 const EC2_TRUST_POLICY: &str = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#;
 
 impl AwsNodeGroups {
-    pub(super) async fn ensure_role(&self, role: &RoleChoice, cluster: &str) -> Result<RoleFacts, CloudError> {
+    pub(super) async fn ensure_role(&self, role: &RoleChoice) -> Result<RoleFacts, CloudError> {
         match role {
-            RoleChoice::Managed { name, policies, boundary } => {
-                self.ensure_managed_role(name, policies, boundary.as_deref(), cluster).await
+            RoleChoice::Managed { name, owner, policies, boundary } => {
+                self.ensure_managed_role(name, policies, boundary.as_deref(), owner).await
             }
             RoleChoice::Existing { role_name, profile_name } => {
                 let (profile_arn, roles) = self.profile_arn_with_role(profile_name).await?.ok_or_else(|| {
@@ -43,16 +42,17 @@ impl AwsNodeGroups {
         }
     }
 
-    pub(super) async fn delete_role(&self, name: &str, cluster: &str) -> Result<(), CloudError> {
-        // Both looked at before either is touched: a name this cluster would use, held by
+    pub(super) async fn delete_role(&self, owner: &RoleOwner) -> Result<(), CloudError> {
+        let name = &owner.role_name();
+        // Both looked at before either is touched: a name this owner would use, held by
         // someone else, is left whole.
         let profile = self.profile(name).await?;
         if let Some(p) = &profile {
-            refuse_foreign("instance profile", name, &p.owner, cluster)?;
+            refuse_foreign("instance profile", name, &p.owner, owner)?;
         }
         let role = self.role(name).await?;
         if let Some(r) = &role {
-            refuse_foreign("IAM role", name, &r.owner, cluster)?;
+            refuse_foreign("IAM role", name, &r.owner, owner)?;
         }
         if let Some(Found { roles, .. }) = profile {
             for role in roles {
@@ -147,21 +147,21 @@ impl AwsNodeGroups {
         name: &str,
         policies: &BTreeSet<String>,
         boundary: Option<&str>,
-        cluster: &str,
+        owner: &RoleOwner,
     ) -> Result<RoleFacts, CloudError> {
-        let owner = aws_sdk_iam::types::Tag::builder()
-            .key(TAG_CLUSTER_NAME)
-            .value(cluster)
-            .build()
-            .expect("key and value are set");
+        let tags: Vec<aws_sdk_iam::types::Tag> = owner
+            .tags()
+            .into_iter()
+            .filter_map(|(key, value)| aws_sdk_iam::types::Tag::builder().key(key).value(value).build().ok())
+            .collect();
         // Both looked at before either is touched, as for deletion.
         let profile = self.profile(name).await?;
         if let Some(p) = &profile {
-            refuse_foreign("instance profile", name, &p.owner, cluster)?;
+            refuse_foreign("instance profile", name, &p.owner, owner)?;
         }
         let role_arn = match self.role(name).await? {
             Some(found) => {
-                refuse_foreign("IAM role", name, &found.owner, cluster)?;
+                refuse_foreign("IAM role", name, &found.owner, owner)?;
                 found.arn
             }
             None => {
@@ -174,7 +174,7 @@ impl AwsNodeGroups {
                     .assume_role_policy_document(EC2_TRUST_POLICY)
                     .description("Node role created by spots-booster for an InstanceGroup")
                     .set_permissions_boundary(boundary.map(String::from))
-                    .tags(owner.clone())
+                    .set_tags(Some(tags.clone()))
                     .send()
                     .await
                     .map_err(|e| self.call("iam:CreateRole", name, e))?;
@@ -201,7 +201,7 @@ impl AwsNodeGroups {
                     .create_instance_profile()
                     .instance_profile_name(name)
                     .path(NODE_ROLE_PATH)
-                    .tags(owner.clone())
+                    .set_tags(Some(tags.clone()))
                     .send()
                     .await
                     .map_err(|e| self.call("iam:CreateInstanceProfile", name, e))?;
@@ -247,48 +247,77 @@ struct Found {
     roles: Vec<String>,
 }
 
-/// What a role's or profile's path and ownership tag say of whose it is.
+/// What a role's or profile's path and tags say of whose it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Owner {
     path: String,
-    cluster: Option<String>,
+    tags: std::collections::BTreeMap<String, String>,
 }
 
 impl Owner {
     fn of<'t>(path: &str, tags: impl Iterator<Item = (&'t str, &'t str)>) -> Self {
-        let cluster = tags.into_iter().find(|(k, _)| *k == TAG_CLUSTER_NAME).map(|(_, v)| v.to_string());
-        Owner { path: path.to_string(), cluster }
+        Owner { path: path.to_string(), tags: tags.map(|(k, v)| (k.to_string(), v.to_string())).collect() }
     }
 }
 
-/// A managed role's name held by anything but what this cluster's daemon created (under its path,
-/// tagged with `cluster`) is refused: adopting it would attach and detach its policies and map it
-/// in aws-auth; deleting it would take another cluster's, or an administrator's, role away.
-fn refuse_foreign(what: &'static str, name: &str, owner: &Owner, cluster: &str) -> Result<(), CloudError> {
+/// A managed role's name held by anything but what this daemon created for `ours` (under its
+/// path, every ownership tag naming this cluster, its region and the InstanceGroup) is refused:
+/// adopting it would attach and detach its policies and map it in aws-auth; deleting it would take
+/// another cluster's, another region's, another InstanceGroup's or an administrator's role away.
+fn refuse_foreign(what: &'static str, name: &str, found: &Owner, ours: &RoleOwner) -> Result<(), CloudError> {
     let refused = |owner: String| Err(CloudError::NotOwned { what, name: name.to_string(), owner });
-    match &owner.cluster {
-        _ if owner.path != NODE_ROLE_PATH => refused(format!("under path {}", owner.path)),
-        Some(c) if c == cluster => Ok(()),
-        Some(c) => refused(format!("cluster {c}'s")),
-        None => refused(format!("untagged ({TAG_CLUSTER_NAME})")),
+    if found.path != NODE_ROLE_PATH {
+        return refused(format!("under path {}", found.path));
+    }
+    match ours.foreign(&found.tags) {
+        Some(owner) => refused(owner),
+        None => Ok(()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::instancegroup::ownership::TAG_CLUSTER_NAME;
+
+    fn ours() -> RoleOwner {
+        RoleOwner {
+            region: "eu-west-1".into(),
+            cluster: "prod".into(),
+            namespace: "team-a".into(),
+            name: "gpu".into(),
+            uid: Some("uid-1".into()),
+        }
+    }
 
     #[test]
-    fn only_a_role_under_the_path_tagged_with_this_cluster_is_ours() {
-        let owner = |path: &str, tags: &[(&'static str, &'static str)]| Owner::of(path, tags.iter().copied());
-        let ours = owner(NODE_ROLE_PATH, &[(TAG_CLUSTER_NAME, "prod"), ("team", "a")]);
-        assert!(refuse_foreign("IAM role", "prod-a-b", &ours, "prod").is_ok());
+    fn only_a_role_under_the_path_whose_every_tag_names_this_owner_is_ours() {
+        let owner = |path: &str, tags: &[(&str, &str)]| Owner::of(path, tags.iter().copied());
+        let mut tags: Vec<(String, String)> = ours().tags().into_iter().collect();
+        fn view(tags: &[(String, String)]) -> Vec<(&str, &str)> {
+            tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+        }
+        assert!(refuse_foreign("IAM role", "r", &owner(NODE_ROLE_PATH, &view(&tags)), &ours()).is_ok());
+        let swap = |tags: &mut Vec<(String, String)>, key: &str, value: &str| {
+            tags.iter_mut().find(|(k, _)| k == key).unwrap().1 = value.to_string();
+        };
+        let mut region = tags.clone();
+        swap(&mut region, crate::instancegroup::ownership::TAG_CLUSTER_REGION, "us-east-1");
+        let mut tenant = tags.clone();
+        swap(&mut tenant, crate::instancegroup::ownership::TAG_NAMESPACE, "team");
+        swap(&mut tenant, crate::instancegroup::ownership::TAG_INSTANCE_GROUP, "a-gpu");
+        let mut later = tags.clone();
+        swap(&mut later, crate::instancegroup::ownership::TAG_INSTANCE_GROUP_UID, "uid-0");
+        tags.retain(|(k, _)| k == TAG_CLUSTER_NAME);
         for (found, says) in [
-            (owner(NODE_ROLE_PATH, &[(TAG_CLUSTER_NAME, "prod-a")]), "cluster prod-a's"),
+            (owner(NODE_ROLE_PATH, &view(&region)), "cluster prod in us-east-1"),
+            (owner(NODE_ROLE_PATH, &view(&tenant)), "InstanceGroup team/a-gpu"),
+            (owner(NODE_ROLE_PATH, &view(&later)), "(uid uid-0)"),
+            (owner(NODE_ROLE_PATH, &view(&tags)), "untagged"),
             (owner(NODE_ROLE_PATH, &[("team", "a")]), "untagged"),
-            (owner("/", &[(TAG_CLUSTER_NAME, "prod")]), "under path /"),
+            (owner("/", &view(&ours().tags().into_iter().collect::<Vec<_>>())), "under path /"),
         ] {
-            let refused = refuse_foreign("IAM role", "prod-a-b", &found, "prod").unwrap_err();
+            let refused = refuse_foreign("IAM role", "r", &found, &ours()).unwrap_err();
             assert!(matches!(refused, CloudError::NotOwned { .. }), "{found:?}");
             assert!(refused.to_string().contains(says), "{refused}");
             assert!(!refused.is_transient());

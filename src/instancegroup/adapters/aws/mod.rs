@@ -19,7 +19,7 @@ use crate::aws::calls::CallStats;
 use crate::aws::errors::failure;
 use crate::core::GroupName;
 use crate::instancegroup::cloud::{CloudError, NodeGroupCloud, RoleFacts, TemplateFacts};
-use crate::instancegroup::design::RoleChoice;
+use crate::instancegroup::design::{RoleChoice, RoleOwner};
 use crate::instancegroup::launch::{AsgChanges, AsgDesign, AsgFacts, LaunchTemplateData};
 use crate::instancegroup::node_group::{NodeGroupChanges, NodeGroupFacts, NodeGroupWanted};
 use crate::instancegroup::userdata::ClusterInfo;
@@ -93,12 +93,12 @@ impl NodeGroupCloud for AwsNodeGroups {
         self.resolve("security group", vpc, refs).await
     }
 
-    async fn ensure_role(&self, role: &RoleChoice, cluster: &str) -> Result<RoleFacts, CloudError> {
-        AwsNodeGroups::ensure_role(self, role, cluster).await
+    async fn ensure_role(&self, role: &RoleChoice) -> Result<RoleFacts, CloudError> {
+        AwsNodeGroups::ensure_role(self, role).await
     }
 
-    async fn delete_role(&self, name: &str, cluster: &str) -> Result<(), CloudError> {
-        AwsNodeGroups::delete_role(self, name, cluster).await
+    async fn delete_role(&self, owner: &RoleOwner) -> Result<(), CloudError> {
+        AwsNodeGroups::delete_role(self, owner).await
     }
 
     async fn launch_template(&self, name: &str) -> Result<Option<TemplateFacts>, CloudError> {
