@@ -23,6 +23,18 @@ const NS: &str = "teams";
 const NAME: &str = "batch";
 const NODE_GROUP: &str = "prod-teams-batch";
 
+/// The node role the reconciler creates for the test group in moto's region.
+fn node_role() -> String {
+    spots_booster::instancegroup::design::RoleOwner {
+        region: "us-east-1".into(),
+        cluster: "prod".into(),
+        namespace: NS.into(),
+        name: NAME.into(),
+        uid: None,
+    }
+    .role_name()
+}
+
 fn group(world: &World, max: i64, version: Option<&str>) -> InstanceGroup {
     let version = version.map(|v| format!("\n      version: \"{v}\"")).unwrap_or_default();
     let yaml = format!(
@@ -97,9 +109,9 @@ async fn an_eks_managed_group_is_created_ready_resized_has_eks_side_edits_revert
     let mut expected = world.subnets.clone();
     expected.sort();
     assert_eq!(subnets, expected, "the Name tag resolved to its subnet id");
-    assert!(created.node_role().unwrap().ends_with(&format!("role/spots-booster/{NODE_GROUP}")));
+    assert!(created.node_role().unwrap().ends_with(&format!("role/spots-booster/{}", node_role())));
     let iam = aws_sdk_iam::Client::new(&config);
-    let policies = iam.list_attached_role_policies().role_name(NODE_GROUP).send().await.unwrap();
+    let policies = iam.list_attached_role_policies().role_name(node_role()).send().await.unwrap();
     assert_eq!(policies.attached_policies().len(), 3, "the eks provisioner's node defaults");
     assert!(store.state().aws_auth.is_none(), "EKS maps a managed node group's role itself");
 
@@ -138,7 +150,7 @@ async fn an_eks_managed_group_is_created_ready_resized_has_eks_side_edits_revert
     moto_eks.delete_nodegroup().cluster_name("prod").nodegroup_name(NODE_GROUP).send().await.expect("moto deletes it");
     reconcile(&r, &store).await;
     assert!(store.get(NS, NAME).is_none(), "Deleted removes the finalizer and the object goes");
-    assert!(iam.get_role().role_name(NODE_GROUP).send().await.is_err(), "role deleted");
+    assert!(iam.get_role().role_name(node_role()).send().await.is_err(), "role deleted");
 }
 
 /// What the proxy tells of the node group, where moto cannot.
@@ -305,10 +317,10 @@ async fn creating_degraded_upgrading_and_deleting_node_groups_are_waited_for_as_
     assert_eq!(reconcile(&r, &store).await.1, State::Deleting);
     assert_eq!(script.lock().unwrap().deletes, 1);
     let iam = aws_sdk_iam::Client::new(&direct);
-    assert!(iam.get_role().role_name(NODE_GROUP).send().await.is_ok(), "EKS still uses the role");
+    assert!(iam.get_role().role_name(node_role()).send().await.is_ok(), "EKS still uses the role");
     let eks = aws_sdk_eks::Client::new(&direct);
     eks.delete_nodegroup().cluster_name("prod").nodegroup_name(NODE_GROUP).send().await.unwrap();
     reconcile(&r, &store).await;
     assert!(store.get(NS, NAME).is_none());
-    assert!(iam.get_role().role_name(NODE_GROUP).send().await.is_err(), "role deleted once the group is gone");
+    assert!(iam.get_role().role_name(node_role()).send().await.is_err(), "role deleted once the group is gone");
 }

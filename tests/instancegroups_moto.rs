@@ -261,9 +261,12 @@ async fn create_ready_image_change_rotation_resize_and_delete() {
     let profile = iam.get_instance_profile().instance_profile_name(role_name(&config)).send().await.unwrap();
     assert_eq!(profile.instance_profile().unwrap().roles()[0].role_name(), role_name(&config));
     let status = store.get(NS, NAME).unwrap().status.unwrap();
-    assert!(status.nodes_instance_role_arn.ends_with(&format!("role/spots-booster/{ASG}")), "under the PassRole path");
+    assert!(
+        status.nodes_instance_role_arn.ends_with(&format!("role/spots-booster/{}", role_name(&config))),
+        "under the PassRole path"
+    );
     let mapped = spots_booster::instancegroup::aws_auth::mapped_arn(&status.nodes_instance_role_arn);
-    assert!(mapped.ends_with(&format!(":role/{ASG}")), "aws-auth names roles without their path");
+    assert!(mapped.ends_with(&format!(":role/{}", role_name(&config))), "aws-auth names roles without their path");
     assert!(store.state().aws_auth.as_ref().unwrap()["mapRoles"].contains(&format!("rolearn: {mapped}\n")));
     assert_eq!(store.get(NS, NAME).unwrap().metadata.finalizers, Some(vec![FINALIZER.to_string()]));
 
@@ -411,7 +414,7 @@ async fn tenant_escalations_are_refused_with_a_status_and_an_event() {
 
     // A role already mapped by someone else in aws-auth (the admin's): refused, the entry kept.
     let iam = aws_sdk_iam::Client::new(&config);
-    let account_role = format!("arn:aws:iam::123456789012:role/{ASG}");
+    let account_role = format!("arn:aws:iam::123456789012:role/{}", role_name(&config));
     let admin_entry = format!("- rolearn: {account_role}\n  username: admin\n  groups: [system:masters]\n");
     store.state().aws_auth = Some(std::collections::BTreeMap::from([("mapRoles".to_string(), admin_entry.clone())]));
     store.apply(group(&world, &world.image, 6));
@@ -733,7 +736,8 @@ async fn an_instancegroup_whose_aws_names_collide_with_another_s_takes_nothing_o
     assert!(store.get("a", "b-c").is_none(), "its finalizer let go");
     assert!(shared_group().await.is_some(), "the owner's group stays");
     let iam = aws_sdk_iam::Client::new(&config);
-    assert!(iam.get_role().role_name(SHARED).send().await.is_ok(), "and its role");
+    let owners_role = RoleOwner { namespace: "a-b".into(), name: "c".into(), ..role_owner(&config) }.role_name();
+    assert!(iam.get_role().role_name(owners_role).send().await.is_ok(), "and its role");
 }
 
 #[tokio::test]
@@ -888,4 +892,55 @@ async fn price_capacity_optimized_spot_with_capacity_rebalance_reaches_the_asg_a
     assert_eq!(updated.desired_capacity(), Some(2), "DesiredCapacity is never sent on update");
     reconcile(&r, &store).await;
     assert_eq!(updates.load(std::sync::atomic::Ordering::SeqCst), 1, "and stays off without another update");
+}
+
+/// Finding 1 of the third review: two clusters named `prod` in two regions of one account apply
+/// the same InstanceGroup. IAM is one for the account: each gets its own node role and profile,
+/// neither adopts the other's, and deleting the group in one region leaves the other's whole.
+#[tokio::test]
+async fn the_same_instancegroup_in_two_regions_has_two_roles_and_deleting_one_leaves_the_other() {
+    let (moto, _guard) = moto().await;
+    let east = moto.sdk_config().await;
+    let west = east.to_builder().region(aws_config::Region::new("eu-west-1")).build();
+    let iam = aws_sdk_iam::Client::new(&east);
+    let mut rigs = Vec::new();
+    for config in [&east, &west] {
+        let world = seed(config).await;
+        let (r, store, _) = reconciler(config, CallStats::default());
+        store.apply(group(&world, &world.image, 6));
+        let (_, current) = reconcile(&r, &store).await;
+        assert_eq!(current, State::InitCreate.as_str(), "{:?}", config.region());
+        rigs.push((r, store));
+    }
+    let (east_role, west_role) = (role_name(&east), role_name(&west));
+    assert_ne!(east_role, west_role);
+    for role in [&east_role, &west_role] {
+        let found = iam.get_role().role_name(role).send().await.expect("each region's role exists");
+        let tags: Vec<(String, String)> =
+            found.role().unwrap().tags().iter().map(|t| (t.key().to_string(), t.value().to_string())).collect();
+        assert!(tags.iter().any(|(k, _)| k == "spots-booster.io/cluster-region"), "{tags:?}");
+    }
+
+    // Deleted in us-east-1: its role and profile go, eu-west-1's stay.
+    let (r, store) = &rigs[0];
+    store.delete(NS, NAME);
+    for _ in 0..5 {
+        if store.get(NS, NAME).is_none() {
+            break;
+        }
+        reconcile(r, store).await;
+    }
+    assert!(store.get(NS, NAME).is_none(), "the deletion finished");
+    assert!(iam.get_role().role_name(&east_role).send().await.is_err(), "us-east-1's role deleted");
+    assert!(iam.get_instance_profile().instance_profile_name(&east_role).send().await.is_err());
+    assert!(iam.get_role().role_name(&west_role).send().await.is_ok(), "eu-west-1's role kept");
+    let profile = iam.get_instance_profile().instance_profile_name(&west_role).send().await.unwrap();
+    assert_eq!(profile.instance_profile().unwrap().roles()[0].role_name(), west_role, "with its role");
+
+    // What us-east-1's daemon may delete is named for us-east-1 alone; eu-west-1's own owner may
+    // delete eu-west-1's.
+    use spots_booster::instancegroup::cloud::NodeGroupCloud;
+    assert_eq!(RoleOwner { region: "us-east-1".into(), ..role_owner(&west) }.role_name(), east_role);
+    rigs[1].0.cloud.delete_role(&role_owner(&west)).await.unwrap();
+    assert!(iam.get_role().role_name(&west_role).send().await.is_err(), "its own owner may delete it");
 }
