@@ -365,11 +365,32 @@ fn ledger() -> BoostLedger {
     l
 }
 
-/// Pool memory lives beside the ledger in the same ConfigMap: saving one key writes the other as
-/// last read, with the one resourceVersion, and a pool memory that does not parse is an error
-/// naming its key.
+const LEDGER_PATH: &str = "/api/v1/namespaces/spots/configmaps/spots-booster-ledger";
+const POOLS_PATH: &str = "/api/v1/namespaces/spots/configmaps/spots-booster-ledger-pools";
+const CREATE_PATH: &str = "/api/v1/namespaces/spots/configmaps";
+
+fn pool_memory() -> spots_booster::core::PoolMemory {
+    serde_json::from_value(json!({"pools": [{
+        "group": "spot-a", "instance_type": "m5.large", "zone": "us-east-1a", "recommendations": 2.0,
+        "converted": 1.0, "lapsed": 1.0, "lead_seconds": [900], "as_of": 0}]}))
+    .unwrap()
+}
+
+/// Answers a write with what was written, at `version`.
+fn written_at(version: &str) -> impl FnOnce(&Seen) -> http::Response<http_body_util::Full<hyper::body::Bytes>> {
+    let version = version.to_string();
+    move |seen| {
+        let mut written = seen.body.clone();
+        written["metadata"]["resourceVersion"] = json!(version);
+        reply(if seen.method == "POST" { 201 } else { 200 }, written)
+    }
+}
+
+/// Pool memory lives in a ConfigMap of its own: saving it never writes the ledger's object, and
+/// reading it never moves the ledger's resourceVersion, so a writer that saved the ledger in
+/// between still makes this one's save conflict (409) instead of being overwritten.
 #[tokio::test]
-async fn pool_memory_is_saved_beside_the_ledger_keeping_it_and_its_resource_version() {
+async fn pool_memory_has_its_own_configmap_and_reading_it_keeps_the_ledgers_concurrency_check() {
     let (client, mut server) = mocked().await;
     let store = Arc::new(ConfigMapLedger::new(client, "spots", "spots-booster-ledger"));
     let ledger_text = serde_json::to_string(&ledger()).unwrap();
@@ -383,42 +404,192 @@ async fn pool_memory_is_saved_beside_the_ledger_keeping_it_and_its_resource_vers
     .await;
     assert_eq!(load.await.unwrap().unwrap(), ledger());
 
-    let memory: spots_booster::core::PoolMemory = serde_json::from_value(json!({"pools": [{
-        "group": "spot-a", "instance_type": "m5.large", "zone": "us-east-1a", "recommendations": 2.0,
-        "converted": 1.0, "lapsed": 1.0, "lead_seconds": [900], "as_of": 0}]}))
-    .unwrap();
-    let (s, m) = (store.clone(), memory.clone());
-    let save = tokio::spawn(async move { s.save_pools(&m).await });
-    let seen = answer(&mut server, |seen| {
-        let mut written = seen.body.clone();
-        written["metadata"]["resourceVersion"] = json!("4");
-        reply(200, written)
+    // Another replica saves the ledger (now at 7) and the pool memory; this one re-reads the
+    // pool memory only.
+    let s = store.clone();
+    let load = tokio::spawn(async move { s.load_pools().await });
+    let memory_text = serde_json::to_string(&pool_memory()).unwrap();
+    let seen = answer(&mut server, move |_| {
+        reply(
+            200,
+            json!({"metadata": {"name": "spots-booster-ledger-pools", "resourceVersion": "8"},
+                          "data": {"pools.json": memory_text}}),
+        )
     })
     .await;
-    assert_eq!((seen.method.as_str(), seen.body["metadata"]["resourceVersion"].as_str()), ("PUT", Some("3")));
-    assert_eq!(seen.body["data"]["ledger.json"].as_str(), Some(ledger_text.as_str()), "the ledger is kept as read");
-    let saved: spots_booster::core::PoolMemory =
-        serde_json::from_str(seen.body["data"]["pools.json"].as_str().unwrap()).unwrap();
-    assert_eq!(saved, memory);
-    save.await.unwrap().unwrap();
+    assert_eq!((seen.method.as_str(), seen.path.as_str()), ("GET", POOLS_PATH));
+    assert_eq!(load.await.unwrap().unwrap(), pool_memory());
 
-    // A ledger save keeps the pools, on the version the pools' save left.
     let s = store.clone();
     let save = tokio::spawn(async move { s.save(&BoostLedger::default()).await });
-    let seen = answer(&mut server, |seen| reply(200, seen.body.clone())).await;
-    assert_eq!(seen.body["metadata"]["resourceVersion"], "4");
-    assert!(seen.body["data"]["pools.json"].as_str().is_some_and(|t| t.contains("m5.large")), "{}", seen.body);
+    let seen = answer(&mut server, |_| reply(409, status(409, "Conflict"))).await;
+    assert_eq!((seen.method.as_str(), seen.path.as_str()), ("PUT", LEDGER_PATH));
+    assert_eq!(seen.body["metadata"]["resourceVersion"], "3", "the version the ledger was read at, not a newer one");
+    assert!(seen.body["data"].get("pools.json").is_none(), "the ledger's object holds the ledger only: {}", seen.body);
+    assert!(save.await.unwrap().is_err(), "the other writer's ledger is not overwritten");
+
+    // A pool save goes to the pool memory's object, on its own version, without a finalizer.
+    let s = store.clone();
+    let save = tokio::spawn(async move { s.save_pools(&pool_memory()).await });
+    let seen = answer(&mut server, written_at("9")).await;
+    assert_eq!((seen.method.as_str(), seen.path.as_str()), ("PUT", POOLS_PATH));
+    assert_eq!(seen.body["metadata"]["resourceVersion"], "8");
+    assert!(seen.body["metadata"].get("finalizers").is_none_or(|f| f.is_null()), "{}", seen.body);
+    assert!(seen.body["data"].get("ledger.json").is_none());
+    save.await.unwrap().unwrap();
+}
+
+/// A pool memory saved beside the ledger (before it moved out) is read from there until the
+/// pool memory's own object exists, and kept by ledger saves until then; after the first pool
+/// save, the ledger's object no longer carries it.
+#[tokio::test]
+async fn pool_memory_kept_beside_the_ledger_moves_to_its_own_configmap() {
+    let (client, mut server) = mocked().await;
+    let store = Arc::new(ConfigMapLedger::new(client, "spots", "spots-booster-ledger"));
+    let ledger_text = serde_json::to_string(&ledger()).unwrap();
+    let memory_text = serde_json::to_string(&pool_memory()).unwrap();
+
+    let s = store.clone();
+    let load = tokio::spawn(async move { s.load().await });
+    let (l, m) = (ledger_text.clone(), memory_text.clone());
+    answer(&mut server, move |_| {
+        reply(
+            200,
+            json!({"metadata": {"name": "spots-booster-ledger", "resourceVersion": "3"},
+                          "data": {"ledger.json": l, "pools.json": m}}),
+        )
+    })
+    .await;
+    load.await.unwrap().unwrap();
+    let s = store.clone();
+    let load = tokio::spawn(async move { s.load_pools().await });
+    let seen = answer(&mut server, |_| reply(404, status(404, "NotFound"))).await;
+    assert_eq!(seen.path, POOLS_PATH);
+    assert_eq!(load.await.unwrap().unwrap(), pool_memory(), "read from beside the ledger");
+
+    let s = store.clone();
+    let save = tokio::spawn(async move { s.save(&ledger()).await });
+    let seen = answer(&mut server, written_at("4")).await;
+    assert_eq!(seen.body["data"]["pools.json"].as_str(), Some(memory_text.as_str()), "kept until it has moved");
     save.await.unwrap().unwrap();
 
+    let s = store.clone();
+    let save = tokio::spawn(async move { s.save_pools(&pool_memory()).await });
+    let seen = answer(&mut server, written_at("1")).await;
+    assert_eq!((seen.method.as_str(), seen.path.as_str()), ("POST", CREATE_PATH));
+    assert_eq!(seen.body["metadata"]["name"], "spots-booster-ledger-pools");
+    save.await.unwrap().unwrap();
+
+    let s = store.clone();
+    let save = tokio::spawn(async move { s.save(&ledger()).await });
+    let seen = answer(&mut server, written_at("5")).await;
+    assert_eq!((seen.path.as_str(), &seen.body["metadata"]["resourceVersion"]), (LEDGER_PATH, &json!("4")));
+    assert!(seen.body["data"].get("pools.json").is_none(), "moved: {}", seen.body);
+    save.await.unwrap().unwrap();
+}
+
+/// A pool memory that does not parse is an error naming its object and key, and the next save
+/// first copies it to `…-pools-unparsable` (annotated with where it came from) and only then
+/// replaces it; if the copy fails, nothing is overwritten.
+#[tokio::test]
+async fn an_unparsable_pool_memory_is_set_aside_before_it_is_overwritten() {
+    let (client, mut server) = mocked().await;
+    let store = Arc::new(ConfigMapLedger::new(client, "spots", "spots-booster-ledger"));
     let s = store.clone();
     let load = tokio::spawn(async move { s.load_pools().await });
     answer(&mut server, |_| {
-        reply(200, json!({"metadata": {"name": "spots-booster-ledger", "resourceVersion": "6"}, "data": {"pools.json": "{oops"}}))
+        reply(
+            200,
+            json!({"metadata": {"name": "spots-booster-ledger-pools", "resourceVersion": "6"},
+                          "data": {"pools.json": "{oops"}}),
+        )
     })
     .await;
     let err = load.await.unwrap().unwrap_err();
     let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
-    assert!(chain.contains("data.pools.json is not a pool memory"), "{chain}");
+    assert!(chain.contains("spots-booster-ledger-pools: data.pools.json is not a pool memory"), "{chain}");
+    assert!(chain.contains("kept aside in spots-booster-ledger-pools-unparsable"), "{chain}");
+
+    // The copy is refused (RBAC, say): the save fails and the bad text is not overwritten.
+    let s = store.clone();
+    let save = tokio::spawn(async move { s.save_pools(&pool_memory()).await });
+    let seen = answer(&mut server, |_| reply(404, status(404, "NotFound"))).await;
+    assert_eq!(seen.path, format!("{POOLS_PATH}-unparsable"));
+    let seen = answer(&mut server, |_| reply(403, status(403, "Forbidden"))).await;
+    assert_eq!((seen.method.as_str(), seen.body["data"]["pools.json"].as_str()), ("POST", Some("{oops")));
+    assert!(save.await.unwrap().is_err());
+
+    let s = store.clone();
+    let save = tokio::spawn(async move { s.save_pools(&pool_memory()).await });
+    answer(&mut server, |_| reply(404, status(404, "NotFound"))).await;
+    let seen = answer(&mut server, written_at("1")).await;
+    assert_eq!(seen.body["metadata"]["name"], "spots-booster-ledger-pools-unparsable");
+    assert_eq!(
+        seen.body["metadata"]["annotations"]["spots-booster.io/set-aside-from"],
+        "spots/spots-booster-ledger-pools@6"
+    );
+    let seen = answer(&mut server, written_at("7")).await;
+    assert_eq!((seen.method.as_str(), seen.path.as_str()), ("PUT", POOLS_PATH));
+    assert_eq!(seen.body["metadata"]["resourceVersion"], "6");
+    save.await.unwrap().unwrap();
+
+    // Set aside once: the next save goes straight to the pool memory.
+    let s = store.clone();
+    let save = tokio::spawn(async move { s.save_pools(&pool_memory()).await });
+    let seen = answer(&mut server, written_at("8")).await;
+    assert_eq!((seen.method.as_str(), seen.path.as_str()), ("PUT", POOLS_PATH));
+    save.await.unwrap().unwrap();
+}
+
+/// At its count bounds, with the longest names Auto Scaling allows, the pool memory is far past
+/// a ConfigMap's 1 MiB; what is saved stays within `POOLS_MAX_BYTES`, every tenant keeps pools,
+/// and a ledger save that follows is untouched by it.
+#[tokio::test]
+async fn a_pool_memory_past_its_byte_cap_is_saved_cut_fairly_and_the_ledger_saves_regardless() {
+    use spots_booster::core::pool_memory::{MAX_POOLS, MAX_TRACKED};
+    use spots_booster::k8s::ledger::POOLS_MAX_BYTES;
+    let long = |tenant: &str, k: usize| format!("{tenant}-{}-{k}", "g".repeat(230));
+    let pools: Vec<Value> = (0..MAX_POOLS)
+        .map(|k| {
+            let tenant = if k < 40 { "team-b" } else { "team-a" };
+            json!({"group": long(tenant, k), "instance_type": "m5.24xlarge", "zone": "ap-southeast-4a",
+                   "recommendations": 3.0, "interruptions": 2.0, "converted": 1.0, "lapsed": 1.0,
+                   "failed_launches": {"InsufficientInstanceCapacity": 4.0, "MaxSpotInstanceCountExceeded": 1.0},
+                   "lead_seconds": vec![86_399; 64], "as_of": 1_700_000_000_000u64, "tenant": tenant})
+        })
+        .collect();
+    let tracked: serde_json::Map<String, Value> = (0..MAX_TRACKED)
+        .map(|k| {
+            let tenant = if k < 100 { "team-b" } else { "team-a" };
+            (
+                format!("i-{k:017x}"),
+                json!({"pool": {"group": long(tenant, k % MAX_POOLS), "instance_type": "m5.24xlarge",
+                "zone": "ap-southeast-4a"}, "recommended": 1_700_000_000_000u64, "resolved": false, "tenant": tenant}),
+            )
+        })
+        .collect();
+    let memory: spots_booster::core::PoolMemory =
+        serde_json::from_value(json!({"pools": pools, "tracked": tracked})).unwrap();
+    assert!(serde_json::to_vec(&memory).unwrap().len() > 1 << 20, "the case is past a ConfigMap's limit");
+
+    let (client, mut server) = mocked().await;
+    let store = Arc::new(ConfigMapLedger::new(client, "spots", "spots-booster-ledger"));
+    let s = store.clone();
+    let save = tokio::spawn(async move { s.save_pools(&memory).await });
+    let seen = answer(&mut server, written_at("1")).await;
+    save.await.unwrap().unwrap();
+    let text = seen.body["data"]["pools.json"].as_str().unwrap();
+    assert!(text.len() <= POOLS_MAX_BYTES, "{} bytes", text.len());
+    let saved: spots_booster::core::PoolMemory = serde_json::from_str(text).unwrap();
+    let of = |tenant: &str| saved.pools.iter().filter(|p| p.tenant.as_deref() == Some(tenant)).count();
+    assert_eq!(of("team-b"), 40, "the small tenant keeps every pool");
+    assert!(of("team-a") > 0 && saved.pools.len() < MAX_POOLS, "{} pools", saved.pools.len());
+
+    let s = store.clone();
+    let save = tokio::spawn(async move { s.save(&ledger()).await });
+    let seen = answer(&mut server, written_at("1")).await;
+    assert_eq!((seen.method.as_str(), seen.body["metadata"]["name"].as_str()), ("POST", Some("spots-booster-ledger")));
+    save.await.unwrap().unwrap();
 }
 
 #[tokio::test]

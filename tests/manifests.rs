@@ -83,6 +83,8 @@ fn name_of(named: Named) -> &'static str {
     match named {
         Named::CaStatus => "cluster-autoscaler-status",
         Named::Ledger => "spots-booster-ledger",
+        Named::PoolMemory => "spots-booster-ledger-pools",
+        Named::UnparsablePools => "spots-booster-ledger-pools-unparsable",
         Named::Lease => "spots-booster",
         Named::AwsAuth => "aws-auth",
         Named::InstanceManagerConfig => "instance-manager",

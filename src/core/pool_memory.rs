@@ -6,7 +6,10 @@
 //! an interruption of the same instance (with the lead time between them), recommendations whose
 //! instance ran out the window uninterrupted, and failed launches by reason. Counts decay with a
 //! half-life, so a pool's memory follows the market; the memory is bounded (pools, tracked
-//! instances, lead-time samples) so it fits a ConfigMap whatever the cluster's history.
+//! instances, lead-time samples, and the bytes its store can hold, see [`PoolMemory::fit`]) so it
+//! fits a ConfigMap whatever the cluster's history. Its room is shared fairly between tenants
+//! (the namespace whose InstanceGroup made a group; the operators' own groups are one more): one
+//! tenant's failing launches across every type and zone cannot push out another's history.
 //!
 //! A recommendation resolves when its window closes: followed if its instance's interruption came
 //! within it, else not. Resolving the followed ones as their interruption comes would count them
@@ -66,11 +69,15 @@ pub struct PoolRecord {
     pub lead_seconds: Vec<u64>,
     /// When the counts were last decayed.
     pub as_of: Timestamp,
+    /// The tenant whose group it is (see [`Sighting`]), for fairness in what is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 impl PoolRecord {
-    fn new(key: &PoolKey, now: Timestamp) -> Self {
+    fn new(key: &PoolKey, tenant: Option<&String>, now: Timestamp) -> Self {
         PoolRecord {
+            tenant: tenant.cloned(),
             group: key.group.clone(),
             instance_type: key.instance_type.clone(),
             zone: key.zone.clone(),
@@ -147,6 +154,9 @@ pub struct Tracked {
     /// Its recommendation has been counted as followed or not.
     #[serde(default)]
     pub resolved: bool,
+    /// The tenant whose group it runs in, for fairness in what is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// What the daemon remembers of the spot market it runs on.
@@ -160,7 +170,9 @@ pub struct PoolMemory {
     pub tracked: BTreeMap<InstanceId, Tracked>,
 }
 
-/// One thing seen in a pass that the memory learns from.
+/// One thing seen in a pass that the memory learns from. Each names its tenant: the namespace
+/// of the InstanceGroup its group was made for (the group's ownership tag, which only the
+/// reconciler writes), `None` for the operators' own groups.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "kind")]
 pub enum Sighting {
@@ -172,6 +184,9 @@ pub enum Sighting {
         pool: PoolKey,
         /// When it was first seen.
         at: Timestamp,
+        /// Whose group it is.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tenant: Option<String>,
     },
     /// A spot interruption EC2 confirmed.
     Interrupted {
@@ -181,6 +196,9 @@ pub enum Sighting {
         pool: PoolKey,
         /// When the notice was first seen.
         at: Timestamp,
+        /// Whose group it is.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tenant: Option<String>,
     },
     /// A launch that failed.
     LaunchFailed {
@@ -188,7 +206,15 @@ pub enum Sighting {
         pool: PoolKey,
         /// EC2's error code, or `configuration`.
         reason: String,
+        /// Whose group it is.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tenant: Option<String>,
     },
+}
+
+/// The tenant of `group` in `snapshot` (see [`Sighting`]).
+fn tenant_of(snapshot: &Snapshot, group: &GroupName) -> Option<String> {
+    snapshot.groups.get(group).and_then(|g| g.tenant_namespace.clone())
 }
 
 /// What one round of learning changed, for the metrics.
@@ -273,7 +299,12 @@ pub fn sightings(snapshot: &Snapshot, at_risk: &AtRiskSet, memory: &PoolMemory) 
             let Some(pool) = snapshot.instances.get(&risk.instance).and_then(|f| f.pool.as_ref()) else { continue };
             if memory.tracked.get(&risk.instance).is_none_or(|t| t.recommended.is_none()) {
                 let at = first.get(&risk.instance).copied().unwrap_or(risk.first_seen);
-                out.push(Sighting::Recommended { instance: risk.instance.clone(), pool: PoolKey::of(group, pool), at });
+                out.push(Sighting::Recommended {
+                    instance: risk.instance.clone(),
+                    pool: PoolKey::of(group, pool),
+                    at,
+                    tenant: tenant_of(snapshot, group),
+                });
             }
         }
     }
@@ -307,7 +338,12 @@ pub fn interruption_sightings(snapshot: &Snapshot, memory: &PoolMemory) -> Vec<S
         if out.iter().any(|s| matches!(s, Sighting::Interrupted { instance: i, .. } if i == instance)) {
             continue;
         }
-        out.push(Sighting::Interrupted { instance: instance.clone(), pool: PoolKey::of(group, pool), at: *at });
+        out.push(Sighting::Interrupted {
+            instance: instance.clone(),
+            pool: PoolKey::of(group, pool),
+            at: *at,
+            tenant: tenant_of(snapshot, group),
+        });
     }
     out
 }
@@ -318,11 +354,17 @@ impl PoolMemory {
         self.pools.iter().find(|p| p.is(key))
     }
 
-    fn pool_mut(&mut self, key: &PoolKey, settings: &MemorySettings, now: Timestamp) -> &mut PoolRecord {
+    fn pool_mut(
+        &mut self,
+        key: &PoolKey,
+        tenant: Option<&String>,
+        settings: &MemorySettings,
+        now: Timestamp,
+    ) -> &mut PoolRecord {
         let k = match self.pools.iter().position(|p| p.is(key)) {
             Some(k) => k,
             None => {
-                self.pools.push(PoolRecord::new(key, now));
+                self.pools.push(PoolRecord::new(key, tenant, now));
                 self.pools.len() - 1
             }
         };
@@ -343,19 +385,19 @@ impl PoolMemory {
         let mut learned = Learned::default();
         for sighting in seen {
             match sighting {
-                Sighting::Recommended { instance, pool, at } => {
-                    let t = self.tracked.entry(instance.clone()).or_insert_with(|| Tracked::new(pool));
+                Sighting::Recommended { instance, pool, at, tenant } => {
+                    let t = self.tracked.entry(instance.clone()).or_insert_with(|| Tracked::new(pool, tenant));
                     if t.recommended.is_some() {
                         continue;
                     }
                     t.recommended = Some(*at);
                     // A recommendation that comes after its own interruption teaches nothing.
                     t.resolved = t.interrupted.is_some();
-                    self.pool_mut(pool, settings, now).recommendations += 1.0;
+                    self.pool_mut(pool, tenant.as_ref(), settings, now).recommendations += 1.0;
                     learned.recommendations.push(pool.clone());
                 }
-                Sighting::Interrupted { instance, pool, at } => {
-                    let t = self.tracked.entry(instance.clone()).or_insert_with(|| Tracked::new(pool));
+                Sighting::Interrupted { instance, pool, at, tenant } => {
+                    let t = self.tracked.entry(instance.clone()).or_insert_with(|| Tracked::new(pool, tenant));
                     if t.interrupted.is_some() {
                         continue;
                     }
@@ -368,7 +410,7 @@ impl PoolMemory {
                     // followed when its window closes, as one not followed does: resolving
                     // followed ones early would count them before the others could be.
                     t.resolved |= t.recommended.is_none();
-                    let record = self.pool_mut(pool, settings, now);
+                    let record = self.pool_mut(pool, tenant.as_ref(), settings, now);
                     record.interruptions += 1.0;
                     learned.interruptions.push(pool.clone());
                     if let Some(lead) = lead {
@@ -378,8 +420,8 @@ impl PoolMemory {
                         }
                     }
                 }
-                Sighting::LaunchFailed { pool, reason } => {
-                    let record = self.pool_mut(pool, settings, now);
+                Sighting::LaunchFailed { pool, reason, tenant } => {
+                    let record = self.pool_mut(pool, tenant.as_ref(), settings, now);
                     if !record.failed_launches.contains_key(reason) && record.failed_launches.len() >= MAX_REASONS {
                         continue;
                     }
@@ -416,8 +458,8 @@ impl PoolMemory {
             if now.since(rec) >= settings.window {
                 t.resolved = true;
                 match lead {
-                    Some(lead) => followed.push((t.pool.clone(), lead)),
-                    None => lapsed.push(t.pool.clone()),
+                    Some(lead) => followed.push((t.pool.clone(), t.tenant.clone(), lead)),
+                    None => lapsed.push((t.pool.clone(), t.tenant.clone())),
                 }
             } else if !live(instance) && t.interrupted.is_none() {
                 // Gone with no interruption before its window closed (drained, say): nobody
@@ -429,41 +471,84 @@ impl PoolMemory {
         for instance in gone {
             self.tracked.remove(&instance);
         }
-        for (pool, lead) in followed {
-            self.pool_mut(&pool, settings, now).converted += 1.0;
+        for (pool, tenant, lead) in followed {
+            self.pool_mut(&pool, tenant.as_ref(), settings, now).converted += 1.0;
             learned.converted.push((pool, lead));
         }
-        for pool in lapsed {
-            self.pool_mut(&pool, settings, now).lapsed += 1.0;
+        for (pool, tenant) in lapsed {
+            self.pool_mut(&pool, tenant.as_ref(), settings, now).lapsed += 1.0;
             learned.lapsed.push(pool);
         }
     }
 
-    /// Keeps the memory within its bounds: pools with (almost) no history left and the least
-    /// remembered pools past [`MAX_POOLS`] are forgotten; past [`MAX_TRACKED`], the oldest
-    /// resolved instances first.
+    /// Keeps the memory within its bounds: pools with (almost) no history left are forgotten;
+    /// past [`MAX_POOLS`] or [`MAX_TRACKED`], it keeps that many, shared fairly between tenants
+    /// (see [`PoolMemory::keep`]).
     fn bound(&mut self, settings: &MemorySettings, now: Timestamp) {
         let followed: BTreeSet<PoolKey> = self.tracked.values().map(|t| t.pool.clone()).collect();
         for record in &mut self.pools {
             record.decay(now, settings.half_life);
         }
         self.pools.retain(|p| p.weight() >= FORGOTTEN || followed.contains(&p.key()));
-        if self.pools.len() > MAX_POOLS {
+        self.keep(MAX_POOLS, MAX_TRACKED);
+    }
+
+    /// Keeps at most `pools` pools and `tracked` instances. Each tenant keeps what it has up to a
+    /// fair share of the room (max-min: room a tenant does not use goes to the others); within
+    /// a tenant, the pools with the most (decayed) history, and the instances still open and
+    /// most recently seen.
+    pub fn keep(&mut self, pools: usize, tracked: usize) {
+        if self.pools.len() > pools {
+            let shares = fair_shares(self.pools.iter().map(|p| p.tenant.as_deref()), pools);
             self.pools.sort_by(|a, b| b.weight().total_cmp(&a.weight()));
-            self.pools.truncate(MAX_POOLS);
+            let mut kept: BTreeMap<Option<String>, usize> = BTreeMap::new();
+            self.pools.retain(|p| {
+                let n = kept.entry(p.tenant.clone()).or_default();
+                *n += 1;
+                *n <= shares.get(&p.tenant).copied().unwrap_or(0)
+            });
         }
         self.pools.sort_by(|a, b| (&a.group, &a.instance_type, &a.zone).cmp(&(&b.group, &b.instance_type, &b.zone)));
-        if self.tracked.len() > MAX_TRACKED {
-            let mut by_age: Vec<(bool, Timestamp, InstanceId)> = self
+        if self.tracked.len() > tracked {
+            let shares = fair_shares(self.tracked.values().map(|t| t.tenant.as_deref()), tracked);
+            // Newest and still open first: what is dropped is the oldest resolved.
+            let mut by_age: Vec<(bool, std::cmp::Reverse<Timestamp>, InstanceId, Option<String>)> = self
                 .tracked
                 .iter()
-                .map(|(i, t)| (!t.resolved, t.recommended.or(t.interrupted).unwrap_or(Timestamp::EPOCH), i.clone()))
+                .map(|(i, t)| {
+                    let seen = t.recommended.or(t.interrupted).unwrap_or(Timestamp::EPOCH);
+                    (t.resolved, std::cmp::Reverse(seen), i.clone(), t.tenant.clone())
+                })
                 .collect();
             by_age.sort();
-            for (_, _, instance) in by_age.into_iter().take(self.tracked.len() - MAX_TRACKED) {
-                self.tracked.remove(&instance);
+            let mut kept: BTreeMap<Option<String>, usize> = BTreeMap::new();
+            for (_, _, instance, tenant) in by_age {
+                let n = kept.entry(tenant.clone()).or_default();
+                *n += 1;
+                if *n > shares.get(&tenant).copied().unwrap_or(0) {
+                    self.tracked.remove(&instance);
+                }
             }
         }
+    }
+
+    /// Sheds history until `fits` says the memory fits its store, fairly (see
+    /// [`PoolMemory::keep`]): tracked instances first while they outnumber the pools (a quarter
+    /// at a time: a pool's counts are what the estimates rest on), then an eighth of both at a
+    /// time. An empty memory always counts as fitting. Returns whether anything was shed.
+    pub fn fit(&mut self, fits: impl Fn(&PoolMemory) -> bool) -> bool {
+        let mut shed = false;
+        let empty = |m: &PoolMemory| m.pools.is_empty() && m.tracked.is_empty();
+        while !empty(self) && !fits(self) {
+            let (pools, tracked) = (self.pools.len(), self.tracked.len());
+            if tracked > pools {
+                self.keep(pools, (tracked - tracked.div_ceil(4)).max(pools));
+            } else {
+                self.keep(pools - pools.div_ceil(8), tracked - tracked.div_ceil(8));
+            }
+            shed = true;
+        }
+        shed
     }
 
     /// Every pool's history, decayed to `now`: what the core decides with.
@@ -528,9 +613,31 @@ pub fn lead_time(
 }
 
 impl Tracked {
-    fn new(pool: &PoolKey) -> Self {
-        Tracked { pool: pool.clone(), recommended: None, interrupted: None, resolved: false }
+    fn new(pool: &PoolKey, tenant: &Option<String>) -> Self {
+        Tracked { pool: pool.clone(), recommended: None, interrupted: None, resolved: false, tenant: tenant.clone() }
     }
+}
+
+/// How many of its own each tenant keeps when `room` is shared between the tenants `owners`
+/// lists (one entry per thing held): max-min fair, so a tenant holding less than an equal share
+/// keeps all it holds and the rest is split between the others.
+fn fair_shares<'t>(owners: impl Iterator<Item = Option<&'t str>>, room: usize) -> BTreeMap<Option<String>, usize> {
+    let mut held: BTreeMap<Option<&str>, usize> = BTreeMap::new();
+    for owner in owners {
+        *held.entry(owner).or_default() += 1;
+    }
+    let mut smallest_first: Vec<(usize, Option<String>)> =
+        held.iter().map(|(t, n)| (*n, t.map(str::to_string))).collect();
+    smallest_first.sort();
+    let mut left = room;
+    let mut shares = BTreeMap::new();
+    let count = smallest_first.len();
+    for (k, (n, tenant)) in smallest_first.into_iter().enumerate() {
+        let share = (left / (count - k)).min(n);
+        shares.insert(tenant, share);
+        left -= share;
+    }
+    shares
 }
 
 #[cfg(test)]
@@ -548,11 +655,11 @@ mod tests {
     }
 
     fn rec(i: &str, secs: u64) -> Sighting {
-        Sighting::Recommended { instance: InstanceId::from(i), pool: key("a"), at: at(secs) }
+        Sighting::Recommended { instance: InstanceId::from(i), pool: key("a"), at: at(secs), tenant: None }
     }
 
     fn int(i: &str, secs: u64) -> Sighting {
-        Sighting::Interrupted { instance: InstanceId::from(i), pool: key("a"), at: at(secs) }
+        Sighting::Interrupted { instance: InstanceId::from(i), pool: key("a"), at: at(secs), tenant: None }
     }
 
     fn all_live(_: &InstanceId) -> bool {
@@ -682,17 +789,99 @@ mod tests {
             .map(|k| Sighting::LaunchFailed {
                 pool: key(&format!("z{k}")),
                 reason: "InsufficientInstanceCapacity".into(),
+                tenant: None,
             })
             .collect();
         m.learn(&seen, &all_live, &settings(), at(0));
         assert_eq!(m.pools.len(), MAX_POOLS);
-        let reasons: Vec<Sighting> =
-            (0..20).map(|k| Sighting::LaunchFailed { pool: key("z1"), reason: format!("Code{k}") }).collect();
+        let reasons: Vec<Sighting> = (0..20)
+            .map(|k| Sighting::LaunchFailed { pool: key("z1"), reason: format!("Code{k}"), tenant: None })
+            .collect();
         m.learn(&reasons, &all_live, &settings(), at(1));
         assert!(m.pool(&key("z1")).unwrap().failed_launches.len() <= MAX_REASONS);
         let recs: Vec<Sighting> = (0..MAX_TRACKED + 10).map(|k| rec(&format!("i-{k}"), 0)).collect();
         m.learn(&recs, &all_live, &settings(), at(2));
         assert_eq!(m.tracked.len(), MAX_TRACKED);
+    }
+
+    fn failed(tenant: &str, group: &str, zone: usize) -> Sighting {
+        Sighting::LaunchFailed {
+            pool: PoolKey { group: GroupName::from(group), instance_type: "m5.large".into(), zone: format!("z{zone}") },
+            reason: "InsufficientInstanceCapacity".into(),
+            tenant: Some(tenant.into()),
+        }
+    }
+
+    fn held_by(m: &PoolMemory, tenant: &str) -> (usize, usize) {
+        let pools = m.pools.iter().filter(|p| p.tenant.as_deref() == Some(tenant)).count();
+        let tracked = m.tracked.values().filter(|t| t.tenant.as_deref() == Some(tenant)).count();
+        (pools, tracked)
+    }
+
+    /// One tenant's failing launches across every type and zone, heavier than anyone's history,
+    /// cannot push out another tenant's pools or tracked instances: each keeps up to its share.
+    #[test]
+    fn a_tenant_flooding_the_memory_keeps_only_its_share_and_the_others_keep_theirs() {
+        let mut m = PoolMemory::default();
+        let quiet: Vec<Sighting> = (0..20).map(|k| failed("team-b", "b-gpu", k)).collect();
+        m.learn(&quiet, &all_live, &settings(), at(0));
+        let recs: Vec<Sighting> = (0..100)
+            .map(|k| Sighting::Recommended {
+                instance: InstanceId::from(format!("i-b{k}")),
+                pool: PoolKey { group: GroupName::from("b-gpu"), instance_type: "m5.large".into(), zone: "z0".into() },
+                at: at(0),
+                tenant: Some("team-b".into()),
+            })
+            .collect();
+        m.learn(&recs, &all_live, &settings(), at(0));
+        // The flood: every pool twice over, each failing three times, and the tracked room full.
+        let flood: Vec<Sighting> =
+            (0..2 * MAX_POOLS).flat_map(|k| std::iter::repeat_n(failed("team-a", "a-batch", k), 3)).collect();
+        let flood_recs: Vec<Sighting> = (0..2 * MAX_TRACKED)
+            .map(|k| Sighting::Recommended {
+                instance: InstanceId::from(format!("i-a{k}")),
+                pool: PoolKey {
+                    group: GroupName::from("a-batch"),
+                    instance_type: "m5.large".into(),
+                    zone: "z0".into(),
+                },
+                at: at(10),
+                tenant: Some("team-a".into()),
+            })
+            .collect();
+        m.learn(&flood, &all_live, &settings(), at(10));
+        m.learn(&flood_recs, &all_live, &settings(), at(10));
+        assert_eq!(held_by(&m, "team-b"), (20, 100), "the quiet tenant keeps all it had");
+        assert_eq!(held_by(&m, "team-a"), (MAX_POOLS - 20, MAX_TRACKED - 100), "the flood keeps the rest");
+        assert_eq!((m.pools.len(), m.tracked.len()), (MAX_POOLS, MAX_TRACKED));
+    }
+
+    #[test]
+    fn fair_shares_give_small_holders_all_and_split_the_rest() {
+        let owners = [Some("a"); 10].into_iter().chain([Some("b"); 3]).chain([None; 100]);
+        let shares = fair_shares(owners, 30);
+        assert_eq!(shares, BTreeMap::from([(Some("a".into()), 10), (Some("b".into()), 3), (None, 17)]));
+        let shares = fair_shares([Some("a"); 50].into_iter().chain([Some("b"); 50]), 30);
+        assert_eq!(shares.values().sum::<usize>(), 30);
+        assert!(shares.values().all(|n| *n == 15), "{shares:?}");
+    }
+
+    /// What its store can hold bounds the memory as well as the counts: shedding stops as soon
+    /// as it fits, and takes from the tenant that holds most.
+    #[test]
+    fn fitting_a_byte_budget_sheds_fairly_until_it_fits() {
+        let mut m = PoolMemory::default();
+        let seen: Vec<Sighting> = (0..400).map(|k| failed("team-a", "a-batch", k)).collect();
+        m.learn(&seen, &all_live, &settings(), at(0));
+        let seen: Vec<Sighting> = (0..40).map(|k| failed("team-b", "b-gpu", k)).collect();
+        m.learn(&seen, &all_live, &settings(), at(0));
+        let size = |m: &PoolMemory| serde_json::to_vec(m).unwrap().len();
+        let budget = size(&m) / 3;
+        assert!(m.fit(|m| size(m) <= budget));
+        assert!(size(&m) <= budget && size(&m) > budget * 3 / 4, "{} of {budget}", size(&m));
+        assert_eq!(held_by(&m, "team-b").0, 40, "the small tenant sheds nothing while the flood holds more");
+        assert!(!m.fit(|m| size(m) <= budget), "nothing more to shed once it fits");
+        assert!(m.fit(|_| false) && m.pools.is_empty(), "a budget nothing fits ends with an empty memory");
     }
 
     #[test]
@@ -709,7 +898,12 @@ mod tests {
         s.spot_interrupted.insert("i-n1".into());
         assert_eq!(
             interruption_sightings(&s, &m),
-            vec![Sighting::Interrupted { instance: "i-n1".into(), pool: key("a"), at: Timestamp::from_millis(5_000) }]
+            vec![Sighting::Interrupted {
+                instance: "i-n1".into(),
+                pool: key("a"),
+                at: Timestamp::from_millis(5_000),
+                tenant: None
+            }]
         );
         s.groups.get_mut(&GroupName::from("spot")).unwrap().foreign = true;
         assert!(interruption_sightings(&s, &m).is_empty(), "another cluster's group");

@@ -1,6 +1,6 @@
-//! `inspect pools`: the pool memory kept beside the boost ledger (`kubectl get cm
-//! spots-booster-ledger -o yaml`, or the bare `data.pools.json`), one row per pool with its
-//! conversion estimate and lead times.
+//! `inspect pools`: the pool memory (`kubectl get cm spots-booster-ledger-pools -o yaml`, the
+//! ledger ConfigMap an earlier version kept it in, or the bare `data.pools.json`), one row per
+//! pool with its conversion estimate and lead times.
 
 use std::collections::BTreeSet;
 
@@ -12,7 +12,7 @@ use crate::core::pool_memory::lead_time;
 use crate::core::{Conversion, PoolMemory};
 use crate::output::{structured, table, table_width};
 
-/// The data key pool memory is kept under in the ledger ConfigMap.
+/// The data key pool memory is kept under in its ConfigMap.
 const POOLS_KEY: &str = "pools.json";
 
 /// One pool as `inspect pools` shows it.

@@ -175,6 +175,10 @@ pub enum Named {
     CaStatus,
     /// `--ledger-configmap`.
     Ledger,
+    /// The pool memory's ConfigMap, `{--ledger-configmap}-pools`.
+    PoolMemory,
+    /// Where an unparsable pool memory is copied, `{--ledger-configmap}-pools-unparsable`.
+    UnparsablePools,
     /// `--leader-elect-lease-name`.
     Lease,
     /// `kube-system/aws-auth`.
@@ -220,6 +224,10 @@ pub const PERMISSIONS: &[Permission] = &[
     p("", "configmaps", "watch", Scope::CaStatus, Some(Named::CaStatus)),
     p("", "configmaps", "get", Scope::Own, Some(Named::Ledger)),
     p("", "configmaps", "update", Scope::Own, Some(Named::Ledger)),
+    p("", "configmaps", "get", Scope::Own, Some(Named::PoolMemory)),
+    p("", "configmaps", "update", Scope::Own, Some(Named::PoolMemory)),
+    p("", "configmaps", "get", Scope::Own, Some(Named::UnparsablePools)),
+    p("", "configmaps", "update", Scope::Own, Some(Named::UnparsablePools)),
     // `create` cannot be limited by name in RBAC.
     p("", "configmaps", "create", Scope::Own, None),
     p("coordination.k8s.io", "leases", "get", Scope::Own, Some(Named::Lease)),
@@ -317,6 +325,8 @@ impl Named {
         match self {
             Named::CaStatus => "--ca-status-name",
             Named::Ledger => "--ledger-configmap",
+            Named::PoolMemory => "--ledger-configmap, with -pools",
+            Named::UnparsablePools => "--ledger-configmap, with -pools-unparsable",
             Named::Lease => "--leader-elect-lease-name",
             Named::AwsAuth => "EKS node mapping",
             Named::InstanceManagerConfig => "--instance-manager-configmap",
@@ -357,6 +367,10 @@ pub async fn check_permissions(
                     name: p.name.map(|n| match n {
                         Named::CaStatus => namespaces.ca_status_name.clone(),
                         Named::Ledger => namespaces.ledger_name.clone(),
+                        Named::PoolMemory => crate::k8s::ledger::pools_configmap_name(&namespaces.ledger_name),
+                        Named::UnparsablePools => {
+                            crate::k8s::ledger::unparsable_pools_configmap_name(&namespaces.ledger_name)
+                        }
                         Named::Lease => namespaces.lease_name.clone(),
                         Named::AwsAuth => crate::ports::AWS_AUTH_CONFIGMAP.1.to_string(),
                         Named::InstanceManagerConfig => namespaces.instance_manager_name.clone(),

@@ -7,14 +7,21 @@
 //! only marks it, the daemon refuses to plan from it (an error and
 //! `spots_booster_ledger_errors_total`), and its records stay readable. Starting afresh is an
 //! explicit act: remove the finalizer, then the daemon starts from an empty ledger.
+//!
+//! The pool memory lives in a ConfigMap of its own, `{ledger}-pools`, with its own
+//! resourceVersion: it only advises, so nothing it holds (its size, a failed save, a re-read)
+//! can make a ledger save fail or lose the ledger's concurrency check. It is cut to
+//! [`POOLS_MAX_BYTES`] before every save. One that does not parse is copied to
+//! `{ledger}-pools-unparsable` before anything overwrites it.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 use tokio::sync::Mutex;
+use tracing::{error, warn};
 
 use crate::core::{BoostLedger, PoolMemory};
 use crate::ports::{LedgerError, LedgerStore};
@@ -24,23 +31,45 @@ type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// The data key the ledger is stored under.
 pub(crate) const LEDGER_KEY: &str = "ledger.json";
 
-/// The data key the pool memory is stored under, beside the ledger: one object, one
-/// resourceVersion, one grant.
+/// The data key the pool memory is stored under, in its own ConfigMap (and, before pool memory
+/// moved out, beside the ledger: read from there until the pool memory's own object exists).
 pub(crate) const POOLS_KEY: &str = "pools.json";
 
 /// Keeps a deleted ledger readable until someone removes it on purpose.
 pub(crate) const LEDGER_FINALIZER: &str = "spots-booster.io/ledger";
 
-/// A ledger in `namespace/name`.
+/// The most bytes of pool memory saved: well within a ConfigMap's 1 MiB, whatever the names.
+pub const POOLS_MAX_BYTES: usize = 512 * 1024;
+
+/// On the copy of an unparsable pool memory: the object and resourceVersion it was copied from.
+const SET_ASIDE_FROM: &str = "spots-booster.io/set-aside-from";
+
+/// The pool memory's ConfigMap for the ledger `ledger`.
+pub fn pools_configmap_name(ledger: &str) -> String {
+    format!("{ledger}-pools")
+}
+
+/// Where an unparsable pool memory of the ledger `ledger` is copied to.
+pub fn unparsable_pools_configmap_name(ledger: &str) -> String {
+    format!("{ledger}-pools-unparsable")
+}
+
+/// A ledger in `namespace/name`, and its pool memory in `namespace/name-pools`.
 pub struct ConfigMapLedger {
     api: Api<ConfigMap>,
     name: String,
-    /// The resourceVersion last read or written (`None`: the ConfigMap does not exist yet), with
-    /// both keys' text as then: a save of one key writes the other as it was.
+    pools_name: String,
+    /// The ledger's resourceVersion and text as last read or written (`None`: the ConfigMap does
+    /// not exist yet).
     version: Mutex<Stored>,
+    /// The pool memory's, kept apart: reading or writing it never moves the ledger's version.
+    pools: Mutex<StoredPools>,
     /// This process has seen the ConfigMap exist: from then on, a missing one was deleted and is
     /// an error, never an empty ledger (that would boost every covered instance again).
-    existed: std::sync::atomic::AtomicBool,
+    existed: AtomicBool,
+    /// The pool memory's own ConfigMap has been seen: the ledger's old `pools.json` is no
+    /// longer read nor kept.
+    pools_exist: AtomicBool,
     /// `--dry-run`: boosts that were never sent must not be persisted (a later real run would
     /// take their instances as covered), so saves stay in memory.
     dry_run: Option<Mutex<Option<BoostLedger>>>,
@@ -48,12 +77,23 @@ pub struct ConfigMapLedger {
     dry_run_pools: Mutex<Option<PoolMemory>>,
 }
 
-/// What the ConfigMap held when last read or written.
+/// What the ledger's ConfigMap held when last read or written.
 #[derive(Debug, Default)]
 struct Stored {
     version: Option<String>,
     ledger: Option<String>,
-    pools: Option<String>,
+    /// The pool memory the ledger's object still holds from before it moved out, kept as it is
+    /// until the pool memory's own object exists.
+    legacy_pools: Option<String>,
+}
+
+/// What the pool memory's ConfigMap held when last read or written.
+#[derive(Debug, Default)]
+struct StoredPools {
+    version: Option<String>,
+    /// Text that did not parse, with where it was read (`namespace/name@resourceVersion`):
+    /// copied aside before the next save may overwrite it.
+    unparsable: Option<(String, String)>,
 }
 
 impl std::fmt::Debug for ConfigMapLedger {
@@ -63,13 +103,16 @@ impl std::fmt::Debug for ConfigMapLedger {
 }
 
 impl ConfigMapLedger {
-    /// The ledger kept in ConfigMap `namespace/name`.
+    /// The ledger kept in ConfigMap `namespace/name`, its pool memory in `namespace/name-pools`.
     pub fn new(client: Client, namespace: &str, name: &str) -> Self {
         ConfigMapLedger {
             api: Api::namespaced(client, namespace),
             name: name.to_string(),
+            pools_name: pools_configmap_name(name),
             version: Mutex::new(Stored::default()),
-            existed: std::sync::atomic::AtomicBool::new(false),
+            pools: Mutex::new(StoredPools::default()),
+            existed: AtomicBool::new(false),
+            pools_exist: AtomicBool::new(false),
             dry_run: None,
             dry_run_pools: Mutex::new(None),
         }
@@ -79,6 +122,10 @@ impl ConfigMapLedger {
     pub fn read_only(mut self) -> Self {
         self.dry_run = Some(Mutex::new(None));
         self
+    }
+
+    fn namespace(&self) -> String {
+        self.api.namespace().unwrap_or_default().to_string()
     }
 }
 
@@ -98,7 +145,7 @@ impl LedgerStore for ConfigMapLedger {
                 format!(
                     "ConfigMap {}/{} is being deleted: refusing to plan from a ledger that is going away \
                      (to start afresh, remove its finalizer {LEDGER_FINALIZER})",
-                    self.api.namespace().unwrap_or_default(),
+                    self.namespace(),
                     self.name
                 )
                 .into(),
@@ -121,8 +168,7 @@ impl LedgerStore for ConfigMapLedger {
         }
         let text = serde_json::to_string(ledger).map_err(|e| LedgerError::Save(e.into()))?;
         let mut stored = self.version.lock().await;
-        let pools = stored.pools.clone();
-        self.write(&mut stored, Some(text), pools).await.map_err(LedgerError::Save)
+        self.write(&mut stored, text).await.map_err(LedgerError::Save)
     }
 
     async fn load_pools(&self) -> Result<PoolMemory, LedgerError> {
@@ -131,15 +177,31 @@ impl LedgerStore for ConfigMapLedger {
                 return Ok(memory);
             }
         }
-        let mut stored = self.version.lock().await;
-        self.read(&mut stored).await.map_err(LedgerError::LoadPools)?;
-        match stored.pools.as_deref() {
-            None => Ok(PoolMemory::default()),
-            Some(text) => serde_json::from_str(text).map_err(|e| {
-                LedgerError::LoadPools(
-                    format!("ConfigMap {}: data.{POOLS_KEY} is not a pool memory: {e}", self.name).into(),
-                )
-            }),
+        let mut stored = self.pools.lock().await;
+        let cm = self.api.get_opt(&self.pools_name).await.map_err(|e| LedgerError::LoadPools(e.into()))?;
+        let (text, version, from) = match cm {
+            Some(cm) => {
+                self.pools_exist.store(true, Ordering::SeqCst);
+                let text = cm.data.as_ref().and_then(|d| d.get(POOLS_KEY)).cloned();
+                (text, cm.metadata.resource_version, self.pools_name.clone())
+            }
+            None => (self.version.lock().await.legacy_pools.clone(), None, self.name.clone()),
+        };
+        stored.version = version.clone();
+        let Some(text) = text else { return Ok(PoolMemory::default()) };
+        match serde_json::from_str(&text) {
+            Ok(memory) => Ok(memory),
+            Err(e) => {
+                let aside = unparsable_pools_configmap_name(&self.name);
+                error!(configmap = %format!("{}/{from}", self.namespace()), key = POOLS_KEY, error = %e, set_aside = %aside,
+                    "the pool memory does not parse: it is copied aside before anything overwrites it");
+                let at = format!("{}/{from}@{}", self.namespace(), version.as_deref().unwrap_or("-"));
+                stored.unparsable = Some((text, at));
+                Err(LedgerError::LoadPools(
+                    format!("ConfigMap {from}: data.{POOLS_KEY} is not a pool memory (kept aside in {aside}): {e}")
+                        .into(),
+                ))
+            }
         }
     }
 
@@ -148,23 +210,40 @@ impl LedgerStore for ConfigMapLedger {
             *self.dry_run_pools.lock().await = Some(memory.clone());
             return Ok(());
         }
-        let text = serde_json::to_string(memory).map_err(|e| LedgerError::SavePools(e.into()))?;
-        let mut stored = self.version.lock().await;
-        let ledger = stored.ledger.clone();
-        self.write(&mut stored, ledger, Some(text)).await.map_err(LedgerError::SavePools)
+        let mut fitted = memory.clone();
+        if fitted.fit(|m| serde_json::to_vec(m).map_or(true, |b| b.len() <= POOLS_MAX_BYTES)) {
+            warn!(
+                pools = fitted.pools.len(),
+                tracked = fitted.tracked.len(),
+                max_bytes = POOLS_MAX_BYTES,
+                "the pool memory outgrew its ConfigMap: the least history was left out, fairly between tenants"
+            );
+        }
+        let text = serde_json::to_string(&fitted).map_err(|e| LedgerError::SavePools(e.into()))?;
+        let mut stored = self.pools.lock().await;
+        if let Some((bad, from)) = stored.unparsable.clone() {
+            self.set_aside(&bad, from).await.map_err(LedgerError::SavePools)?;
+            stored.unparsable = None;
+        }
+        let cm =
+            self.configmap(&self.pools_name, None, stored.version.clone(), BTreeMap::from([(POOLS_KEY.into(), text)]));
+        let written = self.create_or_replace(&cm, stored.version.is_some()).await.map_err(LedgerError::SavePools)?;
+        stored.version = written.metadata.resource_version;
+        self.pools_exist.store(true, Ordering::SeqCst);
+        Ok(())
     }
 }
 
 impl ConfigMapLedger {
-    /// Reads the ConfigMap into `stored`; `None` when it does not exist (yet: one this process
-    /// saw exist and that is gone now was deleted, which is an error).
+    /// Reads the ledger's ConfigMap into `stored`; `None` when it does not exist (yet: one this
+    /// process saw exist and that is gone now was deleted, which is an error).
     async fn read(&self, stored: &mut Stored) -> Result<Option<ConfigMap>, BoxError> {
         let Some(cm) = self.api.get_opt(&self.name).await? else {
             if self.existed.load(Ordering::SeqCst) {
                 return Err(format!(
                     "ConfigMap {}/{} was deleted while the daemon ran: refusing to plan from an empty ledger \
                      (restore it, or delete it and restart the daemon to start afresh)",
-                    self.api.namespace().unwrap_or_default(),
+                    self.namespace(),
                     self.name
                 )
                 .into());
@@ -177,39 +256,69 @@ impl ConfigMapLedger {
         *stored = Stored {
             version: cm.metadata.resource_version.clone(),
             ledger: data.and_then(|d| d.get(LEDGER_KEY)).cloned(),
-            pools: data.and_then(|d| d.get(POOLS_KEY)).cloned(),
+            legacy_pools: data.and_then(|d| d.get(POOLS_KEY)).cloned(),
         };
         Ok(Some(cm))
     }
 
-    /// Writes both keys, conditioned on the resourceVersion last seen.
-    async fn write(&self, stored: &mut Stored, ledger: Option<String>, pools: Option<String>) -> Result<(), BoxError> {
-        let mut data = BTreeMap::new();
-        if let Some(text) = &ledger {
-            data.insert(LEDGER_KEY.to_string(), text.clone());
-        }
-        if let Some(text) = &pools {
+    /// Writes the ledger, conditioned on the resourceVersion last seen; the old pool memory it
+    /// still holds is kept until the pool memory's own object exists.
+    async fn write(&self, stored: &mut Stored, ledger: String) -> Result<(), BoxError> {
+        let mut data = BTreeMap::from([(LEDGER_KEY.to_string(), ledger.clone())]);
+        let legacy = stored.legacy_pools.take().filter(|_| !self.pools_exist.load(Ordering::SeqCst));
+        if let Some(text) = &legacy {
             data.insert(POOLS_KEY.to_string(), text.clone());
         }
-        let cm = ConfigMap {
+        let cm = self.configmap(&self.name, Some(LEDGER_FINALIZER), stored.version.clone(), data);
+        let written = self.create_or_replace(&cm, stored.version.is_some()).await;
+        let written = match written {
+            Ok(written) => written,
+            Err(e) => {
+                stored.legacy_pools = legacy;
+                return Err(e);
+            }
+        };
+        *stored = Stored { version: written.metadata.resource_version, ledger: Some(ledger), legacy_pools: legacy };
+        self.existed.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Copies an unparsable pool memory to its own ConfigMap (replacing an older copy).
+    async fn set_aside(&self, text: &str, from: String) -> Result<(), BoxError> {
+        let name = unparsable_pools_configmap_name(&self.name);
+        let existing = self.api.get_opt(&name).await?;
+        let mut cm = self.configmap(&name, None, None, BTreeMap::from([(POOLS_KEY.into(), text.to_string())]));
+        cm.metadata.annotations = Some(BTreeMap::from([(SET_ASIDE_FROM.to_string(), from)]));
+        cm.metadata.resource_version = existing.as_ref().and_then(|c| c.metadata.resource_version.clone());
+        self.create_or_replace(&cm, existing.is_some()).await?;
+        warn!(configmap = %format!("{}/{name}", self.namespace()), "the unparsable pool memory was set aside");
+        Ok(())
+    }
+
+    fn configmap(
+        &self,
+        name: &str,
+        finalizer: Option<&str>,
+        version: Option<String>,
+        data: BTreeMap<String, String>,
+    ) -> ConfigMap {
+        ConfigMap {
             metadata: ObjectMeta {
-                name: Some(self.name.clone()),
-                resource_version: stored.version.clone(),
+                name: Some(name.to_string()),
+                resource_version: version,
                 labels: Some(BTreeMap::from([("app.kubernetes.io/name".to_string(), "spots-booster".to_string())])),
-                finalizers: Some(vec![LEDGER_FINALIZER.to_string()]),
+                finalizers: finalizer.map(|f| vec![f.to_string()]),
                 ..ObjectMeta::default()
             },
             data: Some(data),
             ..ConfigMap::default()
-        };
+        }
+    }
+
+    async fn create_or_replace(&self, cm: &ConfigMap, exists: bool) -> Result<ConfigMap, BoxError> {
         let pp =
             PostParams { field_manager: Some(crate::k8s::writes::FIELD_MANAGER.to_string()), ..PostParams::default() };
-        let written = match stored.version.as_ref() {
-            None => self.api.create(&pp, &cm).await?,
-            Some(_) => self.api.replace(&self.name, &pp, &cm).await?,
-        };
-        *stored = Stored { version: written.metadata.resource_version, ledger, pools };
-        self.existed.store(true, Ordering::SeqCst);
-        Ok(())
+        let name = cm.metadata.name.as_deref().unwrap_or_default();
+        Ok(if exists { self.api.replace(name, &pp, cm).await? } else { self.api.create(&pp, cm).await? })
     }
 }

@@ -1,4 +1,4 @@
-//! Where the boost ledger and the pool memory beside it are kept: a ConfigMap in the daemon
+//! Where the boost ledger and the pool memory are kept: a ConfigMap each in the daemon
 //! (`k8s::ledger`), memory in `simulate`.
 
 use std::future::Future;
@@ -17,7 +17,7 @@ pub enum LedgerError {
     /// Writing it failed.
     #[error("saving the boost ledger failed")]
     Save(#[source] BoxError),
-    /// Reading the pool memory kept beside it failed.
+    /// Reading the pool memory failed.
     #[error("loading the pool memory failed")]
     LoadPools(#[source] BoxError),
     /// Writing the pool memory failed.
@@ -44,7 +44,8 @@ pub trait LedgerStore: Send + Sync {
     fn load(&self) -> impl Future<Output = Result<BoostLedger, LedgerError>> + Send;
     /// Replaces the saved ledger.
     fn save(&self, ledger: &BoostLedger) -> impl Future<Output = Result<(), LedgerError>> + Send;
-    /// The pool memory kept beside the ledger, as last saved (empty when never saved).
+    /// The pool memory, as last saved (empty when never saved). Reading it never changes what a
+    /// ledger save is conditioned on.
     fn load_pools(&self) -> impl Future<Output = Result<PoolMemory, LedgerError>> + Send;
     /// Replaces the saved pool memory, leaving the ledger as it is.
     fn save_pools(&self, memory: &PoolMemory) -> impl Future<Output = Result<(), LedgerError>> + Send;

@@ -174,7 +174,8 @@ where
                 }
                 self.tell_failure(&group.name, &ledger_instances(&ledger, &group.name), &failure, activity.started)
                     .await;
-                self.remember_failure(&group.name, activity, &failure, now).await;
+                let tenant = group.tags.get(crate::ports::INSTANCE_GROUP_NAMESPACE_TAG).cloned();
+                self.remember_failure(&group.name, tenant, activity, &failure, now).await;
                 report.failed.push((group.name.clone(), failure));
             }
             let missing = group.desired - listed;
@@ -196,6 +197,7 @@ where
     async fn remember_failure(
         &self,
         group: &GroupName,
+        tenant: Option<String>,
         activity: &ScalingActivity,
         failure: &LaunchFailure,
         now: Timestamp,
@@ -211,7 +213,7 @@ where
             LaunchFailure::Capacity { code } => code.clone(),
             LaunchFailure::Configuration { .. } => "configuration".to_string(),
         };
-        let seen = [Sighting::LaunchFailed { pool, reason }];
+        let seen = [Sighting::LaunchFailed { pool, reason, tenant }];
         let learned = self.ctx.ledger.learn(&seen, &|_| true, &self.ctx.policy.memory, now).await;
         self.ctx.metrics.market.learned(&learned);
     }

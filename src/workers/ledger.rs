@@ -12,7 +12,7 @@ use tracing::warn;
 use crate::core::{BoostLedger, InstanceId, Learned, MemorySettings, PoolMemory, Sighting, Timestamp};
 use crate::ports::{LedgerError, LedgerStore};
 
-/// The ledger and its store, and the pool memory kept beside it.
+/// The ledger and its store, and the pool memory kept with it.
 #[derive(Debug)]
 pub struct SharedLedger<L> {
     store: L,
