@@ -253,6 +253,9 @@ fn assert_the_component_is_the_chart_with(component: &str, switch: &str) -> BTre
 fn rendered_iam_policies(sets: &[(&str, Value)]) -> Vec<String> {
     let mut sets = sets.to_vec();
     sets.push(("iamPolicy.enabled", json!(true)));
+    sets.push(("iamPolicy.region", json!(crate::iam_policy::REGION)));
+    sets.push(("iamPolicy.accountId", json!(crate::iam_policy::ACCOUNT)));
+    sets.push(("iamPolicy.vpcId", json!(crate::iam_policy::VPC)));
     let objects = render_ok(&sets);
     let config_map = objects
         .iter()
@@ -267,7 +270,7 @@ fn the_chart_renders_the_repository_s_iam_policies_for_its_cluster_and_they_reac
     let rendered = rendered_iam_policies(&[("clusterName", json!("blue"))]);
     for (file, text) in crate::iam_policy::FILES.iter().zip(&rendered) {
         let repository = std::fs::read_to_string(Path::new(ROOT).join("manifests").join(file)).unwrap();
-        let ours: Value = serde_json::from_str(&repository.replace(crate::iam_policy::PLACEHOLDER, "blue")).unwrap();
+        let ours: Value = serde_json::from_str(&crate::iam_policy::filled(&repository, "blue")).unwrap();
         assert_eq!(serde_json::from_str::<Value>(text).unwrap(), ours, "{file}");
         let copy = std::fs::read_to_string(chart().join("files").join(file)).unwrap();
         assert_eq!(copy, repository, "the chart's files/{file} is manifests/{file}");
@@ -275,6 +278,19 @@ fn the_chart_renders_the_repository_s_iam_policies_for_its_cluster_and_they_reac
     let policy = Policy::union(&rendered.iter().map(|t| Policy::parse(t)).collect::<Vec<_>>());
     crate::iam_policy::assert_scoped(&policy, "blue", "green", true, &[]);
     assert!(render("spots-booster", &[("iamPolicy.enabled", json!(true)), ("clusterName", json!(""))]).is_err());
+    // Without where the cluster runs, nothing is rendered: a wildcard would reach a same-name
+    // cluster in another region or VPC.
+    for missing in ["iamPolicy.region", "iamPolicy.accountId", "iamPolicy.vpcId"] {
+        let mut sets = vec![
+            ("iamPolicy.enabled", json!(true)),
+            ("clusterName", json!("blue")),
+            ("iamPolicy.region", json!("eu-west-1")),
+            ("iamPolicy.accountId", json!("111122223333")),
+            ("iamPolicy.vpcId", json!("vpc-0a1b2c3d")),
+        ];
+        sets.retain(|(k, _)| *k != missing);
+        assert!(render("spots-booster", &sets).is_err(), "rendered without {missing}");
+    }
 }
 
 #[test]
@@ -286,13 +302,29 @@ fn one_role_shared_through_pod_identity_lets_each_cluster_reach_only_its_own_res
     let policy = Policy::union(&rendered.iter().map(|t| Policy::parse(t)).collect::<Vec<_>>());
     // The same role, its sessions tagged by EKS with the pod's cluster; groups named only in a
     // tag key are out of its reach (documented: such a cluster needs a role of its own).
-    crate::iam_policy::assert_scoped(&policy, "blue", "green", false, &[("eks-cluster-name", "blue")]);
-    crate::iam_policy::assert_scoped(&policy, "green", "blue", false, &[("eks-cluster-name", "green")]);
+    use crate::iam_policy::{as_principal, session_of, REGION};
+    crate::iam_policy::assert_scoped(&policy, "blue", "green", false, &as_principal(&session_of("blue", REGION)));
+    crate::iam_policy::assert_scoped(&policy, "green", "blue", false, &as_principal(&session_of("green", REGION)));
+    // A cluster in another region associated with the same role reaches nothing: the role is
+    // pinned to one region.
+    let twin = session_of("blue", "us-east-1");
+    let group = Resource::new(
+        format!(
+            "arn:aws:autoscaling:us-east-1:{}:autoScalingGroup:x:autoScalingGroupName/g",
+            crate::iam_policy::ACCOUNT
+        ),
+        [("instancegroups.keikoproj.io/ClusterName".to_string(), "blue".to_string())].into(),
+    );
+    let write = Request::new("autoscaling:SetDesiredCapacity", vec![group]).made_by(&as_principal(&twin));
+    assert_ne!(policy.decide(&write), Decision::Allowed);
     // Without Pod Identity's session tag (IRSA), nothing is written at all.
-    let group = Resource {
-        arn: "arn:aws:autoscaling:eu-west-1:1:autoScalingGroup:x:autoScalingGroupName/g".into(),
-        tags: [("instancegroups.keikoproj.io/ClusterName".to_string(), "blue".to_string())].into(),
-    };
+    let group = Resource::new(
+        format!(
+            "arn:aws:autoscaling:eu-west-1:{}:autoScalingGroup:x:autoScalingGroupName/g",
+            crate::iam_policy::ACCOUNT
+        ),
+        [("instancegroups.keikoproj.io/ClusterName".to_string(), "blue".to_string())].into(),
+    );
     let write = Request::new("autoscaling:SetDesiredCapacity", vec![group]);
     assert_eq!(policy.decide(&write), Decision::ImplicitlyDenied);
 }
@@ -479,7 +511,10 @@ fn rbac_follows_the_namespaces_and_names_the_flags_move() {
     assert_eq!(role("spots-booster-ca-status")["metadata"]["namespace"], "autoscaler");
     assert_eq!(role("spots-booster-ca-status")["rules"][0]["resourceNames"], json!(["ca-status"]));
     assert_eq!(role("spots-booster-state")["metadata"]["namespace"], "spots-booster");
-    assert_eq!(role("spots-booster-state")["rules"][0]["resourceNames"], json!(["boosts"]));
+    assert_eq!(
+        role("spots-booster-state")["rules"][0]["resourceNames"],
+        json!(["boosts", "boosts-pools", "boosts-pools-unparsable"])
+    );
     assert_eq!(role("spots-booster-state")["rules"][2]["resourceNames"], json!(["booster-leader"]));
     assert_eq!(role("spots-booster-instance-manager")["metadata"]["namespace"], "im");
     assert_eq!(role("spots-booster-instance-manager")["rules"][0]["resourceNames"], json!(["im-config"]));

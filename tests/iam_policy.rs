@@ -1,48 +1,80 @@
 //! What the role's IAM policies let the daemon do, evaluated without AWS (`support::iam`): every
-//! write reaches this cluster's groups, templates and roles, and nothing of another cluster's, of
-//! no cluster's, or of an administrator's. The same table runs on the kustomize files (their
-//! `CLUSTER_NAME` placeholder filled in) and on the chart's render (`tests/chart.rs`).
+//! write reaches this cluster's groups, templates and roles, in its region, account and VPC, and
+//! nothing of another cluster's (a same-name cluster in another region included), of no
+//! cluster's, or of an administrator's. The same table runs on the kustomize files (their
+//! placeholders filled in) and on the chart's render (`tests/chart.rs`).
 
 use std::path::Path;
 
 use crate::support::iam::{Decision, Policy, Request, Resource};
 
-const ACCOUNT: &str = "111122223333";
+pub(crate) const ACCOUNT: &str = "111122223333";
+/// The cluster's region and VPC; another cluster of the same name runs in `OTHER_REGION`.
+pub(crate) const REGION: &str = "eu-west-1";
+const OTHER_REGION: &str = "us-east-1";
+pub(crate) const VPC: &str = "vpc-0a1b2c3d";
+const OTHER_VPC: &str = "vpc-0e9f8a7b";
 const OWNER: &str = "instancegroups.keikoproj.io/ClusterName";
+const OWNER_REGION: &str = "spots-booster.io/cluster-region";
 const AZ_SUSPENDED: &str = "spots-booster.io/suspended-az-rebalance";
 /// The kustomize files' placeholder for the cluster's name.
 pub(crate) const PLACEHOLDER: &str = "CLUSTER_NAME";
-/// The three files, in the order the chart's ConfigMap keys them.
-pub(crate) const FILES: [&str; 3] =
-    ["iam-policy.json", "iam-policy-instancegroups.json", "iam-policy-eks-managed.json"];
+/// Their placeholders for where the cluster runs: `(placeholder, value in these tests)`.
+pub(crate) const PLACE: [(&str, &str); 3] = [("AWS_REGION", REGION), ("AWS_ACCOUNT_ID", ACCOUNT), ("VPC_ID", VPC)];
+/// The four files, in the order the chart's ConfigMap keys them.
+pub(crate) const FILES: [&str; 4] = [
+    "iam-policy.json",
+    "iam-policy-instancegroups.json",
+    "iam-policy-instancegroups-roles.json",
+    "iam-policy-eks-managed.json",
+];
 
-/// Both policies of `manifests/`, for `cluster`.
+/// `text` with the cluster's name and place filled in.
+pub(crate) fn filled(text: &str, cluster: &str) -> String {
+    PLACE.iter().fold(text.replace(PLACEHOLDER, cluster), |t, (placeholder, value)| t.replace(placeholder, value))
+}
+
+/// The policies of `manifests/`, for `cluster` in `REGION`.
 pub(crate) fn manifests_for(cluster: &str) -> Policy {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
-    let parsed: Vec<Policy> = FILES
-        .iter()
-        .map(|f| Policy::parse(&std::fs::read_to_string(dir.join(f)).unwrap().replace(PLACEHOLDER, cluster)))
-        .collect();
+    let parsed: Vec<Policy> =
+        FILES.iter().map(|f| Policy::parse(&filled(&std::fs::read_to_string(dir.join(f)).unwrap(), cluster))).collect();
     Policy::union(&parsed)
+}
+
+/// Pod Identity's session tags for `cluster` in `region`.
+pub(crate) fn session_of(cluster: &str, region: &str) -> [(&'static str, String); 2] {
+    [
+        ("eks-cluster-name", cluster.to_string()),
+        ("eks-cluster-arn", format!("arn:aws:eks:{region}:{ACCOUNT}:cluster/{cluster}")),
+    ]
 }
 
 fn tags(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
+fn asg_in(region: &str, name: &str, pairs: &[(&str, &str)]) -> Resource {
+    Resource::new(
+        format!("arn:aws:autoscaling:{region}:{ACCOUNT}:autoScalingGroup:6d9a1c2e:autoScalingGroupName/{name}"),
+        tags(pairs),
+    )
+}
+
 fn asg(name: &str, pairs: &[(&str, &str)]) -> Resource {
-    Resource {
-        arn: format!("arn:aws:autoscaling:eu-west-1:{ACCOUNT}:autoScalingGroup:6d9a1c2e:autoScalingGroupName/{name}"),
-        tags: tags(pairs),
-    }
+    asg_in(REGION, name, pairs)
+}
+
+fn ec2_in(region: &str, kind: &str, pairs: &[(&str, &str)]) -> Resource {
+    Resource::new(format!("arn:aws:ec2:{region}:{ACCOUNT}:{kind}"), tags(pairs))
 }
 
 fn ec2(kind: &str, pairs: &[(&str, &str)]) -> Resource {
-    Resource { arn: format!("arn:aws:ec2:eu-west-1:{ACCOUNT}:{kind}"), tags: tags(pairs) }
+    ec2_in(REGION, kind, pairs)
 }
 
 fn iam(kind: &str, pairs: &[(&str, &str)]) -> Resource {
-    Resource { arn: format!("arn:aws:iam::{ACCOUNT}:{kind}"), tags: tags(pairs) }
+    Resource::new(format!("arn:aws:iam::{ACCOUNT}:{kind}"), tags(pairs))
 }
 
 /// The groups a cluster has, by how they say whose they are.
@@ -58,6 +90,11 @@ struct Groups {
 }
 
 fn groups_of(cluster: &str) -> Groups {
+    groups_in(REGION, cluster)
+}
+
+fn groups_in(region: &str, cluster: &str) -> Groups {
+    let asg = |name: &str, pairs: &[(&str, &str)]| asg_in(region, name, pairs);
     let autoscaler_key = format!("k8s.io/cluster-autoscaler/{cluster}");
     let kubernetes_key = format!("kubernetes.io/cluster/{cluster}");
     Groups {
@@ -130,6 +167,16 @@ fn table(ours: &str, theirs: &str, by_tag_key: bool) -> Vec<Case> {
         ] {
             cases.push(case(format!("{action} on {name}"), Request::new(action, vec![group.clone()]), allowed));
         }
+        // A cluster of the same name in another region of the account: its groups carry the
+        // same tags (EKS names are unique per region only).
+        let twin = groups_in(OTHER_REGION, ours);
+        for (name, group) in [
+            ("the same-name cluster's Cluster Autoscaler group in another region", &twin.autoscaler),
+            ("the same-name cluster's kubernetes.io/cluster group in another region", &twin.kubernetes),
+            ("the same-name cluster's InstanceGroup group in another region", &twin.instance_group),
+        ] {
+            cases.push(case(format!("{action} on {name}"), Request::new(action, vec![group.clone()]), false));
+        }
     }
 
     // Tags on boosted groups: the AZRebalance record only, naming this cluster.
@@ -195,6 +242,22 @@ fn table(ours: &str, theirs: &str, by_tag_key: bool) -> Vec<Case> {
     cases.push(case("creating a group for another cluster", create, false));
     let (create, _) = creating(None);
     cases.push(case("creating a group without its ownership tag", create, false));
+    let (mut create, _) = creating(Some(ours));
+    create.resources = vec![asg_in(OTHER_REGION, "new-group", &[])];
+    cases.push(case("creating an InstanceGroup's group in another region", create, false));
+    let (create, _) = creating(Some(ours));
+    cases.push(case(
+        "creating a group from a launch configuration",
+        create.with("autoscaling:LaunchConfigurationName", &["any-config"]),
+        false,
+    ));
+    cases.push(case(
+        "switching its group to a launch configuration",
+        Request::new("autoscaling:UpdateAutoScalingGroup", vec![mine.instance_group.clone()])
+            .with("autoscaling:LaunchConfigurationName", &["any-config"]),
+        false,
+    ));
+    let twin = groups_in(OTHER_REGION, ours);
     for action in
         ["autoscaling:UpdateAutoScalingGroup", "autoscaling:DeleteAutoScalingGroup", "autoscaling:PutWarmPool"]
     {
@@ -213,10 +276,16 @@ fn table(ours: &str, theirs: &str, by_tag_key: bool) -> Vec<Case> {
             Request::new(action, vec![mine.autoscaler.clone()]),
             false,
         ));
+        cases.push(case(
+            format!("{action} on the same-name cluster's InstanceGroup group in another region"),
+            Request::new(action, vec![twin.instance_group.clone()]),
+            false,
+        ));
     }
 
     // Launch templates.
     let template = |owner: &str| ec2("launch-template/lt-0abc", &[(OWNER, owner)]);
+    let twin_template = |owner: &str| ec2_in(OTHER_REGION, "launch-template/lt-0abc", &[(OWNER, owner)]);
     cases.extend([
         case(
             "creating a launch template for this cluster",
@@ -251,14 +320,32 @@ fn table(ours: &str, theirs: &str, by_tag_key: bool) -> Vec<Case> {
             false,
         ),
         case("deleting another's template", Request::new("ec2:DeleteLaunchTemplate", vec![template(theirs)]), false),
+        case(
+            "a new version of the same-name cluster's template in another region",
+            Request::new("ec2:CreateLaunchTemplateVersion", vec![twin_template(ours)]),
+            false,
+        ),
+        case(
+            "deleting the same-name cluster's template in another region",
+            Request::new("ec2:DeleteLaunchTemplate", vec![twin_template(ours)]),
+            false,
+        ),
+        case(
+            "creating a launch template in another region",
+            Request::new("ec2:CreateLaunchTemplate", vec![ec2_in(OTHER_REGION, "launch-template/*", &[])])
+                .tagging(&[(OWNER, ours)]),
+            false,
+        ),
     ]);
-    let launch = |from: Option<Resource>| {
+    // RunInstances as Auto Scaling checks it against the caller when a group is created or
+    // changed: the template, and the subnet and security group in their VPC.
+    let launch_in = |region: &str, vpc: (&str, &str), from: Option<Resource>| {
+        let vpc_arn = |v: &str| format!("arn:aws:ec2:{region}:{ACCOUNT}:vpc/{v}");
         let mut resources: Vec<Resource> =
-            ["instance/*", "volume/*", "network-interface/*", "subnet/subnet-1", "security-group/sg-1"]
-                .iter()
-                .map(|k| ec2(k, &[]))
-                .collect();
-        resources.push(Resource { arn: "arn:aws:ec2:eu-west-1::image/ami-1".into(), tags: tags(&[]) });
+            ["instance/*", "volume/*", "network-interface/*"].iter().map(|k| ec2_in(region, k, &[])).collect();
+        resources.push(ec2_in(region, "subnet/subnet-1", &[]).keyed("ec2:Vpc", &vpc_arn(vpc.0)));
+        resources.push(ec2_in(region, "security-group/sg-1", &[]).keyed("ec2:Vpc", &vpc_arn(vpc.1)));
+        resources.push(Resource::new(format!("arn:aws:ec2:{region}::image/ami-1"), tags(&[])));
         let mut request = Request::new("ec2:RunInstances", resources);
         if let Some(t) = from {
             let arn = t.arn.clone();
@@ -267,17 +354,40 @@ fn table(ours: &str, theirs: &str, by_tag_key: bool) -> Vec<Case> {
         }
         request
     };
+    let launch = |from: Option<Resource>| launch_in(REGION, (VPC, VPC), from);
     cases.extend([
         case("launching from its template", launch(Some(template(ours))), true),
         case("launching from another cluster's template", launch(Some(template(theirs))), false),
         case("launching from an untagged template", launch(Some(ec2("launch-template/lt-7", &[]))), false),
         case("launching without a template", launch(None), false),
+        case(
+            "launching from its template into another VPC's subnet",
+            launch_in(REGION, (OTHER_VPC, VPC), Some(template(ours))),
+            false,
+        ),
+        case(
+            "launching from its template with another VPC's security group",
+            launch_in(REGION, (VPC, OTHER_VPC), Some(template(ours))),
+            false,
+        ),
+        case(
+            "launching from the same-name cluster's template in another region",
+            launch_in(OTHER_REGION, (VPC, VPC), Some(twin_template(ours))),
+            false,
+        ),
     ]);
 
     // Node roles.
-    let role = |name: &str, owner: Option<&str>| {
-        let pairs: Vec<(&str, &str)> = owner.map(|o| vec![(OWNER, o)]).unwrap_or_default();
+    let role_in = |region: &str, name: &str, owner: Option<&str>| {
+        let pairs: Vec<(&str, &str)> = owner.map(|o| vec![(OWNER, o), (OWNER_REGION, region)]).unwrap_or_default();
         iam(&format!("role/spots-booster/{name}"), &pairs)
+    };
+    let role = |name: &str, owner: Option<&str>| role_in(REGION, name, owner);
+    let twin_role = role_in(OTHER_REGION, "t", Some(ours));
+    let owned_by = |cluster: &str, region: &str| [(OWNER, cluster.to_string()), (OWNER_REGION, region.to_string())];
+    let tag_owned = |request: Request, cluster: &str, region: &str| {
+        let owner = owned_by(cluster, region);
+        request.tagging(&owner.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>())
     };
     let pass = |r: Resource, to: &str| Request::new("iam:PassRole", vec![r]).with("iam:PassedToService", &[to]);
     let node_defaults = "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy";
@@ -289,17 +399,64 @@ fn table(ours: &str, theirs: &str, by_tag_key: bool) -> Vec<Case> {
         case("passing an administrator's role", pass(iam("role/admin", &[(OWNER, ours)]), "ec2.amazonaws.com"), false),
         case(
             "creating a node role",
-            Request::new("iam:CreateRole", vec![role("n", None)]).tagging(&[(OWNER, ours)]),
+            tag_owned(Request::new("iam:CreateRole", vec![role("n", None)]), ours, REGION),
+            true,
+        ),
+        case(
+            "tagging it as it is created",
+            tag_owned(Request::new("iam:TagRole", vec![role("n", None)]), ours, REGION),
             true,
         ),
         case(
             "creating one for another cluster",
-            Request::new("iam:CreateRole", vec![role("n", None)]).tagging(&[(OWNER, theirs)]),
+            tag_owned(Request::new("iam:CreateRole", vec![role("n", None)]), theirs, REGION),
+            false,
+        ),
+        case(
+            "creating one for the same-name cluster in another region",
+            tag_owned(Request::new("iam:CreateRole", vec![role("n", None)]), ours, OTHER_REGION),
+            false,
+        ),
+        case(
+            "creating one without its region",
+            Request::new("iam:CreateRole", vec![role("n", None)]).tagging(&[(OWNER, ours)]),
             false,
         ),
         case(
             "creating a role outside its path",
-            Request::new("iam:CreateRole", vec![iam("role/n", &[])]).tagging(&[(OWNER, ours)]),
+            tag_owned(Request::new("iam:CreateRole", vec![iam("role/n", &[])]), ours, REGION),
+            false,
+        ),
+        case(
+            "claiming another cluster's role by tagging it",
+            tag_owned(Request::new("iam:TagRole", vec![role("b", Some(theirs))]), ours, REGION),
+            false,
+        ),
+        case(
+            "claiming the same-name cluster's role of another region by tagging it",
+            tag_owned(Request::new("iam:TagRole", vec![twin_role.clone()]), ours, REGION),
+            false,
+        ),
+        case(
+            "passing the same-name cluster's node role of another region",
+            pass(twin_role.clone(), "ec2.amazonaws.com"),
+            false,
+        ),
+        case("deleting it", Request::new("iam:DeleteRole", vec![twin_role.clone()]), false),
+        case(
+            "attaching the node defaults to it",
+            Request::new("iam:AttachRolePolicy", vec![twin_role.clone()]).with("iam:PolicyARN", &[node_defaults]),
+            false,
+        ),
+        case(
+            "deleting a role of its name in another account",
+            Request::new(
+                "iam:DeleteRole",
+                vec![Resource::new(
+                    "arn:aws:iam::444455556666:role/spots-booster/a",
+                    tags(&[(OWNER, ours), (OWNER_REGION, REGION)]),
+                )],
+            ),
             false,
         ),
         case("deleting its node role", Request::new("iam:DeleteRole", vec![role("a", Some(ours))]), true),
@@ -325,19 +482,31 @@ fn table(ours: &str, theirs: &str, by_tag_key: bool) -> Vec<Case> {
 
     // EKS managed node groups (the eks-managed provisioner): created in this cluster carrying the
     // ownership tag, then changed, tagged and deleted only while they carry it.
-    let cluster =
-        |name: &str| Resource { arn: format!("arn:aws:eks:eu-west-1:{ACCOUNT}:cluster/{name}"), tags: tags(&[]) };
-    let node_group = |cluster: &str, owner: Option<&str>| {
+    let cluster_in =
+        |region: &str, name: &str| Resource::new(format!("arn:aws:eks:{region}:{ACCOUNT}:cluster/{name}"), tags(&[]));
+    let cluster = |name: &str| cluster_in(REGION, name);
+    let node_group_in = |region: &str, cluster: &str, owner: Option<&str>| {
         let pairs: Vec<(&str, &str)> = owner.map(|o| vec![(OWNER, o)]).unwrap_or_default();
-        Resource {
-            arn: format!("arn:aws:eks:eu-west-1:{ACCOUNT}:nodegroup/{cluster}/{cluster}-team-batch/0ac5"),
-            tags: tags(&pairs),
-        }
+        Resource::new(
+            format!("arn:aws:eks:{region}:{ACCOUNT}:nodegroup/{cluster}/{cluster}-team-batch/0ac5"),
+            tags(&pairs),
+        )
     };
+    let node_group = |cluster: &str, owner: Option<&str>| node_group_in(REGION, cluster, owner);
     let create =
         |c: &str, owner: &str| Request::new("eks:CreateNodegroup", vec![cluster(c)]).tagging(&[(OWNER, owner)]);
     cases.extend([
         case("creating a node group in this cluster", create(ours, ours), true),
+        case(
+            "creating one in the same-name cluster of another region",
+            Request::new("eks:CreateNodegroup", vec![cluster_in(OTHER_REGION, ours)]).tagging(&[(OWNER, ours)]),
+            false,
+        ),
+        case(
+            "passing the same-name cluster's node role of another region to EKS",
+            pass(twin_role.clone(), "eks.amazonaws.com"),
+            false,
+        ),
         case("creating one in another cluster", create(theirs, theirs), false),
         case("creating one in this cluster tagged for another", create(ours, theirs), false),
         case(
@@ -379,6 +548,11 @@ fn table(ours: &str, theirs: &str, by_tag_key: bool) -> Vec<Case> {
             ("an operator's node group in this cluster", node_group(ours, None), false),
             ("a node group of this cluster tagged for another", node_group(ours, Some(theirs)), false),
             ("another cluster's node group", node_group(theirs, Some(theirs)), false),
+            (
+                "the same-name cluster's node group in another region",
+                node_group_in(OTHER_REGION, ours, Some(ours)),
+                false,
+            ),
         ] {
             cases.push(case(format!("{action} on {what}"), Request::new(action, vec![group]), allowed));
         }
@@ -387,7 +561,7 @@ fn table(ours: &str, theirs: &str, by_tag_key: bool) -> Vec<Case> {
     // Reads reach everything (Describe calls take no resource-level permission).
     for action in ["autoscaling:DescribeAutoScalingGroups", "ec2:DescribeInstances", "ec2:DescribeSpotInstanceRequests"]
     {
-        cases.push(case(action, Request::new(action, vec![Resource { arn: "*".into(), tags: tags(&[]) }]), true));
+        cases.push(case(action, Request::new(action, vec![Resource::new("*", tags(&[]))]), true));
     }
     cases
 }
@@ -422,19 +596,56 @@ fn with_irsa_the_policies_reach_this_cluster_s_resources_and_nothing_of_another_
     assert_scoped(&manifests_for("blue"), "blue", "blue-2", true, &[]);
 }
 
+/// `session` as `made_by` takes it.
+pub(crate) fn as_principal<'s>(session: &'s [(&'static str, String); 2]) -> [(&'static str, &'s str); 2] {
+    [(session[0].0, session[0].1.as_str()), (session[1].0, session[1].1.as_str())]
+}
+
 #[test]
 fn a_role_with_this_cluster_s_policies_associated_with_another_cluster_s_pods_can_do_nothing() {
-    // EKS Pod Identity tags the session with the pod's cluster: blue's policies used from green.
+    // EKS Pod Identity tags the session with the pod's cluster: blue's policies used from green,
+    // and from a cluster named blue too, in another region.
     let policy = manifests_for("blue");
     let mine = groups_of("blue");
-    for action in BOOST {
-        let request = Request::new(action, vec![mine.autoscaler.clone()]).made_by(&[("eks-cluster-name", "green")]);
-        assert_eq!(policy.decide(&request), Decision::ExplicitlyDenied, "{action}");
+    for session in [session_of("green", REGION), session_of("blue", OTHER_REGION)] {
+        for action in BOOST {
+            let request = Request::new(action, vec![mine.autoscaler.clone()]).made_by(&as_principal(&session));
+            assert_eq!(policy.decide(&request), Decision::ExplicitlyDenied, "{action} from {session:?}");
+        }
+        let read = Request::new("autoscaling:DescribeAutoScalingGroups", vec![mine.autoscaler.clone()]);
+        assert_eq!(policy.decide(&read.made_by(&as_principal(&session))), Decision::ExplicitlyDenied);
     }
-    let read = Request::new("autoscaling:DescribeAutoScalingGroups", vec![mine.autoscaler.clone()]);
-    assert_eq!(policy.decide(&read.made_by(&[("eks-cluster-name", "green")])), Decision::ExplicitlyDenied);
     // Associated with its own cluster, all is as with IRSA.
-    assert_scoped(&policy, "blue", "green", true, &[("eks-cluster-name", "blue")]);
+    assert_scoped(&policy, "blue", "green", true, &as_principal(&session_of("blue", REGION)));
+}
+
+/// Every write's resources name the account and, but for IAM's global ones, the region: a
+/// wildcard there would reach a same-name cluster elsewhere.
+#[test]
+fn every_write_resource_is_pinned_to_the_account_and_region() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    for file in FILES {
+        let policy = Policy::parse(&std::fs::read_to_string(dir.join(file)).unwrap());
+        for s in policy.statements().iter().filter(|s| s["Effect"] == "Allow" && s["Sid"] != "Read") {
+            let Some(resources) = s.get("Resource") else {
+                // A NotResource statement reaches only what a pinned launch template describes.
+                assert!(
+                    s["Condition"].to_string().contains("arn:aws:ec2:AWS_REGION:AWS_ACCOUNT_ID:launch-template/"),
+                    "{file}: {s}"
+                );
+                continue;
+            };
+            let listed: Vec<&str> = match resources {
+                serde_json::Value::String(one) => vec![one.as_str()],
+                list => list.as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect(),
+            };
+            for arn in listed {
+                let global = arn.starts_with("arn:aws:iam::");
+                let pinned = arn.contains(":AWS_ACCOUNT_ID:") && (global || arn.contains(":AWS_REGION:"));
+                assert!(pinned, "{file} {}: {arn} is not pinned to the account and region", s["Sid"]);
+            }
+        }
+    }
 }
 
 #[test]
@@ -444,7 +655,7 @@ fn every_write_statement_names_the_cluster_and_each_file_fits_a_managed_policy()
         let text = std::fs::read_to_string(dir.join(file)).unwrap();
         // IAM counts a managed policy's characters without whitespace, up to 6,144; an EKS
         // cluster's name has up to 100.
-        let longest = text.replace(PLACEHOLDER, &"x".repeat(100));
+        let longest = filled(&text, &"x".repeat(100)).replace(REGION, "ap-southeast-4");
         let counted = longest.chars().filter(|c| !c.is_whitespace()).count();
         assert!(counted <= 6144, "{file}: {counted} characters with a 100-character cluster name");
         let policy = Policy::parse(&text);
@@ -456,8 +667,10 @@ fn every_write_statement_names_the_cluster_and_each_file_fits_a_managed_policy()
             // A Deny only narrows what the Allows grant.
             let writes = s["Effect"] == "Allow"
                 && actions.iter().any(|a| !a.contains(":Describe") && !a.contains(":Get") && !a.contains(":List"));
-            let scoped = s["Condition"].to_string().contains(PLACEHOLDER)
-                || s.get("NotResource").is_some() && s["Condition"].to_string().contains("ec2:LaunchTemplate");
+            // RunInstances on what a launch template describes: the template is this cluster's
+            // (its own statement), and the network this cluster's VPC.
+            let launching = actions == ["ec2:RunInstances"] && s["Condition"].to_string().contains("ec2:LaunchTemplate");
+            let scoped = s["Condition"].to_string().contains(PLACEHOLDER) || launching;
             assert!(!writes || scoped, "{file}: a write not scoped to the cluster: {s}");
         }
     }

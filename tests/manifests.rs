@@ -54,6 +54,7 @@ fn every_manifest_parses_and_the_kustomization_lists_them() {
             "prometheusrule.yaml",
             "iam-policy.json",
             "iam-policy-instancegroups.json",
+            "iam-policy-instancegroups-roles.json",
             "iam-policy-eks-managed.json",
             // Opt-in kustomize components (each checked where it is built: tests/chart.rs).
             "components",

@@ -72,6 +72,10 @@ pub const IAM_ACTIONS: &[&str] = &[
     "iam:DetachRolePolicy",
     "iam:GetInstanceProfile",
     "iam:CreateInstanceProfile",
+    // Creating a role or profile with its tags is a TagRole or TagInstanceProfile call too, as
+    // far as IAM is concerned.
+    "iam:TagRole",
+    "iam:TagInstanceProfile",
     "iam:DeleteInstanceProfile",
     "iam:AddRoleToInstanceProfile",
     "iam:RemoveRoleFromInstanceProfile",

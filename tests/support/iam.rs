@@ -16,11 +16,25 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-/// One resource a request touches, with its tags.
+/// One resource a request touches, with its tags and the resource-level condition keys its
+/// service sets on it (`ec2:Vpc` on a subnet, say).
 #[derive(Debug, Clone)]
 pub struct Resource {
     pub arn: String,
     pub tags: BTreeMap<String, String>,
+    pub keys: BTreeMap<String, String>,
+}
+
+impl Resource {
+    pub fn new(arn: impl Into<String>, tags: BTreeMap<String, String>) -> Self {
+        Resource { arn: arn.into(), tags, keys: BTreeMap::new() }
+    }
+
+    /// Sets a resource-level condition key.
+    pub fn keyed(mut self, key: &str, value: &str) -> Self {
+        self.keys.insert(key.to_string(), value.to_string());
+        self
+    }
 }
 
 /// A request as IAM authorizes it: one action on one or more resources, in a context.
@@ -135,6 +149,9 @@ fn context_for(request: &Request, resource: &Resource) -> BTreeMap<String, Vec<S
         for prefix in ["aws", service.as_str()] {
             context.insert(format!("{prefix}:resourcetag/{k}").to_ascii_lowercase(), vec![v.clone()]);
         }
+    }
+    for (k, v) in &resource.keys {
+        context.insert(k.to_ascii_lowercase(), vec![v.clone()]);
     }
     context
 }
