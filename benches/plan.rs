@@ -114,6 +114,7 @@ fn ready_node(
         ready: true,
         cordoned,
         deleting_by_ca: false,
+        cordoned_since: None,
         scale_down_disabled: false,
         opted_out: false,
         created,

@@ -400,6 +400,7 @@ fn ready_node(name: String, instance: InstanceId, group: Option<GroupName>) -> N
         ready: true,
         cordoned: false,
         deleting_by_ca: false,
+        cordoned_since: None,
         scale_down_disabled: false,
         opted_out: false,
         created: Timestamp::EPOCH,

@@ -102,6 +102,9 @@ pub(crate) struct Limits {
     pub(crate) header_read: std::time::Duration,
     /// Open connections at most; past it new ones are closed at once.
     pub connections: usize,
+    /// Open connections at most from one peer address: a pod holding many cannot take every
+    /// slot, so the kubelet's probes (from the node's address) and other scrapers still get one.
+    pub(crate) per_peer: usize,
     /// A connection is closed this long after it opened, whatever it is doing: one that
     /// pipelines requests and never reads the answers (its writes block) holds its slot no
     /// longer. Scrapers and probes reconnect.
@@ -114,13 +117,14 @@ impl Limits {
         Limits {
             header_read: std::time::Duration::from_secs(5),
             connections: 256,
+            per_peer: 32,
             lifetime: std::time::Duration::from_secs(30),
         }
     }
 
     /// For the probes: the kubelet opens one connection per probe and closes it.
     pub(crate) fn probes() -> Self {
-        Limits { connections: 32, lifetime: std::time::Duration::from_secs(10), ..Limits::metrics() }
+        Limits { connections: 32, per_peer: 4, lifetime: std::time::Duration::from_secs(10), ..Limits::metrics() }
     }
 }
 
@@ -136,15 +140,20 @@ pub async fn bind(
     let listener = TcpListener::bind(address).await.map_err(failed)?;
     let bound = listener.local_addr().map_err(failed)?;
     let slots = Arc::new(Semaphore::new(limits.connections));
+    let peers = PeerCounts::default();
     let server = async move {
         loop {
-            let stream = match listener.accept().await {
-                Ok((stream, _)) => stream,
+            let (stream, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
                 Err(e) => {
                     debug!(error = %e, "admin accept failed; backing off");
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                     continue;
                 }
+            };
+            let Some(peer_slot) = peers.take(peer.ip(), limits.per_peer) else {
+                debug!(%peer, "admin connection refused: too many open from this peer");
+                continue;
             };
             let Ok(slot) = slots.clone().try_acquire_owned() else {
                 debug!("admin connection refused: too many open");
@@ -152,7 +161,7 @@ pub async fn bind(
             };
             let endpoints = endpoints.clone();
             tokio::spawn(async move {
-                let _slot = slot;
+                let _slots = (slot, peer_slot);
                 let service = service_fn(move |req: Request<Incoming>| {
                     let response = route(req.method(), req.uri().path(), &endpoints);
                     async move { Ok::<_, Infallible>(response) }
@@ -170,6 +179,41 @@ pub async fn bind(
         }
     };
     Ok((bound, server))
+}
+
+/// Open connections by peer address.
+#[derive(Debug, Clone, Default)]
+struct PeerCounts(Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>);
+
+/// One open connection from a peer, counted until dropped.
+struct PeerSlot {
+    counts: PeerCounts,
+    peer: std::net::IpAddr,
+}
+
+impl PeerCounts {
+    /// A slot for `peer` if it holds fewer than `most` now.
+    fn take(&self, peer: std::net::IpAddr, most: usize) -> Option<PeerSlot> {
+        let mut counts = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let open = counts.entry(peer).or_default();
+        if *open >= most {
+            return None;
+        }
+        *open += 1;
+        Some(PeerSlot { counts: self.clone(), peer })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut counts = self.counts.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(open) = counts.get_mut(&self.peer) {
+            *open -= 1;
+            if *open == 0 {
+                counts.remove(&self.peer);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -237,6 +281,39 @@ mod tests {
         }
         let body = get(addr, "/livez").await;
         assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
+    }
+
+    /// A pod holding as many connections as it can never takes the probes' every slot: past
+    /// its per-peer share its connections are closed at once, and another address (the
+    /// kubelet's) is still answered.
+    #[tokio::test]
+    async fn one_peer_holding_connections_cannot_starve_the_probes_from_another() {
+        let (addr, server) = bind("127.0.0.1:0", probes(true), Limits::probes()).await.unwrap();
+        tokio::spawn(server);
+        let mut held = Vec::new();
+        for _ in 0..64 {
+            held.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        // Past its share, the hoarder's connections are closed at once (EOF, not a timeout).
+        let mut closed = 0;
+        for s in &mut held {
+            let mut buf = [0u8; 1];
+            let read = tokio::time::timeout(std::time::Duration::from_millis(200), s.read(&mut buf)).await;
+            closed += usize::from(matches!(read, Ok(Ok(0)) | Ok(Err(_))));
+        }
+        assert_eq!(closed, 64 - Limits::probes().per_peer, "all but its share are closed");
+        // Another address on loopback (the kubelet, in the pod's network), answered at once.
+        let kubelet = tokio::net::TcpSocket::new_v4().unwrap();
+        kubelet.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        let mut stream = kubelet.connect(addr).await.unwrap();
+        stream.write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+        let mut body = String::new();
+        tokio::time::timeout(std::time::Duration::from_secs(2), stream.read_to_string(&mut body))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
+        drop(held);
     }
 
     #[tokio::test]

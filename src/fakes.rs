@@ -971,7 +971,7 @@ impl FakeRig {
 }
 
 /// What [`FakeInstanceGroupStore`] holds: the objects and every side effect, for assertions.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct InstanceGroupStoreState {
     /// InstanceGroups by `(namespace, name)`.
     pub groups: BTreeMap<(String, String), crate::instancegroup::InstanceGroup>,
@@ -979,7 +979,8 @@ pub struct InstanceGroupStoreState {
     pub config: Option<BTreeMap<String, String>>,
     /// Namespaces annotated `config-excluded: "true"`.
     pub excluded: BTreeSet<String>,
-    /// `kube-system/aws-auth` data; `None` until first written.
+    /// `kube-system/aws-auth` data; `None` when it does not exist (as on a cluster EKS has not
+    /// made one for): the daemon never creates it, so mapping a role then fails.
     pub aws_auth: Option<BTreeMap<String, String>>,
     /// The roles the daemon mapped in aws-auth (its ownership annotation).
     pub aws_auth_owned: BTreeSet<String>,
@@ -993,6 +994,24 @@ pub struct InstanceGroupStoreState {
     pub crds: BTreeMap<String, crate::instancegroup::store::CustomKind>,
     /// Custom resources by `(plural, namespace, name)`.
     pub custom: BTreeMap<(String, String, String), serde_json::Value>,
+}
+
+impl Default for InstanceGroupStoreState {
+    /// An empty cluster with an empty aws-auth, as EKS makes it.
+    fn default() -> Self {
+        InstanceGroupStoreState {
+            groups: BTreeMap::new(),
+            config: None,
+            excluded: BTreeSet::new(),
+            aws_auth: Some(BTreeMap::new()),
+            aws_auth_owned: BTreeSet::new(),
+            rotations: Vec::new(),
+            events: Vec::new(),
+            status_writes: 0,
+            crds: BTreeMap::new(),
+            custom: BTreeMap::new(),
+        }
+    }
 }
 
 /// InstanceGroups, ConfigMaps and aws-auth in memory, with the API server's finalizer semantics:
@@ -1098,7 +1117,10 @@ impl crate::instancegroup::store::AwsAuth for FakeInstanceGroupStore {
     async fn upsert_aws_auth(&self, role_arn: &str) -> Result<(), crate::instancegroup::store::StoreError> {
         let mut guard = lock(&self.0);
         let state = &mut *guard;
-        let data = state.aws_auth.get_or_insert_with(BTreeMap::new);
+        let Some(data) = state.aws_auth.as_mut() else {
+            let missing = crate::instancegroup::aws_auth::EditAwsAuthError::Missing { role_arn: role_arn.to_string() };
+            return Err(missing.into());
+        };
         crate::instancegroup::aws_auth::upsert_node_role(data, &mut state.aws_auth_owned, role_arn)?;
         Ok(())
     }

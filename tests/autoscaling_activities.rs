@@ -240,6 +240,7 @@ async fn a_boost_into_a_pool_without_capacity_lands_in_its_fallback_through_the_
             ready: true,
             cordoned: false,
             deleting_by_ca: false,
+            cordoned_since: None,
             scale_down_disabled: false,
             opted_out: false,
             created: Timestamp::EPOCH,

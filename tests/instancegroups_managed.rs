@@ -113,7 +113,15 @@ async fn an_eks_managed_group_is_created_ready_resized_has_eks_side_edits_revert
     let iam = aws_sdk_iam::Client::new(&config);
     let policies = iam.list_attached_role_policies().role_name(node_role()).send().await.unwrap();
     assert_eq!(policies.attached_policies().len(), 3, "the eks provisioner's node defaults");
-    assert!(store.state().aws_auth.is_none(), "EKS maps a managed node group's role itself");
+    assert!(
+        store
+            .state()
+            .aws_auth
+            .as_ref()
+            .is_some_and(|d| d.get("mapRoles").is_none_or(|m| m.trim().is_empty() || m.trim() == "[]")),
+        "EKS maps a managed node group's role itself: {:?}",
+        store.state().aws_auth
+    );
 
     assert_eq!(reconcile(&r, &store).await.1, State::Ready);
     assert_eq!(stats.calls("CreateNodegroup"), 1);

@@ -210,6 +210,7 @@ fn join_nodes(view: &InMemoryCluster, group: &aws_sdk_autoscaling::types::AutoSc
             ready: true,
             cordoned: false,
             deleting_by_ca: false,
+            cordoned_since: None,
             scale_down_disabled: false,
             opted_out: false,
             created: Timestamp::EPOCH,

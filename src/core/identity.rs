@@ -20,6 +20,8 @@ use super::model::{InstanceFacts, InstanceId, Node, NodeName, Snapshot};
 pub enum Distrust {
     /// The Node is neither cordoned nor tainted, which NTH always does to a node it acts on.
     NotCordoned,
+    /// The Node was cordoned well before the notice: not NTH's answer to it (an operator's).
+    CordonedBeforeNotice,
     /// A kind EC2 sends only to spot instances, about an instance AWS says is on-demand.
     NotSpot,
     /// EC2 has not described the instance the Node names (not asked yet, or gone): neither the
@@ -45,6 +47,7 @@ impl Distrust {
     pub fn as_str(self) -> &'static str {
         match self {
             Distrust::NotCordoned => "not-cordoned",
+            Distrust::CordonedBeforeNotice => "cordoned-before-notice",
             Distrust::NotSpot => "not-spot",
             Distrust::InstanceNotDescribed => "instance-not-described",
             Distrust::IdentityMismatch => "identity-mismatch",
@@ -57,9 +60,10 @@ impl Distrust {
     }
 
     /// Every verdict, for metric labels.
-    pub const ALL: [Distrust; 9] = [
+    pub const ALL: [Distrust; 10] = [
         Distrust::NotFromNth,
         Distrust::NotCordoned,
+        Distrust::CordonedBeforeNotice,
         Distrust::NotSpot,
         Distrust::InstanceNotDescribed,
         Distrust::IdentityMismatch,
@@ -112,27 +116,86 @@ pub(crate) fn event_about(claim: EventClaim<'_>, node: NamedNode<'_>) -> Result<
     }
 }
 
-/// The instances more than one Node claims, each with the claimant believed: the one Node whose
-/// name EC2 gave that instance (its private DNS name, or its id). Any Node may name any instance
-/// in its providerID, so a claim alone decides nothing; when both or neither carry EC2's name,
-/// none is believed (and the instance's notices are refused, which the refusals' metric shows).
+/// How strongly a Node's claim to an instance stands, to choose between several claimants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Claim {
+    /// Neither its name nor its address is the instance's.
+    Bare,
+    /// A custom name (not one EC2 hands out), reporting the instance's private address.
+    Addressed,
+    /// Its name is the one EC2 gave the instance.
+    Named,
+}
+
+/// How strongly `node` claims `instance`, given EC2's description of it.
+pub(crate) fn claim(node: &Node, instance: &InstanceId, facts: Option<&InstanceFacts>) -> Claim {
+    if named_by_ec2(node, instance, facts) {
+        Claim::Named
+    } else if !ec2_shaped(node.name.as_bytes())
+        && facts.and_then(|f| f.private_ip.as_ref()).is_some_and(|ip| node.internal_ips.iter().any(|a| a == ip))
+    {
+        Claim::Addressed
+    } else {
+        Claim::Bare
+    }
+}
+
+/// Of several claimants to one instance, which to believe: tallies each claim's strength, then
+/// names the one claimant with the strongest claim, if exactly one holds it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Claimants<'n> {
+    count: u32,
+    best: Option<Claim>,
+    holding_best: u32,
+    believed: Option<&'n Node>,
+}
+
+impl<'n> Claimants<'n> {
+    /// Counts `node`'s claim to `instance`.
+    pub(crate) fn add(&mut self, node: &'n Node, instance: &InstanceId, facts: Option<&InstanceFacts>) {
+        self.count += 1;
+        let strength = claim(node, instance, facts);
+        if strength == Claim::Bare {
+            return;
+        }
+        match self.best.map(|b| strength.cmp(&b)) {
+            None | Some(std::cmp::Ordering::Greater) => {
+                self.best = Some(strength);
+                self.holding_best = 1;
+                self.believed = Some(node);
+            }
+            Some(std::cmp::Ordering::Equal) => self.holding_best += 1,
+            Some(std::cmp::Ordering::Less) => {}
+        }
+    }
+
+    /// How many Nodes claim the instance.
+    pub(crate) fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// The claimant believed: the one whose name EC2 gave the instance, or, when none carries
+    /// it, the one custom-named Node reporting its private address; `None` when two hold the
+    /// strongest claim, or none holds any.
+    pub(crate) fn believed(&self) -> Option<&'n Node> {
+        self.believed.filter(|_| self.holding_best == 1)
+    }
+}
+
+/// The instances more than one Node claims, each with the claimant believed (see
+/// [`Claimants::believed`]): the one Node whose name EC2 gave that instance (its private DNS
+/// name, or its id), or with custom names the one reporting the instance's private address. Any
+/// Node may name any instance in its providerID, so a claim alone decides nothing; when two
+/// carry the strongest evidence, or none carries any, none is believed (and the instance's
+/// notices are refused, which the refusals' metric shows).
 pub(crate) fn contested(snapshot: &Snapshot) -> FastMap<&InstanceId, Option<&NodeName>> {
-    let mut claims: FastMap<&InstanceId, (u32, u32, Option<&NodeName>)> =
+    let mut claims: FastMap<&InstanceId, Claimants<'_>> =
         FastMap::with_capacity_and_hasher(snapshot.nodes.len(), Default::default());
     for node in snapshot.nodes.values() {
         let Some(instance) = node.instance.as_ref() else { continue };
-        let (count, named, believed) = claims.entry(instance).or_default();
-        *count += 1;
-        if named_by_ec2(node, instance, snapshot.instances.get(instance)) {
-            *named += 1;
-            *believed = Some(&node.name);
-        }
+        claims.entry(instance).or_default().add(node, instance, snapshot.instances.get(instance));
     }
-    claims
-        .into_iter()
-        .filter(|(_, (count, _, _))| *count > 1)
-        .map(|(i, (_, named, believed))| (i, believed.filter(|_| named == 1)))
-        .collect()
+    claims.into_iter().filter(|(_, c)| c.count() > 1).map(|(i, c)| (i, c.believed().map(|n| &n.name))).collect()
 }
 
 /// Whether `node` is verified as the instance it names, given the instances [`contested`].
@@ -304,7 +367,8 @@ mod tests {
         assert_eq!(verify(&s, &contested, &real), Err(Distrust::ClaimedTwice));
         assert_eq!(verify(&s, &contested, &twin), Err(Distrust::ClaimedTwice));
 
-        // Neither does: neither is believed, though the address would verify a lone custom name.
+        // Neither does, and both report the instance's address: neither is believed, though the
+        // address would verify a lone custom name.
         let mut s = Snapshot::default().with_group(Group::test("g"));
         s.instances.insert("i-0a".into(), facts("ip-10-0-1-2.ec2.internal", "10.0.1.2"));
         for n in [node("workers-7", "i-0a", &["10.0.1.2"]), node("workers-8", "i-0a", &["10.0.1.2"])] {
@@ -312,5 +376,32 @@ mod tests {
         }
         let contested = super::contested(&s);
         assert!(s.nodes.values().all(|n| verify(&s, &contested, n) == Err(Distrust::ClaimedTwice)));
+    }
+
+    /// Custom node names: of two claimants, the one reporting the address EC2 gives the
+    /// instance is believed, so a Node naming another's instance cannot silence the real one.
+    #[test]
+    fn of_two_custom_named_claimants_the_one_ec2_s_address_names_is_believed() {
+        let mut s = Snapshot::default().with_group(Group::test("g"));
+        s.instances.insert("i-0a".into(), facts("ip-10-0-1-2.ec2.internal", "10.0.1.2"));
+        let real = node("workers-7", "i-0a", &["10.0.1.2"]);
+        let impostor = node("workers-8", "i-0a", &["10.0.9.9"]);
+        for n in [&real, &impostor] {
+            s.nodes.insert(n.name.clone(), n.clone());
+        }
+        let contested = contested(&s);
+        assert_eq!(verify(&s, &contested, &real), Ok(()));
+        assert_eq!(verify(&s, &contested, &impostor), Err(Distrust::ClaimedTwice));
+        // An EC2-shaped impostor name reporting the address holds no claim by it.
+        let shaped = node("ip-10-0-9-9.ec2.internal", "i-0a", &["10.0.1.2"]);
+        s.nodes.insert(shaped.name.clone(), shaped.clone());
+        let contested = super::contested(&s);
+        assert_eq!(verify(&s, &contested, &real), Ok(()), "{contested:?}");
+        // The name EC2 gave outranks any address.
+        let named = node("ip-10-0-1-2.ec2.internal", "i-0a", &[]);
+        s.nodes.insert(named.name.clone(), named.clone());
+        let contested = super::contested(&s);
+        assert_eq!(verify(&s, &contested, &named), Ok(()));
+        assert_eq!(verify(&s, &contested, &real), Err(Distrust::ClaimedTwice));
     }
 }

@@ -381,6 +381,10 @@ pub struct Node {
     pub ready: bool,
     /// `spec.unschedulable`.
     pub cordoned: bool,
+    /// When the watch first saw this cordon (`None`: not cordoned, or not known): a cordon
+    /// already there well before an Event's notice is no answer to it (see `core::signals`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cordoned_since: Option<Timestamp>,
     /// Tainted `ToBeDeletedByClusterAutoscaler`: CA is removing it, so it is neither boosted for
     /// nor drained.
     pub deleting_by_ca: bool,
@@ -1128,6 +1132,7 @@ pub mod builders {
                 ready: true,
                 cordoned: false,
                 deleting_by_ca: false,
+                cordoned_since: None,
                 scale_down_disabled: false,
                 opted_out: false,
                 created: Timestamp::EPOCH,

@@ -47,6 +47,7 @@ fn node_strategy(group: usize, index: usize) -> impl Strategy<Value = Node> {
             ready,
             cordoned,
             deleting_by_ca: deleting,
+            cordoned_since: None,
             scale_down_disabled: false,
             opted_out: false,
             created: Timestamp::from_millis(created),

@@ -3,6 +3,7 @@
 //! nothing should be done for it.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -224,20 +225,16 @@ pub(crate) fn fold_signals_with_nodes<'s>(
             if node.name == folding.risk.node {
                 folding.node = Some(node);
             }
-            // Which claimant EC2 named matters only once a second one shows up (rarely).
-            let claimants = match folding.claims {
-                1 => {
-                    folding.first_claimant = Some(node);
-                    [None, None]
+            // Which claimant to believe matters only once a second one shows up (rarely).
+            if folding.claims == 1 {
+                folding.first_claimant = Some(node);
+            } else {
+                if folding.claims == 2 {
+                    if let Some(first) = folding.first_claimant {
+                        folding.claimants.add(first, &folding.risk.instance, folding.facts);
+                    }
                 }
-                2 => [folding.first_claimant, Some(node)],
-                _ => [Some(node), None],
-            };
-            for claimant in claimants.into_iter().flatten() {
-                if identity::named_by_ec2(claimant, &folding.risk.instance, folding.facts) {
-                    folding.named_by_ec2 += 1;
-                    folding.ec2_named = Some(claimant);
-                }
+                folding.claimants.add(node, &folding.risk.instance, folding.facts);
             }
         }
     }
@@ -299,8 +296,8 @@ fn returning_home<'s>(
 }
 
 /// A signalled instance while its signals fold: the node that runs it under the name the first
-/// signal gave, EC2's facts, how many Nodes claim it, and how many of those (and the last one)
-/// carry the name EC2 gave it.
+/// signal gave, EC2's facts, how many Nodes claim it, and, once several do, how strongly each
+/// claims it (see [`identity::Claimants`]).
 struct Folding<'s> {
     risk: AtRisk,
     node: Option<&'s Node>,
@@ -308,8 +305,8 @@ struct Folding<'s> {
     claims: u32,
     /// The first Node claiming it.
     first_claimant: Option<&'s Node>,
-    named_by_ec2: u32,
-    ec2_named: Option<&'s Node>,
+    /// The claimants, tallied once a second one shows up.
+    claimants: identity::Claimants<'s>,
     /// Its signals of kinds that take the instance at a set time.
     notices: Vec<&'s Signal>,
     /// Whether a Node's own word (an Event about it, its taint or rotation mark) came through
@@ -334,8 +331,7 @@ impl<'s> Folding<'s> {
             facts: None,
             claims: 0,
             first_claimant: None,
-            named_by_ec2: 0,
-            ec2_named: None,
+            claimants: identity::Claimants::default(),
             notices: Vec::new(),
             carriers_differ: false,
         }
@@ -366,15 +362,15 @@ impl<'s> Folding<'s> {
     }
 
     /// The Node believed to run the instance (its sole claimant, or of several the one EC2
-    /// named), with the instance's signals narrowed to those that Node carries and the
+    /// named, or with custom names the one reporting EC2's address for it), with the instance's signals narrowed to those that Node carries and the
     /// ledger's. A Node may name any instance in its providerID, and an Event about it, its taint
     /// or its rotation mark speak for that Node alone: one that claims another's instance never
     /// puts the real node at risk. `(node, true)` when believed; `(the first signal's node,
-    /// false)` when several claim it and EC2 named none or more than one of them.
+    /// false)` when several claim it and none, or more than one, holds the strongest claim.
     fn believed(&mut self, snapshot: &'s Snapshot) -> Result<(Option<&'s Node>, bool), DropReason> {
         let believed = match self.claims {
             1 => self.first_claimant,
-            n if n > 1 && self.named_by_ec2 == 1 => self.ec2_named,
+            n if n > 1 && self.claimants.believed().is_some() => self.claimants.believed(),
             _ => return Ok((self.node, self.claims <= 1)),
         };
         let Some(believed) = believed else { return Ok((None, true)) };
@@ -432,7 +428,7 @@ fn admit<'s>(
     // against EC2 at every pass, so a Node registered later under its providerID takes nothing.
     identity::verify_against(node, seen.facts, seen.claimed_twice).map_err(DropReason::Untrusted)?;
     if !boosted {
-        trusted(snapshot, (risk, seen.facts), node.cordoned).map_err(DropReason::Untrusted)?;
+        trusted(snapshot, (risk, seen.facts), node).map_err(DropReason::Untrusted)?;
     }
     let group = node.group.as_ref().ok_or(DropReason::NoGroup)?;
     let described = known.get(group).ok_or(DropReason::NoGroup)?;
@@ -467,21 +463,28 @@ fn admit<'s>(
     Ok((group, node))
 }
 
-/// An at-risk instance only Events speak for counts once its node is cordoned (NTH's first act)
-/// and AWS agrees the notice could be real: spot-only kinds about a spot instance, scheduled
-/// maintenance about an instance EC2 lists a scheduled event for. Taints, rotations and the
-/// ledger vouch by themselves: only those allowed to patch Nodes or write the ledger could have
-/// made them. Either way the Node has been verified as the instance first (see [`identity`]).
-fn trusted(
-    snapshot: &Snapshot,
-    (risk, facts): (&AtRisk, Option<&InstanceFacts>),
-    cordoned: bool,
-) -> Result<(), Distrust> {
+/// How long before an instance's first notice its node's cordon may have been seen and still
+/// count as NTH's answer to it (NTH cordons right after it writes its Event; the Event's own
+/// time may run up to a minute behind the watch).
+pub const CORDON_LEAD: Duration = Duration::from_secs(60);
+
+/// An at-risk instance only Events speak for counts once its node is cordoned in answer to the
+/// notice (NTH's first act: a cordon the watch saw more than [`CORDON_LEAD`] before the first
+/// notice is someone else's, an operator's, and vouches for nothing unless EC2 confirms the
+/// notice) and AWS agrees the notice could be real: spot-only kinds about a spot instance,
+/// scheduled maintenance about an instance EC2 lists a scheduled event for. Taints, rotations
+/// and the ledger vouch by themselves: only those allowed to patch Nodes or write the ledger
+/// could have made them. Either way the Node has been verified as the instance first (see
+/// [`identity`]).
+fn trusted(snapshot: &Snapshot, (risk, facts): (&AtRisk, Option<&InstanceFacts>), node: &Node) -> Result<(), Distrust> {
     if risk.evidence.iter().any(|e| e != Evidence::Event) {
         return Ok(());
     }
-    if !cordoned {
+    if !node.cordoned {
         return Err(Distrust::NotCordoned);
+    }
+    if node.cordoned_since.is_some_and(|since| since.plus(CORDON_LEAD) < risk.first_seen) && !risk.confirmed {
+        return Err(Distrust::CordonedBeforeNotice);
     }
     if risk.kinds.iter().any(|k| k.spot_only()) {
         match facts.map(|f| f.lifecycle) {
@@ -661,6 +664,30 @@ mod tests {
         assert!(confirmed(&s), "EC2 marked the spot request for termination");
     }
 
+    /// A cordon an operator set before the notice is not NTH's answer to it: an Event-only
+    /// rebalance recommendation on such a node (no opt-out pod anywhere) moves nothing, one on a
+    /// node cordoned right after it counts, and EC2's confirmation counts whoever cordoned.
+    #[test]
+    fn an_event_on_a_node_an_operator_cordoned_beforehand_moves_nothing_until_ec2_confirms() {
+        let at = |secs: i64| Timestamp::from_millis(secs * 1_000);
+        let mut s = snapshot().with_signal(Signal { observed_at: at(3_600), ..event("n1", SignalKind::Rebalance) });
+        let n1 = s.nodes.get_mut(&NodeName::from("n1")).unwrap();
+        n1.cordoned = true;
+        n1.cordoned_since = Some(at(0));
+        let now = at(3_601);
+        let why_at = |s: &Snapshot| fold_signals(s, &Policy::default(), now).dropped.first().map(|d| d.reason.clone());
+        assert_eq!(why_at(&s), Some(DropReason::Untrusted(Distrust::CordonedBeforeNotice)));
+        // NTH's own cordon lands just after (or a few seconds before) its Event: it counts.
+        s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned_since = Some(at(3_600 - 30));
+        assert_eq!(why_at(&s), None);
+        // A spot interruption EC2 confirms counts on the operator's cordon too.
+        s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned_since = Some(at(0));
+        s.signals = vec![Signal { observed_at: at(3_600), ..event("n1", SignalKind::SpotInterruption) }];
+        assert_eq!(why_at(&s), Some(DropReason::Untrusted(Distrust::CordonedBeforeNotice)));
+        s.spot_interrupted.insert("i-n1".into());
+        assert_eq!(why_at(&s), None);
+    }
+
     #[test]
     fn the_first_notice_that_passed_its_check_sets_the_deadline() {
         let deadline = |s: &Snapshot| {
@@ -763,6 +790,36 @@ mod tests {
         s.nodes.remove(&NodeName::from("i-n1"));
         s.nodes.insert("n8".into(), Node::test("n8", "spot-a").with_instance("i-n1"));
         s.signals = vec![Signal { instance: "i-n1".into(), ..Signal::interruption("n9", 0) }];
+        assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::ClaimedTwice)));
+    }
+
+    /// Custom node names: a Node naming the instance of `workers-1` (and reporting another
+    /// address) does not silence it; `workers-1` reports the address EC2 gives the instance.
+    #[test]
+    fn with_custom_names_the_claimant_ec2_s_address_names_keeps_its_notices() {
+        let mut s = snapshot();
+        let facts = s.instances.get_mut(&InstanceId::from("i-n1")).unwrap();
+        facts.private_dns_name = Some("ip-10-0-1-1.ec2.internal".into());
+        facts.private_ip = Some("10.0.1.1".into());
+        s.nodes.remove(&NodeName::from("n1"));
+        let mut real = Node::test("workers-1", "spot-a").with_instance("i-n1");
+        real.internal_ips = vec!["10.0.1.1".into()];
+        let mut impostor = Node::test("workers-9", "spot-a").with_instance("i-n1");
+        impostor.internal_ips = vec!["10.0.9.9".into()];
+        s.nodes.insert(real.name.clone(), real);
+        s.nodes.insert(impostor.name.clone(), impostor);
+        s.signals = vec![Signal { instance: "i-n1".into(), ..Signal::interruption("workers-1", 0) }];
+        assert_eq!(why(&s), None, "the real node's notice counts");
+        let set = fold_signals(&s, &Policy::default(), Timestamp::EPOCH);
+        assert_eq!(
+            set.by_group[&GroupName::from("spot-a")][&InstanceId::from("i-n1")].node,
+            NodeName::from("workers-1")
+        );
+        s.signals = vec![Signal { instance: "i-n1".into(), ..Signal::interruption("workers-9", 0) }];
+        assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::IdentityMismatch)), "the impostor's moves nothing");
+        // Both report the address: neither is believed.
+        s.nodes.get_mut(&NodeName::from("workers-9")).unwrap().internal_ips = vec!["10.0.1.1".into()];
+        s.signals = vec![Signal { instance: "i-n1".into(), ..Signal::interruption("workers-1", 0) }];
         assert_eq!(why(&s), Some(DropReason::Untrusted(Distrust::ClaimedTwice)));
     }
 

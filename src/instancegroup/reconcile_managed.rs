@@ -184,7 +184,11 @@ mod tests {
         );
         assert_eq!(status.active_scaling_group_name, NAME);
         assert!(cloud.state().groups.is_empty(), "no Auto Scaling group is created or touched");
-        assert!(store.0.lock().unwrap().aws_auth.is_none(), "EKS maps a managed node group's role itself");
+        let aws_auth = store.0.lock().unwrap().aws_auth.clone();
+        assert!(
+            aws_auth.as_ref().is_some_and(|d| d.get("mapRoles").is_none()),
+            "EKS maps a managed node group's role itself: {aws_auth:?}"
+        );
     }
 
     #[tokio::test]

@@ -251,7 +251,6 @@ pub const PERMISSIONS: &[Permission] = &[
     p("", "configmaps", "watch", Scope::InstanceManager, Some(Named::InstanceManagerConfig)),
     p("", "configmaps", "get", Scope::KubeSystem, Some(Named::AwsAuth)),
     p("", "configmaps", "update", Scope::KubeSystem, Some(Named::AwsAuth)),
-    p("", "configmaps", "create", Scope::KubeSystem, None),
 ];
 
 impl Permission {

@@ -142,6 +142,8 @@ pub fn node_from_kube(node: &KubeNode) -> Result<WatchedNode, ConvertError> {
             group: None,
             ready,
             cordoned: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+            // The watch knows when it first saw the cordon; a Node alone does not say.
+            cordoned_since: None,
             deleting_by_ca: spec
                 .and_then(|s| s.taints.as_ref())
                 .is_some_and(|ts| ts.iter().any(|t| t.key == CA_DELETION_TAINT)),

@@ -164,6 +164,8 @@ struct Store {
     signals: HashMap<SignalKey, SeenSignal>,
     /// When each tainted node's taint was first seen.
     taint_seen: HashMap<NodeName, Timestamp>,
+    /// When each cordoned node's cordon was first seen (dropped once it is uncordoned).
+    cordon_seen: HashMap<NodeName, Timestamp>,
     ca: BTreeMap<GroupName, CaGroupView>,
     ca_time: Option<Timestamp>,
     /// When the watch last saw a status that parsed, on the injected clock.
@@ -586,6 +588,11 @@ impl KubeCluster {
                     store.taint_seen.entry(n).or_insert(now);
                     tainted = true;
                 }
+                let Store { cordon_seen, nodes, .. } = &mut *store;
+                cordon_seen.retain(|n, _| nodes.get(n).is_some_and(|w| w.node.cordoned));
+                for (name, _) in nodes.iter().filter(|(_, w)| w.node.cordoned) {
+                    cordon_seen.entry(name.clone()).or_insert(now);
+                }
             }
             Change::Upsert(n) => {
                 let name = n.node.name.clone();
@@ -603,12 +610,18 @@ impl KubeCluster {
                 } else {
                     store.taint_seen.remove(&name);
                 }
+                if n.node.cordoned {
+                    store.cordon_seen.entry(name.clone()).or_insert_with(|| (self.clock)());
+                } else {
+                    store.cordon_seen.remove(&name);
+                }
                 // A node's signals wait for its providerID: a node update may complete them.
                 tainted |= store.signals.values().any(|s| s.signal.node == name);
                 store.nodes.insert(name, n);
             }
             Change::Remove(n) => {
                 store.taint_seen.remove(&n.node.name);
+                store.cordon_seen.remove(&n.node.name);
                 store.nodes.remove(&n.node.name);
                 store.signals.retain(|_, s| s.signal.node != n.node.name);
             }
@@ -836,6 +849,7 @@ impl ClusterView for KubeCluster {
         let signalled = Signalled::by(state.signals.iter());
         for (name, w) in &store.nodes {
             let mut node = w.node.clone();
+            node.cordoned_since = store.cordon_seen.get(name).copied().filter(|_| node.cordoned);
             // Draining nodes are cordoned: their pods must be seen even if their signal is not.
             if pods_in_view(&node, &signalled) {
                 node.pods = store.pods_of(name);
@@ -935,6 +949,34 @@ mod tests {
         assert!(first.nodes[&NodeName::from("n2")].pods.is_empty(), "not of the others");
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(c.current().unwrap().signals[0].observed_at, first.signals[0].observed_at, "no drift");
+    }
+
+    /// When a cordon was first seen stays put while it lasts, and starts again once the node was
+    /// uncordoned: what tells an operator's earlier cordon from NTH's answer to a notice.
+    #[test]
+    fn a_cordon_is_dated_when_first_seen_and_forgotten_once_lifted() {
+        let c = cluster(false);
+        let cordoned = |name: &str| {
+            let mut n = node(name, None);
+            n.node.cordoned = true;
+            n
+        };
+        synced(&c, vec![cordoned("n1"), node("n2", None)], Vec::new());
+        let first = c.current().unwrap();
+        let since = first.nodes[&NodeName::from("n1")].cordoned_since.expect("dated");
+        assert_eq!(first.nodes[&NodeName::from("n2")].cordoned_since, None);
+        std::thread::sleep(Duration::from_millis(5));
+        c.apply_nodes(&mut c.write(), Change::Upsert(cordoned("n1")));
+        assert_eq!(c.current().unwrap().nodes[&NodeName::from("n1")].cordoned_since, Some(since), "an update keeps it");
+        c.apply_nodes(&mut c.write(), Change::Upsert(node("n1", None)));
+        assert_eq!(c.current().unwrap().nodes[&NodeName::from("n1")].cordoned_since, None);
+        std::thread::sleep(Duration::from_millis(5));
+        c.apply_nodes(&mut c.write(), Change::Upsert(cordoned("n1")));
+        let again = c.current().unwrap().nodes[&NodeName::from("n1")].cordoned_since.unwrap();
+        assert!(again > since, "a new cordon is dated anew");
+        // A relist keeps what it knew.
+        c.apply_nodes(&mut c.write(), Change::Reset(vec![cordoned("n1")]));
+        assert_eq!(c.current().unwrap().nodes[&NodeName::from("n1")].cordoned_since, Some(again));
     }
 
     #[test]

@@ -710,6 +710,7 @@ impl World {
                     ready: true,
                     cordoned: n.cordoned,
                     deleting_by_ca: false,
+                    cordoned_since: None,
                     scale_down_disabled: false,
                     opted_out: false,
                     created: n.created,

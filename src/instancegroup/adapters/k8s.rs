@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node as KubeNode, ObjectReference};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ApiResource, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource};
 use serde_json::json;
@@ -77,10 +77,11 @@ impl KubeInstanceGroups {
     }
 
     /// Applies `edit` to aws-auth's data and writes it back guarded by its resourceVersion,
-    /// reading again on a conflict. `create` says whether a missing ConfigMap is created.
+    /// reading again on a conflict. A missing ConfigMap is never created (no `create` in
+    /// kube-system): `missing` says what that is.
     async fn edit_aws_auth(
         &self,
-        create: bool,
+        missing: impl Fn() -> Result<(), StoreError>,
         edit: impl Fn(&mut BTreeMap<String, String>, &mut BTreeSet<String>) -> Result<bool, EditAwsAuthError>,
     ) -> Result<(), StoreError> {
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), aws_auth::NAMESPACE);
@@ -88,26 +89,7 @@ impl KubeInstanceGroups {
         for attempt in 1..=AWS_AUTH_ATTEMPTS {
             let current = api.get_opt(aws_auth::NAME).await.map_err(|e| api_error("get", object.clone(), e))?;
             let result = match current {
-                None if !create => return Ok(()),
-                None => {
-                    let mut data = BTreeMap::new();
-                    let mut owned = BTreeSet::new();
-                    edit(&mut data, &mut owned)?;
-                    let cm = ConfigMap {
-                        metadata: ObjectMeta {
-                            name: Some(aws_auth::NAME.into()),
-                            namespace: Some(aws_auth::NAMESPACE.into()),
-                            annotations: Some(BTreeMap::from([(
-                                aws_auth::OWNED_ANNOTATION.to_string(),
-                                aws_auth::owned_annotation(&owned),
-                            )])),
-                            ..ObjectMeta::default()
-                        },
-                        data: Some(data),
-                        ..ConfigMap::default()
-                    };
-                    api.create(&PostParams::default(), &cm).await.map(|_| ())
-                }
+                None => return missing(),
                 Some(mut cm) => {
                     let mut data = cm.data.take().unwrap_or_default();
                     let mut owned = aws_auth::owned_roles(cm.metadata.annotations.as_ref());
@@ -187,11 +169,12 @@ impl Boundaries for KubeInstanceGroups {
 
 impl AwsAuth for KubeInstanceGroups {
     async fn upsert_aws_auth(&self, role_arn: &str) -> Result<(), StoreError> {
-        self.edit_aws_auth(true, |data, owned| aws_auth::upsert_node_role(data, owned, role_arn)).await
+        let missing = || Err(EditAwsAuthError::Missing { role_arn: role_arn.to_string() }.into());
+        self.edit_aws_auth(missing, |data, owned| aws_auth::upsert_node_role(data, owned, role_arn)).await
     }
 
     async fn remove_aws_auth(&self, role_arn: &str) -> Result<(), StoreError> {
-        self.edit_aws_auth(false, |data, owned| aws_auth::remove_role(data, owned, role_arn)).await
+        self.edit_aws_auth(|| Ok(()), |data, owned| aws_auth::remove_role(data, owned, role_arn)).await
     }
 }
 

@@ -39,6 +39,17 @@ pub enum EditAwsAuthError {
         /// The entry's username.
         username: String,
     },
+    /// There is no aws-auth to map the role in: the daemon edits it, never creates it (it holds
+    /// no `create` in kube-system).
+    #[error(
+        "kube-system/aws-auth does not exist, so node role {role_arn} cannot be mapped (the daemon edits \
+         aws-auth but never creates it): create it (EKS does with the first managed node group; \
+         `eksctl create iamidentitymapping` also does), or give the role an EKS access entry of type EC2_LINUX"
+    )]
+    Missing {
+        /// The role to map.
+        role_arn: String,
+    },
 }
 
 /// The roles the daemon mapped, from aws-auth's annotations.
