@@ -669,7 +669,8 @@ fn every_write_statement_names_the_cluster_and_each_file_fits_a_managed_policy()
                 && actions.iter().any(|a| !a.contains(":Describe") && !a.contains(":Get") && !a.contains(":List"));
             // RunInstances on what a launch template describes: the template is this cluster's
             // (its own statement), and the network this cluster's VPC.
-            let launching = actions == ["ec2:RunInstances"] && s["Condition"].to_string().contains("ec2:LaunchTemplate");
+            let launching =
+                actions == ["ec2:RunInstances"] && s["Condition"].to_string().contains("ec2:LaunchTemplate");
             let scoped = s["Condition"].to_string().contains(PLACEHOLDER) || launching;
             assert!(!writes || scoped, "{file}: a write not scoped to the cluster: {s}");
         }

@@ -514,7 +514,8 @@ fn confirmed_by_aws(snapshot: &Snapshot, risk: &AtRisk) -> bool {
 }
 
 /// When the instance goes: the deadline of the first notice seen whose kind passed its own
-/// check, so a later notice never brings it forward. A scheduled event's is EC2's `NotBefore`
+/// check (one a taint, rotation mark or the ledger vouches for before any Event), so a later
+/// notice never brings it forward. A scheduled event's is EC2's `NotBefore`
 /// (none while EC2 lists no event); a spot interruption's counts when a taint or the ledger
 /// vouches for it or EC2 says the instance is spot; an Event's word on any other kind sets none.
 /// An Event's own time shortens a notice's two minutes only once AWS confirms the interruption:
@@ -540,10 +541,14 @@ fn notice_deadline(
                 _ if n.evidence != Evidence::Event => n.deadline(),
                 _ => None,
             };
-            deadline.map(|d| (n.observed_at, d))
+            // What a Node's patchers wrote (a taint, a rotation mark) or the ledger holds
+            // outranks any Event: an Event's time is the author's word, and the watch dates an
+            // Event up to a minute before it saw it, so a later forged one would otherwise pass
+            // for the first notice.
+            deadline.map(|d| (n.evidence == Evidence::Event, n.observed_at, d))
         })
         .min()
-        .map(|(_, d)| d)
+        .map(|(_, _, d)| d)
 }
 
 /// The instances a spot-interruption notice names, on nodes still running them: whether EC2
@@ -686,6 +691,28 @@ mod tests {
         assert_eq!(why_at(&s), Some(DropReason::Untrusted(Distrust::CordonedBeforeNotice)));
         s.spot_interrupted.insert("i-n1".into());
         assert_eq!(why_at(&s), None);
+    }
+
+    /// Found on a real API server: NTH's taint (deadline at 130 s), EC2 confirming, then a forged
+    /// Event in NTH's name dated long before, which the watch dates up to a minute before it saw
+    /// it. The taint's deadline stands.
+    #[test]
+    fn an_event_dated_before_a_taint_never_takes_its_deadline_even_once_ec2_confirms() {
+        let deadline = |s: &Snapshot| {
+            fold_signals(s, &Policy::default(), Timestamp::from_millis(11_000)).by_group[&GroupName::from("spot-a")]
+                [&InstanceId::from("i-n1")]
+                .deadline
+        };
+        let mut s = snapshot().with_signal(Signal::interruption("n1", 10_000));
+        s.spot_interrupted.insert("i-n1".into());
+        let forged = Signal {
+            observed_at: Timestamp::from_millis(1_000),
+            notice_deadline: Some(Timestamp::from_millis(1_000)),
+            ..event("n1", SignalKind::SpotInterruption)
+        };
+        s.signals.push(forged);
+        s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = true;
+        assert_eq!(deadline(&s), Some(Timestamp::from_millis(130_000)));
     }
 
     #[test]
