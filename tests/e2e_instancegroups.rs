@@ -57,12 +57,17 @@ async fn apply_crd(kube: &kube::Client) {
 
 /// `spots-booster run` for cluster `cluster`, its state, Events and boundaries in `ns`.
 fn start_booster(kubeconfig: &str, endpoint: &str, ns: &str, cluster: &str) -> tokio::process::Child {
+    start_booster_in(kubeconfig, endpoint, ns, cluster, "us-east-1")
+}
+
+/// [`start_booster`], in AWS region `region`.
+fn start_booster_in(kubeconfig: &str, endpoint: &str, ns: &str, cluster: &str, region: &str) -> tokio::process::Child {
     let port = free_port();
     tokio::process::Command::new(env!("CARGO_BIN_EXE_spots-booster"))
         .args(["run", "--connection-mode", "kubectl", "--kubeconfig", kubeconfig])
         .args(["--events-namespace", ns, "--ca-status-namespace", ns, "--state-namespace", ns])
         .args(["--instance-manager-namespace", ns, "--leader-elect", "false"])
-        .args(["--aws-endpoint-url", endpoint, "--aws-region", "us-east-1", "--cluster-name", cluster])
+        .args(["--aws-endpoint-url", endpoint, "--aws-region", region, "--cluster-name", cluster])
         .args(["--metrics-bind-address", &format!("127.0.0.1:{port}"), "--probe-bind-address", "127.0.0.1:0"])
         .args(["--log-format", "json"])
         .env("AWS_ACCESS_KEY_ID", "test")
@@ -76,6 +81,11 @@ fn start_booster(kubeconfig: &str, endpoint: &str, ns: &str, cluster: &str) -> t
 
 /// An EKS cluster `name` in moto, on two of its subnets; returns them.
 async fn seed_cluster(aws: &aws_config::SdkConfig, name: &str) -> Vec<String> {
+    seed_cluster_in(aws, name).await
+}
+
+/// [`seed_cluster`], in the region `aws` is configured for.
+async fn seed_cluster_in(aws: &aws_config::SdkConfig, name: &str) -> Vec<String> {
     let ec2 = aws_sdk_ec2::Client::new(aws);
     let subnets: Vec<String> = ec2
         .describe_subnets()
@@ -140,6 +150,14 @@ async fn an_instance_group_becomes_an_asg_shows_its_columns_and_is_deleted_clean
         .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
         .await
         .expect("create the namespace");
+    // aws-auth as EKS makes it: the daemon edits it, never creates it.
+    let kube_system: Api<ConfigMap> = Api::namespaced(kube.clone(), "kube-system");
+    let aws_auth = json!({"metadata": {"name": "aws-auth", "namespace": "kube-system"}, "data": {"mapRoles": "[]\n"}});
+    match kube_system.create(&PostParams::default(), &serde_json::from_value(aws_auth).unwrap()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(e) => panic!("create aws-auth: {e}"),
+    }
     let group: InstanceGroup = serde_json::from_value(json!({
         "apiVersion": "instancemgr.keikoproj.io/v1alpha1", "kind": "InstanceGroup",
         "metadata": {"name": "batch", "namespace": ns},
@@ -399,4 +417,131 @@ async fn described_named(
     name: &str,
 ) -> Option<aws_sdk_eks::types::Nodegroup> {
     eks.describe_nodegroup().cluster_name(cluster).nodegroup_name(name).send().await.ok()?.nodegroup().cloned()
+}
+
+/// Finding 1 of the third review, on real API servers: two clusters of one name in two regions of
+/// one account (EKS names are unique per region only, IAM is global) apply the same InstanceGroup.
+/// Each gets a node role of its own; deleting the group in one region leaves the other's role,
+/// instance profile and group as they were. The second cluster is a second kube-apiserver
+/// (`SPOTS_BOOSTER_E2E_SECOND_KUBECONFIG`, another etcd prefix is enough).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs two real API servers and moto: set SPOTS_BOOSTER_E2E_KUBECONFIG, SPOTS_BOOSTER_E2E_SECOND_KUBECONFIG and SPOTS_BOOSTER_E2E_AWS_ENDPOINT, pass --include-ignored"]
+async fn the_same_instance_group_in_two_regions_keeps_a_role_each_and_deleting_one_leaves_the_other() {
+    let (kubeconfig, endpoint) = env();
+    let second = std::env::var("SPOTS_BOOSTER_E2E_SECOND_KUBECONFIG")
+        .expect("SPOTS_BOOSTER_E2E_SECOND_KUBECONFIG: a second API server, the other region's cluster");
+    let suffix = support::e2e::run_suffix();
+    let ns = format!("sb-e2e-regions-{suffix}");
+    let cluster = format!("prod{suffix}");
+    let asg_name = format!("{cluster}-{ns}-batch");
+    let regions = [("us-east-1", kubeconfig.clone()), ("us-west-2", second)];
+
+    let mut clusters = Vec::new();
+    for (region, config) in &regions {
+        let kube = kube_client(config).await;
+        let aws = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new(region.to_string()))
+            .endpoint_url(&endpoint)
+            .credentials_provider(aws_sdk_ec2::config::Credentials::new("test", "test", None, None, "e2e"))
+            .load()
+            .await;
+        apply_crd(&kube).await;
+        let subnets = seed_cluster_in(&aws, &cluster).await;
+        let ec2 = aws_sdk_ec2::Client::new(&aws);
+        let vpc = ec2.describe_vpcs().send().await.unwrap().vpcs()[0].vpc_id().unwrap().to_string();
+        let sg = ec2.create_security_group().group_name(format!("sb-e2e-{suffix}")).description("e2e nodes");
+        let sg = sg.vpc_id(&vpc).send().await.unwrap().group_id().unwrap().to_string();
+        let image =
+            ec2.describe_images().owners("amazon").send().await.unwrap().images()[0].image_id().unwrap().to_string();
+        let namespaces: Api<Namespace> = Api::all(kube.clone());
+        namespaces
+            .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
+            .await
+            .expect("create the namespace");
+        let kube_system: Api<ConfigMap> = Api::namespaced(kube.clone(), "kube-system");
+        let aws_auth =
+            json!({"metadata": {"name": "aws-auth", "namespace": "kube-system"}, "data": {"mapRoles": "[]\n"}});
+        match kube_system.create(&PostParams::default(), &serde_json::from_value(aws_auth).unwrap()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(e) => panic!("create aws-auth: {e}"),
+        }
+        let group: InstanceGroup = serde_json::from_value(json!({
+            "apiVersion": "instancemgr.keikoproj.io/v1alpha1", "kind": "InstanceGroup",
+            "metadata": {"name": "batch", "namespace": ns},
+            "spec": {"provisioner": "eks", "strategy": {"type": "rollingUpdate", "rollingUpdate": {"maxUnavailable": "50%"}},
+                "eks": {"minSize": 1, "maxSize": 3, "configuration": {
+                    "clusterName": cluster, "image": image, "instanceType": "m5.large",
+                    "subnets": subnets, "securityGroups": [sg]}}}
+        }))
+        .unwrap();
+        let groups: Api<InstanceGroup> = Api::namespaced(kube.clone(), &ns);
+        groups.create(&PostParams::default(), &group).await.expect("create the InstanceGroup");
+        let booster = start_booster_in(config, &endpoint, &ns, &cluster, region);
+        clusters.push((kube, aws, groups, booster));
+    }
+
+    // Both Ready, each with a role of its own, tagged with its region.
+    let mut roles = Vec::new();
+    for (kube, aws, groups, booster) in &mut clusters {
+        let autoscaling = aws_sdk_autoscaling::Client::new(aws);
+        let status = wait_for("the InstanceGroup to be Ready", Duration::from_secs(120), async || {
+            assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited");
+            let out =
+                autoscaling.describe_auto_scaling_groups().auto_scaling_group_names(&asg_name).send().await.ok()?;
+            for instance in out.auto_scaling_groups().first()?.instances() {
+                let id = instance.instance_id().unwrap();
+                let zone = instance.availability_zone().unwrap_or("us-east-1a");
+                register_node(kube, &format!("{id}.{suffix}.e2e.internal"), zone, id, &suffix).await;
+            }
+            let status = groups.get("batch").await.ok()?.status?;
+            (status.current_state == "Ready").then_some(status)
+        })
+        .await;
+        roles.push(status.nodes_instance_role_arn.clone());
+    }
+    assert_ne!(roles[0], roles[1], "one role per region");
+    let iam = aws_sdk_iam::Client::new(&clusters[1].1);
+    let role_name = |arn: &str| arn.rsplit('/').next().unwrap().to_string();
+    let kept = iam.get_role().role_name(role_name(&roles[1])).send().await.expect("the second role exists");
+    let region_tag = kept
+        .role()
+        .unwrap()
+        .tags()
+        .iter()
+        .find(|t| t.key() == "spots-booster.io/cluster-region")
+        .map(|t| t.value().to_string());
+    assert_eq!(region_tag.as_deref(), Some("us-west-2"));
+
+    // Delete it in the first region: its role goes, the second region's stays with its profile.
+    clusters[0].2.delete("batch", &DeleteParams::default()).await.unwrap();
+    let (_, _, first_groups, first_booster) = &mut clusters[0];
+    wait_for("the first region's InstanceGroup to go", Duration::from_secs(120), async || {
+        assert!(first_booster.try_wait().unwrap().is_none(), "spots-booster exited");
+        first_groups.get_opt("batch").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert!(iam.get_role().role_name(role_name(&roles[0])).send().await.is_err(), "the first region's role is deleted");
+    iam.get_role().role_name(role_name(&roles[1])).send().await.expect("the second region's role is kept");
+    iam.get_instance_profile()
+        .instance_profile_name(role_name(&roles[1]))
+        .send()
+        .await
+        .expect("the second region's instance profile is kept");
+    let second_status = clusters[1].2.get("batch").await.unwrap().status.unwrap();
+    assert_eq!(second_status.current_state, "Ready", "the second region's group is untouched");
+    eprintln!("e2e regions: roles {} and {}; the first deleted, the second kept with its profile", roles[0], roles[1]);
+
+    for (kube, _, groups, mut booster) in clusters {
+        let _ = groups.delete("batch", &DeleteParams::default()).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let _ = booster.start_kill();
+        let _ = booster.wait().await;
+        let nodes: Api<Node> = Api::all(kube.clone());
+        if let Ok(ours) = nodes.list(&ListParams::default().labels(&format!("spots-booster-e2e={suffix}"))).await {
+            for n in ours.items {
+                let _ = nodes.delete(&n.metadata.name.unwrap(), &DeleteParams::default()).await;
+            }
+        }
+    }
 }

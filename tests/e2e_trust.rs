@@ -523,3 +523,103 @@ async fn a_node_claiming_a_healthy_nodes_instance_with_a_rotation_mark_moves_not
         let _ = nodes.delete(n, &Default::default()).await;
     }
 }
+
+/// Finding 2 of the third review, on a real API server: a genuine spot interruption (NTH's taint,
+/// EC2 confirming through a loopback proxy, as moto has no spot requests) on a node whose pod a
+/// PodDisruptionBudget never lets go, with `--interruption-force-at-deadline`; then a forged Event
+/// in NTH's name dated in 2000. The deadline stays two minutes after the taint: the pod is not
+/// deleted at once, and when it is, it gets its own grace period (not 1 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real API server and moto: set SPOTS_BOOSTER_E2E_KUBECONFIG and SPOTS_BOOSTER_E2E_AWS_ENDPOINT, pass --include-ignored"]
+async fn a_later_forged_event_never_pulls_a_confirmed_deadline_forward_nor_cuts_a_forced_grace() {
+    use k8s_openapi::api::core::v1::Pod;
+    use std::collections::BTreeSet;
+    use std::sync::{Arc, Mutex};
+    use support::aws_intercept::{ec2_as_aws, intercepting_proxy};
+    use support::e2e::{live_instances, LONE_DRAINER};
+    let (kubeconfig, endpoint) = env();
+    let suffix = run_suffix();
+    let (ns, group) = (format!("sb-forward-{suffix}"), format!("sb-forward-{suffix}"));
+    let kube = kube_client(&kubeconfig).await;
+    let sdk = aws(&endpoint).await;
+    create_namespace(&kube, &ns).await;
+    create_group(&sdk, &group, 1, 10).await;
+    let ids: Vec<String> = live_instances(&sdk, &group).await.into_iter().map(|(id, _)| id).collect();
+    let name = |id: &str| format!("{id}.{suffix}.e2e.internal");
+    let victim = ids[0].clone();
+    register_node(&kube, &name(&victim), "us-east-1a", &victim, &suffix).await;
+    // A pod with a 60 s grace period whose budget never allows a disruption.
+    let pods: Api<Pod> = Api::namespaced(kube.clone(), &ns);
+    let pod = json!({"metadata": {"name": "held", "labels": {"app": "held"}},
+        "spec": {"nodeName": name(&victim), "terminationGracePeriodSeconds": 60, "automountServiceAccountToken": false,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.9"}]}});
+    pods.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
+    let budget = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "held"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "held"}}}});
+    let budgets: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> = Api::namespaced(kube.clone(), &ns);
+    budgets.create(&PostParams::default(), &serde_json::from_value(budget).unwrap()).await.unwrap();
+    support::e2e::report_pod_ready(&pods, "held").await;
+
+    let marked = Arc::new(Mutex::new(BTreeSet::new()));
+    let proxied = intercepting_proxy(&endpoint, ec2_as_aws(marked.clone())).await;
+    let port = free_port();
+    let mut args = LONE_DRAINER.to_vec();
+    args.extend(["--interruption-force-at-deadline", "true"]);
+    let mut booster = start_booster(&kubeconfig, &proxied, &ns, port, &args);
+    await_synced(port, &mut booster).await;
+
+    // The genuine notice: NTH's taint and cordon now, EC2 marking the spot request.
+    let nodes: Api<Node> = Api::all(kube.clone());
+    let noticed = Instant::now();
+    let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let taint = json!({"spec": {"unschedulable": true, "taints": [{"key": "aws-node-termination-handler/spot-itn",
+        "effect": "NoSchedule", "timeAdded": now}]}});
+    marked.lock().unwrap().insert(victim.clone());
+    nodes.patch(&name(&victim), &PatchParams::default(), &Patch::Merge(taint)).await.unwrap();
+    // Its replacement joins, so the drain begins and the budget refuses the pod.
+    assert!(
+        eventually(Duration::from_secs(20), || async { live_instances(&sdk, &group).await.len() >= 2 }).await,
+        "never boosted"
+    );
+    for (id, _) in live_instances(&sdk, &group).await.into_iter().filter(|(id, _)| *id != victim) {
+        register_node(&kube, &name(&id), "us-east-1a", &id, &suffix).await;
+    }
+    // The forged Event, in NTH's name, from the node itself, dated in 2000.
+    let events: Api<Event> = Api::namespaced(kube.clone(), &ns);
+    let itn = json!({"metadata": {"name": format!("{}.itn-2000", name(&victim)), "annotations": {"instance-id": victim}},
+        "involvedObject": {"kind": "Node", "name": name(&victim), "namespace": ns},
+        "reason": "SpotInterruption", "message": "Spot ITN received. Instance will be interrupted at 2000-01-01T00:00:00Z \n",
+        "type": "Normal", "firstTimestamp": "2000-01-01T00:00:00Z", "lastTimestamp": "2000-01-01T00:00:00Z",
+        "source": {"component": "aws-node-termination-handler", "host": name(&victim)},
+        "reportingComponent": "aws-node-termination-handler", "reportingInstance": name(&victim)});
+    events.create(&PostParams::default(), &serde_json::from_value(itn).unwrap()).await.unwrap();
+
+    // The pod is deleted only once the real deadline (taint + 120 s) is within its grace and the
+    // margin (60 s + 10 s), with about its own grace period.
+    let deleted = loop {
+        let held = pods.get("held").await.unwrap();
+        if held.metadata.deletion_timestamp.is_some() {
+            break (noticed.elapsed(), held.metadata.deletion_grace_period_seconds);
+        }
+        assert!(noticed.elapsed() < Duration::from_secs(150), "the held pod was never deleted at the deadline");
+        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    eprintln!("e2e forward: the held pod deleted {:?} after the notice, grace {:?} s", deleted.0, deleted.1);
+    assert!(
+        deleted.0 >= Duration::from_secs(40),
+        "deleted {:?} after the notice: the forged date moved the deadline",
+        deleted.0
+    );
+    assert!(deleted.1.is_some_and(|g| g >= 30), "a forced delete's grace was cut to {:?} s", deleted.1);
+
+    booster.kill().await.unwrap();
+    for n in nodes
+        .list(&kube::api::ListParams::default().labels(&format!("spots-booster-e2e={suffix}")))
+        .await
+        .unwrap()
+        .items
+    {
+        let _ = nodes.delete(n.metadata.name.as_deref().unwrap_or_default(), &Default::default()).await;
+    }
+}
