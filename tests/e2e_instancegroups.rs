@@ -150,14 +150,7 @@ async fn an_instance_group_becomes_an_asg_shows_its_columns_and_is_deleted_clean
         .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
         .await
         .expect("create the namespace");
-    // aws-auth as EKS makes it: the daemon edits it, never creates it.
-    let kube_system: Api<ConfigMap> = Api::namespaced(kube.clone(), "kube-system");
-    let aws_auth = json!({"metadata": {"name": "aws-auth", "namespace": "kube-system"}, "data": {"mapRoles": "[]\n"}});
-    match kube_system.create(&PostParams::default(), &serde_json::from_value(aws_auth).unwrap()).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
-        Err(e) => panic!("create aws-auth: {e}"),
-    }
+    seed_aws_auth(&kube).await;
     let group: InstanceGroup = serde_json::from_value(json!({
         "apiVersion": "instancemgr.keikoproj.io/v1alpha1", "kind": "InstanceGroup",
         "metadata": {"name": "batch", "namespace": ns},
@@ -458,14 +451,7 @@ async fn the_same_instance_group_in_two_regions_keeps_a_role_each_and_deleting_o
             .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
             .await
             .expect("create the namespace");
-        let kube_system: Api<ConfigMap> = Api::namespaced(kube.clone(), "kube-system");
-        let aws_auth =
-            json!({"metadata": {"name": "aws-auth", "namespace": "kube-system"}, "data": {"mapRoles": "[]\n"}});
-        match kube_system.create(&PostParams::default(), &serde_json::from_value(aws_auth).unwrap()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
-            Err(e) => panic!("create aws-auth: {e}"),
-        }
+        seed_aws_auth(&kube).await;
         let group: InstanceGroup = serde_json::from_value(json!({
             "apiVersion": "instancemgr.keikoproj.io/v1alpha1", "kind": "InstanceGroup",
             "metadata": {"name": "batch", "namespace": ns},
@@ -543,5 +529,16 @@ async fn the_same_instance_group_in_two_regions_keeps_a_role_each_and_deleting_o
                 let _ = nodes.delete(&n.metadata.name.unwrap(), &DeleteParams::default()).await;
             }
         }
+    }
+}
+
+/// aws-auth as EKS makes it, if not there yet: the daemon edits it, never creates it.
+async fn seed_aws_auth(kube: &kube::Client) {
+    let kube_system: Api<ConfigMap> = Api::namespaced(kube.clone(), "kube-system");
+    let aws_auth = json!({"metadata": {"name": "aws-auth", "namespace": "kube-system"}, "data": {"mapRoles": "[]\n"}});
+    match kube_system.create(&PostParams::default(), &serde_json::from_value(aws_auth).unwrap()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(e) => panic!("create aws-auth: {e}"),
     }
 }
