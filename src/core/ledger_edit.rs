@@ -71,12 +71,14 @@ impl BoostLedger {
                 Some(f) => {
                     f.nodes = f.nodes.saturating_add(part.added);
                     f.since = f.since.min(part.at);
+                    f.home_before = Some(f.home_before.map_or(record.before, |b| b.max(record.before)));
                 }
                 None => self.on_fallback.push(OnFallback {
                     home: record.group.clone(),
                     group: part.group.clone(),
                     nodes: part.added,
                     since: part.at,
+                    home_before: Some(record.before),
                 }),
             }
         }
@@ -557,14 +559,18 @@ impl LedgerEdit {
                 !chosen
             }),
             LedgerEdit::EndGiveBack(i) => ledger.covering_mut(i).is_some_and(|r| r.giving_back.remove(i).is_some()),
-            LedgerEdit::BeginReturn { boosted, terminated } => ledger.covering_mut(boosted).is_some_and(|r| {
-                let counts = !r.returning.contains(terminated) && r.returned < r.added;
-                if counts {
-                    r.returning.insert(terminated.clone());
-                    r.returned += 1;
-                }
-                counts
-            }),
+            LedgerEdit::BeginReturn { boosted, terminated } => {
+                // A surplus fallback node's return added nothing: its decrement is the point.
+                let surplus = ledger.returning.get(terminated).is_some_and(|r| r.surplus);
+                ledger.covering_mut(boosted).is_some_and(|r| {
+                    let counts = !r.returning.contains(terminated) && (r.returned < r.added || surplus);
+                    if counts {
+                        r.returning.insert(terminated.clone());
+                        r.returned += 1;
+                    }
+                    counts
+                })
+            }
             LedgerEdit::EndReturn { boosted, terminated, decremented } => {
                 ledger.covering_mut(boosted).is_some_and(|r| {
                     let answered = r.returning.remove(terminated);

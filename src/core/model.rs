@@ -931,6 +931,13 @@ pub struct OnFallback {
     pub nodes: u32,
     /// When they were asked of it: its nodes created since are theirs.
     pub since: Timestamp,
+    /// The size the home group had before the boosts that moved them (the largest, where several
+    /// did): the size it returns to without them. The at-risk instances they replaced left it
+    /// without decrement (or AWS took them), so its own Auto Scaling launches their replacements
+    /// once it can, and a return raises it only while it is below this. `None` in ledgers
+    /// written before it was kept: every return raises it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home_before: Option<u32>,
 }
 
 /// A fallback node on its way back to its own group: boosted there, drained once its
@@ -947,6 +954,11 @@ pub struct Returning {
     pub at: Timestamp,
     /// When its capacity moved to the fallback.
     pub since: Timestamp,
+    /// Its home group already has its size back, launched by its own Auto Scaling: nothing is
+    /// raised for it, it is drained onto the group's own nodes and terminated with decrement, so
+    /// the fallback only shrinks.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub surplus: bool,
 }
 
 impl BoostLedger {

@@ -354,6 +354,71 @@ proptest! {
     }
 
     #[test]
+    fn a_lapsed_recommendation_is_never_boosted_again_unless_a_new_notice_comes(case in case_strategy()) {
+        // Passes a window apart, each saving what the last decided (the standbys' spares given
+        // back as soon as they return), with an interruption for the first instance of every
+        // standby after the first pass: an instance whose standby lapsed, and which nothing but
+        // a recommendation speaks for, is never in a boost again, not even in the pass that
+        // lapses it.
+        let policy = Policy { rebalance_policy: RebalancePolicy::Standby, ..case.policy.clone() };
+        let mut snapshot = case.snapshot.clone();
+        let mut now = NOW;
+        let mut lapsed: BTreeSet<InstanceId> = snapshot.ledger.lapsed.keys().cloned().collect();
+        for pass in 0..5 {
+            let p = plan_scaling(&snapshot, &policy, now, Acting::Leader);
+            lapsed.extend(p.ledger.lapsed.keys().cloned());
+            let recommended_only = |i: &InstanceId| {
+                snapshot.signals.iter().filter(|s| &s.instance == i).all(|s| s.kind == SignalKind::Rebalance)
+            };
+            for b in &p.boosts.boosts {
+                for i in &b.record.instances {
+                    prop_assert!(!(lapsed.contains(i) && recommended_only(i)), "pass {}: {} boosted after its lapse", pass, i);
+                }
+            }
+            snapshot.ledger = p.ledger.clone();
+            for b in &p.boosts.boosts {
+                snapshot.ledger.record(BoostRecord { raising_to: None, ..b.record.clone() });
+                if let Some(g) = snapshot.groups.get_mut(&b.group) {
+                    g.desired = g.desired.max(b.to);
+                }
+            }
+            let returning: Vec<InstanceId> = snapshot
+                .ledger
+                .records
+                .iter()
+                .filter(|r| r.standby.as_ref().is_some_and(|s| s.returning))
+                .flat_map(|r| r.instances.iter().cloned())
+                .collect();
+            for i in returning {
+                LedgerEdit::Settle(i).apply(&mut snapshot.ledger);
+            }
+            if pass == 0 {
+                let noticed: Vec<InstanceId> = snapshot
+                    .ledger
+                    .records
+                    .iter()
+                    .filter(|r| r.standby.is_some() && r.instances.len() > 1)
+                    .filter_map(|r| r.instances.iter().next().cloned())
+                    .collect();
+                for instance in noticed {
+                    let Some(node) = snapshot.nodes.values().find(|n| n.instance.as_ref() == Some(&instance)) else { continue };
+                    let node = node.name.clone();
+                    snapshot.signals.push(Signal {
+                        instance: instance.clone(),
+                        node,
+                        kind: SignalKind::SpotInterruption,
+                        observed_at: now,
+                        evidence: Evidence::NodeTaint,
+                        notice_deadline: None,
+                    });
+                    snapshot.spot_interrupted.insert(instance);
+                }
+            }
+            now = now.plus(policy.standby_max).plus(std::time::Duration::from_secs(1));
+        }
+    }
+
+    #[test]
     fn terminations_never_give_back_more_than_a_boost_added(case in case_strategy()) {
         let p = plan(&case.snapshot, &case.drains, &case.policy, NOW);
         for record in &case.snapshot.ledger.records {

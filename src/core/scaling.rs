@@ -147,6 +147,8 @@ pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting
     let readmit = readmit_lapsed(snapshot, &lapsed);
     apply_all(&mut ledger, &lapsed);
     closes.extend(lapsed);
+    let mut at_risk = at_risk;
+    at_risk.drop_lapsed(&ledger);
     let mut boosts = plan_boosts(snapshot, &ledger, (&at_risk, &nodes), policy, now);
     // A return abandoned now is the fallback's node again: not boosted for.
     boosts.boosts.retain(|b| !b.record.instances.iter().any(|i| back_to_spot.abandoned.contains(i)));

@@ -11,8 +11,8 @@ use super::fast_hash::{FastMap, FastSet};
 use super::flag_set::FlagSet;
 use super::identity::{self, Distrust};
 use super::model::{
-    Evidence, Group, GroupName, InstanceFacts, InstanceId, InstanceLifecycle, Node, NodeName, Signal, SignalKind,
-    Snapshot, Timestamp, INTERRUPTION_NOTICE,
+    BoostLedger, Evidence, Group, GroupName, InstanceFacts, InstanceId, InstanceLifecycle, Node, NodeName, Signal,
+    SignalKind, Snapshot, Timestamp, INTERRUPTION_NOTICE,
 };
 use super::policy::Policy;
 
@@ -128,7 +128,34 @@ impl AtRisk {
     }
 }
 
+/// Whether only a rebalance recommendation speaks for `risk` and its standby lapsed on `ledger`.
+fn lapsed_recommendation(ledger: &BoostLedger, risk: &AtRisk) -> bool {
+    ledger.lapsed.contains_key(&risk.instance) && risk.kinds.iter().all(|k| k == SignalKind::Rebalance)
+}
+
 impl AtRiskSet {
+    /// Drops the instances whose recommendation lapsed on `ledger` and that no open boost of it
+    /// covers any more: the lapse of a pass's own stage uncovers them after the set was folded on
+    /// the ledger as the pass began, and they must not be boosted again by its later stages.
+    pub(crate) fn drop_lapsed(&mut self, ledger: &BoostLedger) {
+        if ledger.lapsed.is_empty() {
+            return;
+        }
+        let covered = ledger.index();
+        for risks in self.by_group.values_mut() {
+            let gone: Vec<InstanceId> = risks
+                .values()
+                .filter(|r| !covered.contains_key(&r.instance) && lapsed_recommendation(ledger, r))
+                .map(|r| r.instance.clone())
+                .collect();
+            for instance in gone {
+                risks.remove(&instance);
+                self.dropped.push(Dropped { instance, reason: DropReason::StandbyLapsed });
+            }
+        }
+        self.by_group.retain(|_, risks| !risks.is_empty());
+    }
+
     /// Number of at-risk instances across groups.
     pub fn len(&self) -> usize {
         self.by_group.values().map(BTreeMap::len).sum()
@@ -450,10 +477,7 @@ fn admit<'s>(
     if !risk.kinds.iter().any(|k| k.calls_for_replacement()) {
         return Err(DropReason::NoReplacementCalledFor);
     }
-    if !boosted
-        && snapshot.ledger.lapsed.contains_key(&risk.instance)
-        && risk.kinds.iter().all(|k| k == SignalKind::Rebalance)
-    {
+    if !boosted && lapsed_recommendation(&snapshot.ledger, risk) {
         return Err(DropReason::StandbyLapsed);
     }
     // An old recommendation never ages out a notice whose deadline is still ahead.

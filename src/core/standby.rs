@@ -374,6 +374,7 @@ mod tests {
         let p = plan_scaling(&s, &policy, until, Acting::Leader);
         assert!(matches!(p.closes[..], [LedgerEdit::Close { .. }, LedgerEdit::Lapse { .. }]), "{:?}", p.closes);
         assert_eq!(p.readmit, vec![NodeName::from("n1")], "NTH's cordon is lifted: the node keeps serving");
+        assert!(p.boosts.boosts.is_empty(), "the pass that lapses it never buys its spare again: {p:?}");
         p.closes.iter().for_each(|e| _ = e.apply(&mut s.ledger));
         assert!(s.ledger.records.is_empty() && s.ledger.lapsed.contains_key(&InstanceId::from("i-n1")));
 
@@ -407,6 +408,19 @@ mod tests {
         assert_eq!(record.instances, ["i-n2"].map(InstanceId::from).into());
         assert_eq!(record.standby, None);
         assert!(p.ledger.lapsed.contains_key(&InstanceId::from("i-n1")));
+        let again: Vec<_> = p.boosts.boosts.iter().flat_map(|b| &b.record.instances).collect();
+        assert!(
+            !again.contains(&&InstanceId::from("i-n1")),
+            "the lapse uncovers n1, never to boost it again: {again:?}"
+        );
+        assert!(
+            p.at_risk
+                .dropped
+                .iter()
+                .any(|d| d.instance == InstanceId::from("i-n1") && d.reason == DropReason::StandbyLapsed),
+            "{:?}",
+            p.at_risk.dropped
+        );
     }
 
     fn market(converted: f64, lapsed: f64, leads: &[u64]) -> Vec<PoolHistory> {

@@ -199,10 +199,12 @@ pub(crate) async fn settle(notify: &tokio::sync::Notify, quiet: std::time::Durat
 
 /// Adds a signal for every boosted instance whose node is still there but whose signal is not
 /// (its Event expired, or a restart came after that): the ledger remembers it was at risk, so its
-/// drain still happens and its boost is still given back.
+/// drain still happens and its boost is still given back. A boost made ahead for pool-mates
+/// remembers no risk: its instances had no notice of their own, and nothing drains on the pool's
+/// risk alone (one whose own notice comes is at risk through that notice).
 pub(crate) fn remember_boosted(state: &mut ClusterState, ledger: &BoostLedger) {
     let signalled: BTreeSet<_> = state.signals.iter().map(|s| s.instance.clone()).collect();
-    for record in &ledger.records {
+    for record in ledger.records.iter().filter(|r| r.ahead.is_none()) {
         // A fallback node on its way back is at risk on the ledger's word already (`core::back_to_spot`),
         // and never as a recommendation: pool memory would learn one that never came.
         let remembered = |i: &&InstanceId| !signalled.contains(*i) && !ledger.returning.contains_key(*i);
@@ -285,7 +287,7 @@ mod tests {
     use crate::core::{BoostRecord, Node, Returning};
 
     #[test]
-    fn a_boosted_instance_is_remembered_at_risk_but_a_returning_one_never_as_a_recommendation() {
+    fn a_boosted_instance_is_remembered_at_risk_but_neither_a_returning_one_nor_a_pool_mate() {
         let mut state = ClusterState::default();
         for (name, group) in [("n1", "spot"), ("o9", "od")] {
             let node = Node::test(name, group);
@@ -294,6 +296,11 @@ mod tests {
         let mut ledger = BoostLedger::default();
         ledger.record(BoostRecord::test("spot", &["i-n1"], 1, 1_000));
         ledger.record(BoostRecord::test("spot", &["i-o9"], 1, 2_000));
+        let mate = Node::test("m1", "spot");
+        state.nodes.insert(mate.name.clone(), mate);
+        let pools = [crate::core::Pool { instance_type: "m5.large".into(), zone: "us-east-1a".into() }].into();
+        let ahead = crate::core::Ahead { pools, until: Timestamp::from_millis(9_000), returning: false };
+        ledger.record(BoostRecord { ahead: Some(ahead), ..BoostRecord::test("spot", &["i-m1"], 1, 3_000) });
         ledger.returning.insert(
             "i-o9".into(),
             Returning {

@@ -2,7 +2,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use super::*;
 use crate::core::{BoostExpiry, Evidence, InstanceId, Node, NodeName, Policy, Signal, SignalKind};
-use crate::fakes::{AsgCall, FakeAutoScaling, FakeContext, FakeRig, InMemoryCluster};
+use crate::fakes::{AsgCall, ClusterCall, FakeAutoScaling, FakeContext, FakeRig, InMemoryCluster};
 use crate::metrics::Metrics;
 use crate::ports::DesiredWrite;
 use crate::ports::{Leadership, LedgerError};
@@ -872,6 +872,26 @@ async fn a_confirmed_interruption_boosts_its_pool_mates_groups_ahead_and_drains_
     let draining = drainer.state().in_progress.keys().cloned().collect::<Vec<_>>();
     assert_eq!(draining, vec![NodeName::from("n1")]);
     assert!(rig.events.reasons_for("n3") == vec!["BoostRequested"], "nothing else is done to n3");
+
+    // Passes go on through the workers' own observation (which remembers what the ledger boosted),
+    // within the window and past it: a pool-mate is never taken for an at-risk node.
+    for _ in 0..12 {
+        tokio::time::advance(Duration::from_secs(20)).await;
+        scaler.tick().await.unwrap();
+        drainer.tick().await.unwrap();
+    }
+    let mates = [NodeName::from("n2"), NodeName::from("n3")];
+    let touched: Vec<_> =
+        rig.writes.calls().into_iter().filter(|c| matches!(c, ClusterCall::Cordon(n) if mates.contains(n))).collect();
+    assert!(touched.is_empty(), "pool-mates cordoned: {touched:?}");
+    let terminated: Vec<_> = rig
+        .aws
+        .calls()
+        .into_iter()
+        .filter(|c| matches!(c, AsgCall::Terminate(i, _) if i.as_str() == "i-n2" || i.as_str() == "i-n3"))
+        .collect();
+    assert!(terminated.is_empty(), "pool-mates terminated: {terminated:?}");
+    assert!(drainer.state().in_progress.keys().all(|n| !mates.contains(n)));
 }
 
 /// Pool memory learns from the leader's passes, is saved beside the ledger, survives a restart,
