@@ -412,6 +412,11 @@ struct FakeAsgState {
     activities: BTreeMap<GroupName, Vec<crate::core::ScalingActivity>>,
     /// How long a raise's writes apply after its guard's read (none: at once, atomically).
     write_latency: std::time::Duration,
+    /// Instances each group owes: terminated without decrement, relaunched by [`FakeAutoScaling::relaunch`].
+    owed: BTreeMap<GroupName, u32>,
+    /// Groups whose launches fail (since a failed launch, until they launch again): they owe on.
+    dry: BTreeSet<GroupName>,
+    relaunched: u32,
 }
 
 /// The cluster the fakes' groups belong to (their `kubernetes.io/cluster/<name>` tag) and the
@@ -580,9 +585,11 @@ impl FakeAutoScaling {
         lock(&self.0).not_in_ec2.insert(instance.into());
     }
 
-    /// Auto Scaling reports a launch in `group` that failed with `message` at `at` (newest first).
+    /// Auto Scaling reports a launch in `group` that failed with `message` at `at` (newest first);
+    /// the group relaunches nothing until [`FakeAutoScaling::launches_again`].
     pub fn fail_launch(&self, group: &str, message: &str, at: crate::core::Timestamp) {
         let mut s = lock(&self.0);
+        s.dry.insert(group.into());
         let list = s.activities.entry(group.into()).or_default();
         // Activity ids are unique across groups, as AWS's UUIDs are.
         let id = format!("{group}-activity-{}", list.len());
@@ -597,6 +604,32 @@ impl FakeAutoScaling {
                 started: at,
             },
         );
+    }
+
+    /// `group`'s pool has capacity again: what it owes is relaunched from now on.
+    pub fn launches_again(&self, group: &str) {
+        lock(&self.0).dry.remove(&GroupName::from(group));
+    }
+
+    /// What Auto Scaling does for a group below its desired capacity: one instance for each
+    /// terminated without decrement, unless the group's launches fail. Returns the instances
+    /// `group` launched (`i-<group>-relaunch-<n>`), for the test to join as nodes.
+    pub fn relaunch(&self, group: &str) -> Vec<InstanceId> {
+        let mut s = lock(&self.0);
+        let name = GroupName::from(group);
+        if s.dry.contains(&name) {
+            return Vec::new();
+        }
+        let owed = s.owed.remove(&name).unwrap_or(0);
+        let mut launched = Vec::new();
+        for _ in 0..owed {
+            s.relaunched += 1;
+            let id = InstanceId::from(format!("i-{group}-relaunch-{}", s.relaunched));
+            let g = s.groups.get_mut(&name).expect("known group");
+            g.instances.push(GroupInstance { id: id.clone(), lifecycle_state: "InService".into() });
+            launched.push(id);
+        }
+        launched
     }
 
     /// EC2 lists a pending scheduled event for `instance`, starting at `not_before`.
@@ -826,6 +859,9 @@ impl AutoScaling for FakeAutoScaling {
         let decremented = decrement && group.desired > group.min;
         if decremented {
             group.desired -= 1;
+        } else {
+            let name = group.name.clone();
+            *s.owed.entry(name).or_default() += 1;
         }
         if Self::answer_lost(&mut s) {
             return Err(AwsError::TerminateInstance {

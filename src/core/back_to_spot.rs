@@ -94,11 +94,27 @@ pub(crate) fn plan_back_to_spot(
             .count()
             .saturating_add(plan.begun.iter().filter(|b| b.returning.home == f.home).count());
         let mut room = (policy.return_to_spot_nodes as usize).saturating_sub(begun);
-        if room == 0 || !may_take_back(snapshot, ledger, at_risk, policy, (f, since, now)) {
+        let Some(surplus) = may_take_back(snapshot, ledger, at_risk, policy, (f, since, now)) else {
+            continue;
+        };
+        if room == 0 {
             continue;
         }
         let on_the_way = ledger.returning.values().filter(|r| r.home == f.home && r.from == f.group).count();
         room = room.min((f.nodes as usize).saturating_sub(on_the_way));
+        if let (false, Some(before), Some(home)) = (surplus, f.home_before, snapshot.groups.get(&f.home)) {
+            // Raised no higher than it would be without the move, counting the raises of returns
+            // begun whose boost is not confirmed yet (the group's size may not show them).
+            let raising = ledger
+                .returning
+                .iter()
+                .filter(|(_, r)| r.home == f.home && !r.surplus)
+                .filter(|(i, _)| {
+                    !ledger.records.iter().any(|rec| rec.instances.contains(*i) && rec.raising_to.is_none())
+                })
+                .count();
+            room = room.min((before.saturating_sub(home.desired) as usize).saturating_sub(raising));
+        }
         let mut candidates: Vec<&Node> = snapshot
             .nodes
             .values()
@@ -124,6 +140,7 @@ pub(crate) fn plan_back_to_spot(
                 from: f.group.clone(),
                 at: now,
                 since: f.since,
+                surplus,
             };
             plan.edits.push(LedgerEdit::BeginBackToSpot {
                 instance: instance.clone(),
@@ -156,7 +173,10 @@ fn runs_on_fallback(node: &Node, f: &OnFallback) -> bool {
     node.group.as_ref() == Some(&f.group) && node.created >= f.since.whole_second() && !node.deleting_by_ca
 }
 
-/// Whether `f`'s own group may take a node back now: one this daemon serves, with room, that
+/// Whether `f`'s own group may take a node back now, and how: `Some(false)` to raise it for the
+/// node, `Some(true)` when its own Auto Scaling already relaunched what the move replaced (it is
+/// at its size from before the move, every node of it Ready and serving), so the node is surplus
+/// and only leaves the fallback. The group is one this daemon serves, with room for a raise, that
 /// has not failed to launch since `since` (nor within `--capacity-cooldown`, while it counts as
 /// failing), has no notice open and no boost of its own.
 fn may_take_back(
@@ -165,10 +185,22 @@ fn may_take_back(
     at_risk: &AtRiskSet,
     policy: &Policy,
     (f, since, now): (&OnFallback, Timestamp, Timestamp),
-) -> bool {
+) -> Option<bool> {
     let (Some(home), Some(fallback)) = (snapshot.groups.get(&f.home), snapshot.groups.get(&f.group)) else {
-        return false;
+        return None;
     };
+    let regained = f.home_before.is_some_and(|before| home.desired >= before);
+    if regained {
+        let serving = snapshot
+            .nodes
+            .values()
+            .filter(|n| n.group.as_ref() == Some(&home.name) && n.ready && !n.cordoned && !n.deleting_by_ca)
+            .count();
+        // Still relaunching: it takes nothing yet, and a raise would make it larger than before.
+        if serving < home.desired as usize {
+            return None;
+        }
+    }
     let serves = |g: &super::model::Group| g.served() && !policy.ignored_groups.contains(&g.name);
     let failed_lately = snapshot.capacity_failures.get(&f.home).is_some_and(|at| *at > since)
         || super::fallback::failing(snapshot, &f.home, policy, now);
@@ -177,7 +209,8 @@ fn may_take_back(
         .get(&f.home)
         .is_some_and(|risks| risks.values().any(|r| r.kinds.iter().any(|k| k != SignalKind::BackToSpot)));
     let own_boost = ledger.records.iter().any(|r| r.group == f.home && r.expired.is_none() && !ledger.is_return(r));
-    serves(home) && serves(fallback) && home.desired < home.max && !failed_lately && !notice_open && !own_boost
+    let room = regained || home.desired < home.max;
+    (serves(home) && serves(fallback) && room && !failed_lately && !notice_open && !own_boost).then_some(regained)
 }
 
 #[cfg(test)]
@@ -216,6 +249,7 @@ mod tests {
             group: "od".into(),
             nodes: 2,
             since: Timestamp::from_millis(1_000_000),
+            home_before: None,
         });
         s
     }
@@ -329,5 +363,154 @@ mod tests {
         // Still asking its group for a node: kept.
         s.ledger.records[0].added = 1;
         assert!(plan(&s, &policy, NOW).abandoned.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::core::ledger_edit::{
+        answer_terminations, apply_all, decide_terminations, Termination, TerminationAnswer,
+    };
+    use crate::core::model::{BoostRecord, Group, GroupName, InstanceFacts, InstanceLifecycle};
+    use crate::core::{plan_draining, plan_scaling, Acting, DrainState};
+
+    /// What EC2 says of node `name`'s instance: a spot instance whose private DNS name is the node's.
+    fn described(name: &str) -> InstanceFacts {
+        let mut facts = InstanceFacts::bought(InstanceLifecycle::Spot);
+        facts.private_dns_name = Some(format!("{name}.ec2.internal"));
+        facts
+    }
+
+    /// `spot` was `before` nodes when a boost moved `lent` of them to `od` (2 nodes of its own);
+    /// it is `desired` now, `relaunching` of them not Ready yet.
+    fn world(before: u32, desired: u32, relaunching: u32, lent: u32, max: u32) -> Snapshot {
+        let mut s = Snapshot::default();
+        let mut spot = Group::test("spot").desired(desired);
+        spot.max = max.max(desired);
+        spot.fallbacks = vec!["od".into()];
+        let mut od = Group::test("od").desired(2 + lent);
+        od.max = 40;
+        let join = |s: &mut Snapshot, name: String, group: &str, created: i64, ready: bool| {
+            let mut node = Node::test(&name, group).with_pods(1, 100, 1 << 20);
+            node.created = Timestamp::from_millis(created);
+            node.ready = ready;
+            s.instances.insert(node.instance.clone().unwrap(), described(&name));
+            s.nodes.insert(node.name.clone(), node);
+        };
+        for k in 0..desired {
+            join(&mut s, format!("s{k}"), "spot", 0, k >= relaunching);
+        }
+        for k in 0..2 + lent {
+            join(&mut s, format!("o{k}"), "od", if k < 2 { 0 } else { 1_100_000 }, true);
+        }
+        spot.members = Some(
+            s.nodes.values().filter(|n| n.name.as_str().starts_with('s')).filter_map(|n| n.instance.clone()).collect(),
+        );
+        od.members = Some(
+            s.nodes.values().filter(|n| n.name.as_str().starts_with('o')).filter_map(|n| n.instance.clone()).collect(),
+        );
+        s.groups.insert(spot.name.clone(), spot);
+        s.groups.insert(od.name.clone(), od);
+        s.ledger.on_fallback.push(OnFallback {
+            home: "spot".into(),
+            group: "od".into(),
+            nodes: lent,
+            since: Timestamp::from_millis(1_000_000),
+            home_before: Some(before),
+        });
+        s
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        /// Whatever the home group's size since the move, how much of it its own Auto Scaling
+        /// relaunched, how many nodes were lent and how many may go back per interval, a return
+        /// never leaves the group above the size it would have without the move (or above the
+        /// size it already had), and the fallback never below its own nodes; once the group is
+        /// whole again, every lent node is back.
+        #[test]
+        fn a_return_never_leaves_a_group_above_the_size_it_would_have_without_the_move(
+            before in 1u32..7,
+            shortfall in 0u32..3,
+            grown in 0u32..2,
+            relaunching in 0u32..3,
+            lent in 1u32..5,
+            per_interval in 1u32..4,
+            headroom in 0u32..4,
+            extra in 0u32..2,
+        ) {
+            let desired = (before + grown).saturating_sub(shortfall).max(1);
+            let relaunching = relaunching.min(desired);
+            let mut s = world(before, desired, relaunching, lent, before + headroom);
+            let policy = Policy { return_to_spot_nodes: per_interval, extra_nodes: extra, ..Policy::default() };
+            let ceiling = before.max(desired) + extra;
+            let home = GroupName::from("spot");
+            let fallback = GroupName::from("od");
+            let mut now = Timestamp::from_millis(10_000_000);
+            let mut launched = 0;
+            // Passes 10 s apart, as the scaler's resync: a return is boosted in the pass after it
+            // begins, long before its boost could time out.
+            for pass in 0..300 {
+                let p = plan_scaling(&s, &policy, now, Acting::Leader);
+                s.ledger = p.ledger.clone();
+                for b in &p.boosts.boosts {
+                    s.ledger.record(BoostRecord { raising_to: None, ..b.record.clone() });
+                    let g = s.groups.get_mut(&b.group).unwrap();
+                    let raised = b.to.saturating_sub(g.desired);
+                    g.desired = g.desired.max(b.to);
+                    // Auto Scaling launches what a raise asked for, Ready at once.
+                    for _ in 0..raised {
+                        launched += 1;
+                        let mut node = Node::test(&format!("l{launched}"), b.group.as_str());
+                        node.created = now;
+                        let instance = node.instance.clone().unwrap();
+                        s.instances.insert(instance.clone(), described(node.name.as_str()));
+                        s.groups.get_mut(&b.group).unwrap().members.as_mut().unwrap().insert(instance);
+                        s.nodes.insert(node.name.clone(), node);
+                    }
+                }
+                prop_assert!(s.groups[&home].desired <= ceiling, "pass {}: spot at {} above {}", pass, s.groups[&home].desired, ceiling);
+                // Drained nodes are terminated at once, as the drainer would once their pods left.
+                let d = plan_draining(&s, &BTreeSet::new(), &DrainState::default(), &policy, now);
+                let pending: Vec<Termination> = d.drains.batches.iter().flat_map(|b| b.nodes.iter()).map(|t| Termination {
+                    instance: t.instance.clone(),
+                    decrement: t.decrement,
+                    gives_back: None,
+                }).collect();
+                let (edits, decisions) = decide_terminations(&s.ledger, &pending);
+                apply_all(&mut s.ledger, &edits);
+                let mut answers = Vec::new();
+                for (t, decision) in pending.iter().zip(&decisions) {
+                    let Some(node) = s.nodes.values().find(|n| n.instance.as_ref() == Some(&t.instance)).cloned() else { continue };
+                    let group = node.group.clone().unwrap();
+                    s.nodes.remove(&node.name);
+                    let g = s.groups.get_mut(&group).unwrap();
+                    g.members.as_mut().unwrap().remove(&t.instance);
+                    if decision.decrement {
+                        g.desired -= 1;
+                    }
+                    answers.push((t, TerminationAnswer::Terminated { decremented: decision.decrement }));
+                }
+                apply_all(&mut s.ledger, &answer_terminations(answers));
+                prop_assert!(s.groups[&home].desired <= ceiling, "pass {}: spot at {} above {}", pass, s.groups[&home].desired, ceiling);
+                prop_assert!(s.groups[&fallback].desired >= 2, "pass {}: od below its own nodes", pass);
+                // Its own Auto Scaling finishes relaunching after the first pass.
+                if pass == 0 {
+                    s.nodes.values_mut().for_each(|n| n.ready = true);
+                }
+                now = now.plus(Duration::from_secs(10));
+            }
+            prop_assert_eq!(s.groups[&fallback].desired, 2, "every lent node is back: {:?}", s.ledger);
+            if extra == 0 {
+                prop_assert_eq!(s.groups[&home].desired, before.max(desired).min(desired + lent), "{:?}", s.ledger);
+            }
+        }
     }
 }

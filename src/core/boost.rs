@@ -208,7 +208,8 @@ pub(crate) fn plan_boosts(
             continue;
         }
         pending.sort_by(|(a, _), (b, _)| a.first_seen.cmp(&b.first_seen).then_with(|| a.instance.cmp(&b.instance)));
-        plan_group(group, facts_of(&facts, group), &pending, policy, now, &mut plan);
+        let surplus = |r: &AtRisk| ledger.returns_surplus(&r.instance);
+        plan_group(group, facts_of(&facts, group), &pending, &surplus, policy, now, &mut plan);
     }
     plan
 }
@@ -266,14 +267,21 @@ pub(crate) fn plan_ahead(
         ..policy.clone()
     };
     let mut scratch = BoostPlan::default();
-    plan_group(group, f, mates, &within, now, &mut scratch);
+    plan_group(group, f, mates, &|_| false, &within, now, &mut scratch);
     scratch.boosts.pop().filter(Boost::writes)
 }
 
+/// An at-risk instance no boost covers yet, with its node where it has one.
+type PendingRisk<'a> = (&'a AtRisk, Option<&'a Node>);
+
+/// The boost of `group` for its `pending` at-risk instances, the longest prefix that fits its
+/// rooms; a `surplus` one (a fallback node whose group already relaunched its capacity) needs no
+/// node.
 fn plan_group(
     group: &Group,
     facts: GroupFacts,
-    pending: &[(&AtRisk, Option<&Node>)],
+    pending: &[PendingRisk<'_>],
+    surplus: &dyn Fn(&AtRisk) -> bool,
     policy: &Policy,
     now: Timestamp,
     plan: &mut BoostPlan,
@@ -302,9 +310,10 @@ fn plan_group(
 
     let nodes = |k: usize| pending[..k].iter().filter_map(|(_, n)| *n);
     let capacity = group.node_allocatable.unwrap_or_else(|| smallest_allocatable(nodes(pending.len())));
+    let free = |k: usize| pending[..k].iter().filter(|(r, _)| surplus(r)).count();
     let needed_for = |k: usize| -> u32 {
         match policy.sizing {
-            SizingMode::Count => k as u32,
+            SizingMode::Count => (k - free(k)) as u32,
             SizingMode::Pods => {
                 // A fallback node going back is one node here, whatever its pods: its capacity
                 // is what moves.
@@ -315,7 +324,7 @@ fn plan_group(
                 // A node NTH drains itself counts as one at least.
                 let drained_by_nth =
                     others().filter(|(r, _)| r.kinds.iter().any(|kind| kind.drained_by_nth())).count() as u32;
-                let going_back = (k - others().count()) as u32;
+                let going_back = (k - others().count() - free(k)) as u32;
                 packed.max(drained_by_nth).saturating_add(going_back)
             }
         }
@@ -340,7 +349,9 @@ fn plan_group(
     if covered == 0 {
         return hold(plan, 0, binding);
     }
-    let added = needed.saturating_add(policy.extra_nodes.min(room.saturating_sub(needed)));
+    // Surplus returns alone raise nothing, extra nodes included.
+    let extra = if free(covered) == covered { 0 } else { policy.extra_nodes.min(room.saturating_sub(needed)) };
+    let added = needed.saturating_add(extra);
     let reason = if covered == pending.len() {
         BoostReason::ReplaceAtRisk { needed, at_risk: u32::try_from(covered).unwrap_or(u32::MAX) }
     } else {

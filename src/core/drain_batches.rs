@@ -424,7 +424,7 @@ pub(crate) fn next_batches(view: &DrainView<'_>, policy: &Policy, now: Timestamp
         let mut target = |r: &AtRisk, early: bool| {
             let decrement = records.get(&r.instance).is_some_and(|&k| {
                 let record = &snapshot.ledger.records[k];
-                if record.returning.contains(&r.instance) {
+                if record.returning.contains(&r.instance) || snapshot.ledger.returns_surplus(&r.instance) {
                     // Its return was counted before a call whose answer never came.
                     return true;
                 }

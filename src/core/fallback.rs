@@ -943,6 +943,7 @@ mod tests {
                 from: "od".into(),
                 at: Timestamp::from_millis(595_000),
                 since: Timestamp::from_millis(1_000),
+                surplus: false,
             },
         );
         s.capacity_failures.insert("spot-a".into(), Timestamp::from_millis(598_000));

@@ -561,7 +561,7 @@ impl LedgerEdit {
             LedgerEdit::EndGiveBack(i) => ledger.covering_mut(i).is_some_and(|r| r.giving_back.remove(i).is_some()),
             LedgerEdit::BeginReturn { boosted, terminated } => {
                 // A surplus fallback node's return added nothing: its decrement is the point.
-                let surplus = ledger.returning.get(terminated).is_some_and(|r| r.surplus);
+                let surplus = ledger.returns_surplus(terminated);
                 ledger.covering_mut(boosted).is_some_and(|r| {
                     let counts = !r.returning.contains(terminated) && (r.returned < r.added || surplus);
                     if counts {

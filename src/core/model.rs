@@ -1002,10 +1002,16 @@ impl BoostLedger {
     /// `boosted` (the instance itself, or the instance AWS took whose node it gives back): its
     /// return is already counted, or the boost is confirmed and has a node left to return.
     pub(crate) fn may_return(&self, boosted: &InstanceId, terminated: &InstanceId) -> bool {
-        self.records
-            .iter()
-            .find(|r| r.instances.contains(boosted))
-            .is_some_and(|r| r.returning.contains(terminated) || (r.raising_to.is_none() && r.returned < r.added))
+        self.records.iter().find(|r| r.instances.contains(boosted)).is_some_and(|r| {
+            r.returning.contains(terminated)
+                || (r.raising_to.is_none() && (r.returned < r.added || self.returns_surplus(terminated)))
+        })
+    }
+
+    /// Whether `instance` is a fallback node whose return raised nothing (see
+    /// [`Returning::surplus`]): its termination decrements whatever its boost added.
+    pub(crate) fn returns_surplus(&self, instance: &InstanceId) -> bool {
+        self.returning.get(instance).is_some_and(|r| r.surplus)
     }
 
     /// Whether a termination with decrement of `terminated` for `boosted`'s boost was asked for

@@ -659,7 +659,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn capacity_left_on_a_fallback_returns_to_its_group_once_it_launches_again_replaced_first() {
+    async fn capacity_left_on_a_fallback_returns_to_its_group_once_it_relaunched_its_own_raising_nothing() {
         use crate::core::NodeName;
         use crate::workers::drainer::{Drainer, DrainerSettings};
         use crate::workers::scaler::{Scaler, ScalerSettings};
@@ -690,16 +690,24 @@ mod tests {
             rig.cluster.put_node(node);
         };
         join("r1", "spot-b");
+        // Each group relaunches what left it without decrement, as Auto Scaling does, unless dry.
         let mut step = async |rounds: usize| {
             let mut terminated = Vec::new();
             for _ in 0..rounds {
                 watcher.tick().await.unwrap();
                 scaler.tick().await.unwrap();
                 for (instance, decremented) in drainer.tick().await.unwrap().terminated {
-                    rig.aws.remove_instance(&instance);
                     let node = instance.as_str().trim_start_matches("i-").to_string();
                     rig.cluster.remove_node(&node);
                     terminated.push((node, decremented));
+                }
+                for group in ["spot-a", "spot-b"] {
+                    for instance in rig.aws.relaunch(group) {
+                        let mut node = Node::test(instance.as_str().trim_start_matches("i-"), group);
+                        node.group = None;
+                        node.created = clock();
+                        rig.cluster.put_node(node);
+                    }
                 }
                 tokio::time::advance(Duration::from_secs(5)).await;
             }
@@ -711,21 +719,28 @@ mod tests {
         assert_eq!((ledger.on_fallback.len(), ledger.on_fallback[0].nodes), (1, 1));
         assert!(metrics.encode().contains("spots_booster_fallback_nodes{group=\"spot-b\"} 1"));
 
-        // Within the interval since spot-a last failed, nothing goes back.
+        // Within the interval since spot-a last failed, nothing goes back, and spot-a, still dry,
+        // owes the node n1 left without decrement.
         assert!(step(60).await.is_empty());
         assert!(ctx.ledger.current().await.returning.is_empty());
         assert_eq!((rig.aws.desired("spot-a"), rig.aws.desired("spot-b")), (3, 3));
+        assert_eq!(rig.aws.instances("spot-a").len(), 2);
 
-        // Ten minutes on: r1 (launched for the move) is replaced in spot-a, then drained and
-        // terminated with decrement; spot-b is back to its size.
-        step(60).await;
-        assert_eq!(rig.aws.desired("spot-a"), 4, "the replacement is asked of spot-a first");
+        // spot-a launches again and relaunches n1's instance itself: it is at its size, so r1
+        // (launched for the move) is surplus. Ten minutes on, it is drained onto spot-a's own
+        // nodes and terminated with decrement, raising nothing: both groups end at their size.
+        rig.aws.launches_again("spot-a");
+        let calls_before = rig.aws.calls().len();
+        let terminated = step(60).await;
+        assert_eq!(rig.aws.instances("spot-a").len(), 3, "relaunched by its own Auto Scaling");
         assert!(rig.events.reasons_for("r1").contains(&"ReturningToSpot"), "{:?}", rig.events.reasons_for("r1"));
         assert!(rig.cluster.protected().is_empty() || !rig.cluster.protected().contains(&NodeName::from("r1")));
-        join("a1", "spot-a");
-        let terminated = step(12).await;
         assert_eq!(terminated, vec![("r1".to_string(), true)]);
-        assert_eq!((rig.aws.desired("spot-a"), rig.aws.desired("spot-b")), (4, 2));
+        let raised = rig.aws.calls()[calls_before..]
+            .iter()
+            .any(|c| matches!(c, AsgCall::Raise(w) if w.iter().any(|w| w.group.as_str() == "spot-a")));
+        assert!(!raised, "the return raises nothing: {:?}", rig.aws.calls());
+        assert_eq!((rig.aws.desired("spot-a"), rig.aws.desired("spot-b")), (3, 2));
         step(2).await;
         let ledger = ctx.ledger.current().await;
         assert!(

@@ -309,6 +309,7 @@ mod tests {
                 from: "od".into(),
                 at: Timestamp::from_millis(2_000),
                 since: Timestamp::from_millis(0),
+                surplus: false,
             },
         );
         remember_boosted(&mut state, &ledger);
