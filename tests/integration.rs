@@ -23,6 +23,7 @@ mod e2e_fallback;
 mod e2e_fleet;
 mod e2e_instancegroups;
 mod e2e_interruptions;
+mod e2e_market;
 mod e2e_scope;
 mod e2e_storm;
 mod e2e_trust;

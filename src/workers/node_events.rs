@@ -82,10 +82,17 @@ impl NodeEvent {
 
     /// A fallback node's return to its own group began.
     pub(crate) fn returning_to_spot(node: &NodeName, r: &Returning) -> NodeEvent {
-        let note = format!(
-            "capacity {} could not launch runs on its fallback {}; {} launches again: a replacement is asked of it, then this node is drained and terminated with decrement",
-            r.home, r.from, r.home
-        );
+        let note = if r.surplus {
+            format!(
+                "capacity {} could not launch runs on its fallback {}; {} launches again and has relaunched its own size: nothing is asked of it, this node is drained onto it and terminated with decrement",
+                r.home, r.from, r.home
+            )
+        } else {
+            format!(
+                "capacity {} could not launch runs on its fallback {}; {} launches again: a replacement is asked of it, then this node is drained and terminated with decrement",
+                r.home, r.from, r.home
+            )
+        };
         event(node, NodeEventReason::ReturningToSpot, note)
     }
 

@@ -199,6 +199,11 @@ pub const CLUSTER: &str = "e2e";
 /// Creates, in moto, a launch template and an ASG `name` of `desired` instances (min 1, max `max`)
 /// in us-east-1a, tagged as [`CLUSTER`]'s, and returns the image the template launches.
 pub async fn create_group(aws: &SdkConfig, name: &str, desired: i32, max: i32) -> String {
+    create_group_in(aws, name, (desired, max), &["us-east-1a"]).await
+}
+
+/// [`create_group`] across `zones`: its pools reach beyond any one zone's.
+pub async fn create_group_in(aws: &SdkConfig, name: &str, (desired, max): (i32, i32), zones: &[&str]) -> String {
     use aws_sdk_autoscaling::types::LaunchTemplateSpecification;
     use aws_sdk_ec2::types::{InstanceType, RequestLaunchTemplateData};
     let ec2 = aws_sdk_ec2::Client::new(aws);
@@ -213,7 +218,7 @@ pub async fn create_group(aws: &SdkConfig, name: &str, desired: i32, max: i32) -
         .min_size(1)
         .max_size(max)
         .desired_capacity(desired)
-        .availability_zones("us-east-1a")
+        .set_availability_zones(Some(zones.iter().map(|z| z.to_string()).collect()))
         .tags(
             aws_sdk_autoscaling::types::Tag::builder()
                 .resource_id(name)

@@ -88,7 +88,11 @@ where
         let ctx = &self.ctx;
         for b in &plan.begun {
             let r = &b.returning;
-            info!(node = %r.node, instance = %b.instance, home = %r.home, fallback = %r.from, "a fallback node returns to its own group, which launches again: replaced there first, then drained");
+            if r.surplus {
+                info!(node = %r.node, instance = %b.instance, home = %r.home, fallback = %r.from, "a fallback node returns to its own group, which launches again and relaunched its own size: drained onto it, nothing raised");
+            } else {
+                info!(node = %r.node, instance = %b.instance, home = %r.home, fallback = %r.from, "a fallback node returns to its own group, which launches again: replaced there first, then drained");
+            }
             ctx.events.publish(NodeEvent::returning_to_spot(&r.node, r)).await;
         }
         for instance in &plan.abandoned {

@@ -1,0 +1,135 @@
+//! End-to-end: the market features keep their promises on a real API server with moto. Ignored
+//! unless run with `--include-ignored` and `SPOTS_BOOSTER_E2E_KUBECONFIG` and
+//! `SPOTS_BOOSTER_E2E_AWS_ENDPOINT` set.
+//!
+//! A spot interruption EC2 confirms, in a pool whose other nodes run in two groups: both groups
+//! are boosted ahead for those pool-mates, and none of them is cordoned, drained or terminated.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Patch, PatchParams};
+use kube::Api;
+use serde_json::json;
+use support::aws_intercept::{ec2_as_aws, intercepting_proxy};
+use support::e2e::{
+    await_synced, aws, create_group_in, create_namespace, env, free_port, kube_client, live_instances, metric,
+    register_node, run_suffix, scrape, start_booster, LONE_DRAINER,
+};
+
+use crate::support;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real API server and moto: set SPOTS_BOOSTER_E2E_KUBECONFIG and SPOTS_BOOSTER_E2E_AWS_ENDPOINT, pass --include-ignored"]
+async fn a_confirmed_interruption_boosts_pool_mates_in_two_groups_ahead_and_drains_none_of_them() {
+    let (kubeconfig, endpoint) = env();
+    let suffix = run_suffix();
+    let ns = format!("sb-mates-{suffix}");
+    let kube = kube_client(&kubeconfig).await;
+    let sdk = aws(&endpoint).await;
+    create_namespace(&kube, &ns).await;
+    let groups = [format!("mates-a-{suffix}"), format!("mates-b-{suffix}")];
+    for (group, size) in groups.iter().zip([4, 3]) {
+        create_group_in(&sdk, group, (size, 12), &["us-east-1a", "us-east-1b"]).await;
+    }
+    let name = |id: &str| format!("{id}.{suffix}.e2e.internal");
+    // Plays kubelet for every instance the groups list: the old ones and those boosts launch.
+    let play = || async {
+        let mut all = BTreeMap::new();
+        for group in &groups {
+            for (id, zone) in live_instances(&sdk, group).await {
+                register_node(&kube, &name(&id), &zone, &id, &suffix).await;
+                all.insert(id, (group.clone(), zone));
+            }
+        }
+        all
+    };
+    let at_start = play().await;
+    // The victim: in a zone both groups run other instances in, so its pool-mates span both.
+    let in_zone = |group: &str, zone: &str| at_start.values().filter(|(g, z)| g == group && z == zone).count();
+    let (victim, (victim_group, zone)) = at_start
+        .iter()
+        .find(|(_, (g, z))| in_zone(g, z) >= 2 && groups.iter().filter(|o| *o != g).all(|o| in_zone(o, z) >= 1))
+        .map(|(id, gz)| (id.clone(), gz.clone()))
+        .expect("a zone both groups run instances in");
+    let mates: BTreeSet<String> =
+        at_start.iter().filter(|(id, (_, z))| **id != victim && *z == zone).map(|(id, _)| id.clone()).collect();
+    let mut baseline: BTreeMap<String, i32> = BTreeMap::new();
+    for group in &groups {
+        baseline.insert(group.clone(), support::e2e::desired_capacity(&sdk, group).await);
+    }
+
+    let marked = Arc::new(Mutex::new(BTreeSet::new()));
+    let proxied = intercepting_proxy(&endpoint, ec2_as_aws(marked.clone())).await;
+    let port = free_port();
+    let mut flags = LONE_DRAINER.to_vec();
+    flags.extend(["--pool-mate-window", "40s"]);
+    let mut booster = start_booster(&kubeconfig, &proxied, &ns, port, &flags);
+    await_synced(port, &mut booster).await;
+
+    // The notice: NTH's taint and cordon, and EC2 marking the spot request.
+    let nodes: Api<Node> = Api::all(kube.clone());
+    let noticed = Instant::now();
+    marked.lock().unwrap().insert(victim.clone());
+    let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let taint = json!({"spec": {"unschedulable": true, "taints": [{"key": "aws-node-termination-handler/spot-itn",
+        "effect": "NoSchedule", "timeAdded": now}]}});
+    nodes.patch(&name(&victim), &PatchParams::default(), &Patch::Merge(taint)).await.unwrap();
+
+    // Through the window and its give-back: the pool-mates stay schedulable and alive.
+    let mut boosted_ahead: BTreeMap<String, f64> = BTreeMap::new();
+    let mut victim_gone = None;
+    while noticed.elapsed() < Duration::from_secs(100) {
+        let live = play().await;
+        let text = scrape(port).await;
+        for group in &groups {
+            let ahead = metric(&text, &format!("spots_booster_pool_mate_boosted_nodes_total{{group=\"{group}\"}}"));
+            boosted_ahead.insert(group.clone(), ahead);
+        }
+        for mate in &mates {
+            assert!(live.contains_key(mate), "pool-mate {mate} terminated {:?} after the notice", noticed.elapsed());
+            let node = nodes.get(&name(mate)).await.unwrap();
+            let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+            assert!(!cordoned, "pool-mate {mate} cordoned {:?} after the notice", noticed.elapsed());
+        }
+        if victim_gone.is_none() && !live.contains_key(&victim) {
+            victim_gone = Some(noticed.elapsed());
+        }
+        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!(
+        "e2e pool-mates: victim {victim} in {victim_group}/{zone}, {} pool-mates; boosted ahead {boosted_ahead:?}; \
+         the victim gone {victim_gone:?} after the notice",
+        mates.len()
+    );
+    for group in &groups {
+        assert!(boosted_ahead[group] >= 1.0, "{group} was not boosted ahead: {boosted_ahead:?}");
+    }
+    assert!(victim_gone.is_some(), "the interrupted instance was never drained and terminated");
+    // Every group ends at its baseline once the window's nodes are given back.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        play().await;
+        let mut sizes = BTreeMap::new();
+        for group in &groups {
+            sizes.insert(group.clone(), support::e2e::desired_capacity(&sdk, group).await);
+        }
+        if sizes == baseline {
+            break;
+        }
+        assert!(Instant::now() < deadline, "groups at {sizes:?}, baselines {baseline:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    booster.kill().await.unwrap();
+    for n in nodes
+        .list(&kube::api::ListParams::default().labels(&format!("spots-booster-e2e={suffix}")))
+        .await
+        .unwrap()
+        .items
+    {
+        let _ = nodes.delete(n.metadata.name.as_deref().unwrap_or_default(), &Default::default()).await;
+    }
+}
