@@ -133,3 +133,88 @@ async fn a_confirmed_interruption_boosts_pool_mates_in_two_groups_ahead_and_drai
         let _ = nodes.delete(n.metadata.name.as_deref().unwrap_or_default(), &Default::default()).await;
     }
 }
+
+/// A recommendation with no interruption after it, under `--rebalance-policy standby`: the spare
+/// is bought, the node is never drained, and when the standby lapses the spare goes back and the
+/// group stays at its baseline while the recommendation's Event and taint remain; the node serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real API server and moto: set SPOTS_BOOSTER_E2E_KUBECONFIG and SPOTS_BOOSTER_E2E_AWS_ENDPOINT, pass --include-ignored"]
+async fn a_standby_that_lapses_gives_its_spare_back_and_buys_none_again_while_the_recommendation_stands() {
+    let (kubeconfig, endpoint) = env();
+    let suffix = run_suffix();
+    let ns = format!("sb-standby-{suffix}");
+    let kube = kube_client(&kubeconfig).await;
+    let sdk = aws(&endpoint).await;
+    create_namespace(&kube, &ns).await;
+    let group = format!("standby-{suffix}");
+    create_group_in(&sdk, &group, (4, 10), &["us-east-1a"]).await;
+    let name = |id: &str| format!("{id}.{suffix}.e2e.internal");
+    let play = || async {
+        let live = live_instances(&sdk, &group).await;
+        for (id, zone) in &live {
+            register_node(&kube, &name(id), zone, id, &suffix).await;
+        }
+        live.into_iter().map(|(id, _)| id).collect::<BTreeSet<String>>()
+    };
+    let recommended = play().await.into_iter().next().expect("an instance");
+    let baseline = support::e2e::desired_capacity(&sdk, &group).await;
+
+    let proxied = intercepting_proxy(&endpoint, ec2_as_aws(Arc::default())).await;
+    let port = free_port();
+    let mut flags = LONE_DRAINER.to_vec();
+    let window = Duration::from_secs(30);
+    flags.extend(["--rebalance-policy", "standby", "--rebalance-standby-min", "30s", "--rebalance-standby-max", "30s"]);
+    let mut booster = start_booster(&kubeconfig, &proxied, &ns, port, &flags);
+    await_synced(port, &mut booster).await;
+
+    // NTH in IMDS mode with taints: cordon, taint and Event; no interruption ever follows.
+    let noticed = Instant::now();
+    support::e2e::nth_cordon_and_taint(&kube, &name(&recommended)).await;
+    support::e2e::nth_rebalance_event(&kube, &ns, &name(&recommended), &recommended).await;
+
+    let nodes: Api<Node> = Api::all(kube.clone());
+    let mut timeline: Vec<(f64, i32)> = Vec::new();
+    let mut back_at = None;
+    // The window, one give-back (a minute at most), then as long again with the Event standing.
+    let until = window + Duration::from_secs(60) + window + Duration::from_secs(30);
+    while noticed.elapsed() < until {
+        let live = play().await;
+        assert!(live.contains(&recommended), "the recommended node was terminated {:?} in", noticed.elapsed());
+        let desired = support::e2e::desired_capacity(&sdk, &group).await;
+        if timeline.last().is_none_or(|(_, d)| *d != desired) {
+            timeline.push((noticed.elapsed().as_secs_f64(), desired));
+        }
+        let bought = timeline.iter().any(|(_, d)| *d > baseline);
+        if bought && desired == baseline && back_at.is_none() {
+            back_at = Some(noticed.elapsed());
+        }
+        if let Some(back) = back_at {
+            assert!(
+                desired <= baseline,
+                "bought again {:?} after the spare went back at {back:?}: {timeline:?}",
+                noticed.elapsed()
+            );
+        }
+        assert!(booster.try_wait().unwrap().is_none(), "spots-booster exited");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let node = nodes.get(&name(&recommended)).await.unwrap();
+    let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+    let text = scrape(port).await;
+    let lapsed = metric(&text, "spots_booster_signals_dropped_total{reason=\"standby-lapsed\"}");
+    eprintln!("e2e standby: desired over time (s, desired) {timeline:?}; back at the baseline {back_at:?}; standby-lapsed drops {lapsed}; cordoned at the end: {cordoned}");
+    assert!(timeline.iter().any(|(_, d)| *d == baseline + 1), "no spare was bought: {timeline:?}");
+    let back = back_at.expect("the spare never went back");
+    assert!(back <= window + Duration::from_secs(60), "the spare went back only {back:?} after the notice");
+    assert!(!cordoned, "the lapsed node does not serve: still cordoned");
+    assert!(lapsed >= 1.0, "standby-lapsed drops never counted: {text}");
+    booster.kill().await.unwrap();
+    for n in nodes
+        .list(&kube::api::ListParams::default().labels(&format!("spots-booster-e2e={suffix}")))
+        .await
+        .unwrap()
+        .items
+    {
+        let _ = nodes.delete(n.metadata.name.as_deref().unwrap_or_default(), &Default::default()).await;
+    }
+}
