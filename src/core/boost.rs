@@ -181,9 +181,15 @@ pub(crate) struct GroupFacts {
     ready: u32,
     /// Replacement nodes the group's open boosts still count against its budget.
     in_flight: u32,
-    /// The nodes the group's boosts added (their writes applied) and have not given back yet:
-    /// its desired capacity without them is the size a new boost must never be given back below.
+    /// The nodes the group's boosts added (their writes applied) and have not given back yet, a
+    /// return whose termination is not answered yet counted as not given back: its decrement is
+    /// not in the desired capacity the plan starts from (the adapter never lets one land between
+    /// a raise's guard read and its write). The desired capacity without them is the size a new
+    /// boost must never be given back below.
     outstanding: u32,
+    /// The lowest size before any of the group's open boosts: a new boost's is never above it, so
+    /// however the earlier ones close, the floor the give-backs keep stays the group's baseline.
+    floor: Option<u32>,
 }
 
 /// Plans the boosts for every group with at-risk instances no boost in `ledger` covers yet.
@@ -223,9 +229,14 @@ pub(crate) fn group_facts<'s>(snapshot: &'s Snapshot, ledger: &'s BoostLedger) -
             f.ready = f.ready.saturating_add(1);
         }
     }
-    for record in ledger.records.iter().filter(|r| r.raising_to.is_none()) {
+    for record in &ledger.records {
         let f = facts.entry(&record.group).or_default();
-        f.outstanding = f.outstanding.saturating_add(record.added.saturating_sub(record.returned));
+        f.floor = Some(f.floor.map_or(record.before, |floor| floor.min(record.before)));
+        if record.raising_to.is_none() {
+            let in_flight = u32::try_from(record.returning.len()).unwrap_or(u32::MAX);
+            let applied = record.returned.saturating_sub(in_flight);
+            f.outstanding = f.outstanding.saturating_add(record.added.saturating_sub(applied));
+        }
     }
     for record in ledger.records.iter().filter(|r| r.expired.is_none()) {
         let f = facts.entry(&record.group).or_default();
@@ -372,7 +383,7 @@ fn plan_group(
             at: now,
             // An older boost of the group may close first: a size that still counts its nodes
             // would keep this one from giving back all of its own.
-            before: group.desired.saturating_sub(facts.outstanding),
+            before: facts.floor.unwrap_or(u32::MAX).min(group.desired.saturating_sub(facts.outstanding)),
             settled: BTreeSet::new(),
             kept: Default::default(),
             expired: None,
@@ -411,6 +422,7 @@ fn smallest_allocatable<'n>(nodes: impl Iterator<Item = &'n Node>) -> Resources 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::ledger_edit::LedgerEdit;
     use crate::core::model::{Node, Signal};
     use crate::core::signals::fold_signals_with_nodes;
 
@@ -600,5 +612,141 @@ mod tests {
         let mut s = cluster(Group::test("a").desired(6), 6, 0).with_signal(Signal::rebalance("n3", 0));
         s.ledger.record(BoostRecord::test("a", &["i-n1"], 2, 0));
         assert_eq!(plan(&s, &policy).held[0].reason, HoldReason::BoostBudgetSpent);
+    }
+
+    #[test]
+    fn a_boost_decided_while_an_earlier_raise_is_unconfirmed_keeps_the_earlier_floor() {
+        // n1's raise 50 → 51 applied, but its answer was lost: the record still waits for it.
+        let mut s = cluster(Group::test("a").desired(51).max(100), 50, 0)
+            .with_signal(Signal::rebalance("n1", 0))
+            .with_signal(Signal::rebalance("n2", 0));
+        s.ledger.record(BoostRecord { before: 50, raising_to: Some(51), ..BoostRecord::test("a", &["i-n1"], 1, 0) });
+        let p = plan(&s, &count_mode());
+        assert_eq!(p.boosts[0].record.before, 50, "51 would keep n2's node once n1's boost closes");
+    }
+
+    #[test]
+    fn a_return_whose_termination_is_unanswered_still_counts_as_the_boost_s_node() {
+        // Boosted 50 → 53; one node given back (52), a second one's termination not made yet.
+        let mut s = cluster(Group::test("a").desired(52).max(100), 50, 0).with_signal(Signal::rebalance("n9", 0));
+        let mut record = BoostRecord { before: u32::MAX, returned: 2, ..BoostRecord::test("a", &["i-n1"], 3, 0) };
+        record.returning.insert("i-n2".into());
+        s.ledger.record(record);
+        assert_eq!(plan(&s, &count_mode()).boosts[0].record.before, 50);
+    }
+
+    /// One step of a group's life while boosts open, return their nodes and close, in any order
+    /// the scaler, the drainer and AWS can take.
+    #[derive(Debug, Clone, Copy)]
+    enum Step {
+        /// A new at-risk instance: the scaler plans and its raise applies at once (the guard read
+        /// and the write see the same size: no decrement lands between them).
+        Notice,
+        /// The answer to a raise is saved.
+        Confirm(usize),
+        /// The drainer saves its intent to terminate one of a boost's instances with decrement.
+        BeginReturn(usize),
+        /// That termination applies: desired capacity goes down.
+        Apply(usize),
+        /// Its answer is saved.
+        Answer(usize),
+        /// A termination refused before anything changed: its count is taken back.
+        Refused(usize),
+        /// A boost whose every return applied closes.
+        Close(usize),
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            3 => Just(Step::Notice),
+            2 => any::<usize>().prop_map(Step::Confirm),
+            4 => any::<usize>().prop_map(Step::BeginReturn),
+            3 => any::<usize>().prop_map(Step::Apply),
+            3 => any::<usize>().prop_map(Step::Answer),
+            1 => any::<usize>().prop_map(Step::Refused),
+            2 => any::<usize>().prop_map(Step::Close),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 300, ..Default::default() })]
+
+        /// However the scaler's raises, the drainer's returns and their answers interleave, a new
+        /// boost's size before it is never above the group's baseline (its give-backs would stop
+        /// short, leaving the group larger), and below it only by returns that applied before
+        /// their answer was saved.
+        #[test]
+        fn a_boost_s_floor_is_never_above_the_group_s_baseline(
+            baseline in 1u32..60,
+            steps in proptest::collection::vec(step(), 1..60),
+        ) {
+            let policy = Policy { max_boost_per_group: 1_000, ..count_mode() };
+            let mut s = cluster(Group::test("a").desired(baseline).max(10_000), 80, 0);
+            let (mut desired, mut next, mut terminated) = (baseline, 1, 0);
+            // Returns begun: (the boosted instance, the terminated one, applied).
+            let mut returns: Vec<(InstanceId, InstanceId, bool)> = Vec::new();
+            let mut applied_unanswered_ever = 0u32;
+            for step in steps {
+                let open = s.ledger.records.len();
+                match step {
+                    Step::Notice if next <= 80 => {
+                        s = s.with_signal(Signal::rebalance(&format!("n{next}"), 0));
+                        next += 1;
+                        s.groups.get_mut(&GroupName::from("a")).unwrap().desired = desired;
+                        let p = plan(&s, &policy);
+                        if let Some(b) = p.boosts.first() {
+                            proptest::prop_assert!(b.record.before <= baseline, "{} above {baseline}", b.record.before);
+                            proptest::prop_assert!(
+                                b.record.before + applied_unanswered_ever >= baseline,
+                                "{} below {baseline} by more than {applied_unanswered_ever}", b.record.before
+                            );
+                            desired = b.to;
+                            LedgerEdit::Open(b.record.clone()).apply(&mut s.ledger);
+                        }
+                    }
+                    Step::Confirm(i) if open > 0 => {
+                        let id = s.ledger.records[i % open].id();
+                        LedgerEdit::Confirm(id).apply(&mut s.ledger);
+                    }
+                    Step::BeginReturn(i) if open > 0 => {
+                        let record = &s.ledger.records[i % open];
+                        if record.raising_to.is_none() && record.returned < record.added {
+                            let boosted = record.instances.iter().next().unwrap().clone();
+                            terminated += 1;
+                            let instance = InstanceId::from(format!("i-t{terminated}"));
+                            LedgerEdit::BeginReturn { boosted: boosted.clone(), terminated: instance.clone() }
+                                .apply(&mut s.ledger);
+                            returns.push((boosted, instance, false));
+                        }
+                    }
+                    Step::Apply(j) if !returns.is_empty() => {
+                        let k = j % returns.len();
+                        if !returns[k].2 {
+                            returns[k].2 = true;
+                            desired -= 1;
+                            applied_unanswered_ever += 1;
+                        }
+                    }
+                    Step::Answer(j) | Step::Refused(j) if !returns.is_empty() => {
+                        let k = j % returns.len();
+                        let refused = matches!(step, Step::Refused(_));
+                        if returns[k].2 != refused {
+                            let (boosted, terminated, decremented) = returns.remove(k);
+                            LedgerEdit::EndReturn { boosted, terminated, decremented }.apply(&mut s.ledger);
+                        }
+                    }
+                    Step::Close(i) if open > 0 => {
+                        let record = &s.ledger.records[i % open];
+                        let unapplied = returns.iter().any(|(b, _, applied)| record.instances.contains(b) && !applied);
+                        if record.raising_to.is_none() && record.returned == record.added && !unapplied {
+                            let id = record.id();
+                            LedgerEdit::Close { id, spent: Vec::new() }.apply(&mut s.ledger);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
     }
 }
