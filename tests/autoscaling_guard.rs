@@ -290,3 +290,58 @@ async fn a_raise_does_not_wait_for_a_read_with_instances() {
     refresh.await.expect("refresh").expect("read");
     assert_eq!(reads_and_writes(&fleet), [(3, 1)], "the sync read, the book's refresh and the guard's own");
 }
+
+/// The adapter on a fleet whose reads answer in 50 ms, terminations in 300 ms and writes of
+/// desired capacity in 600 ms (each applying when answered), with `race-00`'s first instance.
+async fn racing_fleet() -> (spots_booster::aws::AwsAutoScaling, aws_fleet::Fleet, spots_booster::core::InstanceId) {
+    use std::time::Duration;
+    let fleet = aws_fleet::fleet("race", 1, 4);
+    let latency: aws_fleet::Latency = Arc::new(|action| match action {
+        "TerminateInstanceInAutoScalingGroup" => Duration::from_millis(300),
+        "SetDesiredCapacity" => Duration::from_millis(600),
+        _ => Duration::from_millis(50),
+    });
+    let endpoint = aws_fleet::serve_fleet_answering_by(fleet.clone(), latency);
+    let aws = AwsPorts::new(&aws_loopback::sdk_loader(endpoint).load().await, false);
+    let first = fleet.lock().unwrap()["race-00"].instances[0].0.clone();
+    (aws.autoscaling, fleet, first.as_str().into())
+}
+
+/// `SetDesiredCapacity` writes a number; a termination with decrement lowers it by one. A
+/// decrement landing between a raise's guard read and its write would be overwritten, and the
+/// boost it returned a node for would leave the group one node larger for good. A raise sent
+/// while a decrement is on its way reads after it, and is raced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raise_sent_during_a_decrement_reads_after_it_and_never_overwrites_it() {
+    let (asg, fleet, first) = racing_fleet().await;
+    let terminating = {
+        let asg = asg.clone();
+        tokio::spawn(async move { asg.terminate_instance(&first, true).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    let raised = asg.raise_desired(&[DesiredWrite { group: "race-00".into(), expected: 4, to: 5 }]).await;
+    assert_eq!(raised.expect("raise")[0].1.as_ref().ok(), Some(&WriteOutcome::Raced { live: 3 }));
+    assert_eq!(
+        terminating.await.expect("task").expect("terminated"),
+        spots_booster::ports::TerminateOutcome::Terminated { decremented: true }
+    );
+    assert_eq!(fleet.lock().unwrap()["race-00"].desired, 3, "the decrement stands");
+}
+
+/// The other order: a decrement sent while a raise is on its way lands after the raise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decrement_sent_during_a_raise_lands_after_it() {
+    let (asg, fleet, first) = racing_fleet().await;
+    let raising = {
+        let asg = asg.clone();
+        tokio::spawn(
+            async move { asg.raise_desired(&[DesiredWrite { group: "race-00".into(), expected: 4, to: 5 }]).await },
+        )
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let terminated = asg.terminate_instance(&first, true).await.expect("terminated");
+    assert_eq!(terminated, spots_booster::ports::TerminateOutcome::Terminated { decremented: true });
+    let raised = raising.await.expect("task").expect("raise");
+    assert_eq!(raised[0].1.as_ref().ok(), Some(&WriteOutcome::Written { from: 4, to: 5 }));
+    assert_eq!(fleet.lock().unwrap()["race-00"].desired, 4, "raised to 5, then one node returned");
+}

@@ -12,6 +12,7 @@ use tracing::{info, warn};
 use super::calls::CallStats;
 use super::ec2::AwsInstances;
 use super::errors::failure;
+use super::group_writes::GroupWrites;
 use super::recent_sizes::RecentSizes;
 use crate::core::{GroupName, InstanceFacts, InstanceId, LaunchOptions, ScalingActivity, Timestamp};
 use crate::ports::{
@@ -50,6 +51,9 @@ pub struct AwsAutoScaling {
     dry_run: bool,
     /// Groups' sizes from recent reads, shared by every clone: the guard of writes soon after.
     recent: Arc<RecentSizes>,
+    /// Held by each change of a group's desired capacity, shared by every clone (see
+    /// `group_writes`).
+    writes: Arc<GroupWrites>,
 }
 
 impl AwsAutoScaling {
@@ -57,7 +61,7 @@ impl AwsAutoScaling {
     /// Every raise reads its groups first; see [`AwsAutoScaling::reusing_guard_reads`].
     pub fn new(client: Client, ec2: AwsInstances, stats: CallStats, dry_run: bool) -> Self {
         let recent = Arc::new(RecentSizes::new(Duration::ZERO, system_clock()));
-        AwsAutoScaling { client, ec2, stats, dry_run, recent }
+        AwsAutoScaling { client, ec2, stats, dry_run, recent, writes: Arc::default() }
     }
 
     /// Lets a read of a group's sizes serve as the guard of its raises for `max_age` after it was
@@ -181,6 +185,8 @@ impl AwsAutoScaling {
         guard: fn(&DesiredWrite, Option<&GroupDescription>) -> Guard,
         detail: Detail,
     ) -> Result<WriteOutcomes, AwsError> {
+        // From the guard read to the answer: a decrement between them would be overwritten.
+        let _held = self.writes.hold(writes.iter().map(|w| &w.group)).await;
         let live: BTreeMap<GroupName, GroupDescription> = match detail {
             Detail::SizesOnly => self.guard_view(writes).await?,
             Detail::WithInstances => {
@@ -362,6 +368,8 @@ impl AutoScaling for AwsAutoScaling {
         let Some(group) = self.groups_of(std::slice::from_ref(instance)).await?.remove(instance) else {
             return Ok(TerminateOutcome::AlreadyGone);
         };
+        // A raise of the group waits for the decrement, and reads after it.
+        let _held = if decrement { Some(self.writes.hold([&group]).await) } else { None };
         // AWS refuses a decrement below MinSize; terminate without it and let the ASG replace.
         let decrement = decrement
             && match self.describe_groups(std::slice::from_ref(&group)).await?.first() {

@@ -6,6 +6,7 @@ pub mod autoscaling;
 pub mod calls;
 pub mod ec2;
 pub mod errors;
+mod group_writes;
 mod recent_sizes;
 
 use std::time::Duration;

@@ -7,6 +7,7 @@
 //!
 //! It answers the reads and the write the booster's reaction path makes:
 //! `DescribeAutoScalingGroups`, `DescribeAutoScalingInstances`, `SetDesiredCapacity`,
+//! `TerminateInstanceInAutoScalingGroup` (with decrement, or replaced under a new id),
 //! `DescribeScalingActivities` (none), EC2's `DescribeInstances` (spot, with private DNS names) and
 //! `DescribeInstanceStatus` (no scheduled events). Anything else is a 400 naming the action.
 
@@ -69,20 +70,28 @@ pub fn serve_fleet(fleet: Fleet) -> String {
 /// takes tens to hundreds of milliseconds), a write applying when it is answered. Requests on
 /// separate connections wait side by side, as AWS serves them.
 pub fn serve_fleet_answering_in(fleet: Fleet, latency: std::time::Duration) -> String {
+    serve_fleet_answering_by(fleet, Arc::new(move |_| latency))
+}
+
+/// How long the fleet takes to answer each action.
+pub type Latency = Arc<dyn Fn(&str) -> std::time::Duration + Send + Sync>;
+
+/// As [`serve_fleet_answering_in`], each action answered after its own `latency`.
+pub fn serve_fleet_answering_by(fleet: Fleet, latency: Latency) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}", listener.local_addr().unwrap());
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { continue };
-            let fleet = fleet.clone();
-            std::thread::spawn(move || serve_connection(stream, &fleet, latency));
+            let (fleet, latency) = (fleet.clone(), latency.clone());
+            std::thread::spawn(move || serve_connection(stream, &fleet, &latency));
         }
     });
     endpoint
 }
 
 /// Answers requests on one kept-alive connection until the client closes it.
-fn serve_connection(stream: TcpStream, fleet: &Fleet, latency: std::time::Duration) {
+fn serve_connection(stream: TcpStream, fleet: &Fleet, latency: &Latency) {
     let _ = stream.set_nodelay(true);
     let mut reader = BufReader::new(stream.try_clone().expect("a clonable stream"));
     let mut writer = stream;
@@ -102,7 +111,7 @@ fn serve_connection(stream: TcpStream, fleet: &Fleet, latency: std::time::Durati
                 }
             }
         }
-        std::thread::sleep(latency);
+        std::thread::sleep(latency(field(&form, "Action").unwrap_or_default()));
         let (status, xml) = answer(&form, fleet);
         // One write of the whole answer: written piece by piece, Nagle's algorithm held the later
         // pieces for the client's delayed acknowledgement (40 ms), a stall AWS does not have.
@@ -200,6 +209,31 @@ fn answer(form: &[(String, String)], fleet: &Fleet) -> (&'static str, String) {
                 }
                 _ => ("400 Bad Request", error(ASG_NS, "ValidationError", &format!("cannot set {name} to {desired}"))),
             }
+        }
+        "TerminateInstanceInAutoScalingGroup" => {
+            let id = field(form, "InstanceId").unwrap_or_default();
+            let decrement = field(form, "ShouldDecrementDesiredCapacity") == Some("true");
+            let Some((name, g)) = fleet.iter_mut().find(|(_, g)| g.instances.iter().any(|(i, _)| i == id)) else {
+                return ("400 Bad Request", error(ASG_NS, "ValidationError", &format!("Instance Id not found - {id}")));
+            };
+            let at = g.instances.iter().position(|(i, _)| i == id).unwrap();
+            let (_, dns) = g.instances.remove(at);
+            let cause = if decrement {
+                g.desired -= 1;
+                format!("shrinking the capacity from {} to {}", g.desired + 1, g.desired)
+            } else {
+                // The group replaces it, as Auto Scaling does.
+                g.instances.push((format!("{id}r"), format!("r-{dns}")));
+                "a replacement is launched".to_string()
+            };
+            let activity = format!(
+                "<Activity><ActivityId>a-{id}</ActivityId><AutoScalingGroupName>{name}</AutoScalingGroupName>\
+                 <Description>Terminating EC2 instance: {id}</Description><Cause>At 2026-12-04T00:00:00Z \
+                 instance {id} was taken out of service in response to a user request, {cause}.</Cause>\
+                 <StartTime>2026-12-04T00:00:00Z</StartTime><StatusCode>InProgress</StatusCode><Progress>0</Progress>\
+                 </Activity>"
+            );
+            ("200 OK", asg(action, activity))
         }
         "DescribeScalingActivities" => ("200 OK", asg(action, "<Activities/>".to_string())),
         "DescribeInstances" => {
