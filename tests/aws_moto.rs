@@ -232,6 +232,49 @@ async fn terminating_with_decrement_gives_the_boost_back_and_is_idempotent() {
     assert_eq!(desired(&config, "plain").await.0, 2);
 }
 
+/// The e2e proxy answers a termination of an instance AWS already took (no group holds it) as
+/// Auto Scaling does, where moto fails with a 500: the adapter then knows the instance gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_e2e_proxy_answers_a_termination_of_a_taken_instance_as_auto_scaling_does() {
+    use support::aws_intercept::{intercepting_proxy, Answer};
+    let (moto, _guard) = moto().await;
+    let config = moto.sdk_config().await;
+    world(&config).await;
+    let proxied = intercepting_proxy(&moto.endpoint, std::sync::Arc::new(|_: &_| Answer::Forward)).await;
+    let through = support::moto::sdk_config_for(&proxied).await;
+    let asg = aws_sdk_autoscaling::Client::new(&through);
+    let aws = AwsPorts::new(&config, false);
+    let victim = aws.autoscaling.describe_groups(&names(&["plain"])).await.unwrap()[0].instances[0].id.clone();
+    let terminate = || {
+        asg.terminate_instance_in_auto_scaling_group()
+            .instance_id(victim.as_str())
+            .should_decrement_desired_capacity(false)
+            .send()
+    };
+    terminate().await.expect("the first termination");
+    let direct = aws_sdk_autoscaling::Client::new(&config)
+        .terminate_instance_in_auto_scaling_group()
+        .instance_id(victim.as_str())
+        .should_decrement_desired_capacity(false)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(direct.raw_response().map(|r| r.status().as_u16()), Some(500), "moto itself: {direct:?}");
+    let again = terminate().await.unwrap_err();
+    let service = again.as_service_error().expect("a service error");
+    assert_eq!(aws_sdk_autoscaling::error::ProvideErrorMetadata::code(service), Some("ValidationError"));
+    let message = aws_sdk_autoscaling::error::ProvideErrorMetadata::message(service).unwrap_or_default();
+    assert!(message.contains("not found") && message.contains(victim.as_str()), "{message}");
+    // A termination of an instance a group holds still goes to moto.
+    let held = aws.autoscaling.describe_groups(&names(&["plain"])).await.unwrap()[0].instances[0].id.clone();
+    asg.terminate_instance_in_auto_scaling_group()
+        .instance_id(held.as_str())
+        .should_decrement_desired_capacity(true)
+        .send()
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_map_to_their_groups_through_a_ttl_cache() {
     let (moto, _guard) = moto().await;

@@ -4,7 +4,9 @@
 //! failed launch worded as Auto Scaling words it, a `SetDesiredCapacity` that launches nothing).
 //! Everything else goes to moto, one request per upstream connection. Requests that change a
 //! group's desired capacity go to moto one at a time: moto reads, changes and writes it back
-//! without a lock, so two decrements at once lose one, where Auto Scaling applies both.
+//! without a lock, so two decrements at once lose one, where Auto Scaling applies both. And a
+//! `TerminateInstanceInAutoScalingGroup` for an instance no group holds any more (AWS took it)
+//! gets Auto Scaling's `ValidationError`, where moto fails with a 500.
 
 #![allow(dead_code)]
 
@@ -51,6 +53,8 @@ pub async fn intercepting_proxy(upstream: &str, hook: Hook) -> String {
 const DESIRED_WRITES: [&str; 4] =
     ["TerminateInstanceInAutoScalingGroup", "SetDesiredCapacity", "UpdateAutoScalingGroup", "DetachInstances"];
 
+const TERMINATE: &str = "TerminateInstanceInAutoScalingGroup";
+
 static DESIRED_WRITE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn serve(mut client: TcpStream, upstream: String, hook: Hook) {
@@ -72,7 +76,13 @@ async fn serve(mut client: TcpStream, upstream: String, hook: Hook) {
             .into_bytes(),
             Answer::Forward if writes_desired => {
                 let _one_at_a_time = DESIRED_WRITE.lock().await;
-                forward(&upstream, &head, &body).await
+                let answered = forward(&upstream, &head, &body).await;
+                match form.get("InstanceId") {
+                    Some(instance) if form.get("Action").map(String::as_str) == Some(TERMINATE) => {
+                        as_aws_terminate(&upstream, &head, answered, instance).await
+                    }
+                    _ => answered,
+                }
             }
             Answer::Forward => forward(&upstream, &head, &body).await,
             Answer::Edit(edit) => {
@@ -138,6 +148,38 @@ async fn forward(upstream: &str, head: &str, body: &[u8]) -> Vec<u8> {
     let mut answer = Vec::new();
     server.read_to_end(&mut answer).await.unwrap();
     answer
+}
+
+/// moto's answer to a termination or, where moto failed with a 500 because no group holds the
+/// instance any more (its lookup runs dry), the `ValidationError` Auto Scaling answers then.
+async fn as_aws_terminate(upstream: &str, head: &str, answer: Vec<u8>, instance: &str) -> Vec<u8> {
+    if !answer.starts_with(b"HTTP/1.1 500") && !answer.starts_with(b"HTTP/1.0 500") {
+        return answer;
+    }
+    // Asked of moto with the same signed head: Auto Scaling's instances, by id.
+    let ask = format!("Action=DescribeAutoScalingInstances&Version=2011-01-01&InstanceIds.member.1={instance}");
+    let head: String = head
+        .split("\r\n")
+        .map(|l| {
+            if l.to_ascii_lowercase().starts_with("content-length:") {
+                format!("Content-Length: {}", ask.len())
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\r\n");
+    let listed = forward(upstream, &head, ask.as_bytes()).await;
+    if find(&listed, format!("<InstanceId>{instance}</InstanceId>").as_bytes()).is_some() {
+        return answer;
+    }
+    let xml = format!(
+        "<ErrorResponse xmlns=\"http://autoscaling.amazonaws.com/doc/2011-01-01/\"><Error><Type>Sender</Type>\
+         <Code>ValidationError</Code><Message>Instance Id not found - No managed instance found for instance ID: \
+         {instance}</Message></Error><RequestId>2c1f7d7e-0000-4b6a-8e00-000000000003</RequestId></ErrorResponse>"
+    );
+    format!("HTTP/1.1 400 Bad Request\r\nContent-Type: text/xml\r\nContent-Length: {}\r\n\r\n{xml}", xml.len())
+        .into_bytes()
 }
 
 /// moto's answer with its body edited and its length set again.
