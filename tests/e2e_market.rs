@@ -134,9 +134,12 @@ async fn a_confirmed_interruption_boosts_pool_mates_in_two_groups_ahead_and_drai
     }
 }
 
-/// A recommendation with no interruption after it, under `--rebalance-policy standby`: the spare
-/// is bought, the node is never drained, and when the standby lapses the spare goes back and the
-/// group stays at its baseline while the recommendation's Event and taint remain; the node serves.
+/// Recommendations with no interruption after them, under `--rebalance-policy standby`: the spares
+/// are bought, the nodes are never drained, and when the standby lapses the spares go back and the
+/// group stays at its baseline while the recommendations' Events and taints remain. The node NTH
+/// cordoned for its recommendation serves again; the one an operator quarantined before (cordon
+/// and load-balancer label `true`, set before the daemon started) keeps both, with a `CordonKept`
+/// Event saying so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real API server and moto: set SPOTS_BOOSTER_E2E_KUBECONFIG and SPOTS_BOOSTER_E2E_AWS_ENDPOINT, pass --include-ignored"]
 async fn a_standby_that_lapses_gives_its_spare_back_and_buys_none_again_while_the_recommendation_stands() {
@@ -156,8 +159,13 @@ async fn a_standby_that_lapses_gives_its_spare_back_and_buys_none_again_while_th
         }
         live.into_iter().map(|(id, _)| id).collect::<BTreeSet<String>>()
     };
-    let recommended = play().await.into_iter().next().expect("an instance");
+    let mut instances = play().await.into_iter();
+    let (recommended, quarantined) = (instances.next().expect("an instance"), instances.next().expect("two"));
     let baseline = support::e2e::desired_capacity(&sdk, &group).await;
+    let nodes: Api<Node> = Api::all(kube.clone());
+    let lb_label = "node.kubernetes.io/exclude-from-external-load-balancers";
+    let quarantine = json!({"metadata": {"labels": {lb_label: "true"}}, "spec": {"unschedulable": true}});
+    nodes.patch(&name(&quarantined), &PatchParams::default(), &Patch::Merge(quarantine)).await.unwrap();
 
     let proxied = intercepting_proxy(&endpoint, ec2_as_aws(Arc::default())).await;
     let port = free_port();
@@ -169,17 +177,20 @@ async fn a_standby_that_lapses_gives_its_spare_back_and_buys_none_again_while_th
 
     // NTH in IMDS mode with taints: cordon, taint and Event; no interruption ever follows.
     let noticed = Instant::now();
-    support::e2e::nth_cordon_and_taint(&kube, &name(&recommended)).await;
-    support::e2e::nth_rebalance_event(&kube, &ns, &name(&recommended), &recommended).await;
+    for id in [&recommended, &quarantined] {
+        support::e2e::nth_cordon_and_taint(&kube, &name(id)).await;
+        support::e2e::nth_rebalance_event(&kube, &ns, &name(id), id).await;
+    }
 
-    let nodes: Api<Node> = Api::all(kube.clone());
     let mut timeline: Vec<(f64, i32)> = Vec::new();
     let mut back_at = None;
     // The window, one give-back (a minute at most), then as long again with the Event standing.
     let until = window + Duration::from_secs(60) + window + Duration::from_secs(30);
     while noticed.elapsed() < until {
         let live = play().await;
-        assert!(live.contains(&recommended), "the recommended node was terminated {:?} in", noticed.elapsed());
+        for id in [&recommended, &quarantined] {
+            assert!(live.contains(id), "the recommended node {id} was terminated {:?} in", noticed.elapsed());
+        }
         let desired = support::e2e::desired_capacity(&sdk, &group).await;
         if timeline.last().is_none_or(|(_, d)| *d != desired) {
             timeline.push((noticed.elapsed().as_secs_f64(), desired));
@@ -200,13 +211,29 @@ async fn a_standby_that_lapses_gives_its_spare_back_and_buys_none_again_while_th
     }
     let node = nodes.get(&name(&recommended)).await.unwrap();
     let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+    let kept = nodes.get(&name(&quarantined)).await.unwrap();
+    let kept_cordoned = kept.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+    let kept_label = kept.metadata.labels.as_ref().and_then(|l| l.get(lb_label)).cloned();
+    let kept_told: Vec<String> = support::e2e::booster_events_on(&kube, &name(&quarantined))
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("CordonKept"))
+        .filter_map(|e| e.note)
+        .collect();
     let text = scrape(port).await;
     let lapsed = metric(&text, "spots_booster_signals_dropped_total{reason=\"standby-lapsed\"}");
-    eprintln!("e2e standby: desired over time (s, desired) {timeline:?}; back at the baseline {back_at:?}; standby-lapsed drops {lapsed}; cordoned at the end: {cordoned}");
-    assert!(timeline.iter().any(|(_, d)| *d == baseline + 1), "no spare was bought: {timeline:?}");
+    eprintln!(
+        "e2e standby: desired over time (s, desired) {timeline:?}; back at the baseline {back_at:?}; standby-lapsed \
+         drops {lapsed}; NTH's node cordoned at the end: {cordoned}; the quarantined node cordoned {kept_cordoned}, \
+         label {kept_label:?}, told {kept_told:?}"
+    );
+    assert!(timeline.iter().any(|(_, d)| *d > baseline), "no spare was bought: {timeline:?}");
     let back = back_at.expect("the spare never went back");
     assert!(back <= window + Duration::from_secs(60), "the spare went back only {back:?} after the notice");
     assert!(!cordoned, "the lapsed node does not serve: still cordoned");
+    assert!(kept_cordoned, "the lapse uncordoned a node an operator had cordoned before the recommendation");
+    assert_eq!(kept_label.as_deref(), Some("true"), "the operator's label value is kept");
+    assert_eq!(kept_told.len(), 1, "one CordonKept Event on the quarantined node: {kept_told:?}");
     assert!(lapsed >= 1.0, "standby-lapsed drops never counted: {text}");
     booster.kill().await.unwrap();
     for n in nodes

@@ -278,8 +278,23 @@ async fn dry_run_evictions_and_patches_ask_the_server_to_validate_only() {
     assert!(seen.query.contains("dryRun=All"), "{}", seen.query);
     assert_eq!(seen.body["deleteOptions"]["dryRun"], json!(["All"]));
     tokio::spawn(async move { writes.cordon(&NodeName::from("n1")).await });
+    let read = answer(&mut server, |_| reply(200, node_object("7", false, None))).await;
+    assert_eq!(read.method, "GET", "a read is never dry");
     let seen = answer(&mut server, |_| reply(200, json!({"metadata": {"name": "n1"}}))).await;
+    assert_eq!(seen.method, "PATCH");
     assert!(seen.query.contains("dryRun=All"), "{}", seen.query);
+}
+
+/// A Node as kube-apiserver returns it: `resourceVersion`, whether it is unschedulable, and its
+/// load-balancer exclusion label's value, if any.
+fn node_object(rv: &str, unschedulable: bool, excluded: Option<&str>) -> Value {
+    let mut labels = json!({"kubernetes.io/hostname": "ip-10-0-1-2"});
+    if let Some(v) = excluded {
+        labels["node.kubernetes.io/exclude-from-external-load-balancers"] = json!(v);
+    }
+    json!({"apiVersion": "v1", "kind": "Node",
+           "metadata": {"name": "ip-10-0-1-2.ec2.internal", "resourceVersion": rv, "labels": labels},
+           "spec": {"unschedulable": unschedulable}})
 }
 
 #[tokio::test]
@@ -287,33 +302,62 @@ async fn cordon_and_scale_down_protection_are_merge_patches_on_the_node() {
     let (client, mut server) = mocked().await;
     let writes = KubeWrites::new(client, false);
     let node = NodeName::from("ip-10-0-1-2.ec2.internal");
+    let path = "/api/v1/nodes/ip-10-0-1-2.ec2.internal";
 
+    // The cordon reads the node, then patches it at the version it read.
     let (w, n) = (writes.clone(), node.clone());
     let cordon = tokio::spawn(async move { w.cordon(&n).await });
-    let seen = answer(&mut server, |_| reply(200, json!({"metadata": {"name": "x"}}))).await;
-    assert_eq!((seen.method.as_str(), seen.path.as_str()), ("PATCH", "/api/v1/nodes/ip-10-0-1-2.ec2.internal"));
+    let seen = answer(&mut server, |_| reply(200, node_object("41", false, None))).await;
+    assert_eq!((seen.method.as_str(), seen.path.as_str()), ("GET", path));
+    let seen = answer(&mut server, |_| reply(200, node_object("42", true, Some("spots-booster")))).await;
+    assert_eq!((seen.method.as_str(), seen.path.as_str()), ("PATCH", path));
     assert_eq!(seen.content_type, "application/merge-patch+json");
     assert!(seen.query.contains("fieldManager=spots-booster"), "{}", seen.query);
     // Out of external load balancers too, as NTH's excludeFromLoadBalancers does.
     assert_eq!(
         seen.body,
-        json!({"metadata": {"labels": {"node.kubernetes.io/exclude-from-external-load-balancers": "spots-booster"}},
+        json!({"metadata": {"resourceVersion": "41",
+                            "labels": {"node.kubernetes.io/exclude-from-external-load-balancers": "spots-booster"}},
                "spec": {"unschedulable": true}})
     );
     cordon.await.unwrap().unwrap();
 
-    // A node chosen to give capacity back whose drain could not finish is made schedulable again.
+    // An operator labelled the node between the read and the patch: the API server refuses the
+    // stale version, and the cordon reads again and leaves the operator's value alone.
+    let (w, n) = (writes.clone(), node.clone());
+    let cordon = tokio::spawn(async move { w.cordon(&n).await });
+    answer(&mut server, |_| reply(200, node_object("50", false, None))).await;
+    let conflict = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 409, "reason": "Conflict",
+        "message": "Operation cannot be fulfilled on nodes \"ip-10-0-1-2.ec2.internal\": the object has been modified; please apply your changes to the latest version and try again"});
+    let seen = answer(&mut server, |_| reply(409, conflict.clone())).await;
+    assert_eq!(seen.method, "PATCH");
+    let seen = answer(&mut server, |_| reply(200, node_object("51", false, Some("true")))).await;
+    assert_eq!(seen.method, "GET");
+    let seen = answer(&mut server, |_| reply(200, node_object("52", true, Some("true")))).await;
+    assert_eq!(seen.body, json!({"metadata": {"resourceVersion": "51"}, "spec": {"unschedulable": true}}));
+    cordon.await.unwrap().unwrap();
+    // Already out of service, whoever set it: nothing to write.
+    let (w, n) = (writes.clone(), node.clone());
+    let cordon = tokio::spawn(async move { w.cordon(&n).await });
+    answer(&mut server, |_| reply(200, node_object("52", true, Some("true")))).await;
+    cordon.await.unwrap().unwrap();
+
+    // A node chosen to give capacity back whose drain could not finish is made schedulable again;
+    // the label goes only with the booster's value (a JSON patch that tests it first).
     let (w, n) = (writes.clone(), node.clone());
     let uncordon = tokio::spawn(async move { w.uncordon(&n).await });
-    let seen = answer(&mut server, |_| reply(200, json!({"metadata": {"name": "x"}}))).await;
-    assert_eq!((seen.method.as_str(), seen.path.as_str()), ("PATCH", "/api/v1/nodes/ip-10-0-1-2.ec2.internal"));
+    let seen = answer(&mut server, |_| reply(200, node_object("60", false, Some("true")))).await;
+    assert_eq!((seen.method.as_str(), seen.path.as_str()), ("PATCH", path));
     assert_eq!(seen.content_type, "application/merge-patch+json");
+    assert_eq!(seen.body, json!({"spec": {"unschedulable": null}}));
+    let seen = answer(&mut server, |_| reply(422, status(422, "Invalid"))).await;
+    assert_eq!(seen.content_type, "application/json-patch+json");
     assert_eq!(
         seen.body,
-        json!({"metadata": {"labels": {"node.kubernetes.io/exclude-from-external-load-balancers": null}},
-               "spec": {"unschedulable": null}})
+        json!([{"op": "test", "path": "/metadata/labels/node.kubernetes.io~1exclude-from-external-load-balancers", "value": "spots-booster"},
+               {"op": "remove", "path": "/metadata/labels/node.kubernetes.io~1exclude-from-external-load-balancers"}])
     );
-    uncordon.await.unwrap().unwrap();
+    uncordon.await.unwrap().expect("someone else's label stays, and that is no failure");
     let (w, n) = (writes.clone(), node.clone());
     let failed = tokio::spawn(async move { w.uncordon(&n).await });
     answer(&mut server, |_| reply(403, status(403, "Forbidden"))).await;
@@ -1253,7 +1297,9 @@ async fn requests_over_the_daemons_budget_wait_their_turn_through_the_production
     let cordons: Vec<_> = (0..6)
         .map(|k| {
             let w = writes.clone();
-            tokio::spawn(async move { w.cordon(&NodeName::from(format!("n{k}").as_str())).await })
+            tokio::spawn(
+                async move { w.protect_from_scale_down(&NodeName::from(format!("n{k}").as_str()), true).await },
+            )
         })
         .collect();
     let mut arrivals = Vec::new();

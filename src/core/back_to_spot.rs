@@ -15,10 +15,12 @@
 //! fallback), and a boost that expires with nothing asked of any group is abandoned: the node
 //! stays on the fallback for a later try.
 
+use std::collections::BTreeSet;
+
 use serde::{Deserialize, Serialize};
 
 use super::ledger_edit::LedgerEdit;
-use super::model::{BoostLedger, InstanceId, Node, OnFallback, Returning, SignalKind, Snapshot, Timestamp};
+use super::model::{BoostLedger, InstanceId, Node, NodeName, OnFallback, Returning, SignalKind, Snapshot, Timestamp};
 use super::policy::Policy;
 use super::signals::AtRiskSet;
 
@@ -115,11 +117,14 @@ pub(crate) fn plan_back_to_spot(
                 .count();
             room = room.min((before.saturating_sub(home.desired) as usize).saturating_sub(raising));
         }
+        let launched = launched_by_move(snapshot, f);
         let mut candidates: Vec<&Node> = snapshot
             .nodes
             .values()
-            .filter(|n| runs_on_fallback(n, f) && n.ready && !n.cordoned && !n.opted_out)
-            .filter(|n| n.pods_known && n.pods.iter().all(|p| p.opt_out.is_none()))
+            .filter(|n| launched.contains(&n.name) && n.ready && !n.cordoned)
+            // As any voluntary drain: never a node with a pod that opted out or that nothing
+            // recreates.
+            .filter(|n| n.voluntarily_drainable())
             .filter(|n| {
                 n.instance.as_ref().is_some_and(|i| {
                     // Described by EC2: the node's identity is verified at every pass of its return.
@@ -155,10 +160,10 @@ pub(crate) fn plan_back_to_spot(
 
 /// The nodes whose pods a return is chosen by and a view may have left out (see
 /// [`Node::pods_known`]): those the fallbacks launched for capacity still on them.
-pub fn pods_needed(snapshot: &Snapshot) -> std::collections::BTreeSet<super::model::NodeName> {
+pub fn pods_needed(snapshot: &Snapshot) -> BTreeSet<NodeName> {
     let ledger = &snapshot.ledger;
     if ledger.on_fallback.is_empty() {
-        return std::collections::BTreeSet::new();
+        return BTreeSet::new();
     }
     snapshot
         .nodes
@@ -171,6 +176,16 @@ pub fn pods_needed(snapshot: &Snapshot) -> std::collections::BTreeSet<super::mod
 /// Whether `node` is of the fallback `f` names and joined since its capacity moved there.
 fn runs_on_fallback(node: &Node, f: &OnFallback) -> bool {
     node.group.as_ref() == Some(&f.group) && node.created >= f.since.whole_second() && !node.deleting_by_ca
+}
+
+/// The nodes of `f`'s fallback its move launched: the first `f.nodes` to join after the move
+/// (those its raise launched at once). Nodes that joined later are the fallback's own, Cluster
+/// Autoscaler's for pods that may need them (on-demand-only ones, say): a return never takes
+/// them.
+fn launched_by_move<'a>(snapshot: &'a Snapshot, f: &OnFallback) -> BTreeSet<&'a NodeName> {
+    let mut joined: Vec<&Node> = snapshot.nodes.values().filter(|n| runs_on_fallback(n, f)).collect();
+    joined.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
+    joined.into_iter().take(f.nodes as usize).map(|n| &n.name).collect()
 }
 
 /// Whether `f`'s own group may take a node back now, and how: `Some(false)` to raise it for the
@@ -338,6 +353,27 @@ mod tests {
         let p = plan(&gone, &policy, NOW);
         assert!(p.begun.is_empty());
         assert_eq!(p.edits, [LedgerEdit::ForgetOnFallback { home: "spot".into(), group: "od".into() }]);
+    }
+
+    #[test]
+    fn a_return_takes_only_nodes_the_move_launched_and_never_one_with_a_bare_pod() {
+        let policy = Policy::default();
+        let mut s = lent();
+        // o5 joined the fallback later, empty: Cluster Autoscaler's, for pods of its own.
+        let mut o5 = Node::test("o5", "od");
+        o5.created = Timestamp::from_millis(1_300_000);
+        o5.pods_known = true;
+        s.instances.insert("i-o5".into(), s.instances[&InstanceId::from("i-o4")].clone());
+        s.instances.get_mut(&InstanceId::from("i-o5")).unwrap().private_dns_name = Some("o5.ec2.internal".into());
+        s.groups.get_mut(&GroupName::from("od")).unwrap().members.as_mut().unwrap().insert("i-o5".into());
+        s.nodes.insert(o5.name.clone(), o5);
+        assert_eq!(begun(&plan(&s, &policy, NOW)), ["o4"], "the emptiest the move launched, never o5");
+
+        // A pod nothing recreates keeps o4 where it is, as it keeps a give-back off a node.
+        s.nodes.get_mut(&NodeName::from("o4")).unwrap().pods[0].bare = true;
+        assert_eq!(begun(&plan(&s, &policy, NOW)), ["o3"]);
+        s.nodes.get_mut(&NodeName::from("o3")).unwrap().pods[1].bare = true;
+        assert!(plan(&s, &policy, NOW).begun.is_empty(), "o5 is never the move's");
     }
 
     #[test]

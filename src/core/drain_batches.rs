@@ -130,6 +130,14 @@ pub enum DrainWait {
         /// How it opted out.
         how: OptOut,
     },
+    /// A pod on the node has no controller to recreate it, and the node's trouble is one the
+    /// booster itself chose (a return to spot, a rotation): it is never evicted for that.
+    BarePod {
+        /// The node.
+        node: NodeName,
+        /// `namespace/name` of the first such pod.
+        pod: String,
+    },
 }
 
 impl std::fmt::Display for DrainWait {
@@ -158,6 +166,10 @@ impl std::fmt::Display for DrainWait {
                 f,
                 "{node} is not drained for a voluntary disruption: pod {pod} has {}; a confirmed interruption overrides it",
                 how.annotation()
+            ),
+            DrainWait::BarePod { node, pod } => write!(
+                f,
+                "{node} is not drained for a move the booster chose: pod {pod} has no controller to recreate it"
             ),
         }
     }
@@ -530,20 +542,24 @@ pub(crate) fn expected_ready(record: &BoostRecord, policy: &Policy) -> Timestamp
     last_write.plus(policy.replacement_boot_time)
 }
 
-/// Why a voluntary drain leaves `risk`'s node alone: a pod on it that opted out. A spot
-/// interruption or a scheduled event takes the instance anyway, so those drain regardless, once
-/// AWS confirmed they can be real: a notice anyone could have written never overrides an opt-out.
+/// Why a voluntary drain leaves `risk`'s node alone: a pod on it that opted out, or, where the
+/// booster itself chose the move (a return to spot, a rotation), a pod nothing recreates, exactly
+/// as a give-back never takes such a node. A spot interruption or a scheduled event takes the
+/// instance anyway, so those drain regardless, once AWS confirmed they can be real: a notice
+/// anyone could have written never overrides an opt-out.
 pub(crate) fn opted_out(node: Option<&Node>, risk: &AtRisk) -> Option<DrainWait> {
     if risk.confirmed && risk.kinds.iter().any(|k| k.drained_by_nth()) {
         return None;
     }
     let node = node?;
-    let pod = node.pods.iter().find(|p| p.class.is_evictable() && p.opt_out.is_some())?;
-    Some(DrainWait::OptedOut {
-        node: node.name.clone(),
-        pod: format!("{}/{}", pod.namespace, pod.name),
-        how: pod.opt_out?,
-    })
+    let evictable = || node.pods.iter().filter(|p| p.class.is_evictable());
+    let named = |p: &Pod| format!("{}/{}", p.namespace, p.name);
+    if let Some(pod) = evictable().find(|p| p.opt_out.is_some()) {
+        return Some(DrainWait::OptedOut { node: node.name.clone(), pod: named(pod), how: pod.opt_out? });
+    }
+    let chosen_by_us = !risk.kinds.is_empty() && risk.kinds.iter().all(|k| k.chosen_by_booster());
+    let pod = evictable().find(|p| p.bare).filter(|_| chosen_by_us)?;
+    Some(DrainWait::BarePod { node: node.name.clone(), pod: named(pod) })
 }
 
 /// The boosts to close: a record closes when none of its instances has a node any more and each
@@ -614,8 +630,9 @@ pub(crate) fn eviction_backoff(refusals: u32, policy: &Policy) -> Duration {
 mod tests {
     use super::*;
     use crate::core::drain_state::{DrainStarted, FinishedDrain};
+    use crate::core::flag_set::FlagSet;
     use crate::core::ledger_edit::apply_all;
-    use crate::core::model::{Evidence, Group, Signal};
+    use crate::core::model::{Evidence, Group, Signal, SignalKind};
     use crate::core::signals::{fold_signals, fold_signals_with_nodes};
 
     const NOW: Timestamp = Timestamp::from_millis(600_000);
@@ -702,6 +719,35 @@ mod tests {
     fn plan_at(s: &Snapshot, state: &DrainState, policy: &Policy, now: Timestamp) -> BatchPlan {
         let (at_risk, nodes) = fold_signals_with_nodes(s, policy, now);
         next_batches(&DrainView { snapshot: s, at_risk: &at_risk, nodes: &nodes, state }, policy, now)
+    }
+
+    #[test]
+    fn a_move_the_booster_chose_never_evicts_a_pod_nothing_recreates_but_aws_s_notice_does() {
+        let mut node = Node::test("n1", "a").with_pods(2, 100, 1 << 20);
+        node.pods[1].bare = true;
+        let risk = |kinds: &[SignalKind], confirmed: bool| {
+            let mut set = FlagSet::default();
+            kinds.iter().for_each(|k| set.insert(*k));
+            AtRisk {
+                instance: "i-n1".into(),
+                node: "n1".into(),
+                kinds: set,
+                first_seen: Timestamp::EPOCH,
+                evidence: FlagSet::default(),
+                deadline: None,
+                confirmed,
+            }
+        };
+        for kind in [SignalKind::BackToSpot, SignalKind::Rotation] {
+            let wait = opted_out(Some(&node), &risk(&[kind], false));
+            assert!(
+                matches!(&wait, Some(DrainWait::BarePod { pod, .. }) if pod.ends_with(node.pods[1].name.as_str())),
+                "{wait:?}"
+            );
+        }
+        // AWS's warning or notice about the instance: the pod goes with it either way, evicted first.
+        assert_eq!(opted_out(Some(&node), &risk(&[SignalKind::Rebalance], false)), None);
+        assert_eq!(opted_out(Some(&node), &risk(&[SignalKind::BackToSpot, SignalKind::SpotInterruption], true)), None);
     }
 
     #[test]
@@ -794,7 +840,7 @@ mod tests {
     fn a_grace_period_counts_for_at_most_a_notice_s_two_minutes() {
         // A scheduled event an hour ahead; a tenant's pod asks a day to stop.
         let mut s = interrupted(0);
-        s.signals[0].kind = crate::core::SignalKind::Scheduled;
+        s.signals[0].kind = SignalKind::Scheduled;
         s.scheduled_events.insert("i-n1".into(), Timestamp::from_millis(3_600_000));
         s.nodes.get_mut(&NodeName::from("n1")).unwrap().pods[1].grace_seconds = 86_400;
         let by = Timestamp::from_millis(3_600_000 - 120_000 - 60_000);

@@ -280,7 +280,7 @@ pub(crate) fn plan_give_backs(
         // A node carrying a pod that opted out of disruption, or that nothing recreates, is never
         // given back: the capacity is Cluster Autoscaler's to remove when every node carries one.
         let (mut candidates, protecting): (Vec<_>, Vec<_>) =
-            eligible.into_iter().partition(|(n, _)| protected_pods(n).is_empty());
+            eligible.into_iter().partition(|(n, _)| n.protected_pods().is_empty());
         let evictable = |n: &Node| n.pods.iter().filter(|p| p.class.is_evictable()).count();
         candidates.sort_by(|(a, _), (b, _)| {
             evictable(a).cmp(&evictable(b)).then_with(|| b.created.cmp(&a.created)).then_with(|| a.name.cmp(&b.name))
@@ -310,7 +310,7 @@ pub(crate) fn plan_give_backs(
                 })
             } else if let Some((node, _)) = protecting.first().filter(|_| waited_out || !serving_in(name)) {
                 // No node is freed later by a drain it serves: waiting changes nothing.
-                let pods = protected_pods(node).into_iter().take(3).collect();
+                let pods = node.protected_pods().into_iter().take(3).collect();
                 GiveBackHow::LeftToClusterAutoscaler { why: LeftWhy::PodsProtected { node: node.name.clone(), pods } }
             } else if waited_out {
                 GiveBackHow::LeftToClusterAutoscaler { why: LeftWhy::NoNodeInTime }
@@ -322,16 +322,6 @@ pub(crate) fn plan_give_backs(
         }
     }
     plan
-}
-
-/// The evictable pods of `node` that keep it from being given back, as `namespace/name`: those
-/// that opted out of disruption and those no controller recreates.
-fn protected_pods(node: &Node) -> Vec<String> {
-    node.pods
-        .iter()
-        .filter(|p| p.class.is_evictable() && (p.opt_out.is_some() || p.bare))
-        .map(|p| format!("{}/{}", p.namespace, p.name))
-        .collect()
 }
 
 impl GiveBack {

@@ -284,9 +284,14 @@ pub enum LedgerEdit {
         instances: BTreeSet<InstanceId>,
         /// When.
         at: Timestamp,
+        /// Those whose node owes its uncordon: the recommendation's own cordon.
+        readmit: BTreeSet<InstanceId>,
     },
     /// Lapsed instances no longer remembered: their nodes are gone.
     ForgetLapsed(Vec<InstanceId>),
+    /// Lapsed instances whose node no longer owes its uncordon: it was made, or the node is
+    /// schedulable or gone.
+    Readmitted(Vec<InstanceId>),
     /// Some of the boost's nodes move to a fallback group, saved before the fallback's write.
     /// Refused unless the boost still has that many nodes and no unanswered write.
     Move(BoostId, MovedPart),
@@ -446,10 +451,13 @@ impl LedgerEdit {
                 .find_mut(id)
                 .and_then(|r| r.standby.as_mut())
                 .is_some_and(|s| !std::mem::replace(&mut s.returning, true)),
-            LedgerEdit::Lapse { id, instances, at } => {
+            LedgerEdit::Lapse { id, instances, at, readmit } => {
                 let mut changed = false;
                 for instance in instances {
                     changed |= ledger.lapsed.insert(instance.clone(), *at).is_none();
+                }
+                for instance in readmit.intersection(instances) {
+                    changed |= ledger.to_readmit.insert(instance.clone());
                 }
                 if let Some(r) = ledger.find_mut(id) {
                     r.instances.retain(|i| !instances.contains(i));
@@ -459,11 +467,19 @@ impl LedgerEdit {
                 changed
             }
             LedgerEdit::ForgetLapsed(instances) => {
-                let before = ledger.lapsed.len();
+                let before = (ledger.lapsed.len(), ledger.to_readmit.len());
                 instances.iter().for_each(|i| {
                     ledger.lapsed.remove(i);
+                    ledger.to_readmit.remove(i);
                 });
-                ledger.lapsed.len() != before
+                (ledger.lapsed.len(), ledger.to_readmit.len()) != before
+            }
+            LedgerEdit::Readmitted(instances) => {
+                let before = ledger.to_readmit.len();
+                instances.iter().for_each(|i| {
+                    ledger.to_readmit.remove(i);
+                });
+                ledger.to_readmit.len() != before
             }
             LedgerEdit::Expire(id, why) => ledger.find_mut(id).map(|r| r.expired.get_or_insert(*why)).is_some(),
             LedgerEdit::ForgetSpent(nodes) => {

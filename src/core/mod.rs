@@ -69,7 +69,7 @@ pub use raises::{resolve_raises, unresolved_groups, ResolvedRaise};
 pub use scaling::{plan_scaling, Acting, ReturnedToSpot, ScalingPlan};
 pub(crate) use signals::{scheduled_events_needed, spot_interruptions_needed};
 pub use signals::{AtRisk, AtRiskSet, DropReason, Dropped};
-pub use standby::{ChoiceWhy, RebalanceChoice};
+pub use standby::{ChoiceWhy, Readmits, RebalanceChoice};
 
 #[cfg(test)]
 mod properties;

@@ -415,6 +415,25 @@ pub struct Node {
     pub internal_ips: Vec<String>,
 }
 
+impl Node {
+    /// The evictable pods that keep every voluntary drain (a give-back, a return to spot, a
+    /// rotation) off this node, as `namespace/name`: those that opted out of disruption and those
+    /// no controller recreates.
+    pub(crate) fn protected_pods(&self) -> Vec<String> {
+        self.pods
+            .iter()
+            .filter(|p| p.class.is_evictable() && (p.opt_out.is_some() || p.bare))
+            .map(|p| format!("{}/{}", p.namespace, p.name))
+            .collect()
+    }
+
+    /// Whether a voluntary drain may take this node: its pods are known and none is protected
+    /// (see [`Node::protected_pods`]), and the node itself has not opted out.
+    pub(crate) fn voluntarily_drainable(&self) -> bool {
+        self.pods_known && !self.opted_out && self.protected_pods().is_empty()
+    }
+}
+
 /// What kind of trouble a signal announces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -484,6 +503,12 @@ impl SignalKind {
     /// replacement.
     pub(crate) fn drained_by_nth(self) -> bool {
         matches!(self, SignalKind::SpotInterruption | SignalKind::Scheduled)
+    }
+
+    /// Whether the booster itself chose this move (no one else asks for it): a return to spot, an
+    /// InstanceGroup's rotation. Its drains are as careful as a give-back's.
+    pub(crate) fn chosen_by_booster(self) -> bool {
+        matches!(self, SignalKind::Rotation | SignalKind::BackToSpot)
     }
 
     /// Whether the instance goes at a set time (an interruption notice, a scheduled event, an Auto
@@ -741,6 +766,13 @@ pub struct Standby {
     /// an instance AWS took first, and it closes once each instance is settled.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub returning: bool,
+    /// The instances whose cordon, at the lapse, is the recommendation's own: their node was
+    /// schedulable when the standby began, or was cordoned no earlier than
+    /// [`super::signals::CORDON_LEAD`] before the recommendation (as NTH does). Recorded when
+    /// seen. Only these are made schedulable again: an operator's earlier cordon, or one that
+    /// cannot be dated (seen first when the watch began), stays.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub readmit: BTreeSet<InstanceId>,
 }
 
 /// What a boost made ahead for pool-mates was for.
@@ -908,6 +940,11 @@ pub struct BoostLedger {
     /// their node is gone.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub lapsed: BTreeMap<InstanceId, Timestamp>,
+    /// Lapsed instances whose node still owes its uncordon (the recommendation's cordon, see
+    /// [`Standby::readmit`]): tried every pass until it is made, the node is schedulable again or
+    /// gone, so a failed uncordon or a restart between the lapse and it never leaves a node out.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub(crate) to_readmit: BTreeSet<InstanceId>,
     /// Capacity that moved to fallbacks for boosts now over: it runs there until returned to its
     /// own group.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -14,11 +14,11 @@ use super::expiry::{expire_boosts, Expired};
 use super::fallback::{failing, plan_fallbacks, refused_fallbacks, Exhausted, Fallback, FallbackPlan, RefusedFallback};
 use super::give_back::{plan_give_backs, GiveBack};
 use super::ledger_edit::{apply_all, LedgerEdit};
-use super::model::{BoostLedger, GroupName, NodeName, Snapshot, Timestamp};
+use super::model::{BoostLedger, GroupName, Snapshot, Timestamp};
 use super::policy::Policy;
 use super::pool_mates::{plan_pool_mates, release_quiet_pools};
 use super::signals::{fold_signals_with_nodes, AtRiskSet};
-use super::standby::{choose_standby, lapse_quiet_standbys, readmit_lapsed, RebalanceChoice};
+use super::standby::{choose_standby, lapse_quiet_standbys, readmit_lapsed, Readmits, RebalanceChoice};
 
 /// Who plans, and so which of its decisions are meant to be carried out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,10 +76,11 @@ pub struct ScalingPlan {
     /// How the boosts for rebalance recommendations answer them (see [`super::standby`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rebalance_choices: Vec<RebalanceChoice>,
-    /// Nodes whose rebalance recommendation lapses now, cordoned (NTH cordons on one): made
-    /// schedulable again once the lapse is saved, since they keep serving.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub readmit: Vec<NodeName>,
+    /// Nodes whose rebalance recommendation lapsed, cordoned for it (NTH cordons on one): made
+    /// schedulable again once the lapse is saved, since they keep serving; and the lapsing nodes
+    /// whose cordon is someone else's, which keep it.
+    #[serde(default, skip_serializing_if = "Readmits::is_empty")]
+    pub readmit: Readmits,
 }
 
 /// A return that ends: the nodes given back by its fallback, now in their own group.
@@ -144,9 +145,14 @@ pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting
     apply_all(&mut ledger, &back_to_spot.edits);
     closes.extend(back_to_spot.edits.iter().cloned());
     let lapsed = lapse_quiet_standbys(snapshot, &ledger, &at_risk, now);
-    let readmit = readmit_lapsed(snapshot, &lapsed);
+    let readmit = readmit_lapsed(snapshot, &ledger, &at_risk, &lapsed);
     apply_all(&mut ledger, &lapsed);
     closes.extend(lapsed);
+    if !readmit.settled.is_empty() {
+        let settled = LedgerEdit::Readmitted(readmit.settled.clone());
+        settled.apply(&mut ledger);
+        closes.push(settled);
+    }
     let mut at_risk = at_risk;
     at_risk.drop_lapsed(&ledger);
     let mut boosts = plan_boosts(snapshot, &ledger, (&at_risk, &nodes), policy, now);
@@ -192,7 +198,7 @@ pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting
 mod tests {
 
     use super::*;
-    use crate::core::model::{BoostExpiry, BoostRecord, Group, GroupName, InstanceId, Node, Signal};
+    use crate::core::model::{BoostExpiry, BoostRecord, Group, GroupName, InstanceId, Node, NodeName, Signal};
     use crate::core::GiveBackHow;
 
     /// Group `a` had n1 boosted by one node at 10 s; AWS then took n1 (gone from the group's

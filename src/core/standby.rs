@@ -35,7 +35,7 @@ use super::model::{
 };
 use super::policy::Policy;
 use super::pool_memory::{conversion, lead_time};
-use super::signals::{AtRisk, AtRiskSet};
+use super::signals::{AtRisk, AtRiskSet, CORDON_LEAD};
 
 /// The share of followed recommendations whose lead time the standby waits out.
 const LEAD_QUANTILE: f64 = 0.9;
@@ -192,7 +192,14 @@ pub(crate) fn choose_standby(
             now.plus(learned.unwrap_or(policy.standby_max).clamp(policy.standby_min, policy.standby_max))
         });
         if let Some(until) = standby_until {
-            boost.record.standby = Some(Standby { until, returning: false });
+            let readmit = boost
+                .record
+                .instances
+                .iter()
+                .filter(|i| risks.get(*i).is_some_and(|risk| cordon_is_the_recommendation_s(snapshot, risk)))
+                .cloned()
+                .collect();
+            boost.record.standby = Some(Standby { until, returning: false, readmit });
         }
         choices.push(RebalanceChoice {
             group: group.name.clone(),
@@ -205,28 +212,80 @@ pub(crate) fn choose_standby(
     choices
 }
 
-/// The cordoned nodes of the instances `edits` let lapse: each still runs the instance it names
-/// (EC2 agreeing, as for any write to a node), carries no notice, and goes back to serving.
-pub(crate) fn readmit_lapsed(snapshot: &Snapshot, edits: &[LedgerEdit]) -> Vec<NodeName> {
-    let lapsing: BTreeSet<&InstanceId> = edits
-        .iter()
-        .filter_map(|e| match e {
-            LedgerEdit::Lapse { instances, .. } => Some(instances),
-            _ => None,
-        })
-        .flatten()
-        .collect();
-    if lapsing.is_empty() {
-        return Vec::new();
+/// Whether the cordon `risk`'s node may carry at its lapse is the recommendation's own: the
+/// node is schedulable now (a cordon from here on answers the recommendation, as NTH does), or
+/// its cordon was first seen no earlier than [`CORDON_LEAD`] before the recommendation. A cordon
+/// the watch could not date (there when it began) is nobody's we know.
+fn cordon_is_the_recommendation_s(snapshot: &Snapshot, risk: &AtRisk) -> bool {
+    let node = snapshot.nodes.values().find(|n| n.instance.as_ref() == Some(&risk.instance));
+    node.is_some_and(|n| {
+        !n.cordoned || n.cordoned_since.is_some_and(|since| since.plus(CORDON_LEAD) >= risk.first_seen)
+    })
+}
+
+/// What the lapses owe the nodes they leave cordoned.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Readmits {
+    /// Nodes to make schedulable again, each with its instance: the recommendation's cordon,
+    /// the node still runs the instance (EC2 agreeing, as for any write to a node), carries no
+    /// notice and no drain of it is under way.
+    pub uncordon: Vec<(NodeName, InstanceId)>,
+    /// Nodes left cordoned at their lapse: the cordon was there before the recommendation, or
+    /// cannot be dated, so it is someone else's (an operator's, `kubectl drain`'s).
+    pub kept: Vec<NodeName>,
+    /// Lapsed instances that no longer owe an uncordon: their node is schedulable or gone.
+    pub settled: Vec<InstanceId>,
+}
+
+impl Readmits {
+    /// Nothing owed, nothing kept.
+    pub fn is_empty(&self) -> bool {
+        self.uncordon.is_empty() && self.kept.is_empty() && self.settled.is_empty()
+    }
+}
+
+/// The uncordons the ledger's lapses (and `edits`', this pass's) still owe, and the lapsing
+/// nodes whose cordon stays.
+pub(crate) fn readmit_lapsed(
+    snapshot: &Snapshot,
+    ledger: &BoostLedger,
+    at_risk: &AtRiskSet,
+    edits: &[LedgerEdit],
+) -> Readmits {
+    let mut owed: BTreeSet<&InstanceId> = ledger.to_readmit.iter().collect();
+    let mut lapsing: BTreeSet<&InstanceId> = BTreeSet::new();
+    for edit in edits {
+        if let LedgerEdit::Lapse { instances, readmit, .. } = edit {
+            owed.extend(readmit.intersection(instances));
+            lapsing.extend(instances.difference(readmit));
+        }
+    }
+    let mut readmits = Readmits::default();
+    if owed.is_empty() && lapsing.is_empty() {
+        return readmits;
     }
     let contested = identity::contested(snapshot);
-    snapshot
-        .nodes
-        .values()
-        .filter(|n| n.cordoned && n.instance.as_ref().is_some_and(|i| lapsing.contains(i)))
-        .filter(|n| identity::verify(snapshot, &contested, n).is_ok())
-        .map(|n| n.name.clone())
-        .collect()
+    let node_of = |i: &InstanceId| snapshot.nodes.values().find(|n| n.instance.as_ref() == Some(i));
+    let noticed = |i: &InstanceId| at_risk.by_group.values().any(|g| g.get(i).is_some_and(|r| r.deadline.is_some()));
+    let drained = |i: &InstanceId, node: &NodeName| {
+        ledger.returning.values().any(|r| r.node == *node)
+            || ledger.records.iter().any(|r| r.giving_back.values().any(|g| g.instance == *i))
+    };
+    for instance in owed {
+        match node_of(instance) {
+            Some(n) if n.cordoned => {
+                let safe = !noticed(instance)
+                    && !drained(instance, &n.name)
+                    && identity::verify(snapshot, &contested, n).is_ok();
+                if safe {
+                    readmits.uncordon.push((n.name.clone(), instance.clone()));
+                }
+            }
+            _ => readmits.settled.push(instance.clone()),
+        }
+    }
+    readmits.kept = lapsing.into_iter().filter_map(node_of).filter(|n| n.cordoned).map(|n| n.name.clone()).collect();
+    readmits
 }
 
 /// The edits that end the standbys whose window is over: one with no notice in any of its
@@ -264,13 +323,16 @@ pub(crate) fn lapse_quiet_standbys(
         let returning = record.standby.as_ref().is_some_and(|s| s.returning);
         let quiet: BTreeSet<InstanceId> =
             record.instances.iter().filter(|i| !noticed.contains(i) && record.unaccounted(i)).cloned().collect();
+        let readmit = record.standby.as_ref().map(|s| s.readmit.clone()).unwrap_or_default();
         if !returning && quiet.len() == record.instances.len() {
             edits.push(LedgerEdit::ReturnStandby(record.id()));
         } else if !returning {
-            edits.push(LedgerEdit::Lapse { id: record.id(), instances: quiet, at: now });
+            let readmit = readmit.intersection(&quiet).cloned().collect();
+            edits.push(LedgerEdit::Lapse { id: record.id(), instances: quiet, at: now, readmit });
         } else if record.giving_back.is_empty() && record.instances.iter().all(|i| record.settled.contains(i)) {
             edits.push(LedgerEdit::Close { id: record.id(), spent: claims[k].nodes.clone() });
-            edits.push(LedgerEdit::Lapse { id: record.id(), instances: record.instances.clone(), at: now });
+            let readmit = readmit.intersection(&record.instances).cloned().collect();
+            edits.push(LedgerEdit::Lapse { id: record.id(), instances: record.instances.clone(), at: now, readmit });
         }
     }
     edits
@@ -303,8 +365,15 @@ mod tests {
             s = s.with_node(Node::test(name, "a").with_pods(2, 500, 2 << 30));
             s.instances.get_mut(&format!("i-{name}").as_str().into()).unwrap().pool = Some(pool());
         }
-        s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = true;
+        cordon(&mut s, "n1", Some(50_000));
         s
+    }
+
+    /// Cordons `node`, as the watch saw it: at `since`, or before the watch began (`None`).
+    fn cordon(s: &mut Snapshot, node: &str, since: Option<i64>) {
+        let n = s.nodes.get_mut(&NodeName::from(node)).unwrap();
+        n.cordoned = true;
+        n.cordoned_since = since.map(Timestamp::from_millis);
     }
 
     fn with(policy: RebalancePolicy) -> Policy {
@@ -330,7 +399,8 @@ mod tests {
         let s = recommended();
         let p = plan_scaling(&s, &with(RebalancePolicy::Standby), NOW, Acting::Leader);
         let until = NOW.plus(Policy::default().standby_max);
-        assert_eq!(p.boosts.boosts[0].record.standby, Some(Standby { until, returning: false }));
+        let readmit = ["i-n1"].map(InstanceId::from).into();
+        assert_eq!(p.boosts.boosts[0].record.standby, Some(Standby { until, returning: false, readmit }));
         assert_eq!(p.rebalance_choices[0].answer(), "standby");
         assert_eq!(p.rebalance_choices[0].why, ChoiceWhy::Configured);
 
@@ -373,7 +443,8 @@ mod tests {
         s.ledger.records[0].settled.insert("i-n1".into());
         let p = plan_scaling(&s, &policy, until, Acting::Leader);
         assert!(matches!(p.closes[..], [LedgerEdit::Close { .. }, LedgerEdit::Lapse { .. }]), "{:?}", p.closes);
-        assert_eq!(p.readmit, vec![NodeName::from("n1")], "NTH's cordon is lifted: the node keeps serving");
+        let uncordon = vec![(NodeName::from("n1"), InstanceId::from("i-n1"))];
+        assert_eq!(p.readmit.uncordon, uncordon, "NTH's cordon is lifted: the node keeps serving");
         assert!(p.boosts.boosts.is_empty(), "the pass that lapses it never buys its spare again: {p:?}");
         p.closes.iter().for_each(|e| _ = e.apply(&mut s.ledger));
         assert!(s.ledger.records.is_empty() && s.ledger.lapsed.contains_key(&InstanceId::from("i-n1")));
@@ -397,7 +468,7 @@ mod tests {
     #[test]
     fn a_standby_with_a_notice_in_some_instances_lets_the_quiet_ones_lapse_and_is_an_ordinary_boost() {
         let mut s = recommended().with_signal(Signal::rebalance("n2", 50_000));
-        s.nodes.get_mut(&NodeName::from("n2")).unwrap().cordoned = true;
+        cordon(&mut s, "n2", Some(50_000));
         let policy = with(RebalancePolicy::Standby);
         let p = plan_scaling(&s, &policy, NOW, Acting::Leader);
         let mut s = boosted(s, &p);
@@ -421,6 +492,80 @@ mod tests {
             "{:?}",
             p.at_risk.dropped
         );
+    }
+
+    /// Plays a standby over n1 to n4's recommendations to its lapse: the window ends, the spare
+    /// goes back, every instance settles. Returns the lapsing pass's plan and the snapshot it
+    /// was planned on.
+    fn lapse(s: Snapshot, nodes: &[&str]) -> (ScalingPlan, Snapshot) {
+        let policy = with(RebalancePolicy::Standby);
+        let p = plan_scaling(&s, &policy, NOW, Acting::Leader);
+        let mut s = boosted(s, &p);
+        let until = NOW.plus(policy.standby_max);
+        let p = plan_scaling(&s, &policy, until, Acting::Leader);
+        p.closes.iter().for_each(|e| _ = e.apply(&mut s.ledger));
+        for n in nodes {
+            s.ledger.records[0].settled.insert(format!("i-{n}").as_str().into());
+        }
+        (plan_scaling(&s, &policy, until, Acting::Leader), s)
+    }
+
+    #[test]
+    fn a_lapse_lifts_only_the_recommendation_s_own_cordon_and_tells_of_the_others() {
+        // n1: NTH's cordon, as it came. n2: an operator's, an hour before. n3: cordoned before the
+        // daemon's watch began, so undated. n4: schedulable when the standby began, cordoned
+        // after (by NTH, late).
+        let mut s = recommended();
+        for n in ["n2", "n3", "n4"] {
+            s = s.with_signal(Signal::rebalance(n, 50_000));
+        }
+        cordon(&mut s, "n2", Some(50_000 - 3_600_000));
+        cordon(&mut s, "n3", None);
+        let standby = plan_scaling(&s, &with(RebalancePolicy::Standby), NOW, Acting::Leader);
+        let readmit: BTreeSet<InstanceId> = ["i-n1", "i-n4"].map(InstanceId::from).into();
+        assert_eq!(standby.boosts.boosts[0].record.standby.as_ref().map(|s| &s.readmit), Some(&readmit));
+        cordon(&mut s, "n4", Some(NOW.as_millis() + 5_000));
+
+        let (p, mut s) = lapse(s, &["n1", "n2", "n3", "n4"]);
+        let uncordon: Vec<_> = p.readmit.uncordon.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(uncordon, ["n1", "n4"]);
+        let kept: Vec<_> = p.readmit.kept.iter().map(NodeName::as_str).collect();
+        assert_eq!(kept, ["n2", "n3"], "someone else's cordon stays, and is told");
+        p.closes.iter().for_each(|e| _ = e.apply(&mut s.ledger));
+        assert_eq!(s.ledger.to_readmit, readmit, "owed until made");
+
+        // The uncordon of n4 failed (or the daemon restarted before it): the next pass tries again,
+        // and tells of nothing twice.
+        let policy = with(RebalancePolicy::Standby);
+        let later = NOW.plus(policy.standby_max).plus(Duration::from_secs(5));
+        s.nodes.get_mut(&NodeName::from("n1")).unwrap().cordoned = false;
+        let p = plan_scaling(&s, &policy, later, Acting::Leader);
+        assert_eq!(p.readmit.uncordon, vec![(NodeName::from("n4"), InstanceId::from("i-n4"))]);
+        assert!(p.readmit.kept.is_empty());
+        assert!(p.closes.contains(&LedgerEdit::Readmitted(vec!["i-n1".into()])), "n1 serves: nothing owed");
+
+        // n4 gets a notice of its own: it is drained, not readmitted.
+        s = s.with_signal(Signal::interruption("n4", later.as_millis()));
+        s.spot_interrupted.insert("i-n4".into());
+        let p = plan_scaling(&s, &policy, later, Acting::Leader);
+        assert!(p.readmit.uncordon.is_empty(), "{:?}", p.readmit);
+    }
+
+    #[test]
+    fn a_lapsed_node_chosen_to_give_capacity_back_is_never_uncordoned_under_its_drain() {
+        let (p, mut s) = lapse(recommended(), &["n1"]);
+        assert_eq!(p.readmit.uncordon.len(), 1);
+        p.closes.iter().for_each(|e| _ = e.apply(&mut s.ledger));
+        // Another boost gives back through n1 (AWS took i-n2 first).
+        let mut record = BoostRecord::test("a", &["i-n2"], 1, NOW.as_millis());
+        record.giving_back.insert(
+            "i-n2".into(),
+            crate::core::model::GiveBackNode { node: Some("n1".into()), instance: "i-n1".into(), chosen_at: NOW },
+        );
+        s.ledger.record(record);
+        let policy = with(RebalancePolicy::Standby);
+        let p = plan_scaling(&s, &policy, NOW.plus(policy.standby_max), Acting::Leader);
+        assert!(p.readmit.uncordon.is_empty(), "{:?}", p.readmit);
     }
 
     fn market(converted: f64, lapsed: f64, leads: &[u64]) -> Vec<PoolHistory> {

@@ -164,8 +164,9 @@ struct Store {
     signals: HashMap<SignalKey, SeenSignal>,
     /// When each tainted node's taint was first seen.
     taint_seen: HashMap<NodeName, Timestamp>,
-    /// When each cordoned node's cordon was first seen (dropped once it is uncordoned).
-    cordon_seen: HashMap<NodeName, Timestamp>,
+    /// When each cordoned node's cordon was first seen (dropped once it is uncordoned); `None`
+    /// for a node that was cordoned when the watch first saw it, whose cordon cannot be dated.
+    cordon_seen: HashMap<NodeName, Option<Timestamp>>,
     ca: BTreeMap<GroupName, CaGroupView>,
     ca_time: Option<Timestamp>,
     /// When the watch last saw a status that parsed, on the injected clock.
@@ -576,6 +577,8 @@ impl KubeCluster {
         let mut tainted = false;
         match change {
             Change::Reset(nodes) => {
+                let known: HashSet<NodeName> =
+                    store.nodes.values().filter(|w| !w.node.cordoned).map(|w| w.node.name.clone()).collect();
                 store.nodes = nodes.into_iter().map(|n| (n.node.name.clone(), n)).collect();
                 self.joined.notify_one();
                 let Store { signals, nodes, .. } = &mut *store;
@@ -591,11 +594,13 @@ impl KubeCluster {
                 let Store { cordon_seen, nodes, .. } = &mut *store;
                 cordon_seen.retain(|n, _| nodes.get(n).is_some_and(|w| w.node.cordoned));
                 for (name, _) in nodes.iter().filter(|(_, w)| w.node.cordoned) {
-                    cordon_seen.entry(name.clone()).or_insert(now);
+                    // Dated only where the watch saw the node schedulable before.
+                    cordon_seen.entry(name.clone()).or_insert(known.contains(name).then_some(now));
                 }
             }
             Change::Upsert(n) => {
                 let name = n.node.name.clone();
+                let known = store.nodes.contains_key(&name);
                 let before = store.nodes.get(&name).map(|old| &old.node.instance);
                 if before != Some(&n.node.instance) {
                     self.joined.notify_one();
@@ -611,7 +616,7 @@ impl KubeCluster {
                     store.taint_seen.remove(&name);
                 }
                 if n.node.cordoned {
-                    store.cordon_seen.entry(name.clone()).or_insert_with(|| (self.clock)());
+                    store.cordon_seen.entry(name.clone()).or_insert_with(|| known.then(|| (self.clock)()));
                 } else {
                     store.cordon_seen.remove(&name);
                 }
@@ -849,7 +854,7 @@ impl ClusterView for KubeCluster {
         let signalled = Signalled::by(state.signals.iter());
         for (name, w) in &store.nodes {
             let mut node = w.node.clone();
-            node.cordoned_since = store.cordon_seen.get(name).copied().filter(|_| node.cordoned);
+            node.cordoned_since = store.cordon_seen.get(name).copied().flatten().filter(|_| node.cordoned);
             // Draining nodes are cordoned: their pods must be seen even if their signal is not.
             if pods_in_view(&node, &signalled) {
                 node.pods = store.pods_of(name);
@@ -952,7 +957,8 @@ mod tests {
     }
 
     /// When a cordon was first seen stays put while it lasts, and starts again once the node was
-    /// uncordoned: what tells an operator's earlier cordon from NTH's answer to a notice.
+    /// uncordoned: what tells an operator's earlier cordon from NTH's answer to a notice. A cordon
+    /// already there when the watch first saw the node has no date: nobody can say whose it is.
     #[test]
     fn a_cordon_is_dated_when_first_seen_and_forgotten_once_lifted() {
         let c = cluster(false);
@@ -961,10 +967,15 @@ mod tests {
             n.node.cordoned = true;
             n
         };
-        synced(&c, vec![cordoned("n1"), node("n2", None)], Vec::new());
+        synced(&c, vec![cordoned("n0"), node("n1", None), node("n2", None)], Vec::new());
         let first = c.current().unwrap();
-        let since = first.nodes[&NodeName::from("n1")].cordoned_since.expect("dated");
-        assert_eq!(first.nodes[&NodeName::from("n2")].cordoned_since, None);
+        assert!(first.nodes[&NodeName::from("n0")].cordoned, "{:?}", first.nodes);
+        assert_eq!(first.nodes[&NodeName::from("n0")].cordoned_since, None, "cordoned before the watch began");
+        c.apply_nodes(&mut c.write(), Change::Upsert(cordoned("n0")));
+        assert_eq!(c.current().unwrap().nodes[&NodeName::from("n0")].cordoned_since, None, "an update dates nothing");
+        c.apply_nodes(&mut c.write(), Change::Upsert(cordoned("n1")));
+        let since = c.current().unwrap().nodes[&NodeName::from("n1")].cordoned_since.expect("dated");
+        assert_eq!(c.current().unwrap().nodes[&NodeName::from("n2")].cordoned_since, None);
         std::thread::sleep(Duration::from_millis(5));
         c.apply_nodes(&mut c.write(), Change::Upsert(cordoned("n1")));
         assert_eq!(c.current().unwrap().nodes[&NodeName::from("n1")].cordoned_since, Some(since), "an update keeps it");
@@ -974,9 +985,13 @@ mod tests {
         c.apply_nodes(&mut c.write(), Change::Upsert(cordoned("n1")));
         let again = c.current().unwrap().nodes[&NodeName::from("n1")].cordoned_since.unwrap();
         assert!(again > since, "a new cordon is dated anew");
-        // A relist keeps what it knew.
-        c.apply_nodes(&mut c.write(), Change::Reset(vec![cordoned("n1")]));
-        assert_eq!(c.current().unwrap().nodes[&NodeName::from("n1")].cordoned_since, Some(again));
+        // A relist keeps what it knew, and dates a cordon of a node it saw schedulable.
+        std::thread::sleep(Duration::from_millis(5));
+        c.apply_nodes(&mut c.write(), Change::Reset(vec![cordoned("n1"), cordoned("n2"), cordoned("n3")]));
+        let relisted = c.current().unwrap();
+        assert_eq!(relisted.nodes[&NodeName::from("n1")].cordoned_since, Some(again));
+        assert!(relisted.nodes[&NodeName::from("n2")].cordoned_since.is_some_and(|t| t > again));
+        assert_eq!(relisted.nodes[&NodeName::from("n3")].cordoned_since, None, "never seen schedulable");
     }
 
     #[test]

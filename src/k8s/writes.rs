@@ -67,17 +67,39 @@ fn refusing_budget(e: &kube::Error) -> Option<String> {
     })
 }
 
+/// How many times a cordon reads the node again after another writer changed it in between.
+const CORDON_TRIES: usize = 3;
+
 impl KubeWrites {
-    /// Merge-patches the node's `spec.unschedulable` and the load-balancer exclusion label
-    /// (`null` removes both).
-    async fn set_out_of_service(&self, node: &NodeName, value: serde_json::Value) -> Result<(), kube::Error> {
+    /// Makes the node unschedulable and adds the load-balancer exclusion label with the
+    /// booster's value, unless the label is there already: someone else's value (an operator's,
+    /// NTH's) is never overwritten, so it is never the booster's to remove. The patch carries the
+    /// resourceVersion it read, so a label set in between is seen on the next read, never
+    /// overwritten.
+    async fn take_out_of_service(&self, node: &NodeName) -> Result<(), kube::Error> {
         let nodes: Api<KubeNode> = Api::all(self.client.clone());
-        let label = if value.is_null() { json!(null) } else { json!(EXCLUDED_BY_US) };
-        let patch = json!({
-            "metadata": { "labels": { EXCLUDE_FROM_LOAD_BALANCERS: label } },
-            "spec": { "unschedulable": value },
-        });
-        nodes.patch(node.as_str(), &self.patch_params(), &Patch::Merge(&patch)).await.map(|_| ())
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let read = nodes.get(node.as_str()).await?;
+            let labelled = read.metadata.labels.as_ref().is_some_and(|l| l.contains_key(EXCLUDE_FROM_LOAD_BALANCERS));
+            let cordoned = read.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+            if labelled && cordoned {
+                return Ok(());
+            }
+            let mut patch = json!({
+                "metadata": { "resourceVersion": read.metadata.resource_version },
+                "spec": { "unschedulable": true },
+            });
+            if !labelled {
+                patch["metadata"]["labels"] = json!({ EXCLUDE_FROM_LOAD_BALANCERS: EXCLUDED_BY_US });
+            }
+            match nodes.patch(node.as_str(), &self.patch_params(), &Patch::Merge(&patch)).await {
+                Ok(_) => return Ok(()),
+                Err(e) if api_code(&e) == Some(409) && tries < CORDON_TRIES => continue,
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 
@@ -92,16 +114,21 @@ impl ClusterWrites for KubeWrites {
     }
 
     async fn cordon(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
-        self.set_out_of_service(node, json!(true))
+        self.take_out_of_service(node)
             .await
             .map_err(|e| ClusterWriteError::Cordon { node: node.clone(), source: e.into() })
     }
 
     async fn uncordon(&self, node: &NodeName) -> Result<(), ClusterWriteError> {
-        // null removes the field, as `kubectl uncordon` leaves it.
-        self.set_out_of_service(node, serde_json::Value::Null)
+        let nodes: Api<KubeNode> = Api::all(self.client.clone());
+        // null removes the field, as `kubectl uncordon` leaves it. The label goes only with the
+        // booster's value.
+        let patch = json!({ "spec": { "unschedulable": null } });
+        nodes
+            .patch(node.as_str(), &self.patch_params(), &Patch::Merge(&patch))
             .await
-            .map_err(|e| ClusterWriteError::Uncordon { node: node.clone(), source: e.into() })
+            .map_err(|e| ClusterWriteError::Uncordon { node: node.clone(), source: e.into() })?;
+        self.readmit_to_load_balancers(node).await
     }
 
     async fn evict(&self, pod: &PodRef) -> Result<EvictOutcome, ClusterWriteError> {

@@ -62,11 +62,14 @@ pub enum NodeEventReason {
     AzRebalanceSuspended,
     /// A termination with decrement in a group where AZRebalance may relaunch it.
     AzRebalanceRisk,
+    /// A rebalance recommendation lapsed on a node someone else had cordoned before it: the
+    /// cordon stays.
+    CordonKept,
 }
 
 impl NodeEventReason {
     /// Every reason.
-    pub const ALL: [NodeEventReason; 22] = [
+    pub const ALL: [NodeEventReason; 23] = [
         Self::BoostRequested,
         Self::BoostHeld,
         Self::BoostExpired,
@@ -89,6 +92,7 @@ impl NodeEventReason {
         Self::InstanceTerminated,
         Self::AzRebalanceSuspended,
         Self::AzRebalanceRisk,
+        Self::CordonKept,
     ];
 
     /// The Event's `reason`, PascalCase as `kubectl describe node` shows it.
@@ -116,6 +120,7 @@ impl NodeEventReason {
             Self::InstanceTerminated => "InstanceTerminated",
             Self::AzRebalanceSuspended => "AZRebalanceSuspended",
             Self::AzRebalanceRisk => "AZRebalanceRisk",
+            Self::CordonKept => "CordonKept",
         }
     }
 
@@ -140,6 +145,7 @@ impl NodeEventReason {
             | Self::BarePodsEvicted
             | Self::GiveBackLeftToClusterAutoscaler => "Drain",
             Self::InstanceTerminated | Self::AzRebalanceSuspended | Self::AzRebalanceRisk => "Terminate",
+            Self::CordonKept => "Uncordon",
         }
     }
 
@@ -151,7 +157,8 @@ impl NodeEventReason {
             | Self::DrainStarted
             | Self::InstanceTerminated
             | Self::AzRebalanceSuspended
-            | Self::ReturningToSpot => EventSeverity::Normal,
+            | Self::ReturningToSpot
+            | Self::CordonKept => EventSeverity::Normal,
             _ => EventSeverity::Warning,
         }
     }

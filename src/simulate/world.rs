@@ -109,6 +109,8 @@ pub struct SimNode {
     pub created: Timestamp,
     /// `spec.unschedulable`.
     pub cordoned: bool,
+    /// When it was cordoned, as the daemon's watch dates a cordon it saw made.
+    pub cordoned_at: Option<Timestamp>,
     /// Allocatable.
     pub allocatable: Resources,
 }
@@ -303,7 +305,14 @@ impl World {
         let allocatable = self.groups[&inst.group].spec.node;
         self.nodes.insert(
             inst.node.clone(),
-            SimNode { instance: id.to_string(), group: inst.group.clone(), created: at, cordoned: false, allocatable },
+            SimNode {
+                instance: id.to_string(),
+                group: inst.group.clone(),
+                created: at,
+                cordoned: false,
+                cordoned_at: None,
+                allocatable,
+            },
         );
     }
 
@@ -458,9 +467,11 @@ impl World {
 
     /// Cordons a node.
     pub fn cordon(&mut self, node: &str) -> bool {
+        let now = self.now;
         match self.nodes.get_mut(node) {
             Some(n) if !n.cordoned => {
                 n.cordoned = true;
+                n.cordoned_at = Some(now);
                 true
             }
             _ => false,
@@ -471,6 +482,7 @@ impl World {
     pub(crate) fn uncordon(&mut self, node: &str) {
         if let Some(n) = self.nodes.get_mut(node) {
             n.cordoned = false;
+            n.cordoned_at = None;
         }
     }
 
@@ -710,7 +722,7 @@ impl World {
                     ready: true,
                     cordoned: n.cordoned,
                     deleting_by_ca: false,
-                    cordoned_since: None,
+                    cordoned_since: n.cordoned_at,
                     scale_down_disabled: false,
                     opted_out: false,
                     created: n.created,

@@ -485,7 +485,7 @@ where
     async fn tell_opted_out(&mut self, plan: &BatchPlan) {
         let mut waiting = HashSet::new();
         for w in &plan.waiting {
-            let DrainWait::OptedOut { node, .. } = &w.reason else { continue };
+            let (DrainWait::OptedOut { node, .. } | DrainWait::BarePod { node, .. }) = &w.reason else { continue };
             waiting.insert(node.clone());
             if self.told_opted_out.first(node.clone(), ()) {
                 info!(%node, group = %w.group, reason = %w.reason, "drain deferred");

@@ -96,6 +96,15 @@ impl NodeEvent {
         event(node, NodeEventReason::ReturningToSpot, note)
     }
 
+    /// A rebalance recommendation lapsed on a node cordoned before it came: that cordon is
+    /// someone else's, and stays.
+    pub(crate) fn cordon_kept(node: &NodeName) -> NodeEvent {
+        let note = "the rebalance recommendation lapsed with no interruption, but this node was cordoned before it \
+                    came (or before the booster could see when): the cordon and its labels stay as they were set"
+            .to_string();
+        event(node, NodeEventReason::CordonKept, note)
+    }
+
     /// The fallback the core refused, and why.
     pub(crate) fn fallback_refused(node: &NodeName, refused: &RefusedFallback) -> NodeEvent {
         let note = format!(

@@ -10,8 +10,9 @@ use tracing::{info, warn};
 
 use super::Scaler;
 use crate::core::pool_memory::conversion;
-use crate::core::{GroupName, NodeName, Pool, RebalanceChoice, Sighting, Snapshot, Timestamp};
-use crate::ports::{AutoScaling, ClusterView, ClusterWrites, EventSink, LedgerStore};
+use crate::core::{GroupName, LedgerEdit, Pool, Readmits, RebalanceChoice, Sighting, Snapshot, Timestamp};
+use crate::ports::{AutoScaling, ClusterView, ClusterWrites, EventSink, LedgerStore, NodeEvent};
+use crate::workers::publish_all;
 
 /// Pool memory is saved at most this often (what a crash loses at most).
 pub(crate) const POOLS_SAVE_EVERY: Duration = Duration::from_secs(30);
@@ -74,17 +75,33 @@ where
         }
     }
 
-    /// Makes the nodes whose recommendation lapsed schedulable again (saved first, so a failure
-    /// here leaves a cordoned node, never a lapse forgotten); a failure is logged and left.
-    pub(super) async fn readmit(&self, nodes: &[NodeName]) {
-        for node in nodes {
+    /// Makes the nodes whose recommendation lapsed schedulable again where the cordon is the
+    /// recommendation's (the lapse saved first, so a failure here leaves a cordoned node that the
+    /// next pass tries again, never a lapse forgotten), and tells where it is someone else's.
+    pub(super) async fn readmit(&self, readmits: &Readmits) {
+        let mut done = Vec::new();
+        for (node, instance) in &readmits.uncordon {
             match self.ctx.writes.uncordon(node).await {
-                Ok(()) => info!(%node, "rebalance recommendation lapsed with no interruption: node schedulable again"),
+                Ok(()) => {
+                    info!(%node, "rebalance recommendation lapsed with no interruption: node schedulable again");
+                    done.push(instance.clone());
+                }
                 Err(e) => {
-                    warn!(%node, error = %e, "could not make the node schedulable again after its recommendation lapsed")
+                    warn!(%node, error = %e, "could not make the node schedulable again after its recommendation lapsed; tried again next pass")
                 }
             }
         }
+        if !done.is_empty() {
+            let edit = LedgerEdit::Readmitted(done);
+            if let Err(e) = self.ctx.ledger.update(|l| _ = edit.apply(l)).await {
+                warn!(error = %e, "could not record the uncordons; the next pass makes them again");
+            }
+        }
+        let kept: Vec<NodeEvent> = readmits.kept.iter().map(NodeEvent::cordon_kept).collect();
+        for node in &readmits.kept {
+            info!(%node, "rebalance recommendation lapsed on a node cordoned before it: the cordon stays");
+        }
+        publish_all(&self.ctx.events, kept).await;
     }
 
     /// Adds, per group, the nodes its open boosts added and have not given back, times the time
