@@ -39,6 +39,21 @@ pub(crate) fn interrupted_pools(snapshot: &Snapshot) -> BTreeSet<&Pool> {
         .collect()
 }
 
+/// When each pool's first confirmed interruption (of those [`interrupted_pools`] finds) was seen:
+/// its pool-mates are the nodes already there then. Nodes that joined since are new capacity,
+/// often what a boost (ahead, or for the interrupted node) launched into the same pool; counted
+/// as pool-mates, each boost ahead would buy the next.
+fn interrupted_since(snapshot: &Snapshot) -> BTreeMap<&Pool, Timestamp> {
+    let mut since: BTreeMap<&Pool, Timestamp> = BTreeMap::new();
+    for s in snapshot.signals.iter().filter(|s| s.kind == SignalKind::SpotInterruption) {
+        let Some(pool) = snapshot.instances.get(&s.instance).and_then(|f| f.pool.as_ref()) else { continue };
+        if snapshot.spot_interrupted.contains(&s.instance) {
+            since.entry(pool).and_modify(|t| *t = (*t).min(s.observed_at)).or_insert(s.observed_at);
+        }
+    }
+    since
+}
+
 /// The nodes whose pods boosts ahead are sized by and a view may have left out (see
 /// [`Node::pods_known`]): the Ready, schedulable nodes of every pool with a confirmed interruption.
 pub fn pods_needed(snapshot: &Snapshot) -> BTreeSet<NodeName> {
@@ -90,6 +105,7 @@ pub(crate) fn plan_pool_mates(
     let busy: BTreeSet<&GroupName> =
         boosted.boosts.iter().map(|b| &b.group).chain(boosted.held.iter().map(|h| &h.group)).collect();
     let contested = identity::contested(snapshot);
+    let since = interrupted_since(snapshot);
     let mut mates: BTreeMap<&GroupName, Vec<Mate<'_>>> = BTreeMap::new();
     for node in snapshot.nodes.values() {
         let (Some(group), Some(instance)) = (&node.group, &node.instance) else { continue };
@@ -100,6 +116,9 @@ pub(crate) fn plan_pool_mates(
         }
         let Some(facts) = snapshot.instances.get(instance) else { continue };
         let Some(pool) = facts.pool.as_ref().filter(|p| pools.contains(p)) else { continue };
+        if since.get(pool).is_none_or(|t| node.created >= *t) {
+            continue;
+        }
         if facts.lifecycle != InstanceLifecycle::Spot || covered.contains_key(instance) || risky.contains(instance) {
             continue;
         }
@@ -242,6 +261,29 @@ mod tests {
         }
         let p = plan_scaling(&s, &Policy::default(), NOW.plus(Duration::from_secs(1)), Acting::Leader);
         assert_eq!(ahead(&p), vec![("a", vec!["i-n2", "i-n3"], 1)], "two nodes' pods fit one new node");
+    }
+
+    #[test]
+    fn nodes_that_joined_after_the_interruption_are_never_pool_mates_so_no_boost_ahead_buys_the_next() {
+        let s = storm_start();
+        let p = plan_scaling(&s, &Policy::default(), NOW, Acting::Leader);
+        let mut s = s;
+        for b in &p.boosts.boosts {
+            s.ledger.record(BoostRecord { raising_to: None, ..b.record.clone() });
+        }
+        let later = NOW.plus(Duration::from_secs(1));
+        let p = plan_scaling(&s, &Policy::default(), later, Acting::Leader);
+        for b in &p.boosts.boosts {
+            s.ledger.record(BoostRecord { raising_to: None, ..b.record.clone() });
+        }
+        // What those boosts launched joins, in the same pool, 30 s later: new capacity, no risk.
+        for (name, group) in [("r1", "a"), ("r2", "a"), ("r3", "b")] {
+            s = s.with_node(Node::test(name, group).with_pods(1, 100, 1 << 20).created_at(80_000));
+            s.instances.get_mut(&InstanceId::from(format!("i-{name}").as_str())).unwrap().pool =
+                Some(pool("us-east-1a"));
+        }
+        let p = plan_scaling(&s, &Policy::default(), NOW.plus(Duration::from_secs(30)), Acting::Leader);
+        assert!(ahead(&p).is_empty(), "{:?}", ahead(&p));
     }
 
     #[test]
