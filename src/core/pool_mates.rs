@@ -116,7 +116,8 @@ pub(crate) fn plan_pool_mates(
         }
         let Some(facts) = snapshot.instances.get(instance) else { continue };
         let Some(pool) = facts.pool.as_ref().filter(|p| pools.contains(p)) else { continue };
-        if since.get(pool).is_none_or(|t| node.created >= *t) {
+        // Creation times are whole seconds: a node created in the notice's second was there.
+        if since.get(pool).is_none_or(|t| node.created > t.whole_second()) {
             continue;
         }
         if facts.lifecycle != InstanceLifecycle::Spot || covered.contains_key(instance) || risky.contains(instance) {
@@ -265,14 +266,18 @@ mod tests {
 
     #[test]
     fn nodes_that_joined_after_the_interruption_are_never_pool_mates_so_no_boost_ahead_buys_the_next() {
-        let s = storm_start();
+        let mut s = storm_start();
+        // m1 joined in the second the notice came (Node times are whole seconds): it was there.
+        s.nodes.get_mut(&NodeName::from("m1")).unwrap().created = Timestamp::from_millis(50_000);
+        s.signals[0].observed_at = Timestamp::from_millis(50_400);
         let p = plan_scaling(&s, &Policy::default(), NOW, Acting::Leader);
-        let mut s = s;
+        assert_eq!(ahead(&p), vec![("b", vec!["i-m1"], 1)]);
         for b in &p.boosts.boosts {
             s.ledger.record(BoostRecord { raising_to: None, ..b.record.clone() });
         }
         let later = NOW.plus(Duration::from_secs(1));
         let p = plan_scaling(&s, &Policy::default(), later, Acting::Leader);
+        assert_eq!(ahead(&p), vec![("a", vec!["i-n2", "i-n3"], 1)]);
         for b in &p.boosts.boosts {
             s.ledger.record(BoostRecord { raising_to: None, ..b.record.clone() });
         }
