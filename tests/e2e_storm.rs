@@ -215,6 +215,16 @@ impl Storm {
         let (dead, alive): (Vec<Pod>, Vec<Pod>) =
             all.into_iter().partition(|p| on_node(p).is_some_and(|n| gone.contains(&n)));
         all = alive;
+        {
+            // A noticed node that went with no pod on it was empty when it went: the booster may
+            // drain and terminate it between two rounds of this play.
+            let mut seen = self.seen.lock().unwrap();
+            for node in gone.iter().filter(|n| !dead.iter().any(|p| on_node(p).as_ref() == Some(*n))) {
+                if self.noticed.values().any(|(noticed, _)| noticed == node) {
+                    seen.emptied.entry(node.clone()).or_insert(now);
+                }
+            }
+        }
         self.seen.lock().unwrap().killed.extend(
             dead.iter().map(|p| format!("{ns}/{} on {}", p.metadata.name.as_deref().unwrap(), on_node(p).unwrap())),
         );
