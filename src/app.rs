@@ -32,7 +32,7 @@ use crate::workers::groups::GroupBook;
 use crate::workers::launch_watcher::{LaunchWatchSettings, LaunchWatcher};
 use crate::workers::learner::{LearnerSettings, NodeLearner};
 use crate::workers::scaler::{Scaler, ScalerError, ScalerSettings};
-use crate::workers::Ports;
+use crate::workers::PortSet;
 use crate::workers::{system_clock, WorkerContext};
 
 /// Why a command failed.
@@ -247,11 +247,14 @@ struct Daemon {
     ctx: Arc<DaemonContext>,
 }
 
+/// The real adapters, as a type.
+type DaemonPorts = PortSet<AwsAutoScaling, KubeCluster, ConfigMapLedger, KubeWrites, KubeEvents>;
+
 /// The workers' shared context with the real adapters.
-type DaemonContext = WorkerContext<AwsAutoScaling, KubeCluster, ConfigMapLedger, KubeWrites, KubeEvents>;
+type DaemonContext = WorkerContext<DaemonPorts>;
 
 /// The scaler with the real adapters.
-type DaemonScaler = Scaler<AwsAutoScaling, KubeCluster, ConfigMapLedger, KubeWrites, KubeEvents>;
+type DaemonScaler = Scaler<DaemonPorts>;
 
 impl Daemon {
     /// AWS clients, metrics, the watched cluster, the ledger and the workers' context.
@@ -296,7 +299,7 @@ impl Daemon {
         if args.aws.dry_run {
             store = store.read_only();
         }
-        let ports = Ports {
+        let ports = PortSet {
             aws: aws.autoscaling.clone(),
             cluster: cluster.clone(),
             ledger: store,
@@ -310,8 +313,15 @@ impl Daemon {
             clock.clone(),
         )
         .with_learner();
-        let ctx =
-            WorkerContext::new(ports, Arc::new(groups), leadership.clone(), metrics.clone(), policy, clock).await?;
+        let ctx = WorkerContext::<DaemonPorts>::new(
+            ports,
+            Arc::new(groups),
+            leadership.clone(),
+            metrics.clone(),
+            policy,
+            clock,
+        )
+        .await?;
         Ok(Daemon {
             client,
             identity,

@@ -951,9 +951,12 @@ pub struct FakeRig {
     pub leadership: crate::ports::Leadership,
 }
 
+/// The ports of a [`FakeRig`], as a type.
+pub type FakePorts =
+    crate::workers::PortSet<FakeAutoScaling, InMemoryCluster, MemoryLedger, FakeClusterWrites, RecordedEvents>;
+
 /// The worker context over a [`FakeRig`].
-pub type FakeContext =
-    crate::workers::WorkerContext<FakeAutoScaling, InMemoryCluster, MemoryLedger, FakeClusterWrites, RecordedEvents>;
+pub type FakeContext = crate::workers::WorkerContext<FakePorts>;
 
 impl FakeRig {
     /// A synced, empty cluster whose replica leads.
@@ -980,14 +983,18 @@ impl FakeRig {
     }
 
     /// A worker context over these fakes but another Auto Scaling (the real adapter on moto).
-    pub async fn context_with<A: AutoScaling>(
+    pub async fn context_with<A: AutoScaling + 'static>(
         &self,
         aws: A,
         policy: crate::core::Policy,
         clock: crate::workers::Clock,
         metrics: Arc<crate::metrics::Metrics>,
-    ) -> Arc<crate::workers::WorkerContext<A, InMemoryCluster, MemoryLedger, FakeClusterWrites, RecordedEvents>> {
-        let ports = crate::workers::Ports {
+    ) -> Arc<
+        crate::workers::WorkerContext<
+            crate::workers::PortSet<A, InMemoryCluster, MemoryLedger, FakeClusterWrites, RecordedEvents>,
+        >,
+    > {
+        let ports = crate::workers::PortSet {
             aws,
             cluster: self.cluster.clone(),
             ledger: self.ledger.clone(),
@@ -1000,9 +1007,11 @@ impl FakeRig {
             std::time::Duration::from_secs(3600),
             clock.clone(),
         ));
-        crate::workers::WorkerContext::new(ports, groups, self.leadership.clone(), metrics, policy, clock)
-            .await
-            .expect("memory ledger loads")
+        crate::workers::WorkerContext::<
+            crate::workers::PortSet<A, InMemoryCluster, MemoryLedger, FakeClusterWrites, RecordedEvents>,
+        >::new(ports, groups, self.leadership.clone(), metrics, policy, clock)
+        .await
+        .expect("memory ledger loads")
     }
 }
 

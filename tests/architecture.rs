@@ -93,7 +93,8 @@ fn the_decisions_import_no_io_crate() {
 #[test]
 fn the_workers_and_the_reconciler_see_no_sdk_or_kube_type() {
     let sdk = Regex::new(r"\b(kube|k8s_openapi|aws_sdk_\w+|aws_config|aws_smithy_\w+)::").unwrap();
-    let found = offences(&files_under(&["workers", "instancegroup/reconciler.rs"]), &sdk);
+    let found =
+        offences(&files_under(&["workers", "instancegroup/reconciler.rs", "instancegroup/reconcile_managed.rs"]), &sdk);
     assert!(found.is_empty(), "workers use SDK or kube types:\n{}", found.join("\n"));
 }
 
@@ -165,16 +166,116 @@ fn test_only_files(root: &Path) -> Vec<PathBuf> {
             let Some(m) = declared.captures(line) else { continue };
             if i > 0 && lines[i - 1].trim() == "#[cfg(test)]" {
                 files.push(dir.join(format!("{}.rs", &m[3])));
-                files.push(dir.join(&m[3]).join("mod.rs"));
+                // The test module's own modules (`tests.rs` beside `tests/`) are tests too.
+                if dir.join(&m[3]).is_dir() {
+                    files.extend(rust_files(&dir.join(&m[3])));
+                }
             }
         }
     }
     files
 }
 
-/// Every `crate::<module>` a layer of `root` may not import, as `path:line: text`.
+/// The module a file of `root` is (`workers/drainer/mod.rs` is `["workers", "drainer"]`).
+fn module_of(root: &Path, file: &Path) -> Vec<String> {
+    let mut module: Vec<String> =
+        file.strip_prefix(root).unwrap().with_extension("").iter().map(|c| c.to_string_lossy().into_owned()).collect();
+    if matches!(module.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+        module.pop();
+    }
+    module
+}
+
+/// Skips blanks from `i`.
+fn skip_blanks(s: &[u8], i: &mut usize) {
+    while s.get(*i).is_some_and(u8::is_ascii_whitespace) {
+        *i += 1;
+    }
+}
+
+/// The paths one path expression at `i` names (a group `{a::X, b::{c, d}}` names each member), and
+/// where it ends.
+fn parse_path(s: &[u8], mut i: usize) -> (Vec<Vec<String>>, usize) {
+    let mut prefix: Vec<String> = Vec::new();
+    loop {
+        skip_blanks(s, &mut i);
+        if s.get(i) == Some(&b'{') {
+            i += 1;
+            let mut all = Vec::new();
+            loop {
+                skip_blanks(s, &mut i);
+                if s.get(i).is_none_or(|c| *c == b'}') {
+                    return (all, i + 1);
+                }
+                let (members, next) = parse_path(s, i);
+                all.extend(members.into_iter().map(|m| prefix.iter().cloned().chain(m).collect()));
+                i = next;
+                // A rename (`X as Y`) or anything else up to the member's end.
+                while s.get(i).is_some_and(|c| *c != b',' && *c != b'}') {
+                    i += 1;
+                }
+                if s.get(i) == Some(&b',') {
+                    i += 1;
+                }
+            }
+        }
+        let start = i;
+        while s.get(i).is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_') {
+            i += 1;
+        }
+        if start == i {
+            return (vec![prefix], i);
+        }
+        prefix.push(String::from_utf8_lossy(&s[start..i]).into_owned());
+        if s[i..].starts_with(b"::") {
+            i += 2;
+        } else {
+            return (vec![prefix], i);
+        }
+    }
+}
+
+/// Every path `file` names through `crate::` or `super::` (grouped members and `super::super::`
+/// included), resolved to the crate's modules, with the line it starts on. Code only.
+fn named_paths(root: &Path, file: &Path) -> Vec<(usize, Vec<String>)> {
+    let head = Regex::new(r"\b(crate|super)::").unwrap();
+    let mut text = String::new();
+    let mut starts = Vec::new();
+    for (n, line) in code_lines(file) {
+        starts.push((text.len(), n));
+        text.push_str(&line);
+        text.push('\n');
+    }
+    let module = module_of(root, file);
+    let mut found = Vec::new();
+    let mut at = 0;
+    while let Some(m) = head.find_at(&text, at) {
+        at = m.end();
+        if text[..m.start()].ends_with("::") {
+            continue;
+        }
+        let line = starts.iter().rev().find(|(offset, _)| *offset <= m.start()).map_or(0, |(_, n)| *n);
+        let (paths, end) = parse_path(text.as_bytes(), m.start());
+        at = at.max(end);
+        for path in paths {
+            let (base, rest): (Vec<String>, &[String]) = if path[0] == "crate" {
+                (Vec::new(), &path[1..])
+            } else {
+                let ups = path.iter().take_while(|p| *p == "super").count();
+                let Some(kept) = module.len().checked_sub(ups) else { continue };
+                (module[..kept].to_vec(), &path[ups..])
+            };
+            let full: Vec<String> = base.into_iter().chain(rest.iter().filter(|p| *p != "self").cloned()).collect();
+            if !full.is_empty() {
+                found.push((line, full));
+            }
+        }
+    }
+    found
+}
+
+/// Every module of the crate a layer of `root` may not import, as `path:line: crate::module`.
 fn crossing_imports(root: &Path) -> Vec<String> {
-    let used = Regex::new(r"\bcrate::([a-z_0-9]+)").unwrap();
     let tests = test_only_files(root);
     let mut found = Vec::new();
     for (part, layer) in LAYERS {
@@ -184,21 +285,71 @@ fn crossing_imports(root: &Path) -> Vec<String> {
         }
         for file in rust_files(&path).into_iter().filter(|f| !tests.contains(f)) {
             let shown = file.strip_prefix(root).unwrap().display().to_string();
-            for (n, line) in code_lines(&file) {
-                for m in used.captures_iter(&line) {
-                    let module = &m[1];
-                    let allowed = match layer {
-                        Layer::Only(only) => only.contains(&module),
-                        Layer::Never(never) => !never.contains(&module),
-                    };
-                    if !allowed {
-                        found.push(format!("{shown}:{n}: crate::{module} in {}", line.trim()));
-                    }
+            for (n, named) in named_paths(root, &file) {
+                let module = named[0].as_str();
+                let allowed = match layer {
+                    Layer::Only(only) => only.contains(&module),
+                    Layer::Never(never) => !never.contains(&module),
+                };
+                if !allowed {
+                    found.push(format!("{shown}:{n}: crate::{}", named.join("::")));
                 }
             }
         }
     }
     found
+}
+
+/// What each section of `instancegroup/` may not import of it, by the names
+/// `instancegroup/mod.rs` gives the section's modules: the pure sections no adapter and no
+/// reconciler, the reconcilers no adapter, the adapters no reconciler.
+const INSTANCEGROUP_SECTIONS: &[(&str, &[&str])] = &[
+    (
+        "instancegroup/domain",
+        &["adapters", "aws", "k8s", "memory_cloud", "reconciler", "reconcile_managed", "controller"],
+    ),
+    (
+        "instancegroup/ports",
+        &["adapters", "aws", "k8s", "memory_cloud", "reconciler", "reconcile_managed", "controller"],
+    ),
+    ("instancegroup/reconciler.rs", &["adapters", "aws", "k8s", "controller"]),
+    ("instancegroup/reconcile_managed.rs", &["adapters", "aws", "k8s", "controller"]),
+    ("instancegroup/adapters", &["reconciler", "reconcile_managed", "controller"]),
+];
+
+/// Every import inside `instancegroup/` a section of `root` may not make, as `path:line: crate::…`.
+fn crossing_sections(root: &Path) -> Vec<String> {
+    let tests = test_only_files(root);
+    let mut found = Vec::new();
+    for (part, never) in INSTANCEGROUP_SECTIONS {
+        let path = root.join(part);
+        if !path.exists() {
+            continue;
+        }
+        for file in rust_files(&path).into_iter().filter(|f| !tests.contains(f)) {
+            let shown = file.strip_prefix(root).unwrap().display().to_string();
+            for (n, named) in named_paths(root, &file) {
+                let section = named.get(1).map(String::as_str).unwrap_or_default();
+                // `instancegroup::adapters::aws` and `instancegroup::aws` are the same adapter.
+                let inner = named.get(2).map(String::as_str).unwrap_or_default();
+                let reaches = |s: &str| never.contains(&s);
+                if named[0] == "instancegroup" && (reaches(section) || (section == "adapters" && reaches(inner))) {
+                    found.push(format!("{shown}:{n}: crate::{}", named.join("::")));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The calls to a write port in `files` (the cluster's writes and Auto Scaling's), as
+/// `path:line: text`.
+fn write_port_calls(files: &[PathBuf]) -> Vec<String> {
+    let write = Regex::new(
+        r"\.(cordon|uncordon|evict|delete_pod|readmit_to_load_balancers|protect_from_scale_down|raise_desired|lower_unlaunched|terminate_instance|suspend_az_rebalance)\(",
+    )
+    .unwrap();
+    offences(files, &write)
 }
 
 /// The module file `path` (`["workers", "scaler"]`) names under `root`, if it is a file of its own.
@@ -210,7 +361,6 @@ fn module_file(root: &Path, path: &[&str]) -> Option<PathBuf> {
 /// The import circles among `root`'s files (each as the files around it): `super::x` and
 /// `crate::a::b` paths resolved to files, leaving out the `mod.rs` files that only gather them.
 fn import_circles(root: &Path) -> Vec<Vec<String>> {
-    let path = Regex::new(r"\b(crate|super)((?:::[a-z_0-9]+)+)").unwrap();
     let tests = test_only_files(root);
     let files: Vec<PathBuf> = rust_files(root)
         .into_iter()
@@ -220,29 +370,14 @@ fn import_circles(root: &Path) -> Vec<Vec<String>> {
     let name = |f: &Path| f.strip_prefix(root).unwrap().display().to_string();
     let mut edges: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> = Default::default();
     for file in &files {
-        let module: Vec<String> = file
-            .strip_prefix(root)
-            .unwrap()
-            .with_extension("")
-            .iter()
-            .map(|c| c.to_string_lossy().into_owned())
-            .collect();
         let targets = edges.entry(name(file)).or_default();
-        for (_, line) in code_lines(file) {
-            for m in path.captures_iter(&line) {
-                let rest: Vec<&str> = m[2].trim_start_matches("::").split("::").collect();
-                let base: Vec<&str> = match &m[1] {
-                    "crate" => Vec::new(),
-                    _ => module[..module.len() - 1].iter().map(String::as_str).collect(),
-                };
-                // The longest prefix of the path that is a file of its own.
-                let found = (1..=rest.len()).rev().find_map(|k| {
-                    let full: Vec<&str> = base.iter().copied().chain(rest[..k].iter().copied()).collect();
-                    module_file(root, &full).filter(|f| files.contains(f))
-                });
-                if let Some(target) = found.filter(|t| t != file) {
-                    targets.insert(name(&target));
-                }
+        for (_, named) in named_paths(root, file) {
+            let named: Vec<&str> = named.iter().map(String::as_str).collect();
+            // The longest prefix of the path that is a file of its own.
+            let found =
+                (1..=named.len()).rev().find_map(|k| module_file(root, &named[..k]).filter(|f| files.contains(f)));
+            if let Some(target) = found.filter(|t| t != file) {
+                targets.insert(name(&target));
             }
         }
     }
@@ -282,6 +417,41 @@ fn no_two_files_import_each_other_even_around_a_circle() {
 }
 
 #[test]
+fn each_section_of_instancegroup_imports_only_what_it_may() {
+    let found = crossing_sections(&src());
+    assert!(found.is_empty(), "imports across the InstanceGroup sections:\n{}", found.join("\n"));
+}
+
+#[test]
+fn only_the_executor_calls_a_write_port() {
+    let tests = test_only_files(&src());
+    let gates = ["workers/execute.rs", "workers/leader_only.rs"];
+    let workers: Vec<PathBuf> = files_under(&["workers"])
+        .into_iter()
+        .filter(|f| !tests.contains(f) && !gates.iter().any(|g| f.ends_with(g)))
+        .collect();
+    assert!(workers.len() > 15, "the worker files are found: {workers:?}");
+    let found = write_port_calls(&workers);
+    assert!(found.is_empty(), "workers that write around the executor:\n{}", found.join("\n"));
+}
+
+#[test]
+fn a_write_around_the_executor_is_caught_and_a_write_value_is_not() {
+    let dir = std::env::temp_dir().join(format!("architecture-writes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("probe.rs");
+    std::fs::write(
+        &file,
+        "fn f() {\n    ctx.executor().run(&Write::Cordon(node)).await;\n    ctx.writes.cordon(&node).await;\n    ctx\n        .aws\n        .terminate_instance(&i, true);\n}\n",
+    )
+    .unwrap();
+    let found = write_port_calls(std::slice::from_ref(&file));
+    std::fs::remove_dir_all(&dir).unwrap();
+    let lines: Vec<&str> = found.iter().map(|f| f.rsplit(": ").next().unwrap()).collect();
+    assert_eq!(lines, ["ctx.writes.cordon(&node).await;", ".terminate_instance(&i, true);"], "{found:?}");
+}
+
+#[test]
 fn a_probe_that_runs_back_up_the_layers_or_around_a_circle_is_caught() {
     let root = std::env::temp_dir().join(format!("architecture-layers-{}", std::process::id()));
     let write = |path: &str, text: &str| {
@@ -298,11 +468,38 @@ fn a_probe_that_runs_back_up_the_layers_or_around_a_circle_is_caught() {
     write("fakes.rs", "pub use crate::simulate::ledger::MemoryLedger;\n");
     write("workers/scaler.rs", "use super::boost_writes::Flight;\n// use crate::aws::Client;\n");
     write("workers/boost_writes.rs", "use super::scaler::ScalerError;\n");
+    write("workers/drainer/ending.rs", "use crate::{\n    core::Node,\n    k8s::{writes::KubeWrites, Client},\n};\n");
+    write("workers/drainer/mod.rs", "mod ending;\nfn f() { super::super::aws::Adapter::new(); }\n");
+    write(
+        "instancegroup/domain/plan.rs",
+        "use super::super::adapters::aws::Cloud;\nuse crate::instancegroup::api::Spec;\n",
+    );
+    write("instancegroup/reconcile_managed.rs", "use crate::instancegroup::{k8s::Store, plan::Plan};\n");
     let crossing = crossing_imports(&root);
+    let sections = crossing_sections(&root);
     let circles = import_circles(&root);
     std::fs::remove_dir_all(&root).unwrap();
     let crossed: Vec<&str> = crossing.iter().map(|c| c.split(':').next().unwrap()).collect();
-    assert_eq!(crossed, vec!["core/a.rs", "instancegroup/reconciler.rs", "k8s/client.rs", "fakes.rs"], "{crossing:#?}");
+    assert_eq!(
+        crossed,
+        vec![
+            "core/a.rs",
+            "workers/drainer/ending.rs",
+            "workers/drainer/ending.rs",
+            "workers/drainer/mod.rs",
+            "instancegroup/reconciler.rs",
+            "k8s/client.rs",
+            "fakes.rs"
+        ],
+        "grouped members and super::super:: paths count: {crossing:#?}"
+    );
+    assert!(crossing[1].ends_with("crate::k8s::writes::KubeWrites") && crossing[2].ends_with("crate::k8s::Client"));
+    let reached: Vec<&str> = sections.iter().map(|c| c.rsplit(": ").next().unwrap()).collect();
+    assert_eq!(
+        reached,
+        ["crate::instancegroup::adapters::aws::Cloud", "crate::instancegroup::k8s::Store"],
+        "the pure section reaches an adapter, the reconciler a Kubernetes store: {sections:#?}"
+    );
     assert_eq!(
         circles,
         vec![

@@ -5,6 +5,7 @@
 //! scaler, [`plan_draining`] for the drainer. The workers only carry them out, and the property
 //! tests and the planning bench call exactly these.
 
+pub mod action;
 pub mod back_to_spot;
 pub mod boost;
 pub mod capacity_gap;
@@ -31,6 +32,7 @@ pub mod signals;
 pub mod sizing;
 pub mod standby;
 
+pub use action::{Answer, Made, Write, WriteFailed, WriteKind};
 pub use back_to_spot::{BackToSpot, BackToSpotPlan};
 pub use boost::{Boost, BoostPlan, BoostReason, Held, HoldReason};
 pub use capacity_gap::{Displaced, GapMeter, PendingPod};

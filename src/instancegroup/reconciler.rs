@@ -181,7 +181,7 @@ where
                 } else {
                     ReconcileResult::Failed
                 });
-                let message = error_chain(&err);
+                let message = crate::ports::error_chain(&err);
                 warn!(namespace = ?ig.metadata.namespace, name = ?ig.metadata.name, error = %message, "InstanceGroup reconcile failed");
                 let note;
                 (status, note) = fail(&status, transient, message, self.now());
@@ -557,17 +557,6 @@ fn switched_provisioner(before: Option<&InstanceGroupStatus>, wanted: &str) -> O
     let before = before.filter(|s| !s.active_scaling_group_name.is_empty())?;
     let known = |p: &str| p == "eks" || p == "eks-managed";
     (known(&before.provisioner) && known(wanted) && before.provisioner != wanted).then(|| before.provisioner.clone())
-}
-
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -20,3 +20,16 @@ pub use memory_ledger::MemoryLedger;
 
 /// Any error from below a port, without its SDK type.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// An error and every cause under it, as one line: what a port's caller logs or tells, where a
+/// bare `Display` would drop the cause (the API server's message, the AWS error code).
+pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -35,7 +35,7 @@ use crate::workers::drainer::{Drainer, DrainerSettings};
 use crate::workers::groups::GroupBook;
 use crate::workers::launch_watcher::{LaunchWatchSettings, LaunchWatcher};
 use crate::workers::scaler::{Scaler, ScalerSettings};
-use crate::workers::Ports;
+use crate::workers::PortSet;
 use crate::workers::WorkerContext;
 use actors::{ClusterAutoscaler, Nth};
 use market::{LearnedPool, PolicyReport};
@@ -194,11 +194,14 @@ pub(crate) enum Mode {
 
 const TICK: Duration = Duration::from_secs(1);
 
+/// The simulated world's ports, as a type.
+type SimPorts = PortSet<SimWorld, SimWorld, MemoryLedger, SimWorld, SimWorld>;
+
 /// What the simulation keeps of the workers between ticks.
 struct Workers {
-    scaler: Scaler<SimWorld, SimWorld, MemoryLedger, SimWorld, SimWorld>,
-    drainer: Drainer<SimWorld, SimWorld, MemoryLedger, SimWorld, SimWorld>,
-    launches: LaunchWatcher<SimWorld, SimWorld, MemoryLedger, SimWorld, SimWorld>,
+    scaler: Scaler<SimPorts>,
+    drainer: Drainer<SimPorts>,
+    launches: LaunchWatcher<SimPorts>,
     ledger: MemoryLedger,
     /// Nodes moved to a fallback, by boost, fallback group and move time.
     moved: BTreeMap<(BTreeSet<InstanceId>, GroupName, Timestamp), u32>,
@@ -226,7 +229,7 @@ impl Workers {
         let ledger = MemoryLedger::default();
         let clock_world = sim.clone();
         let clock: Clock = Arc::new(move || clock_world.lock().now);
-        let ports = Ports {
+        let ports = PortSet {
             aws: sim.clone(),
             cluster: sim.clone(),
             ledger: ledger.clone(),
@@ -240,7 +243,7 @@ impl Workers {
             clock.clone(),
         ));
         let metrics = Arc::new(Metrics::new());
-        let ctx = WorkerContext::new(ports, groups, Leadership::always(), metrics.clone(), policy, clock)
+        let ctx = WorkerContext::<SimPorts>::new(ports, groups, Leadership::always(), metrics.clone(), policy, clock)
             .await
             .expect("an in-memory ledger loads");
         let scaler = Scaler::new(ctx.clone(), ScalerSettings::default());

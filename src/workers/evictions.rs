@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 use tokio::task::{Id, JoinSet};
 
-use crate::core::{GroupName, NodeName};
-use crate::ports::{EvictOutcome, PodRef};
+use crate::core::{Answer, GroupName, NodeName, WriteFailed};
+use crate::ports::PodRef;
 
 /// One eviction's answer, with the node and group it was sent for.
 #[derive(Debug)]
@@ -27,7 +27,7 @@ pub(crate) struct EvictionAnswer {
     pub node: NodeName,
     pub group: GroupName,
     pub pod: PodRef,
-    pub outcome: Result<EvictOutcome, String>,
+    pub outcome: Answer,
 }
 
 /// What an eviction was sent for, kept until its answer comes.
@@ -39,7 +39,7 @@ struct Sent {
 
 /// The evictions sent and not yet answered.
 pub(crate) struct EvictionsInFlight {
-    tasks: JoinSet<Result<EvictOutcome, String>>,
+    tasks: JoinSet<Answer>,
     sent: HashMap<Id, Sent>,
     /// The UIDs of the pods whose call runs (or waits for its turn).
     pods: HashSet<String>,
@@ -90,7 +90,7 @@ impl EvictionsInFlight {
         call: F,
     ) -> Option<Id>
     where
-        F: Future<Output = Result<EvictOutcome, String>> + Send + 'static,
+        F: Future<Output = Answer> + Send + 'static,
     {
         let place = Place { pass: Reverse(self.pass), position };
         if !self.pods.insert(pod.uid.clone()) {
@@ -103,7 +103,9 @@ impl EvictionsInFlight {
             let sent = tokio::time::Instant::now();
             let _turn = match ticket {
                 Ticket::Now(turn) => turn,
-                Ticket::Wait(next) => next.await.map_err(|_| "its turn never came".to_string())?,
+                Ticket::Wait(next) => next
+                    .await
+                    .map_err(|_| WriteFailed { message: "its turn never came".into(), may_have_applied: false })?,
             };
             let turn_came = sent.elapsed();
             let outcome = call.await;
@@ -158,13 +160,13 @@ impl EvictionsInFlight {
     }
 
     /// A joined task as an answer; a task that panicked answers as a failed call.
-    fn answer(
-        &mut self,
-        joined: Result<(Id, Result<EvictOutcome, String>), tokio::task::JoinError>,
-    ) -> Option<(Id, EvictionAnswer)> {
+    fn answer(&mut self, joined: Result<(Id, Answer), tokio::task::JoinError>) -> Option<(Id, EvictionAnswer)> {
         let (id, outcome) = match joined {
             Ok((id, outcome)) => (id, outcome),
-            Err(e) => (e.id(), Err(format!("the eviction's task ended: {e}"))),
+            Err(e) => {
+                let message = format!("the eviction's task ended: {e}");
+                (e.id(), Err(WriteFailed { message, may_have_applied: true }))
+            }
         };
         let sent = self.sent.remove(&id)?;
         self.pods.remove(&sent.pod.uid);
@@ -269,12 +271,13 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::core::Made;
 
     fn pod(uid: &str) -> PodRef {
         PodRef { namespace: "default".into(), name: uid.into(), uid: uid.into(), owner: None }
     }
 
-    async fn after(secs: u64, outcome: Result<EvictOutcome, String>) -> Result<EvictOutcome, String> {
+    async fn after(secs: u64, outcome: Answer) -> Answer {
         tokio::time::sleep(Duration::from_secs(secs)).await;
         outcome
     }
@@ -283,20 +286,20 @@ mod tests {
     async fn a_slow_call_is_neither_waited_for_past_the_pass_nor_sent_twice_and_its_answer_comes_later() {
         let mut calls = EvictionsInFlight::new(8);
         let (node, group) = (NodeName::from("n1"), GroupName::from("a"));
-        let fast = calls.send(0, &node, &group, pod("p1"), after(0, Ok(EvictOutcome::Evicted))).unwrap();
-        let slow = calls.send(0, &node, &group, pod("p2"), after(5, Ok(EvictOutcome::Gone))).unwrap();
+        let fast = calls.send(0, &node, &group, pod("p1"), after(0, Ok(Made::Done))).unwrap();
+        let slow = calls.send(0, &node, &group, pod("p2"), after(5, Ok(Made::Gone))).unwrap();
         let start = tokio::time::Instant::now();
         let answers = calls.answered_by([fast, slow].into(), start + Duration::from_secs(1)).await;
         assert_eq!(start.elapsed(), Duration::from_secs(1));
         assert_eq!(answers.iter().map(|a| a.pod.uid.as_str()).collect::<Vec<_>>(), ["p1"]);
         assert!(calls.running(&pod("p2")));
-        assert_eq!(calls.send(0, &node, &group, pod("p2"), after(0, Ok(EvictOutcome::Evicted))), None, "never twice");
+        assert_eq!(calls.send(0, &node, &group, pod("p2"), after(0, Ok(Made::Done))), None, "never twice");
 
         tokio::time::advance(Duration::from_secs(4)).await;
         tokio::task::yield_now().await;
         let answers = calls.answered();
         assert_eq!(answers.len(), 1);
-        assert!(matches!(answers[0].outcome, Ok(EvictOutcome::Gone)));
+        assert!(matches!(answers[0].outcome, Ok(Made::Gone)));
         assert!(!calls.running(&pod("p2")) && calls.len() == 0);
     }
 
@@ -305,7 +308,7 @@ mod tests {
         let mut calls = EvictionsInFlight::new(2);
         let (node, group) = (NodeName::from("n1"), GroupName::from("a"));
         let ids: HashSet<Id> = (0..5)
-            .filter_map(|k| calls.send(k, &node, &group, pod(&format!("p{k}")), after(1, Ok(EvictOutcome::Evicted))))
+            .filter_map(|k| calls.send(k, &node, &group, pod(&format!("p{k}")), after(1, Ok(Made::Done))))
             .collect();
         let start = tokio::time::Instant::now();
         let first = calls.answered_by(ids.clone(), start + Duration::from_millis(1_500)).await;
@@ -322,7 +325,7 @@ mod tests {
         let mut calls = EvictionsInFlight::new(1);
         let (node, group) = (NodeName::from("n1"), GroupName::from("a"));
         let send = |calls: &mut EvictionsInFlight, position: usize, uid: &str| {
-            calls.send(position, &node, &group, pod(uid), after(1, Ok(EvictOutcome::Evicted)))
+            calls.send(position, &node, &group, pod(uid), after(1, Ok(Made::Done)))
         };
         calls.new_sequence();
         let mut ids: HashSet<Id> =
@@ -343,10 +346,10 @@ mod tests {
     async fn an_aborted_waiting_call_passes_its_turn_on() {
         let mut calls = EvictionsInFlight::new(1);
         let (node, group) = (NodeName::from("n1"), GroupName::from("a"));
-        calls.send(0, &node, &group, pod("p0"), after(1, Ok(EvictOutcome::Evicted)));
-        calls.send(0, &node, &group, pod("p1"), after(1, Ok(EvictOutcome::Evicted)));
+        calls.send(0, &node, &group, pod("p0"), after(1, Ok(Made::Done)));
+        calls.send(0, &node, &group, pod("p1"), after(1, Ok(Made::Done)));
         calls.abort_all();
-        let id = calls.send(0, &node, &group, pod("p2"), after(1, Ok(EvictOutcome::Evicted))).unwrap();
+        let id = calls.send(0, &node, &group, pod("p2"), after(1, Ok(Made::Done))).unwrap();
         let start = tokio::time::Instant::now();
         let answers = calls.answered_by([id].into(), start + Duration::from_secs(5)).await;
         assert_eq!(answers.iter().map(|a| a.pod.uid.as_str()).collect::<Vec<_>>(), ["p2"]);
@@ -359,7 +362,9 @@ mod tests {
         let (node, group) = (NodeName::from("n1"), GroupName::from("a"));
         let id = calls.send(0, &node, &group, pod("p1"), async { panic!("a bug in the call") }).unwrap();
         let answers = calls.answered_by([id].into(), tokio::time::Instant::now() + Duration::from_secs(1)).await;
-        assert!(matches!(&answers[..], [a] if a.outcome.as_ref().is_err_and(|e| e.contains("task ended"))));
-        assert!(calls.send(0, &node, &group, pod("p1"), after(0, Ok(EvictOutcome::Evicted))).is_some());
+        assert!(
+            matches!(&answers[..], [a] if a.outcome.as_ref().is_err_and(|e| e.message.contains("task ended") && e.may_have_applied))
+        );
+        assert!(calls.send(0, &node, &group, pod("p1"), after(0, Ok(Made::Done))).is_some());
     }
 }

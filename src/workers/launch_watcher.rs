@@ -19,12 +19,12 @@ use tokio::sync::watch;
 use tracing::warn;
 
 use super::told_once::ToldOnce;
-use super::WorkerContext;
+use super::{Ports, WorkerContext};
 use crate::core::{
     classify, failed_pool, launching_groups, stalled_boosts, GroupName, InstanceId, LaunchFailure, NodeName, PoolKey,
     ScalingActivity, Sighting, Timestamp,
 };
-use crate::ports::{AutoScaling, AwsError, ClusterView, ClusterWrites, EventSink, LedgerStore, NodeEvent};
+use crate::ports::{AutoScaling, AwsError, ClusterView, NodeEvent};
 use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
 
 /// How the watcher paces itself.
@@ -54,8 +54,8 @@ pub struct LaunchReport {
 }
 
 /// The launch watcher worker.
-pub struct LaunchWatcher<A, C, L, W, E> {
-    ctx: Arc<WorkerContext<A, C, L, W, E>>,
+pub struct LaunchWatcher<P: Ports> {
+    ctx: Arc<WorkerContext<P>>,
     settings: LaunchWatchSettings,
     /// Failed activities already told, by id.
     told: ToldOnce<String>,
@@ -69,16 +69,9 @@ pub struct LaunchWatcher<A, C, L, W, E> {
     scaler: Option<Arc<tokio::sync::Notify>>,
 }
 
-impl<A, C, L, W, E> LaunchWatcher<A, C, L, W, E>
-where
-    A: AutoScaling,
-    C: ClusterView,
-    L: LedgerStore,
-    W: ClusterWrites,
-    E: EventSink,
-{
+impl<P: Ports> LaunchWatcher<P> {
     /// A watcher over `ctx`.
-    pub fn new(ctx: Arc<WorkerContext<A, C, L, W, E>>, settings: LaunchWatchSettings) -> Self {
+    pub fn new(ctx: Arc<WorkerContext<P>>, settings: LaunchWatchSettings) -> Self {
         LaunchWatcher {
             ctx,
             settings,
@@ -102,23 +95,9 @@ where
         self
     }
 
-    /// Runs until `shutdown` turns true.
-    pub(crate) async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Self {
-        loop {
-            if let Some(h) = &self.heartbeat {
-                h.beat();
-            }
-            if let Err(e) = self.tick().await {
-                warn!(error = %e, "reading the launches of boosted groups failed; retrying");
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(self.settings.poll) => {}
-                _ = shutdown.changed() => {}
-            }
-            if *shutdown.borrow() {
-                return self;
-            }
-        }
+    /// Runs until `shutdown` turns true: a pass at once, then every `poll`.
+    pub(crate) async fn run(self, shutdown: watch::Receiver<bool>) -> Self {
+        super::run_worker(self, shutdown).await
     }
 
     /// One pass: reads the groups with nodes still to launch and tells what went wrong.
@@ -256,6 +235,28 @@ fn ledger_instances(ledger: &crate::core::BoostLedger, group: &GroupName) -> Vec
         .filter(|r| &r.group == group || r.moved.iter().any(|p| &p.group == group && p.asked() && p.added > 0))
         .flat_map(|r| r.instances.iter().cloned())
         .collect()
+}
+
+impl<P: Ports> super::Worker for LaunchWatcher<P> {
+    type Error = AwsError;
+    const PASS_AT_START: bool = true;
+    const NAME: &'static str = "launches";
+
+    fn heartbeat(&self) -> Option<&Heartbeat> {
+        self.heartbeat.as_ref()
+    }
+
+    fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.ctx.metrics
+    }
+
+    async fn next_pass_due(&mut self) {
+        tokio::time::sleep(self.settings.poll).await;
+    }
+
+    async fn pass_once(&mut self) -> Result<(), AwsError> {
+        self.tick().await.map(|_| ())
+    }
 }
 
 #[cfg(test)]
@@ -524,20 +525,8 @@ mod tests {
         rig
     }
 
-    type FakeScaler = crate::workers::scaler::Scaler<
-        FakeAutoScaling,
-        crate::fakes::InMemoryCluster,
-        crate::fakes::MemoryLedger,
-        crate::fakes::FakeClusterWrites,
-        crate::fakes::RecordedEvents,
-    >;
-    type FakeWatcher = LaunchWatcher<
-        FakeAutoScaling,
-        crate::fakes::InMemoryCluster,
-        crate::fakes::MemoryLedger,
-        crate::fakes::FakeClusterWrites,
-        crate::fakes::RecordedEvents,
-    >;
+    type FakeScaler = crate::workers::scaler::Scaler<crate::fakes::FakePorts>;
+    type FakeWatcher = LaunchWatcher<crate::fakes::FakePorts>;
 
     /// `spot-a` (3) falls back to `spot-b` (2), then `od` (2); n1 in spot-a has a
     /// recommendation and the scaler boosted spot-a for it.

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
-use tracing::{debug, warn};
+use tracing::debug;
 
-use super::WorkerContext;
-use crate::ports::{AutoScaling, ClusterView, LedgerStore};
+use super::{Ports, WorkerContext};
+use crate::ports::{AwsError, ClusterView};
 use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
 
 /// How the learner paces itself.
@@ -35,16 +35,16 @@ impl Default for LearnerSettings {
 }
 
 /// Learns what the workers will need about nodes as they join.
-pub struct NodeLearner<A, C, L, W, E> {
-    ctx: Arc<WorkerContext<A, C, L, W, E>>,
+pub struct NodeLearner<P: Ports> {
+    ctx: Arc<WorkerContext<P>>,
     joined: Arc<Notify>,
     settings: LearnerSettings,
     heartbeat: Option<Heartbeat>,
 }
 
-impl<A: AutoScaling, C: ClusterView, L: LedgerStore, W, E> NodeLearner<A, C, L, W, E> {
+impl<P: Ports> NodeLearner<P> {
     /// A learner woken by `joined` (the watch notifies it when a node joins or changes instance).
-    pub fn new(ctx: Arc<WorkerContext<A, C, L, W, E>>, joined: Arc<Notify>, settings: LearnerSettings) -> Self {
+    pub fn new(ctx: Arc<WorkerContext<P>>, joined: Arc<Notify>, settings: LearnerSettings) -> Self {
         NodeLearner { ctx, joined, settings, heartbeat: None }
     }
 
@@ -56,21 +56,8 @@ impl<A: AutoScaling, C: ClusterView, L: LedgerStore, W, E> NodeLearner<A, C, L, 
     }
 
     /// Learns at once, then after every join and every `every`, until `shutdown` turns true.
-    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
-        loop {
-            if let Some(h) = &self.heartbeat {
-                h.beat();
-            }
-            self.round().await;
-            tokio::select! {
-                _ = self.joined.notified() => self.settle().await,
-                _ = tokio::time::sleep(self.settings.every) => {}
-                _ = shutdown.changed() => {}
-            }
-            if *shutdown.borrow() {
-                return;
-            }
-        }
+    pub async fn run(self, shutdown: watch::Receiver<bool>) {
+        super::run_worker(self, shutdown).await;
     }
 
     /// Waits until no node joined for `join_quiet`, or `join_max` passed.
@@ -79,14 +66,38 @@ impl<A: AutoScaling, C: ClusterView, L: LedgerStore, W, E> NodeLearner<A, C, L, 
     }
 
     /// Learns every node not yet known; a failure is retried at the next round.
-    async fn round(&self) {
-        let Some(state) = self.ctx.cluster.current() else { return };
+    async fn round(&self) -> Result<(), AwsError> {
+        let Some(state) = self.ctx.cluster.current() else { return Ok(()) };
         let nodes = state.nodes.len();
         let ledger = self.ctx.ledger.current().await;
-        match self.ctx.groups.learn(&self.ctx.aws, state, &ledger).await {
-            Ok(()) => debug!(nodes, "nodes learnt"),
-            Err(e) => warn!(error = %e, "nodes not learnt; retried at the next join or in a while"),
+        self.ctx.groups.learn(&self.ctx.aws, state, &ledger).await?;
+        debug!(nodes, "nodes learnt");
+        Ok(())
+    }
+}
+
+impl<P: Ports> super::Worker for NodeLearner<P> {
+    type Error = AwsError;
+    const PASS_AT_START: bool = true;
+    const NAME: &'static str = "learner";
+
+    fn heartbeat(&self) -> Option<&Heartbeat> {
+        self.heartbeat.as_ref()
+    }
+
+    fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.ctx.metrics
+    }
+
+    async fn next_pass_due(&mut self) {
+        tokio::select! {
+            _ = self.joined.notified() => self.settle().await,
+            _ = tokio::time::sleep(self.settings.every) => {}
         }
+    }
+
+    async fn pass_once(&mut self) -> Result<(), AwsError> {
+        self.round().await
     }
 }
 

@@ -24,30 +24,12 @@ use super::launch_watcher::{LaunchWatchSettings, LaunchWatcher};
 use super::scaler::{Scaler, ScalerSettings};
 use super::Clock;
 use crate::core::{Evidence, InstanceId, Node, NodeName, Policy, Signal, SignalKind, SizingMode, Timestamp};
-use crate::fakes::{FakeAutoScaling, FakeRig, InMemoryCluster, MemoryLedger};
+use crate::fakes::{FakeAutoScaling, FakePorts, FakeRig};
 use crate::metrics::Metrics;
 
-type TestScaler = Scaler<
-    FakeAutoScaling,
-    InMemoryCluster,
-    MemoryLedger,
-    crate::fakes::FakeClusterWrites,
-    crate::fakes::RecordedEvents,
->;
-type TestDrainer = Drainer<
-    FakeAutoScaling,
-    InMemoryCluster,
-    MemoryLedger,
-    crate::fakes::FakeClusterWrites,
-    crate::fakes::RecordedEvents,
->;
-type TestWatcher = LaunchWatcher<
-    FakeAutoScaling,
-    InMemoryCluster,
-    MemoryLedger,
-    crate::fakes::FakeClusterWrites,
-    crate::fakes::RecordedEvents,
->;
+type TestScaler = Scaler<FakePorts>;
+type TestDrainer = Drainer<FakePorts>;
+type TestWatcher = LaunchWatcher<FakePorts>;
 
 const BEFORE: u32 = 4;
 /// The fallback group's size before the wave.

@@ -6,6 +6,7 @@
 
 pub mod drainer;
 mod evictions;
+pub(crate) mod execute;
 pub mod groups;
 pub mod launch_watcher;
 pub mod leader_only;
@@ -23,7 +24,8 @@ use std::sync::Arc;
 use crate::core::{BoostLedger, Evidence, InstanceId, NodeName, Policy, Signal, SignalKind, Snapshot, Timestamp};
 use crate::metrics::Metrics;
 use crate::ports::{
-    AutoScaling, AwsError, ClusterState, ClusterView, EventSink, Leadership, LedgerError, LedgerStore, NodeEvent,
+    AutoScaling, AwsError, ClusterState, ClusterView, ClusterWrites, EventSink, Leadership, LedgerError, LedgerStore,
+    NodeEvent,
 };
 use crate::supervise::Heartbeat;
 use groups::GroupBook;
@@ -34,33 +36,24 @@ use tracing::{debug, info, warn};
 
 pub use crate::ports::{system_clock, Clock};
 
-/// Everything the workers share. `A`: Auto Scaling; `C`: the cluster view; `L`: the ledger
-/// store; `W`: cluster writes; `E`: the Event sink.
-pub struct WorkerContext<A, C, L, W, E> {
-    /// Auto Scaling; writes only while leading.
-    pub aws: LeaderOnly<A>,
+/// The ports the workers act through, named once: every worker, and the context they share, is
+/// generic over one `P: Ports` rather than over each port.
+pub trait Ports: Send + Sync + 'static {
+    /// Auto Scaling (and the EC2 reads beside it).
+    type Aws: AutoScaling + 'static;
     /// The watched cluster.
-    pub cluster: C,
-    /// Writes to the cluster, made only while leading.
-    pub writes: LeaderOnly<W>,
-    /// Kubernetes Events, published only while leading.
-    pub events: LeaderOnly<E>,
-    /// The boost ledger, persisted through `L`, saved only while leading.
-    pub ledger: Arc<SharedLedger<LeaderOnly<L>>>,
-    /// Groups and the instance → group cache.
-    pub groups: Arc<GroupBook>,
-    /// Whether this replica may write.
-    pub leadership: Leadership,
-    /// Metrics.
-    pub metrics: Arc<Metrics>,
-    /// The policy the core decides with.
-    pub policy: Policy,
-    /// `now` for the core.
-    pub clock: Clock,
+    type Cluster: ClusterView + 'static;
+    /// Where the ledger is saved.
+    type Ledger: LedgerStore + 'static;
+    /// Writes to the cluster.
+    type Writes: ClusterWrites + 'static;
+    /// Kubernetes Events.
+    type Events: EventSink + 'static;
 }
 
-/// The ports a [`WorkerContext`] is built from, before the leadership gate.
-pub struct Ports<A, C, L, W, E> {
+/// The ports a [`WorkerContext`] is built from, before the leadership gate; as a type, it names
+/// them for [`Ports`].
+pub struct PortSet<A, C, L, W, E> {
     /// Auto Scaling.
     pub aws: A,
     /// The watched cluster.
@@ -73,17 +66,62 @@ pub struct Ports<A, C, L, W, E> {
     pub events: E,
 }
 
-impl<A, C, L: LedgerStore, W, E> WorkerContext<A, C, L, W, E> {
+impl<A, C, L, W, E> Ports for PortSet<A, C, L, W, E>
+where
+    A: AutoScaling + 'static,
+    C: ClusterView + 'static,
+    L: LedgerStore + 'static,
+    W: ClusterWrites + 'static,
+    E: EventSink + 'static,
+{
+    type Aws = A;
+    type Cluster = C;
+    type Ledger = L;
+    type Writes = W;
+    type Events = E;
+}
+
+/// The port values a [`WorkerContext`] over `P` is built from: `P` itself when `P` is a
+/// [`PortSet`].
+pub type PortValues<P> =
+    PortSet<<P as Ports>::Aws, <P as Ports>::Cluster, <P as Ports>::Ledger, <P as Ports>::Writes, <P as Ports>::Events>;
+
+/// Everything the workers share: the ports (each write port behind the leadership gate), the
+/// ledger, the group book, the leadership flag, the metrics, the policy and the clock.
+pub struct WorkerContext<P: Ports> {
+    /// Auto Scaling; writes only while leading.
+    pub aws: LeaderOnly<P::Aws>,
+    /// The watched cluster.
+    pub cluster: P::Cluster,
+    /// Writes to the cluster, made only while leading.
+    pub writes: LeaderOnly<P::Writes>,
+    /// Kubernetes Events, published only while leading.
+    pub events: LeaderOnly<P::Events>,
+    /// The boost ledger, persisted through the ledger port, saved only while leading.
+    pub ledger: Arc<SharedLedger<LeaderOnly<P::Ledger>>>,
+    /// Groups and the instance → group cache.
+    pub groups: Arc<GroupBook>,
+    /// Whether this replica may write.
+    pub leadership: Leadership,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// The policy the core decides with.
+    pub policy: Policy,
+    /// `now` for the core.
+    pub clock: Clock,
+}
+
+impl<P: Ports> WorkerContext<P> {
     /// Puts every write port behind the leadership gate and loads the ledger through it.
     pub async fn new(
-        ports: Ports<A, C, L, W, E>,
+        ports: PortValues<P>,
         groups: Arc<GroupBook>,
         leadership: Leadership,
         metrics: Arc<Metrics>,
         policy: Policy,
         clock: Clock,
     ) -> Result<Arc<Self>, LedgerError> {
-        let Ports { aws, cluster, ledger, writes, events } = ports;
+        let PortSet { aws, cluster, ledger, writes, events } = ports;
         Ok(Arc::new(WorkerContext {
             aws: LeaderOnly::new(aws, &leadership, &metrics),
             cluster,
@@ -99,8 +137,7 @@ impl<A, C, L: LedgerStore, W, E> WorkerContext<A, C, L, W, E> {
     }
 }
 
-/// What the loop that drives a worker asks of it: the scaler and the drainer share
-/// [`run_worker`].
+/// What the loop that drives a worker asks of it: the four workers share [`run_worker`].
 pub(crate) trait Worker {
     /// The error a pass may end with.
     type Error: PassError;
@@ -127,6 +164,17 @@ pub(crate) trait PassError: std::fmt::Display {
     /// The lease went during the pass, and the gate dropped the write that ended it.
     fn lost_lease(&self) -> bool {
         matches!(self.ledger(), Some(LedgerError::NotLeader))
+    }
+}
+
+/// An Auto Scaling read that failed: the launch watcher's and the learner's passes end with it.
+impl PassError for AwsError {
+    fn not_synced(&self) -> bool {
+        false
+    }
+
+    fn ledger(&self) -> Option<&LedgerError> {
+        None
     }
 }
 
@@ -233,7 +281,7 @@ pub(crate) struct Observation {
     pub first_seen: BTreeMap<InstanceId, Timestamp>,
 }
 
-impl<A: AutoScaling, C: ClusterView, L: LedgerStore, W, E> WorkerContext<A, C, L, W, E> {
+impl<P: Ports> WorkerContext<P> {
     /// The cluster, the ledger and the groups as one snapshot; `None` while a watch has not
     /// synced (nothing is decided on a partial view). Whether EC2 reports the notices' spot
     /// interruptions is asked only `for_draining`: a boost for a notice never waits for the call,

@@ -17,10 +17,8 @@ use super::guarded::{send_and_answer, Answered, Direction, LostAnswer};
 use super::stages::Stages;
 use crate::core::{Boost, BoostReason, GroupName, LedgerEdit, NodeName, Timestamp, WriteAnswer};
 use crate::metrics::BoostOutcome;
-use crate::ports::{
-    AutoScaling, AwsError, ClusterView, ClusterWrites, DesiredWrite, EventSink, LedgerStore, NodeEvent, WriteOutcome,
-};
-use crate::workers::WorkerContext;
+use crate::ports::{AwsError, DesiredWrite, NodeEvent, WriteOutcome};
+use crate::workers::{Ports, WorkerContext};
 
 /// One boost whose record is saved, and what its write needs to be told and measured.
 pub(super) struct BoostWrite {
@@ -63,20 +61,13 @@ impl Flight {
     /// raced, when a group raised is in `replan_once_raised` (failing for want of capacity: its
     /// nodes move to a fallback at once), or when a pass waited for them ([`Flight::want`]); not
     /// merely because a write failed, which would retry it in a loop.
-    pub(super) fn send<A, C, L, W, E>(
-        ctx: Arc<WorkerContext<A, C, L, W, E>>,
+    pub(super) fn send<P: Ports>(
+        ctx: Arc<WorkerContext<P>>,
         writes: Vec<BoostWrite>,
         replan_once_raised: BTreeSet<GroupName>,
         stages: Stages,
         wake: Arc<Notify>,
-    ) -> Flight
-    where
-        A: AutoScaling + 'static,
-        C: ClusterView + 'static,
-        L: LedgerStore + 'static,
-        W: ClusterWrites + 'static,
-        E: EventSink + 'static,
-    {
+    ) -> Flight {
         let groups = writes.iter().map(|w| w.boost.group.clone()).collect();
         let state = Arc::new(AtomicU8::new(FLYING));
         let task = {
@@ -131,18 +122,11 @@ impl Flight {
 /// ones taken back so their instances are planned again, and an error that may have applied is
 /// settled by a read of the group, or left for `core::raises` when the read cannot tell. Tells
 /// each boost's Nodes.
-pub(super) async fn write_and_answer<A, C, L, W, E>(
-    ctx: &WorkerContext<A, C, L, W, E>,
+pub(super) async fn write_and_answer<P: Ports>(
+    ctx: &WorkerContext<P>,
     writes: Vec<BoostWrite>,
     mut stages: Stages,
-) -> Result<Landed, ScalerError>
-where
-    A: AutoScaling,
-    C: ClusterView,
-    L: LedgerStore,
-    W: ClusterWrites,
-    E: EventSink,
-{
+) -> Result<Landed, ScalerError> {
     let mut landed = Landed::default();
     if writes.is_empty() {
         return Ok(landed);
@@ -179,8 +163,8 @@ where
 }
 
 /// Logs, counts and tells what became of one boost's write; returns the Events for its Nodes.
-fn tell_answer<A, C, L, W, E>(
-    ctx: &WorkerContext<A, C, L, W, E>,
+fn tell_answer<P: Ports>(
+    ctx: &WorkerContext<P>,
     w: &BoostWrite,
     a: &Answered,
     issued: Timestamp,

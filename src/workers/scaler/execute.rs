@@ -7,24 +7,15 @@ use std::collections::BTreeMap;
 use tracing::{debug, info, warn};
 
 use super::guarded::{send_and_answer, Answered, Direction, LostAnswer};
-use super::{Scaler, ScalerError};
+use super::{Ports, Scaler, ScalerError};
 use crate::core::{
     apply_all, plan_take_backs, resolve_raises, unresolved_groups, BoostExpiry, Exhausted, Expired, Fallback, GiveBack,
     GiveBackHow, GiveBackNode, GroupName, InstanceId, LedgerEdit, LeftWhy, Snapshot, TakeBack, WriteAnswer,
 };
 use crate::metrics::{BoostOutcome, GiveBackOutcome};
-use crate::ports::{
-    AutoScaling, ClusterView, ClusterWrites, DesiredWrite, EventSink, LedgerStore, NodeEvent, WriteOutcome,
-};
+use crate::ports::{AutoScaling, DesiredWrite, EventSink, NodeEvent, WriteOutcome};
 
-impl<A, C, L, W, E> Scaler<A, C, L, W, E>
-where
-    A: AutoScaling + 'static,
-    C: ClusterView + 'static,
-    L: LedgerStore + 'static,
-    W: ClusterWrites + 'static,
-    E: EventSink + 'static,
-{
+impl<P: Ports> Scaler<P> {
     /// Resolves the boosts whose write's outcome is unknown (see `core::raises`) from a fresh
     /// read of their groups. Until that read succeeds the tick writes nothing.
     pub(super) async fn resolve_unknown_raises(&self) -> Result<(), ScalerError> {

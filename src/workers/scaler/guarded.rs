@@ -8,19 +8,9 @@ use tracing::warn;
 
 use super::ScalerError;
 use crate::core::{apply_all, GroupName, LedgerEdit, WriteAnswer};
-use crate::ports::{
-    AutoScaling, AwsError, ClusterView, ClusterWrites, DesiredWrite, EventSink, LedgerStore, NodeEvent, WriteOutcome,
-};
-use crate::workers::{publish_all, WorkerContext};
-
-/// Which way the writes go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Direction {
-    /// Raised, guarded by the desired capacity the plan started from.
-    Raise,
-    /// Lowered by nodes that never launched, guarded also by the instances the group lists.
-    LowerUnlaunched,
-}
+use crate::ports::{AutoScaling, AwsError, DesiredWrite, NodeEvent, WriteOutcome};
+pub(super) use crate::workers::execute::Direction;
+use crate::workers::{publish_all, Ports, WorkerContext};
 
 /// What to do with an answer that may have applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,23 +35,13 @@ pub(super) struct Answered {
 /// records each answer in the ledger while the Events `tell` makes of them are published. A batch
 /// that fails as a whole was not sent (the guard's read failed, or the lease went): every intent
 /// is taken back and the error returned.
-pub(super) async fn send_and_answer<A, C, L, W, E>(
-    ctx: &WorkerContext<A, C, L, W, E>,
+pub(super) async fn send_and_answer<P: Ports>(
+    ctx: &WorkerContext<P>,
     (intents, writes): (&[&LedgerEdit], &[DesiredWrite]),
     (direction, lost): (Direction, LostAnswer),
     mut tell: impl FnMut(usize, &Answered) -> Vec<NodeEvent>,
-) -> Result<Vec<Answered>, ScalerError>
-where
-    A: AutoScaling,
-    C: ClusterView,
-    L: LedgerStore,
-    W: ClusterWrites,
-    E: EventSink,
-{
-    let sent = match direction {
-        Direction::Raise => ctx.aws.raise_desired(writes).await,
-        Direction::LowerUnlaunched => ctx.aws.lower_unlaunched(writes).await,
-    };
+) -> Result<Vec<Answered>, ScalerError> {
+    let sent = ctx.executor().set_desired(direction, writes).await;
     let outcomes = match sent {
         Ok(outcomes) => outcomes,
         Err(e) => {
@@ -112,15 +92,11 @@ where
 
 /// Saves the answers' edits, publishing `told` meanwhile: both before the groups are planned
 /// again, neither waiting for the other.
-async fn record<A, C, L, W, E>(
-    ctx: &WorkerContext<A, C, L, W, E>,
+async fn record<P: Ports>(
+    ctx: &WorkerContext<P>,
     edits: impl Iterator<Item = Option<LedgerEdit>>,
     told: Vec<NodeEvent>,
-) -> Result<(), ScalerError>
-where
-    L: LedgerStore,
-    E: EventSink,
-{
+) -> Result<(), ScalerError> {
     let edits: Vec<LedgerEdit> = edits.flatten().collect();
     let save = async {
         if edits.is_empty() {
@@ -137,15 +113,7 @@ where
 /// the read failed or shows neither (gone, or moved by someone else too: resolved like a crash,
 /// from the next read). Re-planning from a raised value would boost the same instances twice;
 /// keeping a write that never applied would give back capacity never added.
-async fn read_back<A, C, L, W, E>(
-    ctx: &WorkerContext<A, C, L, W, E>,
-    write: &DesiredWrite,
-    direction: Direction,
-) -> Option<bool>
-where
-    A: AutoScaling,
-    L: LedgerStore,
-{
+async fn read_back<P: Ports>(ctx: &WorkerContext<P>, write: &DesiredWrite, direction: Direction) -> Option<bool> {
     ctx.groups.invalidate(&write.group).await;
     let live = ctx.aws.describe_groups(std::slice::from_ref(&write.group)).await.ok()?.first()?.desired;
     let (applied, not_made) = match direction {

@@ -10,21 +10,14 @@ use tracing::{info, warn};
 
 use super::Scaler;
 use crate::core::pool_memory::conversion;
-use crate::core::{GroupName, LedgerEdit, Pool, Readmits, RebalanceChoice, Sighting, Snapshot, Timestamp};
-use crate::ports::{AutoScaling, ClusterView, ClusterWrites, EventSink, LedgerStore, NodeEvent};
-use crate::workers::publish_all;
+use crate::core::{GroupName, LedgerEdit, Pool, Readmits, RebalanceChoice, Sighting, Snapshot, Timestamp, Write};
+use crate::ports::NodeEvent;
+use crate::workers::{publish_all, Ports};
 
 /// Pool memory is saved at most this often (what a crash loses at most).
 pub(crate) const POOLS_SAVE_EVERY: Duration = Duration::from_secs(30);
 
-impl<A, C, L, W, E> Scaler<A, C, L, W, E>
-where
-    A: AutoScaling + 'static,
-    C: ClusterView + 'static,
-    L: LedgerStore + 'static,
-    W: ClusterWrites + 'static,
-    E: EventSink + 'static,
-{
+impl<P: Ports> Scaler<P> {
     /// Learns what the pass `seen` (leader only), reports the estimates when they moved and how
     /// the boosts opened answered their recommendations, and saves the memory when due.
     pub(super) async fn learn_market(
@@ -81,8 +74,8 @@ where
     pub(super) async fn readmit(&self, readmits: &Readmits) {
         let mut done = Vec::new();
         for (node, instance) in &readmits.uncordon {
-            match self.ctx.writes.uncordon(node).await {
-                Ok(()) => {
+            match self.ctx.executor().run(&Write::Uncordon(node.clone())).await {
+                Ok(_) => {
                     info!(%node, "rebalance recommendation lapsed with no interruption: node schedulable again");
                     done.push(instance.clone());
                 }

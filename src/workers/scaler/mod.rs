@@ -28,14 +28,14 @@ mod tell;
 
 use super::told_once::ToldOnce;
 pub use super::{system_clock, Clock};
-use super::{Observation, WorkerContext};
+use super::{Observation, Ports, WorkerContext};
 use crate::core::pool_memory::sightings;
 use crate::core::{
     apply_all, plan_scaling, unresolved_groups, Acting, Boost, BoostLedger, BoostPlan, BurstTimes, GroupName,
     InstanceId, LedgerEdit, ScalingPlan, Snapshot, Timestamp, WavePace,
 };
 use crate::metrics::BoostOutcome;
-use crate::ports::{AutoScaling, ClusterView, ClusterWrites, EventSink, LedgerStore, TagFilter};
+use crate::ports::TagFilter;
 use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
 use boost_writes::{write_and_answer, BoostWrite, Flight, Landed, LANDING_ON_SHUTDOWN};
 pub use error::ScalerError;
@@ -112,8 +112,8 @@ enum Pacing {
 }
 
 /// The scaler worker.
-pub struct Scaler<A, C, L, W, E> {
-    ctx: Arc<WorkerContext<A, C, L, W, E>>,
+pub struct Scaler<P: Ports> {
+    ctx: Arc<WorkerContext<P>>,
     settings: ScalerSettings,
     wake: Arc<Notify>,
     /// Signals already counted in the metrics, by instance.
@@ -137,16 +137,9 @@ pub struct Scaler<A, C, L, W, E> {
     conversions_reported: bool,
 }
 
-impl<A, C, L, W, E> Scaler<A, C, L, W, E>
-where
-    A: AutoScaling + 'static,
-    C: ClusterView + 'static,
-    L: LedgerStore + 'static,
-    W: ClusterWrites + 'static,
-    E: EventSink + 'static,
-{
+impl<P: Ports> Scaler<P> {
     /// A scaler over the shared context.
-    pub fn new(ctx: Arc<WorkerContext<A, C, L, W, E>>, settings: ScalerSettings) -> Self {
+    pub fn new(ctx: Arc<WorkerContext<P>>, settings: ScalerSettings) -> Self {
         Scaler {
             ctx,
             settings,
@@ -445,14 +438,7 @@ where
     }
 }
 
-impl<A, C, L, W, E> super::Worker for Scaler<A, C, L, W, E>
-where
-    A: AutoScaling + 'static,
-    C: ClusterView + 'static,
-    L: LedgerStore + 'static,
-    W: ClusterWrites + 'static,
-    E: EventSink + 'static,
-{
+impl<P: Ports> super::Worker for Scaler<P> {
     type Error = ScalerError;
     const PASS_AT_START: bool = true;
     const NAME: &'static str = "scaler";

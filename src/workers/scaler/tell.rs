@@ -12,17 +12,10 @@ use crate::core::{
     ReturnedToSpot, ScalingPlan, Snapshot, Timestamp,
 };
 use crate::metrics::{BoostOutcome, GiveBackOutcome, SkippedAction};
-use crate::ports::{AutoScaling, ClusterView, ClusterWrites, EventSink, LedgerStore, NodeEvent};
-use crate::workers::publish_all;
+use crate::ports::{EventSink, NodeEvent};
+use crate::workers::{publish_all, Ports};
 
-impl<A, C, L, W, E> Scaler<A, C, L, W, E>
-where
-    A: AutoScaling + 'static,
-    C: ClusterView + 'static,
-    L: LedgerStore + 'static,
-    W: ClusterWrites + 'static,
-    E: EventSink + 'static,
-{
+impl<P: Ports> Scaler<P> {
     /// A follower's pass ends at the plan: it reports what the leader would write and leaves it
     /// to the leader (its ports would drop the writes anyway).
     /// Reports what the pass sees: only the leader, which acts on it. With two replicas, sums and
