@@ -19,6 +19,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+use super::ledger_edit::Forgotten;
 use super::ledger_edit::LedgerEdit;
 use super::model::{BoostLedger, InstanceId, Node, NodeName, OnFallback, Returning, SignalKind, Snapshot, Timestamp};
 use super::policy::Policy;
@@ -60,7 +61,7 @@ pub(crate) fn plan_back_to_spot(
         let runs_there = snapshot.nodes.values().any(|n| runs_on_fallback(n, f));
         let returning = ledger.returning.values().any(|r| r.home == f.home && r.from == f.group);
         if !runs_there && !returning {
-            plan.edits.push(LedgerEdit::ForgetOnFallback { home: f.home.clone(), group: f.group.clone() });
+            plan.edits.push(LedgerEdit::Forget(Forgotten::OnFallback { home: f.home.clone(), group: f.group.clone() }));
         }
     }
     for (instance, r) in &ledger.returning {
@@ -352,7 +353,7 @@ mod tests {
         gone.nodes.retain(|n, _| !["o3", "o4"].contains(&n.as_str()));
         let p = plan(&gone, &policy, NOW);
         assert!(p.begun.is_empty());
-        assert_eq!(p.edits, [LedgerEdit::ForgetOnFallback { home: "spot".into(), group: "od".into() }]);
+        assert_eq!(p.edits, [LedgerEdit::Forget(Forgotten::OnFallback { home: "spot".into(), group: "od".into() })]);
     }
 
     #[test]

@@ -425,6 +425,7 @@ mod tests {
     use crate::core::ledger_edit::LedgerEdit;
     use crate::core::model::{Node, Signal};
     use crate::core::signals::fold_signals_with_nodes;
+    use crate::core::Pending;
 
     const GI: u64 = 1 << 30;
     const NOW: Timestamp = Timestamp::from_millis(60_000);
@@ -707,7 +708,7 @@ mod tests {
                     }
                     Step::Confirm(i) if open > 0 => {
                         let id = s.ledger.records[i % open].id();
-                        LedgerEdit::Confirm(id).apply(&mut s.ledger);
+                        LedgerEdit::Answer { write: Pending::Raise(id), applied: true }.apply(&mut s.ledger);
                     }
                     Step::BeginReturn(i) if open > 0 => {
                         let record = &s.ledger.records[i % open];
@@ -733,7 +734,7 @@ mod tests {
                         let refused = matches!(step, Step::Refused(_));
                         if returns[k].2 != refused {
                             let (boosted, terminated, decremented) = returns.remove(k);
-                            LedgerEdit::EndReturn { boosted, terminated, decremented }.apply(&mut s.ledger);
+                            LedgerEdit::Answer { write: Pending::Return { boosted, terminated }, applied: decremented }.apply(&mut s.ledger);
                         }
                     }
                     Step::Close(i) if open > 0 => {

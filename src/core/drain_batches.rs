@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::drain_state::DrainState;
 use super::fast_hash::{FastMap, FastSet};
+use super::ledger_edit::Forgotten;
 use super::ledger_edit::LedgerEdit;
 use super::model::{
     BoostLedger, BoostRecord, GroupName, InstanceId, Node, NodeName, OptOut, Pod, PodClass, Snapshot, Timestamp,
@@ -592,7 +593,7 @@ pub(crate) fn close_finished_boosts(snapshot: &Snapshot, open: &BoostLedger, at_
     }
     let gone: Vec<NodeName> = open.spent.iter().filter(|n| !snapshot.nodes.contains_key(*n)).cloned().collect();
     if !gone.is_empty() {
-        edits.push(LedgerEdit::ForgetSpent(gone));
+        edits.push(LedgerEdit::Forget(Forgotten::Spent(gone)));
     }
     edits
 }
@@ -634,6 +635,7 @@ mod tests {
     use crate::core::ledger_edit::apply_all;
     use crate::core::model::{Evidence, Group, Signal, SignalKind};
     use crate::core::signals::{fold_signals, fold_signals_with_nodes};
+    use crate::core::Pending;
 
     const NOW: Timestamp = Timestamp::from_millis(600_000);
 
@@ -943,7 +945,10 @@ mod tests {
             &mut s.ledger,
             &[
                 LedgerEdit::BeginReturn { boosted: "i-n1".into(), terminated: "i-n1".into() },
-                LedgerEdit::EndReturn { boosted: "i-n1".into(), terminated: "i-n1".into(), decremented: true },
+                LedgerEdit::Answer {
+                    write: Pending::Return { boosted: "i-n1".into(), terminated: "i-n1".into() },
+                    applied: true,
+                },
             ],
         );
         s.nodes.remove(&NodeName::from("n1"));

@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::ledger_edit::Pending;
 use super::ledger_edit::{BoostId, LedgerEdit};
 use super::model::{BoostLedger, BoostRecord, Group, GroupName, MovedPart, Parked, PoolHistory, Snapshot, Timestamp};
 use super::policy::Policy;
@@ -510,7 +511,10 @@ impl TakeBack {
 
     /// AWS's answer: `lowered` when desired capacity went down.
     pub fn lowered(&self, lowered: bool) -> LedgerEdit {
-        LedgerEdit::Lowered { id: self.record.clone(), moved_at: self.moved_at, lowered }
+        LedgerEdit::Answer {
+            write: Pending::Lower { id: self.record.clone(), moved_at: self.moved_at },
+            applied: lowered,
+        }
     }
 
     /// The desired capacity it asks for.

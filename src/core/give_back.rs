@@ -329,9 +329,11 @@ impl GiveBack {
     /// with nothing to give back, or left to Cluster Autoscaler, is settled.
     pub(crate) fn edit(&self) -> LedgerEdit {
         match &self.how {
-            GiveBackHow::Drain(node) => LedgerEdit::GiveBack { reclaimed: self.reclaimed.clone(), node: node.clone() },
+            GiveBackHow::Drain(node) => {
+                LedgerEdit::GiveBack { reclaimed: self.reclaimed.clone(), node: Some(node.clone()) }
+            }
             GiveBackHow::AtFloor | GiveBackHow::LeftToClusterAutoscaler { .. } => {
-                LedgerEdit::Settle(self.reclaimed.clone())
+                LedgerEdit::Settle(self.reclaimed.clone(), true)
             }
         }
     }
@@ -345,6 +347,7 @@ mod tests {
     use crate::core::ledger_edit::apply_all;
     use crate::core::model::{BoostRecord, Group, InstanceFacts, InstanceLifecycle};
     use crate::core::signals::fold_signals;
+    use crate::core::Pending;
 
     const NOW: Timestamp = Timestamp::from_millis(60_000);
 
@@ -461,7 +464,7 @@ mod tests {
         let p = plan(&s);
         let why = LeftWhy::PodsProtected { node: "n2".into(), pods: vec!["default/n2-p0".into()] };
         assert_eq!(p[0].how, GiveBackHow::LeftToClusterAutoscaler { why }, "before --replacement-timeout");
-        assert_eq!(p[0].edit(), LedgerEdit::Settle("i-1".into()), "settled: no node is chosen later");
+        assert_eq!(p[0].edit(), LedgerEdit::Settle("i-1".into(), true), "settled: no node is chosen later");
     }
 
     #[test]
@@ -582,8 +585,11 @@ mod tests {
             &mut s.ledger,
             &[
                 LedgerEdit::BeginReturn { boosted: "i-1".into(), terminated: "i-n7".into() },
-                LedgerEdit::EndGiveBack("i-1".into()),
-                LedgerEdit::EndReturn { boosted: "i-1".into(), terminated: "i-n7".into(), decremented: true },
+                LedgerEdit::GiveBack { reclaimed: "i-1".into(), node: None },
+                LedgerEdit::Answer {
+                    write: Pending::Return { boosted: "i-1".into(), terminated: "i-n7".into() },
+                    applied: true,
+                },
             ],
         );
         assert_eq!((s.ledger.records[0].returned, s.ledger.records[0].giving_back.len()), (1, 0));

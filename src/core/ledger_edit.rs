@@ -137,8 +137,8 @@ pub fn decide_terminations(
             decrement: t.decrement && held.may_return(boosted, &t.instance),
             retried: held.is_returning(boosted, &t.instance),
         };
-        let mut these = vec![LedgerEdit::Settle(t.instance.clone())];
-        these.extend(t.gives_back.iter().map(|r| LedgerEdit::Settle(r.clone())));
+        let mut these = vec![LedgerEdit::Settle(t.instance.clone(), true)];
+        these.extend(t.gives_back.iter().map(|r| LedgerEdit::Settle(r.clone(), true)));
         if decision.decrement {
             these.push(LedgerEdit::BeginReturn { boosted: boosted.clone(), terminated: t.instance.clone() });
         }
@@ -179,19 +179,18 @@ impl Termination {
     /// is no longer in progress. Edits of one kind come before the next kind's across
     /// terminations (see [`answer_terminations`]).
     fn answered(&self, answer: TerminationAnswer) -> Vec<LedgerEdit> {
-        let end = |decremented| LedgerEdit::EndReturn {
-            boosted: self.boosted().clone(),
-            terminated: self.instance.clone(),
-            decremented,
+        let end = |decremented| LedgerEdit::Answer {
+            write: Pending::Return { boosted: self.boosted().clone(), terminated: self.instance.clone() },
+            applied: decremented,
         };
-        let ended_give_back = self.gives_back.iter().map(|r| LedgerEdit::EndGiveBack(r.clone()));
+        let ended_give_back = self.gives_back.iter().map(|r| LedgerEdit::GiveBack { reclaimed: r.clone(), node: None });
         match answer {
             TerminationAnswer::Terminated { decremented } => {
                 std::iter::once(end(decremented)).chain(ended_give_back).collect()
             }
             TerminationAnswer::TakenFirst => std::iter::once(end(false))
-                .chain(std::iter::once(LedgerEdit::Unsettle(self.instance.clone())))
-                .chain(self.gives_back.iter().map(|r| LedgerEdit::Unsettle(r.clone())))
+                .chain(std::iter::once(LedgerEdit::Settle(self.instance.clone(), false)))
+                .chain(self.gives_back.iter().map(|r| LedgerEdit::Settle(r.clone(), false)))
                 .chain(ended_give_back)
                 .collect(),
             TerminationAnswer::NotMade => vec![end(false)],
@@ -206,13 +205,74 @@ pub fn answer_terminations<'t>(
     answers: impl IntoIterator<Item = (&'t Termination, TerminationAnswer)>,
 ) -> Vec<LedgerEdit> {
     let rank = |e: &LedgerEdit| match e {
-        LedgerEdit::EndReturn { .. } => 0,
-        LedgerEdit::Unsettle(_) => 1,
+        LedgerEdit::Answer { write: Pending::Return { .. }, .. } => 0,
+        LedgerEdit::Settle(_, false) => 1,
         _ => 2,
     };
     let mut edits: Vec<LedgerEdit> = answers.into_iter().flat_map(|(t, a)| t.answered(a)).collect();
     edits.sort_by_key(rank);
     edits
+}
+
+/// A write whose intent the ledger holds until its answer, or a read of its group, settles it:
+/// one shape for every write the ledger answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pending {
+    /// A boost's raise of its own group (its record's `raising_to`).
+    Raise(BoostId),
+    /// A boost's nodes moved at `at` to the fallback `to`, raised there.
+    Move {
+        /// The boost.
+        id: BoostId,
+        /// The fallback group.
+        to: GroupName,
+        /// When the nodes moved.
+        at: Timestamp,
+    },
+    /// The group that nodes moving at `moved_at` left, lowered by them (they never launched).
+    Lower {
+        /// The boost.
+        id: BoostId,
+        /// When the nodes moved.
+        moved_at: Timestamp,
+    },
+    /// A termination with decrement returning one of `boosted`'s nodes.
+    Return {
+        /// The boosted instance (or the one AWS took, for a give-back).
+        boosted: InstanceId,
+        /// The instance terminated.
+        terminated: InstanceId,
+    },
+}
+
+/// Facts the ledger no longer needs to remember.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Forgotten {
+    /// Replacements once spent: their nodes are gone.
+    Spent(Vec<NodeName>),
+    /// Lapsed recommendations: their nodes are gone.
+    Lapsed(Vec<InstanceId>),
+    /// Uncordons a lapse owed: made, or the node is schedulable or gone.
+    Uncordons(Vec<InstanceId>),
+    /// Capacity once on a fallback that runs there no more (its nodes are gone).
+    OnFallback {
+        /// Its own group.
+        home: GroupName,
+        /// The fallback.
+        group: GroupName,
+    },
+}
+
+/// What a boost held for at-risk instances that never had a notice of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Unneeded {
+    /// Nodes added ahead for pool-mates of a confirmed interruption.
+    Ahead,
+    /// Nodes standing by for rebalance recommendations.
+    Standby,
 }
 
 /// One change to the ledger.
@@ -222,10 +282,25 @@ pub enum LedgerEdit {
     /// A new boost, saved before its write (its `raising_to` marks the write unanswered).
     /// Refused when a record already covers one of its instances.
     Open(BoostRecord),
-    /// AWS answered the boost's write: it applied.
-    Confirm(BoostId),
-    /// The boost's write was not made: the record goes, so its instances are planned again.
-    Withdraw(BoostId),
+    /// AWS answered a pending write: `applied`, or not made (taken back: a boost's record goes so
+    /// its instances are planned again, moved nodes are the boost's own again, a lowering is
+    /// asked again later, a return's count is taken back).
+    Answer {
+        /// The write.
+        write: Pending,
+        /// Whether it applied.
+        applied: bool,
+    },
+    /// A raise or a move whose answer never came, resolved from its group (see `core::raises`):
+    /// `kept` of its nodes are there, the rest never were. A raise that kept none takes its record
+    /// with it; a move's nodes not kept are the boost's own again. Applies only while the write is
+    /// still unanswered.
+    Resolve {
+        /// The write.
+        write: Pending,
+        /// The nodes the group shows.
+        kept: u32,
+    },
     /// The boost stops waiting (the first reason given stays).
     Expire(BoostId, BoostExpiry),
     /// The boost is finished: its record goes, and the replacements it claimed are never claimed
@@ -236,8 +311,8 @@ pub enum LedgerEdit {
         /// Its replacements.
         spent: Vec<NodeName>,
     },
-    /// Replacements no longer remembered as spent: their nodes are gone.
-    ForgetSpent(Vec<NodeName>),
+    /// What the ledger no longer needs to remember.
+    Forget(Forgotten),
     /// A fallback node begins its return to its own group (see `core::back_to_spot`); the
     /// group's earlier returns older than `forget_before` no longer count against its budget.
     BeginBackToSpot {
@@ -252,13 +327,6 @@ pub enum LedgerEdit {
     /// left asked of any group: forgotten, with its boost if any, so the node is the fallback's
     /// again and a later return may try.
     AbandonBackToSpot(InstanceId),
-    /// Capacity once on a fallback that runs there no more (its nodes are gone).
-    ForgetOnFallback {
-        /// Its own group.
-        home: GroupName,
-        /// The fallback.
-        group: GroupName,
-    },
     /// A boost made ahead for pool-mates reached its window's end: these instances, which had no
     /// notice of their own, are no longer covered (a later notice boosts them afresh), and the
     /// rest is an ordinary boost.
@@ -268,12 +336,9 @@ pub enum LedgerEdit {
         /// The instances released.
         instances: BTreeSet<InstanceId>,
     },
-    /// A boost made ahead for pool-mates reached its window's end with no notice in any of them:
-    /// the nodes it added are given back.
-    ReturnAhead(BoostId),
-    /// A boost standing by for rebalance recommendations reached its window's end with no notice
-    /// in any of them: the nodes it added are given back.
-    ReturnStandby(BoostId),
+    /// A boost made ahead for pool-mates, or standing by for recommendations, reached its
+    /// window's end with no notice in any of them: the nodes it added are given back.
+    ReturnUnneeded(BoostId, Unneeded),
     /// Rebalance recommendations that lapsed: the instances leave their boost (the boost, if it
     /// still holds others, is an ordinary one from now on) and their recommendation is not
     /// answered again.
@@ -287,53 +352,9 @@ pub enum LedgerEdit {
         /// Those whose node owes its uncordon: the recommendation's own cordon.
         readmit: BTreeSet<InstanceId>,
     },
-    /// Lapsed instances no longer remembered: their nodes are gone.
-    ForgetLapsed(Vec<InstanceId>),
-    /// Lapsed instances whose node no longer owes its uncordon: it was made, or the node is
-    /// schedulable or gone.
-    Readmitted(Vec<InstanceId>),
     /// Some of the boost's nodes move to a fallback group, saved before the fallback's write.
     /// Refused unless the boost still has that many nodes and no unanswered write.
     Move(BoostId, MovedPart),
-    /// The fallback's write applied.
-    ConfirmMove {
-        /// The boost.
-        id: BoostId,
-        /// The fallback group.
-        to: GroupName,
-        /// When the nodes moved.
-        at: Timestamp,
-    },
-    /// The fallback's write was not made: the nodes are the boost's own again.
-    UndoMove {
-        /// The boost.
-        id: BoostId,
-        /// The fallback group.
-        to: GroupName,
-        /// When the nodes moved.
-        at: Timestamp,
-    },
-    /// A boost whose write's answer never came, resolved from its group (see `core::raises`):
-    /// `kept` of its nodes are there, the rest never were. Kept none, the record goes and its
-    /// instances are planned again. Applies only while the write is still unanswered.
-    Resolve {
-        /// The boost.
-        id: BoostId,
-        /// The nodes the group shows.
-        kept: u32,
-    },
-    /// As [`LedgerEdit::Resolve`], for a move to a fallback group: the nodes not kept are the
-    /// boost's own again.
-    ResolveMove {
-        /// The boost.
-        id: BoostId,
-        /// The fallback group.
-        to: GroupName,
-        /// When the nodes moved.
-        at: Timestamp,
-        /// The nodes the fallback shows.
-        kept: u32,
-    },
     /// The group that nodes moving at `moved_at` left is about to be lowered to `to` by them (they
     /// never launched there): saved before the guarded write.
     Lowering {
@@ -344,38 +365,24 @@ pub enum LedgerEdit {
         /// The desired capacity asked for.
         to: u32,
     },
-    /// AWS answered the lowering: `lowered` when it went through, else it is asked again later.
-    Lowered {
-        /// The boost.
-        id: BoostId,
-        /// When the nodes moved.
-        moved_at: Timestamp,
-        /// Whether desired capacity went down.
-        lowered: bool,
-    },
-    /// The instance's departure is accounted for: the booster terminates it (saved before the
-    /// call), or AWS took it and its node was given back or there is nothing to give back.
-    Settle(InstanceId),
-    /// Takes a [`LedgerEdit::Settle`] back: the instance left without the booster after all.
-    Unsettle(InstanceId),
+    /// Whether the instance's departure is accounted for: the booster terminates it (saved
+    /// before the call), or AWS took it and its node was given back or there is nothing to give
+    /// back; `false` takes that back (the instance left without the booster after all).
+    Settle(InstanceId, bool),
     /// An operator uncordoned the instance during its drain: it is never drained again.
     Keep(InstanceId),
-    /// The booster puts Cluster Autoscaler's scale-down protection on the node (saved before the
-    /// patch): the protection is its own to take off.
-    Protect(NodeName),
-    /// The booster took its protection off the node, or the node is gone.
-    Unprotect(NodeName),
-    /// A node is chosen to give back the capacity boosted for `reclaimed`, which AWS took first;
-    /// saved before its cordon, so a restart resumes it instead of choosing a second one. The
-    /// first node chosen stays.
+    /// Cluster Autoscaler's scale-down protection on the node is the booster's (`true`, saved
+    /// before the patch), or no longer (taken off, or the node is gone).
+    Protection(NodeName, bool),
+    /// A node is chosen to give back the capacity boosted for `reclaimed`, which AWS took first
+    /// (saved before its cordon, so a restart resumes it instead of choosing a second one; the
+    /// first node chosen stays), or with `None` the give-back ended and its node is forgotten.
     GiveBack {
         /// The boosted instance AWS took.
         reclaimed: InstanceId,
         /// The node chosen.
-        node: GiveBackNode,
+        node: Option<GiveBackNode>,
     },
-    /// The give-back of `reclaimed` ended: its chosen node is forgotten.
-    EndGiveBack(InstanceId),
     /// One of `boosted`'s boost nodes is returned by terminating `terminated` with decrement,
     /// counted before the call; never counted twice for one termination, never past `added`.
     BeginReturn {
@@ -383,15 +390,6 @@ pub enum LedgerEdit {
         boosted: InstanceId,
         /// The instance terminated.
         terminated: InstanceId,
-    },
-    /// AWS answered the termination: the count stays when it decremented, else it is taken back.
-    EndReturn {
-        /// The boosted instance.
-        boosted: InstanceId,
-        /// The instance terminated.
-        terminated: InstanceId,
-        /// Whether desired capacity went down with it.
-        decremented: bool,
     },
 }
 
@@ -407,16 +405,16 @@ impl LedgerEdit {
                 ledger.records.push(record.clone());
                 true
             }
-            LedgerEdit::Confirm(id) => ledger.find_mut(id).map(|r| r.raising_to = None).is_some(),
-            LedgerEdit::Withdraw(id) | LedgerEdit::Close { id, .. } => {
+            LedgerEdit::Answer { write, applied } => answer(ledger, write, *applied),
+            LedgerEdit::Resolve { write, kept } => resolve(ledger, write, *kept),
+            LedgerEdit::Close { id, spent } => {
                 let Some(k) = ledger.records.iter().position(|r| r.is(id)) else { return false };
                 let record = ledger.records.remove(k);
-                if let LedgerEdit::Close { spent, .. } = self {
-                    ledger.spent.extend(spent.iter().cloned());
-                    ledger.close_on_fallback(&record);
-                }
+                ledger.spent.extend(spent.iter().cloned());
+                ledger.close_on_fallback(&record);
                 true
             }
+            LedgerEdit::Forget(what) => forget(ledger, what),
             LedgerEdit::BeginBackToSpot { instance, returning, forget_before } => {
                 ledger.return_starts.retain(|(_, at)| at >= forget_before);
                 if ledger.returning.contains_key(instance) || ledger.covers(instance) {
@@ -431,11 +429,6 @@ impl LedgerEdit {
                 ledger.records.retain(|r| !r.instances.contains(instance));
                 removed
             }
-            LedgerEdit::ForgetOnFallback { home, group } => {
-                let before = ledger.on_fallback.len();
-                ledger.on_fallback.retain(|f| !(&f.home == home && &f.group == group));
-                ledger.on_fallback.len() != before
-            }
             LedgerEdit::Release { id, instances } => ledger
                 .find_mut(id)
                 .map(|r| {
@@ -443,11 +436,11 @@ impl LedgerEdit {
                     r.ahead = None;
                 })
                 .is_some(),
-            LedgerEdit::ReturnAhead(id) => ledger
+            LedgerEdit::ReturnUnneeded(id, Unneeded::Ahead) => ledger
                 .find_mut(id)
                 .and_then(|r| r.ahead.as_mut())
                 .is_some_and(|a| !std::mem::replace(&mut a.returning, true)),
-            LedgerEdit::ReturnStandby(id) => ledger
+            LedgerEdit::ReturnUnneeded(id, Unneeded::Standby) => ledger
                 .find_mut(id)
                 .and_then(|r| r.standby.as_mut())
                 .is_some_and(|s| !std::mem::replace(&mut s.returning, true)),
@@ -466,115 +459,24 @@ impl LedgerEdit {
                 }
                 changed
             }
-            LedgerEdit::ForgetLapsed(instances) => {
-                let before = (ledger.lapsed.len(), ledger.to_readmit.len());
-                instances.iter().for_each(|i| {
-                    ledger.lapsed.remove(i);
-                    ledger.to_readmit.remove(i);
-                });
-                (ledger.lapsed.len(), ledger.to_readmit.len()) != before
-            }
-            LedgerEdit::Readmitted(instances) => {
-                let before = ledger.to_readmit.len();
-                instances.iter().for_each(|i| {
-                    ledger.to_readmit.remove(i);
-                });
-                ledger.to_readmit.len() != before
-            }
             LedgerEdit::Expire(id, why) => ledger.find_mut(id).map(|r| r.expired.get_or_insert(*why)).is_some(),
-            LedgerEdit::ForgetSpent(nodes) => {
-                let before = ledger.spent.len();
-                nodes.iter().for_each(|n| {
-                    ledger.spent.remove(n);
-                });
-                ledger.spent.len() != before
-            }
-            LedgerEdit::Move(id, part) => {
-                let Some(r) = ledger.find_mut(id) else { return false };
-                if r.unconfirmed().is_some() || r.moved.iter().any(|p| p.at == part.at) {
-                    return false;
-                }
-                let taken = match part.from {
-                    None if r.added.saturating_sub(r.returned) >= part.added => {
-                        r.added -= part.added;
-                        true
-                    }
-                    None => false,
-                    Some(at) => r
-                        .moved
-                        .iter_mut()
-                        .find(|p| p.at == at && p.added >= part.added && p.lowering_to.is_none())
-                        .map(|p| p.added -= part.added)
-                        .is_some(),
-                };
-                if taken {
-                    r.moved.push(part.clone());
-                }
-                taken
-            }
-            LedgerEdit::ConfirmMove { id, to, at } => {
-                let part = ledger.find_mut(id).and_then(|r| r.moved.iter_mut().find(|p| &p.group == to && p.at == *at));
-                part.map(|p| p.raising_to = None).is_some()
-            }
-            LedgerEdit::UndoMove { id, to, at } => {
-                let Some(r) = ledger.find_mut(id) else { return false };
-                let Some(k) = r.moved.iter().position(|p| &p.group == to && p.at == *at) else { return false };
-                let part = r.moved.remove(k);
-                r.return_nodes(part.from, part.added);
-                true
-            }
-            LedgerEdit::Resolve { id, kept } => {
-                let Some(k) = ledger.records.iter().position(|r| r.is(id) && r.raising_to.is_some()) else {
-                    return false;
-                };
-                let r = &mut ledger.records[k];
-                r.raising_to = None;
-                r.added = (*kept).min(r.added);
-                r.returned = r.returned.min(r.added);
-                if r.added == 0 {
-                    ledger.records.remove(k);
-                }
-                true
-            }
-            LedgerEdit::ResolveMove { id, to, at, kept } => {
-                let Some(r) = ledger.find_mut(id) else { return false };
-                let Some(k) = r.moved.iter().position(|p| &p.group == to && p.at == *at && p.raising_to.is_some())
-                else {
-                    return false;
-                };
-                let part = &mut r.moved[k];
-                let kept = (*kept).min(part.added);
-                let back = part.added - kept;
-                let from = part.from;
-                part.raising_to = None;
-                part.added = kept;
-                if kept == 0 {
-                    r.moved.remove(k);
-                }
-                r.return_nodes(from, back);
-                true
-            }
+            LedgerEdit::Move(id, part) => move_nodes(ledger, id, part),
             LedgerEdit::Lowering { id, moved_at, to } => {
                 ledger.moved_part(id, *moved_at).map(|p| p.lowering_to = Some(*to)).is_some()
             }
-            LedgerEdit::Lowered { id, moved_at, lowered } => ledger
-                .moved_part(id, *moved_at)
-                .map(|p| {
-                    p.lowering_to = None;
-                    p.taken_back |= *lowered;
-                })
-                .is_some(),
-            LedgerEdit::Settle(i) => ledger.covering_mut(i).is_some_and(|r| r.settled.insert(i.clone())),
-            LedgerEdit::Unsettle(i) => ledger.covering_mut(i).is_some_and(|r| r.settled.remove(i)),
+            LedgerEdit::Settle(i, true) => ledger.covering_mut(i).is_some_and(|r| r.settled.insert(i.clone())),
+            LedgerEdit::Settle(i, false) => ledger.covering_mut(i).is_some_and(|r| r.settled.remove(i)),
             LedgerEdit::Keep(i) => ledger.covering_mut(i).is_some_and(|r| r.kept.insert(i.clone())),
-            LedgerEdit::Protect(node) => ledger.protected.insert(node.clone()),
-            LedgerEdit::Unprotect(node) => ledger.protected.remove(node),
-            LedgerEdit::GiveBack { reclaimed, node } => ledger.covering_mut(reclaimed).is_some_and(|r| {
+            LedgerEdit::Protection(node, true) => ledger.protected.insert(node.clone()),
+            LedgerEdit::Protection(node, false) => ledger.protected.remove(node),
+            LedgerEdit::GiveBack { reclaimed, node: Some(node) } => ledger.covering_mut(reclaimed).is_some_and(|r| {
                 let chosen = r.giving_back.contains_key(reclaimed);
                 r.giving_back.entry(reclaimed.clone()).or_insert_with(|| node.clone());
                 !chosen
             }),
-            LedgerEdit::EndGiveBack(i) => ledger.covering_mut(i).is_some_and(|r| r.giving_back.remove(i).is_some()),
+            LedgerEdit::GiveBack { reclaimed, node: None } => {
+                ledger.covering_mut(reclaimed).is_some_and(|r| r.giving_back.remove(reclaimed).is_some())
+            }
             LedgerEdit::BeginReturn { boosted, terminated } => {
                 // A surplus fallback node's return added nothing: its decrement is the point.
                 let surplus = ledger.returns_surplus(terminated);
@@ -587,46 +489,32 @@ impl LedgerEdit {
                     counts
                 })
             }
-            LedgerEdit::EndReturn { boosted, terminated, decremented } => {
-                ledger.covering_mut(boosted).is_some_and(|r| {
-                    let answered = r.returning.remove(terminated);
-                    if answered && !decremented {
-                        r.returned = r.returned.saturating_sub(1);
-                    }
-                    answered
-                })
+        }
+    }
+
+    /// The write this edit saves the intent of, if it is an intent.
+    pub fn pending(&self) -> Option<Pending> {
+        match self {
+            LedgerEdit::Open(record) => Some(Pending::Raise(record.id())),
+            LedgerEdit::Move(id, part) => Some(Pending::Move { id: id.clone(), to: part.group.clone(), at: part.at }),
+            LedgerEdit::Lowering { id, moved_at, .. } => Some(Pending::Lower { id: id.clone(), moved_at: *moved_at }),
+            LedgerEdit::BeginReturn { boosted, terminated } => {
+                Some(Pending::Return { boosted: boosted.clone(), terminated: terminated.clone() })
             }
+            _ => None,
         }
     }
 
     /// The edit that takes this one back after its write was not made, for the edits saved
     /// before a write.
     pub fn undo(&self) -> Option<LedgerEdit> {
-        match self {
-            LedgerEdit::Open(record) => Some(LedgerEdit::Withdraw(record.id())),
-            LedgerEdit::Move(id, part) => {
-                Some(LedgerEdit::UndoMove { id: id.clone(), to: part.group.clone(), at: part.at })
-            }
-            LedgerEdit::Lowering { id, moved_at, .. } => {
-                Some(LedgerEdit::Lowered { id: id.clone(), moved_at: *moved_at, lowered: false })
-            }
-            _ => None,
-        }
+        self.pending().map(|write| LedgerEdit::Answer { write, applied: false })
     }
 
     /// The edit that records AWS's answer to this one's write as applied, for the edits saved
     /// before a write.
     pub fn confirm(&self) -> Option<LedgerEdit> {
-        match self {
-            LedgerEdit::Open(record) => Some(LedgerEdit::Confirm(record.id())),
-            LedgerEdit::Move(id, part) => {
-                Some(LedgerEdit::ConfirmMove { id: id.clone(), to: part.group.clone(), at: part.at })
-            }
-            LedgerEdit::Lowering { id, moved_at, .. } => {
-                Some(LedgerEdit::Lowered { id: id.clone(), moved_at: *moved_at, lowered: true })
-            }
-            _ => None,
-        }
+        self.pending().map(|write| LedgerEdit::Answer { write, applied: true })
     }
 
     /// The edit that records `answer` to the write this intent was saved for: confirmed when it
@@ -639,6 +527,138 @@ impl LedgerEdit {
             WriteAnswer::Unknown => None,
         }
     }
+}
+
+/// Records AWS's answer to a pending write.
+fn answer(ledger: &mut BoostLedger, write: &Pending, applied: bool) -> bool {
+    match write {
+        Pending::Raise(id) if applied => ledger.find_mut(id).map(|r| r.raising_to = None).is_some(),
+        Pending::Raise(id) => {
+            let before = ledger.records.len();
+            ledger.records.retain(|r| !r.is(id));
+            ledger.records.len() != before
+        }
+        Pending::Move { id, to, at } if applied => {
+            let part = ledger.find_mut(id).and_then(|r| r.moved.iter_mut().find(|p| &p.group == to && p.at == *at));
+            part.map(|p| p.raising_to = None).is_some()
+        }
+        Pending::Move { id, to, at } => {
+            let Some(r) = ledger.find_mut(id) else { return false };
+            let Some(k) = r.moved.iter().position(|p| &p.group == to && p.at == *at) else { return false };
+            let part = r.moved.remove(k);
+            r.return_nodes(part.from, part.added);
+            true
+        }
+        Pending::Lower { id, moved_at } => ledger
+            .moved_part(id, *moved_at)
+            .map(|p| {
+                p.lowering_to = None;
+                p.taken_back |= applied;
+            })
+            .is_some(),
+        Pending::Return { boosted, terminated } => ledger.covering_mut(boosted).is_some_and(|r| {
+            let answered = r.returning.remove(terminated);
+            if answered && !applied {
+                r.returned = r.returned.saturating_sub(1);
+            }
+            answered
+        }),
+    }
+}
+
+/// Resolves a raise or a move whose answer never came from what its group shows.
+fn resolve(ledger: &mut BoostLedger, write: &Pending, kept: u32) -> bool {
+    match write {
+        Pending::Raise(id) => {
+            let Some(k) = ledger.records.iter().position(|r| r.is(id) && r.raising_to.is_some()) else {
+                return false;
+            };
+            let r = &mut ledger.records[k];
+            r.raising_to = None;
+            r.added = kept.min(r.added);
+            r.returned = r.returned.min(r.added);
+            if r.added == 0 {
+                ledger.records.remove(k);
+            }
+            true
+        }
+        Pending::Move { id, to, at } => {
+            let Some(r) = ledger.find_mut(id) else { return false };
+            let Some(k) = r.moved.iter().position(|p| &p.group == to && p.at == *at && p.raising_to.is_some()) else {
+                return false;
+            };
+            let part = &mut r.moved[k];
+            let kept = kept.min(part.added);
+            let back = part.added - kept;
+            let from = part.from;
+            part.raising_to = None;
+            part.added = kept;
+            if kept == 0 {
+                r.moved.remove(k);
+            }
+            r.return_nodes(from, back);
+            true
+        }
+        Pending::Lower { .. } | Pending::Return { .. } => false,
+    }
+}
+
+/// Forgets what the ledger no longer needs.
+fn forget(ledger: &mut BoostLedger, what: &Forgotten) -> bool {
+    match what {
+        Forgotten::Spent(nodes) => {
+            let before = ledger.spent.len();
+            nodes.iter().for_each(|n| {
+                ledger.spent.remove(n);
+            });
+            ledger.spent.len() != before
+        }
+        Forgotten::Lapsed(instances) => {
+            let before = (ledger.lapsed.len(), ledger.to_readmit.len());
+            instances.iter().for_each(|i| {
+                ledger.lapsed.remove(i);
+                ledger.to_readmit.remove(i);
+            });
+            (ledger.lapsed.len(), ledger.to_readmit.len()) != before
+        }
+        Forgotten::Uncordons(instances) => {
+            let before = ledger.to_readmit.len();
+            instances.iter().for_each(|i| {
+                ledger.to_readmit.remove(i);
+            });
+            ledger.to_readmit.len() != before
+        }
+        Forgotten::OnFallback { home, group } => {
+            let before = ledger.on_fallback.len();
+            ledger.on_fallback.retain(|f| !(&f.home == home && &f.group == group));
+            ledger.on_fallback.len() != before
+        }
+    }
+}
+
+/// Moves some of a boost's nodes to a fallback (see [`LedgerEdit::Move`]).
+fn move_nodes(ledger: &mut BoostLedger, id: &BoostId, part: &MovedPart) -> bool {
+    let Some(r) = ledger.find_mut(id) else { return false };
+    if r.unconfirmed().is_some() || r.moved.iter().any(|p| p.at == part.at) {
+        return false;
+    }
+    let taken = match part.from {
+        None if r.added.saturating_sub(r.returned) >= part.added => {
+            r.added -= part.added;
+            true
+        }
+        None => false,
+        Some(at) => r
+            .moved
+            .iter_mut()
+            .find(|p| p.at == at && p.added >= part.added && p.lowering_to.is_none())
+            .map(|p| p.added -= part.added)
+            .is_some(),
+    };
+    if taken {
+        r.moved.push(part.clone());
+    }
+    taken
 }
 
 /// What became of a write whose intent the ledger holds.
@@ -687,7 +707,10 @@ mod tests {
         assert!(LedgerEdit::Close { id: b.id(), spent: vec!["n-1".into()] }.apply(&mut l));
         assert_eq!(l.records, vec![BoostRecord { expired: Some(BoostExpiry::MaxAge), ..a.clone() }]);
         assert!(l.spent.contains(&NodeName::from("n-1")));
-        assert!(!LedgerEdit::Confirm(b.id()).apply(&mut l), "gone: nothing to confirm");
+        assert!(
+            !LedgerEdit::Answer { write: Pending::Raise(b.id()), applied: true }.apply(&mut l),
+            "gone: nothing to confirm"
+        );
     }
 
     #[test]
@@ -748,8 +771,10 @@ mod tests {
 
         // AWS shows one of two moved on: the other goes back to b's part.
         assert!(to_c.apply(&mut l));
-        let resolve =
-            LedgerEdit::ResolveMove { id: record.id(), to: "c".into(), at: Timestamp::from_millis(6_000), kept: 1 };
+        let resolve = LedgerEdit::Resolve {
+            write: Pending::Move { id: record.id(), to: "c".into(), at: Timestamp::from_millis(6_000) },
+            kept: 1,
+        };
         assert!(resolve.apply(&mut l));
         assert_eq!(counts(&l), (0, vec![2, 1], 3));
     }
@@ -770,16 +795,20 @@ mod tests {
             parked: None,
         };
         let intents = [
-            (LedgerEdit::Open(record.clone()), LedgerEdit::Confirm(id.clone()), LedgerEdit::Withdraw(id.clone())),
+            (
+                LedgerEdit::Open(record.clone()),
+                LedgerEdit::Answer { write: Pending::Raise(id.clone()), applied: true },
+                LedgerEdit::Answer { write: Pending::Raise(id.clone()), applied: false },
+            ),
             (
                 LedgerEdit::Move(id.clone(), part),
-                LedgerEdit::ConfirmMove { id: id.clone(), to: "b".into(), at },
-                LedgerEdit::UndoMove { id: id.clone(), to: "b".into(), at },
+                LedgerEdit::Answer { write: Pending::Move { id: id.clone(), to: "b".into(), at }, applied: true },
+                LedgerEdit::Answer { write: Pending::Move { id: id.clone(), to: "b".into(), at }, applied: false },
             ),
             (
                 LedgerEdit::Lowering { id: id.clone(), moved_at: at, to: 4 },
-                LedgerEdit::Lowered { id: id.clone(), moved_at: at, lowered: true },
-                LedgerEdit::Lowered { id: id.clone(), moved_at: at, lowered: false },
+                LedgerEdit::Answer { write: Pending::Lower { id: id.clone(), moved_at: at }, applied: true },
+                LedgerEdit::Answer { write: Pending::Lower { id: id.clone(), moved_at: at }, applied: false },
             ),
         ];
         for (intent, confirmed, undone) in intents {
@@ -804,10 +833,9 @@ mod tests {
             (&unknown, TerminationAnswer::Unknown),
             (&refused, TerminationAnswer::NotMade),
         ]);
-        let end = |boosted: &str, terminated: &str, decremented| LedgerEdit::EndReturn {
-            boosted: boosted.into(),
-            terminated: terminated.into(),
-            decremented,
+        let end = |boosted: &str, terminated: &str, decremented| LedgerEdit::Answer {
+            write: Pending::Return { boosted: boosted.into(), terminated: terminated.into() },
+            applied: decremented,
         };
         assert_eq!(
             edits,
@@ -815,9 +843,9 @@ mod tests {
                 end("i-2", "i-r", false),
                 end("i-1", "i-1", true),
                 end("i-4", "i-4", false),
-                LedgerEdit::Unsettle("i-r".into()),
-                LedgerEdit::Unsettle("i-2".into()),
-                LedgerEdit::EndGiveBack("i-2".into()),
+                LedgerEdit::Settle("i-r".into(), false),
+                LedgerEdit::Settle("i-2".into(), false),
+                LedgerEdit::GiveBack { reclaimed: "i-2".into(), node: None },
             ],
             "the unknown one keeps its return counted: its call is made again"
         );
@@ -839,7 +867,10 @@ mod tests {
         apply_all(&mut l, &again);
         assert_eq!(l.records[0].returned, 1);
         // AWS answered without a decrement: the count is taken back.
-        let end = LedgerEdit::EndReturn { boosted: "i-1".into(), terminated: "i-1".into(), decremented: false };
+        let end = LedgerEdit::Answer {
+            write: Pending::Return { boosted: "i-1".into(), terminated: "i-1".into() },
+            applied: false,
+        };
         assert!(end.apply(&mut l));
         assert_eq!(l.records[0].returned, 0);
         // A boost whose write is unanswered returns nothing.
@@ -867,7 +898,8 @@ mod tests {
         assert!(lowering.undo().unwrap().apply(&mut l), "not written: the intent goes");
         assert_eq!((l.records[0].moved[0].lowering_to, l.records[0].moved[0].taken_back), (None, false));
         lowering.apply(&mut l);
-        assert!(LedgerEdit::Lowered { id: record.id(), moved_at: part.at, lowered: true }.apply(&mut l));
+        assert!(LedgerEdit::Answer { write: Pending::Lower { id: record.id(), moved_at: part.at }, applied: true }
+            .apply(&mut l));
         assert_eq!((l.records[0].moved[0].lowering_to, l.records[0].moved[0].taken_back), (None, true));
         let elsewhere = LedgerEdit::Lowering { id: record.id(), moved_at: Timestamp::from_millis(1), to: 6 };
         assert!(!elsewhere.apply(&mut l), "no part moved then");

@@ -55,8 +55,8 @@ pub use launch_failures::{
     classify, failed_pool, launching_groups, stalled_boosts, LaunchFailure, ScalingActivity, Stall,
 };
 pub use ledger_edit::{
-    answer_terminations, apply_all, decide_terminations, BoostId, LedgerEdit, Termination, TerminationAnswer,
-    TerminationDecision, WriteAnswer,
+    answer_terminations, apply_all, decide_terminations, BoostId, Forgotten, LedgerEdit, Pending, Termination,
+    TerminationAnswer, TerminationDecision, Unneeded, WriteAnswer,
 };
 pub use model::{
     Ahead, BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, GiveBackNode, Group, GroupName, InstanceFacts,

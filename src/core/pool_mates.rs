@@ -13,6 +13,7 @@
 //! [`super::give_back`]) and the boost closes; when some were, the others are released (a later
 //! notice boosts them afresh) and the capacity they did not use is left to Cluster Autoscaler.
 
+use super::ledger_edit::Unneeded;
 use std::collections::{BTreeMap, BTreeSet};
 #[cfg(test)]
 use std::time::Duration;
@@ -180,7 +181,7 @@ pub(crate) fn release_quiet_pools(
             record.instances.iter().filter(|i| !risky.contains(*i) && record.unaccounted(i)).cloned().collect();
         let returning = record.ahead.as_ref().is_some_and(|a| a.returning);
         if !returning && quiet.len() == record.instances.len() {
-            edits.push(LedgerEdit::ReturnAhead(record.id()));
+            edits.push(LedgerEdit::ReturnUnneeded(record.id(), Unneeded::Ahead));
         } else if !returning {
             edits.push(LedgerEdit::Release { id: record.id(), instances: quiet });
         } else if record.giving_back.is_empty() && record.instances.iter().all(|i| record.settled.contains(i)) {
@@ -388,7 +389,7 @@ mod tests {
         let at = NOW.plus(Duration::from_secs(180));
         assert!(plan_scaling(&s, &Policy::default(), before, Acting::Leader).closes.is_empty());
         let p = plan_scaling(&s, &Policy::default(), at, Acting::Leader);
-        assert!(matches!(p.closes[..], [LedgerEdit::ReturnAhead(_)]), "{:?}", p.closes);
+        assert!(matches!(p.closes[..], [LedgerEdit::ReturnUnneeded(_, Unneeded::Ahead)]), "{:?}", p.closes);
 
         // Returning: its node goes back through the emptiest, newest node (r1), and the other
         // pool-mate has nothing left to give; once both are settled, the boost closes.

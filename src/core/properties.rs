@@ -390,7 +390,7 @@ proptest! {
                 .flat_map(|r| r.instances.iter().cloned())
                 .collect();
             for i in returning {
-                LedgerEdit::Settle(i).apply(&mut snapshot.ledger);
+                LedgerEdit::Settle(i, true).apply(&mut snapshot.ledger);
             }
             if pass == 0 {
                 let noticed: Vec<InstanceId> = snapshot

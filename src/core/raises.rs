@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::ledger_edit::LedgerEdit;
+use super::ledger_edit::Pending;
 use super::model::{BoostLedger, GroupName, InstanceId};
 
 /// What reading its group told of one boost whose write's answer never came.
@@ -68,7 +69,10 @@ pub fn resolve_raises(ledger: &BoostLedger, live: &BTreeMap<GroupName, u32>) -> 
             if let Some(asked) = part.lowering_to {
                 let desired = r.left_group(part).and_then(|g| live.get(g).copied());
                 let lowered = desired.is_none_or(|d| d <= asked);
-                edits.push(LedgerEdit::Lowered { id: id.clone(), moved_at: part.at, lowered });
+                edits.push(LedgerEdit::Answer {
+                    write: Pending::Lower { id: id.clone(), moved_at: part.at },
+                    applied: lowered,
+                });
             }
         }
         // Moves to a fallback first: what did not apply goes back to the boost's own group.
@@ -77,11 +81,14 @@ pub fn resolve_raises(ledger: &BoostLedger, live: &BTreeMap<GroupName, u32>) -> 
             let Some(asked) = part.raising_to else { continue };
             let kept = tell(&part.group, &r.instances, asked, part.added);
             added = added.saturating_add(part.added - kept);
-            edits.push(LedgerEdit::ResolveMove { id: id.clone(), to: part.group.clone(), at: part.at, kept });
+            edits.push(LedgerEdit::Resolve {
+                write: Pending::Move { id: id.clone(), to: part.group.clone(), at: part.at },
+                kept,
+            });
         }
         if let Some(asked) = r.raising_to {
             let kept = tell(&r.group, &r.instances, asked, added);
-            edits.push(LedgerEdit::Resolve { id, kept });
+            edits.push(LedgerEdit::Resolve { write: Pending::Raise(id), kept });
         }
     }
     (edits, resolved)

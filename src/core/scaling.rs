@@ -13,6 +13,7 @@ use super::drain_batches::close_finished_boosts;
 use super::expiry::{expire_boosts, Expired};
 use super::fallback::{failing, plan_fallbacks, refused_fallbacks, Exhausted, Fallback, FallbackPlan, RefusedFallback};
 use super::give_back::{plan_give_backs, GiveBack};
+use super::ledger_edit::Forgotten;
 use super::ledger_edit::{apply_all, LedgerEdit};
 use super::model::{BoostLedger, GroupName, Snapshot, Timestamp};
 use super::policy::Policy;
@@ -149,7 +150,7 @@ pub fn plan_scaling(snapshot: &Snapshot, policy: &Policy, now: Timestamp, acting
     apply_all(&mut ledger, &lapsed);
     closes.extend(lapsed);
     if !readmit.settled.is_empty() {
-        let settled = LedgerEdit::Readmitted(readmit.settled.clone());
+        let settled = LedgerEdit::Forget(Forgotten::Uncordons(readmit.settled.clone()));
         settled.apply(&mut ledger);
         closes.push(settled);
     }

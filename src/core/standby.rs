@@ -30,6 +30,7 @@ use super::boost::BoostPlan;
 use super::drain_batches::claim_replacements;
 use super::identity;
 use super::ledger_edit::LedgerEdit;
+use super::ledger_edit::{Forgotten, Unneeded};
 use super::model::{
     BoostLedger, GroupName, InstanceId, NodeName, Pool, RebalancePolicy, SignalKind, Snapshot, Standby, Timestamp,
 };
@@ -303,7 +304,7 @@ pub(crate) fn lapse_quiet_standbys(
         let live = snapshot.live_instances();
         let gone: Vec<InstanceId> = open.lapsed.keys().filter(|i| !live.contains(i)).cloned().collect();
         if !gone.is_empty() {
-            edits.push(LedgerEdit::ForgetLapsed(gone));
+            edits.push(LedgerEdit::Forget(Forgotten::Lapsed(gone)));
         }
     }
     let over = open.windows_over(now, |r| r.standby.as_ref().map(|s| s.until));
@@ -325,7 +326,7 @@ pub(crate) fn lapse_quiet_standbys(
             record.instances.iter().filter(|i| !noticed.contains(i) && record.unaccounted(i)).cloned().collect();
         let readmit = record.standby.as_ref().map(|s| s.readmit.clone()).unwrap_or_default();
         if !returning && quiet.len() == record.instances.len() {
-            edits.push(LedgerEdit::ReturnStandby(record.id()));
+            edits.push(LedgerEdit::ReturnUnneeded(record.id(), Unneeded::Standby));
         } else if !returning {
             let readmit = readmit.intersection(&quiet).cloned().collect();
             edits.push(LedgerEdit::Lapse { id: record.id(), instances: quiet, at: now, readmit });
@@ -433,7 +434,7 @@ mod tests {
         let before = until.minus(Duration::from_secs(1));
         assert!(plan_scaling(&s, &policy, before, Acting::Leader).closes.is_empty());
         let p = plan_scaling(&s, &policy, until, Acting::Leader);
-        assert!(matches!(p.closes[..], [LedgerEdit::ReturnStandby(_)]), "{:?}", p.closes);
+        assert!(matches!(p.closes[..], [LedgerEdit::ReturnUnneeded(_, Unneeded::Standby)]), "{:?}", p.closes);
         p.closes.iter().for_each(|e| _ = e.apply(&mut s.ledger));
 
         // The spare goes back, never the recommended node itself.
@@ -462,7 +463,7 @@ mod tests {
         // Once its node is gone, the lapse is forgotten.
         s.nodes.remove(&NodeName::from("n1"));
         let p = plan_scaling(&s, &policy, until, Acting::Leader);
-        assert!(p.closes.contains(&LedgerEdit::ForgetLapsed(vec!["i-n1".into()])), "{:?}", p.closes);
+        assert!(p.closes.contains(&LedgerEdit::Forget(Forgotten::Lapsed(vec!["i-n1".into()]))), "{:?}", p.closes);
     }
 
     #[test]
@@ -542,7 +543,10 @@ mod tests {
         let p = plan_scaling(&s, &policy, later, Acting::Leader);
         assert_eq!(p.readmit.uncordon, vec![(NodeName::from("n4"), InstanceId::from("i-n4"))]);
         assert!(p.readmit.kept.is_empty());
-        assert!(p.closes.contains(&LedgerEdit::Readmitted(vec!["i-n1".into()])), "n1 serves: nothing owed");
+        assert!(
+            p.closes.contains(&LedgerEdit::Forget(Forgotten::Uncordons(vec!["i-n1".into()]))),
+            "n1 serves: nothing owed"
+        );
 
         // n4 gets a notice of its own: it is drained, not readmitted.
         s = s.with_signal(Signal::interruption("n4", later.as_millis()));

@@ -2,17 +2,18 @@
 //! [`Write`] value the core's plans name, run here with a deadline and behind the leadership gate
 //! (the ports are [`LeaderOnly`](super::leader_only::LeaderOnly)), answered in one vocabulary
 //! ([`Made`], or [`WriteFailed`] saying whether it may have applied), and counted in
-//! `writes_total{kind, answer}`. `tests/architecture.rs` holds every other worker file to
-//! calling no write port.
+//! `writes_total{kind, answer}`. The ledger's saves around the writes (the intents before, the
+//! answers after) are made here too. `tests/architecture.rs` holds every other worker file to
+//! calling no write port and saving nothing itself.
 
 use std::time::Duration;
 
 use crate::core::action::classify;
-use crate::core::{Answer, Made, Write, WriteAnswer, WriteFailed, WriteKind};
+use crate::core::{apply_all, Answer, BoostLedger, LedgerEdit, Made, Write, WriteAnswer, WriteFailed, WriteKind};
 use crate::metrics::WriteLabel;
 use crate::ports::{
-    error_chain, AutoScaling, AwsError, ClusterWriteError, ClusterWrites, DesiredWrite, EvictOutcome, PodRef,
-    TerminateOutcome, WriteOutcome, WriteOutcomes,
+    error_chain, AutoScaling, AwsError, ClusterWriteError, ClusterWrites, DesiredWrite, EvictOutcome, LedgerError,
+    PodRef, TerminateOutcome, WriteOutcome, WriteOutcomes,
 };
 
 use super::{Ports, WorkerContext};
@@ -133,6 +134,38 @@ impl<P: Ports> Executor<'_, P> {
             Err(_) => writes.iter().for_each(|_| self.ctx.metrics.writes.answered(kind, WriteLabel::Failed)),
         }
         sent
+    }
+
+    /// Saves `edits` to the ledger in order, in one save (an intent before its write, an answer
+    /// after it, or what a pass learnt); returns whether each applied. Nothing is saved when none
+    /// changes the ledger.
+    pub(crate) async fn save(&self, edits: &[LedgerEdit]) -> Result<Vec<bool>, LedgerError> {
+        self.saving(|_| (edits.to_vec(), ())).await.map(|((), applied)| applied)
+    }
+
+    /// Saves the edits `decide` makes of the ledger as held at the moment of the save (no other
+    /// save comes between the reading and the writing), and returns what it decided with them.
+    pub(crate) async fn save_decided<T>(
+        &self,
+        decide: impl FnOnce(&BoostLedger) -> (Vec<LedgerEdit>, T),
+    ) -> Result<T, LedgerError> {
+        self.saving(decide).await.map(|(decided, _)| decided)
+    }
+
+    /// The one save the workers make.
+    async fn saving<T>(
+        &self,
+        decide: impl FnOnce(&BoostLedger) -> (Vec<LedgerEdit>, T),
+    ) -> Result<(T, Vec<bool>), LedgerError> {
+        let mut decided = None;
+        self.ctx
+            .ledger
+            .update(|held| {
+                let (edits, what) = decide(held);
+                decided = Some((what, apply_all(held, &edits)));
+            })
+            .await?;
+        Ok(decided.expect("the change runs once on every save"))
     }
 
     fn count(&self, kind: WriteKind, answer: &Answer) {

@@ -74,10 +74,11 @@ impl<P: Ports> Drainer<P> {
         }
         let ended = self
             .ctx
-            .ledger
-            .update(|l| {
-                apply_all(l, &[LedgerEdit::Settle(reclaimed.clone()), LedgerEdit::EndGiveBack(reclaimed.clone())]);
-            })
+            .executor()
+            .save(&[
+                LedgerEdit::Settle(reclaimed.clone(), true),
+                LedgerEdit::GiveBack { reclaimed: reclaimed.clone(), node: None },
+            ])
             .await;
         if let Err(e) = ended {
             warn!(%node, error = %e, "could not record the end of a give-back; the next plan retries it");
@@ -135,8 +136,11 @@ impl<P: Ports> Drainer<P> {
                     } else if let Some(reclaimed) = &e.gives_back {
                         // The chosen node went by itself (AWS or Cluster Autoscaler took it):
                         // another is chosen at the next plan.
-                        if let Err(err) =
-                            self.ctx.ledger.update(|l| _ = LedgerEdit::EndGiveBack(reclaimed.clone()).apply(l)).await
+                        if let Err(err) = self
+                            .ctx
+                            .executor()
+                            .save(&[LedgerEdit::GiveBack { reclaimed: reclaimed.clone(), node: None }])
+                            .await
                         {
                             warn!(node = %e.node, error = %err, "could not record a give-back node's departure");
                         }
@@ -147,7 +151,7 @@ impl<P: Ports> Drainer<P> {
         if !kept.is_empty() {
             // Remembered in the ledger: no later plan, nor a restart, cordons and drains it again.
             if let Err(e) =
-                self.ctx.ledger.update(|l| kept.iter().for_each(|i| _ = LedgerEdit::Keep(i.clone()).apply(l))).await
+                self.ctx.executor().save(&kept.iter().cloned().map(LedgerEdit::Keep).collect::<Vec<_>>()).await
             {
                 warn!(error = %e, "could not record an operator's uncordon; the next plan may drain again");
             }
@@ -217,14 +221,37 @@ impl<P: Ports> Drainer<P> {
                 JoiningCheck::Unknown => {}
                 JoiningCheck::MayNotGo(why) => {
                     info!(group = %j.group, instance = %j.instance, why, "a joining instance chosen to give back capacity may not go; choosing again");
-                    unchosen.push(LedgerEdit::EndGiveBack(j.reclaimed.clone()));
+                    unchosen.push(LedgerEdit::GiveBack { reclaimed: j.reclaimed.clone(), node: None });
                 }
             }
         }
         if !unchosen.is_empty() {
-            if let Err(e) = self.ctx.ledger.update(|l| _ = apply_all(l, &unchosen)).await {
+            if let Err(e) = self.ctx.executor().save(&unchosen).await {
                 warn!(error = %e, "could not unchoose joining instances; retried next pass");
             }
+        }
+    }
+
+    /// Counts a drain's end, and how long it ran when its start is known.
+    pub(super) fn observe_end(
+        &self,
+        group: &GroupName,
+        outcome: DrainOutcome,
+        started_at: Option<Timestamp>,
+        now: Timestamp,
+    ) {
+        self.ctx.metrics.drainer.drain(group.as_str(), outcome, started_at.map(|at| now.since(at)));
+    }
+
+    /// Reports the drains in progress per group, zero for a group whose last one ended.
+    pub(super) fn export_progress(&self) {
+        let mut per_group: BTreeMap<&str, i64> = BTreeMap::new();
+        for d in self.drains.in_progress.values() {
+            *per_group.entry(d.group.as_str()).or_default() += 1;
+        }
+        for (group, _) in self.drains.last_batch_at.iter() {
+            let n = per_group.get(group.as_str()).copied().unwrap_or(0);
+            self.ctx.metrics.drainer.in_progress(group.as_str(), n);
         }
     }
 }

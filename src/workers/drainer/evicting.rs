@@ -225,3 +225,38 @@ impl<P: Ports> Drainer<P> {
         Some(NodeEvent::drain_blocked_by_pdb(node, &blocked, refusal.wait, refusal.moved))
     }
 }
+
+/// One call with a deadline: its answer, or its error or how long it went unanswered, as text.
+pub(super) async fn within<T, E: std::fmt::Display>(
+    deadline: Duration,
+    call: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(deadline, call).await {
+        Ok(answer) => answer.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer within {}s", deadline.as_secs())),
+    }
+}
+
+impl<P: Ports> Drainer<P> {
+    /// Records a pod this drainer evicted, deleted or left to its instance's end, when a
+    /// controller will replace it.
+    pub(super) fn displaced(&mut self, pod: &str, owner: Option<&OwnerUid>, group: &GroupName, at: Timestamp) {
+        let Some(owner) = owner else { return };
+        if !self.gap.displaced(Displaced::evicted(pod.into(), owner.clone(), group.clone(), at)) {
+            debug!(%group, "the capacity gap meter is full; a displaced pod is not counted");
+        }
+    }
+
+    /// Counts the Pending time of the displaced pods' replacements into
+    /// `capacity_gap_pod_seconds_total`.
+    pub(super) fn measure_gap(&mut self) {
+        // The leader's count alone: replicas summed would count each pod once per replica.
+        if !self.ctx.leadership.is_leader() || (self.gap.waiting() == 0 && !self.gap.replacing()) {
+            return;
+        }
+        let now = (self.ctx.clock)();
+        for (group, seconds) in self.gap.measure(&self.ctx.cluster.pending_pods(), now) {
+            self.ctx.metrics.market.capacity_gap(group.as_str(), seconds);
+        }
+    }
+}

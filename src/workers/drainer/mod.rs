@@ -16,6 +16,7 @@
 
 mod ending;
 mod evicting;
+mod report;
 mod starting;
 mod terminating;
 
@@ -29,15 +30,16 @@ use tokio::sync::watch;
 use tokio::task::Id;
 use tracing::{debug, info, warn};
 
-use evicting::Sequenced;
+use evicting::{within, Sequenced};
+pub(crate) use report::{DrainReport, DrainerError, DrainerSettings};
 use terminating::PendingTermination;
 
 use super::evictions::{EvictionAnswer, EvictionsInFlight};
 use super::told_once::ToldOnce;
 use super::{Observation, Ports, WorkerContext};
 use crate::core::{
-    answer_terminations, apply_all, decide_terminations, eviction_order, eviction_sequence, plan_draining, Answer,
-    BatchPlan, Displaced, DrainState, DrainTarget, DrainWait, DrainingPlan, EndedDrain, EvictionResult, EvictionRound,
+    answer_terminations, decide_terminations, eviction_order, eviction_sequence, plan_draining, Answer, BatchPlan,
+    Displaced, DrainState, DrainTarget, DrainWait, DrainingPlan, EndedDrain, EvictionResult, EvictionRound,
     ForcedDeletion, GapMeter, Group, GroupName, HeldAtDeadline, HowDrainEnded, InstanceId, JoiningGiveBack, LedgerEdit,
     Made, Node, NodeName, OwnerUid, Pod, Snapshot, Termination, TerminationAnswer, Timestamp, Write,
 };
@@ -51,89 +53,6 @@ use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
 /// How long a pass woken by a new signal waits for the rest of its burst: NTH taints a storm's
 /// nodes over a second or so, and each pass reads the whole cluster.
 const SIGNAL_COALESCE: Duration = Duration::from_millis(300);
-
-/// How the drainer paces itself.
-#[derive(Debug, Clone)]
-pub(crate) struct DrainerSettings {
-    /// Plan and make progress at least this often (pods leaving are seen through the watch).
-    pub tick: Duration,
-    /// Eviction (and termination) calls in flight at once, across every draining node.
-    pub(crate) evictions_in_flight: usize,
-    /// One eviction call's deadline: past it the pod counts as not evicted this round, so a
-    /// stalled API server never stalls the tick, the other nodes, or `--drain-timeout`.
-    pub(crate) eviction_call_timeout: Duration,
-    /// `--suspend-az-rebalance`: suspend `AZRebalance` on a group before terminating in it with
-    /// decrement; without it, resume the groups an earlier run suspended.
-    pub(crate) suspend_az_rebalance: bool,
-}
-
-impl Default for DrainerSettings {
-    fn default() -> Self {
-        DrainerSettings {
-            tick: Duration::from_secs(2),
-            evictions_in_flight: 32,
-            eviction_call_timeout: Duration::from_secs(10),
-            suspend_az_rebalance: false,
-        }
-    }
-}
-
-/// Why a tick did nothing useful.
-#[derive(Debug, Error)]
-pub(crate) enum DrainerError {
-    /// Some watch has not synced.
-    #[error("the cluster view is not synced yet")]
-    NotSynced,
-    /// Describing groups failed.
-    #[error("describing groups failed")]
-    Describe(#[source] AwsError),
-    /// The ledger could not be read or saved.
-    #[error(transparent)]
-    Ledger(#[from] LedgerError),
-}
-
-/// What one tick did.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) struct DrainReport {
-    /// Nodes whose drain started.
-    pub started: Vec<NodeName>,
-    /// Pods evicted (or found gone).
-    pub(crate) evicted: u32,
-    /// Evictions refused by a PodDisruptionBudget.
-    pub blocked: u32,
-    /// Nodes fully drained (not those whose instance went first).
-    pub drained: Vec<NodeName>,
-    /// Nodes past the drain deadline.
-    pub timed_out: Vec<NodeName>,
-    /// Instances terminated, with whether desired capacity was decremented.
-    pub terminated: Vec<(InstanceId, bool)>,
-    /// Batches a follower left to the leader.
-    pub(crate) not_leader: usize,
-}
-
-impl DrainReport {
-    /// Adds what a later pass of the same tick did.
-    fn add(&mut self, later: DrainReport) {
-        self.started.extend(later.started);
-        self.evicted = self.evicted.saturating_add(later.evicted);
-        self.blocked = self.blocked.saturating_add(later.blocked);
-        self.drained.extend(later.drained);
-        self.timed_out.extend(later.timed_out);
-        self.terminated.extend(later.terminated);
-        self.not_leader = self.not_leader.saturating_add(later.not_leader);
-    }
-}
-
-/// One call with a deadline: its answer, or its error or how long it went unanswered, as text.
-async fn within<T, E: std::fmt::Display>(
-    deadline: Duration,
-    call: impl std::future::Future<Output = Result<T, E>>,
-) -> Result<T, String> {
-    match tokio::time::timeout(deadline, call).await {
-        Ok(answer) => answer.map_err(|e| e.to_string()),
-        Err(_) => Err(format!("no answer within {}s", deadline.as_secs())),
-    }
-}
 
 /// The drain worker.
 pub(crate) struct Drainer<P: Ports> {
@@ -246,28 +165,6 @@ impl<P: Ports> Drainer<P> {
         Ok(report)
     }
 
-    /// Records a pod this drainer evicted, deleted or left to its instance's end, when a
-    /// controller will replace it.
-    fn displaced(&mut self, pod: &str, owner: Option<&OwnerUid>, group: &GroupName, at: Timestamp) {
-        let Some(owner) = owner else { return };
-        if !self.gap.displaced(Displaced::evicted(pod.into(), owner.clone(), group.clone(), at)) {
-            debug!(%group, "the capacity gap meter is full; a displaced pod is not counted");
-        }
-    }
-
-    /// Counts the Pending time of the displaced pods' replacements into
-    /// `capacity_gap_pod_seconds_total`.
-    fn measure_gap(&mut self) {
-        // The leader's count alone: replicas summed would count each pod once per replica.
-        if !self.ctx.leadership.is_leader() || (self.gap.waiting() == 0 && !self.gap.replacing()) {
-            return;
-        }
-        let now = (self.ctx.clock)();
-        for (group, seconds) in self.gap.measure(&self.ctx.cluster.pending_pods(), now) {
-            self.ctx.metrics.market.capacity_gap(group.as_str(), seconds);
-        }
-    }
-
     /// One pass. A `second` pass of a tick evicts only on the nodes whose drain it starts: the
     /// others' evictions were just sent (a stalled call would be waited for twice).
     async fn pass(&mut self, second: bool) -> Result<DrainReport, DrainerError> {
@@ -365,36 +262,8 @@ impl<P: Ports> Drainer<P> {
         Ok(report)
     }
 
-    fn observe_end(&self, group: &GroupName, outcome: DrainOutcome, started_at: Option<Timestamp>, now: Timestamp) {
-        self.ctx.metrics.drainer.drain(group.as_str(), outcome, started_at.map(|at| now.since(at)));
-    }
-
-    fn export_progress(&self) {
-        let mut per_group: BTreeMap<&str, i64> = BTreeMap::new();
-        for d in self.drains.in_progress.values() {
-            *per_group.entry(d.group.as_str()).or_default() += 1;
-        }
-        for (group, _) in self.drains.last_batch_at.iter() {
-            let n = per_group.get(group.as_str()).copied().unwrap_or(0);
-            self.ctx.metrics.drainer.in_progress(group.as_str(), n);
-        }
-    }
-
     async fn publish(&self, event: NodeEvent) {
         self.ctx.events.publish(event).await;
-    }
-}
-
-impl super::PassError for DrainerError {
-    fn not_synced(&self) -> bool {
-        matches!(self, DrainerError::NotSynced)
-    }
-
-    fn ledger(&self) -> Option<&LedgerError> {
-        match self {
-            DrainerError::Ledger(l) => Some(l),
-            _ => None,
-        }
     }
 }
 

@@ -52,8 +52,8 @@ impl<P: Ports> Drainer<P> {
         if !plan.protect.is_empty() {
             let recorded = self
                 .ctx
-                .ledger
-                .update(|l| plan.protect.iter().for_each(|n| _ = LedgerEdit::Protect(n.clone()).apply(l)))
+                .executor()
+                .save(&plan.protect.iter().map(|n| LedgerEdit::Protection(n.clone(), true)).collect::<Vec<_>>())
                 .await;
             if let Err(e) = recorded {
                 warn!(error = %e, "could not record the scale-down protection of replacement nodes; retried next pass");
@@ -75,8 +75,8 @@ impl<P: Ports> Drainer<P> {
         if !lifted.is_empty() {
             let forgotten = self
                 .ctx
-                .ledger
-                .update(|l| lifted.into_iter().for_each(|n| _ = LedgerEdit::Unprotect(n).apply(l)))
+                .executor()
+                .save(&lifted.into_iter().map(|n| LedgerEdit::Protection(n, false)).collect::<Vec<_>>())
                 .await;
             if let Err(e) = forgotten {
                 warn!(error = %e, "could not record lifted scale-down protections; lifted again next pass");

@@ -49,15 +49,7 @@ impl<P: Ports> Drainer<P> {
         // decrement is counted before the call too (intent, then outcome): an answer lost to a
         // crash or a timeout never lets another termination decrement for the same node.
         let terminations: Vec<Termination> = pending.iter().map(PendingTermination::termination).collect();
-        let mut decisions = Vec::new();
-        self.ctx
-            .ledger
-            .update(|l| {
-                let (edits, decided) = decide_terminations(l, &terminations);
-                apply_all(l, &edits);
-                decisions = decided;
-            })
-            .await?;
+        let decisions = self.ctx.executor().save_decided(|l| decide_terminations(l, &terminations)).await?;
         let ctx = &*self.ctx;
         let mut retried_of = BTreeMap::new();
         let calls: Vec<_> = pending
@@ -110,7 +102,7 @@ impl<P: Ports> Drainer<P> {
             }
         }
         let edits = answer_terminations(answered.iter().map(|(t, a)| (t, *a)));
-        self.ctx.ledger.update(|l| _ = apply_all(l, &edits)).await?;
+        self.ctx.executor().save(&edits).await?;
         for (p, decremented) in done {
             if p.gives_back.is_some() && decremented {
                 self.ctx.metrics.scaler.give_back(p.group.as_str(), GiveBackOutcome::Written);

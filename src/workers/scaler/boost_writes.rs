@@ -3,7 +3,7 @@
 //! plans while AWS answers: a group whose burst ends during a slow write is written then, not
 //! after it. The groups of writes in flight are planned again only once they land.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,8 +14,10 @@ use tracing::{debug, info, warn};
 
 use super::error::ScalerError;
 use super::guarded::{send_and_answer, Answered, Direction, LostAnswer};
+use super::settings::Pacing;
 use super::stages::Stages;
-use crate::core::{Boost, BoostReason, GroupName, LedgerEdit, NodeName, Timestamp, WriteAnswer};
+use super::Scaler;
+use crate::core::{Boost, BoostReason, GroupName, InstanceId, LedgerEdit, NodeName, Snapshot, Timestamp, WriteAnswer};
 use crate::metrics::BoostOutcome;
 use crate::ports::{AwsError, DesiredWrite, NodeEvent, WriteOutcome};
 use crate::workers::{Ports, WorkerContext};
@@ -213,3 +215,57 @@ fn tell_answer<P: Ports>(
 /// How long the scaler's loop waits for writes in flight when it stops: long enough for an AWS
 /// answer and a ledger save, so a restart finds them answered rather than resolving them by a read.
 pub(super) const LANDING_ON_SHUTDOWN: Duration = Duration::from_secs(10);
+
+impl<P: Ports> Scaler<P> {
+    /// Saves the boosts' records (and the plan's closes) in the ledger held now, and returns the
+    /// writes of those it opened: the drainer may have noted returns, settlements or an
+    /// operator's uncordon since the plan, and a record covering one of a boost's instances
+    /// refuses its opening.
+    pub(super) async fn open_boosts(
+        &self,
+        snapshot: &Snapshot,
+        first_seen: &BTreeMap<InstanceId, Timestamp>,
+        boosts: &[Boost],
+        closes: &[LedgerEdit],
+    ) -> Result<Vec<BoostWrite>, ScalerError> {
+        let ctx = &self.ctx;
+        let opens: Vec<LedgerEdit> = boosts.iter().map(|b| LedgerEdit::Open(b.record.clone())).collect();
+        let edits: Vec<LedgerEdit> = closes.iter().chain(&opens).cloned().collect();
+        let opened = ctx.executor().save(&edits).await?.split_off(closes.len());
+        let mut writes = Vec::new();
+        for ((boost, open), opened) in boosts.iter().zip(opens).zip(opened) {
+            if !opened {
+                warn!(group = %boost.group, instances = boost.record.instances.len(), "a boost's instances are already covered by the ledger held now; not written");
+                ctx.metrics.scaler.boost(boost.group.as_str(), BoostOutcome::Covered);
+            } else if !boost.writes() {
+                ctx.metrics.scaler.boost(boost.group.as_str(), BoostOutcome::NoNodeNeeded);
+            } else {
+                let instances: Vec<&InstanceId> = boost.record.instances.iter().collect();
+                writes.push(BoostWrite {
+                    nodes: Self::nodes_of(snapshot, &instances).into_iter().map(|n| n.name.clone()).collect(),
+                    seen: instances.iter().filter_map(|i| first_seen.get(*i)).copied().collect(),
+                    boost: boost.clone(),
+                    open,
+                });
+            }
+        }
+        Ok(writes)
+    }
+
+    /// Records the answers of the flights that landed (all of them, waiting, when `pacing` is
+    /// `Now`) and returns the groups of those still wanting an answer. Whatever this pass leaves
+    /// for them (boosts of their groups, give-backs, expiries, fallbacks, take-backs, lost
+    /// answers) is planned once they land; one that landed since is not in flight.
+    pub(super) async fn land(&mut self, pacing: Pacing) -> BTreeSet<GroupName> {
+        if pacing == Pacing::Now {
+            self.land_all().await;
+        }
+        let (landed, flying): (Vec<Flight>, Vec<Flight>) =
+            std::mem::take(&mut self.flights).into_iter().partition(Flight::landed);
+        self.flights = flying;
+        for flight in landed {
+            flight.land().await;
+        }
+        self.flights.iter().filter(|f| f.want()).flat_map(|f| f.groups().iter().cloned()).collect()
+    }
+}

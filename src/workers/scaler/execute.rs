@@ -2,15 +2,16 @@
 //! expiries noted in the ledger, fallback moves and take-backs written to AWS behind a saved
 //! intent, and boosts whose write's answer was lost resolved from a read of their groups.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tracing::{debug, info, warn};
 
 use super::guarded::{send_and_answer, Answered, Direction, LostAnswer};
-use super::{Ports, Scaler, ScalerError};
+use super::{Ports, Scaler, ScalerError, TickReport};
 use crate::core::{
-    apply_all, plan_take_backs, resolve_raises, unresolved_groups, BoostExpiry, Exhausted, Expired, Fallback, GiveBack,
-    GiveBackHow, GiveBackNode, GroupName, InstanceId, LedgerEdit, LeftWhy, Snapshot, TakeBack, WriteAnswer,
+    plan_take_backs, resolve_raises, unresolved_groups, BoostExpiry, Exhausted, Expired, Fallback, GiveBack,
+    GiveBackHow, GiveBackNode, GroupName, InstanceId, LedgerEdit, LeftWhy, ScalingPlan, Snapshot, TakeBack,
+    WriteAnswer,
 };
 use crate::metrics::{BoostOutcome, GiveBackOutcome};
 use crate::ports::{AutoScaling, DesiredWrite, EventSink, NodeEvent, WriteOutcome};
@@ -33,14 +34,7 @@ impl<P: Ports> Scaler<P> {
             ctx.groups.note_desired(&g.name, g.desired).await;
             live.insert(g.name, g.desired);
         }
-        let mut resolved = Vec::new();
-        ctx.ledger
-            .update(|l| {
-                let edits;
-                (edits, resolved) = resolve_raises(l, &live);
-                apply_all(l, &edits);
-            })
-            .await?;
+        let resolved = ctx.executor().save_decided(|l| resolve_raises(l, &live)).await?;
         for r in resolved {
             let (group, asked, kept) = (&r.group, r.asked, r.kept);
             match r.live {
@@ -69,8 +63,8 @@ impl<P: Ports> Scaler<P> {
         let ctx = &self.ctx;
         let now = (ctx.clock)();
         let moves: Vec<(&Fallback, LedgerEdit)> = moves.iter().map(|f| (f, f.moving(now))).collect();
-        let mut made = Vec::new();
-        ctx.ledger.update(|l| made = moves.iter().map(|(_, m)| m.apply(l)).collect()).await?;
+        let edits: Vec<LedgerEdit> = moves.iter().map(|(_, m)| m.clone()).collect();
+        let made = ctx.executor().save(&edits).await?;
         let (applied, intents): (Vec<&Fallback>, Vec<&LedgerEdit>) =
             moves.iter().zip(made).filter(|(_, made)| *made).map(|((f, m), _)| (*f, m)).unzip();
         if applied.is_empty() {
@@ -127,8 +121,8 @@ impl<P: Ports> Scaler<P> {
     pub(super) async fn park(&self, snapshot: &Snapshot, exhausted: &[Exhausted]) -> Result<(), ScalerError> {
         let ctx = &self.ctx;
         let now = (ctx.clock)();
-        let mut made = Vec::new();
-        ctx.ledger.update(|l| made = exhausted.iter().map(|e| e.parking(now).apply(l)).collect()).await?;
+        let parkings: Vec<LedgerEdit> = exhausted.iter().map(|e| e.parking(now)).collect();
+        let made = ctx.executor().save(&parkings).await?;
         for (e, _) in exhausted.iter().zip(made).filter(|(_, made)| *made) {
             let group = &e.record.group;
             let tried = e.tried.iter().map(|g| g.as_str()).collect::<Vec<_>>().join(",");
@@ -160,7 +154,7 @@ impl<P: Ports> Scaler<P> {
         let writes: Vec<DesiredWrite> =
             plan.iter().map(|t| DesiredWrite { group: t.group.clone(), expected: t.from, to: t.to() }).collect();
         let intents: Vec<LedgerEdit> = plan.iter().map(TakeBack::lowering).collect();
-        ctx.ledger.update(|l| _ = apply_all(l, &intents)).await?;
+        ctx.executor().save(&intents).await?;
         let intents: Vec<&LedgerEdit> = intents.iter().collect();
         let tell = |i: usize, a: &Answered| -> Vec<NodeEvent> {
             let group = &a.group;
@@ -186,13 +180,7 @@ impl<P: Ports> Scaler<P> {
     /// drains and terminates it with decrement; an instance with nothing to give back is settled.
     pub(super) async fn give_back(&self, plan: &[GiveBack]) -> Result<(), ScalerError> {
         let ctx = &self.ctx;
-        ctx.ledger
-            .update(|l| {
-                plan.iter().for_each(|g| {
-                    g.edit().apply(l);
-                });
-            })
-            .await?;
+        ctx.executor().save(&plan.iter().map(GiveBack::edit).collect::<Vec<_>>()).await?;
         for g in plan {
             let (group, reclaimed) = (&g.group, &g.reclaimed);
             match &g.how {
@@ -226,14 +214,7 @@ impl<P: Ports> Scaler<P> {
     /// Marks boosts that stopped waiting in the ledger, then tells each of their nodes why and
     /// what is left as it was.
     pub(super) async fn expire(&self, snapshot: &Snapshot, expired: &[Expired]) -> Result<(), ScalerError> {
-        self.ctx
-            .ledger
-            .update(|held| {
-                expired.iter().for_each(|e| {
-                    e.edit().apply(held);
-                });
-            })
-            .await?;
+        self.ctx.executor().save(&expired.iter().map(Expired::edit).collect::<Vec<_>>()).await?;
         for e in expired {
             self.ctx.metrics.scaler.boost(
                 e.record.group.as_str(),
@@ -250,5 +231,54 @@ impl<P: Ports> Scaler<P> {
             }
         }
         Ok(())
+    }
+}
+
+impl<P: Ports> Scaler<P> {
+    /// Carries out the plan's give-backs, expiries and fallback moves, then the take-backs they
+    /// allow, and tells what the plan holds or refuses. The take-backs are planned by the core on
+    /// the ledger as AWS answered the moves: a move AWS refused is taken back, never lowered for.
+    pub(super) async fn carry_out_ledger_changes(
+        &mut self,
+        snapshot: &Snapshot,
+        plan: &ScalingPlan,
+        flying: &BTreeSet<GroupName>,
+    ) -> Result<TickReport, ScalerError> {
+        let mut report =
+            TickReport { held: plan.boosts.held.iter().map(|h| h.instances.len()).sum(), ..TickReport::default() };
+        if !plan.give_backs.is_empty() {
+            self.give_back(&plan.give_backs).await?;
+        }
+        if !plan.expired.is_empty() {
+            self.expire(snapshot, &plan.expired).await?;
+        }
+        if !plan.fallbacks.is_empty() {
+            self.fall_back(snapshot, &plan.fallbacks, &mut report.fell_back).await?;
+        }
+        if !plan.exhausted.is_empty() {
+            self.park(snapshot, &plan.exhausted).await?;
+        }
+        if flying.is_empty() {
+            self.take_back_unlaunched(snapshot).await?;
+        }
+        self.tell_held(snapshot, &plan.boosts.held).await;
+        self.tell_refused_fallbacks(snapshot, &plan.refused_fallbacks).await;
+        Ok(report)
+    }
+
+    /// Whether the pass may go on: a leader first resolves the boosts whose write's answer was
+    /// lost by a read; those other than the flights' wait until the flights land (each wakes
+    /// the loop).
+    pub(super) async fn unknown_outcomes_resolved(
+        &self,
+        leading: bool,
+        flying: &BTreeSet<GroupName>,
+    ) -> Result<bool, ScalerError> {
+        if leading && flying.is_empty() {
+            self.resolve_unknown_raises().await?;
+        } else if leading && !unresolved_groups(&self.ctx.ledger.current().await).is_subset(flying) {
+            return Ok(false);
+        }
+        Ok(true)
     }
 }

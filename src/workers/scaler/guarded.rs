@@ -7,7 +7,7 @@
 use tracing::warn;
 
 use super::ScalerError;
-use crate::core::{apply_all, GroupName, LedgerEdit, WriteAnswer};
+use crate::core::{GroupName, LedgerEdit, WriteAnswer};
 use crate::ports::{AutoScaling, AwsError, DesiredWrite, NodeEvent, WriteOutcome};
 pub(super) use crate::workers::execute::Direction;
 use crate::workers::{publish_all, Ports, WorkerContext};
@@ -102,7 +102,7 @@ async fn record<P: Ports>(
         if edits.is_empty() {
             return Ok(());
         }
-        ctx.ledger.update(|l| _ = apply_all(l, &edits)).await.map(|_| ())
+        ctx.executor().save(&edits).await.map(|_| ())
     };
     let (_, saved) = tokio::join!(publish_all(&ctx.events, told), save);
     Ok(saved?)

@@ -10,7 +10,9 @@ use tracing::{info, warn};
 
 use super::Scaler;
 use crate::core::pool_memory::conversion;
-use crate::core::{GroupName, LedgerEdit, Pool, Readmits, RebalanceChoice, Sighting, Snapshot, Timestamp, Write};
+use crate::core::{
+    Forgotten, GroupName, LedgerEdit, Pool, Readmits, RebalanceChoice, Sighting, Snapshot, Timestamp, Write,
+};
 use crate::ports::NodeEvent;
 use crate::workers::{publish_all, Ports};
 
@@ -85,8 +87,8 @@ impl<P: Ports> Scaler<P> {
             }
         }
         if !done.is_empty() {
-            let edit = LedgerEdit::Readmitted(done);
-            if let Err(e) = self.ctx.ledger.update(|l| _ = edit.apply(l)).await {
+            let edit = LedgerEdit::Forget(Forgotten::Uncordons(done));
+            if let Err(e) = self.ctx.executor().save(&[edit]).await {
                 warn!(error = %e, "could not record the uncordons; the next pass makes them again");
             }
         }

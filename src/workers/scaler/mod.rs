@@ -23,6 +23,7 @@ mod error;
 mod execute;
 mod guarded;
 mod market;
+mod settings;
 mod stages;
 mod tell;
 
@@ -31,85 +32,16 @@ pub use super::{system_clock, Clock};
 use super::{Observation, Ports, WorkerContext};
 use crate::core::pool_memory::sightings;
 use crate::core::{
-    apply_all, plan_scaling, unresolved_groups, Acting, Boost, BoostLedger, BoostPlan, BurstTimes, GroupName,
-    InstanceId, LedgerEdit, ScalingPlan, Snapshot, Timestamp, WavePace,
+    plan_scaling, Acting, BoostLedger, BoostPlan, BurstTimes, GroupName, InstanceId, LedgerEdit, ScalingPlan, Snapshot,
+    Timestamp, WavePace,
 };
-use crate::metrics::BoostOutcome;
 use crate::ports::TagFilter;
 use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
-use boost_writes::{write_and_answer, BoostWrite, Flight, Landed, LANDING_ON_SHUTDOWN};
+use boost_writes::{write_and_answer, Flight, Landed, LANDING_ON_SHUTDOWN};
 pub use error::ScalerError;
+use settings::Pacing;
+pub use settings::{ScalerSettings, TickReport};
 use stages::Stages;
-
-/// How the scaler paces itself.
-#[derive(Debug, Clone)]
-pub struct ScalerSettings {
-    /// A wake-up waits this long for quiet before planning, so a burst is planned together.
-    pub coalesce_quiet: Duration,
-    /// A group's burst has ended once no node of it became at risk for this long: its write
-    /// waits for that, so a burst costs one write per group. Longer than `coalesce_quiet`: NTH
-    /// handles a group's nodes one after another (cordon, taint, Event), tens of milliseconds
-    /// apart on a busy API server.
-    pub(crate) group_quiet: Duration,
-    /// …but a group's write never waits longer than this after its first signal.
-    pub(crate) coalesce_max: Duration,
-    /// …and a plan never waits longer than this after a wake-up: groups whose burst has ended
-    /// are written then, while the others' signals still arrive.
-    pub(crate) settle_max: Duration,
-    /// Plan at least this often even without signals.
-    pub(crate) resync: Duration,
-}
-
-impl ScalerSettings {
-    /// The times wave pacing works with.
-    fn burst(&self) -> BurstTimes {
-        BurstTimes {
-            coalesce_quiet: self.coalesce_quiet,
-            group_quiet: self.group_quiet,
-            coalesce_max: self.coalesce_max,
-        }
-    }
-}
-
-impl Default for ScalerSettings {
-    fn default() -> Self {
-        ScalerSettings {
-            coalesce_quiet: Duration::from_millis(20),
-            group_quiet: Duration::from_millis(50),
-            coalesce_max: Duration::from_millis(250),
-            settle_max: Duration::from_millis(60),
-            resync: Duration::from_secs(30),
-        }
-    }
-}
-
-/// What one tick did.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct TickReport {
-    /// Groups whose desired capacity was raised (or would have been, in dry run): `(group, from, to)`.
-    pub(crate) raised: Vec<(GroupName, u32, u32)>,
-    /// Groups whose write lost a race; re-planned at once.
-    pub(crate) raced: Vec<GroupName>,
-    /// Boosts left to the next pass: their group's signals were still arriving.
-    pub(crate) settling: usize,
-    /// Groups whose write failed, with the error category.
-    pub failed: Vec<(GroupName, &'static str)>,
-    /// At-risk instances held (at max, backoff, …).
-    pub held: usize,
-    /// Boosts a follower left to the leader.
-    pub(crate) not_leader: usize,
-    /// Nodes moved from a group without capacity to its fallback: `(from, to, nodes)`.
-    pub fell_back: Vec<(GroupName, GroupName, u32)>,
-}
-
-/// Which of a pass's boosts are written in it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Pacing {
-    /// Every one (a pass called directly).
-    Now,
-    /// Those whose group's burst has ended (the worker's loop, which passes again soon).
-    PerGroup,
-}
 
 /// The scaler worker.
 pub struct Scaler<P: Ports> {
@@ -331,110 +263,6 @@ impl<P: Ports> Scaler<P> {
         }
         self.was_leader = leading;
         Ok(leading)
-    }
-
-    /// Records the answers of the flights that landed (all of them, waiting, when `pacing` is
-    /// `Now`) and returns the groups of those still wanting an answer. Whatever this pass leaves
-    /// for them (boosts of their groups, give-backs, expiries, fallbacks, take-backs, lost
-    /// answers) is planned once they land; one that landed since is not in flight.
-    async fn land(&mut self, pacing: Pacing) -> BTreeSet<GroupName> {
-        if pacing == Pacing::Now {
-            self.land_all().await;
-        }
-        let (landed, flying): (Vec<Flight>, Vec<Flight>) =
-            std::mem::take(&mut self.flights).into_iter().partition(Flight::landed);
-        self.flights = flying;
-        for flight in landed {
-            flight.land().await;
-        }
-        self.flights.iter().filter(|f| f.want()).flat_map(|f| f.groups().iter().cloned()).collect()
-    }
-
-    /// Whether the pass may go on: a leader first resolves the boosts whose write's answer was
-    /// lost by a read; those other than the flights' wait until the flights land (each wakes
-    /// the loop).
-    async fn unknown_outcomes_resolved(
-        &self,
-        leading: bool,
-        flying: &BTreeSet<GroupName>,
-    ) -> Result<bool, ScalerError> {
-        if leading && flying.is_empty() {
-            self.resolve_unknown_raises().await?;
-        } else if leading && !unresolved_groups(&self.ctx.ledger.current().await).is_subset(flying) {
-            return Ok(false);
-        }
-        Ok(true)
-    }
-
-    /// Carries out the plan's give-backs, expiries and fallback moves, then the take-backs they
-    /// allow, and tells what the plan holds or refuses. The take-backs are planned by the core on
-    /// the ledger as AWS answered the moves: a move AWS refused is taken back, never lowered for.
-    async fn carry_out_ledger_changes(
-        &mut self,
-        snapshot: &Snapshot,
-        plan: &ScalingPlan,
-        flying: &BTreeSet<GroupName>,
-    ) -> Result<TickReport, ScalerError> {
-        let mut report =
-            TickReport { held: plan.boosts.held.iter().map(|h| h.instances.len()).sum(), ..TickReport::default() };
-        if !plan.give_backs.is_empty() {
-            self.give_back(&plan.give_backs).await?;
-        }
-        if !plan.expired.is_empty() {
-            self.expire(snapshot, &plan.expired).await?;
-        }
-        if !plan.fallbacks.is_empty() {
-            self.fall_back(snapshot, &plan.fallbacks, &mut report.fell_back).await?;
-        }
-        if !plan.exhausted.is_empty() {
-            self.park(snapshot, &plan.exhausted).await?;
-        }
-        if flying.is_empty() {
-            self.take_back_unlaunched(snapshot).await?;
-        }
-        self.tell_held(snapshot, &plan.boosts.held).await;
-        self.tell_refused_fallbacks(snapshot, &plan.refused_fallbacks).await;
-        Ok(report)
-    }
-
-    /// Saves the boosts' records (and the plan's closes) in the ledger held now, and returns the
-    /// writes of those it opened: the drainer may have noted returns, settlements or an
-    /// operator's uncordon since the plan, and a record covering one of a boost's instances
-    /// refuses its opening.
-    async fn open_boosts(
-        &self,
-        snapshot: &Snapshot,
-        first_seen: &BTreeMap<InstanceId, Timestamp>,
-        boosts: &[Boost],
-        closes: &[LedgerEdit],
-    ) -> Result<Vec<BoostWrite>, ScalerError> {
-        let ctx = &self.ctx;
-        let opens: Vec<LedgerEdit> = boosts.iter().map(|b| LedgerEdit::Open(b.record.clone())).collect();
-        let mut opened = Vec::new();
-        ctx.ledger
-            .update(|held| {
-                apply_all(held, closes);
-                opened = apply_all(held, &opens);
-            })
-            .await?;
-        let mut writes = Vec::new();
-        for ((boost, open), opened) in boosts.iter().zip(opens).zip(opened) {
-            if !opened {
-                warn!(group = %boost.group, instances = boost.record.instances.len(), "a boost's instances are already covered by the ledger held now; not written");
-                ctx.metrics.scaler.boost(boost.group.as_str(), BoostOutcome::Covered);
-            } else if !boost.writes() {
-                ctx.metrics.scaler.boost(boost.group.as_str(), BoostOutcome::NoNodeNeeded);
-            } else {
-                let instances: Vec<&InstanceId> = boost.record.instances.iter().collect();
-                writes.push(BoostWrite {
-                    nodes: Self::nodes_of(snapshot, &instances).into_iter().map(|n| n.name.clone()).collect(),
-                    seen: instances.iter().filter_map(|i| first_seen.get(*i)).copied().collect(),
-                    boost: boost.clone(),
-                    open,
-                });
-            }
-        }
-        Ok(writes)
     }
 }
 
