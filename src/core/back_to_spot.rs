@@ -411,10 +411,9 @@ mod properties {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::core::ledger_edit::{
-        answer_terminations, apply_all, decide_terminations, Termination, TerminationAnswer,
-    };
+    use crate::core::ledger_edit::apply_all;
     use crate::core::model::{BoostRecord, Group, GroupName, InstanceFacts, InstanceLifecycle};
+    use crate::core::terminations::{answer_terminations, decide_terminations, Termination, TerminationAnswer};
     use crate::core::{plan_draining, plan_scaling, Acting, DrainState};
 
     /// What EC2 says of node `name`'s instance: a spot instance whose private DNS name is the node's.

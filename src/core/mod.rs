@@ -31,6 +31,7 @@ pub mod scaling;
 pub mod signals;
 pub mod sizing;
 pub mod standby;
+pub mod terminations;
 
 pub use action::{Answer, Made, Write, WriteFailed, WriteKind};
 pub use back_to_spot::{BackToSpot, BackToSpotPlan};
@@ -54,10 +55,7 @@ pub use identity::Distrust;
 pub use launch_failures::{
     classify, failed_pool, launching_groups, stalled_boosts, LaunchFailure, ScalingActivity, Stall,
 };
-pub use ledger_edit::{
-    answer_terminations, apply_all, decide_terminations, BoostId, Forgotten, LedgerEdit, Pending, Termination,
-    TerminationAnswer, TerminationDecision, Unneeded, WriteAnswer,
-};
+pub use ledger_edit::{apply_all, BoostId, Forgotten, LedgerEdit, Pending, Unneeded, WriteAnswer};
 pub use model::{
     Ahead, BoostExpiry, BoostLedger, BoostRecord, CaGroupView, Evidence, GiveBackNode, Group, GroupName, InstanceFacts,
     InstanceId, InstanceLifecycle, LaunchOptions, MovedPart, Namespace, Node, NodeName, OnFallback, OptOut, OwnerUid,
@@ -72,6 +70,7 @@ pub use scaling::{plan_scaling, Acting, ReturnedToSpot, ScalingPlan};
 pub(crate) use signals::{scheduled_events_needed, spot_interruptions_needed};
 pub use signals::{AtRisk, AtRiskSet, DropReason, Dropped};
 pub use standby::{ChoiceWhy, Readmits, RebalanceChoice};
+pub use terminations::{answer_terminations, decide_terminations, Termination, TerminationAnswer, TerminationDecision};
 
 #[cfg(test)]
 mod properties;

@@ -31,7 +31,7 @@ use tokio::task::Id;
 use tracing::{debug, info, warn};
 
 use evicting::{within, Sequenced};
-pub(crate) use report::{DrainReport, DrainerError, DrainerSettings};
+pub use report::{DrainReport, DrainerError, DrainerSettings};
 use terminating::PendingTermination;
 
 use super::evictions::{EvictionAnswer, EvictionsInFlight};
@@ -55,7 +55,7 @@ use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
 const SIGNAL_COALESCE: Duration = Duration::from_millis(300);
 
 /// The drain worker.
-pub(crate) struct Drainer<P: Ports> {
+pub struct Drainer<P: Ports> {
     ctx: Arc<WorkerContext<P>>,
     settings: DrainerSettings,
     drains: DrainState,

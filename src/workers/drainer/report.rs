@@ -4,7 +4,7 @@ use super::*;
 
 /// How the drainer paces itself.
 #[derive(Debug, Clone)]
-pub(crate) struct DrainerSettings {
+pub struct DrainerSettings {
     /// Plan and make progress at least this often (pods leaving are seen through the watch).
     pub tick: Duration,
     /// Eviction (and termination) calls in flight at once, across every draining node.
@@ -30,7 +30,7 @@ impl Default for DrainerSettings {
 
 /// Why a tick did nothing useful.
 #[derive(Debug, Error)]
-pub(crate) enum DrainerError {
+pub enum DrainerError {
     /// Some watch has not synced.
     #[error("the cluster view is not synced yet")]
     NotSynced,
@@ -44,7 +44,7 @@ pub(crate) enum DrainerError {
 
 /// What one tick did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) struct DrainReport {
+pub struct DrainReport {
     /// Nodes whose drain started.
     pub started: Vec<NodeName>,
     /// Pods evicted (or found gone).

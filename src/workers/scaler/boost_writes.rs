@@ -17,7 +17,10 @@ use super::guarded::{send_and_answer, Answered, Direction, LostAnswer};
 use super::settings::Pacing;
 use super::stages::Stages;
 use super::Scaler;
-use crate::core::{Boost, BoostReason, GroupName, InstanceId, LedgerEdit, NodeName, Snapshot, Timestamp, WriteAnswer};
+use crate::core::{
+    Boost, BoostLedger, BoostReason, GroupName, InstanceId, LedgerEdit, NodeName, ScalingPlan, Snapshot, Timestamp,
+    WriteAnswer,
+};
 use crate::metrics::BoostOutcome;
 use crate::ports::{AwsError, DesiredWrite, NodeEvent, WriteOutcome};
 use crate::workers::{Ports, WorkerContext};
@@ -267,5 +270,18 @@ impl<P: Ports> Scaler<P> {
             flight.land().await;
         }
         self.flights.iter().filter(|f| f.want()).flat_map(|f| f.groups().iter().cloned()).collect()
+    }
+}
+
+impl<P: Ports> Scaler<P> {
+    /// Whether `plan` asks for more than boosts and closes of records outside `flying`.
+    pub(super) fn beyond_boosts(plan: &ScalingPlan, ledger: &BoostLedger, flying: &BTreeSet<GroupName>) -> bool {
+        let in_flight =
+            |id: &crate::core::BoostId| ledger.records.iter().any(|r| r.id() == *id && flying.contains(&r.group));
+        !plan.give_backs.is_empty()
+            || !plan.expired.is_empty()
+            || !plan.fallbacks.is_empty()
+            || !plan.exhausted.is_empty()
+            || plan.closes.iter().any(|c| matches!(c, LedgerEdit::Close { id, .. } if in_flight(id)))
     }
 }

@@ -32,8 +32,7 @@ pub use super::{system_clock, Clock};
 use super::{Observation, Ports, WorkerContext};
 use crate::core::pool_memory::sightings;
 use crate::core::{
-    plan_scaling, Acting, BoostLedger, BoostPlan, BurstTimes, GroupName, InstanceId, LedgerEdit, ScalingPlan, Snapshot,
-    Timestamp, WavePace,
+    plan_scaling, Acting, BoostPlan, BurstTimes, GroupName, InstanceId, ScalingPlan, Snapshot, Timestamp, WavePace,
 };
 use crate::ports::TagFilter;
 use crate::supervise::{Heartbeat, Heartbeats, WORKER_SILENCE_LIMIT};
@@ -131,17 +130,6 @@ impl<P: Ports> Scaler<P> {
         for flight in std::mem::take(&mut self.flights) {
             flight.land().await;
         }
-    }
-
-    /// Whether `plan` asks for more than boosts and closes of records outside `flying`.
-    fn beyond_boosts(plan: &ScalingPlan, ledger: &BoostLedger, flying: &BTreeSet<GroupName>) -> bool {
-        let in_flight =
-            |id: &crate::core::BoostId| ledger.records.iter().any(|r| r.id() == *id && flying.contains(&r.group));
-        !plan.give_backs.is_empty()
-            || !plan.expired.is_empty()
-            || !plan.fallbacks.is_empty()
-            || !plan.exhausted.is_empty()
-            || plan.closes.iter().any(|c| matches!(c, LedgerEdit::Close { id, .. } if in_flight(id)))
     }
 
     /// Waits for a burst of wake-ups to pause: until no wake-up came for `coalesce_quiet`, or

@@ -2,6 +2,7 @@
 //! writes nothing, a lease lost between the save and the write, and a ledger that cannot be saved.
 
 use super::*;
+use crate::core::BoostLedger;
 
 #[tokio::test(start_paused = true)]
 async fn the_ledger_is_saved_before_the_write_and_a_restart_never_boosts_twice() {
