@@ -64,6 +64,17 @@ fn offences(files: &[PathBuf], forbidden: &Regex) -> Vec<String> {
         .collect()
 }
 
+/// What `check` finds in a probe file holding `text`, in a directory of its own that goes after.
+fn with_probe<T>(tag: &str, text: &str, check: impl FnOnce(&PathBuf) -> T) -> T {
+    let dir = std::env::temp_dir().join(format!("architecture-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("probe.rs");
+    std::fs::write(&file, text).unwrap();
+    let found = check(&file);
+    std::fs::remove_dir_all(&dir).unwrap();
+    found
+}
+
 fn files_under(paths: &[&str]) -> Vec<PathBuf> {
     // A rule over a path that moved would hold over nothing.
     paths
@@ -112,17 +123,12 @@ fn the_aws_and_kubernetes_adapters_never_import_each_other() {
 
 #[test]
 fn a_forbidden_import_is_found_and_a_comment_or_test_is_not() {
-    let dir = std::env::temp_dir().join(format!("architecture-check-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("probe.rs");
-    std::fs::write(
-        &file,
-        "// tokio::spawn in a comment\nuse tokio::sync::Notify;\n#[cfg(test)]\nmod tests {\n    use tokio::time;\n}\n",
-    )
-    .unwrap();
     let io = Regex::new(r"\btokio::").unwrap();
-    let found = offences(std::slice::from_ref(&file), &io);
-    std::fs::remove_dir_all(&dir).unwrap();
+    let found = with_probe(
+        "check",
+        "// tokio::spawn in a comment\nuse tokio::sync::Notify;\n#[cfg(test)]\nmod tests {\n    use tokio::time;\n}\n",
+        |file| offences(std::slice::from_ref(file), &io),
+    );
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].ends_with(":2: use tokio::sync::Notify;"), "{found:?}");
 }
@@ -442,16 +448,11 @@ fn only_the_executor_calls_a_write_port() {
 
 #[test]
 fn a_write_around_the_executor_is_caught_and_a_write_value_is_not() {
-    let dir = std::env::temp_dir().join(format!("architecture-writes-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("probe.rs");
-    std::fs::write(
-        &file,
+    let found = with_probe(
+        "writes",
         "fn f() {\n    ctx.executor().run(&Write::Cordon(node)).await;\n    ctx.writes.cordon(&node).await;\n    ctx\n        .aws\n        .terminate_instance(&i, true);\n}\n",
-    )
-    .unwrap();
-    let found = write_port_calls(std::slice::from_ref(&file));
-    std::fs::remove_dir_all(&dir).unwrap();
+        |file| write_port_calls(std::slice::from_ref(file)),
+    );
     let lines: Vec<&str> = found.iter().map(|f| f.rsplit(": ").next().unwrap()).collect();
     assert_eq!(lines, ["ctx.writes.cordon(&node).await;", ".terminate_instance(&i, true);"], "{found:?}");
 }
