@@ -117,8 +117,13 @@ pub(crate) fn plan_pool_mates(
         }
         let Some(facts) = snapshot.instances.get(instance) else { continue };
         let Some(pool) = facts.pool.as_ref().filter(|p| pools.contains(p)) else { continue };
-        // Creation times are whole seconds: a node created in the notice's second was there.
+        // Creation times are whole seconds: a node created in the notice's second was there,
+        // unless a boost of its group was decided by then: it may be that boost's own capacity
+        // (the interrupted node's replacement, registered in the notice's second).
         if since.get(pool).is_none_or(|t| node.created > t.whole_second()) {
+            continue;
+        }
+        if ledger.records.iter().any(|r| &r.group == group && node.created >= r.at.whole_second()) {
             continue;
         }
         if facts.lifecycle != InstanceLifecycle::Spot || covered.contains_key(instance) || risky.contains(instance) {
@@ -290,6 +295,22 @@ mod tests {
         }
         let p = plan_scaling(&s, &Policy::default(), NOW.plus(Duration::from_secs(30)), Acting::Leader);
         assert!(ahead(&p).is_empty(), "{:?}", ahead(&p));
+    }
+
+    #[test]
+    fn the_interrupted_node_s_replacement_registered_in_the_notice_s_second_is_no_pool_mate() {
+        let mut s = storm_start();
+        s.signals[0].observed_at = Timestamp::from_millis(50_400);
+        let p = plan_scaling(&s, &Policy::default(), NOW, Acting::Leader);
+        for b in &p.boosts.boosts {
+            s.ledger.record(BoostRecord { raising_to: None, at: Timestamp::from_millis(50_600), ..b.record.clone() });
+        }
+        // The victim's replacement joins group b's pool in the same second as the notice.
+        s = s.with_node(Node::test("r9", "b").with_pods(1, 100, 1 << 20).created_at(50_000));
+        s.instances.get_mut(&InstanceId::from("i-r9")).unwrap().pool = Some(pool("us-east-1a"));
+        let later = NOW.plus(Duration::from_secs(1));
+        let p = plan_scaling(&s, &Policy::default(), later, Acting::Leader);
+        assert!(ahead(&p).iter().all(|(_, instances, _)| !instances.contains(&"i-r9")), "{:?}", ahead(&p));
     }
 
     #[test]
