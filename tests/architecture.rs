@@ -280,26 +280,33 @@ fn named_paths(root: &Path, file: &Path) -> Vec<(usize, Vec<String>)> {
     found
 }
 
-/// Every module of the crate a layer of `root` may not import, as `path:line: crate::module`.
-fn crossing_imports(root: &Path) -> Vec<String> {
+/// Every path the non-test files under `part` of `root` name, as (file shown, line, path).
+fn paths_named_under(root: &Path, part: &str) -> Vec<(String, usize, Vec<String>)> {
+    let path = root.join(part);
+    if !path.exists() {
+        return Vec::new();
+    }
     let tests = test_only_files(root);
     let mut found = Vec::new();
+    for file in rust_files(&path).into_iter().filter(|f| !tests.contains(f)) {
+        let shown = file.strip_prefix(root).unwrap().display().to_string();
+        found.extend(named_paths(root, &file).into_iter().map(|(n, named)| (shown.clone(), n, named)));
+    }
+    found
+}
+
+/// Every module of the crate a layer of `root` may not import, as `path:line: crate::module`.
+fn crossing_imports(root: &Path) -> Vec<String> {
+    let mut found = Vec::new();
     for (part, layer) in LAYERS {
-        let path = root.join(part);
-        if !path.exists() {
-            continue;
-        }
-        for file in rust_files(&path).into_iter().filter(|f| !tests.contains(f)) {
-            let shown = file.strip_prefix(root).unwrap().display().to_string();
-            for (n, named) in named_paths(root, &file) {
-                let module = named[0].as_str();
-                let allowed = match layer {
-                    Layer::Only(only) => only.contains(&module),
-                    Layer::Never(never) => !never.contains(&module),
-                };
-                if !allowed {
-                    found.push(format!("{shown}:{n}: crate::{}", named.join("::")));
-                }
+        for (shown, n, named) in paths_named_under(root, part) {
+            let module = named[0].as_str();
+            let allowed = match layer {
+                Layer::Only(only) => only.contains(&module),
+                Layer::Never(never) => !never.contains(&module),
+            };
+            if !allowed {
+                found.push(format!("{shown}:{n}: crate::{}", named.join("::")));
             }
         }
     }
@@ -325,23 +332,15 @@ const INSTANCEGROUP_SECTIONS: &[(&str, &[&str])] = &[
 
 /// Every import inside `instancegroup/` a section of `root` may not make, as `path:line: crate::…`.
 fn crossing_sections(root: &Path) -> Vec<String> {
-    let tests = test_only_files(root);
     let mut found = Vec::new();
     for (part, never) in INSTANCEGROUP_SECTIONS {
-        let path = root.join(part);
-        if !path.exists() {
-            continue;
-        }
-        for file in rust_files(&path).into_iter().filter(|f| !tests.contains(f)) {
-            let shown = file.strip_prefix(root).unwrap().display().to_string();
-            for (n, named) in named_paths(root, &file) {
-                let section = named.get(1).map(String::as_str).unwrap_or_default();
-                // `instancegroup::adapters::aws` and `instancegroup::aws` are the same adapter.
-                let inner = named.get(2).map(String::as_str).unwrap_or_default();
-                let reaches = |s: &str| never.contains(&s);
-                if named[0] == "instancegroup" && (reaches(section) || (section == "adapters" && reaches(inner))) {
-                    found.push(format!("{shown}:{n}: crate::{}", named.join("::")));
-                }
+        for (shown, n, named) in paths_named_under(root, part) {
+            let section = named.get(1).map(String::as_str).unwrap_or_default();
+            // `instancegroup::adapters::aws` and `instancegroup::aws` are the same adapter.
+            let inner = named.get(2).map(String::as_str).unwrap_or_default();
+            let reaches = |s: &str| never.contains(&s);
+            if named[0] == "instancegroup" && (reaches(section) || (section == "adapters" && reaches(inner))) {
+                found.push(format!("{shown}:{n}: crate::{}", named.join("::")));
             }
         }
     }
